@@ -1,0 +1,131 @@
+"""Planner scale benchmark: prints figures, asserts nothing.
+
+    python bench/planner_scale.py            # full table (median of --runs runs)
+    python bench/planner_scale.py --check    # also compare with the naive planner on small sizes
+    python bench/planner_scale.py --quick    # fewer runs, smaller sizes
+
+Workload (seeded): hosts of 8 GPUs (90 % A100, 10 % H100, aggregates of 20),
+current holds filling about 60 % of the cluster for minutes to days, waiting
+leases of 1/2/4/8 GPUs per VM (2 % gangs of 2-4 VMs), durations log-uniform
+from 10 minutes to 3 days, 85 % starting now and the rest up to 2 days ahead,
+some of higher priority, 60 projects with mixed quotas and fair-share usage.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "service"))
+
+from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit  # noqa: E402
+from gpu_tenancy.domain.planner import plan  # noqa: E402
+
+NOW = 1_800_000_000
+
+
+def workload(n_hosts: int, n_waiting: int, seed: int = 1, fill: float = 0.6):
+    rng = random.Random(seed * 1_000_003 + n_hosts * 7 + n_waiting)
+    hosts = []
+    for i in range(n_hosts):
+        model = "H100" if i % 10 == 9 else "A100"
+        hosts.append(Host(f"h{i:05d}", model, 8, enabled=(i % 97 != 5), aggregate=f"agg{i // 20:03d}"))
+    projects = [f"p{j:02d}" for j in range(60)]
+    holds = []
+    k = 0
+    for h in hosts:
+        used = 0
+        target = round(8 * fill + rng.uniform(-3, 3))
+        while used < target:
+            g = rng.choice([1, 1, 2, 4, 8])
+            if used + g > 8:
+                g = 8 - used
+            start = NOW - rng.randint(0, 86400)
+            end = NOW + int(math.exp(rng.uniform(math.log(300), math.log(3 * 86400))))
+            holds.append(Hold(f"held{k}", rng.choice(projects), h.name, h.gpu_model, g, start, end))
+            k += 1
+            used += g
+    quotas = {}
+    for j, p in enumerate(projects):
+        for m in ("A100", "H100"):
+            nominal = 64 if j % 5 == 0 else 2000
+            quotas[(p, m)] = QuotaLimit(p, m, nominal, borrow_gpus=16 if j % 5 == 0 else 0,
+                                        max_duration=None if j % 7 else 5 * 86400, weight=1.0 + (j % 3))
+    usage = {(p, m): rng.uniform(0, 5000) for p in projects for m in ("A100", "H100")}
+    waiting = []
+    for i in range(n_waiting):
+        g = rng.choices([1, 2, 4, 8], weights=[40, 25, 20, 15])[0]
+        inst = rng.randint(2, 4) if rng.random() < 0.02 else 1
+        dur = int(math.exp(rng.uniform(math.log(600), math.log(3 * 86400))))
+        es = NOW if rng.random() < 0.85 else NOW + rng.randint(0, 2 * 86400)
+        ls = es + rng.randint(3600, 86400 * 10) if rng.random() < 0.1 else None
+        waiting.append(LeaseRequest(
+            f"l{i:06d}", rng.choice(projects), "H100" if rng.random() < 0.1 else "A100", g, inst, dur,
+            es, ls, NOW - rng.randint(0, 7 * 86400), priority=1 if rng.random() < 0.05 else 0))
+    return hosts, holds, quotas, waiting, usage
+
+
+def time_plan(n_hosts, n_waiting, runs, backend=None):
+    hosts, holds, quotas, waiting, usage = workload(n_hosts, n_waiting)
+    kw = {"_backend": backend} if backend is not None else {}
+    times = []
+    result = None
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        result = plan(NOW, hosts, holds, quotas, waiting, usage, **kw)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), result
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="1 run, 1k/5k leases only")
+    ap.add_argument("--check", action="store_true",
+                    help="also run the naive reference on small sizes and compare placements")
+    ap.add_argument("--naive-max", type=int, default=200,
+                    help="largest waiting count for the naive baseline (it is slow)")
+    a = ap.parse_args(argv)
+    runs = 1 if a.quick else a.runs
+    sizes = [1000, 5000] if a.quick else [1000, 5000, 10000]
+    host_counts = [100, 1000]
+
+    print(f"planner plan() time, median of {runs} run(s), CPython {sys.version.split()[0]}")
+    print(f"{'hosts':>6} {'waiting':>8} {'plan s':>9} {'us/lease':>9} {'placed':>7} {'start now':>9}")
+    table = {}
+    for nh in host_counts:
+        for nw in sizes:
+            t, res = time_plan(nh, nw, runs)
+            table[(nh, nw)] = t
+            placed = sum(1 for p in res.leases.values() if p.placement)
+            now_ = len(res.startable())
+            print(f"{nh:>6} {nw:>8} {t:>9.3f} {t / nw * 1e6:>9.1f} {placed:>7} {now_:>9}")
+    for nh in host_counts:
+        ratio = table[(nh, sizes[-1])] / table[(nh, sizes[0])]
+        print(f"growth at {nh} hosts: {sizes[-1] // 1000}k/{sizes[0] // 1000}k time ratio = {ratio:.1f}"
+              f" (linear would be {sizes[-1] / sizes[0]:.0f})")
+
+    # baseline: the naive reference on small sizes, same run
+    from naive_planner import NAIVE
+    print()
+    print("baseline: naive reference planner (every host at every candidate time)")
+    print(f"{'hosts':>6} {'waiting':>8} {'naive s':>9} {'fast s':>9} {'ratio':>8} {'same':>6}")
+    for nh, nw in [(20, 50), (50, 100), (100, a.naive_max)]:
+        tn, rn = time_plan(nh, nw, 1, backend=NAIVE)
+        tf, rf = time_plan(nh, nw, max(1, runs))
+        same = all(rn.leases[k].placement == rf.leases[k].placement for k in rf.leases)
+        print(f"{nh:>6} {nw:>8} {tn:>9.3f} {tf:>9.4f} {tn / tf:>7.0f}x {str(same):>6}")
+        if a.check and not same:
+            diff = [k for k in rf.leases if rn.leases[k].placement != rf.leases[k].placement]
+            print(f"  differences: {len(diff)}, first {diff[0]}: naive {rn.leases[diff[0]].placement}"
+                  f" fast {rf.leases[diff[0]].placement}")
+
+
+if __name__ == "__main__":
+    main()

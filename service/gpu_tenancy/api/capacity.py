@@ -1,0 +1,33 @@
+"""/v1/capacity: GPUs per model now and, with ?start=&end=, each host's free GPUs over that window."""
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from flask import Blueprint
+
+from gpu_tenancy.api import runtime as rt
+from gpu_tenancy.api.validation import query_window
+from gpu_tenancy.engine import capacity
+from gpu_tenancy.timeutil import rfc3339
+
+bp = Blueprint("capacity", __name__, url_prefix="/v1/capacity")
+
+MAX_CALENDAR_SPAN = 90 * 86400
+
+
+def render_host(entry: capacity.HostCalendar) -> dict:
+    return {"host": entry.host, "gpu_model": entry.gpu_model, "gpus": entry.gpus, "in_service": entry.in_service,
+            "free": [{"from": rfc3339(frm), "to": rfc3339(to), "free": free} for frm, to, free in entry.free]}
+
+
+@bp.get("")
+def show():
+    rt.authorize("capacity:show")
+    window = query_window(max_span=MAX_CALENDAR_SPAN)
+    now = rt.now()
+    with rt.transaction() as session:
+        by_model = capacity.now_by_model(session, now)
+        body = {"now": rfc3339(now), "gpu_models": {model: asdict(figures) for model, figures in by_model.items()}}
+        if window is not None:
+            body["calendar"] = [render_host(h) for h in capacity.calendar(session, *window)]
+    return {"capacity": body}

@@ -1,0 +1,44 @@
+"""Every error leaves the API in the OpenStack API-WG form:
+{"errors": [{"status", "code", "title", "detail", "request_id"}]}."""
+from __future__ import annotations
+
+import logging
+
+from flask import Flask, g, jsonify
+from werkzeug.exceptions import HTTPException
+
+from gpu_tenancy.errors import ServiceError
+
+log = logging.getLogger(__name__)
+
+
+def error_body(status: int, code: str, title: str, detail: str, request_id: str | None):
+    return {"errors": [{"status": status, "code": code, "title": title, "detail": detail,
+                        "request_id": request_id}]}
+
+
+def respond(status: int, code: str, title: str, detail: str):
+    response = jsonify(error_body(status, code, title, detail, g.get("request_id")))
+    response.status_code = status
+    return response
+
+
+def register(app: Flask) -> None:
+    @app.errorhandler(ServiceError)
+    def _service_error(exc: ServiceError):
+        return respond(exc.status, exc.code, exc.title, exc.detail)
+
+    @app.errorhandler(HTTPException)
+    def _http_error(exc: HTTPException):
+        detail = exc.description or exc.name
+        response = respond(exc.code or 500, f"gpu_tenancy.{(exc.name or 'error').lower().replace(' ', '_')}",
+                           exc.name, detail)
+        if exc.code == 405 and exc.valid_methods:
+            response.headers["Allow"] = ", ".join(exc.valid_methods)
+        return response
+
+    @app.errorhandler(Exception)
+    def _unexpected(exc: Exception):
+        log.exception("unexpected error")
+        return respond(500, "gpu_tenancy.internal", "Internal Server Error",
+                       "an internal error occurred; the request id identifies it in the service log")

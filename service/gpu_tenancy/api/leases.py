@@ -1,0 +1,215 @@
+"""/v1/leases: ask for GPUs, see where you stand in the queue, extend, cancel."""
+from __future__ import annotations
+
+from flask import Blueprint, request, url_for
+from sqlalchemy import select
+
+from gpu_tenancy.api import runtime as rt
+from gpu_tenancy.api.validation import json_body, query_int
+from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import to_epoch
+from gpu_tenancy.domain.states import LeaseState
+from gpu_tenancy.engine import leases
+from gpu_tenancy.errors import BadRequest, NotFound
+from gpu_tenancy.timeutil import rfc3339
+
+bp = Blueprint("leases", __name__, url_prefix="/v1/leases")
+
+NAME = {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"^[^\x00-\x1f]*$"}
+TIME = {"type": "string", "minLength": 1, "maxLength": 64}
+DURATION = {"oneOf": [{"type": "string", "minLength": 2, "maxLength": 64},
+                      {"type": "integer", "minimum": 1, "maximum": 10 * 365 * 86400}]}
+
+CREATE = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["shape", "duration"],
+    "properties": {
+        "name": NAME,
+        "shape": {"type": "string", "minLength": 1, "maxLength": 64},
+        "instances": {"type": "integer", "minimum": 1, "maximum": 1000},
+        "start": TIME,
+        "duration": DURATION,
+        "latest_start": TIME,
+        "image": {"type": "string", "minLength": 1, "maxLength": 128},
+        "volume": {"oneOf": [
+            {"type": "object", "additionalProperties": False, "required": ["size_gb"],
+             "properties": {"size_gb": {"type": "integer", "minimum": 1, "maximum": 65536}}},
+            {"type": "object", "additionalProperties": False, "required": ["id"],
+             "properties": {"id": {"type": "string", "minLength": 1, "maxLength": 64}}}]},
+        "key_name": {"type": "string", "minLength": 1, "maxLength": 255},
+        "user_data": {"type": "string", "maxLength": 65535},
+        "priority": {"type": "integer", "minimum": -100, "maximum": 100},
+    },
+}
+
+UPDATE = {
+    "type": "object",
+    "additionalProperties": False,
+    "minProperties": 1,
+    "maxProperties": 1,
+    "properties": {"end": TIME, "duration": DURATION},
+}
+
+STATUSES = [s.value for s in LeaseState]
+
+
+def render(row: m.Lease) -> dict:
+    waiting = row.status in (LeaseState.REQUESTED.value, LeaseState.QUEUED.value)
+    return {
+        "id": row.id,
+        "name": row.name,
+        "project_id": row.project_id,
+        "user_id": row.user_id,
+        "status": row.status,
+        "shape": row.shape,
+        "gpu_model": row.gpu_model,
+        "gpus_per_instance": row.gpus_per_vm,
+        "instances": row.instances,
+        "requested_start": rfc3339(to_epoch(row.earliest_start)),
+        "latest_start": rfc3339(to_epoch(row.latest_start)),
+        "duration": row.duration,
+        "start": rfc3339(to_epoch(row.start_at)),
+        "end": rfc3339(to_epoch(row.end_at)),
+        "priority": row.priority,
+        "borrowing": row.borrowing,
+        "image": row.image,
+        "volume": ({"id": row.volume_id, "size_gb": row.volume_size_gb}
+                   if row.volume_id or row.volume_size_gb else None),
+        "key_name": row.key_name,
+        "queue": ({"position": row.queue_position, "eta": rfc3339(to_epoch(row.queue_eta)),
+                   "reasons": row.queue_reasons or []} if waiting else None),
+        "allocations": [{"instance": a.vm_index, "host": a.host, "gpus": a.gpus,
+                         "start": rfc3339(to_epoch(a.start_at)), "end": rfc3339(to_epoch(a.end_at))}
+                        for a in row.allocations],
+        "servers": [{"instance": s.vm_index, "id": s.cloud_id, "host": s.host, "status": s.status}
+                    for s in row.servers],
+        "failure": ({"class": row.failure_class, "message": row.failure_message}
+                    if row.failure_class else None),
+        "created_at": rfc3339(to_epoch(row.created_at)),
+        "updated_at": rfc3339(to_epoch(row.updated_at)),
+        "links": [{"rel": "self", "href": url_for("leases.show", lease_id=row.id, _external=True)}],
+    }
+
+
+def render_preview(request_, columns, planned) -> dict:
+    place = planned.placement
+    return {
+        "id": None, "name": columns["name"] if request_.name else None, "status": "preview",
+        "shape": columns["shape"], "gpu_model": request_.gpu_model,
+        "gpus_per_instance": request_.gpus_per_vm, "instances": request_.instances,
+        "duration": request_.duration, "image": columns["image"],
+        "start": rfc3339(place.start) if place else None, "end": rfc3339(place.end) if place else None,
+        "borrowing": planned.borrowing,
+        "queue": {"position": planned.position, "eta": rfc3339(planned.eta),
+                  "reasons": [{"code": r.code, "message": r.message} for r in planned.reasons]},
+        "allocations": [{"instance": i, "host": h} for i, h in enumerate(place.hosts)] if place else [],
+    }
+
+
+def load(session, lease_id: str) -> m.Lease:
+    """A lease the caller may see; another project's lease does not exist for it."""
+    row = session.get(m.Lease, lease_id)
+    if row is None or not rt.allowed("lease:show", row.project_id):
+        raise NotFound(f"lease {lease_id} not found", "gpu_tenancy.lease_not_found")
+    return row
+
+
+@bp.post("")
+def create():
+    rt.authorize("lease:create")
+    body = json_body(CREATE)
+    dry_run = request.args.get("dry_run", "false").lower()
+    if dry_run not in ("true", "false", "1", "0"):
+        raise BadRequest("dry_run must be true or false", "gpu_tenancy.invalid_query")
+    cfg = rt.runtime().config
+    with rt.transaction() as session:
+        if dry_run in ("true", "1"):
+            req, columns, planned = leases.preview(session, rt.now(), cfg.fairshare_half_life_seconds,
+                                                   rt.caller(), body)
+            return {"lease": render_preview(req, columns, planned)}, 200
+        row = leases.create(session, rt.now(), cfg.fairshare_half_life_seconds, rt.caller(), body)
+        rendered = render(row)
+    rt.runtime().wake_engine()
+    return {"lease": rendered}, 201, {"Location": rendered["links"][0]["href"]}
+
+
+@bp.get("")
+def index():
+    rt.authorize("lease:list")
+    limit = query_int("limit", 100, 1, rt.runtime().config.max_page_size)
+    status = request.args.getlist("status")
+    for s in status:
+        if s not in STATUSES:
+            raise BadRequest(f"unknown status '{s}'; one of: {', '.join(STATUSES)}", "gpu_tenancy.invalid_query")
+    project = request.args.get("project_id")
+    if rt.is_admin():
+        if request.args.get("all_projects", "").lower() in ("1", "true"):
+            project = None
+        elif project is None:
+            project = rt.context().project_id
+    else:
+        if project not in (None, rt.context().project_id):
+            rt.authorize("lease:list:all_projects")
+        project = rt.context().project_id
+    with rt.transaction() as session:
+        q = select(m.Lease)
+        if project:
+            q = q.where(m.Lease.project_id == project)
+        if status:
+            q = q.where(m.Lease.status.in_(status))
+        marker = request.args.get("marker")
+        if marker:
+            mark = session.get(m.Lease, marker)
+            if mark is None or (project and mark.project_id != project):
+                raise BadRequest(f"marker {marker} is not a lease of this listing", "gpu_tenancy.invalid_marker")
+            q = q.where((m.Lease.created_at > mark.created_at)
+                        | ((m.Lease.created_at == mark.created_at) & (m.Lease.id > mark.id)))
+        rows = list(session.scalars(q.order_by(m.Lease.created_at, m.Lease.id).limit(limit + 1)))
+        more = len(rows) > limit
+        rows = rows[:limit]
+        body = {"leases": [render(r) for r in rows]}
+    if more:
+        args = {k: v for k, v in request.args.items() if k != "marker"}
+        body["leases_links"] = [{"rel": "next", "href": url_for("leases.index", marker=rows[-1].id,
+                                                                 _external=True, **args)}]
+    return body
+
+
+@bp.get("/<lease_id>")
+def show(lease_id: str):
+    with rt.transaction() as session:
+        return {"lease": render(load(session, lease_id))}
+
+
+@bp.get("/<lease_id>/events")
+def events(lease_id: str):
+    with rt.transaction() as session:
+        load(session, lease_id)
+        rows = session.scalars(select(m.Event).where(m.Event.lease_id == lease_id).order_by(m.Event.id))
+        return {"events": [{"at": rfc3339(to_epoch(e.at)), "actor": e.actor, "kind": e.kind,
+                            "from": e.from_state, "to": e.to_state, "message": e.message} for e in rows]}
+
+
+@bp.patch("/<lease_id>")
+def update(lease_id: str):
+    body = json_body(UPDATE)
+    cfg = rt.runtime().config
+    with rt.transaction() as session:
+        row = load(session, lease_id)
+        rt.authorize("lease:update", row.project_id)
+        leases.change_end(session, rt.now(), cfg.fairshare_half_life_seconds, row, body, rt.context().user_id)
+        rendered = render(row)
+    rt.runtime().wake_engine()
+    return {"lease": rendered}
+
+
+@bp.delete("/<lease_id>")
+def cancel(lease_id: str):
+    cfg = rt.runtime().config
+    with rt.transaction() as session:
+        row = load(session, lease_id)
+        rt.authorize("lease:delete", row.project_id)
+        leases.cancel(session, rt.now(), cfg.fairshare_half_life_seconds, row, rt.context().user_id)
+    rt.runtime().wake_engine()
+    return "", 204

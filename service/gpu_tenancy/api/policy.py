@@ -1,0 +1,38 @@
+"""RBAC with oslo.policy: project-scoped reader, member and admin personas.
+Each action has one rule here; operators override them in a policy file."""
+from __future__ import annotations
+
+from oslo_config import cfg
+from oslo_policy import policy
+
+ADMIN = "role:admin"
+READER = "role:reader and project_id:%(project_id)s"
+MEMBER = "role:member and project_id:%(project_id)s"
+ANY_READER = "role:reader or role:admin"
+
+RULES = [
+    policy.RuleDefault("admin", ADMIN, "Cloud admin."),
+    policy.RuleDefault("lease:create", MEMBER, "Ask for a lease in one's project."),
+    policy.RuleDefault("lease:list", f"{READER} or {ADMIN}", "List a project's leases."),
+    policy.RuleDefault("lease:list:all_projects", ADMIN, "List leases of every project."),
+    policy.RuleDefault("lease:show", f"{READER} or {ADMIN}", "Show a lease and its events."),
+    policy.RuleDefault("lease:update", f"{MEMBER} or {ADMIN}", "Extend or shorten a lease."),
+    policy.RuleDefault("lease:delete", f"{MEMBER} or {ADMIN}", "Cancel or end a lease."),
+    policy.RuleDefault("shape:list", ANY_READER, "List the shapes on offer."),
+    policy.RuleDefault("shape:manage", ADMIN, "Create and retire shapes."),
+    policy.RuleDefault("image:list", ANY_READER, "List the standard images."),
+    policy.RuleDefault("image:manage", ADMIN, "Add and retire standard images."),
+    policy.RuleDefault("quota:show", f"{READER} or {ADMIN}", "Show a project's quotas."),
+    policy.RuleDefault("quota:update", ADMIN, "Set a project's quotas."),
+    policy.RuleDefault("capacity:show", ANY_READER, "GPUs per model now, and the calendar."),
+    policy.RuleDefault("usage:show", f"{READER} or {ADMIN}", "GPU-hours of a project."),
+    policy.RuleDefault("usage:show:all_projects", ADMIN, "GPU-hours of every project."),
+]
+
+
+def make_enforcer(policy_file: str | None) -> policy.Enforcer:
+    conf = cfg.ConfigOpts()
+    conf([], project="gpu_tenancy", default_config_files=[])
+    enforcer = policy.Enforcer(conf, policy_file=policy_file)
+    enforcer.register_defaults(RULES)
+    return enforcer

@@ -1,0 +1,86 @@
+"""/v1/quotas: per project and GPU model, the GPUs it may hold, borrow, for how long, and its fair-share weight."""
+from __future__ import annotations
+
+from flask import Blueprint
+
+from gpu_tenancy.api import runtime as rt
+from gpu_tenancy.api.scope import project_scope
+from gpu_tenancy.api.validation import check_identifier, json_body
+from gpu_tenancy.db import models as m
+from gpu_tenancy.engine import quotas
+from gpu_tenancy.errors import BadRequest
+
+bp = Blueprint("quotas", __name__, url_prefix="/v1/quotas")
+
+GPU_MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+GPU_COUNT = {"type": "integer", "minimum": 0, "maximum": 100000}
+
+LIMITS = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["gpus"],
+    "properties": {
+        "gpus": {**GPU_COUNT, "description": "GPUs the project may hold at any instant"},
+        "borrow_gpus": {**GPU_COUNT, "description": "more it may hold while capacity is idle (default 0)"},
+        "max_duration": {"oneOf": [
+            {"type": "integer", "minimum": 1, "maximum": 10 * 365 * 86400},
+            {"type": "string", "minLength": 2, "maxLength": 64, "description": "ISO 8601, e.g. P7D"},
+            {"type": "null"}], "description": "longest lease, in seconds; null (the default) for no limit"},
+        "weight": {"type": "number", "exclusiveMinimum": 0, "maximum": 1000,
+                   "description": "fair-share weight (default 1)"},
+    },
+}
+
+UPDATE = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["quota"],
+    "properties": {"quota": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["gpu_models"],
+        "properties": {
+            "project_id": {"type": "string", "minLength": 1, "maxLength": 64},
+            "gpu_models": {"type": "object", "minProperties": 1, "maxProperties": 64,
+                           "propertyNames": {"pattern": GPU_MODEL_NAME},
+                           "additionalProperties": LIMITS,
+                           "description": "the models listed are replaced (omitted fields take their "
+                                          "defaults); models not listed keep their limits"},
+        },
+    }},
+}
+
+
+def render(project_id: str, rows: list[m.Quota]) -> dict:
+    return {"project_id": project_id,
+            "gpu_models": {q.gpu_model: {"gpus": q.gpus, "borrow_gpus": q.borrow_gpus,
+                                         "max_duration": q.max_duration, "weight": q.weight} for q in rows}}
+
+
+@bp.get("")
+def index():
+    project = project_scope("quota:show", "admin")
+    with rt.transaction() as session:
+        return {"quotas": [render(p, rows) for p, rows in quotas.of_projects(session, project).items()]}
+
+
+@bp.get("/<project_id>")
+def show(project_id: str):
+    rt.authorize("quota:show", check_identifier("project_id", project_id))
+    with rt.transaction() as session:
+        return {"quota": render(project_id, quotas.of_projects(session, project_id)[project_id])}
+
+
+@bp.put("/<project_id>")
+def update(project_id: str):
+    rt.authorize("quota:update", check_identifier("project_id", project_id))
+    body = json_body(UPDATE)["quota"]
+    if body.get("project_id", project_id) != project_id:
+        raise BadRequest(f"the body is for project {body['project_id']} but the URL names {project_id}",
+                         "gpu_tenancy.project_mismatch")
+    half_life = rt.runtime().config.fairshare_half_life_seconds
+    with rt.transaction() as session:
+        rows = quotas.replace(session, rt.now(), half_life, project_id, body["gpu_models"])
+        rendered = render(project_id, rows)
+    rt.runtime().wake_engine()
+    return {"quota": rendered}

@@ -1,0 +1,73 @@
+"""What handlers reach through the app: the database, the clock, policy and the engine."""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from flask import current_app, g
+from oslo_context.context import RequestContext
+from oslo_policy.policy import Enforcer, PolicyNotAuthorized
+from sqlalchemy.orm import Session, sessionmaker
+
+from gpu_tenancy.config import Config
+from gpu_tenancy.db.session import session_scope
+from gpu_tenancy.engine.leases import Caller
+from gpu_tenancy.errors import Forbidden
+
+
+@dataclass
+class Runtime:
+    config: Config
+    sessions: sessionmaker[Session]
+    clock: Any
+    enforcer: Enforcer
+    engine: Any = None            # EngineRunner when this process runs the engine
+    cloud: Any = None
+    extras: dict = field(default_factory=dict)
+
+    def wake_engine(self) -> None:
+        if self.engine is not None:
+            self.engine.wake()
+
+
+def runtime() -> Runtime:
+    return current_app.extensions["gpu_tenancy"]
+
+
+def now() -> int:
+    return runtime().clock.now()
+
+
+@contextlib.contextmanager
+def transaction() -> Iterator[Session]:
+    with session_scope(runtime().sessions) as session:
+        yield session
+
+
+def context() -> RequestContext:
+    return g.context
+
+
+def caller() -> Caller:
+    ctx = context()
+    return Caller(user_id=ctx.user_id, project_id=ctx.project_id, is_admin=is_admin())
+
+
+def is_admin() -> bool:
+    return allowed("admin")
+
+
+def allowed(action: str, project_id: str | None = None) -> bool:
+    ctx = context()
+    target = {"project_id": project_id or ctx.project_id}
+    return runtime().enforcer.enforce(action, target, ctx.to_policy_values())
+
+
+def authorize(action: str, project_id: str | None = None) -> None:
+    """Refuse with 403 unless the policy allows the action on the project."""
+    try:
+        runtime().enforcer.authorize(action, {"project_id": project_id or context().project_id},
+                                     context().to_policy_values(), do_raise=True)
+    except PolicyNotAuthorized:
+        raise Forbidden(f"policy does not allow {action} for this token", "gpu_tenancy.policy") from None

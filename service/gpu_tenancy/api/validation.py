@@ -1,0 +1,94 @@
+"""Request bodies and query strings checked against JSON schemas, with messages a user can act on."""
+from __future__ import annotations
+
+from flask import request
+from jsonschema import Draft202012Validator
+
+from gpu_tenancy.errors import BadRequest
+from gpu_tenancy.timeutil import parse_time
+
+
+def json_body(schema: dict) -> dict:
+    body = request.get_json(silent=True)
+    if body is None:
+        raise BadRequest("the request body must be a JSON object (Content-Type: application/json)",
+                         "gpu_tenancy.malformed_json")
+    check(schema, body)
+    return body
+
+
+def check(schema: dict, value) -> None:
+    validator = Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(value), key=lambda e: (list(e.absolute_path), e.message))
+    if errors:
+        error = errors[0]
+        where = "/".join(str(p) for p in error.absolute_path)
+        message = error.message
+        if len(message) > 300:  # jsonschema quotes the whole value; keep replies short
+            message = message[:300] + "…"
+        raise BadRequest(f"invalid input for '{where}': {message}" if where else f"invalid input: {message}",
+                         "gpu_tenancy.invalid_input")
+
+
+def query_int(name: str, default: int, minimum: int, maximum: int) -> int:
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"query parameter {name} must be a whole number", "gpu_tenancy.invalid_query") from None
+    if not minimum <= value <= maximum:
+        raise BadRequest(f"query parameter {name} must be between {minimum} and {maximum}",
+                         "gpu_tenancy.invalid_query")
+    return value
+
+
+def query_bool(name: str, default: bool = False) -> bool:
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    value = raw.lower()
+    if value not in ("true", "false", "1", "0"):
+        raise BadRequest(f"query parameter {name} must be true or false", "gpu_tenancy.invalid_query")
+    return value in ("true", "1")
+
+
+def query_time(name: str) -> int | None:
+    """An RFC 3339 time from the query string, as epoch seconds; None when absent."""
+    raw = request.args.get(name)
+    if raw is None:
+        return None
+    try:
+        return parse_time(raw)
+    except ValueError as exc:
+        raise BadRequest(f"query parameter {name}: {exc}", "gpu_tenancy.invalid_query") from None
+
+
+def query_window(*, max_span: int | None = None, default_span: int | None = None,
+                 now: int | None = None) -> tuple[int, int] | None:
+    """The ?start=&end= pair as epoch seconds, end after start and at most max_span apart.
+    With default_span, a missing end is `now` and a missing start is default_span before
+    the end; without it, both or neither must be given (neither: None)."""
+    start, end = query_time("start"), query_time("end")
+    if default_span is not None:
+        end = now if end is None else end
+        start = end - default_span if start is None else start
+    elif start is None and end is None:
+        return None
+    elif start is None or end is None:
+        raise BadRequest("give both start and end, or neither", "gpu_tenancy.invalid_query")
+    if end <= start:
+        raise BadRequest("end must be after start", "gpu_tenancy.invalid_query")
+    if max_span is not None and end - start > max_span:
+        raise BadRequest(f"end may be at most {max_span // 86400} days after start",
+                         "gpu_tenancy.invalid_query")
+    return start, end
+
+
+def check_identifier(what: str, value: str, max_length: int = 64) -> str:
+    """An id from the URL: printable, without '/', and no longer than its column."""
+    if not 0 < len(value) <= max_length or any(ord(c) < 0x20 or c == "/" for c in value):
+        raise BadRequest(f"{what} must be 1 to {max_length} printable characters without '/'",
+                         "gpu_tenancy.invalid_identifier")
+    return value

@@ -1,0 +1,385 @@
+"""The simulated cloud: the embedded default driver. It is NOT OpenStack.
+
+An in-process, in-memory cloud that behaves like Nova, Placement, Cinder and
+Glance at the CloudDriver boundary, for the demo, fast tests and trace replay.
+Everything is lost when the process ends (reconcile then sees servers as
+DELETED). Time comes from the injected clock, so a VirtualClock drives it.
+
+Behaviour, as the real services show it:
+- boot() returns at once; the server is BUILD until created_at + boot_seconds,
+  then ACTIVE, or ERROR with Nova's fault "No valid host was found. There are
+  not enough hosts available." when the pinned host is down, disabled, of
+  another GPU model (by PCI alias) or has fewer free GPUs than the flavor asks.
+  Placement-like: a server holds its GPUs from boot until delete_seconds after
+  delete_server(); a server refused a host never holds any (no over-commit).
+- Flavors are private, one per project and shape: f"gt-{shape}-{project[:8]}"
+  with extra spec pci_passthrough:alias=<alias>:<gpus>.
+- Volumes are never deleted: delete_server() detaches them (back to available).
+  Another project's volume looks missing (isolation).
+
+Config (YAML for from_file, or the same as a dict):
+
+    boot_seconds: 30          # BUILD -> ACTIVE after this much clock time
+    delete_seconds: 5         # GPUs released this long after delete
+    gpu_models:
+      A100: {resource_class: CUSTOM_PGPU_A100, pci_alias: a100}
+    hosts:
+      - {name: gpu-a100-1, gpu_model: A100, gpus: 8, aggregate: a100-rack1}
+      - {prefix: gpu-a100-, count: 4, gpu_model: A100, gpus: 8, aggregate: a100}  # gpu-a100-1..4
+      # optional per host: up: false, enabled: false
+    images:
+      - {id: 3f1c..., name: ubuntu-22.04, status: active}
+
+Test hooks (public): inject_failure(), set_host_state(), add_volume(), and the
+read-only views servers(), volumes(), flavors(), images(), allocations(),
+free_gpus().
+"""
+from __future__ import annotations
+
+import threading
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from gpu_tenancy.cloud.driver import (
+    LEASE_TAG, BootRequest, CloudDriver, CloudError, CloudObject, HostInfo, ServerState, ShapeSpec,
+    VolumeRequest)
+from gpu_tenancy.domain.failures import FailureClass
+
+NO_VALID_HOST = "No valid host was found. There are not enough hosts available."
+OPERATIONS = ("ensure_flavor", "ensure_volume", "boot", "attach_volume", "delete_server", "check_image",
+              "server_error")
+F = FailureClass
+# The cloud's own words per class, worded so the engine's fault classifier recognises them.
+DEFAULT_FAULTS = {
+    F.NO_VALID_HOST: NO_VALID_HOST,
+    F.HOST_DOWN: "Compute host is down: the nova-compute service stopped reporting",
+    F.IMAGE: "Image could not be found.",
+    F.VOLUME: "Volume could not be found or is in an unexpected state.",
+    F.NOVA_QUOTA: "Quota exceeded for instances: Requested 1, but already used 10 of 10 instances",
+    F.FORBIDDEN: "Policy doesn't allow compute:servers:create:requested_destination to be performed. (HTTP 403)",
+    F.BOOT_TIMEOUT: "Build of instance timed out",
+    F.API_ERROR: "Internal Server Error (HTTP 500)",
+}
+
+
+@dataclass
+class _Server:
+    id: str
+    project_id: str
+    lease_id: str
+    vm_index: int
+    host: str
+    flavor_id: str
+    image_ref: str
+    name: str
+    created_at: int
+    gpus: int                 # GPUs held (0 when refused a host)
+    fault: str | None = None  # set: goes ERROR at ready_at
+    stuck: bool = False       # injected BOOT_TIMEOUT: stays BUILD
+    deleted_at: int | None = None
+
+
+@dataclass
+class _Volume:
+    id: str
+    project_id: str
+    size_gb: int
+    name: str
+    metadata: dict = field(default_factory=dict)
+    attached_to: str | None = None
+
+
+class SimulatedCloud(CloudDriver):
+    name = "simulated"
+
+    def __init__(self, config: dict, clock):
+        self.clock = clock
+        self.boot_seconds = int(config.get("boot_seconds", 30))
+        self.delete_seconds = int(config.get("delete_seconds", 5))
+        self.gpu_models = {m: dict(spec) for m, spec in (config.get("gpu_models") or {}).items()}
+        self._hosts: dict[str, HostInfo] = {}
+        for entry in config.get("hosts") or []:
+            names = ([entry["name"]] if "name" in entry
+                     else [f"{entry['prefix']}{i}" for i in range(1, int(entry["count"]) + 1)])
+            if entry["gpu_model"] not in self.gpu_models:
+                raise ValueError(f"host {names[0]}: unknown gpu_model {entry['gpu_model']}")
+            for name in names:
+                self._hosts[name] = HostInfo(name, entry["gpu_model"], int(entry["gpus"]),
+                                             bool(entry.get("enabled", True)), bool(entry.get("up", True)),
+                                             entry.get("aggregate"))
+        self._images = [{"status": "active", **img} for img in config.get("images") or []]
+        self._servers: dict[str, _Server] = {}
+        self._volumes: dict[str, _Volume] = {}
+        self._flavors: dict[str, dict] = {}
+        self._failures: dict[str, list] = {}   # operation -> [failure_class, times left, message]
+        self._lock = threading.RLock()
+
+    @classmethod
+    def from_file(cls, path, clock) -> "SimulatedCloud":
+        return cls(yaml.safe_load(Path(path).read_text()) or {}, clock)
+
+    # --- test hooks ---------------------------------------------------------------------------
+    def inject_failure(self, operation: str, failure_class: FailureClass, times: int = 1,
+                       message: str | None = None) -> None:
+        """The next `times` calls of `operation` raise CloudError(failure_class). For
+        'server_error' the next `times` boots go ERROR after BUILD with the class's fault
+        instead (BOOT_TIMEOUT: they stay in BUILD forever)."""
+        if operation not in OPERATIONS:
+            raise ValueError(f"operation must be one of {', '.join(OPERATIONS)}")
+        with self._lock:
+            self._failures[operation] = [failure_class, int(times),
+                                         message or DEFAULT_FAULTS.get(failure_class, "Unexpected error")]
+
+    def set_host_state(self, name: str, up: bool | None = None, enabled: bool | None = None) -> None:
+        """Like stopping nova-compute (up) or `openstack compute service set --disable`."""
+        with self._lock:
+            host = self._hosts[name]
+            self._hosts[name] = HostInfo(host.name, host.gpu_model, host.gpus,
+                                         host.enabled if enabled is None else enabled,
+                                         host.up if up is None else up, host.aggregate)
+
+    def add_volume(self, project_id: str, size_gb: int, name: str | None = None) -> str:
+        """A tenant's pre-existing volume (no lease tag)."""
+        with self._lock:
+            vol = _Volume(str(uuid.uuid4()), project_id, int(size_gb), name or "")
+            self._volumes[vol.id] = vol
+            return vol.id
+
+    def servers(self) -> dict[str, dict]:
+        """Servers not deleted: id -> status, host, project_id, lease_id, vm_index, ..."""
+        with self._lock:
+            now = self.clock.now()
+            return {s.id: dict(status=self._status(s, now), host=s.host, project_id=s.project_id,
+                               lease_id=s.lease_id, vm_index=s.vm_index, flavor_id=s.flavor_id,
+                               image_ref=s.image_ref, name=s.name, fault=self._fault(s, now))
+                    for s in self._servers.values() if s.deleted_at is None}
+
+    def volumes(self) -> dict[str, dict]:
+        with self._lock:
+            return {v.id: dict(status=self._volume_state(v), project_id=v.project_id, size_gb=v.size_gb,
+                               name=v.name, lease_id=v.metadata.get(LEASE_TAG), attached_to=v.attached_to)
+                    for v in self._volumes.values()}
+
+    def flavors(self) -> dict[str, dict]:
+        with self._lock:
+            return {fid: dict(f, extra_specs=dict(f["extra_specs"])) for fid, f in self._flavors.items()}
+
+    def images(self) -> list[dict]:
+        with self._lock:
+            return [dict(i) for i in self._images]
+
+    def allocations(self) -> dict[str, tuple[str, int]]:
+        """server id -> (host, GPUs) held now, as Placement would show."""
+        with self._lock:
+            now = self.clock.now()
+            return {s.id: (s.host, s.gpus) for s in self._servers.values() if self._holds(s, now)}
+
+    def free_gpus(self) -> dict[str, int]:
+        with self._lock:
+            used = {name: 0 for name in self._hosts}
+            for host, gpus in self.allocations().values():
+                used[host] += gpus
+            return {name: h.gpus - used[name] for name, h in self._hosts.items()}
+
+    # --- the driver ---------------------------------------------------------------------------
+    def capacity(self) -> list[HostInfo]:
+        with self._lock:
+            return list(self._hosts.values())
+
+    def ensure_flavor(self, project_id: str, shape: ShapeSpec) -> str:
+        with self._lock:
+            self._maybe_fail("ensure_flavor")
+            specs = {"pci_passthrough:alias": f"{shape.pci_alias}:{shape.gpus}"}
+            wanted = dict(name=f"gt-{shape.name}-{project_id[:8]}", project_id=project_id, shape=shape.name,
+                          vcpus=shape.vcpus, ram_mb=shape.ram_mb, disk_gb=shape.disk_gb, gpus=shape.gpus,
+                          pci_alias=shape.pci_alias, extra_specs=specs, is_public=False)
+            for fid, flavor in list(self._flavors.items()):
+                if flavor["project_id"] == project_id and flavor["shape"] == shape.name:
+                    if flavor == wanted:
+                        return fid
+                    del self._flavors[fid]  # the shape changed: flavors are immutable, make a new one
+            fid = str(uuid.uuid4())
+            self._flavors[fid] = wanted
+            return fid
+
+    def retire_flavor(self, project_id: str, shape_name: str) -> None:
+        with self._lock:
+            for fid, flavor in list(self._flavors.items()):
+                if flavor["project_id"] == project_id and flavor["shape"] == shape_name:
+                    del self._flavors[fid]
+
+    def check_image(self, image_ref: str) -> None:
+        with self._lock:
+            self._maybe_fail("check_image")
+            self._image(image_ref)
+
+    def ensure_volume(self, project_id: str, lease_id: str, request: VolumeRequest) -> str:
+        with self._lock:
+            self._maybe_fail("ensure_volume")
+            if request.volume_id:
+                vol = self._volumes.get(request.volume_id)
+                if vol is None or vol.project_id != project_id:  # another project's volume looks missing
+                    raise CloudError(F.VOLUME, f"volume {request.volume_id} not found in the project",
+                                     f"Volume {request.volume_id} could not be found.")
+                user = self._servers.get(vol.attached_to) if vol.attached_to else None
+                if user is not None and user.lease_id != lease_id:  # in-use by this lease is a repeat call
+                    raise CloudError(F.VOLUME, f"volume {vol.id} is in use by another server",
+                                     f"Volume {vol.id} status must be available, but current status is: in-use.")
+                return vol.id
+            for vol in self._volumes.values():
+                if vol.metadata.get(LEASE_TAG) == lease_id and vol.project_id == project_id:
+                    return vol.id
+            if not request.size_gb or request.size_gb < 1:
+                raise CloudError(F.VOLUME, "a new volume needs a size of at least 1 GB",
+                                 "Invalid input received: size must be an integer greater than 0.")
+            vol = _Volume(str(uuid.uuid4()), project_id, int(request.size_gb), f"gt-{lease_id[:8]}-data",
+                          {LEASE_TAG: lease_id})
+            self._volumes[vol.id] = vol
+            return vol.id
+
+    def boot(self, request: BootRequest) -> str:
+        with self._lock:
+            self._maybe_fail("boot")
+            for s in self._servers.values():
+                if s.deleted_at is None and (s.lease_id, s.vm_index) == (request.lease_id, request.vm_index):
+                    return s.id
+            flavor = self._flavors.get(request.flavor_id)
+            if flavor is None or flavor["project_id"] != request.project_id:  # private flavor: 400 in Nova
+                raise CloudError(F.API_ERROR, f"flavor {request.flavor_id} is not available to the project",
+                                 f"Flavor {request.flavor_id} could not be found. (HTTP 400)")
+            self._image(request.image_ref)
+            now = self.clock.now()
+            server = _Server(str(uuid.uuid4()), request.project_id, request.lease_id, request.vm_index,
+                             request.host, request.flavor_id, request.image_ref,
+                             request.name or f"gt-{request.lease_id[:8]}-{request.vm_index}", now, 0)
+            injected = self._take_failure("server_error")
+            if injected and injected[0] == F.BOOT_TIMEOUT:
+                server.stuck = True
+            elif injected:
+                server.fault = injected[1]
+            if self._fits(request.host, flavor, now):
+                server.gpus = flavor["gpus"]  # claimed now, like the scheduler's Placement claim
+            else:
+                server.fault = NO_VALID_HOST
+            self._servers[server.id] = server
+            return server.id
+
+    def attach_volume(self, server_id: str, volume_id: str) -> None:
+        with self._lock:
+            self._maybe_fail("attach_volume")
+            server = self._servers.get(server_id)
+            if server is None or server.deleted_at is not None:
+                raise CloudError(F.VOLUME, f"server {server_id} is gone",
+                                 f"Instance {server_id} could not be found.")
+            vol = self._volumes.get(volume_id)
+            if vol is None or vol.project_id != server.project_id:
+                raise CloudError(F.VOLUME, f"volume {volume_id} not found in the project",
+                                 f"Volume {volume_id} could not be found.")
+            if vol.attached_to == server_id:
+                return
+            status = self._status(server, self.clock.now())
+            if status != "ACTIVE":
+                raise CloudError(F.VOLUME, f"server {server_id} is {status}, not ACTIVE",
+                                 f"Cannot 'attach_volume' instance {server_id} while it is in vm_state {status}")
+            if vol.attached_to is not None:
+                raise CloudError(F.VOLUME, f"volume {volume_id} is attached to another server",
+                                 f"Volume {volume_id} status must be available, but current status is: in-use.")
+            vol.attached_to = server_id
+
+    def server_state(self, server_id: str) -> ServerState:
+        with self._lock:
+            server = self._servers.get(server_id)
+            if server is None or server.deleted_at is not None:
+                return ServerState(server_id, "DELETED")
+            now = self.clock.now()
+            return ServerState(server.id, self._status(server, now), server.host, self._fault(server, now))
+
+    def delete_server(self, server_id: str) -> None:
+        with self._lock:
+            self._maybe_fail("delete_server")
+            server = self._servers.get(server_id)
+            if server is None or server.deleted_at is not None:
+                return
+            for vol in self._volumes.values():
+                if vol.attached_to == server_id:
+                    vol.attached_to = None  # detached, kept
+            server.deleted_at = self.clock.now()
+
+    def gpus_released(self, server_id: str) -> bool:
+        with self._lock:
+            server = self._servers.get(server_id)
+            return server is None or not self._holds(server, self.clock.now())
+
+    def volume_status(self, volume_id: str) -> str:
+        with self._lock:
+            vol = self._volumes.get(volume_id)
+            return "missing" if vol is None else self._volume_state(vol)
+
+    def list_tagged(self) -> list[CloudObject]:
+        with self._lock:
+            now = self.clock.now()
+            objects = [CloudObject("server", s.id, s.lease_id, s.project_id,
+                                   dict(status=self._status(s, now), host=s.host, vm_index=s.vm_index,
+                                        name=s.name, metadata={LEASE_TAG: s.lease_id}))
+                       for s in self._servers.values() if s.deleted_at is None]
+            objects += [CloudObject("volume", v.id, v.metadata[LEASE_TAG], v.project_id,
+                                    dict(status=self._volume_state(v), size_gb=v.size_gb, name=v.name))
+                        for v in self._volumes.values() if LEASE_TAG in v.metadata]
+            objects += [CloudObject("flavor", fid, None, f["project_id"], dict(name=f["name"], shape=f["shape"]))
+                        for fid, f in self._flavors.items()]
+            return objects
+
+    # --- internals (called with the lock held) ------------------------------------------------
+    def _take_failure(self, operation: str):
+        """(class, message) of an injected failure for this call, counting it down; or None."""
+        entry = self._failures.get(operation)
+        if not entry or entry[1] <= 0:
+            return None
+        entry[1] -= 1
+        return entry[0], entry[2]
+
+    def _maybe_fail(self, operation: str) -> None:
+        injected = self._take_failure(operation)
+        if injected:
+            raise CloudError(injected[0], f"{operation} failed (injected)", injected[1])
+
+    def _image(self, image_ref: str) -> dict:
+        image = next((i for i in self._images if image_ref and image_ref in (i.get("id"), i.get("name"))), None)
+        if image is None:
+            raise CloudError(F.IMAGE, f"image {image_ref!r} is not in the catalog",
+                             f"Image {image_ref} could not be found.")
+        if image["status"] != "active":
+            raise CloudError(F.IMAGE, f"image {image_ref!r} is {image['status']}, not active",
+                             f"Image {image['id']} is not active.")
+        return image
+
+    def _fits(self, host_name: str, flavor: dict, now: int) -> bool:
+        """What Nova's filters plus the Placement claim decide for a pinned host."""
+        host = self._hosts.get(host_name)
+        if host is None or not host.up or not host.enabled:
+            return False
+        if self.gpu_models[host.gpu_model].get("pci_alias") != flavor["pci_alias"]:
+            return False
+        used = sum(s.gpus for s in self._servers.values() if s.host == host_name and self._holds(s, now))
+        return host.gpus - used >= flavor["gpus"]
+
+    def _holds(self, server: _Server, now: int) -> bool:
+        if server.gpus == 0:
+            return False
+        if server.fault is not None and now >= server.created_at + self.boot_seconds:
+            return False  # a failed build gives its claim back
+        return server.deleted_at is None or now < server.deleted_at + self.delete_seconds
+
+    def _status(self, server: _Server, now: int) -> str:
+        if server.stuck or now < server.created_at + self.boot_seconds:
+            return "BUILD"
+        return "ERROR" if server.fault else "ACTIVE"
+
+    def _fault(self, server: _Server, now: int) -> str | None:
+        return server.fault if self._status(server, now) == "ERROR" else None
+
+    def _volume_state(self, vol: _Volume) -> str:
+        return "in-use" if vol.attached_to else "available"

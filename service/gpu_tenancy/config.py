@@ -1,0 +1,52 @@
+"""Service configuration: a YAML file, then GPU_TENANCY_* environment variables."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import yaml
+
+DEMO_CLOUD = str(Path(__file__).with_name("demo") / "cloud.yaml")
+
+
+@dataclass
+class Config:
+    database_url: str = "sqlite:///gpu-tenancy.db"
+    # keystone (keystonemiddleware) in production; noauth2 only for the demo and tests
+    auth_strategy: str = "keystone"
+    keystone_authtoken: dict = field(default_factory=dict)  # passed to keystonemiddleware
+    policy_file: str | None = None
+    cloud_driver: str = "simulated"
+    simulated_cloud: str = DEMO_CLOUD
+    clouds_yaml_cloud: str | None = None
+    run_engine: bool = True          # run the engine in this process (the demo does)
+    engine_tick_seconds: int = 5
+    host_refresh_seconds: int = 60
+    leader_lease_seconds: int = 30
+    warn_before_end_seconds: int = 3600
+    boot_timeout_seconds: int = 1800
+    fairshare_half_life_seconds: int = 7 * 24 * 3600
+    max_page_size: int = 1000
+
+    @classmethod
+    def load(cls, path: str | None = None, **overrides) -> "Config":
+        values: dict = {}
+        if path:
+            values.update(yaml.safe_load(Path(path).read_text()) or {})
+        known = {f.name: f for f in fields(cls)}
+        for name, f in known.items():
+            env = os.environ.get("GPU_TENANCY_" + name.upper())
+            if env is not None and f.type in ("str", "str | None"):
+                values[name] = env
+            elif env is not None and f.type == "int":
+                values[name] = int(env)
+            elif env is not None and f.type == "bool":
+                values[name] = env.lower() in ("1", "true", "yes")
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        unknown = set(values) - set(known)
+        if unknown:
+            raise ValueError(f"unknown configuration options: {', '.join(sorted(unknown))}")
+        if values.get("auth_strategy", "keystone") not in ("keystone", "noauth2"):
+            raise ValueError("auth_strategy must be keystone or noauth2")
+        return cls(**values)

@@ -1,0 +1,34 @@
+"""Alembic environment: online migrations against the configured URL."""
+from alembic import context
+from sqlalchemy import create_engine, pool
+
+from gpu_tenancy.db.models import Base
+
+config = context.config
+target_metadata = Base.metadata
+
+
+def run_migrations_online() -> None:
+    connectable = config.attributes.get("connection")
+    if connectable is not None:
+        context.configure(connection=connectable, target_metadata=target_metadata,
+                          render_as_batch=True)
+        with context.begin_transaction():
+            context.run_migrations()
+        return
+    engine = create_engine(config.get_main_option("sqlalchemy.url"), poolclass=pool.NullPool)
+    with engine.connect() as connection:
+        # render_as_batch: SQLite can only alter tables by copying them
+        context.configure(connection=connection, target_metadata=target_metadata,
+                          render_as_batch=True)
+        with context.begin_transaction():
+            context.run_migrations()
+
+
+if context.is_offline_mode():
+    context.configure(url=config.get_main_option("sqlalchemy.url"), target_metadata=target_metadata,
+                      literal_binds=True)
+    with context.begin_transaction():
+        context.run_migrations()
+else:
+    run_migrations_online()

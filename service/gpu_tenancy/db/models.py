@@ -1,0 +1,168 @@
+"""SQLAlchemy models. The allocations table is the ledger: no two allocations
+may put more GPUs on a host at any instant than it has."""
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (JSON, Boolean, CheckConstraint, DateTime, Float, ForeignKey, Index,
+                        Integer, String, Text, UniqueConstraint)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+# Times are stored as naive UTC datetimes; the repositories convert to epoch seconds.
+UTC = DateTime(timezone=False)
+
+
+class Host(Base):
+    """A GPU host as the cloud last reported it (refreshed by the engine)."""
+    __tablename__ = "hosts"
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    gpu_model: Mapped[str] = mapped_column(String(64))
+    gpus: Mapped[int] = mapped_column(Integer)
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    up: Mapped[bool] = mapped_column(Boolean, default=True)
+    drained: Mapped[bool] = mapped_column(Boolean, default=False)  # set by an admin
+    aggregate: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(UTC)
+
+
+class Shape(Base):
+    __tablename__ = "shapes"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    gpu_model: Mapped[str] = mapped_column(String(64))
+    gpus: Mapped[int] = mapped_column(Integer)
+    vcpus: Mapped[int] = mapped_column(Integer)
+    ram_mb: Mapped[int] = mapped_column(Integer)
+    disk_gb: Mapped[int] = mapped_column(Integer)
+    pci_alias: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTC)
+    retired_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
+    __table_args__ = (CheckConstraint("gpus > 0", name="ck_shapes_gpus"),)
+
+
+class Image(Base):
+    """An entry of the standard image catalog."""
+    __tablename__ = "images"
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    cloud_ref: Mapped[str] = mapped_column(String(255))  # Glance image id
+    description: Mapped[str] = mapped_column(String(512), default="")
+    created_at: Mapped[datetime] = mapped_column(UTC)
+    retired_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
+
+
+class Quota(Base):
+    __tablename__ = "quotas"
+    project_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    gpu_model: Mapped[str] = mapped_column(String(64), primary_key=True)
+    gpus: Mapped[int] = mapped_column(Integer)
+    borrow_gpus: Mapped[int] = mapped_column(Integer, default=0)
+    max_duration: Mapped[int | None] = mapped_column(Integer, nullable=True)  # seconds
+    weight: Mapped[float] = mapped_column(Float, default=1.0)
+    updated_at: Mapped[datetime] = mapped_column(UTC)
+    __table_args__ = (CheckConstraint("gpus >= 0 AND borrow_gpus >= 0 AND weight > 0",
+                                      name="ck_quotas_nonneg"),)
+
+
+class Lease(Base):
+    __tablename__ = "leases"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    project_id: Mapped[str] = mapped_column(String(64), index=True)
+    user_id: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    shape: Mapped[str] = mapped_column(ForeignKey("shapes.name"))
+    gpu_model: Mapped[str] = mapped_column(String(64))
+    gpus_per_vm: Mapped[int] = mapped_column(Integer)
+    instances: Mapped[int] = mapped_column(Integer)
+    duration: Mapped[int] = mapped_column(Integer)  # seconds
+    earliest_start: Mapped[datetime] = mapped_column(UTC)
+    latest_start: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
+    start_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)   # committed start
+    end_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)     # committed end
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    borrowing: Mapped[bool] = mapped_column(Boolean, default=False)
+    image: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    volume_size_gb: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    volume_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    key_name: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    user_data: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # the planner's last word on a waiting lease
+    queue_position: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    queue_eta: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
+    queue_reasons: Mapped[list] = mapped_column(JSON, default=list)
+    failure_class: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    failure_message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    warned_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTC)
+    updated_at: Mapped[datetime] = mapped_column(UTC)
+
+    allocations: Mapped[list["Allocation"]] = relationship(
+        back_populates="lease", cascade="all, delete-orphan", order_by="Allocation.vm_index")
+    servers: Mapped[list["Server"]] = relationship(
+        back_populates="lease", cascade="all, delete-orphan", order_by="Server.vm_index")
+    __table_args__ = (
+        CheckConstraint("instances > 0 AND duration > 0 AND gpus_per_vm > 0", name="ck_leases_positive"),
+        Index("ix_leases_project_created", "project_id", "created_at"),
+    )
+
+
+class Allocation(Base):
+    """The ledger: a VM's GPUs on a host over [start_at, end_at)."""
+    __tablename__ = "allocations"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    lease_id: Mapped[str] = mapped_column(ForeignKey("leases.id", ondelete="CASCADE"), index=True)
+    project_id: Mapped[str] = mapped_column(String(64), index=True)
+    vm_index: Mapped[int] = mapped_column(Integer)
+    host: Mapped[str] = mapped_column(String(255), index=True)
+    gpu_model: Mapped[str] = mapped_column(String(64))
+    gpus: Mapped[int] = mapped_column(Integer)
+    start_at: Mapped[datetime] = mapped_column(UTC)
+    end_at: Mapped[datetime] = mapped_column(UTC, index=True)
+    borrowing: Mapped[bool] = mapped_column(Boolean, default=False)
+    lease: Mapped[Lease] = relationship(back_populates="allocations")
+    __table_args__ = (
+        UniqueConstraint("lease_id", "vm_index", name="uq_allocations_lease_vm"),
+        CheckConstraint("gpus > 0 AND end_at > start_at", name="ck_allocations_window"),
+    )
+
+
+class Server(Base):
+    """A VM the cloud made (or is making) for a lease."""
+    __tablename__ = "servers"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    lease_id: Mapped[str] = mapped_column(ForeignKey("leases.id", ondelete="CASCADE"), index=True)
+    vm_index: Mapped[int] = mapped_column(Integer)
+    host: Mapped[str] = mapped_column(String(255))
+    cloud_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    status: Mapped[str] = mapped_column(String(16))
+    fault: Mapped[str | None] = mapped_column(Text, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(UTC)
+    lease: Mapped[Lease] = relationship(back_populates="servers")
+    __table_args__ = (UniqueConstraint("lease_id", "vm_index", name="uq_servers_lease_vm"),)
+
+
+class Event(Base):
+    """A lease's history: transitions, progress, warnings, failures."""
+    __tablename__ = "events"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    lease_id: Mapped[str] = mapped_column(ForeignKey("leases.id", ondelete="CASCADE"), index=True)
+    at: Mapped[datetime] = mapped_column(UTC)
+    actor: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(16))  # transition, progress, warning, failure
+    from_state: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    to_state: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    message: Mapped[str] = mapped_column(Text)
+    lease: Mapped[Lease] = relationship()  # lets a new lease and its first events go in one flush
+
+
+class Lock(Base):
+    """Named database locks: 'ledger' serialises allocation decisions;
+    'engine' is the leader lease (holder + expiry)."""
+    __tablename__ = "locks"
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    holder: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    expires_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)

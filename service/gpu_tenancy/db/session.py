@@ -1,0 +1,84 @@
+"""Engine and session set-up, and the ledger lock."""
+from __future__ import annotations
+
+import contextlib
+from datetime import datetime, timezone
+from typing import Iterator
+
+from sqlalchemy import create_engine, event, select, text
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from gpu_tenancy.db.models import Lock
+
+LOCK_NAMES = ("ledger", "engine")
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_connect(dbapi_conn, _record):
+            # Take transaction control from pysqlite so that BEGIN IMMEDIATE below works.
+            dbapi_conn.isolation_level = None
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _sqlite_begin(conn):
+            # Every transaction takes the write lock up front: SQLite serialises
+            # writers anyway, and a deferred transaction that later writes can fail
+            # with "database is locked" instead of waiting.
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+@contextlib.contextmanager
+def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
+    """One transaction: commit on success, roll back on error."""
+    session = factory()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+def ensure_lock_rows(session: Session) -> None:
+    have = set(session.scalars(select(Lock.name)))
+    for name in LOCK_NAMES:
+        if name not in have:
+            session.add(Lock(name=name))
+    session.flush()
+
+
+def ledger_lock(session: Session) -> None:
+    """Serialise allocation decisions: held until the session's transaction ends.
+    PostgreSQL: a row lock; SQLite: the transaction already holds the database's
+    write lock (BEGIN IMMEDIATE)."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(select(Lock).where(Lock.name == "ledger").with_for_update())
+    else:
+        session.execute(text("UPDATE locks SET holder = holder WHERE name = 'ledger'"))
+
+
+def utcnow_naive(epoch: int) -> datetime:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).replace(tzinfo=None)
+
+
+def to_epoch(dt: datetime | None) -> int | None:
+    if dt is None:
+        return None
+    return int(dt.replace(tzinfo=timezone.utc).timestamp())

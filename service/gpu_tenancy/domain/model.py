@@ -1,0 +1,99 @@
+"""Plain data the planner reads and writes.
+
+Times are integer seconds since the epoch (UTC); durations are seconds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Host:
+    """A compute node with GPUs of one model."""
+    name: str
+    gpu_model: str
+    gpus: int
+    enabled: bool = True          # disabled or down hosts get nothing new
+    aggregate: str | None = None  # gang VMs prefer hosts of one aggregate
+
+
+@dataclass(frozen=True)
+class Hold:
+    """GPUs already committed on a host: a VM of an active or scheduled lease."""
+    lease_id: str
+    project_id: str
+    host: str
+    gpu_model: str
+    gpus: int
+    start: int
+    end: int
+    borrowing: bool = False
+
+
+@dataclass(frozen=True)
+class QuotaLimit:
+    """A project's limits for one GPU model."""
+    project_id: str
+    gpu_model: str
+    gpus: int                        # nominal: GPUs held at any instant
+    borrow_gpus: int = 0             # more it may hold on capacity left idle
+    max_duration: int | None = None  # longest lease, seconds; None = no limit
+    weight: float = 1.0              # fair-share weight
+
+
+@dataclass(frozen=True)
+class LeaseRequest:
+    """A lease waiting for GPUs (queued, not yet holding any)."""
+    lease_id: str
+    project_id: str
+    gpu_model: str
+    gpus_per_vm: int
+    instances: int                # more than one: a gang, all start together
+    duration: int
+    earliest_start: int
+    latest_start: int | None
+    created_at: int
+    priority: int = 0             # higher goes first
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why a lease waits, in words a user can act on. `code` is one of
+    quota, capacity, priority, fairshare, order, duration, latest_start,
+    unplaceable, borrowing."""
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where and when a lease will run: one host name per VM (a host may
+    appear more than once when it holds several of the gang's VMs)."""
+    start: int
+    end: int
+    hosts: tuple[str, ...]
+
+
+@dataclass
+class PlannedLease:
+    lease_id: str
+    position: int                    # 1-based rank among leases waiting for the same GPU model
+    placement: Placement | None      # None: no slot (see reasons)
+    reasons: list[Reason] = field(default_factory=list)
+    borrowing: bool = False          # runs beyond nominal quota on idle capacity
+
+    @property
+    def eta(self) -> int | None:
+        return self.placement.start if self.placement else None
+
+
+@dataclass
+class Plan:
+    now: int
+    leases: dict[str, PlannedLease]  # in planner order
+
+    def startable(self) -> list[PlannedLease]:
+        """Leases whose planned start has come."""
+        return [p for p in self.leases.values()
+                if p.placement is not None and p.placement.start <= self.now]

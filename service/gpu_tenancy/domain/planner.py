@@ -1,0 +1,399 @@
+"""The planner: order waiting leases fairly and place them on exact times.
+
+Pure, deterministic, standard library only. See DESIGN.md, "The planner".
+
+Algorithm (conservative backfill): leases are taken in order (priority desc,
+fair share asc, created_at asc, lease_id); each gets the earliest start
+>= max(now, earliest_start) at which all its VMs fit for the whole duration on
+what the holds and the leases before it left free, and within its project's
+quota at every instant of its window; that placement is then reserved. A later
+lease can therefore start early only where it delays nobody ahead of it.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+
+from .capacity import INF, ModelIndex, StepProfile, can_ever_fit, largest_free_block  # noqa: F401
+from .fairshare import share_score
+from .model import Hold, Host, LeaseRequest, Placement, Plan, PlannedLease, QuotaLimit, Reason
+
+__all__ = [
+    "PlannerSettings", "plan", "extension_conflicts", "can_ever_fit", "largest_free_block",
+    "order_key", "fmt_time",
+]
+
+
+@dataclass(frozen=True)
+class PlannerSettings:
+    fairshare_half_life: int = 7 * 24 * 3600   # used by fairshare.decayed_gpu_hours
+
+
+def fmt_time(t: int) -> str:
+    """RFC 3339 UTC, e.g. 2026-12-01T14:20:00Z."""
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _n(k: int, word: str) -> str:
+    return f"{k} {word}" if k == 1 else f"{k} {word}s"
+
+
+def _weight(quotas: Mapping[tuple[str, str], QuotaLimit], p: str, m: str) -> float:
+    q = quotas.get((p, m))
+    return q.weight if q is not None else 1.0
+
+
+def order_key(lr: LeaseRequest, quotas: Mapping[tuple[str, str], QuotaLimit],
+              usage: Mapping[tuple[str, str], float] | None):
+    """Planner order: priority desc, fair share asc, created_at asc, lease_id."""
+    score = share_score(usage, lr.project_id, lr.gpu_model, _weight(quotas, lr.project_id, lr.gpu_model))
+    return (-lr.priority, score, lr.created_at, lr.lease_id)
+
+
+# --------------------------------------------------------------------------
+# backends: the fast index (default) or a brute-force reference (tests/bench)
+
+class QuotaBook:
+    """Per (project, model): remaining nominal quota over time."""
+
+    def __init__(self, now: int, quotas: Mapping[tuple[str, str], QuotaLimit], holds: Sequence[Hold]):
+        self.now = now
+        self.quotas = quotas
+        self.profs: dict[tuple[str, str], StepProfile] = {}
+        for h in holds:
+            if h.end > now and h.gpus > 0:
+                self._prof(h.project_id, h.gpu_model).add(max(h.start, now), h.end, -h.gpus)
+
+    def _prof(self, p: str, m: str) -> StepProfile:
+        pr = self.profs.get((p, m))
+        if pr is None:
+            q = self.quotas.get((p, m))
+            pr = self.profs[(p, m)] = StepProfile(self.now, q.gpus if q else 0)
+        return pr
+
+    def earliest(self, p: str, m: str, t: int, d: int, need: int) -> int | None:
+        return self._prof(p, m).earliest_fit(t, d, need)
+
+    def min_remaining(self, p: str, m: str, a: int, b: int) -> int:
+        return self._prof(p, m).min_on(a, b)
+
+    def reserve(self, p: str, m: str, a: int, b: int, need: int) -> None:
+        self._prof(p, m).add(a, b, -need)
+
+
+def _fast_capacity(now: int, hosts: Sequence[Host], holds: Sequence[Hold]) -> dict[str, ModelIndex]:
+    by_model: dict[str, list[Host]] = defaultdict(list)
+    for h in hosts:
+        if h.enabled:
+            by_model[h.gpu_model].append(h)
+    idx = {m: ModelIndex(m, hs, now) for m, hs in by_model.items()}
+    for hd in holds:
+        if hd.end > now and hd.gpus > 0:
+            mi = idx.get(hd.gpu_model)
+            if mi is not None:
+                mi.apply_hold(hd.host, max(hd.start, now), hd.end, hd.gpus)
+    for mi in idx.values():
+        mi.build()
+    return idx
+
+
+@dataclass(frozen=True)
+class Backend:
+    capacity: object = _fast_capacity   # (now, hosts, holds) -> {model: index}
+    quota: object = QuotaBook           # (now, quotas, holds) -> book
+
+
+FAST = Backend()
+
+
+# --------------------------------------------------------------------------
+
+def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
+         quotas: Mapping[tuple[str, str], QuotaLimit], waiting: Sequence[LeaseRequest],
+         usage: Mapping[tuple[str, str], float] | None = None,
+         settings: PlannerSettings = PlannerSettings(), *, _backend: Backend = FAST) -> Plan:
+    """Plan every waiting lease: a placement (start now or later) or reasons."""
+    indexes = _backend.capacity(now, hosts, holds)
+    book = _backend.quota(now, quotas, holds)
+    ordered = sorted(waiting, key=lambda lr: order_key(lr, quotas, usage))
+
+    # how many same-model leases ahead, by which part of the order
+    pos: dict[str, int] = defaultdict(int)
+    block: dict[str, tuple] = {}     # model -> (prio, prio_start, score, score_start)
+    total_cap_cache: dict[tuple[str, int], int] = {}
+    all_enabled: dict[str, list[Host]] = defaultdict(list)
+    for h in hosts:
+        if h.enabled:
+            all_enabled[h.gpu_model].append(h)
+
+    out: dict[str, PlannedLease] = {}
+    for lr in ordered:
+        m, p = lr.gpu_model, lr.project_id
+        i = pos[m]
+        pos[m] = i + 1
+        q = quotas.get((p, m))
+        score = share_score(usage, p, m, q.weight if q else 1.0)
+        b = block.get(m)
+        if b is None or b[0] != lr.priority:
+            b = (lr.priority, i, score, i)
+        elif b[2] != score:
+            b = (b[0], b[1], score, i)
+        block[m] = b
+        ahead_prio, ahead_fs, ahead_order = b[1], b[3] - b[1], i - b[3]
+
+        pl = PlannedLease(lr.lease_id, i + 1, None, [])
+        out[lr.lease_id] = pl
+        g, n, d = lr.gpus_per_vm, lr.instances, lr.duration
+        need = g * n
+        mi = indexes.get(m)
+
+        # -- can it ever run? -------------------------------------------
+        if g <= 0 or n <= 0 or d <= 0:
+            pl.reasons.append(Reason("unplaceable", "the lease asks for no GPUs or no time"))
+            continue
+        key = (m, g)
+        if key not in total_cap_cache:
+            total_cap_cache[key] = sum(h.gpus // g for h in all_enabled.get(m, ()))
+        if total_cap_cache[key] < n:
+            pl.reasons.append(Reason("unplaceable", _unplaceable_msg(all_enabled.get(m, ()), m, g, n)))
+            continue
+        if q is None or q.gpus + q.borrow_gpus <= 0:
+            pl.reasons.append(Reason("quota", f"project {p} has no quota for {m} GPUs"))
+            continue
+        if q.max_duration is not None and d > q.max_duration:
+            pl.reasons.append(Reason(
+                "duration", f"asks for {_dur(d)}; project {p} may hold {m} GPUs for at most {_dur(q.max_duration)}"))
+            continue
+        if need > q.gpus + q.borrow_gpus:
+            extra = f" (+{q.borrow_gpus} borrowable)" if q.borrow_gpus else ""
+            pl.reasons.append(Reason(
+                "quota", f"needs {need} {m} GPUs at once; project {p}'s quota is {q.gpus}{extra}"))
+            continue
+
+        t0 = max(now, lr.earliest_start)
+        # -- nominal: earliest time within quota and capacity -------------
+        T = hosts_sel = None
+        quota_at = cap_pushed = None
+        if need <= q.gpus:
+            t = t0
+            while True:
+                tq = book.earliest(p, m, t, d, need)
+                if tq is None:
+                    break
+                if tq > t and quota_at is None:
+                    quota_at = tq
+                r = mi.earliest(tq, d, g, n)
+                if r is None:
+                    break
+                if r[0] > tq:
+                    cap_pushed = True
+                    t = r[0]
+                    continue
+                T, hosts_sel = r
+                break
+
+        # -- borrowing: beyond nominal, only on capacity idle now ---------
+        borrowing = False
+        if q.borrow_gpus > 0 and t0 == now and (T is None or T > now):
+            if book.min_remaining(p, m, now, now + d) + q.borrow_gpus >= need:
+                r = mi.earliest(now, d, g, n)
+                if r is not None and r[0] == now:
+                    T, hosts_sel = r
+                    borrowing = True
+                    used = q.gpus - book.min_remaining(p, m, now, now + d)
+                    pl.reasons.append(Reason(
+                        "borrowing",
+                        f"runs beyond project {p}'s {m} quota on idle capacity: "
+                        f"{used + need} of {q.gpus} GPUs (may borrow {q.borrow_gpus})"))
+
+        if T is None:
+            if need > q.gpus:
+                pl.reasons.append(Reason(
+                    "quota", f"needs {need} {m} GPUs at once, more than project {p}'s quota of {q.gpus}; "
+                             f"it can only borrow capacity idle now, and there is none"))
+            else:  # pragma: no cover - capacity tails are always free
+                pl.reasons.append(Reason("capacity", f"no slot found for {need} {m} GPUs"))
+            continue
+
+        late = T > now
+        if late or (lr.latest_start is not None and T > lr.latest_start):
+            if ahead_prio:
+                pl.reasons.append(Reason("priority", f"behind {_n(ahead_prio, 'lease')} of higher priority"))
+            if ahead_fs:
+                u = usage.get((p, m), 0.0) if usage else 0.0
+                pl.reasons.append(Reason(
+                    "fairshare",
+                    f"project {p} has used {_gh(u)} {m} GPU-hours recently against weight "
+                    f"{q.weight:g}; {_n(ahead_fs, 'lease')} of projects that used less go first"))
+            if ahead_order:
+                pl.reasons.append(Reason("order", f"behind {_n(ahead_order, 'lease')} submitted earlier"))
+            if t0 > now:
+                pl.reasons.append(Reason("order", f"asked to start no earlier than {fmt_time(t0)}"))
+            if quota_at is not None:
+                held = q.gpus - book.min_remaining(p, m, t0, t0 + d)
+                pl.reasons.append(Reason(
+                    "quota", f"project {p} holds {held} of {q.gpus} {m} GPUs until {fmt_time(quota_at)}"
+                             f" (this lease needs {need})"))
+            if cap_pushed:
+                lfb = mi.largest_free_now()
+                what = (f"needs {g} {m} on one host" if n == 1
+                        else f"needs {n} VMs of {g} {m} at the same time, each on one host")
+                pl.reasons.append(Reason(
+                    "capacity", f"{what}; the largest free block now is {lfb}; earliest at {fmt_time(T)}"))
+
+        if lr.latest_start is not None and T > lr.latest_start:
+            pl.reasons.append(Reason(
+                "latest_start", f"the earliest slot is {fmt_time(T)}, after its latest start "
+                                f"{fmt_time(lr.latest_start)}"))
+            continue
+
+        # -- reserve ------------------------------------------------------
+        end = T + d
+        for h in hosts_sel:
+            mi.reserve(h, T, end, g)
+        book.reserve(p, m, T, end, need)
+        pl.placement = Placement(T, end, tuple(hosts_sel))
+        pl.borrowing = borrowing
+    return Plan(now, out)
+
+
+def _gh(u: float) -> str:
+    return f"{u:.0f}" if u >= 10 else f"{u:.1f}"
+
+
+def _dur(s: int) -> str:
+    if s % 86400 == 0:
+        return _n(s // 86400, "day")
+    if s % 3600 == 0:
+        return _n(s // 3600, "hour")
+    if s % 60 == 0:
+        return _n(s // 60, "minute")
+    return _n(s, "second")
+
+
+def _unplaceable_msg(enabled: Sequence[Host], m: str, g: int, n: int) -> str:
+    if not enabled:
+        return f"there are no enabled {m} hosts"
+    biggest = max(h.gpus for h in enabled)
+    if g > biggest:
+        return f"needs {g} {m} on one host; the largest enabled {m} host has {biggest}"
+    cap = sum(h.gpus // g for h in enabled)
+    return (f"needs {n} VMs of {g} {m} at the same time; all enabled {m} hosts together "
+            f"can take at most {cap} such VMs")
+
+
+# --------------------------------------------------------------------------
+
+def extension_conflicts(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
+                        quotas: Mapping[tuple[str, str], QuotaLimit], waiting: Sequence[LeaseRequest],
+                        usage: Mapping[tuple[str, str], float] | None, lease_id: str, new_end: int,
+                        settings: PlannerSettings = PlannerSettings()) -> list[str]:
+    """Why lease_id's holds cannot be extended to new_end (empty: allowed).
+
+    The extended holds must fit on their hosts beside the other holds, keep
+    the project within quota at every instant, respect max_duration, and must
+    not make the planned start of any waiting lease later."""
+    mine = [h for h in holds if h.lease_id == lease_id]
+    if not mine:
+        return [f"lease {lease_id} holds no GPUs"]
+    old_end = max(h.end for h in mine)
+    if new_end <= old_end:
+        return []
+    p, m = mine[0].project_id, mine[0].gpu_model
+    others = [h for h in holds if h.lease_id != lease_id]
+    extended = [replace(h, end=new_end) for h in mine]
+    out: list[str] = []
+
+    q = quotas.get((p, m))
+    if q is None:
+        return [f"project {p} has no quota for {m} GPUs"]
+    start = min(h.start for h in mine)
+    if q.max_duration is not None and new_end - start > q.max_duration:
+        out.append(f"the lease would last {_dur(new_end - start)}; project {p} may hold {m} GPUs "
+                   f"for at most {_dur(q.max_duration)}")
+
+    # capacity on its own hosts
+    host_by_name = {h.name: h for h in hosts}
+    on_host: dict[str, int] = defaultdict(int)
+    for h in mine:
+        on_host[h.host] += h.gpus
+    for hname in sorted(on_host):
+        host = host_by_name.get(hname)
+        if host is None:
+            continue
+        prof = StepProfile(now, host.gpus)
+        for h in others:
+            if h.host == hname and h.end > now:
+                prof.add(h.start, h.end, -h.gpus)
+        lo = max(old_end, now)
+        if prof.min_on(lo, new_end) < on_host[hname]:
+            t = prof.first_below(lo, on_host[hname])
+            out.append(f"host {hname} is committed to another lease from {fmt_time(t)}; "
+                       f"extending to {fmt_time(new_end)} would over-commit it")
+
+    # quota at every instant
+    limit = q.gpus + (q.borrow_gpus if any(h.borrowing for h in mine) else 0)
+    qprof = StepProfile(now, limit)
+    for h in others + extended:
+        if h.project_id == p and h.gpu_model == m and h.end > now:
+            qprof.add(h.start, h.end, -h.gpus)
+    lo = max(old_end, now)
+    if qprof.min_on(lo, new_end) < 0:
+        t = qprof.first_below(lo, 0)
+        out.append(f"project {p} would hold {limit - qprof.min_on(lo, new_end)} of {q.gpus} {m} GPUs "
+                   f"at {fmt_time(t)}")
+    if out:
+        return out
+
+    # nobody waiting may start later
+    before = plan(now, hosts, holds, quotas, waiting, usage, settings)
+    after = plan(now, hosts, others + extended, quotas, waiting, usage, settings)
+    delayed = []
+    for lid, pb in before.leases.items():
+        if pb.placement is None:
+            continue
+        pa = after.leases[lid]
+        if pa.placement is None or pa.placement.start > pb.placement.start:
+            delayed.append((lid, pb, pa))
+    if delayed:
+        gpv = {lr.lease_id: lr.gpus_per_vm for lr in waiting}
+        free_until = _free_until(now, hosts, others, mine, before, gpv, old_end)
+        for lid, pb, pa in delayed:
+            would = (f"would start at {fmt_time(pa.placement.start)}" if pa.placement
+                     else "would find no slot")
+            msg = (f"extending to {fmt_time(new_end)} would delay lease {lid} "
+                   f"(planned at {fmt_time(pb.placement.start)}, {would})")
+            if free_until is not None and free_until > old_end:
+                msg += f"; the GPUs are free until {fmt_time(free_until)}"
+            out.append(msg)
+    return out
+
+
+def _free_until(now, hosts, others, mine, before: Plan, gpv, old_end) -> int | None:
+    """Latest end the lease could have without touching the planned
+    placements (its hosts' GPUs and its project's quota)."""
+    host_by_name = {h.name: h for h in hosts}
+    on_host: dict[str, int] = defaultdict(int)
+    for h in mine:
+        on_host[h.host] += h.gpus
+    planned = [(pl.placement, pl.lease_id) for pl in before.leases.values() if pl.placement]
+    best = INF
+    for hname, gpus in on_host.items():
+        host = host_by_name.get(hname)
+        if host is None:
+            continue
+        prof = StepProfile(now, host.gpus)
+        for h in others:
+            if h.host == hname and h.end > now:
+                prof.add(h.start, h.end, -h.gpus)
+        for plc, lid in planned:
+            if hname in plc.hosts:
+                per_vm = gpv[lid]
+                prof.add(plc.start, plc.end, -per_vm * plc.hosts.count(hname))
+        t = prof.first_below(max(old_end, now), gpus)
+        if t is not None:
+            best = min(best, t)
+    return None if best >= INF else best
+

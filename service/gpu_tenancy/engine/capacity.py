@@ -1,0 +1,87 @@
+"""Capacity figures read from the hosts and the ledger: GPUs per model now,
+and each host's free GPUs over a window (the capacity calendar)."""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import to_epoch, utcnow_naive
+from gpu_tenancy.domain.calendar import free_steps
+from gpu_tenancy.domain.capacity import largest_free_block
+from gpu_tenancy.domain.model import Hold
+from gpu_tenancy.domain.states import HOLDING, WAITING, LeaseState
+from gpu_tenancy.engine.ledger import host_from_row
+
+
+@dataclass
+class ModelCapacity:
+    hosts: int = 0
+    hosts_in_service: int = 0
+    gpus: int = 0               # on every host of the model
+    in_use: int = 0             # held now, on any host
+    free: int = 0               # free now on hosts in service
+    largest_free_block: int = 0
+    waiting_leases: int = 0
+
+
+@dataclass
+class HostCalendar:
+    host: str
+    gpu_model: str
+    gpus: int
+    in_service: bool
+    free: list[tuple[int, int, int]]  # (from, to, free GPUs)
+
+
+def holds_between(session: Session, start: int, end: int,
+                  statuses: frozenset[LeaseState] = HOLDING, project_id: str | None = None) -> list[Hold]:
+    """The ledger's allocations of leases in `statuses` that overlap [start, end),
+    of one project or of all (None)."""
+    q = select(m.Allocation).join(m.Lease).where(
+        m.Lease.status.in_([s.value for s in statuses]),
+        m.Allocation.start_at < utcnow_naive(end), m.Allocation.end_at > utcnow_naive(start))
+    if project_id is not None:
+        q = q.where(m.Allocation.project_id == project_id)
+    rows = session.scalars(q)
+    return [Hold(a.lease_id, a.project_id, a.host, a.gpu_model, a.gpus, to_epoch(a.start_at),
+                 to_epoch(a.end_at), a.borrowing) for a in rows]
+
+
+def now_by_model(session: Session, now: int) -> dict[str, ModelCapacity]:
+    hosts = [host_from_row(h) for h in session.scalars(select(m.Host).order_by(m.Host.name))]
+    holds = holds_between(session, now, now + 1)
+    used: dict[str, int] = defaultdict(int)
+    for hold in holds:
+        used[hold.host] += hold.gpus
+    out: dict[str, ModelCapacity] = defaultdict(ModelCapacity)
+    for host in hosts:
+        figures = out[host.gpu_model]
+        figures.hosts += 1
+        figures.gpus += host.gpus
+        figures.in_use += used[host.name]
+        if host.enabled:
+            figures.hosts_in_service += 1
+            figures.free += max(0, host.gpus - used[host.name])
+    for model, figures in out.items():
+        figures.largest_free_block = largest_free_block(hosts, holds, model, now)
+    waiting = session.execute(select(m.Lease.gpu_model, func.count()).where(
+        m.Lease.status.in_([s.value for s in WAITING])).group_by(m.Lease.gpu_model))
+    for model, count in waiting:
+        out[model].waiting_leases = count
+    return dict(sorted(out.items()))
+
+
+def calendar(session: Session, start: int, end: int) -> list[HostCalendar]:
+    by_host: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+    for hold in holds_between(session, start, end):
+        by_host[hold.host].append((hold.start, hold.end, hold.gpus))
+    out = []
+    for row in session.scalars(select(m.Host).order_by(m.Host.name)):
+        host = host_from_row(row)
+        out.append(HostCalendar(host.name, host.gpu_model, host.gpus, host.enabled,
+                                free_steps(host.gpus, by_host[host.name], start, end)))
+    return out

@@ -1,0 +1,24 @@
+"""A lease's history: every state change goes through record_transition, which
+asks the state machine first."""
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import utcnow_naive
+from gpu_tenancy.domain.states import LeaseState, transition
+
+
+def record_transition(session: Session, row: m.Lease, target: LeaseState, now: int, actor: str,
+                      why: str) -> None:
+    current = LeaseState(row.status) if row.status else None
+    change = transition(row.id, current, target, at=now, actor=actor, reason=why)
+    row.status = target.value
+    row.updated_at = utcnow_naive(now)
+    session.add(m.Event(lease=row, at=utcnow_naive(now), actor=actor, kind="transition",
+                        from_state=change.from_state.value if change.from_state else None,
+                        to_state=target.value, message=why))
+
+
+def record_event(session: Session, row: m.Lease, kind: str, message: str, now: int, actor: str) -> None:
+    session.add(m.Event(lease=row, at=utcnow_naive(now), actor=actor, kind=kind, message=message))

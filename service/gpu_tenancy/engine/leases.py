@@ -1,0 +1,234 @@
+"""What a tenant can do to a lease: ask, preview, change its end, cancel.
+The API calls these; each runs in the caller's transaction."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import ledger_lock, to_epoch, utcnow_naive
+from gpu_tenancy.domain import planner
+from gpu_tenancy.domain.model import Host, LeaseRequest, PlannedLease
+from gpu_tenancy.domain.states import FINAL, HOLDING, LeaseState
+from gpu_tenancy.engine import ledger
+from gpu_tenancy.engine.events import record_event, record_transition
+from gpu_tenancy.errors import BadRequest, Conflict, Forbidden
+from gpu_tenancy.timeutil import parse_duration, parse_time, rfc3339
+
+S = LeaseState
+START_SLACK = 300  # a start this far in the past still counts as "now" (clock skew)
+
+
+@dataclass
+class Caller:
+    user_id: str
+    project_id: str
+    is_admin: bool = False
+
+
+def build_request(session: Session, now: int, caller: Caller, body: dict,
+                  lease_id: str) -> tuple[LeaseRequest, dict]:
+    """Check a lease request against the catalog, the quota and the cloud's
+    size; returns the planner's view of it and the columns to store."""
+    shape = session.get(m.Shape, body["shape"])
+    if shape is None or shape.retired_at is not None:
+        names = ", ".join(s.name for s in session.scalars(
+            select(m.Shape).where(m.Shape.retired_at.is_(None)).order_by(m.Shape.name)))
+        raise BadRequest(f"unknown shape '{body['shape']}'; the shapes offered are: {names or 'none'}",
+                         "gpu_tenancy.unknown_shape")
+    image = resolve_image(session, body.get("image"))
+    try:
+        duration = parse_duration(body["duration"])
+    except ValueError as exc:
+        raise BadRequest(f"duration: {exc}", "gpu_tenancy.bad_duration") from None
+    start = resolve_start(body.get("start", "now"), now)
+    latest = None
+    if body.get("latest_start") is not None:
+        latest = parse_field_time("latest_start", body["latest_start"])
+        if latest < start:
+            raise BadRequest(f"latest_start {rfc3339(latest)} is before start {rfc3339(start)}",
+                             "gpu_tenancy.bad_latest_start")
+    instances = body.get("instances", 1)
+    priority = body.get("priority", 0)
+    if priority > 0 and not caller.is_admin:
+        raise Forbidden("only an admin may give a lease a priority above 0", "gpu_tenancy.priority")
+    check_quota(session, caller.project_id, shape, instances, duration)
+    # "Ever" counts hosts that are down or drained too: they come back, and the lease waits for them.
+    hosts = [Host(h.name, h.gpu_model, h.gpus) for h in session.scalars(
+        select(m.Host).where(m.Host.gpu_model == shape.gpu_model))]
+    if not planner.can_ever_fit(hosts, shape.gpu_model, shape.gpus, instances):
+        total = sum(h.gpus for h in hosts)
+        largest = max((h.gpus for h in hosts), default=0)
+        raise BadRequest(
+            f"{instances} x {shape.name} needs {instances * shape.gpus} {shape.gpu_model} GPUs, "
+            f"{shape.gpus} on one host; the cloud has {total}, at most {largest} on one host",
+            "gpu_tenancy.never_fits")
+    volume = body.get("volume") or {}
+    if volume.get("id"):
+        check_volume_free(session, caller.project_id, volume["id"])
+    request = LeaseRequest(lease_id=lease_id, project_id=caller.project_id, gpu_model=shape.gpu_model,
+                           gpus_per_vm=shape.gpus, instances=instances, duration=duration,
+                           earliest_start=start, latest_start=latest, created_at=now,
+                           priority=priority, name=body.get("name", ""))
+    columns = dict(name=body.get("name") or f"lease-{lease_id[:8]}", shape=shape.name, image=image,
+                   volume_size_gb=volume.get("size_gb"), volume_id=volume.get("id"),
+                   key_name=body.get("key_name"), user_data=body.get("user_data"))
+    return request, columns
+
+
+def resolve_image(session: Session, name: str | None) -> str:
+    catalog = list(session.scalars(select(m.Image).where(m.Image.retired_at.is_(None))
+                                   .order_by(m.Image.created_at, m.Image.name)))
+    if not catalog:
+        raise Conflict("the standard image catalog is empty; an admin must add an image first",
+                       "gpu_tenancy.no_images")
+    if name is None:
+        return catalog[0].name  # the catalog's first entry is the default
+    if name not in {i.name for i in catalog}:
+        raise BadRequest(f"unknown image '{name}'; the standard images are: "
+                         + ", ".join(i.name for i in catalog), "gpu_tenancy.unknown_image")
+    return name
+
+
+def resolve_start(value: str, now: int) -> int:
+    if value == "now":
+        return now
+    start = parse_field_time("start", value)
+    if start < now - START_SLACK:
+        raise BadRequest(f"start {rfc3339(start)} is in the past (now is {rfc3339(now)}); "
+                         "give a later time or \"now\"", "gpu_tenancy.start_in_past")
+    return max(start, now)
+
+
+def parse_field_time(field: str, value: str) -> int:
+    try:
+        return parse_time(value)
+    except ValueError as exc:
+        raise BadRequest(f"{field}: {exc}", "gpu_tenancy.bad_time") from None
+
+
+def check_quota(session: Session, project_id: str, shape: m.Shape, instances: int, duration: int) -> None:
+    quota = session.get(m.Quota, (project_id, shape.gpu_model))
+    wanted = instances * shape.gpus
+    if quota is None or quota.gpus + quota.borrow_gpus == 0:
+        raise Forbidden(f"project {project_id} has no quota for {shape.gpu_model} GPUs; "
+                        "ask an admin to set one", "gpu_tenancy.no_quota")
+    if wanted > quota.gpus + quota.borrow_gpus:
+        raise Forbidden(f"the lease needs {wanted} {shape.gpu_model} GPUs at once; project {project_id} "
+                        f"may hold {quota.gpus} (+{quota.borrow_gpus} borrowed)", "gpu_tenancy.over_quota")
+    if quota.max_duration is not None and duration > quota.max_duration:
+        raise BadRequest(f"duration {duration} s is over project {project_id}'s maximum of "
+                         f"{quota.max_duration} s for {shape.gpu_model} leases", "gpu_tenancy.over_max_duration")
+
+
+def check_volume_free(session: Session, project_id: str, volume_id: str) -> None:
+    busy = session.scalar(select(m.Lease.id).where(
+        m.Lease.project_id == project_id, m.Lease.volume_id == volume_id,
+        m.Lease.status.not_in([s.value for s in FINAL])).limit(1))
+    if busy:
+        raise Conflict(f"volume {volume_id} is already the data volume of lease {busy}; "
+                       "a volume attaches to one lease at a time", "gpu_tenancy.volume_in_use")
+
+
+def preview(session: Session, now: int, half_life: int, caller: Caller, body: dict) -> tuple[LeaseRequest, dict, PlannedLease]:
+    request, columns = build_request(session, now, caller, body, "dry-run")
+    return request, columns, ledger.dry_run(session, now, half_life, request)
+
+
+def create(session: Session, now: int, half_life: int, caller: Caller, body: dict) -> m.Lease:
+    lease_id = ledger.new_lease_id()
+    request, columns = build_request(session, now, caller, body, lease_id)
+    stamp = utcnow_naive(now)
+    row = m.Lease(id=lease_id, project_id=caller.project_id, user_id=caller.user_id, status=None,
+                  gpu_model=request.gpu_model, gpus_per_vm=request.gpus_per_vm, instances=request.instances,
+                  duration=request.duration, earliest_start=utcnow_naive(request.earliest_start),
+                  latest_start=utcnow_naive(request.latest_start) if request.latest_start else None,
+                  priority=request.priority, created_at=stamp, updated_at=stamp, queue_reasons=[],
+                  **columns)
+    session.add(row)
+    record_transition(session, row, S.REQUESTED, now, caller.user_id, "asked for by the user")
+    record_transition(session, row, S.QUEUED, now, "planner", "waiting for its turn")
+    session.flush()
+    ledger.replan(session, now, half_life)
+    return row
+
+
+def cancel(session: Session, now: int, half_life: int, row: m.Lease, actor: str) -> m.Lease:
+    """Cancel a waiting lease, or end a running one now. The data volume stays."""
+    status = S(row.status)
+    if status in FINAL or status is S.ENDING:
+        raise Conflict(f"lease {row.id} is already {row.status}", "gpu_tenancy.lease_finished")
+    if status in (S.REQUESTED, S.QUEUED, S.SCHEDULED):
+        session.execute(delete(m.Allocation).where(m.Allocation.lease_id == row.id))
+        record_transition(session, row, S.CANCELLED, now, actor, "cancelled by the user")
+        ledger.clear_queue_info(row)
+    else:
+        end_allocations_at(session, row, now)
+        record_transition(session, row, S.ENDING, now, actor, "ended early by the user")
+    session.flush()
+    ledger.replan(session, now, half_life)
+    return row
+
+
+def end_allocations_at(session: Session, row: m.Lease, now: int) -> None:
+    """Shorten the lease's hold to end now (usage counts what was held)."""
+    stamp = utcnow_naive(now)
+    for alloc in row.allocations:
+        if alloc.start_at >= stamp:
+            session.delete(alloc)
+        elif alloc.end_at > stamp:
+            alloc.end_at = stamp
+    row.end_at = min(row.end_at, stamp) if row.end_at else stamp
+
+
+def change_end(session: Session, now: int, half_life: int, row: m.Lease, body: dict, actor: str) -> m.Lease:
+    """Extend or shrink. An extension is granted only if it delays nobody planned."""
+    status = S(row.status)
+    if status not in (S.QUEUED, S.SCHEDULED, S.PROVISIONING, S.ACTIVE):
+        raise Conflict(f"lease {row.id} is {row.status}; only a waiting or running lease can change "
+                       "its end", "gpu_tenancy.lease_finished")
+    if "duration" in body:
+        try:
+            duration = parse_duration(body["duration"])
+        except ValueError as exc:
+            raise BadRequest(f"duration: {exc}", "gpu_tenancy.bad_duration") from None
+    else:
+        start = to_epoch(row.start_at) if status in HOLDING else to_epoch(row.earliest_start)
+        new_end_wanted = parse_field_time("end", body["end"])
+        duration = new_end_wanted - start
+        if duration <= 0:
+            raise BadRequest(f"end {body['end']} is not after the lease's start {rfc3339(start)}",
+                             "gpu_tenancy.bad_end")
+    shape = session.get(m.Shape, row.shape)
+    check_quota(session, row.project_id, shape, row.instances, duration)
+    ledger_lock(session)
+    if status is S.QUEUED:
+        row.duration = duration
+        record_event(session, row, "change", f"duration set to {duration} s", now, actor)
+        session.flush()
+        ledger.replan(session, now, half_life)
+        return row
+    start, old_end = to_epoch(row.start_at), to_epoch(row.end_at)
+    new_end = start + duration
+    if new_end <= now:
+        raise BadRequest(f"the new end {rfc3339(new_end)} has already passed; to end the lease now, "
+                         "DELETE it", "gpu_tenancy.end_passed")
+    if new_end > old_end:
+        inputs = ledger.load_inputs(session, now, half_life)
+        conflicts = planner.extension_conflicts(
+            now, inputs.hosts, inputs.holds, inputs.quotas, inputs.waiting, inputs.usage, row.id, new_end,
+            planner.PlannerSettings(fairshare_half_life=half_life))
+        if conflicts:
+            raise Conflict("the extension is refused: " + "; ".join(conflicts), "gpu_tenancy.extension_refused")
+    for alloc in row.allocations:
+        alloc.end_at = utcnow_naive(new_end)
+    row.end_at, row.duration = utcnow_naive(new_end), duration
+    if new_end > old_end:
+        row.warned_at = None  # warn again before the new end
+    verb = "extended" if new_end > old_end else "shortened"
+    record_event(session, row, "change", f"{verb} to end at {rfc3339(new_end)}", now, actor)
+    session.flush()
+    ledger.replan(session, now, half_life)
+    return row

@@ -1,0 +1,285 @@
+"""Start leases when their time comes, watch them boot, warn before the end,
+end them, and reconcile with what the cloud really has.
+
+Intent before action: every step commits the state it is about to reach
+before it calls the cloud, and every cloud object carries the lease id, so a
+restarted engine finds each lease part-way and carries it on (the cloud
+calls are idempotent per lease and VM).
+"""
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from gpu_tenancy.cloud.driver import BootRequest, CloudDriver, CloudError, ShapeSpec, VolumeRequest
+from gpu_tenancy.config import Config
+from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
+from gpu_tenancy.domain.failures import FailureClass, rule
+from gpu_tenancy.domain.states import FINAL, LeaseState
+from gpu_tenancy.engine import ledger
+from gpu_tenancy.engine.events import record_event, record_transition
+from gpu_tenancy.engine.leases import end_allocations_at
+from gpu_tenancy.timeutil import rfc3339
+
+log = logging.getLogger(__name__)
+S = LeaseState
+ACTOR = "engine"
+
+
+class Lifecycle:
+    def __init__(self, sessions: sessionmaker[Session], cloud: CloudDriver, clock, config: Config):
+        self.sessions, self.cloud, self.clock, self.config = sessions, cloud, clock, config
+        self._hosts_refreshed_at: int | None = None
+
+    # --- one pass -------------------------------------------------------------------------
+    def tick(self) -> None:
+        now = self.clock.now()
+        if self._hosts_refreshed_at is None or now - self._hosts_refreshed_at >= self.config.host_refresh_seconds:
+            self.refresh_hosts()
+            self.reconcile()
+        # Ends first: GPUs of a lease that is over come back before the plan hands them on.
+        for lease_id in self._ids(S.ACTIVE, end_by=now):
+            self.begin_end(lease_id, "its time is up")
+        for lease_id in self._ids(S.ENDING):
+            self.finish_end(lease_id)
+        with session_scope(self.sessions) as session:
+            ledger.replan(session, now, self.config.fairshare_half_life_seconds, ACTOR)
+        for lease_id in self._ids(S.SCHEDULED, start_by=now):
+            self.start(lease_id)
+        for lease_id in self._ids(S.PROVISIONING):
+            self.advance(lease_id)
+        self.warn_due()
+
+    def _ids(self, status: LeaseState, start_by: int | None = None, end_by: int | None = None) -> list[str]:
+        with session_scope(self.sessions) as session:
+            q = select(m.Lease.id).where(m.Lease.status == status.value)
+            if start_by is not None:
+                q = q.where(m.Lease.start_at <= utcnow_naive(start_by))
+            if end_by is not None:
+                q = q.where(m.Lease.end_at <= utcnow_naive(end_by))
+            return list(session.scalars(q.order_by(m.Lease.start_at, m.Lease.id)))
+
+    # --- hosts ------------------------------------------------------------------------------
+    def refresh_hosts(self) -> None:
+        now = self.clock.now()
+        try:
+            reported = {h.name: h for h in self.cloud.capacity()}
+        except CloudError as exc:
+            log.warning("capacity refresh failed: %s", exc)
+            return
+        with session_scope(self.sessions) as session:
+            known = {h.name: h for h in session.scalars(select(m.Host))}
+            for name, info in reported.items():
+                row = known.get(name) or m.Host(name=name, drained=False)
+                row.gpu_model, row.gpus, row.enabled, row.up = info.gpu_model, info.gpus, info.enabled, info.up
+                row.aggregate, row.updated_at = info.aggregate, utcnow_naive(now)
+                session.add(row)
+            for name, row in known.items():
+                if name not in reported and row.up:
+                    row.up, row.updated_at = False, utcnow_naive(now)  # gone from the inventory
+        self._hosts_refreshed_at = now
+
+    # --- start ------------------------------------------------------------------------------
+    def start(self, lease_id: str) -> None:
+        now = self.clock.now()
+        with session_scope(self.sessions) as session:
+            row = session.get(m.Lease, lease_id)
+            if row is None or row.status != S.SCHEDULED.value:
+                return
+            for alloc in row.allocations:
+                session.add(m.Server(lease_id=row.id, vm_index=alloc.vm_index, host=alloc.host,
+                                     status="REQUESTED", updated_at=utcnow_naive(now)))
+            record_transition(session, row, S.PROVISIONING, now, ACTOR,
+                              f"starting {row.instances} VM(s) of {row.shape}")
+        self.advance(lease_id)
+
+    def advance(self, lease_id: str) -> None:
+        """Carry a provisioning lease one step on: flavor, image, volume, boots, then watch."""
+        try:
+            self._advance(lease_id)
+        except CloudError as exc:
+            self.fail(lease_id, exc.failure_class, exc.message, exc.cloud_message)
+        except Exception as exc:  # a bug of ours: classify it, keep the engine running
+            log.exception("provisioning lease %s", lease_id)
+            self.fail(lease_id, FailureClass.INTERNAL, f"internal error: {exc}", None)
+
+    def _advance(self, lease_id: str) -> None:
+        with session_scope(self.sessions) as session:
+            row = session.get(m.Lease, lease_id)
+            if row is None or row.status != S.PROVISIONING.value:
+                return
+            shape = session.get(m.Shape, row.shape)
+            image = session.get(m.Image, row.image)
+            spec = ShapeSpec(shape.name, shape.gpu_model, shape.gpus, shape.vcpus, shape.ram_mb,
+                             shape.disk_gb, shape.pci_alias)
+            project, volume_id, size = row.project_id, row.volume_id, row.volume_size_gb
+            pending = [(s.vm_index, s.host) for s in row.servers if s.cloud_id is None]
+            extra = dict(key_name=row.key_name, user_data=row.user_data)
+            name = row.name
+            started = to_epoch(row.start_at)
+        flavor_id = self.cloud.ensure_flavor(project, spec)
+        if pending:
+            self.cloud.check_image(image.cloud_ref if image else "")
+            if volume_id or size:
+                volume_id = self.cloud.ensure_volume(project, lease_id, VolumeRequest(size, volume_id))
+                self._note(lease_id, "progress", f"data volume {volume_id} ready", volume_id=volume_id)
+        for vm_index, host in pending:
+            server_id = self.cloud.boot(BootRequest(project, lease_id, vm_index, host, flavor_id,
+                                                    image.cloud_ref, None, name=f"{name}-{vm_index}", **extra))
+            self._set_server(lease_id, vm_index, cloud_id=server_id, status="BUILD")
+            self._note(lease_id, "progress", f"VM {vm_index} requested on {host} (server {server_id})")
+        self._watch(lease_id, started)
+
+    def _watch(self, lease_id: str, started: int) -> None:
+        now = self.clock.now()
+        with session_scope(self.sessions) as session:
+            row = session.get(m.Lease, lease_id)
+            servers = [(s.vm_index, s.cloud_id, s.status) for s in row.servers]
+            volume_id = row.volume_id
+        states = {}
+        for vm_index, cloud_id, old in servers:
+            state = self.cloud.server_state(cloud_id)
+            states[vm_index] = state
+            if state.status != old:
+                self._set_server(lease_id, vm_index, status=state.status, fault=state.fault)
+                if state.status == "ACTIVE":
+                    self._note(lease_id, "progress", f"VM {vm_index} is active on {state.host}")
+        failed = [s for s in states.values() if s.status in ("ERROR", "DELETED")]
+        if failed:
+            fault = failed[0].fault or f"server {failed[0].id} is {failed[0].status}"
+            raise CloudError(classify_fault(fault), f"VM {failed[0].id} failed to boot", fault)
+        if all(s.status == "ACTIVE" for s in states.values()):
+            if volume_id:
+                self.cloud.attach_volume(states[0].id, volume_id)
+            with session_scope(self.sessions) as session:
+                row = session.get(m.Lease, lease_id)
+                if row.status == S.PROVISIONING.value:
+                    record_transition(session, row, S.ACTIVE, now, ACTOR,
+                                      f"all {len(states)} VM(s) active; ends at {rfc3339(to_epoch(row.end_at))}")
+        elif now - started > self.config.boot_timeout_seconds:
+            raise CloudError(FailureClass.BOOT_TIMEOUT,
+                             f"the VMs were not active within {self.config.boot_timeout_seconds} s")
+
+    # --- failure ----------------------------------------------------------------------------
+    def fail(self, lease_id: str, failure: FailureClass, message: str, cloud_message: str | None) -> None:
+        """Record the failure, then remove what was made (the volume stays)."""
+        now = self.clock.now()
+        with session_scope(self.sessions) as session:
+            row = session.get(m.Lease, lease_id)
+            if row is None or row.status != S.PROVISIONING.value:
+                return
+            row.failure_class = failure.value
+            row.failure_message = message + (f" (cloud said: {cloud_message})" if cloud_message else "")
+            record_event(session, row, "failure", f"{failure.value}: {row.failure_message}; "
+                         f"{rule(failure).user_message}", now, ACTOR)
+            end_allocations_at(session, row, now)
+            record_transition(session, row, S.ENDING, now, ACTOR, f"failed ({failure.value}); removing its VMs")
+        self.finish_end(lease_id)
+
+    # --- end --------------------------------------------------------------------------------
+    def warn_due(self) -> None:
+        now = self.clock.now()
+        lead = self.config.warn_before_end_seconds
+        with session_scope(self.sessions) as session:
+            rows = session.scalars(select(m.Lease).where(
+                m.Lease.status == S.ACTIVE.value, m.Lease.warned_at.is_(None),
+                m.Lease.end_at <= utcnow_naive(now + lead)))
+            for row in rows:
+                row.warned_at = utcnow_naive(now)
+                record_event(session, row, "warning",
+                             f"the lease ends at {rfc3339(to_epoch(row.end_at))}; its VMs will be deleted then "
+                             "and the data volume kept. Extend it with PATCH if the GPUs are free", now, ACTOR)
+
+    def begin_end(self, lease_id: str, why: str) -> None:
+        now = self.clock.now()
+        with session_scope(self.sessions) as session:
+            row = session.get(m.Lease, lease_id)
+            if row is None or row.status != S.ACTIVE.value:
+                return
+            end_allocations_at(session, row, now)
+            record_transition(session, row, S.ENDING, now, ACTOR, why)
+        self.finish_end(lease_id)
+
+    def finish_end(self, lease_id: str) -> None:
+        """Delete the servers (volumes are detached and kept); ended once the GPUs are released."""
+        with session_scope(self.sessions) as session:
+            row = session.get(m.Lease, lease_id)
+            if row is None or row.status != S.ENDING.value:
+                return
+            servers = [(s.vm_index, s.cloud_id, s.status) for s in row.servers]
+        remaining = 0
+        for vm_index, cloud_id, status in servers:
+            if cloud_id is None or status == "DELETED":
+                continue
+            try:
+                self.cloud.delete_server(cloud_id)
+                if self.cloud.server_state(cloud_id).status == "DELETED" and self.cloud.gpus_released(cloud_id):
+                    self._set_server(lease_id, vm_index, status="DELETED")
+                else:
+                    remaining += 1
+            except CloudError as exc:
+                log.warning("deleting server %s of lease %s: %s", cloud_id, lease_id, exc)
+                remaining += 1
+        if remaining:
+            return  # the next tick looks again
+        now = self.clock.now()
+        with session_scope(self.sessions) as session:
+            row = session.get(m.Lease, lease_id)
+            if row.status == S.ENDING.value:
+                target = S.FAILED if row.failure_class else S.ENDED
+                record_transition(session, row, target, now, ACTOR,
+                                  "VMs deleted, GPUs released" + ("; the data volume is kept" if row.volume_id else ""))
+
+    # --- reconcile --------------------------------------------------------------------------
+    def reconcile(self) -> None:
+        """Delete tagged servers whose lease is over or unknown (left by a crash)."""
+        try:
+            objects = self.cloud.list_tagged()
+        except CloudError as exc:
+            log.warning("reconcile: listing cloud objects failed: %s", exc)
+            return
+        servers = [o for o in objects if o.kind == "server" and o.lease_id]
+        if not servers:
+            return
+        with session_scope(self.sessions) as session:
+            status = dict(session.execute(select(m.Lease.id, m.Lease.status).where(
+                m.Lease.id.in_({o.lease_id for o in servers}))).all())
+        final = {s.value for s in FINAL}
+        for obj in servers:
+            if status.get(obj.lease_id) is None or status[obj.lease_id] in final:
+                log.info("reconcile: deleting server %s of finished lease %s", obj.id, obj.lease_id)
+                self.cloud.delete_server(obj.id)
+
+    # --- small writes -----------------------------------------------------------------------
+    def _note(self, lease_id: str, kind: str, message: str, **columns) -> None:
+        with session_scope(self.sessions) as session:
+            row = session.get(m.Lease, lease_id)
+            for key, value in columns.items():
+                setattr(row, key, value)
+            record_event(session, row, kind, message, self.clock.now(), ACTOR)
+
+    def _set_server(self, lease_id: str, vm_index: int, **columns) -> None:
+        with session_scope(self.sessions) as session:
+            server = session.scalar(select(m.Server).where(m.Server.lease_id == lease_id,
+                                                           m.Server.vm_index == vm_index))
+            for key, value in columns.items():
+                setattr(server, key, value)
+            server.updated_at = utcnow_naive(self.clock.now())
+
+
+def classify_fault(fault: str) -> FailureClass:
+    text = fault.lower()
+    if "no valid host" in text:
+        return FailureClass.NO_VALID_HOST
+    if "quota" in text:
+        return FailureClass.NOVA_QUOTA
+    if "image" in text:
+        return FailureClass.IMAGE
+    if "volume" in text:
+        return FailureClass.VOLUME
+    if "host" in text and ("down" in text or "unavailable" in text):
+        return FailureClass.HOST_DOWN
+    return FailureClass.UNKNOWN

@@ -1,0 +1,65 @@
+"""Per-project, per-GPU-model limits: what admins set, and the replan it causes."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import utcnow_naive
+from gpu_tenancy.engine import ledger
+from gpu_tenancy.errors import BadRequest
+from gpu_tenancy.timeutil import parse_duration
+
+DEFAULTS = {"borrow_gpus": 0, "max_duration": None, "weight": 1.0}
+
+
+def of_projects(session: Session, project_id: str | None = None) -> dict[str, list[m.Quota]]:
+    """Quota rows by project: one project's, or every project's (None)."""
+    q = select(m.Quota).order_by(m.Quota.project_id, m.Quota.gpu_model)
+    if project_id is not None:
+        q = q.where(m.Quota.project_id == project_id)
+    out: dict[str, list[m.Quota]] = defaultdict(list)
+    if project_id is not None:
+        out[project_id] = []
+    for row in session.scalars(q):
+        out[row.project_id].append(row)
+    return dict(out)
+
+
+def known_gpu_models(session: Session) -> set[str]:
+    return set(session.scalars(select(m.Host.gpu_model))) | set(session.scalars(select(m.Shape.gpu_model)))
+
+
+def replace(session: Session, now: int, half_life: int, project_id: str, limits: dict[str, dict]) -> list[m.Quota]:
+    """Set the project's limits for each GPU model given (omitted fields take
+    their defaults; models not given are untouched), then replan: a raised
+    quota can start waiting leases at once. The caller commits."""
+    known = known_gpu_models(session)
+    unknown = sorted(set(limits) - known)
+    if unknown:
+        raise BadRequest(f"unknown GPU model(s) {', '.join(unknown)}; the cloud's GPU models are: "
+                         f"{', '.join(sorted(known)) or 'none'}", "gpu_tenancy.unknown_gpu_model")
+    stamp = utcnow_naive(now)
+    for model, given in limits.items():
+        values = {**DEFAULTS, **given}
+        values["max_duration"] = max_duration_seconds(model, values["max_duration"])
+        row = session.get(m.Quota, (project_id, model))
+        if row is None:
+            row = m.Quota(project_id=project_id, gpu_model=model)
+            session.add(row)
+        row.gpus, row.borrow_gpus, row.weight = values["gpus"], values["borrow_gpus"], float(values["weight"])
+        row.max_duration, row.updated_at = values["max_duration"], stamp
+    session.flush()
+    ledger.replan(session, now, half_life, actor="quota")
+    return of_projects(session, project_id)[project_id]
+
+
+def max_duration_seconds(model: str, value: str | int | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise BadRequest(f"gpu_models/{model}/max_duration: {exc}", "gpu_tenancy.bad_duration") from None

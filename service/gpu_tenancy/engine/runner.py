@@ -1,0 +1,58 @@
+"""APScheduler drives the lifecycle in the leader engine: a tick on a timer,
+and at once when the API changes something."""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from datetime import datetime
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from gpu_tenancy.db.session import session_scope
+from gpu_tenancy.engine.leader import step_down, try_lead
+from gpu_tenancy.engine.lifecycle import Lifecycle
+
+log = logging.getLogger(__name__)
+
+
+class EngineRunner:
+    def __init__(self, lifecycle: Lifecycle):
+        self.lifecycle = lifecycle
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.leading = False
+        self.scheduler = BackgroundScheduler(timezone="UTC")
+
+    def run_once(self) -> bool:
+        """Lead if we can, and if we lead, tick. Returns whether we lead."""
+        cfg = self.lifecycle.config
+        with session_scope(self.lifecycle.sessions) as session:
+            leading = try_lead(session, self.holder, self.lifecycle.clock.now(), cfg.leader_lease_seconds)
+        if leading != self.leading:
+            log.info("engine %s is now %s", self.holder, "the leader" if leading else "standby")
+            self.leading = leading
+        if leading:
+            try:
+                self.lifecycle.tick()
+            except Exception:
+                log.exception("engine tick failed")
+        return leading
+
+    def start(self) -> None:
+        self.scheduler.add_job(self.run_once, "interval", id="tick",
+                               seconds=self.lifecycle.config.engine_tick_seconds,
+                               next_run_time=datetime.now(), coalesce=True, max_instances=1)
+        self.scheduler.start()
+
+    def wake(self) -> None:
+        """Tick soon: something changed."""
+        if self.scheduler.running:
+            self.scheduler.modify_job("tick", next_run_time=datetime.now())
+
+    def stop(self) -> None:
+        if self.scheduler.running:
+            self.scheduler.shutdown(wait=True)
+        if self.leading:
+            with session_scope(self.lifecycle.sessions) as session:
+                step_down(session, self.holder)

@@ -1,0 +1,119 @@
+"""Shared fixtures: a migrated database (SQLite by default, PostgreSQL when
+GPU_TENANCY_TEST_DB names one), a virtual clock, the simulated cloud, and the
+app in noauth2 mode with the demo catalog."""
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from gpu_tenancy.app import create_app
+from gpu_tenancy.clock import VirtualClock
+from gpu_tenancy.cloud.simulated import SimulatedCloud
+from gpu_tenancy.config import DEMO_CLOUD, Config
+from gpu_tenancy.db import migrate
+from gpu_tenancy.db.models import Base
+from gpu_tenancy.db.session import make_engine, make_sessionmaker, session_scope
+from gpu_tenancy.demo.seed import seed
+
+T0 = 1_796_112_000  # 2026-12-01T08:00:00Z
+PG_URL = os.environ.get("GPU_TENANCY_TEST_DB")
+
+
+@pytest.fixture(scope="session")
+def migrated(tmp_path_factory):
+    """Migrate once: a template SQLite file, or a fresh PostgreSQL database."""
+    if PG_URL:
+        name = f"gt_test_{uuid.uuid4().hex[:8]}"
+        admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        url = PG_URL.rsplit("/", 1)[0] + "/" + name
+        migrate.upgrade(url)
+        yield url
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+        admin.dispose()
+    else:
+        path = tmp_path_factory.mktemp("template") / "template.db"
+        migrate.upgrade(f"sqlite:///{path}")
+        yield str(path)
+
+
+@pytest.fixture
+def db_url(migrated, tmp_path):
+    """A database with the schema and nothing else, fresh for each test."""
+    if PG_URL:
+        engine = create_engine(migrated)
+        with engine.begin() as conn:
+            tables = ", ".join(t.name for t in Base.metadata.sorted_tables)
+            conn.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
+            conn.execute(text("INSERT INTO locks (name) VALUES ('ledger'), ('engine')"))
+        engine.dispose()
+        return migrated
+    path = tmp_path / "test.db"
+    shutil.copy(migrated, path)
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture
+def clock():
+    return VirtualClock(T0)
+
+
+@pytest.fixture
+def cloud(clock):
+    return SimulatedCloud.from_file(DEMO_CLOUD, clock)
+
+
+@pytest.fixture
+def config(db_url):
+    return Config.load(database_url=db_url, auth_strategy="noauth2", run_engine=True)
+
+
+@pytest.fixture
+def app(config, clock, cloud):
+    """The app with the demo catalog, hosts known, and the engine built but not
+    started: tests drive it with engine_tick()."""
+    app = create_app(config, clock=clock, cloud=cloud, start_engine=False)
+    runtime = app.extensions["gpu_tenancy"]
+    with session_scope(runtime.sessions) as session:
+        seed(session, clock.now(), cloud.images())
+    runtime.engine.lifecycle.refresh_hosts()
+    yield app
+    runtime.sessions.kw["bind"].dispose()
+
+
+@pytest.fixture
+def runtime(app):
+    return app.extensions["gpu_tenancy"]
+
+
+@pytest.fixture
+def engine_tick(runtime):
+    def tick(advance: int = 0):
+        if advance:
+            runtime.clock.advance(advance)
+        runtime.engine.run_once()
+    return tick
+
+
+def headers(project: str = "ml-vision", roles: str = "member", user: str | None = None) -> dict:
+    return {"X-Project-Id": project, "X-User-Id": user or f"{project}-user", "X-Roles": roles}
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()
+
+
+@pytest.fixture
+def sessions(runtime):
+    return runtime.sessions
+
+
+def make_db(url: str):
+    return make_sessionmaker(make_engine(url))

@@ -1,0 +1,82 @@
+"""The two commands a new user runs: `gpu-tenancy db upgrade` and `gpu-tenancy demo`
+(started as a real process, driven with HTTP as the README shows)."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+from sqlalchemy import create_engine, inspect
+
+from gpu_tenancy.cli import main
+from tests.conftest import PG_URL
+
+
+def test_db_upgrade_makes_the_schema(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    assert main(["db", "upgrade", "--db", url]) == 0
+    assert "latest schema" in capsys.readouterr().out
+    tables = set(inspect(create_engine(url)).get_table_names())
+    assert {"leases", "allocations", "events", "quotas", "shapes", "images", "hosts", "locks"} <= tables
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def call(method, url, body=None, project="ml-vision"):
+    headers = {"X-Project-Id": project, "X-User-Id": "alice", "X-Roles": "member",
+               "Content-Type": "application/json"}
+    data = json.dumps(body).encode() if body is not None else None
+    with urllib.request.urlopen(urllib.request.Request(url, data=data, headers=headers, method=method),
+                                timeout=10) as response:
+        return response.status, json.loads(response.read())
+
+
+@pytest.mark.skipif(bool(PG_URL), reason="the demo runs on its own SQLite file; once per suite is enough")
+def test_demo_starts_and_a_lease_from_the_readme_becomes_active(tmp_path):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "gpu_tenancy.cli", "demo", "--port", str(port),
+                             "--db", f"sqlite:///{tmp_path / 'demo.db'}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(base + "/healthz", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.2)
+        status, body = call("POST", base + "/v1/leases", {"name": "first", "shape": "a100.x2",
+                                                          "duration": "PT24H", "volume": {"size_gb": 100}})
+        assert status == 201 and body["lease"]["status"] == "scheduled"
+        lease_url = body["lease"]["links"][0]["href"]
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            lease = call("GET", lease_url)[1]["lease"]
+            if lease["status"] == "active":
+                break
+            time.sleep(1)
+        assert lease["status"] == "active"
+        assert lease["servers"][0]["status"] == "ACTIVE"
+        filler = call("POST", base + "/v1/leases", {"shape": "a100.x8", "instances": 2, "duration": "PT1H"},
+                      project="nlp-lab")[1]["lease"]
+        assert filler["status"] == "scheduled"
+        queued = call("POST", base + "/v1/leases", {"shape": "a100.x8", "duration": "PT1H"},
+                      project="nlp-lab")[1]["lease"]
+        assert queued["status"] == "queued" and queued["queue"]["position"] == 1
+        assert queued["queue"]["eta"] == filler["end"]   # it waits for the lease before it to end
+        assert queued["queue"]["reasons"]
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=30)
+    assert f"curl -s -X POST http://127.0.0.1:{port}/v1/leases" in out
+    assert proc.returncode == 0

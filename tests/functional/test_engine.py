@@ -1,0 +1,81 @@
+"""The engine carries on after a crash and cleans up what nobody owns."""
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from gpu_tenancy.cloud.driver import BootRequest
+from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import session_scope
+from tests.conftest import headers
+
+
+def lease_status(sessions, lease_id):
+    with sessions() as s:
+        return s.get(m.Lease, lease_id).status
+
+
+def test_a_restarted_engine_finishes_a_lease_left_part_way(client, runtime, cloud, engine_tick):
+    lease = client.post("/v1/leases", json={"shape": "a100.x4", "instances": 2, "duration": "PT1H"},
+                        headers=headers()).get_json()["lease"]
+    lifecycle = runtime.engine.lifecycle
+    # The engine wrote its intent (provisioning, one server row per VM) and died before booting.
+    original = lifecycle.advance
+    lifecycle.advance = lambda lease_id: None
+    lifecycle.start(lease["id"])
+    lifecycle.advance = original
+    assert lease_status(runtime.sessions, lease["id"]) == "provisioning"
+    assert cloud.servers() == {}
+    engine_tick()                 # the next engine picks it up where it was
+    engine_tick(advance=30)
+    assert lease_status(runtime.sessions, lease["id"]) == "active"
+    assert len(cloud.servers()) == 2
+
+
+def test_a_boot_done_but_not_recorded_is_not_made_twice(client, runtime, cloud, engine_tick):
+    lease = client.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT1H"},
+                        headers=headers()).get_json()["lease"]
+    lifecycle = runtime.engine.lifecycle
+    lifecycle.advance = lambda lease_id: None
+    lifecycle.start(lease["id"])
+    with session_scope(runtime.sessions) as s:
+        row = s.get(m.Lease, lease["id"])
+        host = row.allocations[0].host
+    # the boot reached the cloud, then the engine died before writing the server id down
+    flavor = cloud.ensure_flavor("ml-vision", next(_shape_specs(runtime, "a100.x1")))
+    cloud.boot(BootRequest("ml-vision", lease["id"], 0, host, flavor, cloud.images()[0]["id"]))
+    del lifecycle.advance
+    engine_tick()
+    engine_tick(advance=30)
+    assert lease_status(runtime.sessions, lease["id"]) == "active"
+    assert len(cloud.servers()) == 1
+
+
+def _shape_specs(runtime, name):
+    from gpu_tenancy.cloud.driver import ShapeSpec
+    with session_scope(runtime.sessions) as s:
+        sh = s.get(m.Shape, name)
+        yield ShapeSpec(sh.name, sh.gpu_model, sh.gpus, sh.vcpus, sh.ram_mb, sh.disk_gb, sh.pci_alias)
+
+
+def test_reconcile_deletes_servers_of_finished_or_unknown_leases(runtime, cloud):
+    flavor = cloud.ensure_flavor("ml-vision", next(_shape_specs(runtime, "a100.x1")))
+    stray = cloud.boot(BootRequest("ml-vision", "no-such-lease", 0, "gpu-a100-1", flavor, cloud.images()[0]["id"]))
+    runtime.engine.lifecycle.reconcile()
+    assert stray not in cloud.servers()
+
+
+def test_a_host_that_goes_down_takes_nothing_new(client, runtime, cloud, engine_tick):
+    for name in ("gpu-h100-1", "gpu-h100-2"):
+        cloud.set_host_state(name, up=False)
+    runtime.clock.advance(runtime.config.host_refresh_seconds)
+    engine_tick()
+    waiting = client.post("/v1/leases", json={"shape": "h100.x1", "duration": "PT1H"},
+                          headers=headers()).get_json()["lease"]
+    assert waiting["status"] == "queued" and waiting["queue"]["reasons"]   # waits for a host to come back
+    cloud.set_host_state("gpu-h100-2", up=True)
+    engine_tick(advance=runtime.config.host_refresh_seconds)
+    lease = client.get(f"/v1/leases/{waiting['id']}", headers=headers()).get_json()["lease"]
+    assert lease["status"] in ("provisioning", "scheduled", "active")
+    assert lease["allocations"][0]["host"] == "gpu-h100-2"
+    with session_scope(runtime.sessions) as s:
+        assert {h.name for h in s.scalars(select(m.Host).where(m.Host.up.is_(False)))} == {"gpu-h100-1"}

@@ -1,0 +1,207 @@
+"""Leases through the API on the simulated cloud and a virtual clock."""
+from __future__ import annotations
+
+from sqlalchemy import func, select
+
+from gpu_tenancy.db import models as m
+from gpu_tenancy.timeutil import parse_time, rfc3339
+from tests.conftest import T0, headers
+
+HOUR = 3600
+
+
+def ask(client, project="ml-vision", expect=201, query="", **body):
+    body.setdefault("shape", "a100.x2")
+    body.setdefault("duration", "PT1H")
+    response = client.post("/v1/leases" + query, json=body, headers=headers(project))
+    assert response.status_code == expect, response.get_json()
+    return response.get_json()
+
+
+def lease_count(sessions) -> int:
+    with sessions() as s:
+        return s.scalar(select(func.count()).select_from(m.Lease))
+
+
+def test_a_lease_that_fits_becomes_active_with_its_volume(client, cloud, engine_tick):
+    lease = ask(client, name="first", volume={"size_gb": 100})["lease"]
+    assert lease["status"] == "scheduled"
+    assert lease["start"] == rfc3339(T0) and lease["end"] == rfc3339(T0 + HOUR)
+    assert len(lease["allocations"]) == 1 and lease["allocations"][0]["gpus"] == 2
+    engine_tick()                      # provisioning: flavor, volume, boot requested
+    shown = client.get(f"/v1/leases/{lease['id']}", headers=headers()).get_json()["lease"]
+    assert shown["status"] == "provisioning"
+    engine_tick(advance=30)            # the simulated boot takes 20 s
+    shown = client.get(f"/v1/leases/{lease['id']}", headers=headers()).get_json()["lease"]
+    assert shown["status"] == "active"
+    server = shown["servers"][0]
+    assert server["status"] == "ACTIVE" and server["host"] == lease["allocations"][0]["host"]
+    assert cloud.allocations()[server["id"]] == (server["host"], 2)
+    volume = cloud.volumes()[shown["volume"]["id"]]
+    assert volume["status"] == "in-use" and volume["attached_to"] == server["id"]
+
+
+def fill_cluster(client):
+    """32 A100 in all: ml-vision takes 16 (one lease for 24 h, one for 6 h), nlp-lab 16 for 12 h."""
+    long = ask(client, shape="a100.x8", duration="PT24H")["lease"]
+    short = ask(client, shape="a100.x8", duration="PT6H")["lease"]
+    nlp = ask(client, project="nlp-lab", shape="a100.x8", instances=2, duration="PT12H")["lease"]
+    assert {long["status"], short["status"], nlp["status"]} == {"scheduled"}
+    return long, short, nlp
+
+
+def test_a_lease_beyond_free_capacity_waits_with_position_eta_and_reason(client, clock):
+    _, short, _ = fill_cluster(client)
+    waiting = ask(client, shape="a100.x4", duration="PT1H")["lease"]
+    assert waiting["status"] == "queued"
+    queue = waiting["queue"]
+    assert queue["position"] == 1
+    assert queue["eta"] == short["end"] == rfc3339(T0 + 6 * HOUR)  # the end of the lease it waits for
+    codes = {r["code"] for r in queue["reasons"]}
+    assert codes & {"capacity", "quota"}, queue["reasons"]
+    assert all(r["message"] for r in queue["reasons"])
+    clock.advance(1)   # asked later: behind the first
+    second = ask(client, project="nlp-lab", shape="a100.x8", duration="PT1H")["lease"]
+    assert second["queue"]["position"] == 2
+
+
+def test_the_waiting_lease_starts_on_its_own_when_the_one_before_ends(client, engine_tick):
+    _, short, _ = fill_cluster(client)
+    waiting = ask(client, shape="a100.x4", duration="PT1H")["lease"]
+    engine_tick()
+    engine_tick(advance=30)
+    engine_tick(advance=6 * HOUR - 30)   # the 6 h lease ends now: its VMs are deleted
+    engine_tick(advance=10)              # its GPUs are released; the waiting lease is placed
+    engine_tick(advance=30)
+    ended = client.get(f"/v1/leases/{short['id']}", headers=headers()).get_json()["lease"]
+    started = client.get(f"/v1/leases/{waiting['id']}", headers=headers()).get_json()["lease"]
+    assert ended["status"] == "ended"
+    assert started["status"] == "active"
+    assert T0 + 6 * HOUR <= parse_time(started["start"]) <= T0 + 6 * HOUR + 10
+
+
+def test_dry_run_gives_the_plan_and_creates_nothing(client, sessions):
+    fill_cluster(client)
+    before = lease_count(sessions)
+    preview = ask(client, expect=200, query="?dry_run=true", shape="a100.x4")["lease"]
+    assert preview["status"] == "preview" and preview["id"] is None
+    assert preview["queue"]["eta"] == rfc3339(T0 + 6 * HOUR)
+    assert lease_count(sessions) == before
+
+
+def test_bad_requests_are_refused_clearly_and_leave_nothing(client, sessions):
+    cases = [
+        ({"shape": "a100.x3"}, 400, "unknown shape"),
+        ({"image": "windows-95"}, 400, "unknown image"),
+        ({"duration": "P30D"}, 400, "maximum"),
+        ({"duration": "PT-1H"}, 400, "duration"),
+        ({"duration": "soon"}, 400, "ISO 8601"),
+        ({"duration": 0}, 400, "duration"),
+        ({"start": rfc3339(T0 - 86400)}, 400, "in the past"),
+        ({"start": "2026-12-01 25:00"}, 400, "RFC 3339"),
+        ({"start": "2026-12-02T10:00:00"}, 400, "time zone"),
+        ({"latest_start": rfc3339(T0 - 10), "start": "now"}, 400, "before start"),
+        ({"instances": "two"}, 400, "instances"),
+        ({"instances": 0}, 400, "instances"),
+        ({"instances": 4, "shape": "a100.x8"}, 403, "may hold"),
+        ({"shape": "h100.x4", "instances": 1, "priority": 5}, 403, "priority"),
+        ({"name": "x" * 10000}, 400, "name"),
+        ({"colour": "blue"}, 400, "colour"),
+        ({"volume": {"size_gb": -5}}, 400, "volume"),
+    ]
+    for body, status, words in cases:
+        response = client.post("/v1/leases", json={"shape": "a100.x2", "duration": "PT1H", **body},
+                               headers=headers())
+        assert response.status_code == status, (body, response.get_json())
+        error = response.get_json()["errors"][0]
+        assert error["status"] == status and words.lower() in error["detail"].lower(), (body, error)
+        assert error["request_id"] == response.headers["X-OpenStack-Request-Id"]
+    response = client.post("/v1/leases", data="{not json", headers={**headers(), "Content-Type": "application/json"})
+    assert response.status_code == 400
+    assert lease_count(sessions) == 0
+
+
+def test_more_than_the_cloud_could_ever_hold_is_refused(client, sessions):
+    with sessions.begin() as s:
+        s.get(m.Quota, ("ml-vision", "H100")).gpus = 100
+    response = client.post("/v1/leases", json={"shape": "h100.x4", "instances": 3, "duration": "PT1H"},
+                           headers=headers())
+    assert response.status_code == 400
+    assert "the cloud has 8" in response.get_json()["errors"][0]["detail"]
+    response = client.post("/v1/leases", json={"shape": "h100.x4", "instances": 2, "duration": "PT1H"},
+                           headers=headers())
+    assert response.status_code == 201
+
+
+def test_extension_is_granted_unless_it_delays_someone(client):
+    long, short, nlp = fill_cluster(client)
+    ok = client.patch(f"/v1/leases/{long['id']}", json={"duration": "PT30H"}, headers=headers())
+    assert ok.status_code == 200 and ok.get_json()["lease"]["end"] == rfc3339(T0 + 30 * HOUR)
+    waiting = ask(client, shape="a100.x8", duration="PT1H")["lease"]   # waits for the 6 h lease
+    assert waiting["queue"]["eta"] == rfc3339(T0 + 6 * HOUR)
+    refused = client.patch(f"/v1/leases/{short['id']}", json={"end": rfc3339(T0 + 8 * HOUR)},
+                           headers=headers())
+    assert refused.status_code == 409
+    assert waiting["id"] in refused.get_json()["errors"][0]["detail"]
+    shrink = client.patch(f"/v1/leases/{short['id']}", json={"end": rfc3339(T0 + 2 * HOUR)}, headers=headers())
+    assert shrink.status_code == 200
+    moved = client.get(f"/v1/leases/{waiting['id']}", headers=headers()).get_json()["lease"]
+    assert moved["queue"]["eta"] == rfc3339(T0 + 2 * HOUR)
+
+
+def test_cancel_waiting_and_end_running_keeps_the_volume(client, cloud, engine_tick):
+    running = ask(client, volume={"size_gb": 10})["lease"]
+    engine_tick()
+    engine_tick(advance=30)
+    fill = ask(client, project="nlp-lab", shape="a100.x8", instances=2, duration="PT12H")["lease"]
+    assert fill["status"] == "scheduled"
+    queued = ask(client, shape="a100.x8", instances=2, duration="PT1H")["lease"]
+    assert queued["status"] == "queued"
+    assert client.delete(f"/v1/leases/{queued['id']}", headers=headers()).status_code == 204
+    gone = client.get(f"/v1/leases/{queued['id']}", headers=headers()).get_json()["lease"]
+    assert gone["status"] == "cancelled" and gone["allocations"] == []
+    assert client.delete(f"/v1/leases/{running['id']}", headers=headers()).status_code == 204
+    engine_tick(advance=1)    # the engine deletes the VM
+    engine_tick(advance=10)   # and sees its GPUs released
+    ended = client.get(f"/v1/leases/{running['id']}", headers=headers()).get_json()["lease"]
+    assert ended["status"] == "ended"
+    assert cloud.volumes()[ended["volume"]["id"]]["status"] == "available"
+    assert not any(s["lease_id"] == running["id"] for s in cloud.servers().values())
+    again = client.delete(f"/v1/leases/{running['id']}", headers=headers())
+    assert again.status_code == 409
+
+
+def test_a_lease_whose_latest_start_passes_expires(client, engine_tick):
+    fill_cluster(client)
+    late = ask(client, shape="a100.x8", duration="PT1H", latest_start=rfc3339(T0 + HOUR))["lease"]
+    assert late["status"] == "queued"
+    assert any(r["code"] == "latest_start" for r in late["queue"]["reasons"])
+    engine_tick(advance=HOUR + 1)
+    shown = client.get(f"/v1/leases/{late['id']}", headers=headers()).get_json()["lease"]
+    assert shown["status"] == "expired"
+
+
+def test_a_reservation_in_the_future_is_scheduled_for_its_time(client, engine_tick):
+    later = rfc3339(T0 + 2 * HOUR)
+    lease = ask(client, start=later, duration="PT1H")["lease"]
+    assert lease["status"] == "scheduled" and lease["start"] == later
+    engine_tick(advance=HOUR)
+    assert client.get(f"/v1/leases/{lease['id']}", headers=headers()).get_json()["lease"]["status"] == "scheduled"
+    engine_tick(advance=HOUR)
+    engine_tick(advance=30)
+    assert client.get(f"/v1/leases/{lease['id']}", headers=headers()).get_json()["lease"]["status"] == "active"
+
+
+def test_listing_pages_with_limit_and_marker(client, clock):
+    ids = []
+    for i in range(5):
+        ids.append(ask(client, name=f"l{i}", shape="a100.x1", duration="PT1H")["lease"]["id"])
+        clock.advance(1)
+    first = client.get("/v1/leases?limit=2", headers=headers()).get_json()
+    assert [l["id"] for l in first["leases"]] == ids[:2]
+    next_href = first["leases_links"][0]["href"]
+    second = client.get(next_href.split("localhost", 1)[1], headers=headers()).get_json()
+    assert [l["id"] for l in second["leases"]] == ids[2:4]
+    queued = client.get("/v1/leases?status=queued", headers=headers()).get_json()["leases"]
+    assert queued == []
+    assert client.get("/v1/leases?status=bogus", headers=headers()).status_code == 400

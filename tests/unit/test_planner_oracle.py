@@ -1,0 +1,110 @@
+"""The fast planner against the brute-force reference (bench/naive_planner.py)
+on a few hundred seeded random small cases, plus invariants checked from raw
+intervals: no host over-committed at any instant, no quota passed."""
+from __future__ import annotations
+
+import os
+import random
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+from naive_planner import NAIVE  # noqa: E402
+
+from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit  # noqa: E402
+from gpu_tenancy.domain.planner import plan  # noqa: E402
+
+NOW = 1_800_000_000
+
+
+def case(seed):
+    rng = random.Random(seed)
+    hosts = [Host(f"h{i}", "A100" if i % 4 else "V100", rng.choice([4, 8, 8]),
+                  enabled=rng.random() > 0.1, aggregate=rng.choice(["a", "b", None]))
+             for i in range(rng.randint(1, 6))]
+    projects = ["p1", "p2", "p3"]
+    holds = []
+    for h in hosts:
+        used = 0
+        for k in range(rng.randint(0, 3)):
+            g = rng.randint(1, 4)
+            if used + g > h.gpus:
+                break
+            used += g
+            start = NOW - rng.randint(0, 3600) if rng.random() < .7 else NOW + rng.randint(0, 3) * 1800
+            holds.append(Hold(f"hold{h.name}{k}", rng.choice(projects), h.name, h.gpu_model, g, start,
+                              max(start + 600, NOW + rng.randint(1, 12) * 900), rng.random() < .1))
+    quotas = {}
+    for p in projects:
+        for m in ("A100", "V100"):
+            if rng.random() < 0.9:
+                quotas[(p, m)] = QuotaLimit(p, m, rng.choice([4, 8, 16, 64]), borrow_gpus=rng.choice([0, 0, 4]),
+                                            max_duration=rng.choice([None, None, 4 * 3600]),
+                                            weight=rng.choice([1.0, 2.0]))
+    waiting = []
+    for i in range(rng.randint(1, 14)):
+        es = NOW if rng.random() < .7 else NOW + rng.randint(1, 8) * 900
+        waiting.append(LeaseRequest(
+            f"l{i}", rng.choice(projects), "A100" if rng.random() < .8 else "V100",
+            rng.choice([1, 1, 2, 4, 8]), rng.choice([1, 1, 1, 2, 3]), rng.randint(1, 16) * 600 + rng.randint(0, 5),
+            es, es + rng.randint(0, 6) * 1800 if rng.random() < .2 else None, NOW - rng.randint(0, 10),
+            priority=rng.choice([0, 0, 1])))
+    usage = {(p, "A100"): float(rng.randint(0, 3)) for p in projects}
+    return hosts, holds, quotas, waiting, usage
+
+
+@pytest.mark.parametrize("chunk", range(6))
+def test_fast_planner_matches_naive_and_keeps_invariants(chunk):
+    for seed in range(chunk * 50, chunk * 50 + 50):
+        hosts, holds, quotas, waiting, usage = case(seed)
+        fast = plan(NOW, hosts, holds, quotas, waiting, usage)
+        ref = plan(NOW, hosts, holds, quotas, waiting, usage, _backend=NAIVE)
+        assert list(fast.leases) == list(ref.leases)
+        for lid, pl in fast.leases.items():
+            assert pl.placement == ref.leases[lid].placement, (seed, lid)
+            assert pl.borrowing == ref.leases[lid].borrowing, (seed, lid)
+        check_invariants(hosts, holds, quotas, waiting, fast)
+
+
+def check_invariants(hosts, holds, quotas, waiting, p):
+    req = {w.lease_id: w for w in waiting}
+    host_by = {h.name: h for h in hosts}
+    iv = [(max(h.start, NOW), h.end, h.host, h.project_id, h.gpu_model, h.gpus, False)
+          for h in holds if h.end > NOW]
+    for lid, pl in p.leases.items():
+        if pl.placement is None:
+            continue
+        w = req[lid]
+        assert pl.placement.start >= max(NOW, w.earliest_start)
+        assert pl.placement.end - pl.placement.start == w.duration
+        assert len(pl.placement.hosts) == w.instances
+        if w.latest_start is not None:
+            assert pl.placement.start <= w.latest_start
+        for hn in pl.placement.hosts:
+            assert host_by[hn].enabled and host_by[hn].gpu_model == w.gpu_model
+            iv.append((pl.placement.start, pl.placement.end, hn, w.project_id, w.gpu_model,
+                       w.gpus_per_vm, pl.borrowing))
+    points = {s for s, *_ in iv}
+    new_iv = iv[len([h for h in holds if h.end > NOW]):]
+    for t in points:
+        on = [x for x in iv if x[0] <= t < x[1]]
+        for hn in {x[2] for x in new_iv if x[0] <= t < x[1]}:
+            assert sum(x[5] for x in on if x[2] == hn) <= host_by[hn].gpus, (t, hn)
+        for (pr, m) in {(x[3], x[4]) for x in new_iv if x[0] <= t < x[1]}:
+            q = quotas[(pr, m)]
+            used = sum(x[5] for x in on if x[3] == pr and x[4] == m)
+            borrowing_now = any(x[6] for x in new_iv if x[0] <= t < x[1] and x[3] == pr and x[4] == m)
+            assert used <= q.gpus + (q.borrow_gpus if borrowing_now else 0), (t, pr, m)
+
+
+@pytest.mark.parametrize("idle_scan", [0, 1000])
+def test_both_idle_host_lookups_agree_with_naive(monkeypatch, idle_scan):
+    from gpu_tenancy.domain import capacity
+    monkeypatch.setattr(capacity, "IDLE_SCAN", idle_scan)
+    for seed in range(1000, 1100):
+        hosts, holds, quotas, waiting, usage = case(seed)
+        fast = plan(NOW, hosts, holds, quotas, waiting, usage)
+        ref = plan(NOW, hosts, holds, quotas, waiting, usage, _backend=NAIVE)
+        for lid, pl in fast.leases.items():
+            assert pl.placement == ref.leases[lid].placement, (seed, lid)

@@ -1,0 +1,251 @@
+"""The simulated cloud behaves like Nova/Placement/Cinder/Glance at the driver boundary."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from gpu_tenancy.clock import VirtualClock
+from gpu_tenancy.cloud.driver import LEASE_TAG, BootRequest, CloudError, ShapeSpec, VolumeRequest
+from gpu_tenancy.cloud.simulated import NO_VALID_HOST, SimulatedCloud
+from gpu_tenancy.config import DEMO_CLOUD
+from gpu_tenancy.domain.failures import FailureClass as F
+
+PROJECT = "a1b2c3d4e5f60718293a4b5c6d7e8f90"
+OTHER = "ffffeeeeddddccccbbbbaaaa99998888"
+IMAGE_ID = "11111111-2222-3333-4444-555555555555"
+A100_X4 = ShapeSpec("a100.x4", "A100", 4, 32, 131072, 200, "a100")
+A100_X8 = ShapeSpec("a100.x8", "A100", 8, 64, 262144, 400, "a100")
+H100_X1 = ShapeSpec("h100.x1", "H100", 1, 8, 32768, 100, "h100")
+CONFIG = {
+    "boot_seconds": 30,
+    "delete_seconds": 5,
+    "gpu_models": {"A100": {"resource_class": "CUSTOM_PGPU_A100", "pci_alias": "a100"},
+                   "H100": {"resource_class": "CUSTOM_PGPU_H100", "pci_alias": "h100"}},
+    "hosts": [{"prefix": "gpu-a100-", "count": 2, "gpu_model": "A100", "gpus": 8, "aggregate": "a100"},
+              {"name": "gpu-h100-1", "gpu_model": "H100", "gpus": 4}],
+    "images": [{"id": IMAGE_ID, "name": "ubuntu-22.04"},
+               {"id": "queued-image", "name": "half-uploaded", "status": "queued"}],
+}
+
+
+@pytest.fixture
+def clock():
+    return VirtualClock(1_700_000_000)
+
+
+@pytest.fixture
+def cloud(clock):
+    return SimulatedCloud(CONFIG, clock)
+
+
+def boot(cloud, lease="lease-1", vm=0, host="gpu-a100-1", shape=A100_X4, project=PROJECT, image="ubuntu-22.04"):
+    flavor = cloud.ensure_flavor(project, shape)
+    return cloud.boot(BootRequest(project, lease, vm, host, flavor, image))
+
+
+def test_config_expands_hosts_and_demo_cloud_loads(cloud, clock):
+    assert [(h.name, h.gpus, h.aggregate) for h in cloud.capacity()] == [
+        ("gpu-a100-1", 8, "a100"), ("gpu-a100-2", 8, "a100"), ("gpu-h100-1", 4, None)]
+    demo = SimulatedCloud.from_file(DEMO_CLOUD, clock)
+    assert demo.name == "simulated" and demo.boot_seconds == 20
+    assert sorted((h.gpu_model, h.gpus) for h in demo.capacity()) == [("A100", 8)] * 4 + [("H100", 4)] * 2
+    for name in ("ubuntu-22.04-cuda-12", "ubuntu-24.04-cuda-12", "rocky-9-cuda-12"):
+        demo.check_image(name)
+
+
+def test_build_then_active_after_boot_seconds(cloud, clock):
+    server = boot(cloud)
+    assert cloud.server_state(server).status == "BUILD"
+    assert cloud.allocations() == {server: ("gpu-a100-1", 4)}  # claimed at boot
+    clock.advance(29)
+    assert cloud.server_state(server).status == "BUILD"
+    clock.advance(1)
+    state = cloud.server_state(server)
+    assert (state.status, state.host, state.fault) == ("ACTIVE", "gpu-a100-1", None)
+
+
+def test_no_overcommit_beyond_free_gpus(cloud, clock):
+    first = boot(cloud, lease="l1", shape=A100_X4)
+    second = boot(cloud, lease="l2", shape=A100_X4)
+    third = boot(cloud, lease="l3", shape=A100_X4)  # host is full: 8 of 8 held
+    assert cloud.allocations() == {first: ("gpu-a100-1", 4), second: ("gpu-a100-1", 4)}
+    clock.advance(30)
+    state = cloud.server_state(third)
+    assert (state.status, state.fault) == ("ERROR", NO_VALID_HOST)
+    assert cloud.gpus_released(third)
+    assert len(cloud.allocations()) == 2 and cloud.free_gpus()["gpu-a100-1"] == 0
+
+
+def test_wrong_gpu_model_gets_no_valid_host(cloud, clock):
+    server = boot(cloud, host="gpu-h100-1", shape=A100_X4)
+    clock.advance(30)
+    assert cloud.server_state(server).fault == NO_VALID_HOST
+    assert cloud.allocations() == {}
+
+
+def test_delete_releases_gpus_after_delete_seconds(cloud, clock):
+    server = boot(cloud, shape=A100_X8)
+    clock.advance(30)
+    cloud.delete_server(server)
+    assert cloud.server_state(server).status == "DELETED"
+    assert not cloud.gpus_released(server)  # Placement lags behind the API
+    clock.advance(5)
+    assert cloud.gpus_released(server) and cloud.allocations() == {}
+    cloud.delete_server(server)  # no-op when gone
+    assert cloud.server_state("no-such-server").status == "DELETED"
+
+
+def test_ensure_flavor_is_private_per_project_and_idempotent(cloud):
+    fid = cloud.ensure_flavor(PROJECT, A100_X4)
+    assert cloud.ensure_flavor(PROJECT, A100_X4) == fid
+    assert cloud.ensure_flavor(OTHER, A100_X4) != fid
+    flavor = cloud.flavors()[fid]
+    assert flavor["name"] == f"gt-a100.x4-{PROJECT[:8]}" and flavor["is_public"] is False
+    assert flavor["extra_specs"] == {"pci_passthrough:alias": "a100:4"}
+    with pytest.raises(CloudError):  # another project's private flavor is not found
+        cloud.boot(BootRequest(OTHER, "l9", 0, "gpu-a100-1", fid, IMAGE_ID))
+    cloud.retire_flavor(PROJECT, "a100.x4")
+    assert fid not in cloud.flavors()
+    cloud.retire_flavor(PROJECT, "a100.x4")  # no-op when absent
+
+
+def test_boot_and_ensure_volume_are_idempotent(cloud):
+    assert boot(cloud, lease="l1", vm=0) == boot(cloud, lease="l1", vm=0)
+    assert boot(cloud, lease="l1", vm=1) != boot(cloud, lease="l1", vm=0)
+    vol = cloud.ensure_volume(PROJECT, "l1", VolumeRequest(size_gb=100))
+    assert cloud.ensure_volume(PROJECT, "l1", VolumeRequest(size_gb=100)) == vol
+    assert cloud.volumes()[vol]["lease_id"] == "l1" and cloud.volume_status(vol) == "available"
+
+
+def test_volume_survives_delete_and_is_available_again(cloud, clock):
+    vol = cloud.ensure_volume(PROJECT, "l1", VolumeRequest(size_gb=50))
+    server = boot(cloud, lease="l1")
+    with pytest.raises(CloudError) as err:  # not ACTIVE yet
+        cloud.attach_volume(server, vol)
+    assert err.value.failure_class == F.VOLUME
+    clock.advance(30)
+    cloud.attach_volume(server, vol)
+    cloud.attach_volume(server, vol)  # no-op when attached
+    assert cloud.volume_status(vol) == "in-use"
+    assert cloud.ensure_volume(PROJECT, "l1", VolumeRequest(volume_id=vol)) == vol  # a repeat call of its lease
+    cloud.delete_server(server)
+    assert cloud.volume_status(vol) == "available" and vol in cloud.volumes()
+
+
+def test_existing_volume_must_be_own_and_available(cloud, clock):
+    mine = cloud.add_volume(PROJECT, 200, name="dataset")
+    theirs = cloud.add_volume(OTHER, 200)
+    assert cloud.ensure_volume(PROJECT, "l1", VolumeRequest(volume_id=mine)) == mine
+    for volume_id in (theirs, "no-such-volume"):
+        with pytest.raises(CloudError) as err:
+            cloud.ensure_volume(PROJECT, "l2", VolumeRequest(volume_id=volume_id))
+        assert err.value.failure_class == F.VOLUME and "not found" in err.value.message  # isolation: looks missing
+    server = boot(cloud, lease="l1")
+    clock.advance(30)
+    cloud.attach_volume(server, mine)
+    with pytest.raises(CloudError) as err:  # in-use by another lease
+        cloud.ensure_volume(PROJECT, "l2", VolumeRequest(volume_id=mine))
+    assert err.value.failure_class == F.VOLUME
+    with pytest.raises(CloudError):
+        cloud.attach_volume(server, theirs)
+
+
+@pytest.mark.parametrize("operation, call", [
+    ("ensure_flavor", lambda c: c.ensure_flavor(PROJECT, A100_X4)),
+    ("ensure_volume", lambda c: c.ensure_volume(PROJECT, "l1", VolumeRequest(size_gb=10))),
+    ("boot", lambda c: boot(c)),
+    ("check_image", lambda c: c.check_image(IMAGE_ID)),
+    ("delete_server", lambda c: c.delete_server("whatever")),
+])
+def test_injected_failures_raise_exactly_times(cloud, operation, call):
+    cloud.inject_failure(operation, F.API_ERROR, times=2)
+    for _ in range(2):
+        with pytest.raises(CloudError) as err:
+            call(cloud)
+        assert err.value.failure_class == F.API_ERROR and err.value.cloud_message
+    call(cloud)  # the third call works
+
+
+def test_injected_attach_failure(cloud, clock):
+    vol = cloud.ensure_volume(PROJECT, "l1", VolumeRequest(size_gb=10))
+    server = boot(cloud, lease="l1")
+    clock.advance(30)
+    cloud.inject_failure("attach_volume", F.VOLUME, message="Cinder is on fire")
+    with pytest.raises(CloudError) as err:
+        cloud.attach_volume(server, vol)
+    assert (err.value.failure_class, err.value.cloud_message) == (F.VOLUME, "Cinder is on fire")
+    cloud.attach_volume(server, vol)
+    assert cloud.volume_status(vol) == "in-use"
+
+
+def test_injected_server_error_goes_error_after_build(cloud, clock):
+    cloud.inject_failure("server_error", F.HOST_DOWN)
+    failed = boot(cloud, lease="l1")
+    assert cloud.server_state(failed).status == "BUILD"
+    clock.advance(30)
+    state = cloud.server_state(failed)
+    assert state.status == "ERROR" and "down" in state.fault.lower()
+    assert cloud.gpus_released(failed)  # a failed build gives its claim back
+    assert cloud.server_state(boot(cloud, lease="l2")).status == "BUILD"  # only once
+    cloud.inject_failure("server_error", F.BOOT_TIMEOUT)
+    stuck = boot(cloud, lease="l3")
+    clock.advance(10_000)
+    assert cloud.server_state(stuck).status == "BUILD"
+
+
+def test_image_checks(cloud):
+    cloud.check_image(IMAGE_ID)
+    cloud.check_image("ubuntu-22.04")
+    for ref in ("no-such-image", "half-uploaded", ""):
+        with pytest.raises(CloudError) as err:
+            cloud.check_image(ref)
+        assert err.value.failure_class == F.IMAGE
+    with pytest.raises(CloudError) as err:
+        boot(cloud, image="no-such-image")
+    assert err.value.failure_class == F.IMAGE
+
+
+def test_down_or_disabled_host_gets_no_valid_host(cloud, clock):
+    cloud.set_host_state("gpu-a100-1", up=False)
+    cloud.set_host_state("gpu-a100-2", enabled=False)
+    assert {h.name: (h.up, h.enabled) for h in cloud.capacity()}["gpu-a100-1"] == (False, True)
+    down = boot(cloud, lease="l1", host="gpu-a100-1")
+    disabled = boot(cloud, lease="l2", host="gpu-a100-2")
+    unknown = boot(cloud, lease="l3", host="gpu-nowhere")
+    clock.advance(30)
+    for server in (down, disabled, unknown):
+        assert cloud.server_state(server).fault == NO_VALID_HOST
+    assert cloud.allocations() == {}
+    cloud.set_host_state("gpu-a100-1", up=True)
+    back = boot(cloud, lease="l4", host="gpu-a100-1")
+    clock.advance(30)
+    assert cloud.server_state(back).status == "ACTIVE"
+
+
+def test_list_tagged_finds_everything_with_lease_ids(cloud):
+    server = boot(cloud, lease="l1")
+    made = cloud.ensure_volume(PROJECT, "l1", VolumeRequest(size_gb=10))
+    cloud.add_volume(PROJECT, 10)  # a tenant's own volume is not ours
+    objects = {(o.kind, o.id): o for o in cloud.list_tagged()}
+    assert objects[("server", server)].lease_id == "l1"
+    assert objects[("server", server)].attrs["metadata"] == {LEASE_TAG: "l1"}
+    assert objects[("volume", made)].lease_id == "l1" and objects[("volume", made)].project_id == PROJECT
+    assert sorted(kind for kind, _ in objects) == ["flavor", "server", "volume"]
+    cloud.delete_server(server)
+    assert "server" not in {o.kind for o in cloud.list_tagged()}
+
+
+def test_concurrent_boots_never_overcommit(cloud, clock):
+    fid = cloud.ensure_flavor(PROJECT, ShapeSpec("a100.x1", "A100", 1, 8, 1024, 10, "a100"))
+
+    def boot_many(start):
+        for i in range(start, start + 10):
+            cloud.boot(BootRequest(PROJECT, f"lease-{i}", 0, "gpu-a100-1", fid, IMAGE_ID))
+
+    threads = [threading.Thread(target=boot_many, args=(n * 10,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(cloud.allocations()) == 8 and cloud.free_gpus()["gpu-a100-1"] == 0
