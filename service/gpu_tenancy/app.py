@@ -78,12 +78,8 @@ def create_app(config: Config | None = None, *, clock=None, cloud=None, start_en
 
 
 def register_blueprints(app: Flask) -> None:
-    import importlib
-    for name in ("leases", "shapes", "images", "quotas", "capacity", "usage", "openapi"):
-        try:  # TEMP while helpers write modules
-            module = importlib.import_module(f"gpu_tenancy.api.{name}")
-        except ImportError:
-            continue
+    from gpu_tenancy.api import capacity, images, leases, openapi, quotas, shapes, usage
+    for module in (leases, shapes, images, quotas, capacity, usage, openapi):
         app.register_blueprint(module.bp)
 
     @app.get("/", endpoint="root")

@@ -10,6 +10,8 @@ from gpu_tenancy.api.validation import json_body, query_bool
 from gpu_tenancy.engine import catalog
 
 ENTRY_NAME = {"type": "string", "pattern": r"^[a-z0-9][a-z0-9._-]{0,63}$"}
+# a GPU model as the hosts report it (A100-80G); also the form of a Nova PCI alias
+GPU_MODEL = {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"}
 
 
 @dataclass(frozen=True)

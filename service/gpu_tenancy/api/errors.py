@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from flask import Flask, g, jsonify
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from gpu_tenancy.errors import ServiceError
 
@@ -27,6 +27,12 @@ def register(app: Flask) -> None:
     @app.errorhandler(ServiceError)
     def _service_error(exc: ServiceError):
         return respond(exc.status, exc.code, exc.title, exc.detail)
+
+    @app.errorhandler(RequestEntityTooLarge)
+    def _too_large(exc: RequestEntityTooLarge):
+        limit = app.config["MAX_CONTENT_LENGTH"] // 1024
+        return respond(413, "gpu_tenancy.request_too_large", "Request Entity Too Large",
+                       f"the request body is over the limit of {limit} KiB")
 
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException):

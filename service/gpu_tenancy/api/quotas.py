@@ -4,6 +4,7 @@ from __future__ import annotations
 from flask import Blueprint
 
 from gpu_tenancy.api import runtime as rt
+from gpu_tenancy.api.catalog import GPU_MODEL
 from gpu_tenancy.api.scope import project_scope
 from gpu_tenancy.api.validation import check_identifier, json_body
 from gpu_tenancy.db import models as m
@@ -12,7 +13,6 @@ from gpu_tenancy.errors import BadRequest
 
 bp = Blueprint("quotas", __name__, url_prefix="/v1/quotas")
 
-GPU_MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 GPU_COUNT = {"type": "integer", "minimum": 0, "maximum": 100000}
 
 LIMITS = {
@@ -42,7 +42,7 @@ UPDATE = {
         "properties": {
             "project_id": {"type": "string", "minLength": 1, "maxLength": 64},
             "gpu_models": {"type": "object", "minProperties": 1, "maxProperties": 64,
-                           "propertyNames": {"pattern": GPU_MODEL_NAME},
+                           "propertyNames": GPU_MODEL,
                            "additionalProperties": LIMITS,
                            "description": "the models listed are replaced (omitted fields take their "
                                           "defaults); models not listed keep their limits"},

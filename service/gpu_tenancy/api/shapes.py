@@ -3,14 +3,12 @@ from __future__ import annotations
 
 from flask import Blueprint, url_for
 
-from gpu_tenancy.api.catalog import ENTRY_NAME, CatalogEndpoints
+from gpu_tenancy.api.catalog import ENTRY_NAME, GPU_MODEL, CatalogEndpoints
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch
 from gpu_tenancy.timeutil import rfc3339
 
 bp = Blueprint("shapes", __name__, url_prefix="/v1/shapes")
-
-ALIAS = {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"}
 
 CREATE = {
     "type": "object",
@@ -18,12 +16,12 @@ CREATE = {
     "required": ["name", "gpu_model", "gpus", "vcpus", "ram_mb", "disk_gb", "pci_alias"],
     "properties": {
         "name": ENTRY_NAME,
-        "gpu_model": {**ALIAS, "description": "the GPU model, as the hosts report it (A100)"},
+        "gpu_model": {**GPU_MODEL, "description": "the GPU model, as the hosts report it (A100)"},
         "gpus": {"type": "integer", "minimum": 1, "maximum": 16, "description": "GPUs per VM"},
         "vcpus": {"type": "integer", "minimum": 1, "maximum": 1024},
         "ram_mb": {"type": "integer", "minimum": 512, "maximum": 16 * 1024 * 1024},
         "disk_gb": {"type": "integer", "minimum": 0, "maximum": 65536, "description": "root disk"},
-        "pci_alias": {**ALIAS, "description": "the Nova PCI alias of the GPU model (nova.conf [pci] alias)"},
+        "pci_alias": {**GPU_MODEL, "description": "the Nova PCI alias of the GPU model (nova.conf [pci] alias)"},
     },
 }
 
