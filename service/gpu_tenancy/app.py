@@ -11,6 +11,7 @@ from gpu_tenancy import __version__
 from gpu_tenancy.api import auth, errors
 from gpu_tenancy.api.policy import make_enforcer
 from gpu_tenancy.api.runtime import Runtime
+from gpu_tenancy.api.validation import refuse_nul_in_query
 from gpu_tenancy.clock import SystemClock
 from gpu_tenancy.config import Config
 from gpu_tenancy.db.session import make_engine, make_sessionmaker
@@ -54,6 +55,7 @@ def create_app(config: Config | None = None, *, clock=None, cloud=None, start_en
     def _identify():
         g.request_id = "req-" + str(uuid.uuid4())
         g.context = RequestContext.from_environ(request.environ, request_id=g.request_id)
+        refuse_nul_in_query()
         if request.endpoint in PUBLIC_ENDPOINTS:
             return None
         if request.environ.get("HTTP_X_IDENTITY_STATUS") != "Confirmed" or not g.context.project_id:

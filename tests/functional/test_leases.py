@@ -205,3 +205,13 @@ def test_listing_pages_with_limit_and_marker(client, clock):
     queued = client.get("/v1/leases?status=queued", headers=headers()).get_json()["leases"]
     assert queued == []
     assert client.get("/v1/leases?status=bogus", headers=headers()).status_code == 400
+
+
+def test_nul_characters_are_refused_not_stored(client, sessions):
+    for body in ({"shape": "a100\u0000x2"}, {"name": "a\u0000b"}, {"user_data": "#!/bin/sh\u0000"},
+                 {"volume": {"id": "\u0000"}}):
+        response = client.post("/v1/leases", json={"shape": "a100.x2", "duration": "PT1H", **body},
+                               headers=headers())
+        assert response.status_code == 400, body
+    assert client.get("/v1/leases?marker=%00", headers=headers()).status_code == 400
+    assert lease_count(sessions) == 0

@@ -109,9 +109,10 @@ def render_preview(request_, columns, planned) -> dict:
 
 def load(session, lease_id: str) -> m.Lease:
     """A lease the caller may see; another project's lease does not exist for it."""
-    row = session.get(m.Lease, lease_id) if len(lease_id) <= 36 else None
+    # ids are uuids: anything longer or unprintable (PostgreSQL refuses NUL) names no lease
+    row = session.get(m.Lease, lease_id) if len(lease_id) <= 36 and lease_id.isprintable() else None
     if row is None or not rt.allowed("lease:show", row.project_id):
-        raise NotFound(f"lease {lease_id[:36]} not found", "gpu_tenancy.lease_not_found")
+        raise NotFound(f"lease {lease_id[:36]!r} not found", "gpu_tenancy.lease_not_found")
     return row
 
 

@@ -14,7 +14,27 @@ def json_body(schema: dict) -> dict:
         raise BadRequest("the request body must be a JSON object (Content-Type: application/json)",
                          "gpu_tenancy.malformed_json")
     check(schema, body)
+    refuse_nul(body, "the request body")
     return body
+
+
+def refuse_nul(value, where: str) -> None:
+    """No text may carry a NUL character: PostgreSQL cannot store one."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise BadRequest(f"{where} contains a NUL character", "gpu_tenancy.invalid_input")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            refuse_nul(key, where)
+            refuse_nul(item, where)
+    elif isinstance(value, list):
+        for item in value:
+            refuse_nul(item, where)
+
+
+def refuse_nul_in_query() -> None:
+    for name, values in request.args.lists():
+        refuse_nul([name, *values], "the query string")
 
 
 def check(schema: dict, value) -> None:

@@ -178,18 +178,25 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
         quota_at = cap_pushed = None
         if need <= q.gpus:
             t = t0
+            pushed_to = None   # capacity's answer when it pushed t later
             while True:
                 tq = book.earliest(p, m, t, d, need)
                 if tq is None:
                     break
                 if tq > t and quota_at is None:
                     quota_at = tq
-                r = mi.earliest(tq, d, g, n)
+                # Capacity said "earliest at r[0], on these hosts"; asked again
+                # at exactly r[0] (nothing reserved since) it gives the same.
+                if pushed_to is not None and pushed_to[0] == tq:
+                    r = pushed_to
+                else:
+                    r = mi.earliest(tq, d, g, n)
                 if r is None:
                     break
                 if r[0] > tq:
                     cap_pushed = True
                     t = r[0]
+                    pushed_to = r
                     continue
                 T, hosts_sel = r
                 break
