@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import platform
 import random
 import statistics
 import sys
@@ -77,10 +78,26 @@ def time_plan(n_hosts, n_waiting, runs, backend=None):
     times = []
     result = None
     for _ in range(runs):
+        result = None   # free the previous plan outside the timed part
         t0 = time.perf_counter()
         result = plan(NOW, hosts, holds, quotas, waiting, usage, **kw)
         times.append(time.perf_counter() - t0)
     return statistics.median(times), result
+
+
+def machine() -> str:
+    """One line naming the machine, so the figures can be read later."""
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return (f"machine: {os.cpu_count()} cores, {model}; "
+            f"{sys.implementation.name} {sys.version.split()[0]} ({platform.system()} {platform.machine()})")
 
 
 def main(argv=None):
@@ -96,7 +113,8 @@ def main(argv=None):
     sizes = [1000, 5000] if a.quick else [1000, 5000, 10000]
     host_counts = [100, 1000]
 
-    print(f"planner plan() time, median of {runs} run(s), CPython {sys.version.split()[0]}")
+    print(f"planner plan() time, median of {runs} run(s)")
+    print(machine())
     print(f"{'hosts':>6} {'waiting':>8} {'plan s':>9} {'us/lease':>9} {'placed':>7} {'start now':>9}")
     table = {}
     for nh in host_counts:

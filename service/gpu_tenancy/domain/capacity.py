@@ -22,130 +22,16 @@ from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterable, Sequence
 
 from .model import Hold, Host
+from .free_levels import FreeLevels, indexed_segments
+from .profile import INF, NCLS, StepProfile, length_class
 
-INF = 1 << 62          # "forever" for run ends
-NCLS = 26              # length classes: 64 s * 2**k; the last one takes the rest
 IDLE_SCAN = 48         # up to this many idle hosts: list them; beyond: walk hosts by name
-
-
-def length_class(length: int) -> int:
-    """Class of a run or duration length: runs of a class above cls(d) all
-    hold d; runs of a class below it never do."""
-    if length <= 0:
-        return 0
-    c = (length >> 6).bit_length()
-    return c if c < NCLS else NCLS - 1
-
-
-class StepProfile:
-    """Piecewise-constant function of time on [origin, infinity)."""
-
-    __slots__ = ("times", "vals")
-
-    def __init__(self, origin: int, value: int):
-        self.times: list[int] = [origin]
-        self.vals: list[int] = [value]
-
-    def __repr__(self) -> str:  # pragma: no cover - debugging aid
-        return f"StepProfile({list(zip(self.times, self.vals))})"
-
-    @property
-    def origin(self) -> int:
-        return self.times[0]
-
-    def value_at(self, t: int) -> int:
-        i = bisect_right(self.times, t) - 1
-        return self.vals[i if i > 0 else 0]
-
-    def add(self, start: int, end: int, delta: int) -> None:
-        """Add delta on [start, end) (clipped to the origin)."""
-        times, vals = self.times, self.vals
-        if start < times[0]:
-            start = times[0]
-        if end <= start or delta == 0:
-            return
-        i = bisect_right(times, start) - 1
-        if times[i] != start:
-            i += 1
-            times.insert(i, start)
-            vals.insert(i, vals[i - 1])
-        if end >= INF:
-            j = len(times)
-        else:
-            j = bisect_right(times, end) - 1
-            if times[j] != end:
-                j += 1
-                times.insert(j, end)
-                vals.insert(j, vals[j - 1])
-        for k in range(i, j):
-            vals[k] += delta
-        # merge equal neighbours at the two edges
-        if j < len(times) and vals[j] == vals[j - 1]:
-            del times[j], vals[j]
-        if i > 0 and vals[i] == vals[i - 1]:
-            del times[i], vals[i]
-
-    def min_on(self, start: int, end: int) -> int:
-        """Minimum value over [start, end)."""
-        times = self.times
-        i = bisect_right(times, start) - 1
-        if i < 0:
-            i = 0
-        j = bisect_right(times, end - 1) if end < INF else len(times)
-        if j <= i:
-            j = i + 1
-        return min(self.vals[i:j])
-
-    def max_on(self, start: int, end: int) -> int:
-        times = self.times
-        i = bisect_right(times, start) - 1
-        if i < 0:
-            i = 0
-        j = bisect_right(times, end - 1) if end < INF else len(times)
-        if j <= i:
-            j = i + 1
-        return max(self.vals[i:j])
-
-    def earliest_fit(self, t0: int, duration: int, need: int) -> int | None:
-        """Earliest t >= t0 with value >= need on all of [t, t+duration)."""
-        times, vals = self.times, self.vals
-        n = len(times)
-        if t0 < times[0]:
-            t0 = times[0]
-        i = bisect_right(times, t0) - 1
-        cand = t0
-        while i < n:
-            seg_end = times[i + 1] if i + 1 < n else INF
-            if vals[i] < need:
-                if i + 1 >= n:
-                    return None
-                cand = seg_end
-            elif seg_end - cand >= duration:
-                return cand
-            i += 1
-        return None
-
-    def first_below(self, t0: int, level: int) -> int | None:
-        """First time >= t0 at which the value is below level (None: never)."""
-        times, vals = self.times, self.vals
-        i = bisect_right(times, t0) - 1
-        if i < 0:
-            i = 0
-        for k in range(i, len(times)):
-            if vals[k] < level:
-                return max(times[k], t0)
-        return None
-
-    def next_break(self, t: int) -> int | None:
-        """First breakpoint strictly after t."""
-        i = bisect_right(self.times, t)
-        return self.times[i] if i < len(self.times) else None
 
 
 class HostState:
     """A host's free-GPU profile and its runs per g."""
 
-    __slots__ = ("name", "gpus", "aggregate", "prof", "runs", "idle_from")
+    __slots__ = ("name", "gpus", "aggregate", "prof", "runs", "run_lists", "idle_from")
 
     def __init__(self, host: Host, origin: int):
         self.name = host.name
@@ -154,6 +40,7 @@ class HostState:
         self.prof = StepProfile(origin, host.gpus)
         # runs[g]: set of (start, end, free_at_start) with >= g free throughout
         self.runs: list[set[tuple[int, int, int]]] = [set() for _ in range(host.gpus + 1)]
+        self.run_lists: list[list[tuple[int, int, int]]] = [[] for _ in range(host.gpus + 1)]  # same, in order
         self.idle_from = origin    # from here on the host is entirely free
 
     def compute_idle_from(self) -> int:
@@ -204,15 +91,12 @@ class ModelIndex:
             [[] for _ in range(NCLS)] for _ in range(self.max_gpus + 1)]
         # free-now histogram for "largest free block now"
         self.now_count = [0] * (self.max_gpus + 1)
-        # Runs that never end (tails) and start before t would all be
-        # candidates at t; they are split in two: hosts entirely free from
-        # `idle_from` <= t (free = all their GPUs) found through idle_sorted /
-        # static_order, and "partial tails" (>= g free from s until idle_from,
-        # then all free) in ptail[g][c], c = class of idle_from - s.
+        # Hosts entirely free from `idle_from` on: (idle_from, gpus, name);
+        # static_order walks hosts by (gpus, name) when many are idle.
         self.idle_sorted: list[tuple[int, int, str]] = []
         self.static_order = sorted((h.gpus, h.name) for h in self.hosts.values())
-        self.ptail: list[list[list[tuple[int, int, str, int]]]] = [
-            [[] for _ in range(NCLS)] for _ in range(self.max_gpus + 1)]
+        # every other profile segment, by free value: "who has v free at t"
+        self.levels = FreeLevels(self.max_gpus)
         self._built = False
 
     # -- building -----------------------------------------------------
@@ -232,16 +116,17 @@ class ModelIndex:
             for g in range(1, hs.gpus + 1):
                 rs = runs[g]
                 hs.runs[g] = set(rs)
+                hs.run_lists[g] = rs
                 hg = heaps[g]
                 for (s, e, f) in rs:
                     hg[length_class(e - s)].append((s, f, name, e))
-                if rs and rs[-1][1] >= INF and rs[-1][0] < idle:
-                    s0, _, f0 = rs[-1]
-                    self.ptail[g][length_class(idle - s0)].append((s0, f0, name, idle))
+            for seg in indexed_segments(hs.prof, hs.gpus, self.origin, INF):
+                self.levels.lists[seg[2]][length_class(seg[1] - seg[0])].append((seg[0], name, seg[1]))
             self.now_count[self._clamp(hs.prof.vals[0])] += 1
-        for hg in heaps + self.ptail:
+        for hg in heaps:
             for h in hg:
                 h.sort()
+        self.levels.sort()
         self.idle_sorted.sort()
         self._built = True
 
@@ -252,7 +137,12 @@ class ModelIndex:
     def reserve(self, host: str, start: int, end: int, gpus: int) -> None:
         hs = self.hosts[host]
         before_now = hs.prof.vals[0]
+        lo = max(start, self.origin)   # add() clips to the origin
+        old_segs = indexed_segments(hs.prof, hs.gpus, lo, end)
+        # g-runs can change only for g up to the most free in the window
+        touched_g = min(hs.gpus, hs.prof.max_on(lo, end)) if end > lo else 0
         hs.prof.add(start, end, -gpus)
+        self.levels.replace(hs.name, old_segs, indexed_segments(hs.prof, hs.gpus, lo, end))
         after_now = hs.prof.vals[0]
         if before_now != after_now:
             self.now_count[self._clamp(before_now)] -= 1
@@ -269,21 +159,18 @@ class ModelIndex:
             del L[bisect_left(L, (old_idle, hs.gpus, name))]
             insort(L, (idle, hs.gpus, name))
             hs.idle_from = idle
-        for g in range(1, hs.gpus + 1):
+        old_lists = hs.run_lists
+        for g in range(1, touched_g + 1):
             new = runs[g]
+            if new == old_lists[g]:
+                continue   # list compare in C: cheaper than a diff
             old = old_all[g]
-            changed = False
-            if new and new[-1][1] >= INF and new[-1][0] < idle and (
-                    idle != old_idle or new[-1] not in old):
-                s0, _, f0 = new[-1]
-                push(self.ptail[g][length_class(idle - s0)], (s0, f0, name, idle))
             for r in new:
                 if r not in old:
-                    changed = True
                     s, e, f = r
                     push(heaps[g][length_class(e - s)], (s, f, name, e))
-            if changed or len(new) != len(old):
-                old_all[g] = set(new)
+            old_all[g] = set(new)
+            old_lists[g] = new
 
     def largest_free_now(self) -> int:
         for f in range(self.max_gpus, -1, -1):
@@ -303,40 +190,25 @@ class ModelIndex:
         return self._earliest_gang(t, duration, gpus, instances)
 
     def _earliest_one(self, t: int, d: int, g: int) -> tuple[int, tuple[str, ...]] | None:
-        """Runs of class c are shorter than 64 * 2**c, so a run starting
-        before t can cover [t, t+d) only if it starts after t + d - 64*2**c:
-        that bounds the part of each list read for runs already open at t.
-        Runs starting at or after t are read in (start, free, name) order and
-        the first that holds d is the best of its list."""
+        """First the hosts that fit right at t (after the origin, through
+        the free levels); then runs starting after t, read per length class
+        in (start, free, name) order: the first that holds d is the best of
+        its list."""
+        if t > self.origin:
+            fit = self._fit_at(t, d, g)
+            if fit is not None:
+                return t, (fit[1],)
+            first = (t,)
+        else:
+            first = None   # at the origin every run starts at or after t
         hosts = self.hosts
         best: tuple[int, int, str] | None = None
         lists = self.heaps[g]
-        top = NCLS - 1
         for c in range(length_class(d), NCLS):
             L = lists[c]
             if not L:
                 continue
-            if t > self.origin and c == top:
-                best = self._open_tails(t, g, best)
-                i = bisect_left(L, (t,))
-            elif t > self.origin:
-                i = bisect_left(L, (t + d - (64 << c) + 1,))
-                # runs open before t: fit at t if they last to t + d
-                while i < len(L):
-                    s, f, name, e = L[i]
-                    if s >= t:
-                        break
-                    hs = hosts[name]
-                    if (s, e, f) not in hs.runs[g]:
-                        del L[i]
-                        continue
-                    i += 1
-                    if e - t >= d:
-                        key = (t, hs.prof.value_at(t), name)
-                        if best is None or key < best:
-                            best = key
-            else:
-                i = 0
+            i = bisect_left(L, first) if first else 0
             n = len(L)
             while i < n:
                 ent = L[i]
@@ -359,50 +231,36 @@ class ModelIndex:
             return None
         return best[0], (best[2],)
 
-    def _open_tails(self, t: int, g: int, best):
-        """Best (t, free, name) among hosts whose never-ending g-run started
-        before t."""
+    def _fit_at(self, t: int, d: int, g: int) -> tuple[int, str] | None:
+        """Least (free at t, name) among hosts with >= g free all over
+        [t, t+d). Free levels are tried upwards from g, so the hosts of
+        higher levels are never looked at once a tighter one fits."""
+        idle = self._idle_at(t, g)
         hosts = self.hosts
-        # hosts entirely free at t: free = their size; least (gpus, name)
+
+        def fits(name: str, seg_end: int) -> bool:
+            return seg_end - t >= d or hosts[name].prof.min_on(t, t + d) >= g
+
+        for v in range(g, (idle[0] if idle else self.max_gpus) + 1):
+            name = self.levels.least_name_at(v, t, fits)
+            if name is not None:
+                return (v, name) if idle is None or (v, name) < idle else idle
+        return idle
+
+    def _idle_at(self, t: int, g: int) -> tuple[int, str] | None:
+        """Least (gpus, name) among hosts of >= g GPUs entirely free from t on."""
         idle = self.idle_sorted
         k = bisect_left(idle, (t + 1,))
-        cand = None
         if k <= IDLE_SCAN:
-            for x in idle[:k]:
-                if x[1] >= g and (cand is None or (x[1], x[2]) < cand):
-                    cand = (x[1], x[2])
-        else:
-            order = self.static_order
-            for j in range(bisect_left(order, (g,)), len(order)):
-                gp, name = order[j]
-                if hosts[name].idle_from <= t:
-                    cand = (gp, name)
-                    break
-        if cand is not None:
-            key = (t, cand[0], cand[1])
-            if best is None or key < best:
-                best = key
-        # partial tails open at t
-        for c, L in enumerate(self.ptail[g]):
-            if not L:
-                continue
-            i = bisect_left(L, (t - (64 << c) + 1,)) if c < NCLS - 1 else 0
-            j = bisect_left(L, (t,), i)
-            for k in range(j - 1, i - 1, -1):
-                s, f, name, idle_from = L[k]
-                if idle_from <= t:
-                    continue
-                if best is not None and best[0] == t and (g, name) >= (best[1], best[2]):
-                    continue  # cannot beat best: its free at t is >= g
-                hs = hosts[name]
-                if hs.idle_from != idle_from or (s, INF, f) not in hs.runs[g]:
-                    del L[k]
-                    continue
-                p = hs.prof
-                key = (t, p.vals[bisect_right(p.times, t) - 1], name)
-                if best is None or key < best:
-                    best = key
-        return best
+            cands = [(gp, name) for (_, gp, name) in idle[:k] if gp >= g]
+            return min(cands) if cands else None
+        hosts = self.hosts
+        order = self.static_order
+        for j in range(bisect_left(order, (g,)), len(order)):
+            gp, name = order[j]
+            if hosts[name].idle_from <= t:
+                return gp, name
+        return None
 
     def _open_at(self, g: int, c: int, T: int, d: int, active: dict[str, int]) -> int:
         """Add to `active` the hosts whose g-run of class c covers [T, T+d);

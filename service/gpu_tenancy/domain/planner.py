@@ -62,25 +62,37 @@ class QuotaBook:
         self.now = now
         self.quotas = quotas
         self.profs: dict[tuple[str, str], StepProfile] = {}
+        # lowest remaining quota anywhere in the profile: while it covers a
+        # lease, the lease fits at once without walking the profile
+        self.floor: dict[tuple[str, str], int] = {}
         for h in holds:
             if h.end > now and h.gpus > 0:
-                self._prof(h.project_id, h.gpu_model).add(max(h.start, now), h.end, -h.gpus)
+                self.reserve(h.project_id, h.gpu_model, max(h.start, now), h.end, h.gpus)
 
     def _prof(self, p: str, m: str) -> StepProfile:
         pr = self.profs.get((p, m))
         if pr is None:
             q = self.quotas.get((p, m))
             pr = self.profs[(p, m)] = StepProfile(self.now, q.gpus if q else 0)
+            self.floor[(p, m)] = pr.vals[0]
         return pr
 
     def earliest(self, p: str, m: str, t: int, d: int, need: int) -> int | None:
-        return self._prof(p, m).earliest_fit(t, d, need)
+        prof = self._prof(p, m)
+        if self.floor[(p, m)] >= need:
+            return t if t > self.now else self.now
+        return prof.earliest_fit(t, d, need)
 
     def min_remaining(self, p: str, m: str, a: int, b: int) -> int:
         return self._prof(p, m).min_on(a, b)
 
     def reserve(self, p: str, m: str, a: int, b: int, need: int) -> None:
-        self._prof(p, m).add(a, b, -need)
+        prof = self._prof(p, m)
+        prof.add(a, b, -need)
+        if b > max(a, self.now):
+            low = prof.min_on(max(a, self.now), b)
+            if low < self.floor[(p, m)]:
+                self.floor[(p, m)] = low
 
 
 def _fast_capacity(now: int, hosts: Sequence[Host], holds: Sequence[Hold]) -> dict[str, ModelIndex]:
