@@ -69,26 +69,20 @@ class StepProfile:
         if i > 0 and vals[i] == vals[i - 1]:
             del times[i], vals[i]
 
+    def _span(self, start: int, end: int) -> list[int]:
+        """The values of the segments that meet [start, end)."""
+        times = self.times
+        i = max(bisect_right(times, start) - 1, 0)
+        j = bisect_right(times, end - 1) if end < INF else len(times)
+        return self.vals[i:max(j, i + 1)]
+
     def min_on(self, start: int, end: int) -> int:
         """Minimum value over [start, end)."""
-        times = self.times
-        i = bisect_right(times, start) - 1
-        if i < 0:
-            i = 0
-        j = bisect_right(times, end - 1) if end < INF else len(times)
-        if j <= i:
-            j = i + 1
-        return min(self.vals[i:j])
+        return min(self._span(start, end))
 
     def max_on(self, start: int, end: int) -> int:
-        times = self.times
-        i = bisect_right(times, start) - 1
-        if i < 0:
-            i = 0
-        j = bisect_right(times, end - 1) if end < INF else len(times)
-        if j <= i:
-            j = i + 1
-        return max(self.vals[i:j])
+        """Maximum value over [start, end)."""
+        return max(self._span(start, end))
 
     def earliest_fit(self, t0: int, duration: int, need: int) -> int | None:
         """Earliest t >= t0 with value >= need on all of [t, t+duration)."""
