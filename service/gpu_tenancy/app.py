@@ -27,7 +27,8 @@ def make_cloud(config: Config, clock):
     if config.cloud_driver == "simulated":
         from gpu_tenancy.cloud.simulated import SimulatedCloud
         return SimulatedCloud.from_file(config.simulated_cloud, clock)
-    raise ValueError(f"cloud driver '{config.cloud_driver}' is not available; use 'simulated'")
+    from gpu_tenancy.cloud.openstack import OpenStackCloud
+    return OpenStackCloud.from_config(config)
 
 
 def create_app(config: Config | None = None, *, clock=None, cloud=None, start_engine: bool | None = None) -> Flask:

@@ -19,7 +19,12 @@ class Config:
     policy_file: str | None = None
     cloud_driver: str = "simulated"
     simulated_cloud: str = DEMO_CLOUD
+    # openstack driver: the service's cloud in clouds.yaml (file: the standard places when unset)
     clouds_yaml_cloud: str | None = None
+    clouds_yaml_file: str | None = None
+    cloud_network: str = "auto"          # networks for boots: auto, none, or a network id
+    cloud_project_role: str = "admin"    # role the service user grants itself on a tenant project; "" = never
+    gpu_resource_classes: dict = field(default_factory=dict)  # CUSTOM_PGPU_A100: A100 (default: that convention)
     run_engine: bool = True          # run the engine in this process (the demo does)
     engine_tick_seconds: int = 5
     host_refresh_seconds: int = 60
@@ -49,4 +54,8 @@ class Config:
             raise ValueError(f"unknown configuration options: {', '.join(sorted(unknown))}")
         if values.get("auth_strategy", "keystone") not in ("keystone", "noauth2"):
             raise ValueError("auth_strategy must be keystone or noauth2")
+        if values.get("cloud_driver", "simulated") not in ("simulated", "openstack"):
+            raise ValueError("cloud_driver must be simulated or openstack")
+        if values.get("cloud_driver") == "openstack" and not values.get("clouds_yaml_cloud"):
+            raise ValueError("cloud_driver openstack needs clouds_yaml_cloud: the service's cloud in clouds.yaml")
         return cls(**values)

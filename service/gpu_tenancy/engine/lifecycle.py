@@ -241,6 +241,7 @@ class Lifecycle:
         except CloudError as exc:
             log.warning("reconcile: listing cloud objects failed: %s", exc)
             return
+        self._retire_flavors([o for o in objects if o.kind == "flavor"])
         servers = [o for o in objects if o.kind == "server" and o.lease_id]
         if not servers:
             return
@@ -252,6 +253,25 @@ class Lifecycle:
             if status.get(obj.lease_id) is None or status[obj.lease_id] in final:
                 log.info("reconcile: deleting server %s of finished lease %s", obj.id, obj.lease_id)
                 self.cloud.delete_server(obj.id)
+
+    def _retire_flavors(self, flavors: list) -> None:
+        """Remove a project's flavor once its shape is retired and no unfinished lease of the
+        project uses that shape."""
+        if not flavors:
+            return
+        final = [st.value for st in FINAL]
+        with session_scope(self.sessions) as session:
+            retired = set(session.scalars(select(m.Shape.name).where(m.Shape.retired_at.is_not(None))))
+            in_use = set(session.execute(select(m.Lease.project_id, m.Lease.shape).where(
+                m.Lease.shape.in_(retired), m.Lease.status.not_in(final))).all()) if retired else set()
+        for flavor in flavors:
+            shape, project = flavor.attrs.get("shape"), flavor.project_id
+            if shape in retired and (project, shape) not in in_use:
+                log.info("reconcile: removing flavor %s of retired shape %s", flavor.id, shape)
+                try:
+                    self.cloud.retire_flavor(project, shape)
+                except CloudError as exc:
+                    log.warning("reconcile: removing flavor %s failed: %s", flavor.id, exc)
 
     # --- small writes -----------------------------------------------------------------------
     def _note(self, lease_id: str, kind: str, message: str, **columns) -> None:

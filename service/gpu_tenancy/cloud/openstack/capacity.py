@@ -1,0 +1,75 @@
+"""Hosts and their GPUs, read the way Nova and Placement keep them.
+
+Placement knows the inventory: each passthrough GPU is a child resource
+provider under its compute node, with one unit of a GPU resource class
+(CUSTOM_PGPU_A100, ...). Placement knows nothing of service state, so
+whether a host is up or disabled comes from Nova's hypervisor list, which
+carries the nova-compute service's status and state.
+"""
+from __future__ import annotations
+
+import logging
+from collections import Counter, defaultdict
+
+from gpu_tenancy.cloud.driver import HostInfo
+
+log = logging.getLogger(__name__)
+GPU_CLASS_PREFIX = "CUSTOM_PGPU_"
+
+
+class GpuInventory:
+    """Reads hosts from Placement and Nova. A GPU provider's inventory does not
+    change for its life (a new device is a new provider), so it is read once
+    per provider, and a refresh costs three list calls however big the cloud."""
+
+    def __init__(self, resource_classes: dict[str, str]):
+        self.resource_classes = resource_classes   # CUSTOM_PGPU_A100 -> A100
+        self._inventory: dict[str, tuple[str | None, int]] = {}  # provider id -> (model, units)
+
+    def model_of(self, resource_class: str) -> str | None:
+        """The GPU model of a resource class: from the configured map, else by the
+        CUSTOM_PGPU_<MODEL> convention."""
+        if self.resource_classes:
+            return self.resource_classes.get(resource_class)
+        if resource_class.startswith(GPU_CLASS_PREFIX):
+            return resource_class[len(GPU_CLASS_PREFIX):]
+        return None
+
+    def hosts(self, conn) -> list[HostInfo]:
+        providers = list(conn.placement.resource_providers())
+        names = {rp.id: rp.name for rp in providers}
+        gpus: dict[str, Counter] = defaultdict(Counter)    # node name -> model -> GPUs
+        for rp in providers:
+            if not rp.parent_provider_id:
+                continue
+            model, units = self._gpu_inventory(conn, rp.id)
+            if model:
+                gpus[names.get(rp.root_provider_id, rp.root_provider_id)][model] += units
+        nodes = {h.name: h for h in conn.compute.hypervisors(details=True)}
+        aggregates = {}
+        for agg in conn.compute.aggregates():
+            for host in agg.hosts or []:
+                aggregates.setdefault(host, agg.name)
+        hosts = []
+        for node, models in sorted(gpus.items()):
+            model, count = models.most_common(1)[0]
+            if len(models) > 1:
+                log.warning("host %s has GPUs of several models %s; only %s are offered", node, dict(models), model)
+            hyp = nodes.get(node)
+            service = (hyp.service_details or {}) if hyp else {}
+            name = service.get("host") or node   # Nova pins servers to the service host
+            hosts.append(HostInfo(name=name, gpu_model=model, gpus=count,
+                                  enabled=bool(hyp) and hyp.status == "enabled",
+                                  up=bool(hyp) and hyp.state == "up",
+                                  aggregate=aggregates.get(name)))
+        return hosts
+
+    def _gpu_inventory(self, conn, provider_id: str) -> tuple[str | None, int]:
+        if provider_id not in self._inventory:
+            found: tuple[str | None, int] = (None, 0)
+            for inv in conn.placement.resource_provider_inventories(provider_id):
+                model = self.model_of(inv.resource_class)
+                if model:
+                    found = (model, int(inv.total) - int(inv.reserved or 0))
+            self._inventory[provider_id] = found
+        return self._inventory[provider_id]

@@ -1,0 +1,60 @@
+"""Connections to the cloud: the service's own (from clouds.yaml), and one
+per tenant project, so that what a lease makes belongs to the tenant.
+
+To act in a tenant's project the service user needs a role there. When it
+has none, it grants itself the configured role once (it is an admin), as an
+operator would with `openstack role add --user gpu-tenancy --project ...`.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+
+import openstack
+from keystoneauth1 import exceptions as ksa
+from openstack import config as os_config
+
+log = logging.getLogger(__name__)
+
+
+def connect(cloud: str, clouds_yaml: str | None = None) -> openstack.connection.Connection:
+    files = [clouds_yaml] if clouds_yaml else None
+    region = os_config.OpenStackConfig(config_files=files).get_one(cloud=cloud)
+    return openstack.connection.Connection(config=region)
+
+
+class Connections:
+    def __init__(self, service: openstack.connection.Connection, project_role: str | None):
+        self.service = service
+        self.project_role = project_role
+        self._projects: dict[str, openstack.connection.Connection] = {}
+        self._lock = threading.Lock()
+
+    def project(self, project_id: str) -> openstack.connection.Connection:
+        with self._lock:
+            conn = self._projects.get(project_id)
+            if conn is None:
+                conn = self._scoped(project_id)
+                self._projects[project_id] = conn
+            return conn
+
+    def _scoped(self, project_id: str):
+        conn = self.service.connect_as(project_id=project_id, project_name=None,
+                                       project_domain_id=None, project_domain_name=None)
+        try:
+            conn.authorize()
+        except ksa.Unauthorized:
+            if not self.project_role:
+                raise
+            self._grant(project_id)
+            conn = self.service.connect_as(project_id=project_id, project_name=None,
+                                           project_domain_id=None, project_domain_name=None)
+            conn.authorize()
+        return conn
+
+    def _grant(self, project_id: str) -> None:
+        identity = self.service.identity
+        role = identity.find_role(self.project_role, ignore_missing=False)
+        user_id = self.service.current_user_id
+        log.info("granting role %s on project %s to the service user %s", self.project_role, project_id, user_id)
+        identity.assign_project_role_to_user(project_id, user_id, role)

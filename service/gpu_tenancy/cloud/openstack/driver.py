@@ -1,0 +1,248 @@
+"""OpenStackCloud: the CloudDriver on a real OpenStack cloud, with openstacksdk.
+
+- Capacity from Placement (GPU child providers) and Nova (host state).
+- Shapes become private flavors, one per project and shape, named
+  gt-<shape>-<project id>, with `pci_passthrough:alias=<alias>:<n>`; only
+  that project has access.
+- Servers and new volumes are made in the tenant's project (a connection
+  scoped to it), tagged with the lease id in their metadata; servers are
+  pinned to the host the planner chose (compute API microversion >= 2.74).
+- Volumes are never deleted: deleting a server detaches them.
+Calls that fail raise CloudError with the failure class and the cloud's message.
+"""
+from __future__ import annotations
+
+import base64
+import logging
+import time
+
+from openstack import exceptions as sdk
+
+from gpu_tenancy.cloud.driver import (
+    LEASE_TAG, BootRequest, CloudDriver, CloudError, CloudObject, HostInfo, ServerState, ShapeSpec,
+    VolumeRequest)
+from gpu_tenancy.cloud.openstack.capacity import GpuInventory
+from gpu_tenancy.cloud.openstack.connection import Connections, connect
+from gpu_tenancy.cloud.openstack.errors import CALL_ERRORS, wrap
+from gpu_tenancy.domain.failures import FailureClass
+
+F = FailureClass
+SHAPE_SPEC = "gpu_tenancy:shape"       # flavor extra specs that say which shape and project it serves
+PROJECT_SPEC = "gpu_tenancy:project"
+VM_TAG = "gpu_tenancy_vm"
+FLAVOR_PREFIX = "gt-"
+
+
+class OpenStackCloud(CloudDriver):
+    name = "openstack"
+
+    def __init__(self, conn, *, resource_classes: dict[str, str], network: str = "auto",
+                 project_role: str | None = "admin", volume_timeout: int = 300):
+        self.conns = Connections(conn, project_role)
+        self.inventory = GpuInventory(resource_classes)
+        self.network = network
+        self.volume_timeout = volume_timeout
+
+    @classmethod
+    def from_config(cls, config) -> "OpenStackCloud":
+        conn = connect(config.clouds_yaml_cloud, config.clouds_yaml_file)
+        return cls(conn, resource_classes=config.gpu_resource_classes, network=config.cloud_network,
+                   project_role=config.cloud_project_role or None)
+
+    @property
+    def admin(self):
+        return self.conns.service
+
+    # --- capacity ---------------------------------------------------------------------------
+    def capacity(self) -> list[HostInfo]:
+        try:
+            return self.inventory.hosts(self.admin)
+        except CALL_ERRORS as exc:
+            raise wrap(exc, "reading hosts from Placement and Nova failed") from exc
+
+    # --- flavors ----------------------------------------------------------------------------
+    def _flavor_name(self, project_id: str, shape_name: str) -> str:
+        return f"{FLAVOR_PREFIX}{shape_name}-{project_id}"
+
+    def ensure_flavor(self, project_id: str, shape: ShapeSpec) -> str:
+        name = self._flavor_name(project_id, shape.name)
+        specs = {"pci_passthrough:alias": f"{shape.pci_alias}:{shape.gpus}",
+                 SHAPE_SPEC: shape.name, PROJECT_SPEC: project_id}
+        compute = self.admin.compute
+        try:
+            flavor = compute.find_flavor(name, ignore_missing=True, get_extra_specs=True, is_public=None)
+            if flavor is not None:
+                same = ((flavor.vcpus, flavor.ram, flavor.disk) == (shape.vcpus, shape.ram_mb, shape.disk_gb)
+                        and all((flavor.extra_specs or {}).get(k) == v for k, v in specs.items()))
+                if same:
+                    return flavor.id
+                compute.delete_flavor(flavor, ignore_missing=True)  # flavors are immutable: make it anew
+            flavor = compute.create_flavor(name=name, vcpus=shape.vcpus, ram=shape.ram_mb, disk=shape.disk_gb,
+                                           is_public=False,
+                                           description=f"gpu-tenancy shape {shape.name} for project {project_id}")
+            compute.create_flavor_extra_specs(flavor, specs)
+            compute.flavor_add_tenant_access(flavor, project_id)
+            return flavor.id
+        except CALL_ERRORS as exc:
+            raise wrap(exc, f"making the private flavor {name} failed") from exc
+
+    def retire_flavor(self, project_id: str, shape_name: str) -> None:
+        name = self._flavor_name(project_id, shape_name)
+        try:
+            flavor = self.admin.compute.find_flavor(name, ignore_missing=True, is_public=None)
+            if flavor is not None:
+                self.admin.compute.delete_flavor(flavor, ignore_missing=True)
+        except CALL_ERRORS as exc:
+            raise wrap(exc, f"removing the flavor {name} failed") from exc
+
+    # --- images -----------------------------------------------------------------------------
+    def check_image(self, image_ref: str) -> None:
+        try:
+            image = self.admin.image.find_image(image_ref, ignore_missing=True) if image_ref else None
+        except CALL_ERRORS as exc:
+            raise wrap(exc, f"looking up image {image_ref!r} failed", F.IMAGE) from exc
+        if image is None:
+            raise CloudError(F.IMAGE, f"image {image_ref!r} is not in Glance",
+                             f"No Image found for {image_ref}")
+        if image.status != "active":
+            raise CloudError(F.IMAGE, f"image {image_ref!r} is {image.status}, not active",
+                             f"Image {image.id} has status {image.status}")
+
+    # --- volumes ----------------------------------------------------------------------------
+    def ensure_volume(self, project_id: str, lease_id: str, request: VolumeRequest) -> str:
+        try:
+            storage = self.conns.project(project_id).block_storage
+            if request.volume_id:
+                volume = storage.get_volume(request.volume_id)
+                if volume.status == "in-use" and self._attached_to_lease(volume, lease_id):
+                    return volume.id        # a repeat call after the attach
+                if volume.status != "available":
+                    raise CloudError(F.VOLUME, f"volume {volume.id} is {volume.status}, not available",
+                                     f"Volume {volume.id} status must be available, but current status is: "
+                                     f"{volume.status}.")
+                return volume.id
+            volume = next((v for v in storage.volumes(details=True)
+                           if (v.metadata or {}).get(LEASE_TAG) == lease_id), None)
+            if volume is None:
+                if not request.size_gb or request.size_gb < 1:
+                    raise CloudError(F.VOLUME, "a new volume needs a size of at least 1 GB")
+                volume = storage.create_volume(size=request.size_gb, name=f"gt-{lease_id[:8]}-data",
+                                               description=f"data volume of gpu-tenancy lease {lease_id}",
+                                               metadata={LEASE_TAG: lease_id})
+            return self._wait_volume(storage, volume.id)
+        except sdk.NotFoundException as exc:
+            raise CloudError(F.VOLUME, f"volume {request.volume_id} not found in the project",
+                             f"Volume {request.volume_id} could not be found.") from exc
+        except CALL_ERRORS as exc:
+            raise wrap(exc, "making the data volume failed", F.VOLUME) from exc
+
+    def _wait_volume(self, storage, volume_id: str) -> str:
+        deadline = time.monotonic() + self.volume_timeout
+        while True:
+            volume = storage.get_volume(volume_id)
+            if volume.status in ("available", "in-use"):
+                return volume.id
+            if volume.status.startswith("error"):
+                raise CloudError(F.VOLUME, f"volume {volume_id} went to {volume.status}",
+                                 f"Volume {volume_id} status is {volume.status}")
+            if time.monotonic() > deadline:
+                raise CloudError(F.VOLUME, f"volume {volume_id} was not available within {self.volume_timeout} s")
+            time.sleep(0.5)
+
+    @staticmethod
+    def _attached_to_lease(volume, lease_id: str) -> bool:
+        return any(a.get("server_id") for a in volume.attachments or []) and \
+            (volume.metadata or {}).get(LEASE_TAG) in (None, lease_id)
+
+    def volume_status(self, volume_id: str) -> str:
+        try:
+            return self.admin.block_storage.get_volume(volume_id).status
+        except sdk.NotFoundException:
+            return "missing"
+        except CALL_ERRORS as exc:
+            raise wrap(exc, f"reading volume {volume_id} failed", F.VOLUME) from exc
+
+    # --- servers ----------------------------------------------------------------------------
+    def boot(self, request: BootRequest) -> str:
+        try:
+            compute = self.conns.project(request.project_id).compute
+            for server in compute.servers(details=True):
+                meta = server.metadata or {}
+                if meta.get(LEASE_TAG) == request.lease_id and meta.get(VM_TAG) == str(request.vm_index):
+                    return server.id     # asked before a crash: the same server
+            attrs = dict(name=request.name or f"gt-{request.lease_id[:8]}-{request.vm_index}",
+                         flavor_id=request.flavor_id, image_id=request.image_ref, host=request.host,
+                         networks=self.network,
+                         metadata={LEASE_TAG: request.lease_id, VM_TAG: str(request.vm_index)})
+            if request.key_name:
+                attrs["key_name"] = request.key_name
+            if request.user_data:
+                attrs["user_data"] = base64.b64encode(request.user_data.encode()).decode()
+            return compute.create_server(**attrs).id
+        except CALL_ERRORS as exc:
+            raise wrap(exc, f"asking Nova for VM {request.vm_index} on {request.host} failed") from exc
+
+    def server_state(self, server_id: str) -> ServerState:
+        try:
+            server = self.admin.compute.get_server(server_id)
+        except sdk.NotFoundException:
+            return ServerState(server_id, "DELETED")
+        except CALL_ERRORS as exc:
+            raise wrap(exc, f"reading server {server_id} failed") from exc
+        status = "DELETED" if server.status in ("DELETED", "SOFT_DELETED") else server.status
+        fault = (server.fault or {}).get("message") if status == "ERROR" else None
+        return ServerState(server.id, status, server.compute_host, fault)
+
+    def attach_volume(self, server_id: str, volume_id: str) -> None:
+        compute = self.admin.compute
+        try:
+            if any(a.volume_id == volume_id for a in compute.volume_attachments(server_id)):
+                return
+            compute.create_volume_attachment(server_id, volume_id=volume_id)
+            deadline = time.monotonic() + self.volume_timeout
+            while self.admin.block_storage.get_volume(volume_id).status != "in-use":
+                if time.monotonic() > deadline:
+                    raise CloudError(F.VOLUME, f"volume {volume_id} was not attached within {self.volume_timeout} s")
+                time.sleep(0.5)
+        except CALL_ERRORS as exc:
+            raise wrap(exc, f"attaching volume {volume_id} to server {server_id} failed", F.VOLUME) from exc
+
+    def delete_server(self, server_id: str) -> None:
+        # Volumes attached through the API are not deleted with the server: they come back available.
+        try:
+            self.admin.compute.delete_server(server_id, ignore_missing=True)
+        except CALL_ERRORS as exc:
+            raise wrap(exc, f"deleting server {server_id} failed") from exc
+
+    def gpus_released(self, server_id: str) -> bool:
+        try:
+            allocation = self.admin.placement.get_allocation(server_id)
+        except sdk.NotFoundException:
+            return True
+        except CALL_ERRORS as exc:
+            raise wrap(exc, f"reading the Placement allocations of {server_id} failed") from exc
+        return not allocation.allocations
+
+    # --- what carries our tag ---------------------------------------------------------------
+    def list_tagged(self) -> list[CloudObject]:
+        compute, storage = self.admin.compute, self.admin.block_storage
+        try:
+            objects = [CloudObject("server", s.id, s.metadata[LEASE_TAG], s.project_id,
+                                   dict(status=s.status, host=s.compute_host, name=s.name,
+                                        vm_index=int((s.metadata or {}).get(VM_TAG, 0)), metadata=dict(s.metadata)))
+                       for s in compute.servers(details=True, all_projects=True)
+                       if LEASE_TAG in (s.metadata or {})]
+            objects += [CloudObject("volume", v.id, v.metadata[LEASE_TAG], v.project_id,
+                                    dict(status=v.status, size_gb=v.size, name=v.name))
+                        for v in storage.volumes(details=True, all_projects=True)
+                        if LEASE_TAG in (v.metadata or {})]
+            for flavor in compute.flavors(details=True, is_public=None):
+                if not flavor.name.startswith(FLAVOR_PREFIX):
+                    continue
+                specs = flavor.extra_specs or compute.fetch_flavor_extra_specs(flavor).extra_specs or {}
+                if SHAPE_SPEC in specs:
+                    objects.append(CloudObject("flavor", flavor.id, None, specs.get(PROJECT_SPEC),
+                                               dict(name=flavor.name, shape=specs[SHAPE_SPEC])))
+            return objects
+        except CALL_ERRORS as exc:
+            raise wrap(exc, "listing the service's servers, volumes and flavors failed") from exc
