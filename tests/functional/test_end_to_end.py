@@ -51,3 +51,16 @@ def test_a_boot_failure_is_classified_and_cleaned_up(client, cloud, engine_tick)
     assert "No valid host" in shown["failure"]["message"]
     assert cloud.servers() == {}
     assert [v["status"] for v in cloud.volumes().values()] == ["available"]
+
+
+def test_provisioning_progress_is_told_in_events_until_active(client, engine_tick):
+    lease = client.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT1H", "volume": {"size_gb": 5}},
+                        headers=headers()).get_json()["lease"]
+    engine_tick()
+    engine_tick(advance=10)          # still building: the cloud's task is told once, not every tick
+    engine_tick(advance=30)
+    events = client.get(f"/v1/leases/{lease['id']}/events", headers=headers()).get_json()["events"]
+    progress = [e["message"] for e in events if e["kind"] == "progress"]
+    assert progress[0].startswith("data volume ")
+    assert progress[1].startswith("VM 0 requested on ")
+    assert progress[2:] == ["VM 0: spawning", f"VM 0 is active on {progress[1].split(' on ')[1].split(' ')[0]}"]

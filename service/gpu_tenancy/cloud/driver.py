@@ -66,6 +66,7 @@ class ServerState:
     status: str               # BUILD, ACTIVE, ERROR, DELETED (gone)
     host: str | None = None
     fault: str | None = None  # the cloud's own message when status is ERROR
+    task: str | None = None   # what the cloud is doing while BUILD (Nova's task_state: spawning, ...)
 
 
 @dataclass(frozen=True)

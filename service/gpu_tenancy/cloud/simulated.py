@@ -295,7 +295,9 @@ class SimulatedCloud(CloudDriver):
             if server is None or server.deleted_at is not None:
                 return ServerState(server_id, "DELETED")
             now = self.clock.now()
-            return ServerState(server.id, self._status(server, now), server.host, self._fault(server, now))
+            status = self._status(server, now)
+            return ServerState(server.id, status, server.host, self._fault(server, now),
+                               "spawning" if status == "BUILD" else None)
 
     def delete_server(self, server_id: str) -> None:
         with self._lock:

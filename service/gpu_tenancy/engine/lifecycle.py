@@ -33,6 +33,7 @@ class Lifecycle:
     def __init__(self, sessions: sessionmaker[Session], cloud: CloudDriver, clock, config: Config):
         self.sessions, self.cloud, self.clock, self.config = sessions, cloud, clock, config
         self._hosts_refreshed_at: int | None = None
+        self._tasks: dict[str, str] = {}   # server id -> the cloud's last task seen while BUILD
 
     # --- one pass -------------------------------------------------------------------------
     def tick(self) -> None:
@@ -146,7 +147,11 @@ class Lifecycle:
             if state.status != old:
                 self._set_server(lease_id, vm_index, status=state.status, fault=state.fault)
                 if state.status == "ACTIVE":
+                    self._tasks.pop(cloud_id, None)
                     self._note(lease_id, "progress", f"VM {vm_index} is active on {state.host}")
+            if state.status == "BUILD" and state.task and self._tasks.get(cloud_id) != state.task:
+                self._tasks[cloud_id] = state.task
+                self._note(lease_id, "progress", f"VM {vm_index}: {state.task.replace('_', ' ')}")
         failed = [s for s in states.values() if s.status in ("ERROR", "DELETED")]
         if failed:
             fault = failed[0].fault or f"server {failed[0].id} is {failed[0].status}"

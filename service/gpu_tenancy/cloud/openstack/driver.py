@@ -191,7 +191,7 @@ class OpenStackCloud(CloudDriver):
             raise wrap(exc, f"reading server {server_id} failed") from exc
         status = "DELETED" if server.status in ("DELETED", "SOFT_DELETED") else server.status
         fault = (server.fault or {}).get("message") if status == "ERROR" else None
-        return ServerState(server.id, status, server.compute_host, fault)
+        return ServerState(server.id, status, server.compute_host, fault, server.task_state)
 
     def attach_volume(self, server_id: str, volume_id: str) -> None:
         compute = self.admin.compute
