@@ -57,7 +57,7 @@ def create_app(config: Config | None = None, *, clock=None, cloud=None, start_en
         g.request_id = "req-" + str(uuid.uuid4())
         g.context = RequestContext.from_environ(request.environ, request_id=g.request_id)
         refuse_nul_in_query()
-        if request.endpoint in PUBLIC_ENDPOINTS:
+        if request.endpoint in PUBLIC_ENDPOINTS or (request.endpoint == "metrics.show" and config.metrics_public):
             return None
         if request.environ.get("HTTP_X_IDENTITY_STATUS") != "Confirmed" or not g.context.project_id:
             raise Unauthorized("a valid project-scoped token is required (X-Auth-Token)",
@@ -81,8 +81,8 @@ def create_app(config: Config | None = None, *, clock=None, cloud=None, start_en
 
 
 def register_blueprints(app: Flask) -> None:
-    from gpu_tenancy.api import capacity, images, leases, openapi, quotas, shapes, usage
-    for module in (leases, shapes, images, quotas, capacity, usage, openapi):
+    from gpu_tenancy.api import capacity, images, leases, metrics, openapi, quotas, shapes, usage
+    for module in (leases, shapes, images, quotas, capacity, usage, openapi, metrics):
         app.register_blueprint(module.bp)
 
     @app.get("/", endpoint="root")

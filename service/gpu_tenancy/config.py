@@ -33,6 +33,7 @@ class Config:
     boot_timeout_seconds: int = 1800
     fairshare_half_life_seconds: int = 7 * 24 * 3600
     max_page_size: int = 1000
+    metrics_public: bool = True      # /metrics without a token (for Prometheus); off: admins only
 
     @classmethod
     def load(cls, path: str | None = None, **overrides) -> "Config":

@@ -15,6 +15,7 @@ from gpu_tenancy.domain import fairshare, planner
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, Plan, PlannedLease, QuotaLimit
 from gpu_tenancy.domain.states import HOLDING, LeaseState
 from gpu_tenancy.engine.events import record_transition
+from gpu_tenancy.engine.metrics import PLANNER_SECONDS
 from gpu_tenancy.timeutil import rfc3339
 
 S = LeaseState
@@ -82,7 +83,8 @@ def replan(session: Session, now: int, half_life: int, actor: str = "planner") -
     ledger_lock(session)
     expire_overdue(session, now, actor)
     inputs = load_inputs(session, now, half_life)
-    plan = run_planner(inputs, now, half_life)
+    with PLANNER_SECONDS.time():
+        plan = run_planner(inputs, now, half_life)
     waiting = {r.lease_id: r for r in inputs.waiting}
     rows = {row.id: row for row in session.scalars(
         select(m.Lease).where(m.Lease.id.in_(list(waiting))))} if waiting else {}

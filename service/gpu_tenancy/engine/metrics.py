@@ -1,0 +1,115 @@
+"""Prometheus metrics, named after Kueue's (kueue_admission_wait_time_seconds,
+kueue_pending_workloads, ...) with the prefix gpu_tenancy_.
+
+Lease figures are read from the database at scrape time, so every API worker
+and the engine report the same numbers whichever process is scraped, and a
+restart loses nothing: counters and the wait histogram are counts over all
+leases ever recorded. Only the planner's duration is measured in the process
+that ran the plan (set PROMETHEUS_MULTIPROC_DIR to add up several processes)."""
+from __future__ import annotations
+
+from collections import Counter
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
+from sqlalchemy import func, select
+
+from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
+from gpu_tenancy.domain.states import HOLDING, WAITING, LeaseState
+
+PREFIX = "gpu_tenancy_"
+# waits from seconds (started at once) to days (a week-long queue)
+WAIT_BUCKETS = (1, 10, 60, 300, 600, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 3 * 86400, 7 * 86400)
+
+PLANNER_SECONDS = Histogram(
+    PREFIX + "planner_duration_seconds", "Time to plan every waiting lease once (a full replan).",
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=None)
+
+
+class LeaseCollector:
+    def __init__(self, sessions, clock):
+        self.sessions, self.clock = sessions, clock
+
+    def collect(self):
+        now = self.clock.now()
+        with session_scope(self.sessions) as session:
+            yield self._leases(session)
+            yield self._pending(session)
+            yield self._admission_wait(session)
+            yield from self._gpus(session, now)
+            yield self._failures(session)
+
+    def _leases(self, session):
+        family = GaugeMetricFamily(PREFIX + "leases", "Leases by status.", labels=["status"])
+        for status, count in session.execute(select(m.Lease.status, func.count()).group_by(m.Lease.status)):
+            family.add_metric([status], count)
+        return family
+
+    def _pending(self, session):
+        family = GaugeMetricFamily(PREFIX + "pending_leases",
+                                   "Leases waiting for GPUs, by GPU model and the first reason they wait.",
+                                   labels=["gpu_model", "reason"])
+        counts: Counter = Counter()
+        rows = session.execute(select(m.Lease.gpu_model, m.Lease.queue_reasons).where(
+            m.Lease.status.in_([s.value for s in WAITING])))
+        for model, reasons in rows:
+            counts[(model, (reasons or [{}])[0].get("code", "unplanned"))] += 1
+        for labels, count in sorted(counts.items()):
+            family.add_metric(list(labels), count)
+        return family
+
+    def _admission_wait(self, session):
+        """From the requested start to the start, for every lease ever given its GPUs (scheduled)."""
+        family = HistogramMetricFamily(PREFIX + "admission_wait_time_seconds",
+                                       "Time from a lease's requested start to its start, for admitted leases.",
+                                       labels=["gpu_model"])
+        waits: dict[str, list[float]] = {}
+        admitted = select(m.Event.lease_id).where(m.Event.to_state == LeaseState.SCHEDULED.value)
+        rows = session.execute(select(m.Lease.gpu_model, m.Lease.earliest_start, m.Lease.start_at).where(
+            m.Lease.id.in_(admitted), m.Lease.start_at.is_not(None)))
+        for model, earliest, start in rows:
+            waits.setdefault(model, []).append(max(0, to_epoch(start) - to_epoch(earliest)))
+        for model, values in sorted(waits.items()):
+            buckets = [(floatToGoString(b), sum(1 for v in values if v <= b)) for b in WAIT_BUCKETS]
+            buckets.append(("+Inf", len(values)))
+            family.add_metric([model], buckets, sum(values))
+        return family
+
+    def _gpus(self, session, now: int):
+        in_use = GaugeMetricFamily(PREFIX + "gpus_in_use", "GPUs held by leases now, by model and project.",
+                                   labels=["gpu_model", "project_id"])
+        stamp = utcnow_naive(now)
+        rows = session.execute(
+            select(m.Allocation.gpu_model, m.Allocation.project_id, func.sum(m.Allocation.gpus))
+            .join(m.Lease, m.Lease.id == m.Allocation.lease_id)
+            .where(m.Allocation.start_at <= stamp, m.Allocation.end_at > stamp,
+                   m.Lease.status.in_([s.value for s in HOLDING]))
+            .group_by(m.Allocation.gpu_model, m.Allocation.project_id))
+        for model, project, gpus in rows:
+            in_use.add_metric([model, project], int(gpus))
+        yield in_use
+        total = GaugeMetricFamily(PREFIX + "gpus", "GPUs on hosts that take new leases (up, enabled, not drained).",
+                                  labels=["gpu_model"])
+        rows = session.execute(select(m.Host.gpu_model, func.sum(m.Host.gpus)).where(
+            m.Host.up.is_(True), m.Host.enabled.is_(True), m.Host.drained.is_(False)).group_by(m.Host.gpu_model))
+        for model, gpus in rows:
+            total.add_metric([model], int(gpus))
+        yield total
+
+    def _failures(self, session):
+        family = CounterMetricFamily(PREFIX + "lease_failures", "Leases that failed, by failure class.",
+                                     labels=["failure_class"])
+        rows = session.execute(select(m.Lease.failure_class, func.count()).where(
+            m.Lease.failure_class.is_not(None)).group_by(m.Lease.failure_class))
+        for failure, count in rows:
+            family.add_metric([failure], count)
+        return family
+
+
+def registry_for(sessions, clock) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    registry.register(LeaseCollector(sessions, clock))
+    registry.register(PLANNER_SECONDS)
+    return registry
