@@ -11,8 +11,9 @@ import logging
 import threading
 
 import openstack
-from keystoneauth1 import exceptions as ksa
 from openstack import config as os_config
+
+from gpu_tenancy.cloud.openstack.errors import is_unauthorized
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +44,8 @@ class Connections:
                                        project_domain_id=None, project_domain_name=None)
         try:
             conn.authorize()
-        except ksa.Unauthorized:
-            if not self.project_role:
+        except Exception as exc:
+            if not self.project_role or not is_unauthorized(exc):
                 raise
             self._grant(project_id)
             conn = self.service.connect_as(project_id=project_id, project_name=None,

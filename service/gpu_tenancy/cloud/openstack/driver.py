@@ -114,6 +114,9 @@ class OpenStackCloud(CloudDriver):
             storage = self.conns.project(project_id).block_storage
             if request.volume_id:
                 volume = storage.get_volume(request.volume_id)
+                if volume.project_id and volume.project_id != project_id:
+                    # the service user is an admin, who sees every volume: another project's is refused
+                    raise sdk.NotFoundException(f"Volume {request.volume_id} could not be found.")
                 if volume.status == "in-use" and self._attached_to_lease(volume, lease_id):
                     return volume.id        # a repeat call after the attach
                 if volume.status != "available":

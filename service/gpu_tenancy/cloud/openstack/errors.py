@@ -19,6 +19,15 @@ def cloud_message(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
 
 
+def is_unauthorized(exc: BaseException) -> bool:
+    """Keystone refused the credentials or the scope (openstacksdk wraps keystoneauth's 401)."""
+    while exc is not None:
+        if isinstance(exc, ksa.Unauthorized) or getattr(exc, "status_code", None) == 401:
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def classify(exc: Exception, about: F | None = None) -> F:
     """The failure class of an API error. `about` is the class to use when the
     error says only that the thing asked about was not found or is unusable
@@ -30,7 +39,7 @@ def classify(exc: Exception, about: F | None = None) -> F:
         return F.NOVA_QUOTA
     if isinstance(exc, (sdk.ForbiddenException, ksa.Forbidden)):
         return F.FORBIDDEN
-    if isinstance(exc, ksa.Unauthorized) or getattr(exc, "status_code", None) == 401:
+    if is_unauthorized(exc):
         return F.FORBIDDEN
     if isinstance(exc, (ksa.ConnectFailure, ksa.ConnectTimeout, ksa.DiscoveryFailure)):
         return F.API_ERROR

@@ -1,0 +1,144 @@
+"""Fill the freshly started loopback cloud with what the tests expect.
+
+Run with the loopback venv's python; start.sh does it on the first start:
+
+    python bootstrap.py identity    # keystone only: roles, projects, users, catalog
+    python bootstrap.py resources   # needs nova, cinder, glance: quotas, the image
+
+Both steps can be run again at any time: everything is looked up first and
+only created or changed when missing. Credentials come from the ``gt-admin``
+cloud of $OS_CLIENT_CONFIG_FILE (default: clouds.yaml in the state dir).
+"""
+
+import io
+import os
+import sys
+import time
+
+import openstack
+
+# the clouds.yaml of the state dir, unless the caller points elsewhere
+_STATE = os.environ.get("GT_LOOPBACK_DIR") or os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), ".loopback")
+os.environ.setdefault("OS_CLIENT_CONFIG_FILE", os.path.join(_STATE, "clouds.yaml"))
+
+IP = "127.0.0.1"
+REGION = "RegionOne"
+DOMAIN = "default"
+
+ROLES = ("admin", "member", "reader", "service")
+# OpenStack service users, all in project "service", password = user name
+SERVICE_USERS = ("placement", "nova", "glance", "cinder", "neutron")
+# (user, password, project, roles)
+PEOPLE = (
+    ("gpu-tenancy", "gpu-tenancy", "service", ("admin", "service")),
+    ("alice", "alice", "tenant-a", ("member", "reader")),
+    ("bob", "bob", "tenant-b", ("member", "reader")),
+    ("rita", "rita", "tenant-a", ("reader",)),
+)
+TENANTS = ("tenant-a", "tenant-b")
+# (service name, type, URL); keystone registered itself during `keystone-manage bootstrap`
+CATALOG = (
+    ("placement", "placement", f"http://{IP}:8778"),
+    ("nova", "compute", f"http://{IP}:8774/v2.1"),
+    ("glance", "image", f"http://{IP}:9292"),
+    ("cinderv3", "block-storage", f"http://{IP}:8776/v3/%(project_id)s"),
+    # the neutron stub (scripts/loopback/neutron_stub.py), not a real neutron
+    ("neutron", "network", f"http://{IP}:9696"),
+    # the service under test; nothing listens here unless the tests start it
+    ("gpu-tenancy", "gpu", f"http://{IP}:8779"),
+)
+IMAGE_NAME = "ubuntu-22.04"
+IMAGE_BYTES = 1024 * 1024  # zeros: the fake hypervisor never reads it
+
+
+def log(msg):
+    print(f"[bootstrap] {msg}", flush=True)
+
+
+def identity(conn):
+    idn = conn.identity
+
+    roles = {}
+    for name in ROLES:
+        roles[name] = idn.find_role(name) or idn.create_role(name=name)
+
+    def project(name):
+        return (idn.find_project(name, domain_id=DOMAIN)
+                or idn.create_project(name=name, domain_id=DOMAIN, description="gpu-tenancy loopback"))
+
+    def user(name, password, default_project):
+        found = idn.find_user(name, domain_id=DOMAIN)
+        if found:
+            return found
+        return idn.create_user(name=name, password=password, domain_id=DOMAIN,
+                               default_project_id=default_project.id)
+
+    def grant(proj, usr, role_names):
+        for r in role_names:
+            # PUT: a no-op when the assignment exists already
+            idn.assign_project_role_to_user(proj, usr, roles[r])
+
+    service = project("service")
+    for name in TENANTS:
+        project(name)
+    for name in SERVICE_USERS:
+        grant(service, user(name, name, service), ("admin", "service"))
+    for name, password, proj_name, role_names in PEOPLE:
+        proj = project(proj_name)
+        grant(proj, user(name, password, proj), role_names)
+    log(f"roles {', '.join(ROLES)}; projects service, {', '.join(TENANTS)}; "
+        f"users {', '.join(SERVICE_USERS + tuple(p[0] for p in PEOPLE))}")
+
+    for name, stype, url in CATALOG:
+        svc = next(iter(idn.services(name=name)), None) or idn.create_service(
+            name=name, type=stype, is_enabled=True)
+        have = {ep.interface: ep for ep in idn.endpoints(service_id=svc.id)}
+        for interface in ("public", "internal", "admin"):
+            ep = have.get(interface)
+            if ep is None:
+                idn.create_endpoint(service_id=svc.id, interface=interface, url=url, region_id=REGION)
+            elif ep.url != url:
+                idn.update_endpoint(ep, url=url)
+    log("catalog: " + ", ".join(f"{t}={u}" for _, t, u in CATALOG))
+
+
+def resources(conn):
+    idn = conn.identity
+    for name in TENANTS:
+        proj = idn.find_project(name, domain_id=DOMAIN, ignore_missing=False)
+        conn.compute.update_quota_set(proj.id, instances=-1, cores=-1, ram=-1)
+        conn.block_storage.update_quota_set(proj.id, volumes=1000, gigabytes=100000,
+                                            snapshots=1000, backups=1000, backup_gigabytes=100000)
+    log(f"quotas: nova instances/cores/ram unlimited, cinder 1000 volumes / 100000 GB for {', '.join(TENANTS)}")
+
+    img = conn.image.find_image(IMAGE_NAME)
+    if img is not None and img.status != "active":
+        log(f"image {IMAGE_NAME} is {img.status}: uploading it again")
+        conn.image.delete_image(img)
+        img = None
+    if img is None:
+        img = conn.image.create_image(
+            name=IMAGE_NAME, data=io.BytesIO(bytes(IMAGE_BYTES)), disk_format="raw",
+            container_format="bare", visibility="public", allow_duplicates=True,
+            os_distro="ubuntu", os_version="22.04")
+        deadline = time.time() + 60
+        while img.status != "active" and time.time() < deadline:
+            time.sleep(0.5)
+            img = conn.image.get_image(img.id)
+    if img.status != "active":
+        raise SystemExit(f"image {IMAGE_NAME} stuck in {img.status}")
+    log(f"image {IMAGE_NAME} {img.id} public, {img.status}")
+
+
+def main(argv):
+    steps = {"identity": identity, "resources": resources}
+    if not argv or any(a not in steps for a in argv):
+        raise SystemExit(f"usage: bootstrap.py {{{'|'.join(steps)}}}...")
+    conn = openstack.connect(cloud="gt-admin")
+    for step in argv:
+        steps[step](conn)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,155 @@
+"""End-to-end check of a started loopback cloud, with openstacksdk only.
+
+    .loopback/venv/bin/python scripts/loopback/smoke.py
+
+1. a flavor with pci_passthrough:alias=a100:2, booted by admin with a token
+   scoped to tenant-a and pinned with host=gpu-a100-1: ACTIVE on gpu-a100-1,
+   owned by tenant-a, and placement holds 2 CUSTOM_PGPU_A100 for it on
+   GPU providers under gpu-a100-1;
+2. a flavor with h100:1, not pinned: the scheduler can only put it on gpu-h100-1;
+3. both deleted: placement lets go of their allocations (polled: nova-compute
+   frees them a moment after the server is gone from the API).
+
+Everything it creates is named gt-smoke-* and deleted at the end (and at the
+start, if an earlier run left something behind).
+"""
+
+import os
+import sys
+import time
+
+import openstack
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STATE = os.environ.get("GT_LOOPBACK_DIR") or os.path.join(os.path.dirname(os.path.dirname(HERE)), ".loopback")
+os.environ.setdefault("OS_CLIENT_CONFIG_FILE", os.path.join(STATE, "clouds.yaml"))
+
+PREFIX = "gt-smoke-"
+IMAGE = "ubuntu-22.04"
+T0 = time.time()
+
+
+def step(msg):
+    print(f"[smoke {time.time() - T0:5.1f}s] {msg}", flush=True)
+
+
+def check(cond, msg):
+    if not cond:
+        step("FAIL: " + msg)
+        sys.exit(1)
+    step("ok: " + msg)
+
+
+def poll(fn, want, timeout=60, interval=0.5):
+    """fn() until it returns `want`; the last value either way"""
+    deadline = time.time() + timeout
+    while True:
+        got = fn()
+        if got == want or time.time() > deadline:
+            return got
+        time.sleep(interval)
+
+
+admin = openstack.connect(cloud="gt-admin")
+idn = admin.identity
+tenant_a = idn.find_project("tenant-a", domain_id="default", ignore_missing=False)
+
+# The pinning API (host=...) is admin-only; an admin with a token scoped to the
+# tenant's project makes servers that belong to the tenant.
+idn.assign_project_role_to_user(tenant_a, idn.find_user("admin", domain_id="default", ignore_missing=False),
+                                idn.find_role("admin", ignore_missing=False))
+pinner = openstack.connect(
+    auth_url=admin.auth["auth_url"], username="admin", password="admin", project_name="tenant-a",
+    user_domain_name="Default", project_domain_name="Default", region_name="RegionOne")
+check(pinner.current_project_id == tenant_a.id, "admin authenticated with a token scoped to tenant-a")
+
+
+def placement_json(url):
+    return admin.placement.get(url, microversion="1.39").json()
+
+
+providers = {rp.id: rp for rp in admin.placement.resource_providers()}
+host_of = {}  # GPU provider id -> host name
+for rp in providers.values():
+    if rp.parent_provider_id in providers:
+        host_of[rp.id] = providers[rp.parent_provider_id].name
+
+
+def gpu_allocations(server_id):
+    """{(host, resource class): amount} of GPUs placement holds for the server"""
+    out = {}
+    for rp_id, alloc in placement_json(f"/allocations/{server_id}")["allocations"].items():
+        for rc, n in alloc["resources"].items():
+            if rc.startswith("CUSTOM_PGPU_"):
+                key = (host_of.get(rp_id, rp_id), rc)
+                out[key] = out.get(key, 0) + n
+    return out
+
+
+def gpus_in_use():
+    used = 0
+    for rp_id in host_of:
+        used += sum(placement_json(f"/resource_providers/{rp_id}/usages")["usages"].values())
+    return used
+
+
+def cleanup():
+    for s in admin.compute.servers(all_projects=True):
+        if s.name.startswith(PREFIX):
+            admin.compute.delete_server(s)
+            admin.compute.wait_for_delete(s, interval=1, wait=120)
+            step(f"deleted server {s.name}")
+    for f in admin.compute.flavors(is_public=None):
+        if f.name.startswith(PREFIX):
+            admin.compute.delete_flavor(f)
+
+
+cleanup()
+check(poll(gpus_in_use, 0) == 0, f"no GPU in use before the test ({len(host_of)} GPU providers)")
+
+image = admin.image.find_image(IMAGE, ignore_missing=False)
+
+
+def gpu_flavor(name, alias):
+    f = admin.compute.create_flavor(name=PREFIX + name, ram=1024, vcpus=2, disk=1)
+    admin.compute.create_flavor_extra_specs(f, {"pci_passthrough:alias": alias})
+    return f
+
+
+def boot(name, flavor, **kw):
+    t = time.time()
+    s = pinner.compute.create_server(name=PREFIX + name, flavor_id=flavor.id, image_id=image.id,
+                                     networks="none", **kw)
+    s = pinner.compute.wait_for_server(s, status="ACTIVE", failures=["ERROR"], interval=0.5, wait=180)
+    return admin.compute.get_server(s.id), time.time() - t
+
+
+# ---- 1. a100:2 pinned to gpu-a100-1 ----
+a100x2 = gpu_flavor("a100x2", "a100:2")
+s1, dt = boot("a100x2", a100x2, host="gpu-a100-1")
+check(s1.status == "ACTIVE" and s1.compute_host == "gpu-a100-1" and s1.project_id == tenant_a.id,
+      f"a100:2 pinned with host=gpu-a100-1 -> ACTIVE on {s1.compute_host}, owned by tenant-a ({dt:.1f}s)")
+alloc = poll(lambda: gpu_allocations(s1.id), {("gpu-a100-1", "CUSTOM_PGPU_A100"): 2}, timeout=20)
+check(alloc == {("gpu-a100-1", "CUSTOM_PGPU_A100"): 2},
+      f"placement: 2 CUSTOM_PGPU_A100 on gpu-a100-1 allocated to it ({alloc})")
+
+# ---- 2. h100:1, scheduled freely ----
+h100x1 = gpu_flavor("h100x1", "h100:1")
+s2, dt = boot("h100x1", h100x1)
+check(s2.status == "ACTIVE" and s2.compute_host == "gpu-h100-1",
+      f"h100:1 (not pinned) -> ACTIVE on {s2.compute_host} ({dt:.1f}s)")
+alloc = poll(lambda: gpu_allocations(s2.id), {("gpu-h100-1", "CUSTOM_PGPU_H100"): 1}, timeout=20)
+check(alloc == {("gpu-h100-1", "CUSTOM_PGPU_H100"): 1}, f"placement: 1 CUSTOM_PGPU_H100 on gpu-h100-1 ({alloc})")
+check(poll(gpus_in_use, 3) == 3, "3 GPUs in use in all")
+
+# ---- 3. delete, allocations released ----
+t = time.time()
+for s in (s1, s2):
+    pinner.compute.delete_server(s)
+for s in (s1, s2):
+    pinner.compute.wait_for_delete(s, interval=0.5, wait=120)
+released = poll(lambda: (gpu_allocations(s1.id), gpu_allocations(s2.id), gpus_in_use()), ({}, {}, 0), timeout=60)
+check(released == ({}, {}, 0), f"servers deleted -> their GPU allocations released ({time.time() - t:.1f}s)")
+
+cleanup()
+print(f"SMOKE PASSED in {time.time() - T0:.1f}s", flush=True)
