@@ -134,3 +134,45 @@ def test_an_inactive_image_fails_the_lease_before_anything_boots(os_app, api, to
                     if (s.metadata or {}).get("gpu_tenancy_lease") == lease["id"]]
     finally:
         admin.image.delete_image(empty, ignore_missing=True)
+
+
+def test_the_users_own_volume_key_and_user_data_go_with_the_lease_and_the_volume_stays(
+        os_app, api, tokens, admin, projects):
+    alice_token = tokens["gt-alice"]
+    from gpu_tenancy.cloud.openstack.connection import connect
+    from tests.integration.conftest import CLOUDS
+    alice = connect("gt-alice", CLOUDS)
+    volume = alice.block_storage.create_volume(size=1, name="alice-dataset")
+    key = alice.compute.create_keypair(name="alice-laptop")
+    try:
+        wait_for("alice's volume", lambda: alice.block_storage.get_volume(volume.id).status == "available")
+        lease = create(api, alice_token, shape="a100.x1", volume={"id": volume.id}, key_name="alice-laptop",
+                       user_data="#cloud-config\nruncmd: [nvidia-smi]\n")
+        active = tick_until(os_app, api, alice_token, lease["id"], "active")
+        server_id = active["servers"][0]["id"]
+        nova = admin.compute.get_server(server_id)
+        assert nova.key_name.startswith("gt-") and nova.project_id == projects["tenant-a"]
+        import base64
+        assert base64.b64decode(nova.user_data).decode().startswith("#cloud-config")
+        attached = admin.block_storage.get_volume(volume.id)
+        assert attached.status == "in-use" and attached.attachments[0]["server_id"] == server_id
+        # the service user's one-off copy of the key is gone once the server was made
+        assert [k.name for k in connect("gt-service", CLOUDS).compute.keypairs() if k.name.startswith("gt-")] == []
+
+        api.delete(f"/v1/leases/{lease['id']}", headers=auth(alice_token))
+        tick_until(os_app, api, alice_token, lease["id"], "ended")
+        kept = alice.block_storage.get_volume(volume.id)
+        assert (kept.status, kept.attachments) == ("available", [])
+    finally:
+        alice.compute.delete_keypair(key, ignore_missing=True)
+        wait_for("the volume to be deletable",
+                 lambda: alice.block_storage.get_volume(volume.id).status == "available", timeout=60)
+        alice.block_storage.delete_volume(volume, ignore_missing=True)
+
+
+def test_a_key_pair_the_user_does_not_have_fails_the_lease_as_a_key_pair_failure(os_app, api, tokens, admin):
+    alice = tokens["gt-alice"]
+    lease = create(api, alice, shape="a100.x1", key_name="nobody-has-this-key")
+    failed = tick_until(os_app, api, alice, lease["id"], "failed")
+    assert failed["failure"]["class"] == "key_pair"
+    assert "nobody-has-this-key" in failed["failure"]["message"]

@@ -123,3 +123,20 @@ def test_nova_quota_and_missing_roles_have_their_classes(os_cloud, projects, adm
         assert forbidden.value.cloud_message
     finally:
         admin.identity.delete_project(project, ignore_missing=True)
+
+
+def test_a_host_whose_nova_compute_stops_is_down_and_back_up_after_restart(os_cloud):
+    import pathlib
+    import subprocess
+    script = pathlib.Path(__file__).parents[2] / "scripts" / "loopback" / "compute.sh"
+    subprocess.run(["bash", str(script), "stop", "gpu-h100-1"], check=True, capture_output=True)
+    try:
+        wait_for("gpu-h100-1 to be down", lambda: not {h.name: h for h in os_cloud.capacity()}["gpu-h100-1"].up,
+                 timeout=90, every=2)
+        hosts = {h.name: h for h in os_cloud.capacity()}
+        assert hosts["gpu-h100-1"].gpus == 2           # Placement still lists its GPUs
+        assert hosts["gpu-a100-1"].up and hosts["gpu-a100-2"].up
+    finally:
+        subprocess.run(["bash", str(script), "start", "gpu-h100-1"], check=True, capture_output=True)
+    wait_for("gpu-h100-1 to be up again", lambda: {h.name: h for h in os_cloud.capacity()}["gpu-h100-1"].up,
+             timeout=90, every=2)

@@ -55,9 +55,10 @@ class BootRequest:
     flavor_id: str
     image_ref: str
     volume_id: str | None = None
-    key_name: str | None = None
+    key_name: str | None = None   # a key pair of the user who asked for the lease
     user_data: str | None = None
     name: str = ""
+    user_id: str | None = None    # who asked for the lease (key pairs belong to users in Nova)
 
 
 @dataclass(frozen=True)

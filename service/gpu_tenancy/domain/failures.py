@@ -9,6 +9,7 @@ class FailureClass(str, enum.Enum):
     NO_VALID_HOST = "no_valid_host"
     HOST_DOWN = "host_down"
     IMAGE = "image"
+    KEY_PAIR = "key_pair"
     VOLUME = "volume"
     NOVA_QUOTA = "nova_quota"
     FORBIDDEN = "forbidden"
@@ -34,6 +35,8 @@ RULES: dict[FailureClass, FailureRule] = {
         "the host went down", "check nova-compute on the host", True, 3),
     F.IMAGE: FailureRule(
         "the image is missing or not active", "check the standard image catalog in Glance", False),
+    F.KEY_PAIR: FailureRule(
+        "the key pair named in the lease is not one of the user's key pairs", "none: the user names another", False),
     F.VOLUME: FailureRule(
         "the data volume could not be made or attached", "check Cinder and the project's volume quota", False),
     F.NOVA_QUOTA: FailureRule(

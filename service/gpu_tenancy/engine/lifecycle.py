@@ -118,7 +118,7 @@ class Lifecycle:
                              shape.disk_gb, shape.pci_alias)
             project, volume_id, size = row.project_id, row.volume_id, row.volume_size_gb
             pending = [(s.vm_index, s.host) for s in row.servers if s.cloud_id is None]
-            extra = dict(key_name=row.key_name, user_data=row.user_data)
+            extra = dict(key_name=row.key_name, user_data=row.user_data, user_id=row.user_id)
             name = row.name
             started = to_epoch(row.start_at)
         flavor_id = self.cloud.ensure_flavor(project, spec)

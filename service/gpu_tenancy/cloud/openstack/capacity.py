@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from collections import Counter, defaultdict
 
+from openstack import exceptions as sdk
+
 from gpu_tenancy.cloud.driver import HostInfo
 
 log = logging.getLogger(__name__)
@@ -45,7 +47,7 @@ class GpuInventory:
             model, units = self._gpu_inventory(conn, rp.id)
             if model:
                 gpus[names.get(rp.root_provider_id, rp.root_provider_id)][model] += units
-        nodes = {h.name: h for h in conn.compute.hypervisors(details=True)}
+        nodes = {h["hypervisor_hostname"]: h for h in hypervisors(conn)}
         aggregates = {}
         for agg in conn.compute.aggregates():
             for host in agg.hosts or []:
@@ -55,12 +57,10 @@ class GpuInventory:
             model, count = models.most_common(1)[0]
             if len(models) > 1:
                 log.warning("host %s has GPUs of several models %s; only %s are offered", node, dict(models), model)
-            hyp = nodes.get(node)
-            service = (hyp.service_details or {}) if hyp else {}
-            name = service.get("host") or node   # Nova pins servers to the service host
+            hyp = nodes.get(node) or {}
+            name = (hyp.get("service") or {}).get("host") or node   # Nova pins servers to the service host
             hosts.append(HostInfo(name=name, gpu_model=model, gpus=count,
-                                  enabled=bool(hyp) and hyp.status == "enabled",
-                                  up=bool(hyp) and hyp.state == "up",
+                                  enabled=hyp.get("status") == "enabled", up=hyp.get("state") == "up",
                                   aggregate=aggregates.get(name)))
         return hosts
 
@@ -73,3 +73,21 @@ class GpuInventory:
                     found = (model, int(inv.total) - int(inv.reserved or 0))
             self._inventory[provider_id] = found
         return self._inventory[provider_id]
+
+
+# 2.53 gives each hypervisor its service host, state and status. From 2.88 the
+# detailed list also asks every compute for its uptime over RPC, and one down
+# host then turns the whole list into a 500 (MessagingTimeout): so not 2.88.
+HYPERVISOR_MICROVERSION = "2.53"
+
+
+def hypervisors(conn) -> list[dict]:
+    """Every hypervisor with its service, following Nova's pages."""
+    found, url = [], "/os-hypervisors/detail"
+    while url:
+        response = conn.compute.get(url, microversion=HYPERVISOR_MICROVERSION)
+        sdk.raise_from_response(response)
+        body = response.json()
+        found += body.get("hypervisors", [])
+        url = next((link["href"] for link in body.get("hypervisors_links", []) if link.get("rel") == "next"), None)
+    return found

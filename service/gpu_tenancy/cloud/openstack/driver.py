@@ -178,12 +178,28 @@ class OpenStackCloud(CloudDriver):
                          networks=self.network,
                          metadata={LEASE_TAG: request.lease_id, VM_TAG: str(request.vm_index)})
             if request.key_name:
-                attrs["key_name"] = request.key_name
+                attrs["key_name"] = self._boot_key(compute, request)
             if request.user_data:
                 attrs["user_data"] = base64.b64encode(request.user_data.encode()).decode()
-            return compute.create_server(**attrs).id
+            server = compute.create_server(**attrs)
+            if request.key_name:   # Nova copied the key into the server at create: the copy can go
+                compute.delete_keypair(attrs["key_name"], ignore_missing=True)
+            return server.id
         except CALL_ERRORS as exc:
             raise wrap(exc, f"asking Nova for VM {request.vm_index} on {request.host} failed") from exc
+
+    def _boot_key(self, compute, request: BootRequest) -> str:
+        """Key pairs belong to users, and the server is made by the service user: so the
+        service user gets a one-off copy of the user's public key, named after the lease."""
+        try:
+            owned = self.admin.compute.get_keypair(request.key_name, user_id=request.user_id)
+        except sdk.NotFoundException as exc:
+            raise CloudError(F.KEY_PAIR, f"key pair {request.key_name!r} is not one of the user's key pairs",
+                             f"Keypair {request.key_name} not found for user {request.user_id}.") from exc
+        name = f"gt-{request.lease_id}-{request.vm_index}"
+        if compute.find_keypair(name, ignore_missing=True) is None:
+            compute.create_keypair(name=name, public_key=owned.public_key)
+        return name
 
     def server_state(self, server_id: str) -> ServerState:
         try:
