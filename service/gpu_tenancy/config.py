@@ -27,6 +27,7 @@ class Config:
     gpu_resource_classes: dict = field(default_factory=dict)  # CUSTOM_PGPU_A100: A100 (default: that convention)
     run_engine: bool = True          # run the engine in this process (the demo does)
     engine_tick_seconds: int = 5
+    provisioning_poll_seconds: float = 0.25  # while a VM boots or is deleted (openstacksdk's own wait: 2 s)
     host_refresh_seconds: int = 60
     leader_lease_seconds: int = 30
     warn_before_end_seconds: int = 3600
@@ -47,6 +48,8 @@ class Config:
                 values[name] = env
             elif env is not None and f.type == "int":
                 values[name] = int(env)
+            elif env is not None and f.type == "float":
+                values[name] = float(env)
             elif env is not None and f.type == "bool":
                 values[name] = env.lower() in ("1", "true", "yes")
         values.update({k: v for k, v in overrides.items() if v is not None})

@@ -5,6 +5,11 @@ from datetime import datetime, timedelta, timezone
 
 import isodate
 
+# Times outside these years are refused: before the epoch is no one's lease, and
+# after 9999 cannot be written back as RFC 3339.
+EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
+LATEST = datetime(9999, 1, 1, tzinfo=timezone.utc)
+
 
 def rfc3339(epoch: int | None) -> str | None:
     if epoch is None:
@@ -20,6 +25,8 @@ def parse_time(text: str) -> int:
         raise ValueError(f"'{text}' is not an RFC 3339 time such as 2026-12-01T14:00:00Z") from None
     if value.tzinfo is None:
         raise ValueError(f"'{text}' has no time zone; add Z or an offset such as +02:00")
+    if not EARLIEST <= value < LATEST:
+        raise ValueError(f"'{text}' is not between 1970 and 9998")
     return int(value.timestamp())
 
 

@@ -49,6 +49,8 @@ TABLE = [
     ("GET", "/v1/capacity?start=2026-12-01T08:00:00Z&end=2026-12-02T08:00:00Z", None, (200, 200, 200, 200, 401)),
     ("GET", "/v1/usage", None, (200, 200, 200, 200, 401)),
     ("GET", "/v1/usage?project_id=ml-vision", None, (200, 200, 200, 403, 401)),
+    ("GET", "/v1/audit", None, (403, 403, 200, 403, 401)),
+    ("GET", "/v1/audit?format=csv", None, (403, 403, 200, 403, 401)),
     ("GET", "/v1/openapi.json", None, (200, 200, 200, 200, 200)),
 ]
 CASES = [pytest.param(method, path, body, persona, expected, id=f"{method} {path} as {persona}")

@@ -42,12 +42,16 @@ class CatalogEndpoints:
         body = json_body(self.create_schema)
         with rt.transaction() as session:
             rendered = self.render(catalog.add(session, self.model, rt.now(), {**self.defaults, **body}))
+            rt.audit(session, f"{self.kind}.create", rendered["name"], None, None, rendered)
         return {self.kind: rendered}, 201, {"Location": rendered["links"][0]["href"]}
 
     def retire(self, name: str) -> dict:
         rt.authorize(f"{self.kind}:manage")
         with rt.transaction() as session:
+            before = self.render(catalog.get(session, self.model, name))
             row, in_use = catalog.retire(session, self.model, name, rt.now())
-            return {self.kind: self.render(row),
+            after = self.render(row)
+            rt.audit(session, f"{self.kind}.retire", name, None, before, after)
+            return {self.kind: after,
                     "message": f"{self.kind} {name} is retired: new leases can no longer choose it; "
                                f"the {in_use} unfinished lease(s) that use it keep it until they end"}

@@ -131,6 +131,7 @@ def create():
             return {"lease": render_preview(req, columns, planned)}, 200
         row = leases.create(session, rt.now(), cfg.fairshare_half_life_seconds, rt.caller(), body)
         rendered = render(row)
+        rt.audit(session, "lease.create", row.id, row.project_id, None, rendered)
     rt.runtime().wake_engine()
     return {"lease": rendered}, 201, {"Location": rendered["links"][0]["href"]}
 
@@ -199,8 +200,10 @@ def update(lease_id: str):
     with rt.transaction() as session:
         row = load(session, lease_id)
         rt.authorize("lease:update", row.project_id)
+        before = render(row)
         leases.change_end(session, rt.now(), cfg.fairshare_half_life_seconds, row, body, rt.context().user_id)
         rendered = render(row)
+        rt.audit(session, "lease.update", row.id, row.project_id, before, rendered)
     rt.runtime().wake_engine()
     return {"lease": rendered}
 
@@ -211,6 +214,8 @@ def cancel(lease_id: str):
     with rt.transaction() as session:
         row = load(session, lease_id)
         rt.authorize("lease:delete", row.project_id)
+        before = render(row)
         leases.cancel(session, rt.now(), cfg.fairshare_half_life_seconds, row, rt.context().user_id)
+        rt.audit(session, "lease.delete", row.id, row.project_id, before, render(row))
     rt.runtime().wake_engine()
     return "", 204

@@ -8,7 +8,7 @@ import functools
 from flask import Blueprint
 
 from gpu_tenancy import __version__
-from gpu_tenancy.api import images, leases, quotas, shapes
+from gpu_tenancy.api import audit, images, leases, quotas, shapes
 from gpu_tenancy.api.capacity import MAX_CALENDAR_SPAN
 from gpu_tenancy.api.usage import DEFAULT_SPAN
 
@@ -58,6 +58,16 @@ SCHEMAS = {
         "failure": nullable({"type": "object", "properties": {"class": {"type": "string"},
                                                               "message": {"type": "string"}}}),
         "created_at": TIME, "updated_at": TIME, "links": LINKS}},
+    "LeasePreview": {"type": "object", "description": "what POST /v1/leases?dry_run=true would give; nothing "
+                                                     "is created", "properties": {
+        "id": {"type": "null"}, "name": nullable({"type": "string"}), "status": {"const": "preview"},
+        "shape": {"type": "string"}, "gpu_model": {"type": "string"}, "gpus_per_instance": {"type": "integer"},
+        "instances": {"type": "integer"}, "duration": {"type": "integer", "description": "seconds"},
+        "image": nullable({"type": "string"}), "start": nullable(TIME), "end": nullable(TIME),
+        "borrowing": {"type": "boolean"},
+        "queue": {"type": "object", "properties": {"position": nullable({"type": "integer"}), "eta": nullable(TIME),
+                                                   "reasons": {"type": "array", "items": {"type": "object"}}}},
+        "allocations": {"type": "array", "items": {"type": "object"}}}},
     "Event": {"type": "object", "properties": {
         "at": TIME, "actor": {"type": "string"}, "kind": {"type": "string"}, "from": nullable({"type": "string"}),
         "to": nullable({"type": "string"}), "message": {"type": "string"}}},
@@ -89,6 +99,18 @@ SCHEMAS = {
                 "in_service": {"type": "boolean"},
                 "free": {"type": "array", "description": "free GPUs as steps covering [start, end)", "items": {
                     "type": "object", "properties": {"from": TIME, "to": TIME, "free": {"type": "integer"}}}}}}}}},
+    "AuditRecord": {"type": "object", "required": list(audit.FIELDS), "properties": {
+        "id": {"type": "integer"}, "at": TIME, "user_id": nullable({"type": "string"}),
+        "user_project_id": nullable({"type": "string", "description": "the project of the caller's token"}),
+        "request_id": nullable({"type": "string", "description": "as in X-OpenStack-Request-Id"}),
+        "remote_address": nullable({"type": "string",
+                                    "description": "the first hop of X-Forwarded-For, else the peer"}),
+        "action": {"type": "string", "enum": list(audit.ACTIONS)},
+        "target_type": {"type": "string"}, "target_id": {"type": "string"},
+        "target_project_id": nullable({"type": "string"}),
+        "before": nullable({"type": "object", "description": "the resource as the API showed it before"}),
+        "after": nullable({"type": "object", "description": "the resource as the API showed it after"}),
+        "outcome": {"type": "string"}}},
     "Usage": {"type": "object", "required": ["start", "end", "projects"], "properties": {
         "start": TIME, "end": TIME,
         "projects": {"type": "array", "items": {"type": "object", "properties": {
@@ -147,6 +169,40 @@ def operation(summary: str, policy: str | None, ok: int, ok_schema: dict | None,
     return op
 
 
+def audit_operation() -> dict:
+    op = operation(
+        "The audit record: changes made through the API", "audit:list", 200,
+        wrapped("audit_records", "AuditRecord", many=True, extra={"audit_records_links": LINKS}), params=[
+            param("action", "query", "only these actions (repeatable)",
+                  {"type": "array", "items": {"type": "string", "enum": list(audit.ACTIONS)}}),
+            param("user_id", "query", "only changes by this user"),
+            param("project_id", "query", "only changes to this project's resources"),
+            param("target_id", "query", "only changes to this resource (lease id, shape or image name, "
+                                        "project id of a quota)"),
+            param("since", "query", "RFC 3339 time, inclusive", TIME),
+            param("until", "query", "RFC 3339 time, exclusive", TIME),
+            param("limit", "query", "page size", {"type": "integer", "minimum": 1}),
+            param("marker", "query", "the last record id of the previous page"),
+            param("format", "query", "json (the default) or csv",
+                  {"type": "string", "enum": list(audit.FORMATS)})],
+        description="Oldest first. Refused requests change nothing and are not recorded; the engine's own "
+                    "lease actions are in each lease's events. With format=csv: a header row, before and "
+                    "after as JSON text, and the next page in the Link header.")
+    op["responses"]["200"]["content"]["text/csv"] = {"schema": {"type": "string"}}
+    return op
+
+
+def create_lease_operation() -> dict:
+    op = operation("Ask for a lease", "lease:create", 201, wrapped("lease", "Lease"), body="LeaseCreate",
+                   params=[param("dry_run", "query", "plan without creating: answers 200 with a "
+                                                     "preview of position, ETA and reasons", BOOL)],
+                   errors=(409,))
+    op["responses"] = {"200": {"description": "with dry_run: the preview",
+                               "content": {"application/json": {"schema": wrapped("lease", "LeasePreview")}}},
+                       **op["responses"]}
+    return op
+
+
 def catalog_paths(kind: str, title: str) -> dict:
     """/v1/shapes and /v1/images have the same form."""
     cap = kind.capitalize()
@@ -180,10 +236,7 @@ PATHS = {
                                    {"type": "array", "items": {"type": "string", "enum": leases.STATUSES}}),
                              PROJECT_FILTER,
                              param("all_projects", "query", "every project's leases (admins)", BOOL)]),
-        "post": operation("Ask for a lease", "lease:create", 201, wrapped("lease", "Lease"), body="LeaseCreate",
-                          params=[param("dry_run", "query", "plan without creating: answers 200 with a "
-                                                            "preview of position, ETA and reasons", BOOL)],
-                          errors=(409,)),
+        "post": create_lease_operation(),
     },
     "/v1/leases/{lease_id}": {
         "get": operation("Show a lease", "lease:show", 200, wrapped("lease", "Lease"), params=[LEASE_ID],
@@ -223,6 +276,7 @@ PATHS = {
                          description=f"Default: the {DEFAULT_SPAN // 86400} days up to now; time after now "
                                      "does not count. Admins see every project unless they name one."),
     },
+    "/v1/audit": {"get": audit_operation()},
     "/v1/openapi.json": {
         "get": operation("This document", None, 200, {"type": "object"}),
     },

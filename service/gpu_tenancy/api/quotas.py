@@ -80,7 +80,9 @@ def update(project_id: str):
                          "gpu_tenancy.project_mismatch")
     half_life = rt.runtime().config.fairshare_half_life_seconds
     with rt.transaction() as session:
+        before = render(project_id, quotas.of_projects(session, project_id)[project_id])
         rows = quotas.replace(session, rt.now(), half_life, project_id, body["gpu_models"])
         rendered = render(project_id, rows)
+        rt.audit(session, "quota.update", project_id, project_id, before, rendered)
     rt.runtime().wake_engine()
     return {"quota": rendered}

@@ -2,16 +2,18 @@
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from flask import current_app, g
+from flask import current_app, g, request
 from oslo_context.context import RequestContext
 from oslo_policy.policy import Enforcer, PolicyNotAuthorized
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpu_tenancy.config import Config
 from gpu_tenancy.db.session import session_scope
+from gpu_tenancy.engine import audit as audit_log
 from gpu_tenancy.engine.leases import Caller
 from gpu_tenancy.errors import Forbidden
 
@@ -71,3 +73,21 @@ def authorize(action: str, project_id: str | None = None) -> None:
                                      context().to_policy_values(), do_raise=True)
     except PolicyNotAuthorized:
         raise Forbidden(f"policy does not allow {action} for this token", "gpu_tenancy.policy") from None
+
+
+def audit(session: Session, action: str, target_id: str, target_project_id: str | None,
+          before: dict | None, after: dict | None) -> None:
+    """Record the change in the session that makes it (see engine/audit.py)."""
+    ctx = context()
+    who = audit_log.Who(ctx.user_id, ctx.project_id, g.get("request_id"), remote_address())
+    audit_log.record(session, now(), who, action, target_id, target_project_id, before, after)
+
+
+def remote_address() -> str | None:
+    """The first hop of X-Forwarded-For when it is an IP address (anything else
+    there is not an address, and would only mislead), else the peer's address."""
+    forwarded = request.headers.get("X-Forwarded-For", "").split(",")[0].strip()
+    try:
+        return str(ipaddress.ip_address(forwarded))
+    except ValueError:
+        return request.remote_addr

@@ -15,7 +15,19 @@ def json_body(schema: dict) -> dict:
                          "gpu_tenancy.malformed_json")
     check(schema, body)
     refuse_nul(body, "the request body")
-    return body
+    return whole_numbers(body)
+
+
+def whole_numbers(value):
+    """JSON Schema counts 2.0 as an integer, so the schemas let it through; the code
+    below them expects int, so such floats become ints here."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {key: whole_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [whole_numbers(item) for item in value]
+    return value
 
 
 def refuse_nul(value, where: str) -> None:

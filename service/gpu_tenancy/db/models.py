@@ -166,3 +166,23 @@ class Lock(Base):
     name: Mapped[str] = mapped_column(String(32), primary_key=True)
     holder: Mapped[str | None] = mapped_column(String(128), nullable=True)
     expires_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
+
+
+class AuditRecord(Base):
+    """A change someone asked for through the API: who, when, from where, what,
+    before and after. Written in the change's own transaction; the engine's own
+    lease actions are in events instead."""
+    __tablename__ = "audit_records"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(UTC, index=True)
+    user_id: Mapped[str | None] = mapped_column(String(255), nullable=True, index=True)
+    user_project_id: Mapped[str | None] = mapped_column(String(255), nullable=True)  # the token's
+    request_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    remote_address: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    action: Mapped[str] = mapped_column(String(32), index=True)
+    target_type: Mapped[str] = mapped_column(String(16))
+    target_id: Mapped[str] = mapped_column(String(255), index=True)
+    target_project_id: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    before: Mapped[dict | None] = mapped_column(JSON(none_as_null=True), nullable=True)
+    after: Mapped[dict | None] = mapped_column(JSON(none_as_null=True), nullable=True)
+    outcome: Mapped[str] = mapped_column(String(16))

@@ -162,6 +162,7 @@ def cancel(session: Session, now: int, half_life: int, row: m.Lease, actor: str)
         raise Conflict(f"lease {row.id} is already {row.status}", "gpu_tenancy.lease_finished")
     if status in (S.REQUESTED, S.QUEUED, S.SCHEDULED):
         session.execute(delete(m.Allocation).where(m.Allocation.lease_id == row.id))
+        session.expire(row, ["allocations"])  # the bulk delete leaves the loaded list stale
         record_transition(session, row, S.CANCELLED, now, actor, "cancelled by the user")
         ledger.clear_queue_info(row)
     else:

@@ -36,7 +36,9 @@ class Lifecycle:
         self._tasks: dict[str, str] = {}   # server id -> the cloud's last task seen while BUILD
 
     # --- one pass -------------------------------------------------------------------------
-    def tick(self) -> None:
+    def tick(self) -> bool:
+        """One pass; returns whether a lease is part-way through starting or ending, so
+        the runner looks again sooner than its usual tick."""
         now = self.clock.now()
         if self._hosts_refreshed_at is None or now - self._hosts_refreshed_at >= self.config.host_refresh_seconds:
             self.refresh_hosts()
@@ -53,6 +55,20 @@ class Lifecycle:
         for lease_id in self._ids(S.PROVISIONING):
             self.advance(lease_id)
         self.warn_due()
+        return self.in_flight()
+
+    def in_flight(self) -> bool:
+        return bool(self._ids(S.PROVISIONING) or self._ids(S.ENDING))
+
+    def watch(self) -> bool:
+        """The light pass between ticks: carry booting and ending leases on, no replan.
+        Returns whether a lease finished ending (its GPUs are free: time to replan)."""
+        ending = self._ids(S.ENDING)
+        for lease_id in ending:
+            self.finish_end(lease_id)
+        for lease_id in self._ids(S.PROVISIONING):
+            self.advance(lease_id)
+        return bool(set(ending) - set(self._ids(S.ENDING)))
 
     def _ids(self, status: LeaseState, start_by: int | None = None, end_by: int | None = None) -> list[str]:
         with session_scope(self.sessions) as session:

@@ -6,7 +6,7 @@ import logging
 import os
 import socket
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
@@ -34,10 +34,34 @@ class EngineRunner:
             self.leading = leading
         if leading:
             try:
-                self.lifecycle.tick()
+                busy = self.lifecycle.tick()
             except Exception:
                 log.exception("engine tick failed")
+                busy = False
+            if busy:   # a VM is booting or being deleted: watch it closely, not every tick
+                self._watch_soon()
         return leading
+
+    def watch_once(self) -> None:
+        """Between ticks: advance booting and ending leases only (no replan, which can
+        take most of a second with thousands waiting); a full tick once GPUs come free."""
+        if not self.leading:
+            return
+        try:
+            freed = self.lifecycle.watch()
+            busy = self.lifecycle.in_flight()
+        except Exception:
+            log.exception("engine watch failed")
+            return
+        if freed:
+            self.wake()
+        elif busy:
+            self._watch_soon()
+
+    def _watch_soon(self) -> None:
+        if self.scheduler.running:
+            when = datetime.now() + timedelta(seconds=self.lifecycle.config.provisioning_poll_seconds)
+            self.scheduler.add_job(self.watch_once, "date", run_date=when, id="watch", replace_existing=True)
 
     def start(self) -> None:
         self.scheduler.add_job(self.run_once, "interval", id="tick",

@@ -1,0 +1,151 @@
+"""The same replay driven through the real service: Flask API (POST
+/v1/leases), ledger.replan, Lifecycle.tick (EngineRunner.run_once), SQLite in
+a temporary file, the SimulatedCloud (boot 0 s, delete 0 s) and a
+VirtualClock jumped from event to event. Slow (a database and HTTP request
+per lease), so it runs a slice and checks that the fast path
+(planner_sched.GpuTenancy on event_loop.simulate) starts every job at the
+same time.
+
+    python bench/engine_replay.py --jobs 300 --hosts 6 --quota quota
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "service"))
+
+import yaml  # noqa: E402
+from sqlalchemy import select  # noqa: E402
+
+from gpu_tenancy.app import create_app  # noqa: E402
+from gpu_tenancy.clock import VirtualClock  # noqa: E402
+from gpu_tenancy.cloud.simulated import SimulatedCloud  # noqa: E402
+from gpu_tenancy.config import Config  # noqa: E402
+from gpu_tenancy.db import migrate  # noqa: E402
+from gpu_tenancy.db import models as m  # noqa: E402
+from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive  # noqa: E402
+from gpu_tenancy.demo.seed import seed  # noqa: E402
+from gpu_tenancy.engine import quotas as quota_api  # noqa: E402
+
+import replay  # noqa: E402
+from cluster_model import hosts_for_load, offered_load, window_of  # noqa: E402
+from event_loop import simulate  # noqa: E402
+from planner_sched import MODEL, GpuTenancy, quota_limits  # noqa: E402
+
+
+def run_engine(jobs, n_hosts: int, limits, host_gpus: int, half_life: int, workdir: str) -> tuple[dict, float]:
+    url = f"sqlite:///{os.path.join(workdir, 'replay.db')}"
+    migrate.upgrade(url)
+    clock = VirtualClock(jobs[0].arrival)
+    cloud = SimulatedCloud({
+        "boot_seconds": 0, "delete_seconds": 0,
+        "gpu_models": {MODEL: {"resource_class": "CUSTOM_PGPU_GPU", "pci_alias": "gpu"}},
+        "hosts": [{"name": f"h{i:04d}", "gpu_model": MODEL, "gpus": host_gpus} for i in range(n_hosts)],
+        "images": [{"id": "00000000-0000-4000-8000-000000000001", "name": "replay-image"}],
+    }, clock)
+    config = Config.load(database_url=url, auth_strategy="noauth2", run_engine=True,
+                         fairshare_half_life_seconds=half_life, host_refresh_seconds=10 ** 9,
+                         warn_before_end_seconds=0)
+    app = create_app(config, clock=clock, cloud=cloud, start_engine=False)
+    rt = app.extensions["gpu_tenancy"]
+    now = clock.now()
+    with session_scope(rt.sessions) as s:
+        seed(s, now, cloud.images())
+        for g in range(1, host_gpus + 1):
+            s.add(m.Shape(name=f"gpu.x{g}", gpu_model=MODEL, gpus=g, vcpus=g, ram_mb=1024 * g, disk_gb=10,
+                          pci_alias="gpu", created_at=utcnow_naive(now)))
+    rt.engine.lifecycle.refresh_hosts()
+    with session_scope(rt.sessions) as s:
+        for (tenant, _), q in limits.items():
+            quota_api.replace(s, now, half_life, tenant, {MODEL: {
+                "gpus": q.gpus, "borrow_gpus": q.borrow_gpus, "weight": q.weight}})
+    client = app.test_client()
+    by_lease: dict[str, object] = {}
+    started: dict[str, int] = {}
+    ends: dict[str, int] = {}
+    i, wall = 0, time.perf_counter()
+
+    def collect():
+        with session_scope(rt.sessions) as s:
+            rows = s.execute(select(m.Lease.id, m.Lease.start_at, m.Lease.status).where(
+                m.Lease.id.in_([k for k in by_lease if k not in started]))).all()
+            eta = min((to_epoch(e) for e in s.scalars(select(m.Lease.queue_eta).where(
+                m.Lease.status == "queued", m.Lease.queue_eta.is_not(None)))), default=None)
+        for lid, st, status in rows:
+            if status not in ("queued", "requested") and st is not None:
+                started[lid] = to_epoch(st)
+                ends[lid] = to_epoch(st) + by_lease[lid].runtime
+        return eta
+
+    eta = None
+    while i < len(jobs) or len(started) < len(by_lease):
+        cands = [jobs[i].arrival] if i < len(jobs) else []
+        cands += [e for lid, e in ends.items() if e > clock.now()]
+        if eta is not None and eta > clock.now():
+            cands.append(eta)
+        t = min(cands)
+        clock.set(t)
+        rt.engine.run_once()            # ends first, then replan and starts
+        while i < len(jobs) and jobs[i].arrival == t:
+            j = jobs[i]
+            r = client.post("/v1/leases", json={"name": j.jid, "shape": f"gpu.x{j.gpus_per_vm}",
+                                                "instances": j.vms, "duration": j.duration},
+                            headers={"X-Project-Id": j.tenant, "X-User-Id": "u", "X-Roles": "member"})
+            assert r.status_code == 201, r.get_json()
+            by_lease[r.get_json()["lease"]["id"]] = j
+            i += 1
+        rt.engine.run_once()
+        eta = collect()
+    wall = time.perf_counter() - wall
+    rt.sessions.kw["bind"].dispose()
+    return {by_lease[lid].jid: st for lid, st in started.items()}, wall
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trace", default="philly-final")
+    ap.add_argument("--jobs", type=int, default=300, help="the first JOBS jobs of the trace")
+    ap.add_argument("--load", type=float, default=0.95)
+    ap.add_argument("--hosts", type=int, help="this many hosts instead of sizing by --load")
+    ap.add_argument("--quota", choices=("open", "quota"), default="open")
+    ap.add_argument("--traces", default=os.path.join(os.path.dirname(HERE), "..", "shared", "traces"))
+    ap.add_argument("--config", default=os.path.join(HERE, "replay.yaml"))
+    a = ap.parse_args(argv)
+    cfg = yaml.safe_load(open(a.config))
+    jobs, shares = replay.load_jobs(cfg, a.trace, a.traces, None, False)
+    jobs = jobs[:a.jobs]
+    shares = {t: s for t, s in shares.items() if any(j.tenant == t for j in jobs)}
+    total = sum(shares.values())
+    shares = {t: s / total for t, s in shares.items()}
+    n_hosts = a.hosts or hosts_for_load(jobs, a.load, window_of(jobs), cfg["host_gpus"])
+    load = offered_load(jobs, n_hosts * cfg["host_gpus"], window_of(jobs))
+    cap = n_hosts * cfg["host_gpus"]
+    limits = quota_limits(shares, cap, a.quota)
+    hl = cfg["fairshare_half_life_seconds"]
+    t = time.perf_counter()
+    fast = simulate(jobs, n_hosts, GpuTenancy(limits, hl))
+    fast_wall = time.perf_counter() - t
+    with tempfile.TemporaryDirectory() as d:
+        eng, eng_wall = run_engine(jobs, n_hosts, limits, cfg["host_gpus"], hl, d)
+    same = sum(1 for j in jobs if eng.get(j.jid) == fast.start[j.jid])
+    waited = sum(1 for j in jobs if fast.start[j.jid] > j.arrival)
+    diffs = [(j.jid, fast.start[j.jid] - j.arrival, eng.get(j.jid, -1) - j.arrival)
+             for j in jobs if eng.get(j.jid) != fast.start[j.jid]]
+    print(f"{a.trace}, first {len(jobs)} jobs ({(jobs[-1].arrival - jobs[0].arrival) / 3600:.1f} h), "
+          f"{n_hosts} hosts x {cfg['host_gpus']}, offered load {load:.2f}, quotas {a.quota}: {waited} jobs waited")
+    print(f"same start time in engine and fast replay: {same} of {len(jobs)}")
+    print(f"wall: engine {eng_wall:.1f} s ({1000 * eng_wall / len(jobs):.0f} ms/job), "
+          f"fast {fast_wall:.2f} s ({1000 * fast_wall / len(jobs):.1f} ms/job), ratio {eng_wall / fast_wall:.0f}x")
+    for d in diffs[:10]:
+        print(f"  differs: {d[0]} wait fast {d[1]} s, engine {d[2]} s")
+    return 0 if same == len(jobs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

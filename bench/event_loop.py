@@ -1,0 +1,95 @@
+"""The replay's event loop, shared by every scheduler: arrivals, job ends and
+the wake-ups a scheduler asks for, on virtual time (no sleeping).
+
+Semantics are the engine's: at an instant, all jobs that end release their
+GPUs first and the scheduler decides once; then each arrival is submitted
+and the scheduler decides after each (the API replans on every new lease).
+A job holds its GPUs from its start until its real end (start + runtime); a
+scheduler only sees the duration the lease asked for (Job.duration).
+"""
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass, field
+
+from cluster_model import Cluster
+
+END, ARRIVE, WAKE = 0, 1, 2
+
+
+@dataclass
+class Outcome:
+    name: str
+    start: dict[str, int]                      # jid -> start time
+    hosts: dict[str, list[int]]                # jid -> host index per VM
+    cluster: Cluster
+    frag_gpu_seconds: float = 0.0              # idle GPUs unusable by the oldest waiting job, integrated
+    span: tuple[int, int] = (0, 0)
+    wall_seconds: float = 0.0
+    decisions: int = 0                         # schedule() calls
+    extra: dict = field(default_factory=dict)  # scheduler-specific figures (plans run, ...)
+
+
+class Scheduler:
+    """What the loop needs from a scheduler."""
+    name = "scheduler"
+
+    def submit(self, job, now: int) -> None: ...
+    def finished(self, job, now: int) -> None: ...
+    def schedule(self, now: int, cluster: Cluster, running: dict) -> tuple[list, int | None]:
+        """[(job, host indexes)] to start now, and the next time it wants to be asked (or None)."""
+        raise NotImplementedError
+    def oldest_waiting(self):
+        """The waiting job that arrived first (None: nothing waits)."""
+        raise NotImplementedError
+    def stats(self) -> dict:
+        return {}
+
+
+def simulate(jobs, n_hosts: int, sched: Scheduler) -> Outcome:
+    cluster = Cluster(n_hosts)
+    heap: list = [(j.arrival, ARRIVE, i, j) for i, j in enumerate(jobs)]
+    heapq.heapify(heap)
+    seq = len(jobs)
+    wakes: set[int] = set()
+    running: dict[str, tuple] = {}            # jid -> (job, hosts, start)
+    out = Outcome(sched.name, {}, {}, cluster)
+    t_prev, frag_now = jobs[0].arrival if jobs else 0, 0
+    wall0 = time.perf_counter()
+    while heap:
+        t, kind, _, job = heapq.heappop(heap)
+        if t > t_prev:
+            out.frag_gpu_seconds += frag_now * (t - t_prev)
+            t_prev = t
+        if kind == END:
+            _, hosts, _ = running.pop(job.jid)
+            cluster.give(hosts, job.gpus_per_vm, t)
+            sched.finished(job, t)
+            if heap and heap[0][0] == t and heap[0][1] == END:
+                continue   # all ends of this instant first, then one decision
+        elif kind == ARRIVE:
+            sched.submit(job, t)
+        else:
+            wakes.discard(t)
+        starts, wake = sched.schedule(t, cluster, running)
+        out.decisions += 1
+        for sj, hosts in starts:
+            cluster.take(hosts, sj.gpus_per_vm, t)
+            running[sj.jid] = (sj, hosts, t)
+            out.start[sj.jid], out.hosts[sj.jid] = t, list(hosts)
+            seq += 1
+            heapq.heappush(heap, (t + sj.runtime, END, seq, sj))
+        if wake is not None and wake > t and wake not in wakes:
+            wakes.add(wake)
+            seq += 1
+            heapq.heappush(heap, (wake, WAKE, seq, None))
+        head = sched.oldest_waiting()
+        frag_now = 0 if head is None else cluster.free_total - cluster.usable_by(head.gpus_per_vm, head.vms)
+    out.wall_seconds = time.perf_counter() - wall0
+    out.span = (jobs[0].arrival, t_prev) if jobs else (0, 0)
+    out.extra = sched.stats()
+    missing = [j.jid for j in jobs if j.jid not in out.start]
+    if missing:
+        raise AssertionError(f"{sched.name}: {len(missing)} jobs never started, e.g. {missing[:3]}")
+    return out

@@ -1,0 +1,99 @@
+"""Figures from one replay outcome: waits, GPU use over time, idle
+fragmentation, fairness across tenants."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+HOUR = 3600
+TAU = 600   # bounded slowdown: run times under 10 minutes count as 10 minutes
+
+
+def jain(xs) -> float:
+    xs = [x for x in xs]
+    if not xs or not any(xs):
+        return 1.0
+    return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs))
+
+
+def _integral_at(times: np.ndarray, deltas: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """Integral from -inf to each grid point of the step function built by `deltas` at `times`."""
+    if len(times) == 0:
+        return np.zeros(len(grid))
+    o = np.argsort(times, kind="stable")
+    t, d = times[o].astype(float), deltas[o].astype(float)
+    level = np.cumsum(d)                               # value after t[i]
+    area = np.concatenate([[0.0], np.cumsum(level[:-1] * np.diff(t))])   # integral up to t[i]
+    k = np.searchsorted(t, grid, side="right") - 1
+    out = np.zeros(len(grid))
+    ok = k >= 0
+    out[ok] = area[k[ok]] + level[k[ok]] * (grid[ok] - t[k[ok]])
+    return out
+
+
+def hourly(jobs_intervals, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean level per hour of a sum of (start, end, amount) boxes over [lo, hi)."""
+    grid = np.arange(lo, hi + HOUR, HOUR, dtype=float)
+    if not jobs_intervals:
+        return grid[:-1], np.zeros(len(grid) - 1)
+    a = np.array(jobs_intervals, dtype=float)
+    times = np.concatenate([a[:, 0], a[:, 1]])
+    deltas = np.concatenate([a[:, 2], -a[:, 2]])
+    return grid[:-1], np.diff(_integral_at(times, deltas, grid)) / HOUR
+
+
+def summarize(out, jobs, shares: dict[str, float], capacity: int) -> dict:
+    waits = np.array([out.start[j.jid] - j.arrival for j in jobs], dtype=float)
+    big = np.array([out.start[j.jid] - j.arrival for j in jobs if j.gpus >= 8], dtype=float)
+    lo, hi = jobs[0].arrival, jobs[-1].arrival + 1          # the submission window
+    end_all = max(out.start[j.jid] + j.runtime for j in jobs)
+    # GPU use over time (hourly), and its mean over the submission window
+    busy = [(out.start[j.jid], out.start[j.jid] + j.runtime, j.gpus) for j in jobs]
+    hours, use = hourly(busy, lo, end_all)
+    in_win = hours < hi
+    r = {
+        "n": len(jobs), "n_big": len(big),
+        "p50": float(np.percentile(waits, 50)), "p90": float(np.percentile(waits, 90)),
+        "p99": float(np.percentile(waits, 99)), "mean": float(waits.mean()),
+        "big_p50": float(np.percentile(big, 50)) if len(big) else 0.0,
+        "big_p90": float(np.percentile(big, 90)) if len(big) else 0.0,
+        "use": float(use[in_win].mean() / capacity) if in_win.any() else 0.0,
+        "frag": out.frag_gpu_seconds / (capacity * max(1, out.span[1] - out.span[0])),
+        "makespan_h": (end_all - lo) / HOUR,
+        "wall_s": out.wall_seconds,
+        "hours": hours, "use_series": use / capacity, "waits": waits,
+    }
+    # fairness 1: Jain's index over tenants of their mean bounded slowdown
+    sd = defaultdict(list)
+    for j, w in zip(jobs, waits):
+        sd[j.tenant].append(max(1.0, (w + j.runtime) / max(j.runtime, TAU)))
+    r["jain_slowdown"] = jain([np.mean(v) for v in sd.values()])
+    # fairness 2: per hour, among tenants that wanted GPUs, the share of their
+    # entitlement min(quota share x C, GPUs asked for) they got (capped at 1);
+    # Jain's index of that, averaged over hours with >= 2 such tenants
+    per_t_use, per_t_want = defaultdict(list), defaultdict(list)
+    for j in jobs:
+        s = out.start[j.jid]
+        per_t_use[j.tenant].append((s, s + j.runtime, j.gpus))
+        per_t_want[j.tenant].append((j.arrival, s + j.runtime, j.gpus))
+    sat = []
+    for t in per_t_use:
+        _, u = hourly(per_t_use[t], lo, hi)
+        _, w = hourly(per_t_want[t], lo, hi)
+        ent = np.minimum(shares.get(t, 0.0) * capacity, w)
+        x = np.where(ent > 1e-9, np.minimum(1.0, u / np.maximum(ent, 1e-9)), np.nan)
+        sat.append(x)
+    S = np.array(sat)
+    vals = []
+    for col in S.T:
+        c = col[~np.isnan(col)]
+        if len(c) >= 2:
+            vals.append(jain(c))
+    r["jain_quota"] = float(np.mean(vals)) if vals else 1.0
+    plans = out.extra.get("plans")
+    if plans:
+        r["plans"] = plans
+        r["replans_per_s"] = plans / out.wall_seconds
+        r["ms_per_plan"] = 1000 * out.extra["plan_seconds"] / plans
+    return r

@@ -1,0 +1,127 @@
+"""gpu-tenancy in the replay: the service's own planner (domain.planner.plan)
+decides, with the engine's semantics (ledger.replan + Lifecycle.tick):
+every decision plans all waiting leases from scratch against the holds of
+the running ones; a lease whose planned start has come starts on the hosts
+the plan chose and holds them until it ends; the rest stay queued. Fair
+share is the engine's: decayed GPU-hours (half-life 7 days by default) of
+what each tenant held, against its quota weight.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from collections import OrderedDict
+from dataclasses import replace
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "service"))
+
+from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit  # noqa: E402
+from gpu_tenancy.domain.planner import plan  # noqa: E402
+
+from event_loop import Scheduler  # noqa: E402
+
+MODEL = "GPU"
+
+
+def quota_limits(shares: dict[str, float], capacity: int, mode: str) -> dict[tuple[str, str], QuotaLimit]:
+    """mode 'quota': nominal = share x cluster, the rest borrowable when idle;
+    mode 'open': every tenant may hold the whole cluster. Weight = share in both."""
+    out = {}
+    for t, s in shares.items():
+        if mode == "quota":
+            nominal = max(1, math.floor(s * capacity))
+            out[(t, MODEL)] = QuotaLimit(t, MODEL, nominal, capacity - nominal, None, s)
+        else:
+            out[(t, MODEL)] = QuotaLimit(t, MODEL, capacity, 0, None, s)
+    return out
+
+
+class GpuTenancy(Scheduler):
+    def __init__(self, quotas, half_life: int = 7 * 24 * 3600, name: str = "gpu-tenancy",
+                 fairshare: bool = True, aging: int | None = None):
+        self.name = name
+        # aging (a prototype of a suggested engine change, not what the service does):
+        # a lease waiting longer than `aging` seconds is planned at priority 1
+        self.aging = aging
+        self.fairshare = fairshare   # False (diagnosis only): no usage, so the order is priority then age
+        self.quotas = quotas
+        self.lam = math.log(2) / half_life
+        self.waiting: OrderedDict[str, object] = OrderedDict()
+        self.requests: dict[str, LeaseRequest] = {}
+        self.done_usage: dict[str, float] = {}   # sum of g * (e^{lam e} - e^{lam s}) / lam, times from t0
+        self.t0 = None
+        self.plans = 0
+        self.plan_seconds = 0.0
+        self.skipped = 0
+        self.hosts = None
+        self.starts_at: dict[str, int] = {}
+        self.borrowing: set[str] = set()
+
+    def submit(self, job, now):
+        if self.t0 is None:
+            self.t0 = now
+        self.waiting[job.jid] = job
+        self.requests[job.jid] = LeaseRequest(job.jid, job.tenant, MODEL, job.gpus_per_vm, job.vms,
+                                              job.duration, job.arrival, None, job.arrival)
+
+    def finished(self, job, now):
+        s = self.starts_at.pop(job.jid)
+        self.done_usage[job.tenant] = self.done_usage.get(job.tenant, 0.0) + job.gpus * self._integral(s, now)
+        self.borrowing.discard(job.jid)
+
+    def _integral(self, s: int, e: int) -> float:
+        lam, t0 = self.lam, self.t0
+        return (math.exp(lam * (e - t0)) - math.exp(lam * (s - t0))) / lam
+
+    def usage(self, now, running) -> dict:
+        """The engine's fairshare.decayed_gpu_hours, kept incrementally."""
+        scale = math.exp(-self.lam * (now - self.t0)) / 3600.0
+        acc = dict(self.done_usage)
+        for job, _hosts, st in running.values():
+            acc[job.tenant] = acc.get(job.tenant, 0.0) + job.gpus * self._integral(st, now)
+        return {(t, MODEL): v * scale for t, v in acc.items()}
+
+    def oldest_waiting(self):
+        return next(iter(self.waiting.values()), None)
+
+    def stats(self):
+        return {"plans": self.plans, "plan_seconds": self.plan_seconds, "skipped_full": self.skipped}
+
+    def schedule(self, now, cluster, running):
+        if not self.waiting:
+            return [], None
+        if cluster.free_total == 0:
+            self.skipped += 1   # nothing can start now whatever the plan says
+            return [], None
+        if self.hosts is None:
+            self.hosts = [Host(n, MODEL, cluster.host_gpus) for n in cluster.names]
+        holds = []
+        for job, hosts, st in running.values():
+            for h in hosts:
+                holds.append(Hold(job.jid, job.tenant, cluster.names[h], MODEL, job.gpus_per_vm,
+                                  st, max(st + job.duration, now + 1), job.jid in self.borrowing))
+        waiting = [self.requests[jid] for jid in self.waiting]
+        if self.aging is not None:
+            waiting = [replace(r, priority=1) if now - r.created_at >= self.aging else r for r in waiting]
+        t = time.perf_counter()
+        p = plan(now, self.hosts, holds, self.quotas, waiting,
+                 self.usage(now, running) if self.fairshare else None)
+        self.plan_seconds += time.perf_counter() - t
+        self.plans += 1
+        starts, wake = [], None
+        for pl in p.leases.values():
+            if pl.placement is None:
+                continue
+            if pl.placement.start <= now:
+                job = self.waiting.pop(pl.lease_id)
+                del self.requests[pl.lease_id]
+                self.starts_at[job.jid] = now
+                if pl.borrowing:
+                    self.borrowing.add(job.jid)
+                starts.append((job, [cluster.index[h] for h in pl.placement.hosts]))
+            elif wake is None or pl.placement.start < wake:
+                wake = pl.placement.start
+        return starts, wake

@@ -1,0 +1,132 @@
+"""Trace replay: one trace, one cluster, every scheduler, on virtual time.
+
+    python bench/replay.py --trace philly-final --load 0.8
+    python bench/replay.py --trace openb --load 0.95 --overask
+    python bench/replay.py --trace philly-tune --load 0.95 --days 14
+
+Jobs become leases (tenant = Philly VC or openb qos; GPUs; duration = run
+time, known exactly, or with --overask the next whole hour, the lease then
+being cancelled at the real end). The cluster is hosts of 8 GPUs, as many as
+make the offered load (GPU-time submitted / (GPUs x window)) equal --load.
+gpu-tenancy is the service's planner with the engine's semantics
+(planner_sched.py); the baselines are in baselines.py; the mean-wait lower
+bound in lower_bound.py. Writes bench/results/<trace>-<load>[-overask].md
+and PNG plots there.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+REPO = os.path.dirname(HERE)
+
+import yaml  # noqa: E402
+
+import traces  # noqa: E402
+from baselines import EASY, FIFO, RefuseRetry  # noqa: E402
+from cluster_model import hosts_for_load, offered_load, quota_shares, window_of  # noqa: E402
+from event_loop import simulate  # noqa: E402
+from lower_bound import mean_wait_bound  # noqa: E402
+from metrics import summarize  # noqa: E402
+from planner_sched import GpuTenancy, quota_limits  # noqa: E402
+from report import hms, plots, table  # noqa: E402
+
+SCHEDULERS = ("gpu-tenancy", "gpu-tenancy+quota", "EASY", "FIFO", "refuse+retry")
+
+
+def load_jobs(cfg: dict, trace: str, traces_dir: str, days: float | None, overask: bool):
+    spec = cfg["traces"][trace]
+    path = os.path.join(traces_dir, spec["file"])
+    if spec["kind"] == "philly":
+        jobs = traces.read_philly(path, spec.get("start"), spec.get("end"))
+        sizes = traces.read_vc_nodes(os.path.join(traces_dir, cfg["philly_vc_sizes"]))
+    else:
+        jobs = traces.read_openb(path)
+        sizes = {}
+    if days:
+        cut = jobs[0].arrival + int(days * 86400)
+        jobs = [j for j in jobs if j.arrival < cut]
+    if not sizes:   # shares by GPU-time submitted
+        for j in jobs:
+            sizes[j.tenant] = sizes.get(j.tenant, 0) + j.gpu_time
+    if overask:
+        jobs = [dataclasses.replace(j, asked=-(-j.runtime // 3600) * 3600) for j in jobs]
+    return jobs, quota_shares((j.tenant for j in jobs), sizes)
+
+
+def make(name: str, cfg: dict, shares, capacity: int):
+    hl = cfg["fairshare_half_life_seconds"]
+    if name == "gpu-tenancy":
+        return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name)
+    if name == "gpu-tenancy+quota":
+        return GpuTenancy(quota_limits(shares, capacity, "quota"), hl, name)
+    if name == "gpu-tenancy-nofs":   # diagnosis: the planner without fair share (age order)
+        return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name, fairshare=False)
+    if name == "gpu-tenancy-aging":   # prototype: priority 1 once a lease waited aging_seconds
+        return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name, aging=cfg["aging_seconds"])
+    if name == "EASY":
+        return EASY()
+    if name == "FIFO":
+        return FIFO()
+    if name == "refuse+retry":
+        return RefuseRetry(cfg["retry_seconds"])
+    raise ValueError(name)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trace", default="philly-final")
+    ap.add_argument("--load", type=float, default=0.8, help="offered load, e.g. 0.8")
+    ap.add_argument("--traces", default=traces.default_trace_dir(REPO), help="directory of the trace CSVs")
+    ap.add_argument("--config", default=os.path.join(HERE, "replay.yaml"))
+    ap.add_argument("--days", type=float, help="only the first DAYS days of submissions")
+    ap.add_argument("--overask", action="store_true",
+                    help="leases ask for the run time rounded up to the hour and are cancelled at the real end")
+    ap.add_argument("--schedulers", default=",".join(SCHEDULERS))
+    ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    a = ap.parse_args(argv)
+    cfg = yaml.safe_load(open(a.config))
+    jobs, shares = load_jobs(cfg, a.trace, a.traces, a.days, a.overask)
+    win = window_of(jobs)
+    n_hosts = hosts_for_load(jobs, a.load, win, cfg["host_gpus"])
+    cap = n_hosts * cfg["host_gpus"]
+    tag = f"{a.trace}-{int(round(a.load * 100))}" + ("-overask" if a.overask else "") + (f"-{a.days:g}d" if a.days else "")
+    head = (f"trace {a.trace}: {len(jobs)} jobs, {len(shares)} tenants, {(win[1] - win[0]) / 86400:.1f} days; "
+            f"cluster {n_hosts} hosts x {cfg['host_gpus']} = {cap} GPUs; offered load "
+            f"{100 * offered_load(jobs, cap, win):.1f} %; durations "
+            f"{'over-asked (next hour), cancelled at the real end' if a.overask else 'exact (oracle)'}")
+    print(head, flush=True)
+    results = {}
+    for name in a.schedulers.split(","):
+        t = time.perf_counter()
+        out = simulate(jobs, n_hosts, make(name, cfg, shares, cap))
+        r = summarize(out, jobs, shares, cap)
+        results[name] = r
+        extra = (f", {r['plans']} plans, {r['replans_per_s']:.0f} replans/s of wall time, "
+                 f"{r['ms_per_plan']:.1f} ms/plan" if "plans" in r else "")
+        print(f"  {name}: P50 {hms(r['p50'])} P90 {hms(r['p90'])} >=8 P90 {hms(r['big_p90'])} "
+              f"({time.perf_counter() - t:.0f} s wall{extra})", flush=True)
+    results["lower bound (mean)"] = {"bound_only": True, "mean": mean_wait_bound(jobs, cap)}
+    md = table(results)
+    os.makedirs(a.out, exist_ok=True)
+    made = plots(results, tag, os.path.join(a.out, tag))
+    plan_line = "; ".join(f"{k}: {v['plans']} plans, {v['replans_per_s']:.0f} replans/s of wall time, "
+                          f"{v['ms_per_plan']:.1f} ms per plan" for k, v in results.items() if "plans" in v)
+    text = f"{head}\n\n{md}\n\n{plan_line}\n\nplots: {', '.join(os.path.basename(m) for m in made)}\n"
+    with open(os.path.join(a.out, tag + ".md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(a.out, tag + ".json"), "w") as f:
+        json.dump({k: {kk: vv for kk, vv in v.items() if kk not in ("hours", "use_series", "waits")}
+                   for k, v in results.items()}, f, indent=1)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

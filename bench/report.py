@@ -1,0 +1,84 @@
+"""The replay's table (Markdown) and plots (PNG, matplotlib)."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+
+def hms(s: float) -> str:
+    if s < 60:
+        return f"{s:.0f}s"
+    if s < 3600:
+        return f"{s / 60:.1f}m"
+    return f"{s / 3600:.1f}h"
+
+
+def ratio(a: float, b: float) -> str:
+    if b == 0:
+        return "-" if a == 0 else "inf"
+    return f"{a / b:.2f}"
+
+
+def table(results: dict[str, dict], ref_easy: str = "EASY", ref_gt: str = "gpu-tenancy") -> str:
+    """One row per scheduler; ratios of P50/P90/big-P90 against EASY and against gpu-tenancy."""
+    e, g = results.get(ref_easy), results.get(ref_gt)
+    head = ("| scheduler | P50 wait | P90 wait | P99 wait | mean wait | ≥8-GPU P50 | ≥8-GPU P90 | GPU use "
+            "| idle frag. | Jain slowdown | Jain use/quota | P50, P90, ≥8 P90 ÷ EASY | P50, P90, ≥8 P90 ÷ gpu-tenancy |")
+    lines = [head, "|" + "---|" * 13]
+    for name, r in results.items():
+        if r.get("bound_only"):
+            lines.append(f"| {name} | – | – | – | ≥ {hms(r['mean'])} | – | – | – | – | – | – | "
+                         f"mean {ratio(r['mean'], e['mean']) if e else '-'} | "
+                         f"mean {ratio(r['mean'], g['mean']) if g else '-'} |")
+            continue
+        re_ = ", ".join(ratio(r[k], e[k]) for k in ("p50", "p90", "big_p90")) if e else "-"
+        rg = ", ".join(ratio(r[k], g[k]) for k in ("p50", "p90", "big_p90")) if g else "-"
+        lines.append(
+            f"| {name} | {hms(r['p50'])} | {hms(r['p90'])} | {hms(r['p99'])} | {hms(r['mean'])} "
+            f"| {hms(r['big_p50'])} | {hms(r['big_p90'])} | {100 * r['use']:.1f} % | {100 * r['frag']:.1f} % "
+            f"| {r['jain_slowdown']:.2f} | {r['jain_quota']:.2f} | {re_} | {rg} |")
+    return "\n".join(lines)
+
+
+def plots(results: dict[str, dict], title: str, path_prefix: str) -> list[str]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    os.makedirs(os.path.dirname(path_prefix) or ".", exist_ok=True)
+    made = []
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for name, r in results.items():
+        if r.get("bound_only"):
+            continue
+        w = np.sort(r["waits"])
+        ax.plot(np.maximum(w, 1), np.arange(1, len(w) + 1) / len(w), label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("wait (s, waits under 1 s drawn at 1 s)")
+    ax.set_ylabel("fraction of jobs")
+    ax.set_title(f"wait CDF: {title}")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path_prefix + "-wait-cdf.png", dpi=110)
+    plt.close(fig)
+    made.append(path_prefix + "-wait-cdf.png")
+
+    fig, ax = plt.subplots(figsize=(9, 4.2))
+    for name, r in results.items():
+        if r.get("bound_only"):
+            continue
+        h = (r["hours"] - r["hours"][0]) / 86400
+        k = 24   # daily moving average of the hourly use
+        u = np.convolve(r["use_series"], np.ones(k) / k, mode="same") if len(r["use_series"]) > k else r["use_series"]
+        ax.plot(h, 100 * u, label=name, lw=1)
+    ax.set_xlabel("days from the first submission")
+    ax.set_ylabel("GPUs busy (% of cluster, 24 h moving average)")
+    ax.set_title(f"GPU use over time: {title}")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path_prefix + "-gpu-use.png", dpi=110)
+    plt.close(fig)
+    made.append(path_prefix + "-gpu-use.png")
+    return made

@@ -1,0 +1,66 @@
+"""The runner ticks on its timer, and while a VM is booting or being deleted it
+watches that lease every provisioning_poll_seconds, without replanning (a boot
+takes seconds, a tick can be minutes, a replan most of a second)."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+
+from tests.conftest import headers
+
+
+@pytest.fixture
+def runner(runtime):
+    runtime.config.engine_tick_seconds = 600
+    runtime.config.provisioning_poll_seconds = 0.25
+    engine = runtime.engine
+    engine.scheduler.start(paused=True)       # the jobs stay put: the test reads their next run
+    engine.scheduler.add_job(lambda: None, "interval", id="tick", seconds=600)
+    yield engine
+    engine.scheduler.shutdown(wait=False)
+
+
+def next_run_in(runner, job_id: str) -> float | None:
+    job = runner.scheduler.get_job(job_id)
+    if job is None:
+        return None
+    return (job.next_run_time - datetime.now(job.next_run_time.tzinfo)).total_seconds()
+
+
+def test_a_booting_lease_is_watched_closely_and_a_freed_host_brings_a_full_tick(client, runner, runtime,
+                                                                                 engine_tick, monkeypatch):
+    assert runner.run_once()
+    assert next_run_in(runner, "watch") is None        # nothing in flight: only the usual timer
+    lease = client.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT1H"},
+                        headers=headers()).get_json()["lease"]
+    runner.run_once()                                   # starts it: the VM is building
+    assert client.get(f"/v1/leases/{lease['id']}", headers=headers()).get_json()["lease"]["status"] == \
+        "provisioning"
+    assert 0 < next_run_in(runner, "watch") <= 0.3
+
+    from gpu_tenancy.engine import ledger
+    real_planner, replans = ledger.run_planner, []
+
+    def counting(*args, **kwargs):
+        replans.append(1)
+        return real_planner(*args, **kwargs)
+    monkeypatch.setattr(ledger, "run_planner", counting)
+    runtime.clock.advance(60)                           # the simulated boot is done
+    runner.watch_once()
+    assert client.get(f"/v1/leases/{lease['id']}", headers=headers()).get_json()["lease"]["status"] == "active"
+    runner.scheduler.remove_job("watch")
+    runner.watch_once()                                 # nothing in flight: no further watch
+    assert next_run_in(runner, "watch") is None
+
+    assert replans == []                                # watching replans nothing
+    client.delete(f"/v1/leases/{lease['id']}", headers=headers())   # (the API replans)
+    replans.clear()
+    runner.watch_once()                                 # ending: deleted, GPUs not yet released
+    assert 0 < next_run_in(runner, "watch") <= 0.3
+    runtime.clock.advance(10)                           # released: a full tick is due at once
+    runner.scheduler.modify_job("tick", next_run_time=datetime.now(runner.scheduler.timezone) + timedelta(hours=1))
+    runner.watch_once()
+    assert client.get(f"/v1/leases/{lease['id']}", headers=headers()).get_json()["lease"]["status"] == "ended"
+    assert next_run_in(runner, "tick") <= 1
+    assert replans == []
