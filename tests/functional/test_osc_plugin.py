@@ -60,7 +60,8 @@ def test_capacity_shows_each_gpu_model_of_the_demo_cloud(cli):
     assert rows["A100"]["Hosts"] == 4 and rows["A100"]["GPUs"] == 32 and rows["A100"]["Largest Free Block"] == 8
     assert rows["H100"]["Hosts"] == 2 and rows["H100"]["GPUs"] == 8
     calendar = cli.json("gpu", "capacity", "--start", "2030-01-01T00:00:00Z", "--end", "2030-01-02T00:00:00Z")
-    assert {row["Host"] for row in calendar} == {f"gpu-a100-{i}" for i in range(1, 5)} | {"gpu-h100-1", "gpu-h100-2"}
+    hosts = {f"gpu-a100-{i}" for i in range(1, 5)} | {"gpu-h100-1", "gpu-h100-2"}
+    assert {row["Host"] for row in calendar} == hosts
     assert all(row["Free"] == row["GPUs"] for row in calendar)   # nothing booked that far ahead
 
 
@@ -81,6 +82,8 @@ def test_create_list_show_extend_cancel(cli):
 
     extended = cli.json("gpu", "lease", "extend", lease["id"], "--by", "PT2H")
     assert extended["duration"] == 24 * 3600 + 2 * 3600
+    months = cli.run("gpu", "lease", "extend", lease["id"], "--by", "P1M")
+    assert months.returncode == 2 and "uses years or months" in months.stderr   # refused before asking
     too_long = cli.run("gpu", "lease", "extend", lease["id"], "--duration", "P30D")
     assert too_long.returncode == 1 and "maximum of 604800 s" in too_long.stderr
 
@@ -123,7 +126,17 @@ def test_create_wait_exits_non_zero_when_the_lease_is_cancelled(cli):
         cli.run("gpu", "lease", "cancel", filler["id"], **nlp)
     assert waiting.returncode == 1
     assert "queued: position 1" in err and "queued -> cancelled" in err
-    assert "is cancelled" in err and out == ""
+    assert err.strip().endswith("was cancelled") and out == ""
+
+
+def test_create_wait_exits_non_zero_with_the_failure_when_the_start_fails(cli):
+    result = cli.run("gpu", "lease", "create", "--shape", "a100.x1", "--duration", "PT1H",
+                     "--volume", "no-such-volume", "--wait")
+    assert result.returncode == 1 and result.stdout == ""
+    assert "provisioning -> ending: failed (volume)" in result.stderr
+    assert "ending -> failed" in result.stderr
+    assert result.stderr.strip().endswith("failed (volume): volume no-such-volume not found in the project "
+                                          "(cloud said: Volume no-such-volume could not be found.)")
 
 
 def test_quota_set_changes_only_the_limits_given(cli):

@@ -5,13 +5,13 @@ import argparse
 import logging
 import time
 
-import isodate
-
 from osc_lib import exceptions
 from osc_lib.command import command
 
+from gpu_tenancy.domain.states import FINAL, LeaseState
 from gpu_tenancy.osc.client import ApiError
 from gpu_tenancy.osc.columns import QueueColumn, RecordColumn, RecordsColumn
+from gpu_tenancy.timeutil import parse_duration
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +22,10 @@ FIELDS = ("id", "name", "status", "project_id", "user_id", "shape", "gpu_model",
           "created_at", "updated_at")
 FORMATTERS = {"queue": QueueColumn, "allocations": RecordsColumn, "servers": RecordsColumn,
               "volume": RecordColumn, "failure": RecordColumn}
-IN_PROGRESS = ("requested", "queued", "scheduled", "provisioning")
+FINAL_STATES = {state.value for state in FINAL}
+# how --wait reports a lease that did not become active
+OUTCOMES = {"failed": "failed", "cancelled": "was cancelled", "expired": "expired: its latest start passed",
+            "preempted": "was preempted", "ended": "ended"}
 WAIT_INTERVAL = 2.0
 
 
@@ -37,13 +40,11 @@ def duration(value: str) -> int | str:
 
 
 def seconds(value: str) -> int:
-    """Seconds, or an ISO 8601 duration in seconds."""
-    if value.isdigit():
-        return int(value)
+    """An ISO 8601 duration or whole seconds, in seconds (for arithmetic on this side)."""
     try:
-        return int(isodate.parse_duration(value).total_seconds())
-    except (isodate.ISO8601Error, ValueError):
-        raise argparse.ArgumentTypeError(f"{value!r} is neither seconds nor an ISO 8601 duration") from None
+        return parse_duration(int(value) if value.isdigit() else value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def find_lease(client, name_or_id: str) -> dict:
@@ -69,9 +70,10 @@ def describe_event(event: dict) -> str:
     return f"{event['at']}  {change}" + (f": {event['message']}" if event.get("message") else "")
 
 
-def wait_for_lease(client, lease: dict, out, interval: float = WAIT_INTERVAL, sleep=time.sleep) -> dict:
-    """Follow the lease until it is no longer in progress, writing each new event
-    and each change of queue place to `out`; return its last state."""
+def wait_for_lease(client, lease: dict, out, interval: float = WAIT_INTERVAL,
+                   sleep=time.sleep) -> tuple[dict, bool]:
+    """Follow the lease until it is active or final, writing each new event and each
+    change of queue place to `out`; return its last state and whether it became active."""
     shown_events, shown_queue = 0, None
     while True:
         lease = client.lease(lease["id"])
@@ -84,9 +86,9 @@ def wait_for_lease(client, lease: dict, out, interval: float = WAIT_INTERVAL, sl
             shown_queue = (queue["position"], queue["eta"])
             out.write(f"queued: position {queue['position']}, eta {queue['eta'] or 'unknown'}\n")
         out.flush()
-        if lease["status"] not in IN_PROGRESS:
-            lease["_reached_active"] = any(e.get("to") == "active" for e in events)
-            return lease
+        # a failed start passes through `ending` too, so only active or final ends the wait
+        if lease["status"] == LeaseState.ACTIVE.value or lease["status"] in FINAL_STATES:
+            return lease, any(e.get("to") == LeaseState.ACTIVE.value for e in events)
         sleep(interval)
 
 
@@ -136,11 +138,12 @@ class CreateLease(command.ShowOne):
                 raise exceptions.CommandError(f"cannot read the user data file: {exc}") from None
         lease = client.create_lease(body, dry_run=args.dry_run)
         if args.wait and not args.dry_run:
-            lease = wait_for_lease(client, lease, self.app.stderr)
-            if not lease.pop("_reached_active"):
-                failure = lease.get("failure") or {}
-                why = f" ({failure.get('class')}): {failure.get('message')}" if failure else ""
-                raise exceptions.CommandError(f"lease {lease['id']} is {lease['status']}{why}")
+            lease, reached_active = wait_for_lease(client, lease, self.app.stderr)
+            if not reached_active:
+                failure = lease.get("failure")
+                why = f" ({failure['class']}): {failure['message']}" if failure else ""
+                outcome = OUTCOMES.get(lease["status"], lease["status"])
+                raise exceptions.CommandError(f"lease {lease['id']} {outcome}{why}")
         return show_lease(lease)
 
 
