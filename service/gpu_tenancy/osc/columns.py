@@ -1,0 +1,38 @@
+"""How nested lease fields read in a table, while -f json/yaml keep their structure."""
+from __future__ import annotations
+
+from cliff import columns
+
+
+class QueueColumn(columns.FormattableColumn):
+    """A waiting lease's place: position, ETA and the reasons in words."""
+
+    def human_readable(self) -> str:
+        if not self._value:
+            return ""
+        lines = [f"position {self._value.get('position')}, eta {self._value.get('eta') or 'unknown'}"]
+        lines += [reason.get("message", "") for reason in self._value.get("reasons") or []]
+        return "\n".join(lines)
+
+    def machine_readable(self):
+        return self._value
+
+
+class RecordsColumn(columns.FormattableColumn):
+    """A list of flat records (allocations, servers): one line each."""
+
+    def human_readable(self) -> str:
+        return "\n".join(", ".join(f"{k}={v}" for k, v in item.items()) for item in self._value or [])
+
+    def machine_readable(self):
+        return self._value
+
+
+class RecordColumn(columns.FormattableColumn):
+    """One flat record (volume, failure) on one line."""
+
+    def human_readable(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in (self._value or {}).items())
+
+    def machine_readable(self):
+        return self._value

@@ -1,0 +1,66 @@
+"""openstack gpu quota show|set: per project and GPU model."""
+from __future__ import annotations
+
+from osc_lib import exceptions
+from osc_lib.command import command
+
+from gpu_tenancy.osc.lease import duration
+
+LIMITS = ("gpus", "borrow_gpus", "max_duration", "weight")
+HEADERS = ("GPU Model", "GPUs", "Borrow GPUs", "Max Duration", "Weight")
+
+
+NO_LIMIT = "none"
+
+
+def max_duration(value: str) -> int | str:
+    return NO_LIMIT if value.lower() == NO_LIMIT else duration(value)
+
+
+class ShowQuota(command.Lister):
+    _description = "Show a project's quota per GPU model (your own project by default)"
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument("project", metavar="<project-id>", nargs="?",
+                            help="project (default: the current one; others need admin)")
+        return parser
+
+    def take_action(self, args):
+        client = self.app.client_manager.gpu
+        project = args.project or client.project_id
+        if not project:
+            raise exceptions.CommandError("name the project: no current project is known")
+        quota = client.quota(project)
+        return HEADERS, [[model] + [limits.get(k) for k in LIMITS]
+                         for model, limits in sorted(quota["gpu_models"].items())]
+
+
+class SetQuota(command.Command):
+    _description = ("Set a project's quota for one GPU model (admins); limits not given keep their "
+                    "current values")
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument("project", metavar="<project-id>", help="project")
+        parser.add_argument("--gpu-model", metavar="<model>", required=True, help="GPU model, e.g. A100")
+        parser.add_argument("--gpus", metavar="<count>", type=int, help="GPUs it may hold at any instant")
+        parser.add_argument("--borrow-gpus", metavar="<count>", type=int,
+                            help="more it may hold while capacity is idle")
+        parser.add_argument("--max-duration", metavar="<duration>", type=max_duration,
+                            help="longest lease: ISO 8601 (P7D) or seconds, or 'none' for no limit")
+        parser.add_argument("--weight", metavar="<weight>", type=float, help="fair-share weight")
+        return parser
+
+    def take_action(self, args):
+        client = self.app.client_manager.gpu
+        given = {k: getattr(args, k) for k in LIMITS if getattr(args, k) is not None}
+        if given.get("max_duration") == NO_LIMIT:
+            given["max_duration"] = None
+        current = client.quota(args.project)["gpu_models"].get(args.gpu_model)
+        if current is None and "gpus" not in given:
+            raise exceptions.CommandError(f"project {args.project} has no {args.gpu_model} quota yet: "
+                                          "give --gpus")
+        # the API replaces a model's limits whole: send the current ones with the changes
+        limits = {**(current or {}), **given}
+        client.set_quota(args.project, {args.gpu_model: limits})

@@ -1,0 +1,172 @@
+"""`openstack gpu ...` (the python-openstackclient plugin) against the demo
+service started as a real process: noauth2, the simulated cloud, SQLite.
+Every command runs as a subprocess and is judged by its JSON and exit code."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from tests.conftest import PG_URL
+from tests.functional.test_cli import free_port
+from tests.openstack_cli import OpenStackCLI, require_openstack_client
+
+pytestmark = pytest.mark.skipif(bool(PG_URL), reason="the demo runs on its own SQLite file; "
+                                                     "once per suite is enough")
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    require_openstack_client()
+    tmp = tmp_path_factory.mktemp("osc-demo")
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "gpu_tenancy.cli", "demo", "--port", str(port),
+                             "--db", f"sqlite:///{tmp / 'demo.db'}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(base + "/healthz", timeout=1)
+            break
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                pytest.fail("the demo did not answer on /healthz")
+            time.sleep(0.2)
+    yield base
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+@pytest.fixture
+def cli(demo, tmp_path):
+    """The CLI as alice, a member of ml-vision, on the noauth2 demo."""
+    return OpenStackCLI(tmp_path, OS_AUTH_TYPE="none", OS_ENDPOINT=demo,
+                        OS_GPU_NOAUTH_PROJECT="ml-vision", OS_GPU_NOAUTH_USER="alice")
+
+
+ADMIN = {"OS_GPU_NOAUTH_ROLES": "admin"}
+
+
+def test_capacity_shows_each_gpu_model_of_the_demo_cloud(cli):
+    rows = {row["GPU Model"]: row for row in cli.json("gpu", "capacity")}
+    assert rows["A100"]["Hosts"] == 4 and rows["A100"]["GPUs"] == 32 and rows["A100"]["Largest Free Block"] == 8
+    assert rows["H100"]["Hosts"] == 2 and rows["H100"]["GPUs"] == 8
+    calendar = cli.json("gpu", "capacity", "--start", "2030-01-01T00:00:00Z", "--end", "2030-01-02T00:00:00Z")
+    hosts = {f"gpu-a100-{i}" for i in range(1, 5)} | {"gpu-h100-1", "gpu-h100-2"}
+    assert {row["Host"] for row in calendar} == hosts
+    assert all(row["Free"] == row["GPUs"] for row in calendar)   # nothing booked that far ahead
+
+
+def test_create_list_show_extend_cancel(cli):
+    lease = cli.json("gpu", "lease", "create", "cli-first", "--shape", "a100.x2", "--duration", "PT24H",
+                     "--volume-size", "100")
+    assert lease["status"] == "scheduled" and lease["name"] == "cli-first"
+    assert lease["project_id"] == "ml-vision" and lease["user_id"] == "alice"
+    assert lease["volume"] == {"id": None, "size_gb": 100} and lease["allocations"][0]["gpus"] == 2
+
+    listed = cli.json("gpu", "lease", "list")
+    assert [row["Status"] for row in listed if row["ID"] == lease["id"]] in (["scheduled"], ["provisioning"])
+
+    shown = cli.json("gpu", "lease", "show", "cli-first")   # by name
+    assert shown["id"] == lease["id"] and shown["shape"] == "a100.x2"
+    value = cli.run("gpu", "lease", "show", lease["id"], "-f", "value", "-c", "name")
+    assert value.returncode == 0 and value.stdout.strip() == "cli-first"
+
+    extended = cli.json("gpu", "lease", "extend", lease["id"], "--by", "PT2H")
+    assert extended["duration"] == 24 * 3600 + 2 * 3600
+    months = cli.run("gpu", "lease", "extend", lease["id"], "--by", "P1M")
+    assert months.returncode == 2 and "uses years or months" in months.stderr   # refused before asking
+    too_long = cli.run("gpu", "lease", "extend", lease["id"], "--duration", "P30D")
+    assert too_long.returncode == 1 and "maximum of 604800 s" in too_long.stderr
+
+    cancelled = cli.run("gpu", "lease", "cancel", lease["id"])
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert cli.json("gpu", "lease", "show", lease["id"])["status"] in ("cancelled", "ending", "ended")
+    again = cli.run("gpu", "lease", "extend", lease["id"], "--by", "PT1H")
+    assert again.returncode == 1 and "HTTP 409" in again.stderr
+
+
+def test_create_wait_follows_the_events_until_active(cli):
+    result = cli.run("gpu", "lease", "create", "cli-wait", "--shape", "a100.x1", "--duration", "PT1H",
+                     "--wait", "-f", "json")
+    assert result.returncode == 0, result.stderr
+    lease = json.loads(result.stdout)
+    assert lease["status"] == "active" and lease["servers"][0]["status"] == "ACTIVE"
+    progress = result.stderr.splitlines()
+    assert any("scheduled -> provisioning" in line for line in progress)
+    assert any("provisioning -> active" in line for line in progress), result.stderr
+    assert cli.run("gpu", "lease", "cancel", lease["id"]).returncode == 0
+
+
+def test_create_wait_exits_non_zero_when_the_lease_is_cancelled(cli):
+    nlp = {"OS_GPU_NOAUTH_PROJECT": "nlp-lab"}   # 16 A100 and nothing to borrow
+    filler = cli.json("gpu", "lease", "create", "--shape", "a100.x8", "--instances", "2", "--duration", "PT1H",
+                      **nlp)
+    assert filler["status"] == "scheduled"
+    waiting = cli.popen("gpu", "lease", "create", "cli-queued", "--shape", "a100.x8", "--duration", "PT1H",
+                        "--wait", **nlp)
+    try:
+        deadline = time.monotonic() + 60
+        while not [row for row in cli.json("gpu", "lease", "list", "--status", "queued", **nlp)
+                   if row["Name"] == "cli-queued"]:
+            assert time.monotonic() < deadline and waiting.poll() is None, "the lease was not queued"
+            time.sleep(0.5)
+        assert cli.run("gpu", "lease", "cancel", "cli-queued", **nlp).returncode == 0
+        out, err = waiting.communicate(timeout=60)
+    finally:
+        waiting.kill()
+        cli.run("gpu", "lease", "cancel", filler["id"], **nlp)
+    assert waiting.returncode == 1
+    assert "queued: position 1" in err and "queued -> cancelled" in err
+    assert err.strip().endswith("was cancelled") and out == ""
+
+
+def test_create_wait_exits_non_zero_with_the_failure_when_the_start_fails(cli):
+    result = cli.run("gpu", "lease", "create", "--shape", "a100.x1", "--duration", "PT1H",
+                     "--volume", "no-such-volume", "--wait")
+    assert result.returncode == 1 and result.stdout == ""
+    assert "provisioning -> ending: failed (volume)" in result.stderr
+    assert "ending -> failed" in result.stderr
+    assert result.stderr.strip().endswith("failed (volume): volume no-such-volume not found in the project "
+                                          "(cloud said: Volume no-such-volume could not be found.)")
+
+
+def test_quota_set_changes_only_the_limits_given(cli):
+    denied = cli.run("gpu", "quota", "set", "cli-lab", "--gpu-model", "A100", "--gpus", "4")
+    assert denied.returncode == 1 and "HTTP 403" in denied.stderr   # a member may not
+    new = cli.run("gpu", "quota", "set", "cli-lab", "--gpu-model", "A100", "--weight", "2", **ADMIN)
+    assert new.returncode == 1 and "give --gpus" in new.stderr
+    assert cli.run("gpu", "quota", "set", "cli-lab", "--gpu-model", "A100", "--gpus", "4",
+                   "--max-duration", "P1D", **ADMIN).returncode == 0
+    assert cli.run("gpu", "quota", "set", "cli-lab", "--gpu-model", "A100", "--weight", "2",
+                   **ADMIN).returncode == 0
+    expected = [{"GPU Model": "A100", "GPUs": 4, "Borrow GPUs": 0, "Max Duration": 86400, "Weight": 2.0}]
+    assert cli.json("gpu", "quota", "show", "cli-lab", **ADMIN) == expected
+    # a member of cli-lab sees its own quota without naming the project
+    assert cli.json("gpu", "quota", "show", OS_GPU_NOAUTH_PROJECT="cli-lab") == expected
+    assert cli.run("gpu", "quota", "set", "cli-lab", "--gpu-model", "A100", "--max-duration", "none",
+                   **ADMIN).returncode == 0
+    assert cli.json("gpu", "quota", "show", "cli-lab", **ADMIN)[0]["Max Duration"] is None
+
+
+def test_a_bad_shape_is_a_clear_error_and_a_non_zero_exit(cli):
+    result = cli.run("gpu", "lease", "create", "--shape", "a100.x3", "--duration", "PT1H")
+    assert result.returncode == 1
+    assert "unknown shape 'a100.x3'; the shapes offered are: a100.x1" in result.stderr
+    assert "HTTP 400, gpu_tenancy.unknown_shape, request req-" in result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_noauth_without_a_project_and_an_unknown_lease_are_refused_plainly(cli):
+    result = cli.run("gpu", "lease", "list", OS_GPU_NOAUTH_PROJECT="")
+    assert result.returncode == 1 and "--os-gpu-noauth-project" in result.stderr
+    missing = cli.run("gpu", "lease", "show", "no-such-lease")
+    assert missing.returncode == 1 and "no lease with the id or name 'no-such-lease'" in missing.stderr
