@@ -28,6 +28,8 @@ class Hold:
     start: int
     end: int
     borrowing: bool = False
+    preemptible: bool = False     # runs on idle capacity outside quota; ended whenever needed
+    priority: int = 0             # the lease's: reclaim takes the lowest first
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class LeaseRequest:
     created_at: int
     priority: int = 0             # higher goes first
     name: str = ""
+    preemptible: bool = False     # any size, outside quota, only where idle; ended when needed
 
 
 @dataclass(frozen=True)
