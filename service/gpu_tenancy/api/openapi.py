@@ -48,7 +48,11 @@ SCHEMAS = {
         "shape": {"type": "string"}, "gpu_model": {"type": "string"}, "gpus_per_instance": {"type": "integer"},
         "instances": {"type": "integer"}, "requested_start": TIME, "latest_start": nullable(TIME),
         "duration": {"type": "integer", "description": "seconds"}, "start": nullable(TIME), "end": nullable(TIME),
-        "priority": {"type": "integer"}, "borrowing": {"type": "boolean"}, "image": nullable({"type": "string"}),
+        "priority": {"type": "integer"}, "priority_class": nullable({"type": "string"}),
+        "preemptible": {"type": "boolean"}, "borrowing": {"type": "boolean"},
+        "early_end": nullable({"type": "object", "description": "set when the lease is reclaimed or preempted: "
+                                                                "kind, the time it ends at, for which lease, why"}),
+        "image": nullable({"type": "string"}),
         "volume": nullable({"type": "object"}), "key_name": nullable({"type": "string"}),
         "queue": nullable({"type": "object", "description": "for a waiting lease: its position, ETA and why it waits",
                            "properties": {"position": nullable({"type": "integer"}), "eta": nullable(TIME),
