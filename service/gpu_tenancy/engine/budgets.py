@@ -85,6 +85,15 @@ def uses(session: Session, row: m.Budget, now: int) -> budget.BudgetUse | None:
     return budget.use(b, period, spans(session, b.project_id, b.gpu_model, *period), now)
 
 
+def current_uses(session: Session, now: int, project_id: str | None = None
+                 ) -> dict[str, list[tuple[m.Budget, budget.BudgetUse | None]]]:
+    """Each budget of one project (or all) with its figures for the period holding now."""
+    out: dict[str, list] = {}
+    for row in listing(session, project_id):
+        out.setdefault(row.project_id, []).append((row, uses(session, row, now)))
+    return out
+
+
 def check(session: Session, now: int, project_id: str, gpu_model: str, asked: budget.Span,
           except_lease: str | None = None) -> None:
     """Refuse (403, with used, planned and left) a lease or extension that would pass a budget."""
