@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpu_tenancy.domain import budget
 from gpu_tenancy.domain.extension import window_refusal
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit
-from gpu_tenancy.domain.planner import fmt_time, plan
+from gpu_tenancy.domain.planner import extension_conflicts, fmt_time, plan
 from gpu_tenancy.domain.reclaim import ReclaimSettings, early_ends
 
 NOW = 1_800_000_000        # 2027-01-15T08:00:00Z
@@ -274,3 +274,16 @@ def test_extension_window():
         f"a lease may be extended only in its last 2 days; this one ends at {fmt_time(end)}, so ask from "
         f"{fmt_time(NOW + 24 * H)}")
     assert window_refusal(NOW + 24 * H, end, 48 * H) is None
+
+
+def test_a_refused_extension_says_until_when_the_gpus_are_free():
+    # h1: x (4 GPUs) ends in 1 h, y (4 GPUs) in 3 h; w needs all 8 and is planned at 3 h.
+    hs = hosts("h1")
+    holds = [held("x", "h1", 4, "p"), held("y", "h1", 4, "q", end=NOW + 3 * H)]
+    holds[0] = held("x", "h1", 4, "p", end=NOW + H)
+    quotas = {(p, M): QuotaLimit(p, M, 100) for p in ("p", "q", "r")}
+    waiting = [LeaseRequest("w", "r", M, 8, 1, H, NOW, None, NOW - 60)]
+    assert extension_conflicts(NOW, hs, holds, quotas, waiting, None, "x", NOW + 3 * H) == []
+    assert extension_conflicts(NOW, hs, holds, quotas, waiting, None, "x", NOW + 4 * H) == [
+        f"extending to {fmt_time(NOW + 4 * H)} would delay lease w (planned at {fmt_time(NOW + 3 * H)}, would "
+        f"start at {fmt_time(NOW + 4 * H)}); the GPUs are free until {fmt_time(NOW + 3 * H)}"]

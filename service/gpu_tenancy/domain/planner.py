@@ -415,6 +415,8 @@ def extension_conflicts(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
                    f"(planned at {fmt_time(pb.placement.start)}, {would})")
             if free_until is not None and free_until > old_end:
                 msg += f"; the GPUs are free until {fmt_time(free_until)}"
+            elif free_until is not None:
+                msg += f"; the GPUs are not free past its end at {fmt_time(old_end)}"
             out.append(msg)
     return out
 
