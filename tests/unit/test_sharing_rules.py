@@ -205,8 +205,9 @@ def test_preemptible_is_ended_for_a_normal_lease_whatever_its_age():
     assert victims(result) == ["pre"]
     end = result.ends[0]
     assert end.kind == "preempted" and end.at == DEADLINE
-    assert end.message.startswith("preempted: lease n8 of project lender needs the 8 A100 GPUs this "
-                                  "preemptible lease runs on; it ends at ")
+    assert end.message == (f"preempted: lease n8 of project lender needs 8 A100 GPUs, and this preemptible "
+                           f"lease's 8 stand in its way; it ends at {fmt_time(DEADLINE)} (15 minutes notice) "
+                           f"instead of {fmt_time(NOW + 10 * H)}; its data volume is kept")
 
 
 def test_preemptible_goes_before_borrowing():

@@ -210,8 +210,9 @@ def _early_end(hs: list[Hold], lr: LeaseRequest, quotas: Mapping[tuple[str, str]
              "its data volume is kept"
     if h0.preemptible:
         kind = "preempted"
-        message = (f"preempted: lease {lr.lease_id} of project {lr.project_id} needs the {gpus} {m} GPUs this "
-                   f"preemptible lease runs on; {notice}")
+        message = (f"preempted: lease {lr.lease_id} of project {lr.project_id} needs "
+                   f"{lr.gpus_per_vm * lr.instances} {m} GPUs, and this preemptible lease's {gpus} stand in its "
+                   f"way; {notice}")
     else:
         kind = "reclaimed"
         q = quotas.get((h0.project_id, m))
