@@ -97,7 +97,7 @@ def test_two_projects_contend_and_the_borrowed_gpus_are_reclaimed(client, runtim
         ("10:00:00", "warning", None,
          f"reclaimed: this lease borrows 8 A100 GPUs beyond project ml-vision's quota of 16, and lease "
          f"{train['id']} of project nlp-lab, within its own quota, would otherwise wait; it ends at "
-         f"2026-12-01T10:15:00Z (15 minutes notice) instead of 2026-12-01T18:00:00Z; its data volume is kept"),
+         f"2026-12-01T10:15:00Z, after a notice of 15 minutes, instead of 2026-12-01T18:00:00Z; its data volume is kept"),
         ("10:15:00", "transition", "ending", f"reclaimed for lease {train['id']}: its notice is over"),
         ("10:15:05", "transition", "preempted", "VMs deleted, GPUs released"),
     ]
@@ -144,7 +144,7 @@ def test_a_preemptible_lease_is_ended_with_notice_for_a_normal_one(client, engin
     events = client.get(f"/v1/leases/{pre['id']}/events", headers=NLP).get_json()["events"]
     assert events[-1]["kind"] == "warning" and events[-1]["message"].startswith(
         f"preempted: lease {normal['id']} of project ml-vision needs 8 A100 GPUs, and this preemptible lease's 32 "
-        "stand in its way; it ends at 2026-12-01T08:20:00Z (15 minutes notice)")
+        "stand in its way; it ends at 2026-12-01T08:20:00Z, after a notice of 15 minutes,")
     engine_tick(advance=15 * 60)
     engine_tick(advance=5)
     assert client.get(f"/v1/leases/{pre['id']}", headers=NLP).get_json()["lease"]["status"] == "preempted"

@@ -77,8 +77,8 @@ def test_reclaim_takes_the_newest_single_lease_that_frees_enough():
     assert (end.kind, end.at, end.for_lease, end.for_project) == ("reclaimed", DEADLINE, "l4", "lender")
     assert end.message == (
         f"reclaimed: this lease borrows 4 A100 GPUs beyond project borrower's quota of 4, and lease l4 of "
-        f"project lender, within its own quota, would otherwise wait; it ends at {fmt_time(DEADLINE)} "
-        f"(15 minutes notice) instead of {fmt_time(NOW + 10 * H)}; its data volume is kept")
+        f"project lender, within its own quota, would otherwise wait; it ends at {fmt_time(DEADLINE)}, "
+        f"after a notice of 15 minutes, instead of {fmt_time(NOW + 10 * H)}; its data volume is kept")
     note = result.notes["l4"][-1]
     assert note.code == "reclaim" and f"end at {fmt_time(DEADLINE)}" in note.message
 
@@ -206,7 +206,7 @@ def test_preemptible_is_ended_for_a_normal_lease_whatever_its_age():
     end = result.ends[0]
     assert end.kind == "preempted" and end.at == DEADLINE
     assert end.message == (f"preempted: lease n8 of project lender needs 8 A100 GPUs, and this preemptible "
-                           f"lease's 8 stand in its way; it ends at {fmt_time(DEADLINE)} (15 minutes notice) "
+                           f"lease's 8 stand in its way; it ends at {fmt_time(DEADLINE)}, after a notice of 15 minutes, "
                            f"instead of {fmt_time(NOW + 10 * H)}; its data volume is kept")
 
 

@@ -206,8 +206,8 @@ def _early_end(hs: list[Hold], lr: LeaseRequest, quotas: Mapping[tuple[str, str]
     h0 = hs[0]
     gpus, m = sum(h.gpus for h in hs), h0.gpu_model
     end = max(h.end for h in hs)
-    notice = f"it ends at {fmt_time(deadline)} ({_dur(s.notice)} notice) instead of {fmt_time(end)}; " \
-             "its data volume is kept"
+    notice = (f"it ends at {fmt_time(deadline)}, after a notice of {_dur(s.notice)}, instead of {fmt_time(end)}; "
+              "its data volume is kept")
     if h0.preemptible:
         kind = "preempted"
         message = (f"preempted: lease {lr.lease_id} of project {lr.project_id} needs "
