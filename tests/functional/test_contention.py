@@ -66,6 +66,10 @@ def test_two_projects_contend_and_the_borrowed_gpus_are_reclaimed(client, runtim
     assert {"code": "reclaim", "message": f"lease {extra['id']} of project ml-vision is reclaimed for it: its "
                                           f"GPUs are free at 2026-12-01T10:15:00Z"} in waiting["queue"]["reasons"]
 
+    engine_tick(advance=300)                                          # 10:05: still said on the next tick
+    assert {"code": "reclaim", "message": f"lease {extra['id']} of project ml-vision is reclaimed for it: its "
+                                          f"GPUs are free at 2026-12-01T10:15:00Z"
+            } in lease(train["id"], NLP)["queue"]["reasons"]
     tick_to(T0 + 2 * HOUR + 900)                                      # 10:15: notice over
     assert lease(extra["id"], VISION)["status"] == "ending"
     engine_tick(advance=5)                                            # 10:15:05: GPUs released

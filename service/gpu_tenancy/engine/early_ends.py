@@ -29,30 +29,33 @@ def settings(config: Config) -> reclaim.ReclaimSettings:
 
 def replan(session: Session, now: int, config: Config, actor: str) -> Plan:
     """The engine's replan: plan, decide what to end early for whom, and plan again
-    if anything was. The caller commits."""
+    if anything was; the queue reasons then tell both. The caller commits."""
     half_life = config.fairshare_half_life_seconds
     plan = ledger.replan(session, now, half_life, actor)
-    inputs = ledger.load_inputs(session, now, half_life)
-    if not inputs.waiting:
-        return plan
-    takeable = frozenset(session.scalars(select(m.Lease.id).where(
-        m.Lease.status == S.ACTIVE.value, m.Lease.early_end_at.is_(None))))
-    decided = reclaim.early_ends(now, inputs.hosts, inputs.holds, inputs.quotas, inputs.waiting, inputs.usage,
-                                 plan, settings(config), takeable=takeable, yielded=yielded_pairs(session),
-                                 planner_settings=PlannerSettings(fairshare_half_life=half_life))
-    for end in decided.ends:
-        apply(session, now, end, actor)
-    if decided.ends:
-        session.flush()
-        plan = ledger.replan(session, now, half_life, actor)
     reasons: dict[str, list[dict]] = {}
-    for lease_id, notes in decided.notes.items():
-        row = session.get(m.Lease, lease_id)
-        for note in notes:
-            if note.code == "reclaim":      # told once, as an event; the pending ends say the rest
-                record_event(session, row, "reclaim", note.message, now, actor)
-            else:
-                reasons.setdefault(lease_id, []).append({"code": note.code, "message": note.message})
+    # only running leases that borrow or are preemptible can be ended early: usually none, and then
+    # there is nothing more to load or plan
+    takeable = frozenset(session.scalars(select(m.Lease.id).where(
+        m.Lease.status == S.ACTIVE.value, m.Lease.early_end_at.is_(None),
+        m.Lease.borrowing | m.Lease.preemptible)))
+    inputs = ledger.load_inputs(session, now, half_life) if takeable else None
+    if inputs is not None and inputs.waiting:
+        decided = reclaim.early_ends(
+            now, inputs.hosts, inputs.holds, inputs.quotas, inputs.waiting, inputs.usage, plan, settings(config),
+            takeable=takeable, yielded=yielded_pairs(session),
+            planner_settings=PlannerSettings(fairshare_half_life=half_life))
+        for end in decided.ends:
+            apply(session, now, end, actor)
+        if decided.ends:
+            session.flush()
+            plan = ledger.replan(session, now, half_life, actor)
+        for lease_id, notes in decided.notes.items():
+            row = session.get(m.Lease, lease_id)
+            for note in notes:
+                if note.code == "reclaim":      # told once, as an event; the pending ends say the rest
+                    record_event(session, row, "reclaim", note.message, now, actor)
+                else:
+                    reasons.setdefault(lease_id, []).append({"code": note.code, "message": note.message})
     for victim, project, kind, at, for_lease in session.execute(
             select(m.Lease.id, m.Lease.project_id, m.Lease.early_end_kind, m.Lease.early_end_at,
                    m.Lease.early_end_for).where(m.Lease.status == S.ACTIVE.value,
