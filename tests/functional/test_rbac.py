@@ -107,7 +107,10 @@ def test_the_table_covers_every_endpoint_and_method(app):
     assert routes - covered == set()
 
 
-def test_listings_show_a_project_only_its_own(client, lease_of_a):
+def test_listings_show_a_project_only_its_own(client, lease_of_a, budget_of_a):
+    assert client.get("/v1/budgets", headers=PERSONAS["member_b"]).get_json()["budgets"] == []
+    assert [b["id"] for b in client.get("/v1/budgets", headers=PERSONAS["reader_a"]).get_json()["budgets"]] == [
+        budget_of_a]
     leases_b = client.get("/v1/leases", headers=PERSONAS["member_b"]).get_json()["leases"]
     assert lease_of_a not in [lease["id"] for lease in leases_b]
     quotas_b = client.get("/v1/quotas", headers=PERSONAS["member_b"]).get_json()["quotas"]
