@@ -48,8 +48,8 @@ def test_two_projects_contend_and_the_borrowed_gpus_are_reclaimed(client, runtim
     assert budget.status_code == 201
     base = client.post("/v1/leases", json={"name": "base", "shape": "a100.x8", "instances": 2, "duration": "PT10H"},
                        headers=VISION).get_json()["lease"]
-    extra = client.post("/v1/leases", json={"name": "extra", "shape": "a100.x8", "duration": "PT10H"},
-                        headers=VISION).get_json()["lease"]
+    extra = client.post("/v1/leases", json={"name": "extra", "shape": "a100.x8", "duration": "PT10H",
+                                            "volume": {"size_gb": 20}}, headers=VISION).get_json()["lease"]
     assert (base["borrowing"], extra["borrowing"]) == (False, True)
     engine_tick()
     tick_to(T0 + 2 * HOUR)
@@ -57,19 +57,21 @@ def test_two_projects_contend_and_the_borrowed_gpus_are_reclaimed(client, runtim
     train = client.post("/v1/leases", json={"name": "train", "shape": "a100.x8", "instances": 2,
                                             "duration": "PT4H"}, headers=NLP).get_json()["lease"]
     assert train["status"] == "queued" and train["queue"]["eta"] == rfc3339(T0 + 10 * HOUR)
+    print("\n10:00 queue reasons as asked:", *(r["message"] for r in train["queue"]["reasons"]), sep="\n  ")
     engine_tick()                                                     # 10:00: the engine decides
     warned = lease(extra["id"], VISION)
     assert warned["status"] == "active" and warned["end"] == rfc3339(T0 + 2 * HOUR + 900)
     assert warned["early_end"]["kind"] == "reclaimed" and warned["early_end"]["for_lease"] == train["id"]
     waiting = lease(train["id"], NLP)
     assert waiting["queue"]["eta"] == rfc3339(T0 + 2 * HOUR + 900)
-    assert {"code": "reclaim", "message": f"lease {extra['id']} of project ml-vision is reclaimed for it: its "
-                                          f"GPUs are free at 2026-12-01T10:15:00Z"} in waiting["queue"]["reasons"]
+    said = {"code": "reclaim", "message": f"project ml-vision is borrowing 8 A100 (lease {extra['id']}); "
+                                          f"reclaimed for this lease, they are free at 2026-12-01T10:15:00Z"}
+    assert said in waiting["queue"]["reasons"]
+    print("10:00 queue reasons after the engine's pass:", *(r["message"] for r in waiting["queue"]["reasons"]),
+          sep="\n  ")
 
     engine_tick(advance=300)                                          # 10:05: still said on the next tick
-    assert {"code": "reclaim", "message": f"lease {extra['id']} of project ml-vision is reclaimed for it: its "
-                                          f"GPUs are free at 2026-12-01T10:15:00Z"
-            } in lease(train["id"], NLP)["queue"]["reasons"]
+    assert said in lease(train["id"], NLP)["queue"]["reasons"]
     tick_to(T0 + 2 * HOUR + 900)                                      # 10:15: notice over
     assert lease(extra["id"], VISION)["status"] == "ending"
     engine_tick(advance=5)                                            # 10:15:05: GPUs released
@@ -103,8 +105,10 @@ def test_two_projects_contend_and_the_borrowed_gpus_are_reclaimed(client, runtim
          f"{train['id']} of project nlp-lab, within its own quota, would otherwise wait; it ends at "
          f"2026-12-01T10:15:00Z, after a notice of 15 minutes, instead of 2026-12-01T18:00:00Z; its data volume is kept"),
         ("10:15:00", "transition", "ending", f"reclaimed for lease {train['id']}: its notice is over"),
-        ("10:15:05", "transition", "preempted", "VMs deleted, GPUs released"),
+        ("10:15:05", "transition", "preempted", "VMs deleted, GPUs released; the data volume is kept"),
     ]
+    kept = [v for v in cloud.volumes().values() if v["lease_id"] == extra["id"]]
+    assert [v["status"] for v in kept] == ["available"]
     assert ("10:00:00", "reclaim", None,
             f"1 lease(s) holding 8 A100 GPUs ({extra['id']}) end at 2026-12-01T10:15:00Z to make room; it would "
             f"otherwise have waited until 2026-12-01T18:00:00Z") in story(train["id"], NLP)

@@ -64,7 +64,7 @@ class LeaseRequest:
 class Reason:
     """Why a lease waits, in words a user can act on. `code` is one of
     quota, capacity, priority, fairshare, order, duration, latest_start,
-    unplaceable, borrowing."""
+    unplaceable, borrowing, preemptible; reclaim (the engine's: GPUs freed for it with notice)."""
     code: str
     message: str
 

@@ -56,13 +56,13 @@ def replan(session: Session, now: int, config: Config, actor: str) -> Plan:
                     record_event(session, row, "reclaim", note.message, now, actor)
                 else:
                     reasons.setdefault(lease_id, []).append({"code": note.code, "message": note.message})
-    for victim, project, kind, at, for_lease in session.execute(
-            select(m.Lease.id, m.Lease.project_id, m.Lease.early_end_kind, m.Lease.early_end_at,
-                   m.Lease.early_end_for).where(m.Lease.status == S.ACTIVE.value,
-                                                m.Lease.early_end_at.is_not(None))):
-        reasons.setdefault(for_lease, []).append({"code": "reclaim", "message": (
-            f"lease {victim} of project {project} is {kind} for it: its GPUs are free at "
-            f"{fmt_time(to_epoch(at))}")})
+    for victim in session.scalars(select(m.Lease).where(m.Lease.status == S.ACTIVE.value,
+                                                        m.Lease.early_end_at.is_not(None))):
+        what = "is borrowing" if victim.early_end_kind == RECLAIMED else "runs preemptible"
+        reasons.setdefault(victim.early_end_for, []).append({"code": "reclaim", "message": (
+            f"project {victim.project_id} {what} {victim.gpus_per_vm * victim.instances} {victim.gpu_model} "
+            f"(lease {victim.id}); {victim.early_end_kind} for this lease, they are free at "
+            f"{fmt_time(to_epoch(victim.early_end_at))}")})
     for lease_id, extra in reasons.items():
         row = session.get(m.Lease, lease_id)
         if row is not None and row.status == S.QUEUED.value:
