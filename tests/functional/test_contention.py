@@ -158,3 +158,25 @@ def test_a_preemptible_lease_is_ended_with_notice_for_a_normal_one(client, engin
     assert client.get(f"/v1/leases/{pre['id']}", headers=NLP).get_json()["lease"]["status"] == "preempted"
     started = client.get(f"/v1/leases/{normal['id']}", headers=VISION).get_json()["lease"]
     assert started["status"] in ("provisioning", "active") and started["start"] == "2026-12-01T08:20:05Z"
+
+
+def test_a_reclaim_is_called_off_when_the_lease_it_served_is_cancelled(client, engine_tick):
+    client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT10H"}, headers=VISION)
+    extra = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT10H"},
+                        headers=VISION).get_json()["lease"]
+    engine_tick()
+    engine_tick(advance=2 * HOUR)
+    train = client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT4H"},
+                        headers=NLP).get_json()["lease"]
+    engine_tick()
+    assert client.get(f"/v1/leases/{extra['id']}", headers=VISION).get_json()["lease"]["end"] == \
+        "2026-12-01T10:15:00Z"
+    assert client.delete(f"/v1/leases/{train['id']}", headers=NLP).status_code == 204
+    engine_tick(advance=5 * 60)
+    kept = client.get(f"/v1/leases/{extra['id']}", headers=VISION).get_json()["lease"]
+    assert (kept["status"], kept["end"], kept["early_end"]) == ("active", "2026-12-01T18:00:00Z", None)
+    events = client.get(f"/v1/leases/{extra['id']}/events", headers=VISION).get_json()["events"]
+    assert events[-1]["message"] == (f"no longer reclaimed: lease {train['id']}, which it was to make room for, "
+                                     "is gone; it ends at 2026-12-01T18:00:00Z again")
+    engine_tick(advance=15 * 60)
+    assert client.get(f"/v1/leases/{extra['id']}", headers=VISION).get_json()["lease"]["status"] == "active"

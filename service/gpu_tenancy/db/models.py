@@ -102,6 +102,7 @@ class Lease(Base):
     early_end_for: Mapped[str | None] = mapped_column(String(36), nullable=True)
     early_end_for_project: Mapped[str | None] = mapped_column(String(64), nullable=True)
     early_end_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    early_end_from: Mapped[datetime | None] = mapped_column(UTC, nullable=True)  # the end it had before
     failure_class: Mapped[str | None] = mapped_column(String(32), nullable=True)
     failure_message: Mapped[str | None] = mapped_column(Text, nullable=True)
     warned_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)

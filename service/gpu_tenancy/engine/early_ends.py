@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from gpu_tenancy.config import Config
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
-from gpu_tenancy.domain import reclaim
+from gpu_tenancy.domain import planner, reclaim
 from gpu_tenancy.domain.model import Plan
 from gpu_tenancy.domain.planner import PlannerSettings, fmt_time
 from gpu_tenancy.domain.states import FINAL, LeaseState
@@ -31,6 +31,7 @@ def replan(session: Session, now: int, config: Config, actor: str) -> Plan:
     """The engine's replan: plan, decide what to end early for whom, and plan again
     if anything was; the queue reasons then tell both. The caller commits."""
     half_life = config.fairshare_half_life_seconds
+    call_off_unneeded(session, now, half_life, actor)
     plan = ledger.replan(session, now, half_life, actor)
     reasons: dict[str, list[dict]] = {}
     # only running leases that borrow or are preemptible can be ended early: usually none, and then
@@ -70,6 +71,31 @@ def replan(session: Session, now: int, config: Config, actor: str) -> Plan:
     return plan
 
 
+def call_off_unneeded(session: Session, now: int, half_life: int, actor: str) -> None:
+    """A lease under notice whose beneficiary was cancelled or expired gets its own end back,
+    if that end still fits as an extension would (no over-commit, within quota, delays nobody)."""
+    gone = [S.CANCELLED.value, S.EXPIRED.value]
+    beneficiary = m.Lease.__table__.alias("beneficiary")
+    rows = list(session.scalars(select(m.Lease).join(beneficiary, beneficiary.c.id == m.Lease.early_end_for)
+                                .where(m.Lease.status == S.ACTIVE.value, m.Lease.early_end_at > utcnow_naive(now),
+                                       m.Lease.early_end_from.is_not(None), beneficiary.c.status.in_(gone))))
+    for row in rows:
+        inputs = ledger.load_inputs(session, now, half_life)
+        own_end = to_epoch(row.early_end_from)
+        if planner.extension_conflicts(now, inputs.hosts, inputs.holds, inputs.quotas, inputs.waiting,
+                                       inputs.usage, row.id, own_end, PlannerSettings(fairshare_half_life=half_life)):
+            continue   # its GPUs are promised again: the notice stands
+        for alloc in row.allocations:
+            alloc.end_at = row.early_end_from
+        record_event(session, row, "change", f"no longer {row.early_end_kind}: lease {row.early_end_for}, "
+                                             f"which it was to make room for, is gone; it ends at "
+                                             f"{fmt_time(own_end)} again", now, actor)
+        row.end_at, row.warned_at = row.early_end_from, None
+        row.early_end_at = row.early_end_kind = row.early_end_for = row.early_end_for_project = None
+        row.early_end_reason = row.early_end_from = None
+        session.flush()
+
+
 def yielded_pairs(session: Session) -> frozenset[tuple[str, str]]:
     """(project, other): project's leases were reclaimed for other's lease, which is not
     over yet; until it is, project may not reclaim from other."""
@@ -89,6 +115,7 @@ def apply(session: Session, now: int, end: reclaim.EarlyEnd, actor: str) -> None
     for alloc in row.allocations:
         if alloc.end_at > stamp:
             alloc.end_at = stamp
+    row.early_end_from = row.end_at
     row.end_at = min(row.end_at, stamp) if row.end_at else stamp
     row.early_end_at, row.early_end_kind, row.early_end_reason = stamp, end.kind, end.message
     row.early_end_for, row.early_end_for_project = end.for_lease, end.for_project

@@ -19,6 +19,7 @@ LEASE_COLUMNS = (
     ('early_end_for', sa.String(length=36)),
     ('early_end_for_project', sa.String(length=64)),
     ('early_end_reason', sa.Text()),
+    ('early_end_from', sa.DateTime()),
 )
 
 
