@@ -81,8 +81,10 @@ def create_app(config: Config | None = None, *, clock=None, cloud=None, start_en
 
 
 def register_blueprints(app: Flask) -> None:
-    from gpu_tenancy.api import audit, capacity, images, leases, metrics, openapi, quotas, shapes, usage
-    for module in (leases, shapes, images, quotas, capacity, usage, audit, openapi, metrics):
+    from gpu_tenancy.api import (audit, budgets, capacity, images, leases, metrics, openapi, priority_classes,
+                                 quotas, shapes, usage)
+    for module in (leases, shapes, images, quotas, priority_classes, budgets, capacity, usage, audit, openapi,
+                   metrics):
         app.register_blueprint(module.bp)
 
     @app.get("/", endpoint="root")

@@ -33,6 +33,14 @@ class Config:
     warn_before_end_seconds: int = 3600
     boot_timeout_seconds: int = 1800
     fairshare_half_life_seconds: int = 7 * 24 * 3600
+    # sharing rules (see README "Sharing rules")
+    reclaim_after_seconds: int = 3600        # a lease within quota waits at most this for borrowed GPUs
+    reclaim_notice_seconds: int = 900        # warning before a lease is reclaimed or preempted
+    reclaim_min_runtime_seconds: int = 3600  # a borrowing lease runs at least this before it is reclaimed
+    extension_window_seconds: int | None = None  # extend only in a lease's last part (None: any time)
+    decision_hook_url: str | None = None     # POSTed before a lease is accepted, extended or ended
+    decision_hook_timeout_seconds: float = 5.0
+    decision_hook_default: str = "allow"     # when the hook times out or fails: allow or deny
     max_page_size: int = 1000
     metrics_public: bool = True      # /metrics without a token (for Prometheus); off: admins only
 
@@ -46,7 +54,7 @@ class Config:
             env = os.environ.get("GPU_TENANCY_" + name.upper())
             if env is not None and f.type in ("str", "str | None"):
                 values[name] = env
-            elif env is not None and f.type == "int":
+            elif env is not None and f.type in ("int", "int | None"):
                 values[name] = int(env)
             elif env is not None and f.type == "float":
                 values[name] = float(env)
@@ -60,6 +68,8 @@ class Config:
             raise ValueError("auth_strategy must be keystone or noauth2")
         if values.get("cloud_driver", "simulated") not in ("simulated", "openstack"):
             raise ValueError("cloud_driver must be simulated or openstack")
+        if values.get("decision_hook_default", "allow") not in ("allow", "deny"):
+            raise ValueError("decision_hook_default must be allow or deny")
         if values.get("cloud_driver") == "openstack" and not values.get("clouds_yaml_cloud"):
             raise ValueError("cloud_driver openstack needs clouds_yaml_cloud: the service's cloud in clouds.yaml")
         return cls(**values)

@@ -7,7 +7,7 @@ import pytest
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 
-from gpu_tenancy.api import images, leases, quotas, shapes
+from gpu_tenancy.api import budgets, images, leases, priority_classes, quotas, shapes
 from tests.conftest import headers
 
 ADMIN = headers("ml-vision", "admin")
@@ -51,6 +51,7 @@ def test_request_schemas_are_the_ones_the_api_validates_with(document):
     assert schemas["LeaseCreate"] == leases.CREATE and schemas["LeaseUpdate"] == leases.UPDATE
     assert schemas["ShapeCreate"] == shapes.CREATE and schemas["ImageCreate"] == images.CREATE
     assert schemas["QuotaUpdate"] == quotas.UPDATE
+    assert schemas["PriorityClassUpdate"] == priority_classes.UPDATE and schemas["BudgetCreate"] == budgets.CREATE
 
 
 def test_security_and_error_responses(document):
@@ -90,9 +91,18 @@ def response_validator(document, path, method, status):
      {"quota": {"gpu_models": {"A100": {"gpus": 4, "max_duration": "P1D"}}}}),
     ("get", "/v1/capacity?start=2026-12-01T08:00:00Z&end=2026-12-02T08:00:00Z", "/v1/capacity", 200, None),
     ("get", "/v1/usage", "/v1/usage", 200, None),
+    ("get", "/v1/priority_classes", "/v1/priority_classes", 200, None),
+    ("put", "/v1/priority_classes/urgent", "/v1/priority_classes/{name}", 200,
+     {"priority_class": {"priority": 50, "projects": ["ml-vision"], "description": "deadlines"}}),
+    ("post", "/v1/budgets", "/v1/budgets", 201,
+     {"budget": {"project_id": "ml-vision", "gpu_model": "A100", "gpu_hours": 100, "period": "range",
+                 "start": "2026-12-01T00:00:00Z", "end": "2026-12-08T00:00:00Z"}}),
+    ("get", "/v1/budgets", "/v1/budgets", 200, None),
 ])
 def test_real_responses_match_the_documented_schemas(client, document, method, url, path, status, body):
     client.post("/v1/leases", json={"shape": "a100.x2", "duration": "PT2H"}, headers=ADMIN)
+    client.post("/v1/budgets", json={"budget": {"project_id": "ml-vision", "gpu_model": "A100", "gpu_hours": 50,
+                                                "period": "month"}}, headers=ADMIN)
     response = client.open(url, method=method.upper(), json=body, headers=ADMIN)
     assert response.status_code == status, response.get_json()
     response_validator(document, path, method, status).validate(response.get_json())

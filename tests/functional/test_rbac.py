@@ -19,6 +19,8 @@ NEW_SHAPE = {"name": "a100.x3", "gpu_model": "A100", "gpus": 3, "vcpus": 36, "ra
 NEW_IMAGE = {"name": "debian-12", "cloud_ref": "7d3c0c8e-0000-4000-8000-000000000001"}
 QUOTA = {"quota": {"gpu_models": {"A100": {"gpus": 8}}}}
 LEASE = {"shape": "a100.x1", "duration": "PT1H"}
+CLASS = {"priority_class": {"priority": 20, "projects": [A]}}
+BUDGET = {"budget": {"project_id": A, "gpu_model": "A100", "gpu_hours": 500, "period": "month"}}
 
 # (method, path, body): expected status per persona, in PERSONAS order.
 # {lease} is a lease of project A. Another project's lease is 404: it does not exist for the caller.
@@ -45,6 +47,15 @@ TABLE = [
     ("GET", "/v1/quotas?project_id=ml-vision", None, (200, 200, 200, 403, 401)),
     ("GET", "/v1/quotas/ml-vision", None, (200, 200, 200, 403, 401)),
     ("PUT", "/v1/quotas/ml-vision", QUOTA, (403, 403, 200, 403, 401)),
+    ("GET", "/v1/priority_classes", None, (200, 200, 200, 200, 401)),
+    ("GET", "/v1/priority_classes/high", None, (200, 200, 200, 200, 401)),
+    ("PUT", "/v1/priority_classes/high", CLASS, (403, 403, 200, 403, 401)),
+    ("DELETE", "/v1/priority_classes/low", None, (403, 403, 204, 403, 401)),
+    ("GET", "/v1/budgets", None, (200, 200, 200, 200, 401)),
+    ("GET", "/v1/budgets?project_id=ml-vision", None, (200, 200, 200, 403, 401)),
+    ("POST", "/v1/budgets", BUDGET, (403, 403, 201, 403, 401)),
+    ("GET", "/v1/budgets/{budget}", None, (200, 200, 200, 403, 401)),
+    ("DELETE", "/v1/budgets/{budget}", None, (403, 403, 204, 403, 401)),
     ("GET", "/v1/capacity", None, (200, 200, 200, 200, 401)),
     ("GET", "/v1/capacity?start=2026-12-01T08:00:00Z&end=2026-12-02T08:00:00Z", None, (200, 200, 200, 200, 401)),
     ("GET", "/v1/usage", None, (200, 200, 200, 200, 401)),
@@ -65,9 +76,18 @@ def lease_of_a(client):
     return response.get_json()["lease"]["id"]
 
 
+@pytest.fixture
+def budget_of_a(client):
+    response = client.post("/v1/budgets", json=BUDGET, headers=PERSONAS["admin_a"])
+    assert response.status_code == 201
+    return response.get_json()["budget"]["id"]
+
+
 @pytest.mark.parametrize("method, path, body, persona, expected", CASES)
-def test_each_persona_gets_the_right_status(client, lease_of_a, method, path, body, persona, expected):
-    response = client.open(path.format(lease=lease_of_a), method=method, json=body, headers=PERSONAS[persona])
+def test_each_persona_gets_the_right_status(client, lease_of_a, budget_of_a, method, path, body, persona,
+                                            expected):
+    response = client.open(path.format(lease=lease_of_a, budget=budget_of_a), method=method, json=body,
+                           headers=PERSONAS[persona])
     assert response.status_code == expected, response.get_json()
     if expected >= 400:
         error = response.get_json()["errors"][0]
@@ -78,7 +98,8 @@ def test_each_persona_gets_the_right_status(client, lease_of_a, method, path, bo
 
 
 def test_the_table_covers_every_endpoint_and_method(app):
-    covered = {(method, path.split("?")[0].replace("{lease}", "<lease_id>")) for method, path, _, _ in TABLE}
+    covered = {(method, path.split("?")[0].replace("{lease}", "<lease_id>").replace("{budget}", "<budget_id>")
+                .replace("/high", "/<name>").replace("/low", "/<name>")) for method, path, _, _ in TABLE}
     covered = {(method, path.replace("/a100.x1", "/<name>").replace("/rocky-9-cuda-12", "/<name>")
                 .replace("/ml-vision", "/<project_id>")) for method, path in covered}
     routes = {(method, rule.rule) for rule in app.url_map.iter_rules() if rule.rule.startswith("/v1")
@@ -86,7 +107,10 @@ def test_the_table_covers_every_endpoint_and_method(app):
     assert routes - covered == set()
 
 
-def test_listings_show_a_project_only_its_own(client, lease_of_a):
+def test_listings_show_a_project_only_its_own(client, lease_of_a, budget_of_a):
+    assert client.get("/v1/budgets", headers=PERSONAS["member_b"]).get_json()["budgets"] == []
+    assert [b["id"] for b in client.get("/v1/budgets", headers=PERSONAS["reader_a"]).get_json()["budgets"]] == [
+        budget_of_a]
     leases_b = client.get("/v1/leases", headers=PERSONAS["member_b"]).get_json()["leases"]
     assert lease_of_a not in [lease["id"] for lease in leases_b]
     quotas_b = client.get("/v1/quotas", headers=PERSONAS["member_b"]).get_json()["quotas"]

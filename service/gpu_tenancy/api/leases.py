@@ -10,6 +10,7 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import leases
+from gpu_tenancy.engine.decision_hook import DecisionHook
 from gpu_tenancy.errors import BadRequest, NotFound
 from gpu_tenancy.timeutil import rfc3339
 
@@ -40,6 +41,8 @@ CREATE = {
         "key_name": {"type": "string", "minLength": 1, "maxLength": 255},
         "user_data": {"type": "string", "maxLength": 65535},
         "priority": {"type": "integer", "minimum": -100, "maximum": 100},
+        "priority_class": {"type": "string", "minLength": 1, "maxLength": 64,
+                           "description": "a class of GET /v1/priority_classes (instead of priority)"},
     },
 }
 
@@ -72,7 +75,12 @@ def render(row: m.Lease) -> dict:
         "start": rfc3339(to_epoch(row.start_at)),
         "end": rfc3339(to_epoch(row.end_at)),
         "priority": row.priority,
+        "priority_class": row.priority_class,
+        "preemptible": row.preemptible,
         "borrowing": row.borrowing,
+        "early_end": ({"kind": row.early_end_kind, "at": rfc3339(to_epoch(row.early_end_at)),
+                       "for_lease": row.early_end_for, "reason": row.early_end_reason}
+                      if row.early_end_kind else None),
         "image": row.image,
         "volume": ({"id": row.volume_id, "size_gb": row.volume_size_gb}
                    if row.volume_id or row.volume_size_gb else None),
@@ -129,7 +137,8 @@ def create():
             req, columns, planned = leases.preview(session, rt.now(), cfg.fairshare_half_life_seconds,
                                                    rt.caller(), body)
             return {"lease": render_preview(req, columns, planned)}, 200
-        row = leases.create(session, rt.now(), cfg.fairshare_half_life_seconds, rt.caller(), body)
+        row = leases.create(session, rt.now(), cfg.fairshare_half_life_seconds, rt.caller(), body,
+                            DecisionHook.from_config(cfg))
         rendered = render(row)
         rt.audit(session, "lease.create", row.id, row.project_id, None, rendered)
     rt.runtime().wake_engine()
@@ -201,7 +210,8 @@ def update(lease_id: str):
         row = load(session, lease_id)
         rt.authorize("lease:update", row.project_id)
         before = render(row)
-        leases.change_end(session, rt.now(), cfg.fairshare_half_life_seconds, row, body, rt.context().user_id)
+        leases.change_end(session, rt.now(), cfg.fairshare_half_life_seconds, row, body, rt.context().user_id,
+                          cfg.extension_window_seconds, DecisionHook.from_config(cfg))
         rendered = render(row)
         rt.audit(session, "lease.update", row.id, row.project_id, before, rendered)
     rt.runtime().wake_engine()
@@ -215,7 +225,8 @@ def cancel(lease_id: str):
         row = load(session, lease_id)
         rt.authorize("lease:delete", row.project_id)
         before = render(row)
-        leases.cancel(session, rt.now(), cfg.fairshare_half_life_seconds, row, rt.context().user_id)
+        leases.cancel(session, rt.now(), cfg.fairshare_half_life_seconds, row, rt.context().user_id,
+                      DecisionHook.from_config(cfg))
         rt.audit(session, "lease.delete", row.id, row.project_id, before, render(row))
     rt.runtime().wake_engine()
     return "", 204

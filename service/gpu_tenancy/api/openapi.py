@@ -8,7 +8,7 @@ import functools
 from flask import Blueprint
 
 from gpu_tenancy import __version__
-from gpu_tenancy.api import audit, images, leases, quotas, shapes
+from gpu_tenancy.api import audit, budgets, images, leases, priority_classes, quotas, shapes
 from gpu_tenancy.api.capacity import MAX_CALENDAR_SPAN
 from gpu_tenancy.api.usage import DEFAULT_SPAN
 
@@ -48,7 +48,11 @@ SCHEMAS = {
         "shape": {"type": "string"}, "gpu_model": {"type": "string"}, "gpus_per_instance": {"type": "integer"},
         "instances": {"type": "integer"}, "requested_start": TIME, "latest_start": nullable(TIME),
         "duration": {"type": "integer", "description": "seconds"}, "start": nullable(TIME), "end": nullable(TIME),
-        "priority": {"type": "integer"}, "borrowing": {"type": "boolean"}, "image": nullable({"type": "string"}),
+        "priority": {"type": "integer"}, "priority_class": nullable({"type": "string"}),
+        "preemptible": {"type": "boolean"}, "borrowing": {"type": "boolean"},
+        "early_end": nullable({"type": "object", "description": "set when the lease is reclaimed or preempted: "
+                                                                "kind, the time it ends at, for which lease, why"}),
+        "image": nullable({"type": "string"}),
         "volume": nullable({"type": "object"}), "key_name": nullable({"type": "string"}),
         "queue": nullable({"type": "object", "description": "for a waiting lease: its position, ETA and why it waits",
                            "properties": {"position": nullable({"type": "integer"}), "eta": nullable(TIME),
@@ -116,7 +120,23 @@ SCHEMAS = {
         "projects": {"type": "array", "items": {"type": "object", "properties": {
             "project_id": {"type": "string"},
             "gpu_models": {"type": "object", "additionalProperties": {
-                "type": "object", "properties": {"gpu_hours": {"type": "number"}}}}}}}}},
+                "type": "object", "properties": {"gpu_hours": {"type": "number"}}}},
+            "budgets": {"type": "array", "items": {"type": "object", "properties": {
+                "id": {"type": "string"}, "gpu_model": {"type": "string"}, "gpu_hours": {"type": "number"},
+                "period": {"type": "string"}, "current": nullable(ref("BudgetUse"))}}}}}}}},
+    "PriorityClassUpdate": priority_classes.UPDATE,
+    "PriorityClass": {"type": "object", "required": ["name", "priority", "preemptible", "projects"], "properties": {
+        "name": {"type": "string"}, **priority_classes.FIELDS["properties"], "updated_at": TIME, "links": LINKS}},
+    "BudgetCreate": budgets.CREATE,
+    "BudgetUse": {"type": "object", "description": "GPU-hours of the period that holds now", "properties": {
+        "start": TIME, "end": TIME, "used": {"type": "number", "description": "before now"},
+        "planned": {"type": "number", "description": "held, committed or asked for after now"},
+        "left": {"type": "number"}}},
+    "Budget": {"type": "object", "required": ["id", "project_id", "gpu_model", "gpu_hours", "period"], "properties": {
+        "id": {"type": "string"}, "project_id": {"type": "string"}, "gpu_model": {"type": "string"},
+        "gpu_hours": {"type": "number"}, "period": {"type": "string", "enum": ["month", "range"]},
+        "start": nullable(TIME), "end": nullable(TIME), "created_at": TIME, "current": nullable(ref("BudgetUse")),
+        "links": LINKS}},
 }
 
 
@@ -137,6 +157,7 @@ def path_param(name: str, description: str) -> dict:
 BOOL = {"type": "string", "enum": ["true", "false", "1", "0"]}
 LEASE_ID = path_param("lease_id", "the lease's id")
 ENTRY = path_param("name", "the entry's name")
+BUDGET_ID = path_param("budget_id", "the budget's id")
 PROJECT_ID = path_param("project_id", "a Keystone project id")
 PROJECT_FILTER = param("project_id", "query", "one project (another project than one's own: admins only)")
 WINDOW = [param("start", "query", "RFC 3339 time", TIME), param("end", "query", "RFC 3339 time, after start", TIME)]
@@ -263,6 +284,31 @@ PATHS = {
                          wrapped("quota", "Quota"), params=[PROJECT_ID], body="QuotaUpdate",
                          description="max_duration accepts seconds or ISO 8601 (P7D). Waiting leases are "
                                      "replanned at once."),
+    },
+    "/v1/priority_classes": {
+        "get": operation("List the priority classes, highest first", "priority_class:list", 200,
+                         wrapped("priority_classes", "PriorityClass", many=True)),
+    },
+    "/v1/priority_classes/{name}": {
+        "get": operation("Show a priority class", "priority_class:list", 200, wrapped("priority_class", "PriorityClass"),
+                         params=[ENTRY], errors=(404,)),
+        "put": operation("Create or replace a priority class", "priority_class:manage", 200,
+                         wrapped("priority_class", "PriorityClass"), params=[ENTRY], body="PriorityClassUpdate",
+                         errors=(404,), description="Leases already asked for keep the priority they copied."),
+        "delete": operation("Remove a priority class", "priority_class:manage", 204, None, params=[ENTRY],
+                            errors=(404,), description="Leases already asked for keep the priority they copied."),
+    },
+    "/v1/budgets": {
+        "get": operation("GPU-hour budgets of every project (admins), or of one, with their use now", "budget:show",
+                         200, wrapped("budgets", "Budget", many=True), params=[PROJECT_FILTER]),
+        "post": operation("Set a GPU-hour budget for a project and GPU model", "budget:manage", 201,
+                          wrapped("budget", "Budget"), body="BudgetCreate",
+                          description="A lease that would pass it is refused when asked for, with the figures."),
+    },
+    "/v1/budgets/{budget_id}": {
+        "get": operation("Show a budget and its use now", "budget:show", 200, wrapped("budget", "Budget"),
+                         params=[BUDGET_ID], errors=(404,)),
+        "delete": operation("Remove a budget", "budget:manage", 204, None, params=[BUDGET_ID], errors=(404,)),
     },
     "/v1/capacity": {
         "get": operation("GPUs per model now, and with start and end each host's free GPUs over time",

@@ -27,6 +27,11 @@ RULES = [
     policy.RuleDefault("capacity:show", ANY_READER, "GPUs per model now, and the calendar."),
     policy.RuleDefault("usage:show", f"{READER} or {ADMIN}", "GPU-hours of a project."),
     policy.RuleDefault("usage:show:all_projects", ADMIN, "GPU-hours of every project."),
+    policy.RuleDefault("priority_class:list", ANY_READER, "List the priority classes."),
+    policy.RuleDefault("priority_class:manage", ADMIN, "Create, change and remove priority classes."),
+    policy.RuleDefault("budget:show", f"{READER} or {ADMIN}", "A project's GPU-hour budgets and their use."),
+    policy.RuleDefault("budget:show:all_projects", ADMIN, "Budgets of every project."),
+    policy.RuleDefault("budget:manage", ADMIN, "Set and remove GPU-hour budgets."),
     policy.RuleDefault("audit:list", ADMIN, "The audit record of changes made through the API."),
     policy.RuleDefault("metrics:show", ADMIN, "Prometheus metrics, when metrics_public is off."),
 ]

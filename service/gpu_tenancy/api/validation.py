@@ -97,6 +97,16 @@ def query_time(name: str) -> int | None:
         raise BadRequest(f"query parameter {name}: {exc}", "gpu_tenancy.invalid_query") from None
 
 
+def parse_body_time(field: str, value: str | None) -> int | None:
+    """An RFC 3339 time from a request body, as epoch seconds; None when absent."""
+    if value is None:
+        return None
+    try:
+        return parse_time(value)
+    except ValueError as exc:
+        raise BadRequest(f"{field}: {exc}", "gpu_tenancy.bad_time") from None
+
+
 def query_window(*, max_span: int | None = None, default_span: int | None = None,
                  now: int | None = None) -> tuple[int, int] | None:
     """The ?start=&end= pair as epoch seconds, end after start and at most max_span apart.

@@ -94,6 +94,15 @@ class Lease(Base):
     queue_position: Mapped[int | None] = mapped_column(Integer, nullable=True)
     queue_eta: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
     queue_reasons: Mapped[list] = mapped_column(JSON, default=list)
+    priority_class: Mapped[str | None] = mapped_column(String(64), nullable=True)  # its name when asked for
+    preemptible: Mapped[bool] = mapped_column(Boolean, default=False)
+    # ended early with notice (reclaimed or preempted): when, why, and for which lease
+    early_end_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
+    early_end_kind: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    early_end_for: Mapped[str | None] = mapped_column(String(36), nullable=True)
+    early_end_for_project: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    early_end_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    early_end_from: Mapped[datetime | None] = mapped_column(UTC, nullable=True)  # the end it had before
     failure_class: Mapped[str | None] = mapped_column(String(32), nullable=True)
     failure_message: Mapped[str | None] = mapped_column(Text, nullable=True)
     warned_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
@@ -108,6 +117,33 @@ class Lease(Base):
         CheckConstraint("instances > 0 AND duration > 0 AND gpus_per_vm > 0", name="ck_leases_positive"),
         Index("ix_leases_project_created", "project_id", "created_at"),
     )
+
+
+class PriorityClass(Base):
+    """An admin-defined class a lease may ask for: its place in the order, whether it
+    is preemptible, and which projects may use it (None: every project)."""
+    __tablename__ = "priority_classes"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    priority: Mapped[int] = mapped_column(Integer)
+    preemptible: Mapped[bool] = mapped_column(Boolean, default=False)
+    projects: Mapped[list | None] = mapped_column(JSON(none_as_null=True), nullable=True)
+    description: Mapped[str] = mapped_column(String(512), default="")
+    updated_at: Mapped[datetime] = mapped_column(UTC)
+
+
+class Budget(Base):
+    """GPU-hours a project may use of one GPU model per period: every calendar
+    month, or one custom range [start_at, end_at)."""
+    __tablename__ = "budgets"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    project_id: Mapped[str] = mapped_column(String(64), index=True)
+    gpu_model: Mapped[str] = mapped_column(String(64))
+    gpu_hours: Mapped[float] = mapped_column(Float)
+    period: Mapped[str] = mapped_column(String(8))   # month or range
+    start_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
+    end_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTC)
+    __table_args__ = (CheckConstraint("gpu_hours >= 0", name="ck_budgets_hours"),)
 
 
 class Allocation(Base):

@@ -8,6 +8,7 @@ from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import ensure_lock_rows, utcnow_naive
+from gpu_tenancy.engine.priority_classes import seed_defaults
 
 # name: (gpu model, GPUs, vCPUs, RAM MiB, root disk GiB, PCI alias)
 SHAPES = {
@@ -41,6 +42,7 @@ def seed(session: Session, now: int, images: list[dict]) -> None:
             session.add(m.Image(name=image["name"], cloud_ref=image["id"],
                                 description=image.get("description", ""),
                                 created_at=stamp + timedelta(seconds=order)))
+    seed_defaults(session, now)
     for project, limits in PROJECTS.items():
         for model, (gpus, borrow, max_duration, weight) in limits.items():
             if session.get(m.Quota, (project, model)) is None:

@@ -28,6 +28,8 @@ class Hold:
     start: int
     end: int
     borrowing: bool = False
+    preemptible: bool = False     # runs on idle capacity outside quota; ended whenever needed
+    priority: int = 0             # the lease's: reclaim takes the lowest first
 
 
 @dataclass(frozen=True)
@@ -55,13 +57,14 @@ class LeaseRequest:
     created_at: int
     priority: int = 0             # higher goes first
     name: str = ""
+    preemptible: bool = False     # any size, outside quota, only where idle; ended when needed
 
 
 @dataclass(frozen=True)
 class Reason:
     """Why a lease waits, in words a user can act on. `code` is one of
     quota, capacity, priority, fairshare, order, duration, latest_start,
-    unplaceable, borrowing."""
+    unplaceable, borrowing, preemptible; reclaim (the engine's: GPUs freed for it with notice)."""
     code: str
     message: str
 

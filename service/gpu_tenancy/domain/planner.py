@@ -66,7 +66,7 @@ class QuotaBook:
         # lease, the lease fits at once without walking the profile
         self.floor: dict[tuple[str, str], int] = {}
         for h in holds:
-            if h.end > now and h.gpus > 0:
+            if h.end > now and h.gpus > 0 and not h.preemptible:   # preemptible leases use no quota
                 self.reserve(h.project_id, h.gpu_model, max(h.start, now), h.end, h.gpus)
 
     def _prof(self, p: str, m: str) -> StepProfile:
@@ -170,6 +170,9 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
             total_cap_cache[key] = sum(h.gpus // g for h in all_enabled.get(m, ()))
         if total_cap_cache[key] < n:
             pl.reasons.append(Reason("unplaceable", _unplaceable_msg(all_enabled.get(m, ()), m, g, n)))
+            continue
+        if lr.preemptible:
+            _place_preemptible(now, lr, pl, mi, ahead_prio + ahead_fs + ahead_order)
             continue
         if q is None or q.gpus + q.borrow_gpus <= 0:
             pl.reasons.append(Reason("quota", f"project {p} has no quota for {m} GPUs"))
@@ -278,6 +281,31 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
     return Plan(now, out)
 
 
+def _place_preemptible(now: int, lr: LeaseRequest, pl: PlannedLease, mi: ModelIndex, ahead: int) -> None:
+    """A preemptible lease takes no quota and any size, wherever GPUs are idle; it
+    reserves capacity only (so nothing within quota is planned around it)."""
+    g, n, d = lr.gpus_per_vm, lr.instances, lr.duration
+    t0 = max(now, lr.earliest_start)
+    r = mi.earliest(t0, d, g, n)
+    if r is None:  # pragma: no cover - capacity tails are always free
+        pl.reasons.append(Reason("capacity", f"no slot found for {g * n} {lr.gpu_model} GPUs"))
+        return
+    T, hosts_sel = r
+    if lr.latest_start is not None and T > lr.latest_start:
+        pl.reasons.append(Reason("latest_start", f"the earliest idle slot is {fmt_time(T)}, after its latest "
+                                                 f"start {fmt_time(lr.latest_start)}"))
+        return
+    if T > now:
+        if ahead:
+            pl.reasons.append(Reason("order", f"behind {_n(ahead, 'lease')} of its GPU model"))
+        pl.reasons.append(Reason(
+            "preemptible", f"preemptible: runs only where {g * n} {lr.gpu_model} GPUs are idle; "
+                           f"earliest at {fmt_time(T)}"))
+    for h in hosts_sel:
+        mi.reserve(h, T, T + d, g)
+    pl.placement = Placement(T, T + d, tuple(hosts_sel))
+
+
 def _gh(u: float) -> str:
     return f"{u:.0f}" if u >= 10 else f"{u:.1f}"
 
@@ -350,7 +378,8 @@ def extension_conflicts(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
         if prof.min_on(lo, new_end) < on_host[hname]:
             t = prof.first_below(lo, on_host[hname])
             out.append(f"host {hname} is committed to another lease from {fmt_time(t)}; "
-                       f"extending to {fmt_time(new_end)} would over-commit it")
+                       f"extending to {fmt_time(new_end)} would over-commit it; the GPUs are free "
+                       f"until {fmt_time(t)}")
 
     # quota at every instant
     limit = q.gpus + (q.borrow_gpus if any(h.borrowing for h in mine) else 0)
@@ -386,6 +415,8 @@ def extension_conflicts(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
                    f"(planned at {fmt_time(pb.placement.start)}, {would})")
             if free_until is not None and free_until > old_end:
                 msg += f"; the GPUs are free until {fmt_time(free_until)}"
+            elif free_until is not None:
+                msg += f"; the GPUs are not free past its end at {fmt_time(old_end)}"
             out.append(msg)
     return out
 

@@ -29,7 +29,8 @@ TRANSITIONS: dict[LeaseState, frozenset[LeaseState]] = {
     # provisioning -> scheduled: a host-level fault, retried on another host
     S.PROVISIONING: frozenset({S.ACTIVE, S.FAILED, S.ENDING, S.SCHEDULED}),
     S.ACTIVE: frozenset({S.ENDING, S.PREEMPTED}),
-    S.ENDING: frozenset({S.ENDED, S.FAILED}),
+    # ending -> preempted: a lease ended early with notice (reclaimed or preempted), VMs now deleted
+    S.ENDING: frozenset({S.ENDED, S.FAILED, S.PREEMPTED}),
     S.ENDED: frozenset(),
     S.CANCELLED: frozenset(),
     S.FAILED: frozenset(),

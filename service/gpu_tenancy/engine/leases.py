@@ -12,7 +12,10 @@ from gpu_tenancy.db.session import ledger_lock, to_epoch, utcnow_naive
 from gpu_tenancy.domain import planner
 from gpu_tenancy.domain.model import Host, LeaseRequest, PlannedLease
 from gpu_tenancy.domain.states import FINAL, HOLDING, LeaseState
-from gpu_tenancy.engine import ledger
+from gpu_tenancy.domain.budget import Span
+from gpu_tenancy.domain.extension import window_refusal
+from gpu_tenancy.engine import budgets, ledger
+from gpu_tenancy.engine.decision_hook import DecisionHook
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.errors import BadRequest, Conflict, Forbidden
 from gpu_tenancy.timeutil import parse_duration, parse_time, rfc3339
@@ -51,10 +54,8 @@ def build_request(session: Session, now: int, caller: Caller, body: dict,
             raise BadRequest(f"latest_start {rfc3339(latest)} is before start {rfc3339(start)}",
                              "gpu_tenancy.bad_latest_start")
     instances = body.get("instances", 1)
-    priority = body.get("priority", 0)
-    if priority > 0 and not caller.is_admin:
-        raise Forbidden("only an admin may give a lease a priority above 0", "gpu_tenancy.priority")
-    check_quota(session, caller.project_id, shape, instances, duration)
+    priority, class_name, preemptible = resolve_priority(session, caller, body)
+    check_quota(session, caller.project_id, shape, instances, duration, any_size=preemptible)
     # "Ever" counts hosts that are down or drained too: they come back, and the lease waits for them.
     hosts = [Host(h.name, h.gpu_model, h.gpus) for h in session.scalars(
         select(m.Host).where(m.Host.gpu_model == shape.gpu_model))]
@@ -71,11 +72,36 @@ def build_request(session: Session, now: int, caller: Caller, body: dict,
     request = LeaseRequest(lease_id=lease_id, project_id=caller.project_id, gpu_model=shape.gpu_model,
                            gpus_per_vm=shape.gpus, instances=instances, duration=duration,
                            earliest_start=start, latest_start=latest, created_at=now,
-                           priority=priority, name=body.get("name", ""))
+                           priority=priority, name=body.get("name", ""), preemptible=preemptible)
+    budgets.check(session, now, caller.project_id, shape.gpu_model,
+                  Span(instances * shape.gpus, start, start + duration))
     columns = dict(name=body.get("name") or f"lease-{lease_id[:8]}", shape=shape.name, image=image,
                    volume_size_gb=volume.get("size_gb"), volume_id=volume.get("id"),
-                   key_name=body.get("key_name"), user_data=body.get("user_data"))
+                   key_name=body.get("key_name"), user_data=body.get("user_data"),
+                   priority_class=class_name, preemptible=preemptible)
     return request, columns
+
+
+def resolve_priority(session: Session, caller: Caller, body: dict) -> tuple[int, str | None, bool]:
+    """(priority, class name, preemptible) from the body's priority_class, or its bare
+    priority (admins only above 0)."""
+    name = body.get("priority_class")
+    if name is None:
+        priority = body.get("priority", 0)
+        if priority > 0 and not caller.is_admin:
+            raise Forbidden("only an admin may give a lease a priority above 0", "gpu_tenancy.priority")
+        return priority, None, False
+    if "priority" in body:
+        raise BadRequest("give priority_class or priority, not both", "gpu_tenancy.bad_priority")
+    row = session.get(m.PriorityClass, name)
+    if row is None:
+        names = ", ".join(session.scalars(select(m.PriorityClass.name).order_by(m.PriorityClass.priority.desc())))
+        raise BadRequest(f"unknown priority class '{name}'; the classes are: {names or 'none'}",
+                         "gpu_tenancy.unknown_priority_class")
+    if row.projects is not None and caller.project_id not in row.projects and not caller.is_admin:
+        raise Forbidden(f"project {caller.project_id} may not use priority class {name}; it is for "
+                        f"{', '.join(row.projects) or 'no project'}", "gpu_tenancy.priority_class_not_allowed")
+    return row.priority, row.name, row.preemptible
 
 
 def resolve_image(session: Session, name: str | None) -> str:
@@ -109,13 +135,15 @@ def parse_field_time(field: str, value: str) -> int:
         raise BadRequest(f"{field}: {exc}", "gpu_tenancy.bad_time") from None
 
 
-def check_quota(session: Session, project_id: str, shape: m.Shape, instances: int, duration: int) -> None:
+def check_quota(session: Session, project_id: str, shape: m.Shape, instances: int, duration: int,
+                any_size: bool = False) -> None:
+    """`any_size`: a preemptible lease, which the quota's GPU count does not limit."""
     quota = session.get(m.Quota, (project_id, shape.gpu_model))
     wanted = instances * shape.gpus
     if quota is None or quota.gpus + quota.borrow_gpus == 0:
         raise Forbidden(f"project {project_id} has no quota for {shape.gpu_model} GPUs; "
                         "ask an admin to set one", "gpu_tenancy.no_quota")
-    if wanted > quota.gpus + quota.borrow_gpus:
+    if wanted > quota.gpus + quota.borrow_gpus and not any_size:
         raise Forbidden(f"the lease needs {wanted} {shape.gpu_model} GPUs at once; project {project_id} "
                         f"may hold {quota.gpus} (+{quota.borrow_gpus} borrowed)", "gpu_tenancy.over_quota")
     if quota.max_duration is not None and duration > quota.max_duration:
@@ -137,9 +165,16 @@ def preview(session: Session, now: int, half_life: int, caller: Caller, body: di
     return request, columns, ledger.dry_run(session, now, half_life, request)
 
 
-def create(session: Session, now: int, half_life: int, caller: Caller, body: dict) -> m.Lease:
+def create(session: Session, now: int, half_life: int, caller: Caller, body: dict,
+           hook: DecisionHook = DecisionHook()) -> m.Lease:
     lease_id = ledger.new_lease_id()
     request, columns = build_request(session, now, caller, body, lease_id)
+    hook.ask("accept", {"id": lease_id, "project_id": caller.project_id, "user_id": caller.user_id,
+                        "gpu_model": request.gpu_model, "gpus_per_instance": request.gpus_per_vm,
+                        "instances": request.instances, "duration": request.duration,
+                        "start": rfc3339(request.earliest_start), "priority": request.priority,
+                        **{k: columns[k] for k in ("name", "shape", "priority_class", "preemptible")}},
+             caller.user_id)
     stamp = utcnow_naive(now)
     row = m.Lease(id=lease_id, project_id=caller.project_id, user_id=caller.user_id, status=None,
                   gpu_model=request.gpu_model, gpus_per_vm=request.gpus_per_vm, instances=request.instances,
@@ -155,11 +190,13 @@ def create(session: Session, now: int, half_life: int, caller: Caller, body: dic
     return row
 
 
-def cancel(session: Session, now: int, half_life: int, row: m.Lease, actor: str) -> m.Lease:
+def cancel(session: Session, now: int, half_life: int, row: m.Lease, actor: str,
+           hook: DecisionHook = DecisionHook()) -> m.Lease:
     """Cancel a waiting lease, or end a running one now. The data volume stays."""
     status = S(row.status)
     if status in FINAL or status is S.ENDING:
         raise Conflict(f"lease {row.id} is already {row.status}", "gpu_tenancy.lease_finished")
+    hook.ask("end", hook_view(row), actor)
     if status in (S.REQUESTED, S.QUEUED, S.SCHEDULED):
         session.execute(delete(m.Allocation).where(m.Allocation.lease_id == row.id))
         session.expire(row, ["allocations"])  # the bulk delete leaves the loaded list stale
@@ -184,8 +221,20 @@ def end_allocations_at(session: Session, row: m.Lease, now: int) -> None:
     row.end_at = min(row.end_at, stamp) if row.end_at else stamp
 
 
-def change_end(session: Session, now: int, half_life: int, row: m.Lease, body: dict, actor: str) -> m.Lease:
-    """Extend or shrink. An extension is granted only if it delays nobody planned."""
+def hook_view(row: m.Lease, **changes) -> dict:
+    """What the decision service is told of a lease."""
+    view = {"id": row.id, "name": row.name, "project_id": row.project_id, "user_id": row.user_id,
+            "status": row.status, "shape": row.shape, "gpu_model": row.gpu_model,
+            "gpus_per_instance": row.gpus_per_vm, "instances": row.instances, "duration": row.duration,
+            "start": rfc3339(to_epoch(row.start_at)), "end": rfc3339(to_epoch(row.end_at)),
+            "priority": row.priority, "priority_class": row.priority_class, "preemptible": row.preemptible}
+    return {**view, **changes}
+
+
+def change_end(session: Session, now: int, half_life: int, row: m.Lease, body: dict, actor: str,
+               extension_window: int | None = None, hook: DecisionHook = DecisionHook()) -> m.Lease:
+    """Extend or shrink. An extension is granted only if it delays nobody planned, within the
+    maximum duration and the budget; with `extension_window`, only in the lease's last part."""
     status = S(row.status)
     if status not in (S.QUEUED, S.SCHEDULED, S.PROVISIONING, S.ACTIVE):
         raise Conflict(f"lease {row.id} is {row.status}; only a waiting or running lease can change "
@@ -203,9 +252,17 @@ def change_end(session: Session, now: int, half_life: int, row: m.Lease, body: d
             raise BadRequest(f"end {body['end']} is not after the lease's start {rfc3339(start)}",
                              "gpu_tenancy.bad_end")
     shape = session.get(m.Shape, row.shape)
-    check_quota(session, row.project_id, shape, row.instances, duration)
+    check_quota(session, row.project_id, shape, row.instances, duration, any_size=row.preemptible)
+    if status is S.QUEUED and duration > row.duration:
+        start = to_epoch(row.start_at or row.earliest_start)
+        budgets.check(session, now, row.project_id, row.gpu_model,
+                      Span(row.gpus_per_vm * row.instances, start + row.duration, start + duration))
+    elif status is not S.QUEUED:
+        check_extension_rules(session, now, row, to_epoch(row.start_at) + duration, extension_window)
     ledger_lock(session)
     if status is S.QUEUED:
+        if duration > row.duration:
+            hook.ask("extend", hook_view(row, duration=duration), actor)
         row.duration = duration
         record_event(session, row, "change", f"duration set to {duration} s", now, actor)
         session.flush()
@@ -223,6 +280,7 @@ def change_end(session: Session, now: int, half_life: int, row: m.Lease, body: d
             planner.PlannerSettings(fairshare_half_life=half_life))
         if conflicts:
             raise Conflict("the extension is refused: " + "; ".join(conflicts), "gpu_tenancy.extension_refused")
+        hook.ask("extend", hook_view(row, duration=duration, end=rfc3339(new_end)), actor)
     for alloc in row.allocations:
         alloc.end_at = utcnow_naive(new_end)
     row.end_at, row.duration = utcnow_naive(new_end), duration
@@ -233,3 +291,19 @@ def change_end(session: Session, now: int, half_life: int, row: m.Lease, body: d
     session.flush()
     ledger.replan(session, now, half_life)
     return row
+
+
+def check_extension_rules(session: Session, now: int, row: m.Lease, new_end: int, window: int | None) -> None:
+    """The rules an extension of a holding lease meets before the planner is asked:
+    not under notice of an early end, in the extension window, within the budget."""
+    old_end = to_epoch(row.end_at)
+    if new_end <= old_end:
+        return
+    if row.early_end_at is not None:
+        raise Conflict(f"the extension is refused: the lease is {row.early_end_kind} and ends at "
+                       f"{rfc3339(to_epoch(row.early_end_at))}", "gpu_tenancy.extension_refused")
+    too_early = window_refusal(now, old_end, window)
+    if too_early:
+        raise Conflict(f"the extension is refused: {too_early}", "gpu_tenancy.extension_refused")
+    budgets.check(session, now, row.project_id, row.gpu_model,
+                  Span(row.gpus_per_vm * row.instances, old_end, new_end), except_lease=None)

@@ -45,7 +45,7 @@ def request_from_row(row: m.Lease) -> LeaseRequest:
         lease_id=row.id, project_id=row.project_id, gpu_model=row.gpu_model, gpus_per_vm=row.gpus_per_vm,
         instances=row.instances, duration=row.duration, earliest_start=to_epoch(row.earliest_start),
         latest_start=to_epoch(row.latest_start), created_at=to_epoch(row.created_at),
-        priority=row.priority, name=row.name)
+        priority=row.priority, name=row.name, preemptible=row.preemptible)
 
 
 def load_inputs(session: Session, now: int, half_life: int) -> PlannerInputs:
@@ -54,9 +54,10 @@ def load_inputs(session: Session, now: int, half_life: int) -> PlannerInputs:
     # A lease's GPUs stay taken until the cloud has released them (the lease is
     # ended), even when its planned end has passed: Placement lags behind.
     holds = [Hold(a.lease_id, a.project_id, a.host, a.gpu_model, a.gpus, to_epoch(a.start_at),
-                  max(to_epoch(a.end_at), now + 1), a.borrowing)
-             for a in session.scalars(select(m.Allocation).join(m.Lease)
-                                      .where(m.Lease.status.in_(holding)))]
+                  max(to_epoch(a.end_at), now + 1), a.borrowing, preemptible, priority)
+             for a, preemptible, priority in session.execute(
+                 select(m.Allocation, m.Lease.preemptible, m.Lease.priority).join(m.Lease)
+                 .where(m.Lease.status.in_(holding)))]
     quotas = {(q.project_id, q.gpu_model): quota_from_row(q) for q in session.scalars(select(m.Quota))}
     waiting = [request_from_row(r) for r in session.scalars(
         select(m.Lease).where(m.Lease.status == S.QUEUED.value).order_by(m.Lease.created_at, m.Lease.id))]

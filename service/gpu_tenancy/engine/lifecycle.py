@@ -19,7 +19,7 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.domain.failures import FailureClass, rule
 from gpu_tenancy.domain.states import FINAL, LeaseState
-from gpu_tenancy.engine import ledger
+from gpu_tenancy.engine import early_ends
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.engine.leases import end_allocations_at
 from gpu_tenancy.timeutil import rfc3339
@@ -44,12 +44,13 @@ class Lifecycle:
             self.refresh_hosts()
             self.reconcile()
         # Ends first: GPUs of a lease that is over come back before the plan hands them on.
+        early_ends.end_due(self)
         for lease_id in self._ids(S.ACTIVE, end_by=now):
             self.begin_end(lease_id, "its time is up")
         for lease_id in self._ids(S.ENDING):
             self.finish_end(lease_id)
         with session_scope(self.sessions) as session:
-            ledger.replan(session, now, self.config.fairshare_half_life_seconds, ACTOR)
+            early_ends.replan(session, now, self.config, ACTOR)   # the plan, then reclaim and preemption
         for lease_id in self._ids(S.SCHEDULED, start_by=now):
             self.start(lease_id)
         for lease_id in self._ids(S.PROVISIONING):
@@ -250,7 +251,7 @@ class Lifecycle:
         with session_scope(self.sessions) as session:
             row = session.get(m.Lease, lease_id)
             if row.status == S.ENDING.value:
-                target = S.FAILED if row.failure_class else S.ENDED
+                target = S.FAILED if row.failure_class else early_ends.final_state(row)
                 record_transition(session, row, target, now, ACTOR,
                                   "VMs deleted, GPUs released" + ("; the data volume is kept" if row.volume_id else ""))
 

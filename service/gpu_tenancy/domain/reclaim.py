@@ -1,0 +1,223 @@
+"""Ending leases early so that others get their due: reclaim of borrowed
+capacity, and preemption of preemptible leases.
+
+Pure and deterministic, like the planner it builds on. After a plan, each
+waiting lease (in planner order) that is within its project's nominal quota
+and waits for GPUs is looked at:
+
+- leases of the `preemptible` class that run on its GPU model may be ended for
+  it whenever that lets it start sooner;
+- borrowing leases of other projects (running beyond their nominal quota) may
+  be ended for it only when it would otherwise wait longer than
+  `reclaim_after`, only once they have run `min_runtime`, and never for a
+  project that itself yielded GPUs to their project (no reclaim loop).
+
+The victims are the fewest leases that let it start at the notice deadline,
+preemptible first, then lowest priority, newest first. Each is told and ends
+at `now + notice`. What was decided counts at once for the leases after it.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from .capacity import INF
+from .model import Hold, Host, LeaseRequest, Plan, QuotaLimit, Reason
+from .planner import PlannerSettings, _dur, fmt_time, plan
+from .profile import StepProfile
+
+__all__ = ["ReclaimSettings", "EarlyEnd", "EarlyEndPlan", "early_ends"]
+
+
+@dataclass(frozen=True)
+class ReclaimSettings:
+    reclaim_after: int = 3600     # a lease within quota may wait this long for borrowed GPUs
+    notice: int = 900             # warning before a lease is ended early
+    min_runtime: int = 3600       # a borrowing lease younger than this is not reclaimed
+    max_examined: int = 16        # waiting leases tried per pass: bounds the cost of a replan
+
+
+@dataclass(frozen=True)
+class EarlyEnd:
+    """A running lease to end at `at`, for `for_lease`. `kind` is the state it ends in's
+    cause: "reclaimed" (it was borrowing) or "preempted" (it was preemptible)."""
+    lease_id: str
+    project_id: str
+    kind: str
+    at: int
+    for_lease: str
+    for_project: str
+    message: str
+
+
+@dataclass
+class EarlyEndPlan:
+    ends: list[EarlyEnd] = field(default_factory=list)
+    # per waiting lease: what was ended for it, or why borrowed GPUs were not reclaimed for it
+    notes: dict[str, list[Reason]] = field(default_factory=dict)
+
+
+def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
+               quotas: Mapping[tuple[str, str], QuotaLimit], waiting: Sequence[LeaseRequest],
+               usage: Mapping[tuple[str, str], float] | None, current: Plan,
+               settings: ReclaimSettings = ReclaimSettings(), *, takeable: frozenset[str] | None = None,
+               yielded: frozenset[tuple[str, str]] = frozenset(),
+               planner_settings: PlannerSettings = PlannerSettings()) -> EarlyEndPlan:
+    """Which running leases to end early, and for whom.
+
+    `takeable`: leases that may be ended (running, not already under notice; None: all).
+    `yielded`: (project, other) pairs where project's leases were reclaimed for other's:
+    project may not reclaim from other in turn."""
+    out = EarlyEndPlan()
+    deadline = now + settings.notice
+    by_lease: dict[str, list[Hold]] = defaultdict(list)
+    for h in holds:
+        by_lease[h.lease_id].append(h)
+    candidates: dict[str, list[str]] = defaultdict(list)   # model -> lease ids
+    for lid, hs in by_lease.items():
+        h0 = hs[0]
+        if ((h0.borrowing or h0.preemptible) and (takeable is None or lid in takeable)
+                and max(h.end for h in hs) > deadline):
+            candidates[h0.gpu_model].append(lid)
+    if not candidates:
+        return out       # the usual case: nothing borrowed or preemptible runs
+
+    requests = {lr.lease_id: lr for lr in waiting}
+    hosts_of = {m: [h for h in hosts if h.gpu_model == m] for m in candidates}
+    holds = list(holds)
+    taken: set[str] = set()
+    order_of: dict[str, list[LeaseRequest]] = defaultdict(list)   # model -> waiting in plan order
+    examined = 0
+    for lid, planned in current.leases.items():
+        lr = requests.get(lid)
+        if lr is None:
+            continue
+        m, p = lr.gpu_model, lr.project_id
+        ahead = list(order_of[m])
+        order_of[m].append(lr)
+        if m not in candidates or lr.preemptible or planned.borrowing or lr.earliest_start > now:
+            continue
+        eta = planned.placement.start if planned.placement else INF
+        if eta <= deadline:
+            continue     # it starts before any notice could run out
+        q = quotas.get((p, m))
+        need = lr.gpus_per_vm * lr.instances
+        if q is None or not _within_nominal(holds, p, m, q, need, deadline, lr.duration):
+            continue
+        wait = eta - now
+        eligible, blocked = [], []
+        for vid in candidates[m]:
+            if vid in taken:
+                continue
+            h0 = by_lease[vid][0]
+            why_not = None if h0.preemptible else _why_not_reclaim(
+                now, h0, p, wait, settings, yielded)
+            (blocked if why_not else eligible).append((vid, why_not))
+        out.notes[lid] = [Reason("borrowing", _borrowing_note(by_lease[vid], why)) for vid, why in blocked]
+        if not eligible:
+            continue
+        examined += 1
+        if examined > settings.max_examined:
+            break
+        eligible.sort(key=lambda e: _victim_order(by_lease[e[0]][0]))
+
+        def fits(victims: list[str]) -> bool:
+            gone = set(victims)
+            trial = [replace(h, end=deadline) if h.lease_id in gone else h for h in holds if h.gpu_model == m]
+            placed = plan(now, hosts_of[m], trial, quotas, [*ahead, lr], usage, planner_settings).leases[lid]
+            return placed.placement is not None and placed.placement.start <= deadline
+
+        chosen = _fewest([vid for vid, _ in eligible], fits)
+        if chosen is None:
+            continue
+        for vid in chosen:
+            taken.add(vid)
+            out.ends.append(_early_end(by_lease[vid], lr, quotas, now, deadline, settings))
+        gone = set(chosen)
+        holds = [replace(h, end=deadline) if h.lease_id in gone else h for h in holds]
+        freed = sum(h.gpus for vid in chosen for h in by_lease[vid])
+        was = f"until {fmt_time(eta)}" if eta < INF else "with no slot in sight"
+        out.notes[lid] = out.notes[lid] + [Reason(
+            "reclaim", f"{len(chosen)} lease(s) holding {freed} {m} GPUs ({', '.join(sorted(chosen))}) "
+                       f"end at {fmt_time(deadline)} to make room; it would otherwise have waited {was}")]
+    return out
+
+
+def _within_nominal(holds: Sequence[Hold], p: str, m: str, q: QuotaLimit, need: int, start: int,
+                    duration: int) -> bool:
+    """Does the project, with this lease, stay within its nominal quota (borrowing aside)?"""
+    prof = StepProfile(start, 0)
+    for h in holds:
+        if h.project_id == p and h.gpu_model == m and not h.preemptible and h.end > start:
+            prof.add(max(h.start, start), h.end, h.gpus)
+    return prof.max_on(start, start + duration) + need <= q.gpus
+
+
+def _why_not_reclaim(now: int, h: Hold, p: str, wait: int, s: ReclaimSettings,
+                     yielded: frozenset[tuple[str, str]]) -> str | None:
+    if h.project_id == p:
+        return "its own project's"
+    if wait <= s.reclaim_after:
+        return f"reclaim only for a wait over {_dur(s.reclaim_after)}; this one is {_dur(wait)}"
+    if now - h.start < s.min_runtime:
+        return f"reclaim after {fmt_time(h.start + s.min_runtime)} (its minimum runtime of {_dur(s.min_runtime)})"
+    if (p, h.project_id) in yielded:
+        return (f"not reclaimed: project {p} yielded GPUs to project {h.project_id} earlier, "
+                "and a reclaim never goes back the other way")
+    return None
+
+
+def _borrowing_note(hs: list[Hold], why: str) -> str:
+    h0 = hs[0]
+    gpus = sum(h.gpus for h in hs)
+    if why == "its own project's":
+        return f"project {h0.project_id} itself is borrowing {gpus} {h0.gpu_model} until {fmt_time(hs[0].end)}"
+    return f"project {h0.project_id} is borrowing {gpus} {h0.gpu_model} until {fmt_time(max(h.end for h in hs))}; {why}"
+
+
+def _victim_order(h: Hold):
+    """Preemptible first, then lowest priority, newest first."""
+    return (not h.preemptible, h.priority, -h.start, h.lease_id)
+
+
+def _fewest(ordered: list[str], fits) -> list[str] | None:
+    """The fewest leases, taken in `ordered`'s preference, whose end lets the lease start:
+    one lease if one will do; else the first that together will, less any not needed."""
+    if not ordered or not fits(ordered):
+        return None
+    for vid in ordered:
+        if fits([vid]):
+            return [vid]
+    chosen: list[str] = []
+    for vid in ordered:
+        chosen.append(vid)
+        if fits(chosen):
+            break
+    for vid in reversed(chosen[:-1]):
+        fewer = [c for c in chosen if c != vid]
+        if fits(fewer):
+            chosen = fewer
+    return chosen
+
+
+def _early_end(hs: list[Hold], lr: LeaseRequest, quotas: Mapping[tuple[str, str], QuotaLimit], now: int,
+               deadline: int, s: ReclaimSettings) -> EarlyEnd:
+    h0 = hs[0]
+    gpus, m = sum(h.gpus for h in hs), h0.gpu_model
+    end = max(h.end for h in hs)
+    notice = (f"it ends at {fmt_time(deadline)}, after a notice of {_dur(s.notice)}, instead of {fmt_time(end)}; "
+              "its data volume is kept")
+    if h0.preemptible:
+        kind = "preempted"
+        message = (f"preempted: lease {lr.lease_id} of project {lr.project_id} needs "
+                   f"{lr.gpus_per_vm * lr.instances} {m} GPUs, and this preemptible lease's {gpus} stand in its "
+                   f"way; {notice}")
+    else:
+        kind = "reclaimed"
+        q = quotas.get((h0.project_id, m))
+        nominal = q.gpus if q else 0
+        message = (f"reclaimed: this lease borrows {gpus} {m} GPUs beyond project {h0.project_id}'s quota of "
+                   f"{nominal}, and lease {lr.lease_id} of project {lr.project_id}, within its own quota, would "
+                   f"otherwise wait; {notice}")
+    return EarlyEnd(h0.lease_id, h0.project_id, kind, deadline, lr.lease_id, lr.project_id, message)

@@ -1,0 +1,138 @@
+"""Reclaim and preemption, carried out: the engine's replan asks the domain
+(domain/reclaim.py) which running leases to end early, warns each at once and
+cuts its hold at the notice deadline in the ledger; at the deadline the engine
+ends it, and it finishes as `preempted` with its data volume kept."""
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpu_tenancy.config import Config
+from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
+from gpu_tenancy.domain import planner, reclaim
+from gpu_tenancy.domain.model import Plan
+from gpu_tenancy.domain.planner import PlannerSettings, fmt_time
+from gpu_tenancy.domain.states import FINAL, LeaseState
+from gpu_tenancy.engine import ledger
+from gpu_tenancy.engine.events import record_event
+
+S = LeaseState
+RECLAIMED, PREEMPTED = "reclaimed", "preempted"
+
+
+def settings(config: Config) -> reclaim.ReclaimSettings:
+    return reclaim.ReclaimSettings(reclaim_after=config.reclaim_after_seconds,
+                                   notice=config.reclaim_notice_seconds,
+                                   min_runtime=config.reclaim_min_runtime_seconds)
+
+
+def replan(session: Session, now: int, config: Config, actor: str) -> Plan:
+    """The engine's replan: plan, decide what to end early for whom, and plan again
+    if anything was; the queue reasons then tell both. The caller commits."""
+    half_life = config.fairshare_half_life_seconds
+    call_off_unneeded(session, now, half_life, actor)
+    plan = ledger.replan(session, now, half_life, actor)
+    reasons: dict[str, list[dict]] = {}
+    # only running leases that borrow or are preemptible can be ended early: usually none, and then
+    # there is nothing more to load or plan
+    takeable = frozenset(session.scalars(select(m.Lease.id).where(
+        m.Lease.status == S.ACTIVE.value, m.Lease.early_end_at.is_(None),
+        m.Lease.borrowing | m.Lease.preemptible)))
+    inputs = ledger.load_inputs(session, now, half_life) if takeable else None
+    if inputs is not None and inputs.waiting:
+        decided = reclaim.early_ends(
+            now, inputs.hosts, inputs.holds, inputs.quotas, inputs.waiting, inputs.usage, plan, settings(config),
+            takeable=takeable, yielded=yielded_pairs(session),
+            planner_settings=PlannerSettings(fairshare_half_life=half_life))
+        for end in decided.ends:
+            apply(session, now, end, actor)
+        if decided.ends:
+            session.flush()
+            plan = ledger.replan(session, now, half_life, actor)
+        for lease_id, notes in decided.notes.items():
+            row = session.get(m.Lease, lease_id)
+            for note in notes:
+                if note.code == "reclaim":      # told once, as an event; the pending ends say the rest
+                    record_event(session, row, "reclaim", note.message, now, actor)
+                else:
+                    reasons.setdefault(lease_id, []).append({"code": note.code, "message": note.message})
+    for victim in session.scalars(select(m.Lease).where(m.Lease.status == S.ACTIVE.value,
+                                                        m.Lease.early_end_at.is_not(None))):
+        what = "is borrowing" if victim.early_end_kind == RECLAIMED else "runs preemptible"
+        reasons.setdefault(victim.early_end_for, []).append({"code": "reclaim", "message": (
+            f"project {victim.project_id} {what} {victim.gpus_per_vm * victim.instances} {victim.gpu_model} "
+            f"(lease {victim.id}); {victim.early_end_kind} for this lease, they are free at "
+            f"{fmt_time(to_epoch(victim.early_end_at))}")})
+    for lease_id, extra in reasons.items():
+        row = session.get(m.Lease, lease_id)
+        if row is not None and row.status == S.QUEUED.value:
+            row.queue_reasons = [*(row.queue_reasons or []), *extra]
+    return plan
+
+
+def call_off_unneeded(session: Session, now: int, half_life: int, actor: str) -> None:
+    """A lease under notice whose beneficiary was cancelled or expired gets its own end back,
+    if that end still fits as an extension would (no over-commit, within quota, delays nobody)."""
+    gone = [S.CANCELLED.value, S.EXPIRED.value]
+    beneficiary = m.Lease.__table__.alias("beneficiary")
+    rows = list(session.scalars(select(m.Lease).join(beneficiary, beneficiary.c.id == m.Lease.early_end_for)
+                                .where(m.Lease.status == S.ACTIVE.value, m.Lease.early_end_at > utcnow_naive(now),
+                                       m.Lease.early_end_from.is_not(None), beneficiary.c.status.in_(gone))))
+    for row in rows:
+        inputs = ledger.load_inputs(session, now, half_life)
+        own_end = to_epoch(row.early_end_from)
+        if planner.extension_conflicts(now, inputs.hosts, inputs.holds, inputs.quotas, inputs.waiting,
+                                       inputs.usage, row.id, own_end, PlannerSettings(fairshare_half_life=half_life)):
+            continue   # its GPUs are promised again: the notice stands
+        for alloc in row.allocations:
+            alloc.end_at = row.early_end_from
+        record_event(session, row, "change", f"no longer {row.early_end_kind}: lease {row.early_end_for}, "
+                                             f"which it was to make room for, is gone; it ends at "
+                                             f"{fmt_time(own_end)} again", now, actor)
+        row.end_at, row.warned_at = row.early_end_from, None
+        row.early_end_at = row.early_end_kind = row.early_end_for = row.early_end_for_project = None
+        row.early_end_reason = row.early_end_from = None
+        session.flush()
+
+
+def yielded_pairs(session: Session) -> frozenset[tuple[str, str]]:
+    """(project, other): project's leases were reclaimed for other's lease, which is not
+    over yet; until it is, project may not reclaim from other."""
+    final = [s.value for s in FINAL]
+    beneficiary = m.Lease.__table__.alias("beneficiary")
+    rows = session.execute(
+        select(m.Lease.project_id, m.Lease.early_end_for_project)
+        .join(beneficiary, beneficiary.c.id == m.Lease.early_end_for)
+        .where(m.Lease.early_end_kind == RECLAIMED, beneficiary.c.status.not_in(final)))
+    return frozenset((p, other) for p, other in rows)
+
+
+def apply(session: Session, now: int, end: reclaim.EarlyEnd, actor: str) -> None:
+    """Warn the lease and cut its hold at the deadline, so the plan counts on its GPUs then."""
+    row = session.get(m.Lease, end.lease_id)
+    stamp = utcnow_naive(end.at)
+    for alloc in row.allocations:
+        if alloc.end_at > stamp:
+            alloc.end_at = stamp
+    row.early_end_from = row.end_at
+    row.end_at = min(row.end_at, stamp) if row.end_at else stamp
+    row.early_end_at, row.early_end_kind, row.early_end_reason = stamp, end.kind, end.message
+    row.early_end_for, row.early_end_for_project = end.for_lease, end.for_project
+    row.warned_at = utcnow_naive(now)   # this warning stands for the usual one before the end
+    record_event(session, row, "warning", end.message, now, actor)
+
+
+def end_due(lifecycle) -> None:
+    """End the leases whose notice has run out (before the usual ends, so their reason is told)."""
+    now = lifecycle.clock.now()
+    with session_scope(lifecycle.sessions) as session:
+        due = list(session.execute(select(m.Lease.id, m.Lease.early_end_kind, m.Lease.early_end_for).where(
+            m.Lease.status == S.ACTIVE.value, m.Lease.early_end_at <= utcnow_naive(now))))
+    for lease_id, kind, for_lease in due:
+        lifecycle.begin_end(lease_id, f"{kind} for lease {for_lease}: its notice is over")
+
+
+def final_state(row: m.Lease) -> LeaseState:
+    """Where an ending lease finishes: preempted if it was ended early with notice."""
+    return S.PREEMPTED if row.early_end_kind else S.ENDED

@@ -1,0 +1,182 @@
+"""Two projects contend on the simulated cloud in virtual time: ml-vision borrows
+beyond its quota while GPUs are idle; nlp-lab, within its quota, asks for GPUs
+the borrower holds; the engine reclaims them with notice, and every figure
+matches the hand calculation below.
+
+Demo cloud: 4 hosts x 8 A100. ml-vision: 16 A100 + 8 borrowable; nlp-lab: 16.
+Engine defaults: reclaim after a wait of 1 h, 15 minutes' notice, 1 h minimum runtime.
+
+  08:00  ml-vision: "base", 2 x a100.x8 for 10 h (16, its quota)     -> runs 08:00-18:00
+  08:00  ml-vision: "extra", a100.x8 for 10 h (8 more: borrowing)     -> runs from 08:00
+  10:00  nlp-lab: "train", 2 x a100.x8 for 4 h (16, its quota). 8 are free; it would wait
+         until 18:00 (8 h > 1 h) for GPUs a borrower holds, and "extra" has run 2 h (> 1 h):
+         "extra" is warned at 10:00 and ends at 10:15.
+  10:15  "extra" ends; the cloud frees its GPUs 5 s later (delete_seconds), and it is preempted
+  10:15:05  "train" starts, for 4 h: until 14:15:05
+  GPU-hours by 20:00:  ml-vision = base 16 x 10 + extra 8 x 2.25 = 160 + 18 = 178
+                       nlp-lab   = train 16 x 4                  = 64
+  nlp-lab's December budget of 100: 64 used, 36 left; a further 16 x 3 h (48) is refused.
+"""
+from __future__ import annotations
+
+from gpu_tenancy.db.session import session_scope
+from gpu_tenancy.engine.early_ends import yielded_pairs
+from gpu_tenancy.timeutil import rfc3339
+from tests.conftest import T0, headers
+
+HOUR = 3600
+VISION, NLP = headers("ml-vision"), headers("nlp-lab")
+ADMIN = headers("ml-vision", "admin", user="ops")
+
+
+def test_two_projects_contend_and_the_borrowed_gpus_are_reclaimed(client, runtime, engine_tick, cloud):
+    clock = runtime.clock
+
+    def tick_to(t: int, step: int = 300) -> None:
+        while clock.now() < t:
+            engine_tick(advance=min(step, t - clock.now()))
+
+    def lease(lease_id, who):
+        return client.get(f"/v1/leases/{lease_id}", headers=who).get_json()["lease"]
+
+    def story(lease_id, who):
+        events = client.get(f"/v1/leases/{lease_id}/events", headers=who).get_json()["events"]
+        return [(e["at"][11:19], e["kind"], e["to"], e["message"]) for e in events]
+
+    budget = client.post("/v1/budgets", json={"budget": {"project_id": "nlp-lab", "gpu_model": "A100",
+                                                         "gpu_hours": 100, "period": "month"}}, headers=ADMIN)
+    assert budget.status_code == 201
+    base = client.post("/v1/leases", json={"name": "base", "shape": "a100.x8", "instances": 2, "duration": "PT10H"},
+                       headers=VISION).get_json()["lease"]
+    extra = client.post("/v1/leases", json={"name": "extra", "shape": "a100.x8", "duration": "PT10H",
+                                            "volume": {"size_gb": 20}}, headers=VISION).get_json()["lease"]
+    assert (base["borrowing"], extra["borrowing"]) == (False, True)
+    engine_tick()
+    tick_to(T0 + 2 * HOUR)
+
+    train = client.post("/v1/leases", json={"name": "train", "shape": "a100.x8", "instances": 2,
+                                            "duration": "PT4H"}, headers=NLP).get_json()["lease"]
+    assert train["status"] == "queued" and train["queue"]["eta"] == rfc3339(T0 + 10 * HOUR)
+    print("\n10:00 queue reasons as asked:", *(r["message"] for r in train["queue"]["reasons"]), sep="\n  ")
+    engine_tick()                                                     # 10:00: the engine decides
+    warned = lease(extra["id"], VISION)
+    assert warned["status"] == "active" and warned["end"] == rfc3339(T0 + 2 * HOUR + 900)
+    assert warned["early_end"]["kind"] == "reclaimed" and warned["early_end"]["for_lease"] == train["id"]
+    waiting = lease(train["id"], NLP)
+    assert waiting["queue"]["eta"] == rfc3339(T0 + 2 * HOUR + 900)
+    said = {"code": "reclaim", "message": f"project ml-vision is borrowing 8 A100 (lease {extra['id']}); "
+                                          f"reclaimed for this lease, they are free at 2026-12-01T10:15:00Z"}
+    assert said in waiting["queue"]["reasons"]
+    print("10:00 queue reasons after the engine's pass:", *(r["message"] for r in waiting["queue"]["reasons"]),
+          sep="\n  ")
+
+    engine_tick(advance=300)                                          # 10:05: still said on the next tick
+    assert said in lease(train["id"], NLP)["queue"]["reasons"]
+    tick_to(T0 + 2 * HOUR + 900)                                      # 10:15: notice over
+    assert lease(extra["id"], VISION)["status"] == "ending"
+    engine_tick(advance=5)                                            # 10:15:05: GPUs released
+    assert lease(extra["id"], VISION)["status"] == "preempted"
+    started = lease(train["id"], NLP)
+    assert started["start"] == rfc3339(T0 + 2 * HOUR + 905) and started["end"] == rfc3339(T0 + 6 * HOUR + 905)
+    with session_scope(runtime.sessions) as session:
+        assert yielded_pairs(session) == {("ml-vision", "nlp-lab")}
+
+    tick_to(T0 + 6 * HOUR + 905)                                      # 14:15:05: train ends on time
+    tick_to(T0 + 10 * HOUR)                                           # 18:00: base ends on time
+    tick_to(T0 + 12 * HOUR)
+    assert [lease(x["id"], who)["status"] for x, who in ((base, VISION), (extra, VISION), (train, NLP))] == [
+        "ended", "preempted", "ended"]
+    usage = client.get(f"/v1/usage?start={rfc3339(T0)}&end={rfc3339(T0 + 12 * HOUR)}",
+                       headers=ADMIN).get_json()["usage"]["projects"]
+    hours = {u["project_id"]: u["gpu_models"]["A100"]["gpu_hours"] for u in usage}
+    assert hours == {"ml-vision": 178.0, "nlp-lab": 64.0}
+    current = {u["project_id"]: u["budgets"] for u in usage}["nlp-lab"][0]["current"]
+    assert (current["used"], current["planned"], current["left"]) == (64.0, 0.0, 36.0)
+    refused = client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT3H"}, headers=NLP)
+    assert refused.status_code == 403
+    assert refused.get_json()["errors"][0]["detail"] == (
+        "refused for budget: it needs 48 A100 GPU-hours in December 2026; project nlp-lab's budget there is 100: "
+        "64 used, 0 planned, 36 left")
+
+    told = story(extra["id"], VISION)
+    assert told[-3:] == [
+        ("10:00:00", "warning", None,
+         f"reclaimed: this lease borrows 8 A100 GPUs beyond project ml-vision's quota of 16, and lease "
+         f"{train['id']} of project nlp-lab, within its own quota, would otherwise wait; it ends at "
+         f"2026-12-01T10:15:00Z, after a notice of 15 minutes, instead of 2026-12-01T18:00:00Z; its data volume is kept"),
+        ("10:15:00", "transition", "ending", f"reclaimed for lease {train['id']}: its notice is over"),
+        ("10:15:05", "transition", "preempted", "VMs deleted, GPUs released; the data volume is kept"),
+    ]
+    kept = [v for v in cloud.volumes().values() if v["lease_id"] == extra["id"]]
+    assert [v["status"] for v in kept] == ["available"]
+    assert ("10:00:00", "reclaim", None,
+            f"1 lease(s) holding 8 A100 GPUs ({extra['id']}) end at 2026-12-01T10:15:00Z to make room; it would "
+            f"otherwise have waited until 2026-12-01T18:00:00Z") in story(train["id"], NLP)
+    assert cloud.servers() == {}
+    print("\n".join(f"{at} {kind:<10} {to or '':<12} {msg}" for lease_id, who in ((extra["id"], VISION),
+                                                                                 (train["id"], NLP))
+                    for at, kind, to, msg in story(lease_id, who)))
+
+
+def test_a_young_borrower_is_reclaimed_once_it_has_run_its_minimum(client, runtime, engine_tick):
+    client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT10H"}, headers=VISION)
+    extra = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT10H"},
+                        headers=VISION).get_json()["lease"]
+    engine_tick()
+    engine_tick(advance=30 * 60)                                      # 08:30
+    train = client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT4H"},
+                        headers=NLP).get_json()["lease"]
+    engine_tick()
+    reasons = client.get(f"/v1/leases/{train['id']}", headers=NLP).get_json()["lease"]["queue"]["reasons"]
+    assert {"code": "borrowing", "message": "project ml-vision is borrowing 8 A100 until 2026-12-01T18:00:00Z; "
+                                            "reclaim after 2026-12-01T09:00:00Z (its minimum runtime of 1 hour)"
+            } in reasons
+    assert client.get(f"/v1/leases/{extra['id']}", headers=VISION).get_json()["lease"]["early_end"] is None
+    engine_tick(advance=30 * 60)                                      # 09:00: now it may be taken
+    taken = client.get(f"/v1/leases/{extra['id']}", headers=VISION).get_json()["lease"]
+    assert taken["early_end"]["at"] == "2026-12-01T09:15:00Z" and taken["end"] == "2026-12-01T09:15:00Z"
+
+
+def test_a_preemptible_lease_is_ended_with_notice_for_a_normal_one(client, engine_tick):
+    pre = client.post("/v1/leases", json={"shape": "a100.x8", "instances": 4, "duration": "PT8H",
+                                          "priority_class": "preemptible"}, headers=NLP).get_json()["lease"]
+    assert pre["status"] == "scheduled"                              # the whole cloud, beyond nlp-lab's 16
+    engine_tick()
+    engine_tick(advance=5 * 60)                                       # 08:05: it runs
+    normal = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT2H"},
+                         headers=VISION).get_json()["lease"]
+    assert normal["queue"]["eta"] == "2026-12-01T16:00:00Z"
+    engine_tick()                                                     # preempted at once: no minimum runtime
+    shown = client.get(f"/v1/leases/{pre['id']}", headers=NLP).get_json()["lease"]
+    assert shown["early_end"]["kind"] == "preempted" and shown["end"] == "2026-12-01T08:20:00Z"
+    events = client.get(f"/v1/leases/{pre['id']}/events", headers=NLP).get_json()["events"]
+    assert events[-1]["kind"] == "warning" and events[-1]["message"].startswith(
+        f"preempted: lease {normal['id']} of project ml-vision needs 8 A100 GPUs, and this preemptible lease's 32 "
+        "stand in its way; it ends at 2026-12-01T08:20:00Z, after a notice of 15 minutes,")
+    engine_tick(advance=15 * 60)
+    engine_tick(advance=5)
+    assert client.get(f"/v1/leases/{pre['id']}", headers=NLP).get_json()["lease"]["status"] == "preempted"
+    started = client.get(f"/v1/leases/{normal['id']}", headers=VISION).get_json()["lease"]
+    assert started["status"] in ("provisioning", "active") and started["start"] == "2026-12-01T08:20:05Z"
+
+
+def test_a_reclaim_is_called_off_when_the_lease_it_served_is_cancelled(client, engine_tick):
+    client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT10H"}, headers=VISION)
+    extra = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT10H"},
+                        headers=VISION).get_json()["lease"]
+    engine_tick()
+    engine_tick(advance=2 * HOUR)
+    train = client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT4H"},
+                        headers=NLP).get_json()["lease"]
+    engine_tick()
+    assert client.get(f"/v1/leases/{extra['id']}", headers=VISION).get_json()["lease"]["end"] == \
+        "2026-12-01T10:15:00Z"
+    assert client.delete(f"/v1/leases/{train['id']}", headers=NLP).status_code == 204
+    engine_tick(advance=5 * 60)
+    kept = client.get(f"/v1/leases/{extra['id']}", headers=VISION).get_json()["lease"]
+    assert (kept["status"], kept["end"], kept["early_end"]) == ("active", "2026-12-01T18:00:00Z", None)
+    events = client.get(f"/v1/leases/{extra['id']}/events", headers=VISION).get_json()["events"]
+    assert events[-1]["message"] == (f"no longer reclaimed: lease {train['id']}, which it was to make room for, "
+                                     "is gone; it ends at 2026-12-01T18:00:00Z again")
+    engine_tick(advance=15 * 60)
+    assert client.get(f"/v1/leases/{extra['id']}", headers=VISION).get_json()["lease"]["status"] == "active"
