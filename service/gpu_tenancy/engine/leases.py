@@ -14,6 +14,7 @@ from gpu_tenancy.domain.model import Host, LeaseRequest, PlannedLease
 from gpu_tenancy.domain.states import FINAL, HOLDING, LeaseState
 from gpu_tenancy.engine import ledger
 from gpu_tenancy.engine.events import record_event, record_transition
+from gpu_tenancy.engine.readiness import new_token as new_readiness_token
 from gpu_tenancy.errors import BadRequest, Conflict, Forbidden
 from gpu_tenancy.timeutil import parse_duration, parse_time, rfc3339
 
@@ -74,7 +75,8 @@ def build_request(session: Session, now: int, caller: Caller, body: dict,
                            priority=priority, name=body.get("name", ""))
     columns = dict(name=body.get("name") or f"lease-{lease_id[:8]}", shape=shape.name, image=image,
                    volume_size_gb=volume.get("size_gb"), volume_id=volume.get("id"),
-                   key_name=body.get("key_name"), user_data=body.get("user_data"))
+                   key_name=body.get("key_name"), user_data=body.get("user_data"),
+                   readiness_probe=bool(body.get("readiness_probe")))
     return request, columns
 
 
@@ -141,6 +143,7 @@ def create(session: Session, now: int, half_life: int, caller: Caller, body: dic
     lease_id = ledger.new_lease_id()
     request, columns = build_request(session, now, caller, body, lease_id)
     stamp = utcnow_naive(now)
+    columns["readiness_token"] = new_readiness_token() if columns["readiness_probe"] else None
     row = m.Lease(id=lease_id, project_id=caller.project_id, user_id=caller.user_id, status=None,
                   gpu_model=request.gpu_model, gpus_per_vm=request.gpus_per_vm, instances=request.instances,
                   duration=request.duration, earliest_start=utcnow_naive(request.earliest_start),
