@@ -186,3 +186,20 @@ def test_the_real_probe_script_reports_to_the_service(app, client, engine_tick, 
         assert lease["readiness"]["status"] == "failed"
         assert lease["readiness"]["instances"][0]["detail"] == (
             "expected 2 GPUs: 2 visible on PCI, 0 usable; nvidia-smi present")
+
+
+def test_the_secret_is_shown_once_to_whoever_asked_for_the_lease(client, engine_tick, boots):
+    created = client.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT1H", "readiness_probe": True},
+                          headers=headers()).get_json()["lease"]
+    token = created["readiness"]["token"]
+    assert created["readiness"]["url"] == f"http://127.0.0.1:8779/v1/leases/{created['id']}/readiness"
+    shown = client.get(f"/v1/leases/{created['id']}", headers=headers()).get_json()["lease"]
+    assert "token" not in shown["readiness"]
+    audit = client.get("/v1/audit", headers=headers(roles="admin")).get_json()["audit_records"]
+    assert token not in str(audit)
+    engine_tick()
+    engine_tick(advance=30)
+    assert token in boots[0].user_data or token in probe_of(boots[0].user_data)[0]
+    answer = client.post(created["readiness"]["url"][len("http://127.0.0.1:8779"):], json={"instance": 0, "ok": True},
+                         headers={"X-Lease-Token": token})
+    assert answer.status_code == 200

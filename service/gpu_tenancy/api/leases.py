@@ -11,6 +11,7 @@ from gpu_tenancy.db.session import to_epoch
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import leases, readiness
 from gpu_tenancy.errors import BadRequest, NotFound
+from gpu_tenancy.guest.readiness_probe import readiness_url
 from gpu_tenancy.timeutil import rfc3339
 
 bp = Blueprint("leases", __name__, url_prefix="/v1/leases")
@@ -147,6 +148,9 @@ def create():
         row = leases.create(session, rt.now(), cfg.fairshare_half_life_seconds, rt.caller(), body)
         rendered = render(row)
         rt.audit(session, "lease.create", row.id, row.project_id, None, rendered)
+        if row.readiness_probe:  # shown this once (not in the audit record), for VMs made by hand or Heat
+            rendered = {**rendered, "readiness": {**rendered["readiness"], "token": row.readiness_token,
+                                                  "url": readiness_url(cfg.readiness_url, row.id)}}
     rt.runtime().wake_engine()
     return {"lease": rendered}, 201, {"Location": rendered["links"][0]["href"]}
 

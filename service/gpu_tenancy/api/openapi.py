@@ -76,7 +76,10 @@ SCHEMAS = {
         "status": {"type": "string", "enum": ["waiting", "ready", "failed"]},
         "instances": {"type": "array", "items": {"type": "object", "properties": {
             "instance": {"type": "integer"}, "status": {"type": "string", "enum": ["waiting", "ready", "failed"]},
-            "detail": nullable({"type": "string"}), "reported_at": nullable(TIME)}}}}},
+            "detail": nullable({"type": "string"}), "reported_at": nullable(TIME)}}},
+        "url": {"type": "string", "description": "where the VMs report; only in the answer to POST /v1/leases"},
+        "token": {"type": "string", "description": "the lease's secret (X-Lease-Token), for VMs made otherwise "
+                                                   "(heat_templates/); only in the answer to POST /v1/leases"}}},
     "Event": {"type": "object", "properties": {
         "at": TIME, "actor": {"type": "string"}, "kind": {"type": "string"}, "from": nullable({"type": "string"}),
         "to": nullable({"type": "string"}), "message": {"type": "string"}}},
