@@ -19,7 +19,8 @@ from gpu_tenancy.errors import Unauthorized
 
 log = logging.getLogger(__name__)
 
-PUBLIC_ENDPOINTS = {"root", "healthz", "openapi.document"}
+# readiness.report: the guest has no token; it shows the lease's secret instead (api/readiness.py)
+PUBLIC_ENDPOINTS = {"root", "healthz", "openapi.document", "readiness.report"}
 MAX_BODY = 1024 * 1024
 
 
@@ -82,9 +83,9 @@ def create_app(config: Config | None = None, *, clock=None, cloud=None, start_en
 
 def register_blueprints(app: Flask) -> None:
     from gpu_tenancy.api import (audit, budgets, capacity, images, leases, metrics, openapi, priority_classes,
-                                 quotas, shapes, usage)
-    for module in (leases, shapes, images, quotas, priority_classes, budgets, capacity, usage, audit, openapi,
-                   metrics):
+                                 quotas, readiness, shapes, usage)
+    for module in (leases, readiness, shapes, images, quotas, priority_classes, budgets, capacity, usage, audit,
+                   openapi, metrics):
         app.register_blueprint(module.bp)
 
     @app.get("/", endpoint="root")

@@ -25,6 +25,12 @@ class Config:
     cloud_network: str = "auto"          # networks for boots: auto, none, or a network id
     cloud_project_role: str = "admin"    # role the service user grants itself on a tenant project; "" = never
     gpu_resource_classes: dict = field(default_factory=dict)  # CUSTOM_PGPU_A100: A100 (default: that convention)
+    # extra specs on every private flavor: trait:CUSTOM_GPU_TENANCY: required where the GPU
+    # hosts sit in isolated aggregates (ansible/ sets them up so)
+    flavor_extra_specs: dict = field(default_factory=dict)
+    # the service's URL as a lease's VMs reach it, for their GPU readiness reports
+    # (unset: leases cannot ask for the readiness probe)
+    readiness_url: str | None = None
     run_engine: bool = True          # run the engine in this process (the demo does)
     engine_tick_seconds: int = 5
     provisioning_poll_seconds: float = 0.25  # while a VM boots or is deleted (openstacksdk's own wait: 2 s)

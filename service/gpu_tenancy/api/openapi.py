@@ -8,7 +8,7 @@ import functools
 from flask import Blueprint
 
 from gpu_tenancy import __version__
-from gpu_tenancy.api import audit, budgets, images, leases, priority_classes, quotas, shapes
+from gpu_tenancy.api import audit, budgets, images, leases, priority_classes, quotas, readiness, shapes
 from gpu_tenancy.api.capacity import MAX_CALENDAR_SPAN
 from gpu_tenancy.api.usage import DEFAULT_SPAN
 
@@ -59,6 +59,9 @@ SCHEMAS = {
                                           "reasons": {"type": "array", "items": {"type": "object"}}}}),
         "allocations": {"type": "array", "items": {"type": "object"}},
         "servers": {"type": "array", "items": {"type": "object"}},
+        "ready": {"type": "boolean", "description": "active, and every VM reported its GPUs usable when the "
+                                                    "lease asked for the readiness probe"},
+        "readiness": nullable(ref("Readiness")),
         "failure": nullable({"type": "object", "properties": {"class": {"type": "string"},
                                                               "message": {"type": "string"}}}),
         "created_at": TIME, "updated_at": TIME, "links": LINKS}},
@@ -72,6 +75,15 @@ SCHEMAS = {
         "queue": {"type": "object", "properties": {"position": nullable({"type": "integer"}), "eta": nullable(TIME),
                                                    "reasons": {"type": "array", "items": {"type": "object"}}}},
         "allocations": {"type": "array", "items": {"type": "object"}}}},
+    "ReadinessReport": readiness.REPORT,
+    "Readiness": {"type": "object", "required": ["status", "instances"], "properties": {
+        "status": {"type": "string", "enum": ["waiting", "ready", "failed"]},
+        "instances": {"type": "array", "items": {"type": "object", "properties": {
+            "instance": {"type": "integer"}, "status": {"type": "string", "enum": ["waiting", "ready", "failed"]},
+            "detail": nullable({"type": "string"}), "reported_at": nullable(TIME)}}},
+        "url": {"type": "string", "description": "where the VMs report; only in the answer to POST /v1/leases"},
+        "token": {"type": "string", "description": "the lease's secret (X-Lease-Token), for VMs made otherwise "
+                                                   "(heat_templates/); only in the answer to POST /v1/leases"}}},
     "Event": {"type": "object", "properties": {
         "at": TIME, "actor": {"type": "string"}, "kind": {"type": "string"}, "from": nullable({"type": "string"}),
         "to": nullable({"type": "string"}), "message": {"type": "string"}}},
@@ -224,6 +236,16 @@ def create_lease_operation() -> dict:
     return op
 
 
+def readiness_operation() -> dict:
+    op = operation("A lease's VM reports its GPU readiness", "lease:readiness:report", 200,
+                   wrapped("readiness", "Readiness"), params=[LEASE_ID], body="ReadinessReport",
+                   errors=(404, 409), description="Sent by the probe the VM runs at first boot, with the "
+                   "lease's secret from its user data instead of a Keystone token. A later report of the "
+                   "same VM replaces the earlier.")
+    op["security"] = [{"lease_token": []}]
+    return op
+
+
 def catalog_paths(kind: str, title: str) -> dict:
     """/v1/shapes and /v1/images have the same form."""
     cap = kind.capitalize()
@@ -272,6 +294,7 @@ PATHS = {
         "get": operation("A lease's history", "lease:show", 200, wrapped("events", "Event", many=True),
                          params=[LEASE_ID], errors=(404,)),
     },
+    "/v1/leases/{lease_id}/readiness": {"post": readiness_operation()},
     **catalog_paths("shape", "shapes on offer"),
     **catalog_paths("image", "standard image catalog"),
     "/v1/quotas": {
@@ -349,7 +372,9 @@ def build() -> dict:
         "paths": with_operation_ids(PATHS),
         "components": {
             "securitySchemes": {"keystone": {"type": "apiKey", "in": "header", "name": "X-Auth-Token",
-                                             "description": "a project-scoped Keystone token"}},
+                                             "description": "a project-scoped Keystone token"},
+                                "lease_token": {"type": "apiKey", "in": "header", "name": readiness.TOKEN_HEADER,
+                                                "description": "a lease's secret, in its VMs' user data"}},
             "schemas": SCHEMAS,
             "responses": {str(code): {"description": title, "headers": {
                 "X-OpenStack-Request-Id": {"schema": {"type": "string"}}},

@@ -18,6 +18,8 @@ RULES = [
     policy.RuleDefault("lease:show", f"{READER} or {ADMIN}", "Show a lease and its events."),
     policy.RuleDefault("lease:update", f"{MEMBER} or {ADMIN}", "Extend or shorten a lease."),
     policy.RuleDefault("lease:delete", f"{MEMBER} or {ADMIN}", "Cancel or end a lease."),
+    policy.RuleDefault("lease:readiness:report", "lease_token_sha256:%(lease_token_sha256)s",
+                       "A lease's VM reports its GPU readiness, with the lease's secret (X-Lease-Token)."),
     policy.RuleDefault("shape:list", ANY_READER, "List the shapes on offer."),
     policy.RuleDefault("shape:manage", ADMIN, "Create and retire shapes."),
     policy.RuleDefault("image:list", ANY_READER, "List the standard images."),

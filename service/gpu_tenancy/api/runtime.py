@@ -66,11 +66,13 @@ def allowed(action: str, project_id: str | None = None) -> bool:
     return runtime().enforcer.enforce(action, target, ctx.to_policy_values())
 
 
-def authorize(action: str, project_id: str | None = None) -> None:
-    """Refuse with 403 unless the policy allows the action on the project."""
+def authorize(action: str, project_id: str | None = None, *, target: dict | None = None,
+              credentials: dict | None = None) -> None:
+    """Refuse with 403 unless the policy allows the action on the project; `target` and
+    `credentials` add to what the rule sees (the token's roles and project)."""
     try:
-        runtime().enforcer.authorize(action, {"project_id": project_id or context().project_id},
-                                     context().to_policy_values(), do_raise=True)
+        runtime().enforcer.authorize(action, {"project_id": project_id or context().project_id, **(target or {})},
+                                     {**context().to_policy_values(), **(credentials or {})}, do_raise=True)
     except PolicyNotAuthorized:
         raise Forbidden(f"policy does not allow {action} for this token", "gpu_tenancy.policy") from None
 

@@ -106,6 +106,9 @@ class Lease(Base):
     failure_class: Mapped[str | None] = mapped_column(String(32), nullable=True)
     failure_message: Mapped[str | None] = mapped_column(Text, nullable=True)
     warned_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
+    # opt-in: the VMs run the GPU readiness probe and report with this secret
+    readiness_probe: Mapped[bool] = mapped_column(Boolean, default=False)
+    readiness_token: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTC)
     updated_at: Mapped[datetime] = mapped_column(UTC)
 
@@ -176,6 +179,10 @@ class Server(Base):
     cloud_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     status: Mapped[str] = mapped_column(String(16))
     fault: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # the guest's last readiness report: ready or failed, in its own words
+    readiness: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    readiness_detail: Mapped[str | None] = mapped_column(Text, nullable=True)
+    readiness_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(UTC)
     lease: Mapped[Lease] = relationship(back_populates="servers")
     __table_args__ = (UniqueConstraint("lease_id", "vm_index", name="uq_servers_lease_vm"),)

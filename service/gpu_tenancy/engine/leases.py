@@ -17,6 +17,7 @@ from gpu_tenancy.domain.extension import window_refusal
 from gpu_tenancy.engine import budgets, ledger
 from gpu_tenancy.engine.decision_hook import DecisionHook
 from gpu_tenancy.engine.events import record_event, record_transition
+from gpu_tenancy.engine.readiness import new_token as new_readiness_token
 from gpu_tenancy.errors import BadRequest, Conflict, Forbidden
 from gpu_tenancy.timeutil import parse_duration, parse_time, rfc3339
 
@@ -78,7 +79,8 @@ def build_request(session: Session, now: int, caller: Caller, body: dict,
     columns = dict(name=body.get("name") or f"lease-{lease_id[:8]}", shape=shape.name, image=image,
                    volume_size_gb=volume.get("size_gb"), volume_id=volume.get("id"),
                    key_name=body.get("key_name"), user_data=body.get("user_data"),
-                   priority_class=class_name, preemptible=preemptible)
+                   priority_class=class_name, preemptible=preemptible,
+                   readiness_probe=bool(body.get("readiness_probe")))
     return request, columns
 
 
@@ -176,6 +178,7 @@ def create(session: Session, now: int, half_life: int, caller: Caller, body: dic
                         **{k: columns[k] for k in ("name", "shape", "priority_class", "preemptible")}},
              caller.user_id)
     stamp = utcnow_naive(now)
+    columns["readiness_token"] = new_readiness_token() if columns["readiness_probe"] else None
     row = m.Lease(id=lease_id, project_id=caller.project_id, user_id=caller.user_id, status=None,
                   gpu_model=request.gpu_model, gpus_per_vm=request.gpus_per_vm, instances=request.instances,
                   duration=request.duration, earliest_start=utcnow_naive(request.earliest_start),

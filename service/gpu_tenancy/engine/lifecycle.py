@@ -19,7 +19,7 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.domain.failures import FailureClass, rule
 from gpu_tenancy.domain.states import FINAL, LeaseState
-from gpu_tenancy.engine import early_ends
+from gpu_tenancy.engine import early_ends, readiness
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.engine.leases import end_allocations_at
 from gpu_tenancy.timeutil import rfc3339
@@ -134,8 +134,9 @@ class Lifecycle:
             spec = ShapeSpec(shape.name, shape.gpu_model, shape.gpus, shape.vcpus, shape.ram_mb,
                              shape.disk_gb, shape.pci_alias)
             project, volume_id, size = row.project_id, row.volume_id, row.volume_size_gb
-            pending = [(s.vm_index, s.host) for s in row.servers if s.cloud_id is None]
-            extra = dict(key_name=row.key_name, user_data=row.user_data, user_id=row.user_id)
+            pending = [(s.vm_index, s.host, readiness.user_data(row, s.vm_index, self.config.readiness_url))
+                       for s in row.servers if s.cloud_id is None]
+            extra = dict(key_name=row.key_name, user_id=row.user_id)
             name = row.name
             started = to_epoch(row.start_at)
         flavor_id = self.cloud.ensure_flavor(project, spec)
@@ -144,9 +145,10 @@ class Lifecycle:
             if volume_id or size:
                 volume_id = self.cloud.ensure_volume(project, lease_id, VolumeRequest(size, volume_id))
                 self._note(lease_id, "progress", f"data volume {volume_id} ready", volume_id=volume_id)
-        for vm_index, host in pending:
+        for vm_index, host, user_data in pending:
             server_id = self.cloud.boot(BootRequest(project, lease_id, vm_index, host, flavor_id,
-                                                    image.cloud_ref, None, name=f"{name}-{vm_index}", **extra))
+                                                    image.cloud_ref, None, name=f"{name}-{vm_index}",
+                                                    user_data=user_data, **extra))
             self._set_server(lease_id, vm_index, cloud_id=server_id, status="BUILD")
             self._note(lease_id, "progress", f"VM {vm_index} requested on {host} (server {server_id})")
         self._watch(lease_id, started)
@@ -180,7 +182,9 @@ class Lifecycle:
                 row = session.get(m.Lease, lease_id)
                 if row.status == S.PROVISIONING.value:
                     record_transition(session, row, S.ACTIVE, now, ACTOR,
-                                      f"all {len(states)} VM(s) active; ends at {rfc3339(to_epoch(row.end_at))}")
+                                      f"all {len(states)} VM(s) active; ends at {rfc3339(to_epoch(row.end_at))}"
+                                      + ("; ready once each VM reports its GPUs usable"
+                                         if row.readiness_probe else ""))
         elif now - started > self.config.boot_timeout_seconds:
             raise CloudError(FailureClass.BOOT_TIMEOUT,
                              f"the VMs were not active within {self.config.boot_timeout_seconds} s")

@@ -37,8 +37,11 @@ class OpenStackCloud(CloudDriver):
     name = "openstack"
 
     def __init__(self, conn, *, resource_classes: dict[str, str], network: str = "auto",
-                 project_role: str | None = "admin", volume_timeout: int = 300):
+                 project_role: str | None = "admin", volume_timeout: int = 300,
+                 flavor_extra_specs: dict[str, str] | None = None):
         self.conns = Connections(conn, project_role)
+        # e.g. trait:CUSTOM_GPU_TENANCY=required, the way into the GPU hosts' isolated aggregates
+        self.flavor_extra_specs = dict(flavor_extra_specs or {})
         self.inventory = GpuInventory(resource_classes)
         self.network = network
         self.volume_timeout = volume_timeout
@@ -47,7 +50,8 @@ class OpenStackCloud(CloudDriver):
     def from_config(cls, config) -> "OpenStackCloud":
         conn = connect(config.clouds_yaml_cloud, config.clouds_yaml_file)
         return cls(conn, resource_classes=config.gpu_resource_classes, network=config.cloud_network,
-                   project_role=config.cloud_project_role or None)
+                   project_role=config.cloud_project_role or None,
+                   flavor_extra_specs=config.flavor_extra_specs)
 
     @property
     def admin(self):
@@ -66,7 +70,7 @@ class OpenStackCloud(CloudDriver):
 
     def ensure_flavor(self, project_id: str, shape: ShapeSpec) -> str:
         name = self._flavor_name(project_id, shape.name)
-        specs = {"pci_passthrough:alias": f"{shape.pci_alias}:{shape.gpus}",
+        specs = {**self.flavor_extra_specs, "pci_passthrough:alias": f"{shape.pci_alias}:{shape.gpus}",
                  SHAPE_SPEC: shape.name, PROJECT_SPEC: project_id}
         compute = self.admin.compute
         try:

@@ -1,0 +1,1 @@
+"""What the service puts inside a lease's VMs."""

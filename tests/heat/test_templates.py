@@ -1,0 +1,120 @@
+"""Every HOT template in heat_templates/ parses with heatclient's own parser,
+every reference in it resolves, every parameter is typed and constrained, and
+the readiness probe it runs is the service's own script. (No Heat service runs
+here: the templates are checked, not launched.)"""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+template_format = pytest.importorskip("heatclient.common.template_format")
+from heatclient.common import template_utils  # noqa: E402
+
+from gpu_tenancy.guest.readiness_probe import PLACEHOLDERS, SCRIPT  # noqa: E402
+
+TEMPLATES = sorted((Path(__file__).parents[2] / "heat_templates").glob("*.yaml"))
+PARAMETER_TYPES = {"string", "number", "comma_delimited_list", "json", "boolean"}
+PSEUDO_PARAMETERS = {"OS::stack_name", "OS::stack_id", "OS::project_id"}
+
+
+def walk(node, found: list):
+    """Every intrinsic function call in the tree: (name, argument)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("get_param", "get_resource", "get_attr", "get_file", "str_replace"):
+                found.append((key, value))
+            walk(value, found)
+    elif isinstance(node, list):
+        for item in node:
+            walk(item, found)
+    return found
+
+
+@pytest.fixture(params=TEMPLATES, ids=lambda p: p.name)
+def template(request):
+    path = request.param
+    return path, template_format.parse(path.read_text())
+
+
+def test_there_is_a_template():
+    assert TEMPLATES
+
+
+def test_parses_as_hot(template):
+    _, hot = template
+    assert str(hot["heat_template_version"]) == "2021-04-16"
+    assert hot["description"].strip()
+    assert set(hot) <= {"heat_template_version", "description", "parameters", "parameter_groups",
+                        "resources", "outputs", "conditions"}
+
+
+def test_every_reference_resolves_and_every_parameter_is_used(template):
+    _, hot = template
+    params, resources = set(hot.get("parameters", {})), set(hot["resources"])
+    calls = walk({"resources": hot["resources"], "outputs": hot.get("outputs", {})}, [])
+    used = set()
+    for name, arg in calls:
+        if name == "get_param":
+            target = arg[0] if isinstance(arg, list) else arg
+            assert target in params | PSEUDO_PARAMETERS, f"get_param {target}: no such parameter"
+            used.add(target)
+        elif name == "get_resource":
+            assert arg in resources, f"get_resource {arg}: no such resource"
+        elif name == "get_attr":
+            assert arg[0] in resources, f"get_attr {arg[0]}: no such resource"
+    for name, body in hot["resources"].items():
+        for dep in [body.get("depends_on", [])] if isinstance(body.get("depends_on"), str) else body.get("depends_on", []):
+            assert dep in resources, f"{name} depends_on {dep}: no such resource"
+    assert params - used == set(), "parameters nothing uses"
+
+
+def test_every_parameter_has_a_type_and_constraints(template):
+    _, hot = template
+    for name, spec in hot["parameters"].items():
+        assert spec.get("type") in PARAMETER_TYPES, name
+        assert spec.get("description") or spec.get("label"), name
+        assert spec.get("constraints"), f"parameter {name} has no constraints"
+        if "default" in spec and spec["type"] == "number":
+            for constraint in spec["constraints"]:
+                if "range" in constraint:
+                    assert constraint["range"]["min"] <= spec["default"] <= constraint["range"]["max"], name
+
+
+def test_the_readiness_probe_is_the_services_own_script(template):
+    path, hot = template
+    files, resolved = template_utils.get_template_contents(template_file=str(path))
+    probe = {url: text for url, text in files.items() if url.endswith("gpu-readiness-probe.sh")}
+    assert list(probe.values()) == [SCRIPT.read_bytes()]
+    # heatclient rewrote the relative get_file into the URL it sends along
+    config = resolved["resources"]["gpu_readiness_probe"]["properties"]["config"]
+    assert config["str_replace"]["template"] == {"get_file": next(iter(probe))}
+    replace = hot["resources"]["gpu_readiness_probe"]["properties"]["config"]["str_replace"]
+    assert set(replace["params"]) == {f"@{name}@" for name in PLACEHOLDERS}
+    assert hot["parameters"]["readiness_token"]["hidden"] is True
+
+
+def test_the_guest_scripts_are_valid_shell(template, tmp_path):
+    _, hot = template
+    scripts = [SCRIPT.read_text()]
+    for _, body in hot["resources"].items():
+        config = body.get("properties", {}).get("config")
+        if isinstance(config, dict) and isinstance(config.get("str_replace", {}).get("template"), str):
+            scripts.append(config["str_replace"]["template"])
+    for i, text in enumerate(scripts):
+        script = tmp_path / f"s{i}.sh"
+        script.write_text(text)
+        check = subprocess.run(["sh", "-n", str(script)], capture_output=True, text=True)
+        assert check.returncode == 0, check.stderr
+
+
+def test_the_data_volume_is_attached_to_the_server_and_mounted(template):
+    _, hot = template
+    res = hot["resources"]
+    attachment = next(r for r in res.values() if r["type"] == "OS::Cinder::VolumeAttachment")["properties"]
+    assert attachment == {"instance_uuid": {"get_resource": "server"}, "volume_id": {"get_resource": "data_volume"}}
+    parts = [p["config"]["get_resource"] for p in res["user_data"]["properties"]["parts"]]
+    assert parts == ["mount_data_volume", "gpu_readiness_probe"]
+    assert res["server"]["properties"]["user_data"] == {"get_resource": "user_data"}
+    assert res["server"]["properties"]["user_data_format"] == "RAW"
