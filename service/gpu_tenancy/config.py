@@ -32,6 +32,8 @@ class Config:
     leader_lease_seconds: int = 30
     warn_before_end_seconds: int = 3600
     boot_timeout_seconds: int = 1800
+    retry_backoff_seconds: int = 30      # first wait before a host-level fault is retried elsewhere
+    retry_backoff_max_seconds: int = 600  # the wait doubles per attempt up to this
     fairshare_half_life_seconds: int = 7 * 24 * 3600
     max_page_size: int = 1000
     metrics_public: bool = True      # /metrics without a token (for Prometheus); off: admins only

@@ -11,6 +11,7 @@ from gpu_tenancy import __version__
 from gpu_tenancy.api import audit, images, leases, quotas, shapes
 from gpu_tenancy.api.capacity import MAX_CALENDAR_SPAN
 from gpu_tenancy.api.usage import DEFAULT_SPAN
+from gpu_tenancy.domain.failures import FailureClass, Retry
 
 bp = Blueprint("openapi", __name__, url_prefix="/v1")
 
@@ -57,6 +58,18 @@ SCHEMAS = {
         "servers": {"type": "array", "items": {"type": "object"}},
         "failure": nullable({"type": "object", "properties": {"class": {"type": "string"},
                                                               "message": {"type": "string"}}}),
+        "failures": {"type": "array", "description": "the lease's failure history: every failed attempt, "
+                     "classified, and what the engine did (retried elsewhere, re-placed off a down host, failed)",
+                     "items": {"type": "object", "required": ["at", "attempt", "class", "message", "action"],
+                               "properties": {
+                                   "at": TIME, "attempt": {"type": "integer"},
+                                   "class": {"type": "string", "enum": [c.value for c in FailureClass]},
+                                   "message": {"type": "string", "description": "what failed, the cloud's words kept"},
+                                   "user_message": {"type": "string"}, "operator_hint": {"type": "string"},
+                                   "retry": {"type": "string", "enum": [r.value for r in Retry]},
+                                   "hosts": {"type": "array", "items": {"type": "string"}},
+                                   "action": {"type": "string", "enum": ["retried", "replaced", "failed"]},
+                                   "retry_at": nullable(TIME)}}},
         "created_at": TIME, "updated_at": TIME, "links": LINKS}},
     "LeasePreview": {"type": "object", "description": "what POST /v1/leases?dry_run=true would give; nothing "
                                                      "is created", "properties": {
