@@ -8,7 +8,7 @@ import functools
 from flask import Blueprint
 
 from gpu_tenancy import __version__
-from gpu_tenancy.api import audit, images, leases, quotas, shapes
+from gpu_tenancy.api import audit, images, leases, quotas, shapes, webhooks
 from gpu_tenancy.api.capacity import MAX_CALENDAR_SPAN
 from gpu_tenancy.api.usage import DEFAULT_SPAN
 from gpu_tenancy.domain.failures import FailureClass, Retry
@@ -90,6 +90,13 @@ SCHEMAS = {
     "ImageCreate": images.CREATE,
     "Image": {"type": "object", "properties": {**images.CREATE["properties"], **RETIREMENT}},
     "QuotaUpdate": quotas.UPDATE,
+    "WebhookUpdate": webhooks.UPDATE,
+    "Webhook": {"type": "object", "required": ["project_id", "url", "events"], "properties": {
+        "project_id": {"type": "string"}, "url": {"type": "string"},
+        "events": {"type": "array", "items": {"type": "string"}},
+        "signature": {"type": "string", "description": "how each POST is signed"},
+        "secret": {"type": "string", "description": "only in the answer to PUT"},
+        "created_at": TIME, "updated_at": TIME}},
     "Quota": {"type": "object", "required": ["project_id", "gpu_models"], "properties": {
         "project_id": {"type": "string"},
         "gpu_models": {"type": "object", "additionalProperties": {"type": "object", "properties": {
@@ -276,6 +283,18 @@ PATHS = {
                          wrapped("quota", "Quota"), params=[PROJECT_ID], body="QuotaUpdate",
                          description="max_duration accepts seconds or ISO 8601 (P7D). Waiting leases are "
                                      "replanned at once."),
+    },
+    "/v1/webhooks/{project_id}": {
+        "get": operation("Where a project's lease notices are POSTed", "webhook:show", 200,
+                         wrapped("webhook", "Webhook"), params=[PROJECT_ID], errors=(404,)),
+        "put": operation("Set a project's webhook", "webhook:update", 200, wrapped("webhook", "Webhook"),
+                         params=[PROJECT_ID], body="WebhookUpdate",
+                         description="Notices: lease.ending_soon, warn_before_end_seconds before a lease's end. "
+                                     "Each POST carries X-GPU-Tenancy-Signature: sha256=<HMAC-SHA256 of "
+                                     "'<X-GPU-Tenancy-Timestamp>.<body>' with the secret>; failed deliveries "
+                                     "are retried with a doubling backoff. The answer shows the secret, once."),
+        "delete": operation("Remove a project's webhook", "webhook:update", 204, None, params=[PROJECT_ID],
+                            errors=(404,)),
     },
     "/v1/capacity": {
         "get": operation("GPUs per model now, and with start and end each host's free GPUs over time",

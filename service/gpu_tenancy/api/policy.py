@@ -28,6 +28,8 @@ RULES = [
     policy.RuleDefault("usage:show", f"{READER} or {ADMIN}", "GPU-hours of a project."),
     policy.RuleDefault("usage:show:all_projects", ADMIN, "GPU-hours of every project."),
     policy.RuleDefault("audit:list", ADMIN, "The audit record of changes made through the API."),
+    policy.RuleDefault("webhook:show", f"{READER} or {ADMIN}", "Show where a project's lease notices go."),
+    policy.RuleDefault("webhook:update", f"{MEMBER} or {ADMIN}", "Set or remove a project's webhook."),
     policy.RuleDefault("metrics:show", ADMIN, "Prometheus metrics, when metrics_public is off."),
 ]
 

@@ -203,3 +203,30 @@ class LeaseFailure(Base):
     hosts: Mapped[list] = mapped_column(JSON, default=list)
     action: Mapped[str] = mapped_column(String(16))   # retried, replaced, failed
     retry_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
+
+
+class ProjectWebhook(Base):
+    """Where a project wants lease notices (the before-end warning) POSTed, and the
+    secret they are signed with (HMAC-SHA256)."""
+    __tablename__ = "project_webhooks"
+    project_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    url: Mapped[str] = mapped_column(String(2048))
+    secret: Mapped[str] = mapped_column(String(256))
+    created_at: Mapped[datetime] = mapped_column(UTC)
+    updated_at: Mapped[datetime] = mapped_column(UTC)
+
+
+class WebhookDelivery(Base):
+    """The outbox: a notice written with the event it tells of, sent (and retried) after."""
+    __tablename__ = "webhook_deliveries"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    project_id: Mapped[str] = mapped_column(String(64), index=True)
+    lease_id: Mapped[str] = mapped_column(ForeignKey("leases.id", ondelete="CASCADE"), index=True)
+    event: Mapped[str] = mapped_column(String(64))
+    body: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16), index=True)   # pending, delivered, failed, dropped
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(UTC)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTC)
+    delivered_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)

@@ -19,7 +19,7 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.domain.failures import FailureClass, classify_fault, rule
 from gpu_tenancy.domain.states import FINAL, LeaseState
-from gpu_tenancy.engine import host_failure, ledger, retry
+from gpu_tenancy.engine import host_failure, ledger, retry, webhooks
 from gpu_tenancy.engine.crashpoints import crash_point
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.engine.leases import end_allocations_at
@@ -57,6 +57,7 @@ class Lifecycle:
         for lease_id in self._ids(S.PROVISIONING):
             self.advance(lease_id)
         self.warn_due()
+        webhooks.deliver_due(self.sessions, self.clock, self.config)
         return self.in_flight()
 
     def in_flight(self) -> bool:
@@ -225,6 +226,7 @@ class Lifecycle:
                 record_event(session, row, "warning",
                              f"the lease ends at {rfc3339(to_epoch(row.end_at))}; its VMs will be deleted then "
                              "and the data volume kept. Extend it with PATCH if the GPUs are free", now, ACTOR)
+                webhooks.enqueue(session, row, webhooks.ENDING_SOON, webhooks.ending_soon_payload(row, now), now)
 
     def begin_end(self, lease_id: str, why: str) -> None:
         now = self.clock.now()
