@@ -106,3 +106,29 @@ def test_a_lease_with_no_other_host_free_takes_the_first_that_frees(client, runt
     assert rescued["start"] == still["end"]
     assert rescued["allocations"][0]["host"] == still["servers"][0]["host"] != lost
     assert set(cloud.servers()) == {still["servers"][0]["id"]}
+
+
+def test_a_lease_with_no_host_left_waits_and_is_first_when_one_is_back(client, runtime, cloud, engine_tick):
+    """Both H100 hosts down: the rescued lease waits; when its host is back it goes
+    before a lease asked for meanwhile, though fair share alone would favour that one."""
+    earlier = ask(client, shape="h100.x4", duration="PT1H")   # ml-vision's H100 GPU-hours: 4
+    engine_tick()
+    engine_tick(advance=3600)
+    engine_tick(advance=30)
+    engine_tick(advance=10)
+    assert show(client, earlier)["status"] == "ended"
+    host_goes(runtime, cloud, engine_tick, "gpu-h100-2", up=False)
+    first = ask(client, shape="h100.x4", duration="PT8H")
+    engine_tick()
+    engine_tick(advance=30)
+    assert show(client, first)["servers"][0]["host"] == "gpu-h100-1"
+    host_goes(runtime, cloud, engine_tick, "gpu-h100-1", up=False)
+    assert show(client, first)["status"] == "queued"
+    newer = ask(client, "nlp-lab", shape="h100.x4", duration="PT8H")
+    assert newer["status"] == "queued"
+    host_goes(runtime, cloud, engine_tick, "gpu-h100-1", up=True)
+    assert show(client, first)["status"] in ("scheduled", "provisioning")
+    assert show(client, newer, "nlp-lab")["status"] == "queued"
+    engine_tick(advance=30)
+    back = show(client, first)
+    assert back["status"] == "active" and back["servers"][0]["host"] == "gpu-h100-1"

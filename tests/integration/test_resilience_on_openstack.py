@@ -83,6 +83,39 @@ def test_a_lease_on_a_host_whose_nova_compute_stops_moves_to_another(os_app, api
     admin.block_storage.delete_volume(volume, ignore_missing=True)
 
 
+def test_a_lease_on_the_only_h100_host_waits_for_it_and_comes_back_first(os_app, api, tokens, admin, os_cloud):
+    alice, bob = tokens["gt-alice"], tokens["gt-bob"]
+    runtime = os_app.extensions["gpu_tenancy"]
+    runtime.engine.lifecycle.config.host_refresh_seconds = 0
+    lease = api.post("/v1/leases", json={"shape": "h100.x1", "duration": "PT1H", "volume": {"size_gb": 1}},
+                     headers=auth(alice)).get_json()["lease"]
+    active = tick_until(os_app, api, alice, lease["id"], lambda x: x["status"] == "active", "active")
+    assert active["servers"][0]["host"] == "gpu-h100-1"
+    volume, newer = active["volume"]["id"], None
+    compute("stop", "gpu-h100-1")
+    try:
+        waiting = tick_until(os_app, api, alice, lease["id"], lambda x: x["failures"], "the host to be seen down")
+        assert waiting["status"] == "queued" and waiting["servers"] == []   # no other H100 host
+        assert admin.compute.find_server(active["servers"][0]["id"], ignore_missing=True) is None
+        reply = api.post("/v1/leases", json={"shape": "h100.x1", "instances": 2, "duration": "PT1H"},
+                         headers=auth(bob))
+        assert reply.status_code == 201, reply.get_json()
+        newer = reply.get_json()["lease"]
+        assert newer["status"] == "queued" and newer["allocations"] == []    # nothing new goes there
+    finally:
+        compute("start", "gpu-h100-1")
+    back = tick_until(os_app, api, alice, lease["id"], lambda x: x["status"] == "active", "active again",
+                      timeout=180)
+    assert back["servers"][0]["host"] == "gpu-h100-1"
+    assert [a["server_id"] for a in admin.block_storage.get_volume(volume).attachments] == [back["servers"][0]["id"]]
+    assert show(api, bob, newer["id"])["status"] == "queued"                 # the rescued lease went first
+    for token, lease_id in ((alice, lease["id"]), (bob, newer["id"])):
+        api.delete(f"/v1/leases/{lease_id}", headers=auth(token))
+        tick_until(os_app, api, token, lease_id, lambda x: x["status"] in ("ended", "cancelled"), "ended")
+    assert_consistent(runtime.sessions, os_cloud, [lease["id"], newer["id"]], volumes=[volume])
+    admin.block_storage.delete_volume(volume, ignore_missing=True)
+
+
 @pytest.mark.parametrize("step", ["boot_requested", "delete_requested"])
 def test_kill_9_of_the_engine_at_boot_and_delete_leaves_nothing_behind(os_app, api, tokens, admin, os_cloud,
                                                                        keystone_config, tmp_path, step):

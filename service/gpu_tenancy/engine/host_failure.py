@@ -35,7 +35,9 @@ def leases_on(session, hosts: set[str]) -> list[tuple[str, str]]:
 
 
 def handle_down_hosts(lc) -> int:
-    """Move the leases off hosts that are down; returns how many moved."""
+    """Move the leases off hosts that are down; returns how many moved. Leases moved
+    before that found no host then are planned first, before the queue."""
+    place_displaced(lc)
     with session_scope(lc.sessions) as session:
         down = down_hosts(session)
         affected = leases_on(session, down) if down else []
@@ -66,14 +68,14 @@ def rescue(lc, lease_id: str, down: set[str]) -> None:
         if retry_delay(FailureClass.HOST_DOWN, attempt) is None:
             give_up(session, row, message, lost, now)
             return
-        record_failure = retry.record_failure(session, row, FailureClass.HOST_DOWN, message, now, "replaced", lost)
+        entry = retry.record_failure(session, row, FailureClass.HOST_DOWN, message, now, "replaced", lost)
         duration = retry.remaining_seconds(row, now) if row.status == S.ACTIVE.value else row.duration
         retry.replace(session, row, now, now, avoid=sorted(down), half_life=lc.config.fairshare_half_life_seconds,
                       actor=ACTOR, duration=duration)
         kept = "; the data volume is kept and attached to the new VMs" if row.volume_id else ""
         record_event(session, row, "host_failure",
-                     f"{message}{kept}. The lease is {retry.when(row, now)}, ahead of the queue "
-                     f"(attempt {record_failure.attempt + 1})", now, ACTOR)
+                     f"{message}{kept}. The lease is {retry.describe_placement(row, now)}, ahead of the queue "
+                     f"(attempt {entry.attempt + 1})", now, ACTOR)
     log.info("lease %s moved off down host(s) %s", lease_id, ", ".join(sorted(down)))
 
 
@@ -101,4 +103,19 @@ def replan_scheduled(lc, lease_id: str, down: set[str]) -> None:
         retry.replace(session, row, now, start, avoid=sorted(down), half_life=lc.config.fairshare_half_life_seconds,
                       actor=ACTOR, duration=row.duration)
         record_event(session, row, "host_failure", f"its planned host {', '.join(lost)} went down; "
-                     f"the lease is {retry.when(row, now)}", now, ACTOR)
+                     f"the lease is {retry.describe_placement(row, now)}", now, ACTOR)
+
+
+def place_displaced(lc) -> None:
+    """A lease that lost its host (or its attempt) and found no other waits in the
+    queue; it has had its turn already, so it is planned on its own, ahead of the
+    queue, before each replan: the first GPUs that come free are its."""
+    now = lc.clock.now()
+    with session_scope(lc.sessions) as session:
+        moved = select(m.LeaseFailure.lease_id).where(m.LeaseFailure.action.in_(("replaced", "retried")))
+        rows = list(session.scalars(select(m.Lease).where(m.Lease.status == S.QUEUED.value, m.Lease.id.in_(moved))
+                                    .order_by(m.Lease.created_at, m.Lease.id)))
+        for row in rows:
+            earliest = max(to_epoch(row.earliest_start), now)
+            retry.replace(session, row, now, earliest, avoid=[], half_life=lc.config.fairshare_half_life_seconds,
+                          actor=ACTOR, duration=row.duration)

@@ -135,7 +135,8 @@ def remaining_seconds(row: m.Lease, now: int) -> int:
     return max(end - now, MIN_REMAINING) if end else row.duration
 
 
-def when(row: m.Lease, now: int) -> str:
+def describe_placement(row: m.Lease, now: int) -> str:
+    """Where a lease stands after replace(), in words for its owner."""
     if row.status == S.SCHEDULED.value:
         start = to_epoch(row.start_at)
         hosts = ", ".join(sorted({a.host for a in row.allocations}))
