@@ -83,9 +83,9 @@ def create_app(config: Config | None = None, *, clock=None, cloud=None, start_en
 
 def register_blueprints(app: Flask) -> None:
     from gpu_tenancy.api import (audit, budgets, capacity, images, leases, metrics, openapi, priority_classes,
-                                 quotas, readiness, shapes, usage)
+                                 quotas, readiness, shapes, usage, webhooks)
     for module in (leases, readiness, shapes, images, quotas, priority_classes, budgets, capacity, usage, audit,
-                   openapi, metrics):
+                   openapi, metrics, webhooks):
         app.register_blueprint(module.bp)
 
     @app.get("/", endpoint="root")

@@ -36,8 +36,14 @@ class Config:
     provisioning_poll_seconds: float = 0.25  # while a VM boots or is deleted (openstacksdk's own wait: 2 s)
     host_refresh_seconds: int = 60
     leader_lease_seconds: int = 30
-    warn_before_end_seconds: int = 3600
+    warn_before_end_seconds: int = 3600  # lead time of the before-end warning (event and webhook)
+    webhook_timeout_seconds: float = 5.0
+    webhook_max_attempts: int = 6
+    webhook_backoff_seconds: int = 10     # doubles per failed delivery ...
+    webhook_backoff_max_seconds: int = 600  # ... up to this
     boot_timeout_seconds: int = 1800
+    retry_backoff_seconds: int = 30      # first wait before a host-level fault is retried elsewhere
+    retry_backoff_max_seconds: int = 600  # the wait doubles per attempt up to this
     fairshare_half_life_seconds: int = 7 * 24 * 3600
     # sharing rules (see README "Sharing rules")
     reclaim_after_seconds: int = 3600        # a lease within quota waits at most this for borrowed GPUs

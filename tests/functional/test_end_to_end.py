@@ -39,7 +39,7 @@ def test_leases_run_one_after_the_other_to_ended(client, cloud, engine_tick):
 
 def test_a_boot_failure_is_classified_and_cleaned_up(client, cloud, engine_tick):
     from gpu_tenancy.domain.failures import FailureClass
-    cloud.inject_failure("server_error", FailureClass.NO_VALID_HOST)
+    cloud.inject_failure("server_error", FailureClass.IMAGE)   # a user-level fault: no retry
     lease = client.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT1H", "volume": {"size_gb": 5}},
                         headers=headers()).get_json()["lease"]
     engine_tick()
@@ -47,8 +47,8 @@ def test_a_boot_failure_is_classified_and_cleaned_up(client, cloud, engine_tick)
     engine_tick(advance=10)
     shown = client.get(f"/v1/leases/{lease['id']}", headers=headers()).get_json()["lease"]
     assert shown["status"] == "failed"
-    assert shown["failure"]["class"] == "no_valid_host"
-    assert "No valid host" in shown["failure"]["message"]
+    assert shown["failure"]["class"] == "image"
+    assert "Image could not be found" in shown["failure"]["message"]
     assert cloud.servers() == {}
     assert [v["status"] for v in cloud.volumes().values()] == ["available"]
 

@@ -141,3 +141,57 @@ def test_every_response_carries_a_fresh_request_id(client):
     first = client.get("/v1/shapes", headers=ADMIN).headers["X-OpenStack-Request-Id"]
     second = client.get("/v1/shapes", headers=ADMIN).headers["X-OpenStack-Request-Id"]
     assert first.startswith("req-") and first != second
+
+
+LEASE_OK = {"shape": "a100.x1", "duration": "PT1H"}
+
+
+@pytest.mark.parametrize("change", [
+    {"instances": 10 ** 30}, {"instances": 2 ** 63}, {"duration": 10 ** 20}, {"duration": "P99999999Y"},
+    {"volume": {"size_gb": 10 ** 12}}, {"priority": 10 ** 9}, {"start": "9" * 64}, {"duration": 1e308},
+    {"instances": -1}, {"duration": -3600}, {"duration": "-PT1H"}, {"volume": {"size_gb": -5}}, {"priority": -101},
+    {"instances": 0}, {"duration": 0}, {"start": "-2026-12-01T00:00:00Z"},
+    {"shape": "a100.x1\u202e"}, {"shape": "ᴀ100.x1"}, {"image": "ubuntu-22.04-cuda-12\u0000"}, {"name": "\ud83d"},
+    {"name": "tab\there"}, {"duration": "PT１H"},
+    {"instances": "2"}, {"instances": True}, {"instances": 1.5}, {"duration": None}, {"volume": "100"},
+    {"volume": {"size_gb": "10"}}, {"volume": {"id": 7}}, {"key_name": ["k"]}, {"user_data": {"a": 1}},
+    {"shape": "a100.x1' OR '1'='1"}, {"shape": "a100.x1; DROP TABLE leases;--"}, {"image": "../../etc/passwd"},
+    {"start": "2026-12-01T08:00:00Z'; DELETE FROM leases;--"},
+], ids=lambda change: repr(change)[:60])
+def test_bad_lease_values_get_a_4xx_and_store_nothing(client, sessions, change):
+    from sqlalchemy import func, select
+
+    from gpu_tenancy.db import models as m
+    with sessions() as s:
+        before = s.scalar(select(func.count()).select_from(m.Lease))
+    response = client.post("/v1/leases", json={**LEASE_OK, **change}, headers=ADMIN)
+    error = api_error(response, response.status_code)
+    assert 400 <= response.status_code < 500
+    assert "Traceback" not in error["detail"]
+    with sessions() as s:
+        assert s.scalar(select(func.count()).select_from(m.Lease)) == before
+        assert s.scalar(select(func.count()).select_from(m.Shape)) > 0     # nothing dropped either
+
+
+@pytest.mark.parametrize("name", ["数据集训练 🚀", "Ωmega—run", "'; DROP TABLE leases;--", "<script>alert(1)</script>",
+                                  "${jndi:ldap://x}", "{{7*7}}", "a" * 255])
+def test_unicode_and_injection_like_names_are_kept_verbatim(client, name):
+    created = client.post("/v1/leases", json={**LEASE_OK, "name": name}, headers=ADMIN)
+    assert created.status_code == 201, created.get_json()
+    lease_id = created.get_json()["lease"]["id"]
+    assert client.get(f"/v1/leases/{lease_id}", headers=ADMIN).get_json()["lease"]["name"] == name
+    assert client.get("/v1/shapes", headers=ADMIN).status_code == 200
+
+
+@pytest.mark.parametrize("gpus", [-1, 10 ** 20, "8", None, 1.5, [8]])
+def test_bad_quota_values_are_400_and_change_nothing(client, gpus):
+    before = client.get("/v1/quotas/ml-vision", headers=ADMIN).get_json()
+    response = client.put("/v1/quotas/ml-vision", json={"quota": {"gpu_models": {"A100": {"gpus": gpus}}}},
+                          headers=ADMIN)
+    api_error(response, 400)
+    assert client.get("/v1/quotas/ml-vision", headers=ADMIN).get_json() == before
+
+
+@pytest.mark.parametrize("lease_id", ["' OR '1'='1", "1; DROP TABLE leases", "💥", "%2e%2e%2f", "-1", "9" * 40])
+def test_injection_like_ids_are_404(client, lease_id):
+    assert api_error(client.get(f"/v1/leases/{lease_id}", headers=ADMIN), 404)["code"].endswith("not_found")

@@ -21,6 +21,7 @@ QUOTA = {"quota": {"gpu_models": {"A100": {"gpus": 8}}}}
 LEASE = {"shape": "a100.x1", "duration": "PT1H"}
 CLASS = {"priority_class": {"priority": 20, "projects": [A]}}
 BUDGET = {"budget": {"project_id": A, "gpu_model": "A100", "gpu_hours": 500, "period": "month"}}
+WEBHOOK = {"webhook": {"url": "https://hooks.example/gpu"}}
 
 # (method, path, body): expected status per persona, in PERSONAS order.
 # {lease} is a lease of project A. Another project's lease is 404: it does not exist for the caller.
@@ -64,6 +65,9 @@ TABLE = [
     ("GET", "/v1/usage?project_id=ml-vision", None, (200, 200, 200, 403, 401)),
     ("GET", "/v1/audit", None, (403, 403, 200, 403, 401)),
     ("GET", "/v1/audit?format=csv", None, (403, 403, 200, 403, 401)),
+    ("GET", "/v1/webhooks/ml-vision", None, (404, 404, 404, 403, 401)),   # none set yet
+    ("PUT", "/v1/webhooks/ml-vision", WEBHOOK, (403, 200, 200, 403, 401)),
+    ("DELETE", "/v1/webhooks/ml-vision", None, (403, 404, 404, 403, 401)),
     ("GET", "/v1/openapi.json", None, (200, 200, 200, 200, 200)),
 ]
 CASES = [pytest.param(method, path, body, persona, expected, id=f"{method} {path} as {persona}")

@@ -6,14 +6,15 @@ from gpu_tenancy.domain.states import FINAL, IllegalTransition, LeaseState as S,
 @pytest.mark.parametrize("cur,nxt", [
     (None, S.REQUESTED), (S.REQUESTED, S.QUEUED), (S.QUEUED, S.SCHEDULED), (S.SCHEDULED, S.PROVISIONING),
     (S.PROVISIONING, S.ACTIVE), (S.ACTIVE, S.ENDING), (S.ENDING, S.ENDED), (S.QUEUED, S.EXPIRED),
-    (S.SCHEDULED, S.QUEUED), (S.PROVISIONING, S.SCHEDULED), (S.ACTIVE, S.PREEMPTED)])
+    (S.SCHEDULED, S.QUEUED), (S.PROVISIONING, S.SCHEDULED), (S.ACTIVE, S.PREEMPTED),
+    (S.ACTIVE, S.SCHEDULED), (S.ACTIVE, S.QUEUED), (S.PROVISIONING, S.QUEUED)])
 def test_legal(cur, nxt):
     tr = transition("l1", cur, nxt, at=5, actor="engine", reason="test")
     assert (tr.from_state, tr.to_state, tr.at) == (cur, nxt, 5)
 
 
 @pytest.mark.parametrize("cur,nxt", [
-    (None, S.QUEUED), (S.REQUESTED, S.ACTIVE), (S.QUEUED, S.ACTIVE), (S.ACTIVE, S.QUEUED),
+    (None, S.QUEUED), (S.REQUESTED, S.ACTIVE), (S.QUEUED, S.ACTIVE), (S.ACTIVE, S.REQUESTED),
     (S.ENDED, S.ACTIVE), (S.CANCELLED, S.QUEUED), (S.EXPIRED, S.SCHEDULED), (S.ACTIVE, S.CANCELLED)])
 def test_illegal(cur, nxt):
     with pytest.raises(IllegalTransition):

@@ -8,6 +8,7 @@ from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.api.validation import json_body, query_int
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch
+from gpu_tenancy.domain.failures import FailureClass, rule
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import leases, readiness
 from gpu_tenancy.engine.decision_hook import DecisionHook
@@ -99,10 +100,19 @@ def render(row: m.Lease) -> dict:
         "readiness": readiness.summary(row),
         "failure": ({"class": row.failure_class, "message": row.failure_message}
                     if row.failure_class else None),
+        "failures": [render_failure(f) for f in row.failures],
         "created_at": rfc3339(to_epoch(row.created_at)),
         "updated_at": rfc3339(to_epoch(row.updated_at)),
         "links": [{"rel": "self", "href": url_for("leases.show", lease_id=row.id, _external=True)}],
     }
+
+
+def render_failure(entry: m.LeaseFailure) -> dict:
+    failure_rule = rule(FailureClass(entry.failure_class))
+    return {"at": rfc3339(to_epoch(entry.at)), "attempt": entry.attempt, "class": entry.failure_class,
+            "message": entry.message, "user_message": failure_rule.user_message,
+            "operator_hint": failure_rule.operator_hint, "retry": failure_rule.retry.value,
+            "hosts": entry.hosts or [], "action": entry.action, "retry_at": rfc3339(to_epoch(entry.retry_at))}
 
 
 def render_preview(request_, columns, planned) -> dict:

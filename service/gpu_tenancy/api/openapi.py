@@ -8,9 +8,10 @@ import functools
 from flask import Blueprint
 
 from gpu_tenancy import __version__
-from gpu_tenancy.api import audit, budgets, images, leases, priority_classes, quotas, readiness, shapes
+from gpu_tenancy.api import audit, budgets, images, leases, priority_classes, quotas, readiness, shapes, webhooks
 from gpu_tenancy.api.capacity import MAX_CALENDAR_SPAN
 from gpu_tenancy.api.usage import DEFAULT_SPAN
+from gpu_tenancy.domain.failures import FailureClass, Retry
 
 bp = Blueprint("openapi", __name__, url_prefix="/v1")
 
@@ -64,6 +65,18 @@ SCHEMAS = {
         "readiness": nullable(ref("Readiness")),
         "failure": nullable({"type": "object", "properties": {"class": {"type": "string"},
                                                               "message": {"type": "string"}}}),
+        "failures": {"type": "array", "description": "the lease's failure history: every failed attempt, "
+                     "classified, and what the engine did (retried elsewhere, re-placed off a down host, failed)",
+                     "items": {"type": "object", "required": ["at", "attempt", "class", "message", "action"],
+                               "properties": {
+                                   "at": TIME, "attempt": {"type": "integer"},
+                                   "class": {"type": "string", "enum": [c.value for c in FailureClass]},
+                                   "message": {"type": "string", "description": "what failed, the cloud's words kept"},
+                                   "user_message": {"type": "string"}, "operator_hint": {"type": "string"},
+                                   "retry": {"type": "string", "enum": [r.value for r in Retry]},
+                                   "hosts": {"type": "array", "items": {"type": "string"}},
+                                   "action": {"type": "string", "enum": ["retried", "replaced", "failed"]},
+                                   "retry_at": nullable(TIME)}}},
         "created_at": TIME, "updated_at": TIME, "links": LINKS}},
     "LeasePreview": {"type": "object", "description": "what POST /v1/leases?dry_run=true would give; nothing "
                                                      "is created", "properties": {
@@ -93,6 +106,13 @@ SCHEMAS = {
     "ImageCreate": images.CREATE,
     "Image": {"type": "object", "properties": {**images.CREATE["properties"], **RETIREMENT}},
     "QuotaUpdate": quotas.UPDATE,
+    "WebhookUpdate": webhooks.UPDATE,
+    "Webhook": {"type": "object", "required": ["project_id", "url", "events"], "properties": {
+        "project_id": {"type": "string"}, "url": {"type": "string"},
+        "events": {"type": "array", "items": {"type": "string"}},
+        "signature": {"type": "string", "description": "how each POST is signed"},
+        "secret": {"type": "string", "description": "only in the answer to PUT"},
+        "created_at": TIME, "updated_at": TIME}},
     "Quota": {"type": "object", "required": ["project_id", "gpu_models"], "properties": {
         "project_id": {"type": "string"},
         "gpu_models": {"type": "object", "additionalProperties": {"type": "object", "properties": {
@@ -332,6 +352,18 @@ PATHS = {
         "get": operation("Show a budget and its use now", "budget:show", 200, wrapped("budget", "Budget"),
                          params=[BUDGET_ID], errors=(404,)),
         "delete": operation("Remove a budget", "budget:manage", 204, None, params=[BUDGET_ID], errors=(404,)),
+    },
+    "/v1/webhooks/{project_id}": {
+        "get": operation("Where a project's lease notices are POSTed", "webhook:show", 200,
+                         wrapped("webhook", "Webhook"), params=[PROJECT_ID], errors=(404,)),
+        "put": operation("Set a project's webhook", "webhook:update", 200, wrapped("webhook", "Webhook"),
+                         params=[PROJECT_ID], body="WebhookUpdate",
+                         description="Notices: lease.ending_soon, warn_before_end_seconds before a lease's end. "
+                                     "Each POST carries X-GPU-Tenancy-Signature: sha256=<HMAC-SHA256 of "
+                                     "'<X-GPU-Tenancy-Timestamp>.<body>' with the secret>; failed deliveries "
+                                     "are retried with a doubling backoff. The answer shows the secret, once."),
+        "delete": operation("Remove a project's webhook", "webhook:update", 204, None, params=[PROJECT_ID],
+                            errors=(404,)),
     },
     "/v1/capacity": {
         "get": operation("GPUs per model now, and with start and end each host's free GPUs over time",

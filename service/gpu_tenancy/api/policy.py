@@ -35,6 +35,8 @@ RULES = [
     policy.RuleDefault("budget:show:all_projects", ADMIN, "Budgets of every project."),
     policy.RuleDefault("budget:manage", ADMIN, "Set and remove GPU-hour budgets."),
     policy.RuleDefault("audit:list", ADMIN, "The audit record of changes made through the API."),
+    policy.RuleDefault("webhook:show", f"{READER} or {ADMIN}", "Show where a project's lease notices go."),
+    policy.RuleDefault("webhook:update", f"{MEMBER} or {ADMIN}", "Set or remove a project's webhook."),
     policy.RuleDefault("metrics:show", ADMIN, "Prometheus metrics, when metrics_public is off."),
 ]
 

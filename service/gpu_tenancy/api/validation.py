@@ -31,10 +31,17 @@ def whole_numbers(value):
 
 
 def refuse_nul(value, where: str) -> None:
-    """No text may carry a NUL character: PostgreSQL cannot store one."""
+    """No text may carry a NUL character (PostgreSQL cannot store one) or a lone UTF-16
+    surrogate such as JSON's "\\ud83d" (no database can store it as UTF-8)."""
     if isinstance(value, str):
         if "\x00" in value:
             raise BadRequest(f"{where} contains a NUL character", "gpu_tenancy.invalid_input")
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise BadRequest(f"{where} contains a lone UTF-16 surrogate, which is not text",
+                                 "gpu_tenancy.invalid_input") from None
     elif isinstance(value, dict):
         for key, item in value.items():
             refuse_nul(key, where)

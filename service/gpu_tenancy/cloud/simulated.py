@@ -3,7 +3,7 @@
 An in-process, in-memory cloud that behaves like Nova, Placement, Cinder and
 Glance at the CloudDriver boundary, for the demo, fast tests and trace replay.
 Everything is lost when the process ends (reconcile then sees servers as
-DELETED). Time comes from the injected clock, so a VirtualClock drives it.
+DELETED), unless `state_file` keeps it in a file. Time comes from the injected clock, so a VirtualClock drives it.
 
 Behaviour, as the real services show it:
 - boot() returns at once; the server is BUILD until created_at + boot_seconds,
@@ -29,6 +29,8 @@ Config (YAML for from_file, or the same as a dict):
       # optional per host: up: false, enabled: false
     images:
       - {id: 3f1c..., name: ubuntu-22.04, status: active}
+
+    state_file: /path/cloud.json  # optional: keep the state in a file, shared by processes
 
 Test hooks (public): inject_failure(), set_host_state(), add_volume(), and the
 read-only views servers(), volumes(), flavors(), images(), allocations(),
@@ -116,6 +118,9 @@ class SimulatedCloud(CloudDriver):
         self._flavors: dict[str, dict] = {}
         self._failures: dict[str, list] = {}   # operation -> [failure_class, times left, message]
         self._lock = threading.RLock()
+        if config.get("state_file"):   # shared with other processes (crash tests): cloud/simulated_state.py
+            from gpu_tenancy.cloud.simulated_state import StateFileLock
+            self._lock = StateFileLock(config["state_file"], self)
 
     @classmethod
     def from_file(cls, path, clock) -> "SimulatedCloud":

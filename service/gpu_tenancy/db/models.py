@@ -116,6 +116,8 @@ class Lease(Base):
         back_populates="lease", cascade="all, delete-orphan", order_by="Allocation.vm_index")
     servers: Mapped[list["Server"]] = relationship(
         back_populates="lease", cascade="all, delete-orphan", order_by="Server.vm_index")
+    failures: Mapped[list["LeaseFailure"]] = relationship(
+        cascade="all, delete-orphan", order_by="LeaseFailure.id")
     __table_args__ = (
         CheckConstraint("instances > 0 AND duration > 0 AND gpus_per_vm > 0", name="ck_leases_positive"),
         Index("ix_leases_project_created", "project_id", "created_at"),
@@ -229,3 +231,45 @@ class AuditRecord(Base):
     before: Mapped[dict | None] = mapped_column(JSON(none_as_null=True), nullable=True)
     after: Mapped[dict | None] = mapped_column(JSON(none_as_null=True), nullable=True)
     outcome: Mapped[str] = mapped_column(String(16))
+
+
+class LeaseFailure(Base):
+    """One failed attempt of a lease (a boot, a host lost), classified, with what the
+    engine did about it: retried elsewhere, re-placed, or failed the lease."""
+    __tablename__ = "lease_failures"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    lease_id: Mapped[str] = mapped_column(ForeignKey("leases.id", ondelete="CASCADE"), index=True)
+    at: Mapped[datetime] = mapped_column(UTC)
+    attempt: Mapped[int] = mapped_column(Integer)
+    failure_class: Mapped[str] = mapped_column(String(32), index=True)
+    message: Mapped[str] = mapped_column(Text)
+    hosts: Mapped[list] = mapped_column(JSON, default=list)
+    action: Mapped[str] = mapped_column(String(16))   # retried, replaced, failed
+    retry_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
+
+
+class ProjectWebhook(Base):
+    """Where a project wants lease notices (the before-end warning) POSTed, and the
+    secret they are signed with (HMAC-SHA256)."""
+    __tablename__ = "project_webhooks"
+    project_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    url: Mapped[str] = mapped_column(String(2048))
+    secret: Mapped[str] = mapped_column(String(256))
+    created_at: Mapped[datetime] = mapped_column(UTC)
+    updated_at: Mapped[datetime] = mapped_column(UTC)
+
+
+class WebhookDelivery(Base):
+    """The outbox: a notice written with the event it tells of, sent (and retried) after."""
+    __tablename__ = "webhook_deliveries"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    project_id: Mapped[str] = mapped_column(String(64), index=True)
+    lease_id: Mapped[str] = mapped_column(ForeignKey("leases.id", ondelete="CASCADE"), index=True)
+    event: Mapped[str] = mapped_column(String(64))
+    body: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16), index=True)   # pending, delivered, failed, dropped
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(UTC)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTC)
+    delivered_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)

@@ -26,9 +26,10 @@ TRANSITIONS: dict[LeaseState, frozenset[LeaseState]] = {
     S.QUEUED: frozenset({S.SCHEDULED, S.CANCELLED, S.EXPIRED}),
     # scheduled -> queued: its host went away, so it waits again
     S.SCHEDULED: frozenset({S.PROVISIONING, S.CANCELLED, S.QUEUED}),
-    # provisioning -> scheduled: a host-level fault, retried on another host
-    S.PROVISIONING: frozenset({S.ACTIVE, S.FAILED, S.ENDING, S.SCHEDULED}),
-    S.ACTIVE: frozenset({S.ENDING, S.PREEMPTED}),
+    # provisioning -> scheduled/queued: a host-level fault, retried on another host
+    S.PROVISIONING: frozenset({S.ACTIVE, S.FAILED, S.ENDING, S.SCHEDULED, S.QUEUED}),
+    # active -> scheduled/queued: its host went down; re-placed ahead of the queue
+    S.ACTIVE: frozenset({S.ENDING, S.PREEMPTED, S.SCHEDULED, S.QUEUED}),
     # ending -> preempted: a lease ended early with notice (reclaimed or preempted), VMs now deleted
     S.ENDING: frozenset({S.ENDED, S.FAILED, S.PREEMPTED}),
     S.ENDED: frozenset(),

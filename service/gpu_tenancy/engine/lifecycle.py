@@ -17,9 +17,10 @@ from gpu_tenancy.cloud.driver import BootRequest, CloudDriver, CloudError, Shape
 from gpu_tenancy.config import Config
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
-from gpu_tenancy.domain.failures import FailureClass, rule
+from gpu_tenancy.domain.failures import FailureClass, classify_fault, rule
 from gpu_tenancy.domain.states import FINAL, LeaseState
-from gpu_tenancy.engine import early_ends, readiness
+from gpu_tenancy.engine import early_ends, host_failure, readiness, retry, webhooks
+from gpu_tenancy.engine.crashpoints import crash_point
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.engine.leases import end_allocations_at
 from gpu_tenancy.timeutil import rfc3339
@@ -43,6 +44,7 @@ class Lifecycle:
         if self._hosts_refreshed_at is None or now - self._hosts_refreshed_at >= self.config.host_refresh_seconds:
             self.refresh_hosts()
             self.reconcile()
+        host_failure.handle_down_hosts(self)
         # Ends first: GPUs of a lease that is over come back before the plan hands them on.
         early_ends.end_due(self)
         for lease_id in self._ids(S.ACTIVE, end_by=now):
@@ -56,6 +58,7 @@ class Lifecycle:
         for lease_id in self._ids(S.PROVISIONING):
             self.advance(lease_id)
         self.warn_due()
+        webhooks.deliver_due(self.sessions, self.clock, self.config)
         return self.in_flight()
 
     def in_flight(self) -> bool:
@@ -112,6 +115,7 @@ class Lifecycle:
                                      status="REQUESTED", updated_at=utcnow_naive(now)))
             record_transition(session, row, S.PROVISIONING, now, ACTOR,
                               f"starting {row.instances} VM(s) of {row.shape}")
+        crash_point("intent_written")
         self.advance(lease_id)
 
     def advance(self, lease_id: str) -> None:
@@ -140,15 +144,18 @@ class Lifecycle:
             name = row.name
             started = to_epoch(row.start_at)
         flavor_id = self.cloud.ensure_flavor(project, spec)
+        crash_point("flavor_made")
         if pending:
             self.cloud.check_image(image.cloud_ref if image else "")
             if volume_id or size:
                 volume_id = self.cloud.ensure_volume(project, lease_id, VolumeRequest(size, volume_id))
+                crash_point("volume_made")
                 self._note(lease_id, "progress", f"data volume {volume_id} ready", volume_id=volume_id)
         for vm_index, host, user_data in pending:
             server_id = self.cloud.boot(BootRequest(project, lease_id, vm_index, host, flavor_id,
                                                     image.cloud_ref, None, name=f"{name}-{vm_index}",
                                                     user_data=user_data, **extra))
+            crash_point("boot_requested")
             self._set_server(lease_id, vm_index, cloud_id=server_id, status="BUILD")
             self._note(lease_id, "progress", f"VM {vm_index} requested on {host} (server {server_id})")
         self._watch(lease_id, started)
@@ -176,6 +183,7 @@ class Lifecycle:
             fault = failed[0].fault or f"server {failed[0].id} is {failed[0].status}"
             raise CloudError(classify_fault(fault), f"VM {failed[0].id} failed to boot", fault)
         if all(s.status == "ACTIVE" for s in states.values()):
+            crash_point("active_seen")
             if volume_id:
                 self.cloud.attach_volume(states[0].id, volume_id)
             with session_scope(self.sessions) as session:
@@ -191,7 +199,11 @@ class Lifecycle:
 
     # --- failure ----------------------------------------------------------------------------
     def fail(self, lease_id: str, failure: FailureClass, message: str, cloud_message: str | None) -> None:
-        """Record the failure, then remove what was made (the volume stays)."""
+        """Retry a host-level fault elsewhere (engine/retry.py); otherwise record the
+        failure, then remove what was made (the volume stays)."""
+        if retry.retry_elsewhere(self, lease_id, failure, message + (f" (cloud said: {cloud_message})"
+                                                                      if cloud_message else "")):
+            return
         now = self.clock.now()
         with session_scope(self.sessions) as session:
             row = session.get(m.Lease, lease_id)
@@ -199,6 +211,7 @@ class Lifecycle:
                 return
             row.failure_class = failure.value
             row.failure_message = message + (f" (cloud said: {cloud_message})" if cloud_message else "")
+            retry.record_failure(session, row, failure, row.failure_message, now, "failed", retry.lease_hosts(row))
             record_event(session, row, "failure", f"{failure.value}: {row.failure_message}; "
                          f"{rule(failure).user_message}", now, ACTOR)
             end_allocations_at(session, row, now)
@@ -218,6 +231,7 @@ class Lifecycle:
                 record_event(session, row, "warning",
                              f"the lease ends at {rfc3339(to_epoch(row.end_at))}; its VMs will be deleted then "
                              "and the data volume kept. Extend it with PATCH if the GPUs are free", now, ACTOR)
+                webhooks.enqueue(session, row, webhooks.ENDING_SOON, webhooks.ending_soon_payload(row, now), now)
 
     def begin_end(self, lease_id: str, why: str) -> None:
         now = self.clock.now()
@@ -227,6 +241,7 @@ class Lifecycle:
                 return
             end_allocations_at(session, row, now)
             record_transition(session, row, S.ENDING, now, ACTOR, why)
+        crash_point("end_intent_written")
         self.finish_end(lease_id)
 
     def finish_end(self, lease_id: str) -> None:
@@ -242,6 +257,7 @@ class Lifecycle:
                 continue
             try:
                 self.cloud.delete_server(cloud_id)
+                crash_point("delete_requested")
                 if self.cloud.server_state(cloud_id).status == "DELETED" and self.cloud.gpus_released(cloud_id):
                     self._set_server(lease_id, vm_index, status="DELETED")
                 else:
@@ -315,17 +331,3 @@ class Lifecycle:
                 setattr(server, key, value)
             server.updated_at = utcnow_naive(self.clock.now())
 
-
-def classify_fault(fault: str) -> FailureClass:
-    text = fault.lower()
-    if "no valid host" in text:
-        return FailureClass.NO_VALID_HOST
-    if "quota" in text:
-        return FailureClass.NOVA_QUOTA
-    if "image" in text:
-        return FailureClass.IMAGE
-    if "volume" in text:
-        return FailureClass.VOLUME
-    if "host" in text and ("down" in text or "unavailable" in text):
-        return FailureClass.HOST_DOWN
-    return FailureClass.UNKNOWN

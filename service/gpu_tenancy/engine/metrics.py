@@ -99,10 +99,10 @@ class LeaseCollector:
         yield total
 
     def _failures(self, session):
-        family = CounterMetricFamily(PREFIX + "lease_failures", "Leases that failed, by failure class.",
-                                     labels=["failure_class"])
-        rows = session.execute(select(m.Lease.failure_class, func.count()).where(
-            m.Lease.failure_class.is_not(None)).group_by(m.Lease.failure_class))
+        family = CounterMetricFamily(PREFIX + "lease_failures", "Failed lease attempts (retried, re-placed or "
+                                     "final), by failure class.", labels=["failure_class"])
+        rows = session.execute(select(m.LeaseFailure.failure_class, func.count())
+                               .group_by(m.LeaseFailure.failure_class))
         for failure, count in rows:
             family.add_metric([failure], count)
         return family

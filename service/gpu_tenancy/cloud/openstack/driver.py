@@ -175,7 +175,9 @@ class OpenStackCloud(CloudDriver):
             compute = self.conns.project(request.project_id).compute
             for server in compute.servers(details=True):
                 meta = server.metadata or {}
-                if meta.get(LEASE_TAG) == request.lease_id and meta.get(VM_TAG) == str(request.vm_index):
+                gone = server.status in ("DELETED", "SOFT_DELETED") or server.task_state == "deleting"
+                if meta.get(LEASE_TAG) == request.lease_id and meta.get(VM_TAG) == str(request.vm_index) \
+                        and not gone:    # a VM of a failed attempt being deleted is not the same server
                     return server.id     # asked before a crash: the same server
             attrs = dict(name=request.name or f"gt-{request.lease_id[:8]}-{request.vm_index}",
                          flavor_id=request.flavor_id, image_id=request.image_ref, host=request.host,

@@ -1,0 +1,121 @@
+"""A host that goes down (Nova reports its nova-compute down) takes nothing new
+(the planner skips it), and the leases it holds move: running and booting ones
+are re-placed on other hosts ahead of the queue, their owners told why in the
+lease's events and failure history; planned ones are planned again. The data
+volume stays the tenant's: deleting a VM only detaches it."""
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy import select
+
+from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import session_scope, to_epoch
+from gpu_tenancy.domain.failures import FailureClass, retry_delay, rule
+from gpu_tenancy.domain.states import LeaseState
+from gpu_tenancy.engine import retry
+from gpu_tenancy.engine.events import record_event, record_transition
+from gpu_tenancy.engine.leases import end_allocations_at
+
+log = logging.getLogger(__name__)
+S = LeaseState
+ACTOR = "engine"
+MOVED = (S.ACTIVE.value, S.PROVISIONING.value)
+
+
+def down_hosts(session) -> set[str]:
+    return set(session.scalars(select(m.Host.name).where(m.Host.up.is_(False))))
+
+
+def leases_on(session, hosts: set[str]) -> list[tuple[str, str]]:
+    """(lease id, status) of every lease holding GPUs on one of `hosts`."""
+    held = select(m.Allocation.lease_id).where(m.Allocation.host.in_(hosts))
+    return list(session.execute(select(m.Lease.id, m.Lease.status).where(
+        m.Lease.id.in_(held), m.Lease.status.in_([*MOVED, S.SCHEDULED.value])).order_by(m.Lease.start_at)).all())
+
+
+def handle_down_hosts(lc) -> int:
+    """Move the leases off hosts that are down; returns how many moved. Leases moved
+    before that found no host then are planned first, before the queue."""
+    place_displaced(lc)
+    with session_scope(lc.sessions) as session:
+        down = down_hosts(session)
+        affected = leases_on(session, down) if down else []
+    for lease_id, status in affected:
+        if status in MOVED:
+            rescue(lc, lease_id, down)
+        else:
+            replan_scheduled(lc, lease_id, down)
+    return len(affected)
+
+
+def rescue(lc, lease_id: str, down: set[str]) -> None:
+    now = lc.clock.now()
+    with session_scope(lc.sessions) as session:
+        row = session.get(m.Lease, lease_id)
+        if row is None or row.status not in MOVED:
+            return
+        cloud_ids = [s.cloud_id for s in row.servers if s.cloud_id]
+    if not retry.delete_servers(lc.cloud, cloud_ids):
+        return  # the next tick tries again
+    with session_scope(lc.sessions) as session:
+        row = session.get(m.Lease, lease_id)
+        if row is None or row.status not in MOVED:
+            return
+        lost = sorted(set(retry.lease_hosts(row)) & down)
+        message = f"host {', '.join(lost)} went down (its nova-compute stopped reporting); its VMs there are gone"
+        attempt = retry.attempts_so_far(session, lease_id) + 1
+        if retry_delay(FailureClass.HOST_DOWN, attempt) is None:
+            give_up(session, row, message, lost, now)
+            return
+        entry = retry.record_failure(session, row, FailureClass.HOST_DOWN, message, now, "replaced", lost)
+        duration = retry.remaining_seconds(row, now) if row.status == S.ACTIVE.value else row.duration
+        retry.replace(session, row, now, now, avoid=sorted(down), half_life=lc.config.fairshare_half_life_seconds,
+                      actor=ACTOR, duration=duration)
+        kept = "; the data volume is kept and attached to the new VMs" if row.volume_id else ""
+        record_event(session, row, "host_failure",
+                     f"{message}{kept}. The lease is {retry.describe_placement(row, now)}, ahead of the queue "
+                     f"(attempt {entry.attempt + 1})", now, ACTOR)
+    log.info("lease %s moved off down host(s) %s", lease_id, ", ".join(sorted(down)))
+
+
+def give_up(session, row: m.Lease, message: str, lost: list[str], now: int) -> None:
+    """Out of attempts: the lease fails (its VMs are deleted already, the volume kept)."""
+    retry.record_failure(session, row, FailureClass.HOST_DOWN, message, now, "failed", lost)
+    row.failure_class = FailureClass.HOST_DOWN.value
+    row.failure_message = message
+    record_event(session, row, "failure", f"host_down: {message}; {rule(FailureClass.HOST_DOWN).user_message}; "
+                 "no attempts left", now, ACTOR)
+    end_allocations_at(session, row, now)
+    record_transition(session, row, S.ENDING, now, ACTOR, "failed (host_down); removing its VMs")
+
+
+def replan_scheduled(lc, lease_id: str, down: set[str]) -> None:
+    """A planned lease on a down host is planned again, on its own and first, for its
+    original start."""
+    now = lc.clock.now()
+    with session_scope(lc.sessions) as session:
+        row = session.get(m.Lease, lease_id)
+        if row is None or row.status != S.SCHEDULED.value:
+            return
+        lost = sorted(set(retry.lease_hosts(row)) & down)
+        start = max(to_epoch(row.start_at), now)
+        retry.replace(session, row, now, start, avoid=sorted(down), half_life=lc.config.fairshare_half_life_seconds,
+                      actor=ACTOR, duration=row.duration)
+        record_event(session, row, "host_failure", f"its planned host {', '.join(lost)} went down; "
+                     f"the lease is {retry.describe_placement(row, now)}", now, ACTOR)
+
+
+def place_displaced(lc) -> None:
+    """A lease that lost its host (or its attempt) and found no other waits in the
+    queue; it has had its turn already, so it is planned on its own, ahead of the
+    queue, before each replan: the first GPUs that come free are its."""
+    now = lc.clock.now()
+    with session_scope(lc.sessions) as session:
+        moved = select(m.LeaseFailure.lease_id).where(m.LeaseFailure.action.in_(("replaced", "retried")))
+        rows = list(session.scalars(select(m.Lease).where(m.Lease.status == S.QUEUED.value, m.Lease.id.in_(moved))
+                                    .order_by(m.Lease.created_at, m.Lease.id)))
+        for row in rows:
+            earliest = max(to_epoch(row.earliest_start), now)
+            retry.replace(session, row, now, earliest, avoid=[], half_life=lc.config.fairshare_half_life_seconds,
+                          actor=ACTOR, duration=row.duration)

@@ -1,0 +1,144 @@
+"""Retry and re-placement after a failure.
+
+A lease whose attempt failed for a host-level reason (see the taxonomy in
+domain/failures.py) loses its VMs and its hold, and is planned again on its
+own, before the queue, on other hosts than the ones that failed it, no sooner
+than its backoff. A lease on a host that went down is re-placed the same way
+(engine/host_failure.py). Every failure is a row of the lease's failure
+history, with what the engine did about it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from gpu_tenancy.cloud.driver import CloudError
+from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import ledger_lock, session_scope, to_epoch, utcnow_naive
+from gpu_tenancy.domain import planner
+from gpu_tenancy.domain.failures import FailureClass, retry_delay, rule
+from gpu_tenancy.domain.model import LeaseRequest
+from gpu_tenancy.domain.states import LeaseState
+from gpu_tenancy.engine import ledger
+from gpu_tenancy.engine.events import record_event, record_transition
+from gpu_tenancy.timeutil import rfc3339
+
+log = logging.getLogger(__name__)
+S = LeaseState
+ACTOR = "engine"
+MIN_REMAINING = 60  # a re-placed lease with less left than this still gets a minute
+
+
+def attempts_so_far(session: Session, lease_id: str) -> int:
+    return session.scalar(select(func.count()).select_from(m.LeaseFailure)
+                          .where(m.LeaseFailure.lease_id == lease_id)) or 0
+
+
+def record_failure(session: Session, row: m.Lease, failure: FailureClass, message: str, now: int,
+                   action: str, hosts: list[str], retry_at: int | None = None) -> m.LeaseFailure:
+    entry = m.LeaseFailure(lease_id=row.id, at=utcnow_naive(now), attempt=attempts_so_far(session, row.id) + 1,
+                           failure_class=failure.value, message=message, hosts=sorted(set(hosts)),
+                           action=action, retry_at=utcnow_naive(retry_at) if retry_at is not None else None)
+    session.add(entry)
+    session.flush()
+    return entry
+
+
+def lease_hosts(row: m.Lease) -> list[str]:
+    return sorted({s.host for s in row.servers} | {a.host for a in row.allocations})
+
+
+def delete_servers(cloud, cloud_ids: list[str]) -> bool:
+    """Ask the cloud to delete the VMs; False if it refused (the caller tries again later).
+    This comes before the hold is moved: a boot is idempotent per lease and VM, so a VM
+    left behind would be found again by the next boot."""
+    try:
+        for cloud_id in cloud_ids:
+            cloud.delete_server(cloud_id)
+    except CloudError as exc:
+        log.warning("deleting the VMs of a failed attempt: %s", exc)
+        return False
+    return True
+
+
+def retry_elsewhere(lc, lease_id: str, failure: FailureClass, message: str) -> bool:
+    """Retry a provisioning lease on another host if its failure class allows another
+    attempt; True if it was retried (re-planned), False if the lease must fail now."""
+    now = lc.clock.now()
+    with session_scope(lc.sessions) as session:
+        row = session.get(m.Lease, lease_id)
+        if row is None or row.status != S.PROVISIONING.value:
+            return True
+        attempt = attempts_so_far(session, lease_id) + 1
+        delay = retry_delay(failure, attempt, lc.config.retry_backoff_seconds, lc.config.retry_backoff_max_seconds)
+        cloud_ids = [s.cloud_id for s in row.servers if s.cloud_id]
+    if delay is None or not delete_servers(lc.cloud, cloud_ids):
+        return False
+    with session_scope(lc.sessions) as session:
+        row = session.get(m.Lease, lease_id)
+        if row is None or row.status != S.PROVISIONING.value:
+            return True
+        failed_on = lease_hosts(row)
+        record_failure(session, row, failure, message, now, "retried", failed_on, now + delay)
+        limit = rule(failure).max_attempts
+        record_event(session, row, "failure",
+                     f"{failure.value}: {message}; {rule(failure).user_message}. Attempt {attempt} of {limit}: "
+                     f"trying again on another host than {', '.join(failed_on)} in {delay} s", now, ACTOR)
+        avoid = sorted(set(failed_on).union(*(f.hosts or [] for f in row.failures)))
+        replace(session, row, now, now + delay, avoid=avoid, half_life=lc.config.fairshare_half_life_seconds,
+                actor=ACTOR, duration=row.duration)
+    return True
+
+
+def replace(session: Session, row: m.Lease, now: int, earliest: int, *, avoid: list[str], half_life: int,
+            actor: str, duration: int) -> None:
+    """Drop the lease's VMs and hold, and plan it alone, before every waiting lease, on
+    hosts other than `avoid` (on those too if nothing else can ever take it). Placed:
+    scheduled; otherwise it waits in the queue again."""
+    if row.status == S.SCHEDULED.value:
+        record_transition(session, row, S.QUEUED, now, actor, "its planned hosts cannot take it")
+    for server in list(row.servers):
+        session.delete(server)
+    for alloc in list(row.allocations):
+        session.delete(alloc)
+    session.flush()
+    session.expire(row, ["servers", "allocations"])
+    ledger_lock(session)
+    inputs = ledger.load_inputs(session, now, half_life)
+    request = LeaseRequest(lease_id=row.id, project_id=row.project_id, gpu_model=row.gpu_model,
+                           gpus_per_vm=row.gpus_per_vm, instances=row.instances, duration=duration,
+                           earliest_start=earliest, latest_start=None, created_at=to_epoch(row.created_at),
+                           priority=row.priority, name=row.name)
+    settings = planner.PlannerSettings(fairshare_half_life=half_life)
+    others = [dataclasses.replace(h, enabled=False) if h.name in avoid else h for h in inputs.hosts]
+    planned = planner.plan(now, others, inputs.holds, inputs.quotas, [request], inputs.usage,
+                           settings).leases[row.id]
+    if planned.placement is None:
+        planned = planner.plan(now, inputs.hosts, inputs.holds, inputs.quotas, [request], inputs.usage,
+                               settings).leases[row.id]
+    row.duration, row.earliest_start = duration, utcnow_naive(earliest)
+    if planned.placement is not None:
+        ledger.commit_allocation(session, row, planned, now, actor)
+    else:
+        if row.status != S.QUEUED.value:
+            record_transition(session, row, S.QUEUED, now, actor,
+                              "no host can take it now; it waits in the queue again")
+        ledger.write_queue_info(row, planned)
+
+
+def remaining_seconds(row: m.Lease, now: int) -> int:
+    """What is left of a running lease's promised time."""
+    end = to_epoch(row.end_at)
+    return max(end - now, MIN_REMAINING) if end else row.duration
+
+
+def describe_placement(row: m.Lease, now: int) -> str:
+    """Where a lease stands after replace(), in words for its owner."""
+    if row.status == S.SCHEDULED.value:
+        start = to_epoch(row.start_at)
+        hosts = ", ".join(sorted({a.host for a in row.allocations}))
+        return f"re-placed on {hosts}, starting {'now' if start <= now else 'at ' + rfc3339(start)}"
+    return "waiting in the queue for a host"

@@ -1,0 +1,134 @@
+"""A host whose nova-compute stops: marked down from the cloud's service state;
+its running leases are re-placed elsewhere ahead of the queue and their owners
+told; its planned leases are planned again; nothing new goes there until it is
+back. The data volume stays the tenant's throughout."""
+from __future__ import annotations
+
+from tests.conftest import T0, headers
+
+HOUR = 3600
+
+
+def ask(client, project="ml-vision", **body):
+    reply = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT4H", **body},
+                        headers=headers(project))
+    assert reply.status_code == 201, reply.get_json()
+    return reply.get_json()["lease"]
+
+
+def show(client, lease, project="ml-vision"):
+    return client.get(f"/v1/leases/{lease['id']}", headers=headers(project)).get_json()["lease"]
+
+
+def events(client, lease, project="ml-vision"):
+    return client.get(f"/v1/leases/{lease['id']}/events", headers=headers(project)).get_json()["events"]
+
+
+def host_goes(runtime, cloud, engine_tick, host, up):
+    cloud.set_host_state(host, up=up)
+    engine_tick(advance=runtime.config.host_refresh_seconds)   # the engine reads the service state
+
+
+def test_a_running_lease_moves_off_a_down_host_and_keeps_its_volume_and_end(client, runtime, cloud, engine_tick):
+    lease = ask(client, volume={"size_gb": 50})
+    engine_tick()
+    engine_tick(advance=30)
+    before = show(client, lease)
+    assert before["status"] == "active"
+    lost, old_server = before["servers"][0]["host"], before["servers"][0]["id"]
+    [volume] = cloud.volumes()
+    host_goes(runtime, cloud, engine_tick, lost, up=False)
+    after = show(client, lease)
+    assert after["status"] in ("scheduled", "provisioning")
+    assert after["allocations"][0]["host"] != lost
+    assert after["end"] == before["end"]                       # the promised end holds
+    assert [(f["class"], f["action"], f["hosts"]) for f in after["failures"]] == [("host_down", "replaced", [lost])]
+    told = [e for e in events(client, lease) if e["kind"] == "host_failure"]
+    assert len(told) == 1 and lost in told[0]["message"] and "data volume is kept" in told[0]["message"]
+    assert old_server not in cloud.servers()
+    engine_tick(advance=30)
+    moved = show(client, lease)
+    assert moved["status"] == "active" and moved["servers"][0]["host"] != lost
+    assert cloud.volumes()[volume]["attached_to"] == moved["servers"][0]["id"]   # the same volume
+    # nothing new goes to the down host; once it is back, it takes leases again
+    others = [ask(client, "nlp-lab", duration="PT1H") for _ in range(2)]
+    assert all(o["status"] == "scheduled" and o["allocations"][0]["host"] != lost for o in others)
+    last = ask(client, duration="PT1H")
+    assert last["status"] == "queued" and last["allocations"] == []   # only the down host is free
+    host_goes(runtime, cloud, engine_tick, lost, up=True)
+    assert show(client, last)["allocations"][0]["host"] == lost
+
+
+def test_a_lease_rescued_from_a_down_host_goes_ahead_of_the_queue(client, runtime, cloud, engine_tick):
+    m1, m2 = ask(client), ask(client)
+    n1, n2 = ask(client, "nlp-lab", duration="PT1H"), ask(client, "nlp-lab")
+    engine_tick()
+    engine_tick(advance=30)
+    waiting = ask(client, duration="PT1H")                      # asked before the host fails
+    assert waiting["status"] == "queued"
+    lost = show(client, m1)["servers"][0]["host"]
+    host_goes(runtime, cloud, engine_tick, lost, up=False)
+    rescued, queued = show(client, m1), show(client, waiting)
+    n1_end = show(client, n1, "nlp-lab")["end"]
+    assert rescued["status"] == "scheduled" and rescued["start"] == n1_end   # the first GPUs to come free
+    assert queued["status"] == "queued" and queued["queue"]["eta"] > rescued["start"]
+    assert any(e["kind"] == "host_failure" and "ahead of the queue" in e["message"] for e in events(client, m1))
+    assert {show(client, x, p)["status"] for x, p in ((m2, "ml-vision"), (n2, "nlp-lab"))} == {"active"}
+
+
+def test_a_planned_lease_on_a_down_host_is_planned_again_for_its_start(client, runtime, cloud, engine_tick):
+    start = T0 + 2 * HOUR
+    lease = ask(client, start="2026-12-01T10:00:00Z", duration="PT1H")
+    planned = lease["allocations"][0]["host"]
+    assert lease["status"] == "scheduled" and lease["start"] == "2026-12-01T10:00:00Z"
+    host_goes(runtime, cloud, engine_tick, planned, up=False)
+    again = show(client, lease)
+    assert again["status"] == "scheduled" and again["start"] == "2026-12-01T10:00:00Z"
+    assert again["allocations"][0]["host"] != planned
+    assert again["failures"] == []        # nothing failed: it was only planned
+    assert any(e["kind"] == "host_failure" and planned in e["message"] for e in events(client, lease))
+    runtime.clock.set(start)
+    engine_tick()
+    engine_tick(advance=30)
+    assert show(client, lease)["status"] == "active"
+
+
+def test_a_lease_with_no_other_host_free_takes_the_first_that_frees(client, runtime, cloud, engine_tick):
+    """H100 x4 on a cloud whose only other H100 host is taken: booked there from its end."""
+    first = ask(client, shape="h100.x4", duration="PT8H")
+    other = ask(client, "nlp-lab", shape="h100.x4", duration="PT2H")
+    engine_tick()
+    engine_tick(advance=30)
+    lost = show(client, first)["servers"][0]["host"]
+    host_goes(runtime, cloud, engine_tick, lost, up=False)
+    rescued, still = show(client, first), show(client, other, "nlp-lab")
+    assert rescued["status"] == "scheduled" and rescued["servers"] == []
+    assert rescued["start"] == still["end"]
+    assert rescued["allocations"][0]["host"] == still["servers"][0]["host"] != lost
+    assert set(cloud.servers()) == {still["servers"][0]["id"]}
+
+
+def test_a_lease_with_no_host_left_waits_and_is_first_when_one_is_back(client, runtime, cloud, engine_tick):
+    """Both H100 hosts down: the rescued lease waits; when its host is back it goes
+    before a lease asked for meanwhile, though fair share alone would favour that one."""
+    earlier = ask(client, shape="h100.x4", duration="PT1H")   # ml-vision's H100 GPU-hours: 4
+    engine_tick()
+    engine_tick(advance=3600)
+    engine_tick(advance=30)
+    engine_tick(advance=10)
+    assert show(client, earlier)["status"] == "ended"
+    host_goes(runtime, cloud, engine_tick, "gpu-h100-2", up=False)
+    first = ask(client, shape="h100.x4", duration="PT8H")
+    engine_tick()
+    engine_tick(advance=30)
+    assert show(client, first)["servers"][0]["host"] == "gpu-h100-1"
+    host_goes(runtime, cloud, engine_tick, "gpu-h100-1", up=False)
+    assert show(client, first)["status"] == "queued"
+    newer = ask(client, "nlp-lab", shape="h100.x4", duration="PT8H")
+    assert newer["status"] == "queued"
+    host_goes(runtime, cloud, engine_tick, "gpu-h100-1", up=True)
+    assert show(client, first)["status"] in ("scheduled", "provisioning")
+    assert show(client, newer, "nlp-lab")["status"] == "queued"
+    engine_tick(advance=30)
+    back = show(client, first)
+    assert back["status"] == "active" and back["servers"][0]["host"] == "gpu-h100-1"

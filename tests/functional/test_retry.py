@@ -1,0 +1,112 @@
+"""Failures: each injected fault lands in its named class; host-level faults are
+retried on another host after a bounded backoff, user errors fail at once,
+unknown is its own class and counted; the lease shows its failure history."""
+from __future__ import annotations
+
+import pytest
+
+from gpu_tenancy.domain.failures import RULES, FailureClass, Retry, retry_delay
+from tests.conftest import headers
+
+F = FailureClass
+
+
+def ask(client, **body):
+    reply = client.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT1H", **body}, headers=headers())
+    assert reply.status_code == 201, reply.get_json()
+    return reply.get_json()["lease"]
+
+
+def show(client, lease_id):
+    return client.get(f"/v1/leases/{lease_id}", headers=headers()).get_json()["lease"]
+
+
+def metric(client, failure_class):
+    for line in client.get("/metrics").get_data(as_text=True).splitlines():
+        if line.startswith(f'gpu_tenancy_lease_failures_total{{failure_class="{failure_class}"}}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_the_backoff_doubles_and_is_bounded():
+    assert [retry_delay(F.API_ERROR, n, 30, 600) for n in (1, 2, 3)] == [30, 60, None]
+    assert retry_delay(F.HOST_DOWN, 2, 500, 600) == 600
+    assert all(retry_delay(c, 1) is None for c, r in RULES.items() if r.retry is Retry.NEVER)
+    assert retry_delay(F.UNKNOWN, 1) is None and RULES[F.UNKNOWN].retry is Retry.NEVER
+
+
+def test_a_host_level_fault_is_retried_on_another_host_after_the_backoff(client, runtime, cloud, engine_tick):
+    cloud.inject_failure("server_error", F.NO_VALID_HOST)
+    lease = ask(client, volume={"size_gb": 5})
+    first_host = lease["allocations"][0]["host"]
+    engine_tick()
+    engine_tick(advance=30)                     # the VM went ERROR: retried, not failed
+    shown = show(client, lease["id"])
+    assert shown["status"] == "scheduled"
+    [failure] = shown["failures"]
+    assert (failure["class"], failure["action"], failure["attempt"], failure["hosts"]) == (
+        "no_valid_host", "retried", 1, [first_host])
+    assert failure["retry"] == "elsewhere" and "No valid host" in failure["message"]
+    assert shown["allocations"][0]["host"] != first_host
+    assert shown["start"] == failure["retry_at"]   # no sooner than the backoff
+    assert cloud.servers() == {}                   # the failed VM is gone
+    engine_tick(advance=runtime.config.retry_backoff_seconds)
+    engine_tick(advance=30)
+    shown = show(client, lease["id"])
+    assert shown["status"] == "active" and shown["servers"][0]["host"] != first_host
+    assert [v["status"] for v in cloud.volumes().values()] == ["in-use"]   # the same volume, attached
+    assert metric(client, "no_valid_host") == 1
+
+
+def test_retries_stop_after_the_classes_attempts(client, runtime, cloud, engine_tick):
+    cloud.inject_failure("server_error", F.NO_VALID_HOST, times=10)
+    lease = ask(client)
+    engine_tick()
+    for _ in range(3):
+        engine_tick(advance=30)
+        engine_tick(advance=runtime.config.retry_backoff_max_seconds)
+    shown = show(client, lease["id"])
+    assert shown["status"] == "failed"
+    assert [(f["attempt"], f["action"]) for f in shown["failures"]] == [(1, "retried"), (2, "retried"), (3, "failed")]
+    starts = [f["retry_at"] for f in shown["failures"][:2]]
+    gaps = [shown["failures"][i]["at"] for i in range(2)]
+    assert starts[0] > gaps[0] and starts[1] > gaps[1]
+    assert len({h for f in shown["failures"] for h in f["hosts"]}) == 3   # a new host each time
+    assert cloud.servers() == {}
+
+
+@pytest.mark.parametrize("failure_class", [c for c in F if c not in (F.INTERNAL, F.UNKNOWN)])
+def test_every_injected_fault_lands_in_its_class_with_its_retry_rule(client, cloud, engine_tick, failure_class):
+    cloud.inject_failure("boot", failure_class)
+    lease = ask(client)
+    engine_tick()
+    shown = show(client, lease["id"])
+    [failure] = shown["failures"]
+    assert failure["class"] == failure_class.value
+    if RULES[failure_class].retry is Retry.ELSEWHERE:
+        assert (shown["status"], failure["action"]) == ("scheduled", "retried")
+    else:   # the user's or the operator's to fix: failed at once, no second boot
+        assert (shown["status"], failure["action"]) == ("failed", "failed")
+        assert shown["failure"]["class"] == failure_class.value
+    assert failure["user_message"] and failure["operator_hint"]
+    assert metric(client, failure_class.value) == 1
+
+
+def test_an_unknown_fault_is_its_own_class_fails_at_once_and_is_counted(client, cloud, engine_tick):
+    cloud.inject_failure("server_error", F.UNKNOWN, message="the hypervisor sang a song")
+    lease = ask(client)
+    engine_tick()
+    engine_tick(advance=30)
+    shown = show(client, lease["id"])
+    assert shown["status"] in ("ending", "failed")
+    assert [(f["class"], f["action"]) for f in shown["failures"]] == [("unknown", "failed")]
+    assert "sang a song" in shown["failures"][0]["message"]
+    assert metric(client, "unknown") == 1
+
+
+def test_an_internal_error_is_classified_not_raised(client, runtime, engine_tick, monkeypatch):
+    lease = ask(client)
+    monkeypatch.setattr(runtime.cloud, "ensure_flavor", lambda *a: 1 / 0)
+    engine_tick()
+    shown = show(client, lease["id"])
+    assert [(f["class"], f["action"]) for f in shown["failures"]] == [("internal", "failed")]

@@ -1,0 +1,181 @@
+"""The before-end warning: at a configurable lead time, an event on the lease
+and a POST to the project's webhook, signed with the project's secret and
+retried until the receiver takes it; the user can then extend within the rules."""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from gpu_tenancy.engine.lifecycle import Lifecycle
+from gpu_tenancy.engine.runner import EngineRunner
+from tests.conftest import headers
+
+LEAD = 600
+
+
+class Receiver:
+    """A webhook receiver on 127.0.0.1 that answers with `codes` in turn (then 200)."""
+
+    def __init__(self):
+        self.codes: list[int] = []
+        self.seen: list[tuple[dict, bytes]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.seen.append((self.headers, body))   # case-insensitive names
+                self.send_response(receiver.codes.pop(0) if receiver.codes else 200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hooks/gpu"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def receiver():
+    r = Receiver()
+    yield r
+    r.server.shutdown()
+
+
+@pytest.fixture
+def hooked(client, runtime, receiver):
+    runtime.config.warn_before_end_seconds = LEAD
+    reply = client.put("/v1/webhooks/ml-vision", json={"webhook": {"url": receiver.url}}, headers=headers())
+    assert reply.status_code == 200, reply.get_json()
+    return reply.get_json()["webhook"]["secret"]
+
+
+def active_lease(client, engine_tick, duration="PT1H"):
+    lease = client.post("/v1/leases", json={"shape": "a100.x1", "duration": duration},
+                        headers=headers()).get_json()["lease"]
+    engine_tick()
+    engine_tick(advance=30)
+    lease = client.get(f"/v1/leases/{lease['id']}", headers=headers()).get_json()["lease"]
+    assert lease["status"] == "active"
+    return lease
+
+
+def warnings(client, lease):
+    events = client.get(f"/v1/leases/{lease['id']}/events", headers=headers()).get_json()["events"]
+    return [e for e in events if e["kind"] == "warning"]
+
+
+def verify(secret, seen):
+    head, body = seen
+    expected = "sha256=" + hmac.new(secret.encode(), f"{head['X-GPU-Tenancy-Timestamp']}.".encode() + body,
+                                    hashlib.sha256).hexdigest()
+    return hmac.compare_digest(head["X-GPU-Tenancy-Signature"], expected)
+
+
+def test_the_warning_comes_at_the_configured_lead_time_as_event_and_signed_webhook(
+        client, runtime, receiver, hooked, engine_tick):
+    lease = active_lease(client, engine_tick)
+    end = runtime.clock.now() + 3600 - 30
+    runtime.clock.set(end - LEAD - 5)
+    engine_tick()
+    assert warnings(client, lease) == [] and receiver.seen == []          # not before the lead time
+    engine_tick(advance=10)
+    [warning] = warnings(client, lease)
+    assert lease["end"] in warning["message"]
+    [seen] = receiver.seen
+    body = json.loads(seen[1])
+    assert body["event"] == "lease.ending_soon" and body["lease"]["id"] == lease["id"]
+    assert body["lease"]["end"] == lease["end"] and seen[0]["X-GPU-Tenancy-Event"] == "lease.ending_soon"
+    assert verify(hooked, seen)
+    assert not verify("another project's secret", seen)
+    engine_tick(advance=10)
+    assert len(receiver.seen) == 1 and len(warnings(client, lease)) == 1      # once
+
+
+def test_a_failed_delivery_is_retried_with_backoff_until_taken(client, runtime, receiver, hooked, engine_tick):
+    receiver.codes = [500, 503]
+    lease = active_lease(client, engine_tick)
+    runtime.clock.set(runtime.clock.now() + 3600 - LEAD)
+    engine_tick()
+    assert len(receiver.seen) == 1
+    engine_tick(advance=5)                   # the backoff (10 s) has not passed
+    assert len(receiver.seen) == 1
+    engine_tick(advance=6)
+    engine_tick(advance=21)
+    assert len(receiver.seen) == 3 and all(verify(hooked, s) for s in receiver.seen)
+    assert len({s[0]["X-GPU-Tenancy-Delivery"] for s in receiver.seen}) == 1   # the same notice each time
+    events = client.get(f"/v1/leases/{lease['id']}/events", headers=headers()).get_json()["events"]
+    assert [e["message"] for e in events if e["kind"] == "webhook"] == [
+        "lease.ending_soon delivered to the project's webhook (attempt 3)"]
+
+
+def test_deliveries_stop_after_the_last_attempt(client, runtime, receiver, hooked, engine_tick):
+    receiver.codes = [500] * 20
+    lease = active_lease(client, engine_tick, duration="PT8H")
+    runtime.clock.set(runtime.clock.now() + 8 * 3600 - LEAD)
+    for _ in range(10):
+        engine_tick(advance=runtime.config.webhook_backoff_max_seconds // 10)
+    assert len(receiver.seen) == runtime.config.webhook_max_attempts
+    events = client.get(f"/v1/leases/{lease['id']}/events", headers=headers()).get_json()["events"]
+    assert any(e["kind"] == "webhook" and "not delivered after 6" in e["message"] for e in events)
+
+
+def test_a_notice_written_before_a_crash_is_sent_by_the_next_engine(client, runtime, receiver, hooked, engine_tick,
+                                                                   monkeypatch):
+    lease = active_lease(client, engine_tick)
+    runtime.clock.set(runtime.clock.now() + 3600 - LEAD)
+    lifecycle = runtime.engine.lifecycle
+    monkeypatch.setattr("gpu_tenancy.engine.webhooks.deliver_due", lambda *a, **k: 0)   # died before sending
+    lifecycle.tick()
+    assert warnings(client, lease) and receiver.seen == []
+    monkeypatch.undo()
+    EngineRunner(Lifecycle(runtime.sessions, runtime.cloud, runtime.clock, runtime.config)).run_once()
+    assert len(receiver.seen) == 1 and verify(hooked, receiver.seen[0])
+
+
+def test_after_the_warning_the_user_can_extend_within_the_rules(client, runtime, receiver, hooked, engine_tick):
+    lease = active_lease(client, engine_tick, duration="PT1H")
+    runtime.clock.set(runtime.clock.now() + 3600 - LEAD)
+    engine_tick()
+    assert warnings(client, lease)
+    reply = client.patch(f"/v1/leases/{lease['id']}", json={"duration": "PT2H"}, headers=headers())
+    assert reply.status_code == 200 and reply.get_json()["lease"]["end"] > lease["end"]
+    over = client.patch(f"/v1/leases/{lease['id']}", json={"duration": "P30D"}, headers=headers())
+    assert over.status_code == 400 and "maximum" in over.get_json()["errors"][0]["detail"]   # past max_duration
+    engine_tick(advance=3600)                # warned again before the new end
+    assert len(warnings(client, lease)) == 2 and len(receiver.seen) == 2
+
+
+@pytest.mark.parametrize("persona, method, status", [
+    (headers("ml-vision", "reader"), "GET", 200), (headers("ml-vision", "reader"), "PUT", 403),
+    (headers("nlp-lab", "member"), "GET", 403), (headers("nlp-lab", "member"), "PUT", 403),
+    (headers("nlp-lab", "member"), "DELETE", 403), ({}, "GET", 401), (headers("ml-vision", "admin"), "GET", 200),
+])
+def test_webhooks_are_the_projects_own(client, hooked, persona, method, status):
+    body = {"webhook": {"url": "http://127.0.0.1:1/x"}} if method == "PUT" else None
+    reply = client.open("/v1/webhooks/ml-vision", method=method, json=body, headers=persona)
+    assert reply.status_code == status
+    if status == 200:
+        assert "secret" not in reply.get_json()["webhook"]     # shown once, when set
+
+
+@pytest.mark.parametrize("webhook", [{"url": "ftp://x.example/h"}, {"url": "javascript:alert(1)"},
+                                     {"url": "http://x.example/h", "secret": "short"}, {"url": 5},
+                                     {"url": "http://x.example/" + "a" * 3000}, {}])
+def test_bad_webhooks_are_400(client, webhook):
+    reply = client.put("/v1/webhooks/ml-vision", json={"webhook": webhook}, headers=headers())
+    assert reply.status_code == 400
+    assert client.get("/v1/webhooks/ml-vision", headers=headers()).status_code == 404
+
+
+def test_a_removed_webhook_gets_nothing(client, runtime, receiver, hooked, engine_tick):
+    assert client.delete("/v1/webhooks/ml-vision", headers=headers()).status_code == 204
+    lease = active_lease(client, engine_tick)
+    runtime.clock.set(runtime.clock.now() + 3600 - LEAD)
+    engine_tick()
+    assert warnings(client, lease) and receiver.seen == []
