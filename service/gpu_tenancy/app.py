@@ -83,8 +83,8 @@ def create_app(config: Config | None = None, *, clock=None, cloud=None, start_en
 
 
 def register_blueprints(app: Flask) -> None:
-    from gpu_tenancy.api import audit, capacity, images, leases, metrics, openapi, quotas, shapes, usage
-    for module in (leases, shapes, images, quotas, capacity, usage, audit, openapi, metrics):
+    from gpu_tenancy.api import audit, capacity, hosts, images, leases, metrics, openapi, quotas, shapes, usage
+    for module in (leases, shapes, images, quotas, capacity, usage, hosts, audit, openapi, metrics):
         app.register_blueprint(module.bp)
     from gpu_tenancy.dashboard import bp as dashboard
     app.register_blueprint(dashboard)

@@ -111,7 +111,7 @@ def test_admin_pages_render_for_an_admin(client):
         reply = client.get(path)
         assert reply.status_code == 200, (path, reply.text[:500])
     hosts = client.get("/dashboard/admin/hosts").text
-    assert hosts.count("gpu-a100-") == 4 and hosts.count("gpu-h100-") == 2
+    assert hosts.count('data-host="gpu-a100-') == 4 and hosts.count('data-host="gpu-h100-') == 2
 
 
 def test_preview_shows_the_eta_and_creates_nothing_then_create_queues_it(client, sessions):
@@ -308,3 +308,22 @@ def test_logout_ends_the_session(client, sessions):
 def test_a_dashboard_login_is_no_identity_for_the_api(client):
     login(client, roles=("admin",))
     assert client.get("/v1/leases").status_code == 401
+
+
+def test_admin_drains_and_undrains_a_host_from_the_hosts_page(client):
+    csrf = login(client, roles=("admin",))
+    assert client.post("/dashboard/admin/hosts/gpu-a100-3", data={"csrf_token": csrf, "drained": "true"}
+                       ).status_code == 302
+    page = client.get("/dashboard/admin/hosts").text
+    assert "gpu-a100-3 is drained" in page
+    row = re.search(r'<tr data-host="gpu-a100-3">.*?</tr>', page, re.S).group(0)
+    assert "<strong>drained</strong>" in row and "Undrain" in row
+    assert "url(#hatch)" in client.get("/dashboard/capacity").text       # the calendar marks it
+    client.post("/dashboard/admin/hosts/gpu-a100-3", data={"csrf_token": csrf, "drained": "false"})
+    assert "gpu-a100-3 takes new leases again" in client.get("/dashboard/admin/hosts").text
+    client.post("/dashboard/admin/hosts/nowhere", data={"csrf_token": csrf, "drained": "true"})
+    assert "nowhere unchanged: no GPU host named" in client.get("/dashboard/admin/hosts").text
+    member = login(client)
+    client.post("/dashboard/admin/hosts/gpu-a100-1", data={"csrf_token": member, "drained": "true"})
+    login(client, roles=("admin",))
+    assert "<strong>drained</strong>" not in client.get("/dashboard/admin/hosts").text

@@ -27,6 +27,8 @@ RULES = [
     policy.RuleDefault("capacity:show", ANY_READER, "GPUs per model now, and the calendar."),
     policy.RuleDefault("usage:show", f"{READER} or {ADMIN}", "GPU-hours of a project."),
     policy.RuleDefault("usage:show:all_projects", ADMIN, "GPU-hours of every project."),
+    policy.RuleDefault("host:list", ADMIN, "The GPU hosts, their state and GPUs in use."),
+    policy.RuleDefault("host:update", ADMIN, "Drain a GPU host (no new leases) or undrain it."),
     policy.RuleDefault("audit:list", ADMIN, "The audit record of changes made through the API."),
     policy.RuleDefault("metrics:show", ADMIN, "Prometheus metrics, when metrics_public is off."),
 ]

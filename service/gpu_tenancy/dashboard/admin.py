@@ -121,10 +121,18 @@ def export(what: str, form: str):
 
 @bp.get("/admin/hosts")
 def hosts():
-    require_admin()
-    with rt.transaction() as session:
-        rows = reports.host_rows(session, rt.now())
-    return render_template("dashboard/hosts.html", hosts=rows)
+    return render_template("dashboard/hosts.html", hosts=api().get("/v1/hosts")["hosts"])
+
+
+@bp.post("/admin/hosts/<name>")
+def drain(name: str):
+    drained = request.form.get("drained") == "true"
+    reply = api().call("PATCH", f"/v1/hosts/{name}", body={"drained": drained})
+    if reply.ok:
+        flash(f"{name} is drained: it takes no new leases" if drained else f"{name} takes new leases again", "ok")
+    else:
+        flash(f"{name} unchanged: {reply.error}", "error")
+    return redirect(url_for("dashboard.hosts"))
 
 
 def quota_limits(form) -> dict:

@@ -12,7 +12,7 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import utcnow_naive
 
 ACTIONS = ("quota.update", "shape.create", "shape.retire", "image.create", "image.retire",
-           "lease.create", "lease.update", "lease.delete")
+           "lease.create", "lease.update", "lease.delete", "host.update")
 SUCCESS = "success"
 
 

@@ -78,14 +78,6 @@ def all_figures(session: Session, start: int, end: int, now: int) -> dict[str, l
     }
 
 
-def host_rows(session: Session, now: int) -> list[dict]:
-    """Each host as the cloud last reported it, with its GPUs held now."""
-    free = {h.host: h.free for h in hosts_now(session, now)}
-    return [{"host": h.name, "gpu_model": h.gpu_model, "gpus": h.gpus, "in_use": h.gpus - free.get(h.name, h.gpus),
-             "enabled": h.enabled, "up": h.up, "drained": h.drained, "updated_at": rfc3339(to_epoch(h.updated_at))}
-            for h in session.scalars(select(m.Host).order_by(m.Host.gpu_model, m.Host.name))]
-
-
 def export(session: Session, what: str, start: int, end: int, now: int) -> list[dict]:
     """Flat rows of leases (created in the window), their events, or GPU-hours per project and model."""
     lo, hi = utcnow_naive(start), utcnow_naive(end)
