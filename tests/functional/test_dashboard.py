@@ -327,3 +327,25 @@ def test_admin_drains_and_undrains_a_host_from_the_hosts_page(client):
     client.post("/dashboard/admin/hosts/gpu-a100-1", data={"csrf_token": member, "drained": "true"})
     login(client, roles=("admin",))
     assert "<strong>drained</strong>" not in client.get("/dashboard/admin/hosts").text
+
+
+def test_pages_forbid_framing_and_scripts_and_are_not_cached(client):
+    login(client)
+    for path in ("/dashboard/leases", "/dashboard/login"):
+        reply = client.get(path)
+        assert reply.headers["X-Frame-Options"] == "DENY"
+        csp = reply.headers["Content-Security-Policy"]
+        assert "default-src 'none'" in csp and "frame-ancestors 'none'" in csp and "script" not in csp
+        assert reply.headers["Cache-Control"] == "no-store"
+
+
+def test_changes_made_through_the_dashboard_are_audited_with_the_user_and_address(client):
+    csrf = login(client, user="carol")
+    form = {"csrf_token": csrf, "action": "create", "shape": "a100.x1", "hours": "1", "name": "audited"}
+    client.post("/dashboard/leases/new", data=form, environ_base={"REMOTE_ADDR": "192.0.2.7"})
+    client.post("/dashboard/leases/new", data={**form, "name": "proxied"},
+                headers={"X-Forwarded-For": "198.51.100.9"})
+    records = client.get("/v1/audit?action=lease.create", headers=headers("x", "admin")).get_json()["audit_records"]
+    assert [(r["user_id"], r["user_project_id"], r["remote_address"], r["after"]["name"]) for r in records] == [
+        ("carol", "ml-vision", "192.0.2.7", "audited"), ("carol", "ml-vision", "198.51.100.9", "proxied")]
+    assert records[0]["after"]["links"][0]["href"].startswith("http://localhost/v1/leases/")
