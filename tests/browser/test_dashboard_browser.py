@@ -66,6 +66,8 @@ def test_log_in_ask_see_it_queued_with_its_eta_and_cancel_it(page, demo, artifac
 def test_every_page_renders_without_console_errors(page, demo, artifacts):
     dev_login(page, demo, "ml-vision", "olga", roles=("admin",))
     assert page.get_attribute("a.horizon", "href") == HORIZON
+    new_lease(page, demo, "a100.x2", 1, 3, "olga-waits")              # every A100 is taken: it waits
+    assert "queued" in page.inner_text("h1")
     for name, path in PAGES.items():
         reply = page.goto(demo + path)
         assert reply.status == 200, name
@@ -73,6 +75,8 @@ def test_every_page_renders_without_console_errors(page, demo, artifacts):
         page.screenshot(path=artifacts / f"page-{name}.png", full_page=True)
     page.goto(demo + "/dashboard/capacity")
     assert page.locator("#calendar svg").count() == 1
+    assert page.locator("#calendar svg rect.waiting").count() == 1     # at its planned slot
+    assert page.locator("#calendar svg line.now").count() == 1
     page.fill("#project_id", "nlp-lab")                             # the project switcher
     page.click("header.topbar button:has-text('Switch')")
     assert "nlp-lab" in page.input_value("#project_id")

@@ -83,9 +83,11 @@ def test_alice_logs_in_to_her_project_sees_her_pages_and_logout_revokes_the_toke
     assert client.get("/dashboard/leases").status_code == 302
 
 
-def test_a_wrong_password_is_refused_in_words_and_opens_no_session(client, sessions):
+def test_a_wrong_password_or_someone_elses_project_is_refused_in_words_and_opens_no_session(client, sessions):
     reply = log_in(client, "alice", "not-her-password")
     assert reply.status_code == 400 and "the user name or the password is wrong" in reply.text
+    reply = log_in(client, "alice", "alice", "tenant-b")
+    assert reply.status_code == 400 and "you have no role in a project named &#39;tenant-b&#39;" in reply.text
     with sessions() as s:
         assert s.scalars(select(m.DashboardSession)).all() == []
 

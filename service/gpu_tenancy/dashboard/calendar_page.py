@@ -45,7 +45,9 @@ def first_fit(bars: list[Bar]) -> int:
 
 def draw(hosts: list[dict], leases: list[dict], start: int, end: int, now: int, own_project: str,
          admin: bool) -> object:
-    x_of = lambda t: LABEL_W + (min(max(t, start), end) - start) / (end - start) * (WIDTH - LABEL_W - RIGHT)  # noqa: E731
+    def x_of(t: int) -> float:
+        return LABEL_W + (min(max(t, start), end) - start) / (end - start) * (WIDTH - LABEL_W - RIGHT)
+
     parts: list[str] = []
     bars_by_host: dict[str, list[Bar]] = defaultdict(list)
     waiting_by_model: dict[str, list[Bar]] = defaultdict(list)
@@ -140,7 +142,8 @@ def axis(parts: list[str], start: int, end: int, x_of, bottom: float) -> None:
     while t < end:
         x = x_of(t)
         parts.append(svg.line(x, AXIS_H - 4, x, bottom, stroke="#e3e7eb"))
-        parts.append(svg.text(x + 2, AXIS_H - 12, rfc3339(t)[5:16].replace("T", " "), class_="axis"))
+        if x + 70 < WIDTH:  # a label that would run off the edge is left out
+            parts.append(svg.text(x + 2, AXIS_H - 12, rfc3339(t)[5:16].replace("T", " "), class_="axis"))
         t += step
 
 

@@ -55,11 +55,13 @@ def cookie_secure() -> bool:
 
 @bp.before_request
 def _load_login():
-    g.login = None
     with rt.transaction() as session:
-        g.login = web_sessions.find(session, rt.now(), request.cookies.get(COOKIE))
+        login = web_sessions.find(session, rt.now(), request.cookies.get(COOKIE))
+    # a dev login means nothing once the service runs with Keystone (and the other way round)
+    g.login = login if login is not None and login.dev_mode == dev_mode() else None
     if g.login is None and request.endpoint not in OPEN_ENDPOINTS:
-        return redirect(url_for("dashboard.login", next=request.full_path.rstrip("?") if request.method == "GET" else None))
+        back = request.full_path.rstrip("?") if request.method == "GET" else None
+        return redirect(url_for("dashboard.login", next=back))
     if request.method == "POST" and request.endpoint != "dashboard.login":
         sent = request.form.get("csrf_token", "")
         if not hmac.compare_digest(sent.encode(), g.login.csrf_token.encode()):
@@ -181,8 +183,15 @@ def password_login() -> str:
         keystone_login.revoke(url, unscoped.token)
         raise keystone_login.LoginFailed("the user has a role in no project")
     wanted = request.form.get("project", "").strip()
-    chosen = next((p for p in unscoped.projects if wanted in (p["id"], p["name"])), unscoped.projects[0])
-    scoped = keystone_login.scope_to(url, unscoped.token, chosen["id"])
+    chosen = next((p for p in unscoped.projects if wanted in (p["id"], p["name"])), None)
+    if chosen is None and wanted:
+        keystone_login.revoke(url, unscoped.token)
+        raise keystone_login.LoginFailed(f"you have no role in a project named {wanted[:64]!r}")
+    try:
+        scoped = keystone_login.scope_to(url, unscoped.token, (chosen or unscoped.projects[0])["id"])
+    except keystone_login.LoginFailed:
+        keystone_login.revoke(url, unscoped.token)
+        raise
     with rt.transaction() as session:
         session_id, _ = web_sessions.open_session(
             session, rt.now(), cfg.dashboard_session_seconds, user_id=unscoped.user_id,

@@ -10,7 +10,8 @@ def _attrs(attrs: dict) -> str:
 
 def rect(x: float, y: float, w: float, h: float, title: str | None = None, **attrs) -> str:
     inner = f"<title>{escape(title)}</title>" if title else ""
-    return f'<rect x="{x:.1f}" y="{y:.1f}" width="{max(w, 0):.1f}" height="{max(h, 0):.1f}" {_attrs(attrs)}>{inner}</rect>'
+    size = f'width="{max(w, 0):.1f}" height="{max(h, 0):.1f}"'
+    return f'<rect x="{x:.1f}" y="{y:.1f}" {size} {_attrs(attrs)}>{inner}</rect>'
 
 
 def line(x1: float, y1: float, x2: float, y2: float, **attrs) -> str:
