@@ -22,7 +22,7 @@ def test_members_may_not_see_or_drain_hosts(client):
     assert client.patch("/v1/hosts/gpu-a100-1", json={"drained": True}, headers=headers()).status_code == 403
 
 
-def test_a_drained_host_takes_no_new_lease_until_undrained_and_the_change_is_audited(client):
+def test_a_drained_host_takes_no_new_lease_until_undrained_and_the_change_is_audited(client, engine_tick):
     for name in ("gpu-a100-1", "gpu-a100-2", "gpu-a100-3"):
         reply = client.patch(f"/v1/hosts/{name}", json={"drained": True}, headers=ADMIN)
         assert reply.status_code == 200 and reply.get_json()["host"]["in_service"] is False
@@ -32,8 +32,10 @@ def test_a_drained_host_takes_no_new_lease_until_undrained_and_the_change_is_aud
     waiting = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT1H"}, headers=headers())
     assert waiting.get_json()["lease"]["status"] == "queued"
     client.patch("/v1/hosts/gpu-a100-2", json={"drained": False}, headers=ADMIN)
-    again = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT1H"}, headers=headers())
-    assert again.get_json()["lease"]["allocations"][0]["host"] == "gpu-a100-2"
+    engine_tick()                                                    # the replan the change wakes
+    lease = client.get(f"/v1/leases/{waiting.get_json()['lease']['id']}", headers=headers()).get_json()["lease"]
+    assert lease["status"] in ("scheduled", "provisioning")
+    assert lease["allocations"][0]["host"] == "gpu-a100-2"
     records = client.get("/v1/audit?action=host.update", headers=ADMIN).get_json()["audit_records"]
     assert [(r["target_id"], r["before"]["drained"], r["after"]["drained"]) for r in records] == [
         ("gpu-a100-1", False, True), ("gpu-a100-2", False, True), ("gpu-a100-3", False, True),
