@@ -296,6 +296,12 @@ def test_figures_and_exports_download_as_csv_and_json(client, engine_tick, clock
     assert client.get("/dashboard/admin/figures?days=x").status_code == 400
 
 
+def test_every_figure_of_the_reports_has_a_panel():
+    from gpu_tenancy.dashboard.admin import FIGURES
+    from gpu_tenancy.engine.reports import FIGURES as COMPUTED
+    assert list(FIGURES) == list(COMPUTED)
+
+
 def test_logout_ends_the_session(client, sessions):
     csrf = login(client)
     reply = client.post("/dashboard/logout", data={"csrf_token": csrf})
