@@ -36,30 +36,30 @@ def test_log_in_ask_see_it_queued_with_its_eta_and_cancel_it(page, demo, artifac
     page.goto(demo + "/dashboard/")
     assert "/dashboard/login" in page.url                             # no page without a login
     dev_login(page, demo, "nlp-lab", "bob")
-    new_lease(page, demo, "a100.x8", 2, 6, "bob-run")                # 16 of the 32 A100
-    page.screenshot(path=artifacts / "01-lease-scheduled.png", full_page=True)
+    new_lease(page, demo, "a100.x8", 2, 6, "bob-run")                # 16 of the 32 A100: it starts now
+    page.screenshot(path=artifacts / "01-bob-lease-progress.png", full_page=True)
     dev_login(page, demo, "ml-vision", "alice")
-    page.screenshot(path=artifacts / "00-leases-empty.png", full_page=True)
+    page.screenshot(path=artifacts / "02-alice-leases-empty.png", full_page=True)
     new_lease(page, demo, "a100.x8", 2, 4, "alice-run")              # the other 16
     new_lease(page, demo, "a100.x4", 1, 2, "alice-next", action="#preview-button")
     preview = page.inner_text("#preview")
     assert "It would start" in preview and "position 1" in preview
-    page.screenshot(path=artifacts / "02-new-lease-preview.png", full_page=True)
+    page.screenshot(path=artifacts / "03-new-lease-preview.png", full_page=True)
     page.click("#create-button")
     assert re.search(r"/dashboard/leases/[0-9a-f-]{36}$", page.url)
     queue = page.inner_text("#queue")
     assert "position 1" in queue and "starts 20" in queue and "(in 3 h" in queue   # alice-run's end, 4 h on
-    page.screenshot(path=artifacts / "03-lease-queued-with-eta.png", full_page=True)
+    page.screenshot(path=artifacts / "04-lease-queued-with-eta.png", full_page=True)
     page.goto(demo + "/dashboard/leases")
     row = page.inner_text("tr:has-text('alice-next')")
     assert "queued" in row and "position 1" in row and "starts" in row
-    page.screenshot(path=artifacts / "04-leases-queued.png", full_page=True)
+    page.screenshot(path=artifacts / "05-leases-list-queued.png", full_page=True)
     page.click("text=alice-next")
     page.click("#cancel")
     assert "cancelled" in page.inner_text(".notice.ok")
     assert "cancelled" in page.inner_text("h1")
     assert "queued → cancelled" in page.inner_text("#events")
-    page.screenshot(path=artifacts / "05-lease-cancelled.png", full_page=True)
+    page.screenshot(path=artifacts / "06-lease-cancelled.png", full_page=True)
     assert page.console.errors == []
 
 
