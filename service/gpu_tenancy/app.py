@@ -60,6 +60,8 @@ def create_app(config: Config | None = None, *, clock=None, cloud=None, start_en
         refuse_nul_in_query()
         if request.endpoint in PUBLIC_ENDPOINTS or (request.endpoint == "metrics.show" and config.metrics_public):
             return None
+        if request.blueprint == "dashboard":  # its own login (dashboard/login.py); it calls the API in-process
+            return None
         if request.environ.get("HTTP_X_IDENTITY_STATUS") != "Confirmed" or not g.context.project_id:
             raise Unauthorized("a valid project-scoped token is required (X-Auth-Token)",
                                "gpu_tenancy.unauthenticated")
@@ -82,11 +84,13 @@ def create_app(config: Config | None = None, *, clock=None, cloud=None, start_en
 
 
 def register_blueprints(app: Flask) -> None:
-    from gpu_tenancy.api import (audit, budgets, capacity, images, leases, metrics, openapi, priority_classes,
-                                 quotas, readiness, shapes, usage, webhooks)
-    for module in (leases, readiness, shapes, images, quotas, priority_classes, budgets, capacity, usage, audit,
-                   openapi, metrics, webhooks):
+    from gpu_tenancy.api import (audit, budgets, capacity, hosts, images, leases, metrics, openapi,
+                                 priority_classes, quotas, readiness, shapes, usage, webhooks)
+    for module in (leases, readiness, shapes, images, quotas, priority_classes, budgets, capacity, usage, hosts,
+                   audit, openapi, metrics, webhooks):
         app.register_blueprint(module.bp)
+    from gpu_tenancy.dashboard import bp as dashboard
+    app.register_blueprint(dashboard)
 
     @app.get("/", endpoint="root")
     def root():

@@ -68,6 +68,7 @@ gpu-tenancy demo: the embedded default (SQLite at {redact(config.database_url)},
 a SIMULATED cloud of 4 hosts x 8 A100 and 2 hosts x 4 H100, auth noauth2).
 
   API          {base}/v1
+  dashboard    {base}/dashboard (dev login: pick a project, user and roles)
   OpenAPI      {base}/v1/openapi.json
   projects     ml-vision, nlp-lab (send X-Project-Id, X-User-Id, X-Roles: member or admin)
 

@@ -55,6 +55,13 @@ class Config:
     decision_hook_default: str = "allow"     # when the hook times out or fails: allow or deny
     max_page_size: int = 1000
     metrics_public: bool = True      # /metrics without a token (for Prometheus); off: admins only
+    # dashboard (/dashboard): the top bar's link back to Horizon (none when unset), the Keystone it logs in
+    # to (default: keystone_authtoken's www_authenticate_uri), how long a login lasts, and Secure cookies
+    # even when the request looks like plain http (behind a TLS-terminating proxy)
+    dashboard_horizon_url: str | None = None
+    dashboard_keystone_url: str | None = None
+    dashboard_session_seconds: int = 8 * 3600
+    dashboard_cookie_secure: bool = False
 
     @classmethod
     def load(cls, path: str | None = None, **overrides) -> "Config":

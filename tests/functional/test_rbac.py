@@ -63,6 +63,9 @@ TABLE = [
     ("GET", "/v1/capacity?start=2026-12-01T08:00:00Z&end=2026-12-02T08:00:00Z", None, (200, 200, 200, 200, 401)),
     ("GET", "/v1/usage", None, (200, 200, 200, 200, 401)),
     ("GET", "/v1/usage?project_id=ml-vision", None, (200, 200, 200, 403, 401)),
+    ("GET", "/v1/hosts", None, (403, 403, 200, 403, 401)),
+    ("GET", "/v1/hosts/gpu-a100-1", None, (403, 403, 200, 403, 401)),
+    ("PATCH", "/v1/hosts/gpu-a100-1", {"drained": True}, (403, 403, 200, 403, 401)),
     ("GET", "/v1/audit", None, (403, 403, 200, 403, 401)),
     ("GET", "/v1/audit?format=csv", None, (403, 403, 200, 403, 401)),
     ("GET", "/v1/webhooks/ml-vision", None, (404, 404, 404, 403, 401)),   # none set yet
@@ -107,7 +110,7 @@ def test_the_table_covers_every_endpoint_and_method(app):
     covered = {(method, path.split("?")[0].replace("{lease}", "<lease_id>").replace("{budget}", "<budget_id>")
                 .replace("/high", "/<name>").replace("/low", "/<name>")) for method, path, _, _ in TABLE}
     covered = {(method, path.replace("/a100.x1", "/<name>").replace("/rocky-9-cuda-12", "/<name>")
-                .replace("/ml-vision", "/<project_id>")) for method, path in covered}
+                .replace("/gpu-a100-1", "/<name>").replace("/ml-vision", "/<project_id>")) for method, path in covered}
     routes = {(method, rule.rule) for rule in app.url_map.iter_rules() if rule.rule.startswith("/v1")
               for method in rule.methods - {"HEAD", "OPTIONS"}}
     assert routes - covered == set()

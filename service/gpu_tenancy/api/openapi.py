@@ -8,7 +8,8 @@ import functools
 from flask import Blueprint
 
 from gpu_tenancy import __version__
-from gpu_tenancy.api import audit, budgets, images, leases, priority_classes, quotas, readiness, shapes, webhooks
+from gpu_tenancy.api import (audit, budgets, hosts, images, leases, priority_classes, quotas, readiness, shapes,
+                             webhooks)
 from gpu_tenancy.api.capacity import MAX_CALENDAR_SPAN
 from gpu_tenancy.api.usage import DEFAULT_SPAN
 from gpu_tenancy.domain.failures import FailureClass, Retry
@@ -135,6 +136,15 @@ SCHEMAS = {
                 "in_service": {"type": "boolean"},
                 "free": {"type": "array", "description": "free GPUs as steps covering [start, end)", "items": {
                     "type": "object", "properties": {"from": TIME, "to": TIME, "free": {"type": "integer"}}}}}}}}},
+    "HostUpdate": hosts.UPDATE,
+    "Host": {"type": "object", "properties": {
+        "name": {"type": "string"}, "gpu_model": {"type": "string"}, "gpus": {"type": "integer"},
+        "in_use": {"type": "integer", "description": "GPUs held by leases now"},
+        "up": {"type": "boolean", "description": "Nova's service state"},
+        "enabled": {"type": "boolean", "description": "Nova's service status"},
+        "drained": {"type": "boolean", "description": "set by an admin: no new leases"},
+        "in_service": {"type": "boolean", "description": "up, enabled and not drained: takes new leases"},
+        "aggregate": nullable({"type": "string"}), "reported_at": TIME}},
     "AuditRecord": {"type": "object", "required": list(audit.FIELDS), "properties": {
         "id": {"type": "integer"}, "at": TIME, "user_id": nullable({"type": "string"}),
         "user_project_id": nullable({"type": "string", "description": "the project of the caller's token"}),
@@ -376,6 +386,18 @@ PATHS = {
                          params=[*WINDOW, PROJECT_FILTER],
                          description=f"Default: the {DEFAULT_SPAN // 86400} days up to now; time after now "
                                      "does not count. Admins see every project unless they name one."),
+    },
+    "/v1/hosts": {
+        "get": operation("The GPU hosts, their state and GPUs in use", "host:list", 200,
+                         wrapped("hosts", "Host", many=True)),
+    },
+    "/v1/hosts/{name}": {
+        "get": operation("A GPU host", "host:list", 200, wrapped("host", "Host"),
+                         params=[path_param("name", "the host's name")], errors=(404,)),
+        "patch": operation("Drain a GPU host, or undrain it", "host:update", 200, wrapped("host", "Host"),
+                           params=[path_param("name", "the host's name")], body="HostUpdate", errors=(404,),
+                           description="A drained host takes no new leases; the leases already placed "
+                                       "there keep their place. Waiting leases are replanned at once."),
     },
     "/v1/audit": {"get": audit_operation()},
     "/v1/openapi.json": {

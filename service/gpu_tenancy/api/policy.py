@@ -34,6 +34,8 @@ RULES = [
     policy.RuleDefault("budget:show", f"{READER} or {ADMIN}", "A project's GPU-hour budgets and their use."),
     policy.RuleDefault("budget:show:all_projects", ADMIN, "Budgets of every project."),
     policy.RuleDefault("budget:manage", ADMIN, "Set and remove GPU-hour budgets."),
+    policy.RuleDefault("host:list", ADMIN, "The GPU hosts, their state and GPUs in use."),
+    policy.RuleDefault("host:update", ADMIN, "Drain a GPU host (no new leases) or undrain it."),
     policy.RuleDefault("audit:list", ADMIN, "The audit record of changes made through the API."),
     policy.RuleDefault("webhook:show", f"{READER} or {ADMIN}", "Show where a project's lease notices go."),
     policy.RuleDefault("webhook:update", f"{MEMBER} or {ADMIN}", "Set or remove a project's webhook."),

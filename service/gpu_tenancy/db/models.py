@@ -273,3 +273,24 @@ class WebhookDelivery(Base):
     last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTC)
     delivered_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
+
+
+class DashboardSession(Base):
+    """A dashboard login, kept server side: the browser holds only a random id
+    (its SHA-256 is the key here) in an httpOnly cookie. The Keystone tokens
+    never leave the service; in dev mode (noauth2) there are none."""
+    __tablename__ = "dashboard_sessions"
+    id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[str] = mapped_column(String(255))
+    user_name: Mapped[str] = mapped_column(String(255))
+    project_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    project_name: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    roles: Mapped[list] = mapped_column(JSON, default=list)
+    projects: Mapped[list] = mapped_column(JSON, default=list)  # [{"id", "name"}] the user may switch to
+    token: Mapped[str | None] = mapped_column(Text, nullable=True)           # project-scoped
+    unscoped_token: Mapped[str | None] = mapped_column(Text, nullable=True)  # to rescope on a switch
+    csrf_token: Mapped[str] = mapped_column(String(64))
+    dev_mode: Mapped[bool] = mapped_column(Boolean, default=False)
+    notices: Mapped[list] = mapped_column(JSON, default=list)  # [[kind, message]] for the next page
+    created_at: Mapped[datetime] = mapped_column(UTC)
+    expires_at: Mapped[datetime] = mapped_column(UTC, index=True)

@@ -1,0 +1,66 @@
+"""/v1/hosts: the GPU hosts, their state and GPUs in use; admins drain and undrain them."""
+from __future__ import annotations
+
+from flask import Blueprint
+
+from gpu_tenancy.api import runtime as rt
+from gpu_tenancy.api.validation import check_identifier, json_body
+from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import to_epoch
+from gpu_tenancy.engine import hosts
+from gpu_tenancy.errors import NotFound
+from gpu_tenancy.timeutil import rfc3339
+
+bp = Blueprint("hosts", __name__, url_prefix="/v1/hosts")
+
+UPDATE = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["drained"],
+    "properties": {"drained": {"type": "boolean",
+                               "description": "true: take no new leases (those placed there keep their place)"}},
+}
+
+
+def render(row: m.Host, in_use: dict[str, int]) -> dict:
+    return {"name": row.name, "gpu_model": row.gpu_model, "gpus": row.gpus, "in_use": in_use.get(row.name, 0),
+            "up": row.up, "enabled": row.enabled, "drained": row.drained,
+            "in_service": row.up and row.enabled and not row.drained, "aggregate": row.aggregate,
+            "reported_at": rfc3339(to_epoch(row.updated_at))}
+
+
+def load(session, name: str) -> m.Host:
+    row = hosts.find(session, check_identifier("host name", name, 255))
+    if row is None:
+        raise NotFound(f"no GPU host named {name[:64]!r}", "gpu_tenancy.host_not_found")
+    return row
+
+
+@bp.get("")
+def index():
+    rt.authorize("host:list")
+    with rt.transaction() as session:
+        in_use = hosts.in_use_now(session, rt.now())
+        return {"hosts": [render(row, in_use) for row in hosts.listing(session)]}
+
+
+@bp.get("/<name>")
+def show(name: str):
+    rt.authorize("host:list")
+    with rt.transaction() as session:
+        return {"host": render(load(session, name), hosts.in_use_now(session, rt.now()))}
+
+
+@bp.patch("/<name>")
+def update(name: str):
+    rt.authorize("host:update")
+    body = json_body(UPDATE)
+    with rt.transaction() as session:
+        row = load(session, name)
+        in_use = hosts.in_use_now(session, rt.now())
+        before = render(row, in_use)
+        hosts.set_drained(row, body["drained"])
+        rendered = render(row, in_use)
+        rt.audit(session, "host.update", row.name, None, before, rendered)
+    rt.runtime().wake_engine()
+    return {"host": rendered}

@@ -1,0 +1,167 @@
+"""Admin pages: quotas per project (edit), hosts, the owners' figures as
+charts (each as CSV and JSON too), and exports of leases, events and usage."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from flask import Response, abort, g, redirect, render_template, request, url_for
+from oslo_context.context import RequestContext
+
+from gpu_tenancy.api import runtime as rt
+from gpu_tenancy.dashboard import bp, charts
+from gpu_tenancy.dashboard.login import api, flash
+from gpu_tenancy.engine import reports
+from gpu_tenancy.timeutil import rfc3339
+
+DAY = 86400
+PERCENT = lambda v: f"{v * 100:.0f}%"  # noqa: E731
+MINUTES = lambda v: f"{v / 60:.0f} min"  # noqa: E731
+SHORT_DAY = lambda v: v[5:]  # noqa: E731
+SHORT_HOUR = lambda v: v[5:13].replace("T", " ") + "h"  # noqa: E731
+
+# figure: (title, what it shows, chart)
+FIGURES = {
+    "wait_by_day": ("Wait: P50 and P90 by day",
+                    "From the requested start to the start, for leases given GPUs, by day of the requested start.",
+                    lambda rows: charts.bars(rows, "day", [("p50_wait_seconds", "P50"), ("p90_wait_seconds", "P90")],
+                                             MINUTES, SHORT_DAY)),
+    "on_time_share": ("Running within 10 minutes of the requested start",
+                      "Share of leases active by their requested start + 10 min (owner cancellations before "
+                      "then left out), by day.",
+                      lambda rows: charts.lines(rows, "day", [("share", "on time")], PERCENT, SHORT_DAY, top=1)),
+    "first_try_success": ("First-try start success",
+                          "Share of first provisioning attempts that went straight to active, by day.",
+                          lambda rows: charts.lines(rows, "day", [("share", "first try")], PERCENT, SHORT_DAY,
+                                                    top=1)),
+    "failures_by_class": ("Failures by class", "Failed leases per failure class.",
+                          lambda rows: charts.bars(rows, "failure_class", [("leases", "failed leases")])),
+    "hourly_gpu_use": ("Hourly GPU use", "GPUs held on average in each hour, against all GPUs of the cloud.",
+                       lambda rows: charts.lines(rows, "hour", [("gpus_in_use", "in use"), ("gpus", "GPUs")],
+                                                 label=SHORT_HOUR)),
+    "idle_fragmentation": ("Idle fragmentation (now)",
+                           "Free GPUs, and those stranded on hosts with fewer free than the most common "
+                           "waiting shape needs, per model.",
+                           lambda rows: charts.bars(rows, "gpu_model", [("free_gpus", "free"),
+                                                                        ("stranded_gpus", "stranded")])),
+    "cancel_ratio": ("Cancel ratio", "Share of the leases created each day that were cancelled.",
+                     lambda rows: charts.lines(rows, "day", [("ratio", "cancelled")], PERCENT, SHORT_DAY, top=1)),
+}
+
+
+def require_admin() -> None:
+    """The cloud admin only; the API confirms the login is still valid (a revoked token logs out)."""
+    login = g.login
+    context = RequestContext(user_id=login.user_id, project_id=login.project_id, roles=login.roles)
+    if not rt.runtime().enforcer.enforce("admin", {"project_id": login.project_id}, context.to_policy_values()):
+        abort(403, "these pages are for cloud admins")
+    api().get("/v1/capacity")
+
+
+def window() -> tuple[int, int, int]:
+    try:
+        days = min(max(int(request.args.get("days", 14)), 1), 90)
+    except ValueError:
+        abort(400, "days is a whole number from 1 to 90")
+    now = rt.now()
+    end = now - now % 3600 + 3600
+    return end - days * DAY, end, days
+
+
+def download(name: str, rows: list[dict], form: str, meta: dict):
+    if form == "json":
+        return Response(json.dumps({**meta, "rows": rows}, indent=1), mimetype="application/json",
+                        headers={"Content-Disposition": f'attachment; filename="{name}.json"'})
+    out = io.StringIO()
+    fields = list(rows[0]) if rows else []
+    writer = csv.DictWriter(out, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
+    return Response(out.getvalue(), mimetype="text/csv",
+                    headers={"Content-Disposition": f'attachment; filename="{name}.csv"'})
+
+
+@bp.get("/admin/figures")
+def figures():
+    require_admin()
+    start, end, days = window()
+    with rt.transaction() as session:
+        data = reports.all_figures(session, start, end, rt.now())
+    panels = [{"name": name, "title": title, "about": about, "rows": data[name],
+               "chart": chart(data[name]) if data[name] else None}
+              for name, (title, about, chart) in FIGURES.items()]
+    return render_template("dashboard/figures.html", panels=panels, days=days, start=rfc3339(start),
+                           end=rfc3339(end), exports=reports.EXPORTS)
+
+
+@bp.get("/admin/figures/<name>.<form>")
+def figure_download(name: str, form: str):
+    require_admin()
+    if name not in FIGURES or form not in ("csv", "json"):
+        abort(404, "no such figure or format")
+    start, end, days = window()
+    with rt.transaction() as session:
+        rows = reports.all_figures(session, start, end, rt.now())[name]
+    return download(name, rows, form, {"figure": name, "title": FIGURES[name][0], "start": rfc3339(start),
+                                       "end": rfc3339(end)})
+
+
+@bp.get("/admin/export/<what>.<form>")
+def export(what: str, form: str):
+    require_admin()
+    if what not in reports.EXPORTS or form not in ("csv", "json"):
+        abort(404, "no such export or format")
+    start, end, _ = window()
+    with rt.transaction() as session:
+        rows = reports.export(session, what, start, end, rt.now())
+    return download(what, rows, form, {"export": what, "start": rfc3339(start), "end": rfc3339(end)})
+
+
+@bp.get("/admin/hosts")
+def hosts():
+    return render_template("dashboard/hosts.html", hosts=api().get("/v1/hosts")["hosts"])
+
+
+@bp.post("/admin/hosts/<name>")
+def drain(name: str):
+    drained = request.form.get("drained") == "true"
+    reply = api().call("PATCH", f"/v1/hosts/{name}", body={"drained": drained})
+    if reply.ok:
+        flash(f"{name} is drained: it takes no new leases" if drained else f"{name} takes new leases again", "ok")
+    else:
+        flash(f"{name} unchanged: {reply.error}", "error")
+    return redirect(url_for("dashboard.hosts"))
+
+
+def quota_limits(form) -> dict:
+    """One model's limits from the form; ValueError in words."""
+    try:
+        limits = {"gpus": int(form.get("gpus", "")), "borrow_gpus": int(form.get("borrow_gpus") or 0),
+                  "weight": float(form.get("weight") or 1)}
+        hours = form.get("max_hours", "").strip()
+        limits["max_duration"] = int(float(hours) * 3600) if hours else None
+    except ValueError:
+        raise ValueError("GPUs and borrowable GPUs are whole numbers; weight and longest lease (hours) are "
+                         "numbers") from None
+    return limits
+
+
+@bp.route("/admin/quotas", methods=["GET", "POST"])
+def quotas():
+    require_admin()
+    client = api()
+    if request.method == "POST":
+        project, model = request.form.get("project_id", "").strip(), request.form.get("gpu_model", "").strip()
+        try:
+            body = {"quota": {"gpu_models": {model: quota_limits(request.form)}}}
+        except ValueError as exc:
+            flash(f"not saved: {exc}", "error")
+        else:
+            reply = client.call("PUT", f"/v1/quotas/{project or '-'}", body=body)
+            flash(f"saved: {project} {model}" if reply.ok else f"not saved: {reply.error}",
+                  "ok" if reply.ok else "error")
+        return redirect(url_for("dashboard.quotas"))
+    listed = client.get("/v1/quotas")["quotas"]
+    models = sorted(client.get("/v1/capacity")["capacity"]["gpu_models"])
+    return render_template("dashboard/quotas.html", quotas=listed, models=models)

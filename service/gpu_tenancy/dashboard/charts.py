@@ -1,0 +1,96 @@
+"""Bar and line charts as inline SVG, drawn on the server from figure rows."""
+from __future__ import annotations
+
+import math
+
+from markupsafe import Markup
+
+from gpu_tenancy.dashboard import svg
+
+W, H, LEFT, BOTTOM, TOP = 560, 220, 48, 44, 12
+PALETTE = ("#4a90d9", "#e8a33d", "#3c9a5f", "#9b59b6", "#c0392b")
+
+
+def _scale(top: float) -> float:
+    """A round axis maximum at or above `top` (1, 2, 2.5 or 5 times a power of ten)."""
+    if top <= 0:
+        return 1
+    magnitude = 10 ** math.floor(math.log10(top))
+    return next(nice * magnitude for nice in (1, 2, 2.5, 5, 10) if top <= nice * magnitude)
+
+
+def _frame(parts: list[str], top: float, fmt) -> None:
+    for i in range(5):
+        value = top * i / 4
+        y = H - BOTTOM - (H - BOTTOM - TOP) * i / 4
+        parts.append(svg.line(LEFT, y, W - 8, y, stroke="#e3e7eb"))
+        parts.append(svg.text(LEFT - 4, y + 4, fmt(value), class_="axis", text_anchor="end"))
+
+
+def _labels(parts: list[str], labels: list[str], xs: list[float]) -> None:
+    room = max(1, int((W - 8 - LEFT) // (7 * max((len(label) for label in labels), default=1) + 12)))
+    every = max(1, math.ceil(len(labels) / room))
+    for i, (label, x) in enumerate(zip(labels, xs)):
+        if i % every == 0:
+            parts.append(svg.text(x, H - BOTTOM + 14, label, class_="axis", text_anchor="middle"))
+
+
+def _legend(parts: list[str], series: list[tuple[str, str]]) -> None:
+    x = LEFT
+    for i, (_, label) in enumerate(series):
+        parts.append(svg.rect(x, H - 14, 10, 10, fill=PALETTE[i % len(PALETTE)]))
+        parts.append(svg.text(x + 14, H - 5, label, class_="axis"))
+        x += 24 + 7 * len(label)
+
+
+def bars(rows: list[dict], x_key: str, series: list[tuple[str, str]], fmt=lambda v: f"{v:g}",
+         label=lambda v: str(v)) -> Markup:
+    """Grouped bars: one group per row, one bar per series (key, legend)."""
+    values = [row.get(k) or 0 for row in rows for k, _ in series]
+    top = _scale(max(values, default=0))
+    parts: list[str] = []
+    _frame(parts, top, fmt)
+    group = (W - 8 - LEFT) / max(len(rows), 1)
+    width = min(28, group * 0.8 / len(series))
+    centres = []
+    for i, row in enumerate(rows):
+        x0 = LEFT + i * group + (group - width * len(series)) / 2
+        centres.append(LEFT + i * group + group / 2)
+        for j, (key, name) in enumerate(series):
+            value = row.get(key)
+            h = (H - BOTTOM - TOP) * (value or 0) / top
+            parts.append(svg.rect(x0 + j * width, H - BOTTOM - h, width - 2, h, fill=PALETTE[j % len(PALETTE)],
+                                  title=f"{label(row[x_key])}: {name} {fmt(value) if value is not None else 'n/a'}"))
+    _labels(parts, [label(r[x_key]) for r in rows], centres)
+    _legend(parts, series)
+    return svg.document(W, H, parts, ", ".join(name for _, name in series))
+
+
+def lines(rows: list[dict], x_key: str, series: list[tuple[str, str]], fmt=lambda v: f"{v:g}",
+          label=lambda v: str(v), top: float | None = None) -> Markup:
+    """One line per series; a point per row (missing values leave a gap)."""
+    values = [row.get(k) or 0 for row in rows for k, _ in series]
+    top = top or _scale(max(values, default=0))
+    parts: list[str] = []
+    _frame(parts, top, fmt)
+    step = (W - 8 - LEFT) / max(len(rows) - 1, 1)
+    xs = [LEFT + i * step for i in range(len(rows))]
+    for j, (key, name) in enumerate(series):
+        colour = PALETTE[j % len(PALETTE)]
+        run: list[tuple[float, float]] = []
+        for x, row in zip(xs, rows):
+            value = row.get(key)
+            if value is None:
+                if len(run) > 1:
+                    parts.append(svg.polyline(run, fill="none", stroke=colour, stroke_width="2"))
+                run = []
+                continue
+            y = H - BOTTOM - (H - BOTTOM - TOP) * value / top
+            run.append((x, y))
+            if len(rows) <= 60:
+                parts.append(svg.circle(x, y, 3, fill=colour, title=f"{label(row[x_key])}: {name} {fmt(value)}"))
+        if len(run) > 1:
+            parts.append(svg.polyline(run, fill="none", stroke=colour, stroke_width="2"))
+    _labels(parts, [label(r[x_key]) for r in rows], xs)
+    _legend(parts, series)
+    return svg.document(W, H, parts, ", ".join(name for _, name in series))

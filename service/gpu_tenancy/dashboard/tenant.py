@@ -1,0 +1,184 @@
+"""Tenant pages: my leases (status, queue position, ETA, reasons), one lease
+(events, progress, extend, cancel), a new lease with a dry-run preview, my
+quota and use per GPU model, my volumes. Every figure and change comes from
+the API."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from flask import g, redirect, render_template, request, url_for
+
+from gpu_tenancy.api import runtime as rt
+from gpu_tenancy.dashboard import bp
+from gpu_tenancy.dashboard.login import api, flash
+from gpu_tenancy.timeutil import parse_time, rfc3339
+
+WAITING = ("requested", "queued")
+HOLDING = ("scheduled", "provisioning", "active", "ending")
+REFRESHING = ("requested", "scheduled", "provisioning", "ending")   # pages of these refresh themselves
+USAGE_DAYS = 30
+
+
+@bp.get("/")
+def home():
+    return redirect(url_for("dashboard.leases"))
+
+
+@bp.get("/leases")
+def leases():
+    rows = api().get("/v1/leases", limit=rt.runtime().config.max_page_size)["leases"]
+    rows.sort(key=lambda lease: lease["created_at"], reverse=True)
+    show = request.args.get("show", "open")
+    if show == "open":
+        rows = [r for r in rows if r["status"] in WAITING + HOLDING]
+    return render_template("dashboard/leases.html", leases=rows, show=show, now=rt.now(),
+                           refresh=any(r["status"] in REFRESHING for r in rows))
+
+
+@bp.get("/leases/<lease_id>")
+def lease(lease_id: str):
+    client = api()
+    row = client.get(f"/v1/leases/{lease_id}")["lease"]
+    events = client.get(f"/v1/leases/{lease_id}/events")["events"]
+    return render_template("dashboard/lease.html", lease=row, events=events, now=rt.now(),
+                           refresh=row["status"] in REFRESHING, can_change=row["status"] in WAITING + HOLDING)
+
+
+@bp.post("/leases/<lease_id>/extend")
+def extend(lease_id: str):
+    try:
+        hours = float(request.form.get("hours", ""))
+        if not 0 < hours <= 24 * 365:
+            raise ValueError
+    except ValueError:
+        flash("give the hours to add as a number above 0", "error")
+        return redirect(url_for("dashboard.lease", lease_id=lease_id))
+    client = api()
+    row = client.get(f"/v1/leases/{lease_id}")["lease"]
+    reply = client.call("PATCH", f"/v1/leases/{lease_id}", body={"duration": row["duration"] + int(hours * 3600)})
+    if reply.ok:
+        flash(f"extended by {hours:g} h: the lease now ends {reply.body['lease']['end'] or 'after its new duration'}",
+              "ok")
+    else:
+        flash(f"not extended: {reply.error}", "error")
+    return redirect(url_for("dashboard.lease", lease_id=lease_id))
+
+
+@bp.post("/leases/<lease_id>/cancel")
+def cancel(lease_id: str):
+    reply = api().call("DELETE", f"/v1/leases/{lease_id}")
+    flash("cancelled" if reply.ok else f"not cancelled: {reply.error}", "ok" if reply.ok else "error")
+    return redirect(url_for("dashboard.lease", lease_id=lease_id))
+
+
+def lease_body(form) -> dict:
+    """The API request from the form; ValueError says what is wrong in words."""
+    body: dict = {"shape": form.get("shape", "")}
+    if form.get("name", "").strip():
+        body["name"] = form["name"].strip()
+    try:
+        body["instances"] = int(form.get("instances") or 1)
+        hours = float(form.get("hours") or 0)
+    except ValueError:
+        raise ValueError("VMs and hours are numbers") from None
+    if hours <= 0:
+        raise ValueError("the duration must be above 0 hours")
+    body["duration"] = int(round(hours * 3600))
+    if form.get("start_mode") == "at":
+        if not form.get("start_at"):
+            raise ValueError("give the start time, or choose 'as soon as possible'")
+        body["start"] = form["start_at"] + (":00Z" if len(form["start_at"]) == 16 else "Z")
+    if form.get("image"):
+        body["image"] = form["image"]
+    volume = form.get("volume_mode", "none")
+    if volume == "new":
+        try:
+            body["volume"] = {"size_gb": int(form.get("volume_size_gb") or 0)}
+        except ValueError:
+            raise ValueError("the volume size is a whole number of GB") from None
+    elif volume == "existing":
+        body["volume"] = {"id": form.get("volume_id", "").strip()}
+    if form.get("key_name", "").strip():
+        body["key_name"] = form["key_name"].strip()
+    return body
+
+
+@bp.route("/leases/new", methods=["GET", "POST"])
+def new_lease():
+    client = api()
+    shapes = client.get("/v1/shapes")["shapes"]
+    images = client.get("/v1/images")["images"]
+    preview = error = None
+    form = request.form if request.method == "POST" else {"instances": "1", "hours": "4", "start_mode": "now",
+                                                          "volume_mode": "none"}
+    if request.method == "POST":
+        try:
+            body = lease_body(request.form)
+        except ValueError as exc:
+            error = str(exc)
+        else:
+            dry_run = request.form.get("action") == "preview"
+            reply = client.call("POST", "/v1/leases", query={"dry_run": "true"} if dry_run else None, body=body)
+            if not reply.ok:
+                error = reply.error
+            elif dry_run:
+                preview = reply.body["lease"]
+            else:
+                created = reply.body["lease"]
+                flash(f"lease {created['name']} is {created['status']}", "ok")
+                return redirect(url_for("dashboard.lease", lease_id=created["id"]))
+    return render_template("dashboard/new_lease.html", shapes=[s for s in shapes if not s.get("retired_at")],
+                           images=[i for i in images if not i.get("retired_at")], form=form, preview=preview,
+                           error=error, now=rt.now()), 400 if error else 200
+
+
+def held_now(leases_: list[dict], now: int) -> dict[str, int]:
+    """GPUs per model that the project's leases hold at this instant."""
+    held: dict[str, int] = defaultdict(int)
+    for lease_ in leases_:
+        if lease_["status"] in HOLDING:
+            for a in lease_["allocations"]:
+                if parse_time(a["start"]) <= now < parse_time(a["end"]):
+                    held[lease_["gpu_model"]] += a["gpus"]
+    return held
+
+
+@bp.get("/quota")
+def quota():
+    client = api()
+    now = rt.now()
+    project = g.login.project_id
+    limits = client.get(f"/v1/quotas/{project}")["quota"]["gpu_models"]
+    usage = client.get("/v1/usage", project_id=project, start=rfc3339(now - USAGE_DAYS * 86400), end=rfc3339(now))
+    hours = {model: figures["gpu_hours"] for p in usage["usage"]["projects"] if p["project_id"] == project
+             for model, figures in p["gpu_models"].items()}
+    held = held_now(client.get("/v1/leases", status=list(HOLDING))["leases"], now)
+    models = sorted(set(limits) | set(hours) | set(held))
+    rows = [{"gpu_model": model, "limits": limits.get(model), "held": held.get(model, 0),
+             "gpu_hours": hours.get(model, 0.0)} for model in models]
+    return render_template("dashboard/quota.html", rows=rows, days=USAGE_DAYS)
+
+
+@bp.get("/volumes")
+def volumes():
+    """The data volumes named by the project's leases: the lease records are where the service knows them."""
+    by_volume: dict[str, dict] = {}
+    pending = []
+    for lease_ in sorted(api().get("/v1/leases", limit=rt.runtime().config.max_page_size)["leases"],
+                         key=lambda x: x["created_at"]):
+        volume = lease_.get("volume")
+        if not volume:
+            continue
+        if not volume.get("id"):
+            pending.append({"size_gb": volume.get("size_gb"), "lease": lease_})
+            continue
+        entry = by_volume.setdefault(volume["id"], {"id": volume["id"], "size_gb": volume.get("size_gb"),
+                                                    "leases": []})
+        entry["leases"].append(lease_)
+    rows = []
+    for entry in by_volume.values():
+        last = entry["leases"][-1]
+        entry["in_use_by"] = last if last["status"] in HOLDING else None
+        entry["last_lease"] = last
+        rows.append(entry)
+    return render_template("dashboard/volumes.html", volumes=rows, pending=pending)

@@ -1,0 +1,98 @@
+"""The owners' figures and the exports, read from the database; the
+arithmetic is in domain/figures.py."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import to_epoch, utcnow_naive
+from gpu_tenancy.domain import figures
+from gpu_tenancy.domain.states import WAITING, LeaseState
+from gpu_tenancy.engine.capacity import calendar, holds_between
+from gpu_tenancy.engine.usage import USED_GPUS, gpu_hours
+from gpu_tenancy.timeutil import rfc3339
+
+FIGURES = ("wait_by_day", "on_time_share", "first_try_success", "failures_by_class", "hourly_gpu_use",
+           "idle_fragmentation", "cancel_ratio")
+EXPORTS = ("leases", "events", "usage")
+
+
+def lease_facts(session: Session, start: int, end: int) -> list[figures.LeaseFacts]:
+    """Leases whose requested start or creation falls in [start, end), with
+    what their events tell."""
+    lo, hi = utcnow_naive(start), utcnow_naive(end)
+    rows = list(session.scalars(select(m.Lease).where(
+        ((m.Lease.earliest_start >= lo) & (m.Lease.earliest_start < hi))
+        | ((m.Lease.created_at >= lo) & (m.Lease.created_at < hi)))))
+    transitions: dict[str, list[m.Event]] = defaultdict(list)
+    ids = [r.id for r in rows]
+    for chunk in range(0, len(ids), 500):
+        for event in session.scalars(select(m.Event).where(
+                m.Event.lease_id.in_(ids[chunk:chunk + 500]), m.Event.kind == "transition").order_by(m.Event.id)):
+            transitions[event.lease_id].append(event)
+    return [_facts(row, transitions[row.id]) for row in rows]
+
+
+def _facts(row: m.Lease, events: list[m.Event]) -> figures.LeaseFacts:
+    active_at = cancelled_at = outcome = None
+    admitted = False    # a waiting lease's start_at is only its planned start
+    for event in events:
+        admitted = admitted or event.to_state == LeaseState.SCHEDULED.value
+        if event.to_state == LeaseState.ACTIVE.value and active_at is None:
+            active_at = to_epoch(event.at)
+        if event.to_state == LeaseState.CANCELLED.value:
+            cancelled_at = to_epoch(event.at)
+        if event.from_state == LeaseState.PROVISIONING.value and outcome is None:
+            outcome = event.to_state
+    return figures.LeaseFacts(
+        lease_id=row.id, project_id=row.project_id, gpu_model=row.gpu_model, gpus=row.gpus_per_vm * row.instances,
+        status=row.status, created_at=to_epoch(row.created_at), requested_start=to_epoch(row.earliest_start),
+        start=to_epoch(row.start_at) if admitted else None, active_at=active_at, cancelled_at=cancelled_at,
+        first_provisioning_outcome=outcome, failure_class=row.failure_class)
+
+
+def hosts_now(session: Session, now: int) -> list[figures.HostNow]:
+    return [figures.HostNow(h.host, h.gpu_model, h.gpus, h.free[0][2] if h.free else h.gpus, h.in_service)
+            for h in calendar(session, now, now + 1)]
+
+
+def all_figures(session: Session, start: int, end: int, now: int) -> dict[str, list[dict]]:
+    """Every figure over [start, end); idle fragmentation is of `now`."""
+    facts = lease_facts(session, start, end)
+    until = min(end, now)
+    holds = [(h.start, h.end, h.gpus) for h in holds_between(session, start, until, USED_GPUS)] if until > start else []
+    capacity = sum(h.gpus for h in session.scalars(select(m.Host)))
+    waiting = session.execute(select(m.Lease.gpu_model, m.Lease.gpus_per_vm).where(
+        m.Lease.status.in_([s.value for s in WAITING])))
+    return {
+        "wait_by_day": figures.wait_by_day(facts),
+        "on_time_share": figures.on_time_share(facts, now),
+        "first_try_success": figures.first_try_success(facts),
+        "failures_by_class": figures.failures_by_class(facts),
+        "hourly_gpu_use": figures.hourly_gpu_use(holds, capacity, start, until) if until > start else [],
+        "idle_fragmentation": figures.idle_fragmentation(hosts_now(session, now), [tuple(w) for w in waiting]),
+        "cancel_ratio": figures.cancel_ratio(facts),
+    }
+
+
+def export(session: Session, what: str, start: int, end: int, now: int) -> list[dict]:
+    """Flat rows of leases (created in the window), their events, or GPU-hours per project and model."""
+    lo, hi = utcnow_naive(start), utcnow_naive(end)
+    if what == "usage":
+        return [{"project_id": p, "gpu_model": model, "gpu_hours": h, "start": rfc3339(start), "end": rfc3339(end)}
+                for p, models in gpu_hours(session, start, end, now).items() for model, h in models.items()]
+    leases = select(m.Lease).where(m.Lease.created_at >= lo, m.Lease.created_at < hi).order_by(m.Lease.created_at)
+    if what == "leases":
+        return [{"id": r.id, "name": r.name, "project_id": r.project_id, "user_id": r.user_id, "status": r.status,
+                 "shape": r.shape, "gpu_model": r.gpu_model, "gpus_per_instance": r.gpus_per_vm,
+                 "instances": r.instances, "duration": r.duration,
+                 "requested_start": rfc3339(to_epoch(r.earliest_start)), "start": rfc3339(to_epoch(r.start_at)),
+                 "end": rfc3339(to_epoch(r.end_at)), "failure_class": r.failure_class,
+                 "created_at": rfc3339(to_epoch(r.created_at))} for r in session.scalars(leases)]
+    ids = select(m.Lease.id).where(m.Lease.created_at >= lo, m.Lease.created_at < hi)
+    return [{"lease_id": e.lease_id, "at": rfc3339(to_epoch(e.at)), "actor": e.actor, "kind": e.kind,
+             "from": e.from_state, "to": e.to_state, "message": e.message}
+            for e in session.scalars(select(m.Event).where(m.Event.lease_id.in_(ids)).order_by(m.Event.id))]

@@ -1,0 +1,57 @@
+"""Dashboard logins kept server side. The browser's cookie holds a random id;
+only its SHA-256 is stored, so a copy of the table opens no session."""
+from __future__ import annotations
+
+import hashlib
+import secrets
+from sqlalchemy import delete
+from sqlalchemy.orm import Session
+
+from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import utcnow_naive
+
+
+def _hash(session_id: str) -> str:
+    return hashlib.sha256(session_id.encode()).hexdigest()
+
+
+def open_session(session: Session, now: int, lifetime: int, **identity) -> tuple[str, m.DashboardSession]:
+    """A new login; returns the id for the cookie and the row. `identity` holds
+    the DashboardSession columns (user, project, roles, tokens, dev_mode)."""
+    session.execute(delete(m.DashboardSession).where(m.DashboardSession.expires_at <= utcnow_naive(now)))
+    session_id = secrets.token_urlsafe(32)
+    expires = identity.pop("expires_at", None) or now + lifetime
+    row = m.DashboardSession(id_hash=_hash(session_id), csrf_token=secrets.token_urlsafe(32), notices=[],
+                             created_at=utcnow_naive(now), expires_at=utcnow_naive(min(expires, now + lifetime)),
+                             **identity)
+    session.add(row)
+    return session_id, row
+
+
+def find(session: Session, now: int, session_id: str | None) -> m.DashboardSession | None:
+    """The live login the cookie names, or None."""
+    if not session_id or len(session_id) > 128:
+        return None
+    row = session.get(m.DashboardSession, _hash(session_id))
+    if row is None or row.expires_at <= utcnow_naive(now):
+        return None
+    return row
+
+
+def close(session: Session, session_id: str) -> None:
+    session.execute(delete(m.DashboardSession).where(m.DashboardSession.id_hash == _hash(session_id)))
+
+
+def add_notice(session: Session, session_id: str, kind: str, message: str) -> None:
+    """A message for the next page the user sees (after a redirect)."""
+    row = session.get(m.DashboardSession, _hash(session_id))
+    if row is not None:
+        row.notices = [*row.notices, [kind, message]]
+
+
+def take_notices(session: Session, session_id: str) -> list[list[str]]:
+    row = session.get(m.DashboardSession, _hash(session_id))
+    if row is None or not row.notices:
+        return []
+    notices, row.notices = row.notices, []
+    return notices

@@ -1,0 +1,17 @@
+"""How the dashboard words times and durations."""
+from __future__ import annotations
+
+from gpu_tenancy.dashboard.formatting import relative, span, when
+
+
+def test_relative_times_read_as_people_say_them():
+    assert relative(0) == relative(59) == relative(-59) == "now"
+    assert relative(2 * 3600 + 5 * 60 + 30) == "in 2 h 5 min"
+    assert relative(-180) == "3 min ago"
+    assert relative(86400 + 3600 + 60) == "in 1 d 1 h"        # minutes are noise beside days
+
+
+def test_durations_and_times():
+    assert span(3600 * 26 + 1800) == "1 d 2 h 30 min"
+    assert span(45) == "45 s" and span(None) == ""
+    assert when("2026-12-01T14:00:00Z") == "2026-12-01 14:00 UTC" and when(None) == "—"
