@@ -83,14 +83,18 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trace", default="philly-final")
     ap.add_argument("--load", type=float, default=0.8, help="offered load, e.g. 0.8")
-    ap.add_argument("--traces", default=traces.default_trace_dir(REPO), help="directory of the trace CSVs")
+    ap.add_argument("--traces", default=traces.default_trace_dir(),
+                    help=f"directory of the trace CSVs (default ${traces.TRACES_ENV})")
     ap.add_argument("--config", default=os.path.join(HERE, "replay.yaml"))
     ap.add_argument("--days", type=float, help="only the first DAYS days of submissions")
     ap.add_argument("--overask", action="store_true",
                     help="leases ask for the run time rounded up to the hour and are cancelled at the real end")
     ap.add_argument("--schedulers", default=",".join(SCHEDULERS))
+    ap.add_argument("--progress", type=float, default=60, help="print progress every this many wall seconds")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     a = ap.parse_args(argv)
+    if not a.traces:
+        ap.error(f"give --traces or set {traces.TRACES_ENV} to the directory of the trace CSVs")
     cfg = yaml.safe_load(open(a.config))
     jobs, shares = load_jobs(cfg, a.trace, a.traces, a.days, a.overask)
     win = window_of(jobs)
@@ -105,7 +109,7 @@ def main(argv=None) -> int:
     results = {}
     for name in a.schedulers.split(","):
         t = time.perf_counter()
-        out = simulate(jobs, n_hosts, make(name, cfg, shares, cap))
+        out = simulate(jobs, n_hosts, make(name, cfg, shares, cap), progress=a.progress)
         r = summarize(out, jobs, shares, cap)
         results[name] = r
         extra = (f", {r['plans']} plans, {r['replans_per_s']:.0f} replans/s of wall time, "

@@ -93,5 +93,9 @@ def read_vc_nodes(path: str) -> dict[str, int]:
         return {r["vc"]: int(r["node num"]) for r in csv.DictReader(f)}
 
 
-def default_trace_dir(repo_root: str) -> str:
-    return os.path.join(repo_root, "..", "shared", "traces")
+TRACES_ENV = "GT_TRACES_DIR"
+
+
+def default_trace_dir() -> str | None:
+    """Where the trace CSVs are: $GT_TRACES_DIR (they are not part of the repo)."""
+    return os.environ.get(TRACES_ENV)
