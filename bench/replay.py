@@ -47,7 +47,7 @@ def load_jobs(cfg: dict, trace: str, traces_dir: str, days: float | None, overas
         jobs = traces.read_philly(path, spec.get("start"), spec.get("end"))
         sizes = traces.read_vc_nodes(os.path.join(traces_dir, cfg["philly_vc_sizes"]))
     else:
-        jobs = traces.read_openb(path)
+        jobs = traces.read_openb(path, spec.get("max_runtime"))
         sizes = {}
     if days:
         cut = jobs[0].arrival + int(days * 86400)
@@ -58,6 +58,18 @@ def load_jobs(cfg: dict, trace: str, traces_dir: str, days: float | None, overas
     if overask:
         jobs = [dataclasses.replace(j, asked=-(-j.runtime // 3600) * 3600) for j in jobs]
     return jobs, quota_shares((j.tenant for j in jobs), sizes)
+
+
+def compress_to_load(jobs, load: float, n_gpus: int):
+    """Scale the gaps between arrivals so that the offered load on n_gpus is
+    `load` (run times unchanged); returns the jobs and the factor applied."""
+    t0, total = jobs[0].arrival, 1.0
+    for _ in range(4):   # the load clips work at the window's end, so a few rounds converge
+        now = offered_load(jobs, n_gpus, window_of(jobs))
+        f = now / load
+        total *= f
+        jobs = [dataclasses.replace(j, arrival=t0 + round((j.arrival - t0) * f)) for j in jobs]
+    return jobs, total
 
 
 def make(name: str, cfg: dict, shares, capacity: int):
@@ -86,6 +98,7 @@ def main(argv=None) -> int:
     ap.add_argument("--traces", default=traces.default_trace_dir(),
                     help=f"directory of the trace CSVs (default ${traces.TRACES_ENV})")
     ap.add_argument("--config", default=os.path.join(HERE, "replay.yaml"))
+    ap.add_argument("--hosts", type=int, help="this many hosts, the arrivals' spacing scaled to make --load")
     ap.add_argument("--days", type=float, help="only the first DAYS days of submissions")
     ap.add_argument("--overask", action="store_true",
                     help="leases ask for the run time rounded up to the hour and are cancelled at the real end")
@@ -97,14 +110,19 @@ def main(argv=None) -> int:
         ap.error(f"give --traces or set {traces.TRACES_ENV} to the directory of the trace CSVs")
     cfg = yaml.safe_load(open(a.config))
     jobs, shares = load_jobs(cfg, a.trace, a.traces, a.days, a.overask)
+    fixed = a.hosts or cfg["traces"][a.trace].get("hosts")
+    squeeze = 1.0
+    if fixed:   # a fixed cluster: the arrivals are brought closer together (or apart) to make the load
+        jobs, squeeze = compress_to_load(jobs, a.load, fixed * cfg["host_gpus"])
     win = window_of(jobs)
-    n_hosts = hosts_for_load(jobs, a.load, win, cfg["host_gpus"])
+    n_hosts = fixed or hosts_for_load(jobs, a.load, win, cfg["host_gpus"])
     cap = n_hosts * cfg["host_gpus"]
     tag = f"{a.trace}-{int(round(a.load * 100))}" + ("-overask" if a.overask else "") + (f"-{a.days:g}d" if a.days else "")
     head = (f"trace {a.trace}: {len(jobs)} jobs, {len(shares)} tenants, {(win[1] - win[0]) / 86400:.1f} days; "
             f"cluster {n_hosts} hosts x {cfg['host_gpus']} = {cap} GPUs; offered load "
             f"{100 * offered_load(jobs, cap, win):.1f} %; durations "
-            f"{'over-asked (next hour), cancelled at the real end' if a.overask else 'exact (oracle)'}")
+            f"{'over-asked (next hour), cancelled at the real end' if a.overask else 'exact (oracle)'}"
+            + (f"; arrival gaps x{squeeze:.3f} to make the load on a fixed cluster" if fixed else ""))
     print(head, flush=True)
     results = {}
     for name in a.schedulers.split(","):

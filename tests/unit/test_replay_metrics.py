@@ -86,3 +86,10 @@ def test_table_ratios_against_easy():
     assert "≥ 25s" in bound and "mean 0.25" in bound
     assert ratio(0, 0) == "-" and ratio(1, 0) == "inf"
     assert hms(59) == "59s" and hms(90) == "1.5m" and hms(5400) == "1.5h"
+
+
+def test_smooth_keeps_a_flat_series_flat_to_its_ends():
+    import numpy as np
+    from report import smooth
+    assert list(smooth(np.full(50, 0.8), 24)) == pytest.approx([0.8] * 50)
+    assert list(smooth(np.array([0.0, 1.0, 0.0, 0.0]), 3)) == pytest.approx([0.5, 1 / 3, 1 / 3, 0.0])
