@@ -132,28 +132,31 @@ def main(argv=None):
     print(machine())
     print("plan s is wall time; cpu s is this process's CPU time (less sensitive to a busy machine)")
     print(f"{'hosts':>6} {'waiting':>8} {'plan s':>9} {'cpu s':>9} {'us/lease':>9} {'placed':>7} {'start now':>9}")
-    table = {}
+    table, cpu = {}, {}
     for nh in host_counts:
         for nw in sizes:
             t, res = time_plan(nh, nw, runs)
             table[(nh, nw)] = t
+            cpu[(nh, nw)] = time_plan.last_cpu
             placed = sum(1 for p in res.leases.values() if p.placement)
             now_ = len(res.startable())
             print(f"{nh:>6} {nw:>8} {t:>9.3f} {time_plan.last_cpu:>9.3f} {t / nw * 1e6:>9.1f} {placed:>7} "
                   f"{now_:>9}", flush=True)
+    # growth rates from CPU time: on a shared machine the wall time mostly measures the neighbours
     if len(sizes) > 1:
         for nh in host_counts:
-            k = growth_exponent(sizes, [table[(nh, nw)] for nw in sizes])
-            print(f"growth in waiting leases at {nh} hosts: time ~ n^{k:.2f} "
-                  f"({sizes[-1]}/{sizes[0]} leases: x{table[(nh, sizes[-1])] / table[(nh, sizes[0])]:.1f})")
+            k = growth_exponent(sizes, [cpu[(nh, nw)] for nw in sizes])
+            print(f"growth in waiting leases at {nh} hosts: cpu ~ n^{k:.2f} "
+                  f"({sizes[-1]}/{sizes[0]} leases: x{cpu[(nh, sizes[-1])] / cpu[(nh, sizes[0])]:.1f})")
     if len(host_counts) > 1:
         for nw in sizes:
-            k = growth_exponent(host_counts, [table[(nh, nw)] for nh in host_counts])
-            print(f"growth in hosts at {nw} waiting: time ~ h^{k:.2f} "
-                  f"({host_counts[-1]}/{host_counts[0]} hosts: x{table[(host_counts[-1], nw)] / table[(host_counts[0], nw)]:.1f})")
+            k = growth_exponent(host_counts, [cpu[(nh, nw)] for nh in host_counts])
+            print(f"growth in hosts at {nw} waiting: cpu ~ h^{k:.2f} "
+                  f"({host_counts[-1]}/{host_counts[0]} hosts: x{cpu[(host_counts[-1], nw)] / cpu[(host_counts[0], nw)]:.1f})")
     if (1000, 10000) in table:
-        t = table[(1000, 10000)]
-        print(f"goal: 10k waiting on 1k hosts under 1 s: {t:.2f} s, {'met' if t < 1 else 'NOT met'}")
+        t, c = table[(1000, 10000)], cpu[(1000, 10000)]
+        print(f"goal: 10k waiting on 1k hosts under 1 s: {t:.2f} s wall, {c:.2f} s cpu: "
+              f"{'met' if max(t, c) < 1 else 'met on cpu time only' if c < 1 else 'NOT met'}")
 
     # baseline: the naive reference on small sizes, same run
     from naive_planner import NAIVE

@@ -1,13 +1,16 @@
 """Trace replay: one trace, one cluster, every scheduler, on virtual time.
 
+    export GT_TRACES_DIR=<directory of the trace CSVs>   # or --traces DIR
     python bench/replay.py --trace philly-final --load 0.8
     python bench/replay.py --trace openb --load 0.95 --overask
-    python bench/replay.py --trace philly-tune --load 0.95 --days 14
+    python bench/replay.py --trace philly-oct --load 0.95 --days 7
 
 Jobs become leases (tenant = Philly VC or openb qos; GPUs; duration = run
 time, known exactly, or with --overask the next whole hour, the lease then
 being cancelled at the real end). The cluster is hosts of 8 GPUs, as many as
-make the offered load (GPU-time submitted / (GPUs x window)) equal --load.
+make the offered load (GPU-time asked inside the submission window / (GPUs x
+window)) equal --load; or a fixed number of hosts (--hosts, or `hosts:` in
+replay.yaml) with the arrivals' spacing scaled to make that load.
 gpu-tenancy is the service's planner with the engine's semantics
 (planner_sched.py); the baselines are in baselines.py; the mean-wait lower
 bound in lower_bound.py. Writes bench/results/<trace>-<load>[-overask].md

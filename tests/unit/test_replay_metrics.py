@@ -8,7 +8,6 @@ import sys
 
 import pytest
 
-pytest.importorskip("numpy")
 BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
 sys.path.insert(0, os.path.abspath(BENCH))
 
