@@ -40,7 +40,8 @@ from metrics import summarize  # noqa: E402
 from planner_sched import GpuTenancy, quota_limits  # noqa: E402
 from report import hms, plots, table  # noqa: E402
 
-SCHEDULERS = ("gpu-tenancy", "gpu-tenancy+quota", "EASY", "FIFO", "refuse+retry")
+# gpu-tenancy-aging is a prototype of an engine change (not what the service does): see make()
+SCHEDULERS = ("gpu-tenancy", "gpu-tenancy+quota", "gpu-tenancy-aging", "EASY", "FIFO", "refuse+retry")
 
 
 def load_jobs(cfg: dict, trace: str, traces_dir: str, days: float | None, overask: bool):
