@@ -65,17 +65,27 @@ class Cluster:
         return 0 if vms < n else g * vms
 
 
-def offered_load(jobs, n_gpus: int, window: tuple[int, int]) -> float:
-    """sum(gpu_time of the jobs arriving in the window) / (GPUs x window length)."""
+def demand(jobs, window: tuple[int, int]) -> float:
+    """GPU-seconds the jobs arriving in the window would use inside it if each
+    started on arrival: a job running past the window's end counts only up to
+    it, so that a slice of a trace (--days) is sized by what it asks of that
+    slice, not by work that would spill over."""
     a, b = window
-    return sum(j.gpu_time for j in jobs if a <= j.arrival < b) / (n_gpus * (b - a))
+    return float(sum(j.gpus * (min(b, j.arrival + j.runtime) - j.arrival) for j in jobs if a <= j.arrival < b))
+
+
+def offered_load(jobs, n_gpus: int, window: tuple[int, int]) -> float:
+    """demand / (GPUs x window length): the mean fraction of the cluster busy
+    if nobody ever waited."""
+    a, b = window
+    return demand(jobs, window) / (n_gpus * (b - a))
 
 
 def hosts_for_load(jobs, load: float, window: tuple[int, int], host_gpus: int = HOST_GPUS) -> int:
     """Hosts of host_gpus GPUs that make the offered load closest to `load`
     (never fewer than the largest job needs)."""
     a, b = window
-    work = sum(j.gpu_time for j in jobs if a <= j.arrival < b)
+    work = demand(jobs, window)
     n = max(1, round(work / (load * host_gpus * (b - a))))
     biggest = max((j.vms if j.vms > 1 else 1) for j in jobs)
     return max(n, biggest)

@@ -34,6 +34,7 @@ from gpu_tenancy.demo.seed import seed  # noqa: E402
 from gpu_tenancy.engine import quotas as quota_api  # noqa: E402
 
 import replay  # noqa: E402
+import traces  # noqa: E402
 from cluster_model import hosts_for_load, offered_load, window_of  # noqa: E402
 from event_loop import simulate  # noqa: E402
 from planner_sched import MODEL, GpuTenancy, quota_limits  # noqa: E402
@@ -114,9 +115,12 @@ def main(argv=None) -> int:
     ap.add_argument("--load", type=float, default=0.95)
     ap.add_argument("--hosts", type=int, help="this many hosts instead of sizing by --load")
     ap.add_argument("--quota", choices=("open", "quota"), default="open")
-    ap.add_argument("--traces", default=os.path.join(os.path.dirname(HERE), "..", "shared", "traces"))
+    ap.add_argument("--traces", default=traces.default_trace_dir(),
+                    help=f"directory of the trace CSVs (default ${traces.TRACES_ENV})")
     ap.add_argument("--config", default=os.path.join(HERE, "replay.yaml"))
     a = ap.parse_args(argv)
+    if not a.traces:
+        ap.error(f"give --traces or set {traces.TRACES_ENV} to the directory of the trace CSVs")
     cfg = yaml.safe_load(open(a.config))
     jobs, shares = replay.load_jobs(cfg, a.trace, a.traces, None, False)
     jobs = jobs[:a.jobs]

@@ -47,7 +47,8 @@ class Scheduler:
         return {}
 
 
-def simulate(jobs, n_hosts: int, sched: Scheduler) -> Outcome:
+def simulate(jobs, n_hosts: int, sched: Scheduler, progress: float | None = None) -> Outcome:
+    """Replay `jobs`; with `progress`, print where the replay is every that many wall seconds."""
     cluster = Cluster(n_hosts)
     heap: list = [(j.arrival, ARRIVE, i, j) for i, j in enumerate(jobs)]
     heapq.heapify(heap)
@@ -56,8 +57,12 @@ def simulate(jobs, n_hosts: int, sched: Scheduler) -> Outcome:
     running: dict[str, tuple] = {}            # jid -> (job, hosts, start)
     out = Outcome(sched.name, {}, {}, cluster)
     t_prev, frag_now = jobs[0].arrival if jobs else 0, 0
-    wall0 = time.perf_counter()
+    wall0 = last = time.perf_counter()
     while heap:
+        if progress and time.perf_counter() - last > progress:
+            last = time.perf_counter()
+            print(f"    {sched.name}: day {(t_prev - jobs[0].arrival) / 86400:.1f}, {len(out.start)} of "
+                  f"{len(jobs)} started, {last - wall0:.0f} s wall", flush=True)
         t, kind, _, job = heapq.heappop(heap)
         if t > t_prev:
             out.frag_gpu_seconds += frag_now * (t - t_prev)

@@ -1,13 +1,16 @@
 """Trace replay: one trace, one cluster, every scheduler, on virtual time.
 
+    export GT_TRACES_DIR=<directory of the trace CSVs>   # or --traces DIR
     python bench/replay.py --trace philly-final --load 0.8
     python bench/replay.py --trace openb --load 0.95 --overask
-    python bench/replay.py --trace philly-tune --load 0.95 --days 14
+    python bench/replay.py --trace philly-oct --load 0.95 --days 7
 
 Jobs become leases (tenant = Philly VC or openb qos; GPUs; duration = run
 time, known exactly, or with --overask the next whole hour, the lease then
 being cancelled at the real end). The cluster is hosts of 8 GPUs, as many as
-make the offered load (GPU-time submitted / (GPUs x window)) equal --load.
+make the offered load (GPU-time asked inside the submission window / (GPUs x
+window)) equal --load; or a fixed number of hosts (--hosts, or `hosts:` in
+replay.yaml) with the arrivals' spacing scaled to make that load.
 gpu-tenancy is the service's planner with the engine's semantics
 (planner_sched.py); the baselines are in baselines.py; the mean-wait lower
 bound in lower_bound.py. Writes bench/results/<trace>-<load>[-overask].md
@@ -37,7 +40,8 @@ from metrics import summarize  # noqa: E402
 from planner_sched import GpuTenancy, quota_limits  # noqa: E402
 from report import hms, plots, table  # noqa: E402
 
-SCHEDULERS = ("gpu-tenancy", "gpu-tenancy+quota", "EASY", "FIFO", "refuse+retry")
+# gpu-tenancy-aging is a prototype of an engine change (not what the service does): see make()
+SCHEDULERS = ("gpu-tenancy", "gpu-tenancy+quota", "gpu-tenancy-aging", "EASY", "FIFO", "refuse+retry")
 
 
 def load_jobs(cfg: dict, trace: str, traces_dir: str, days: float | None, overask: bool):
@@ -47,7 +51,7 @@ def load_jobs(cfg: dict, trace: str, traces_dir: str, days: float | None, overas
         jobs = traces.read_philly(path, spec.get("start"), spec.get("end"))
         sizes = traces.read_vc_nodes(os.path.join(traces_dir, cfg["philly_vc_sizes"]))
     else:
-        jobs = traces.read_openb(path)
+        jobs = traces.read_openb(path, spec.get("max_runtime"))
         sizes = {}
     if days:
         cut = jobs[0].arrival + int(days * 86400)
@@ -58,6 +62,18 @@ def load_jobs(cfg: dict, trace: str, traces_dir: str, days: float | None, overas
     if overask:
         jobs = [dataclasses.replace(j, asked=-(-j.runtime // 3600) * 3600) for j in jobs]
     return jobs, quota_shares((j.tenant for j in jobs), sizes)
+
+
+def compress_to_load(jobs, load: float, n_gpus: int):
+    """Scale the gaps between arrivals so that the offered load on n_gpus is
+    `load` (run times unchanged); returns the jobs and the factor applied."""
+    t0, total = jobs[0].arrival, 1.0
+    for _ in range(4):   # the load clips work at the window's end, so a few rounds converge
+        now = offered_load(jobs, n_gpus, window_of(jobs))
+        f = now / load
+        total *= f
+        jobs = [dataclasses.replace(j, arrival=t0 + round((j.arrival - t0) * f)) for j in jobs]
+    return jobs, total
 
 
 def make(name: str, cfg: dict, shares, capacity: int):
@@ -83,29 +99,39 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trace", default="philly-final")
     ap.add_argument("--load", type=float, default=0.8, help="offered load, e.g. 0.8")
-    ap.add_argument("--traces", default=traces.default_trace_dir(REPO), help="directory of the trace CSVs")
+    ap.add_argument("--traces", default=traces.default_trace_dir(),
+                    help=f"directory of the trace CSVs (default ${traces.TRACES_ENV})")
     ap.add_argument("--config", default=os.path.join(HERE, "replay.yaml"))
+    ap.add_argument("--hosts", type=int, help="this many hosts, the arrivals' spacing scaled to make --load")
     ap.add_argument("--days", type=float, help="only the first DAYS days of submissions")
     ap.add_argument("--overask", action="store_true",
                     help="leases ask for the run time rounded up to the hour and are cancelled at the real end")
     ap.add_argument("--schedulers", default=",".join(SCHEDULERS))
+    ap.add_argument("--progress", type=float, default=60, help="print progress every this many wall seconds")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     a = ap.parse_args(argv)
+    if not a.traces:
+        ap.error(f"give --traces or set {traces.TRACES_ENV} to the directory of the trace CSVs")
     cfg = yaml.safe_load(open(a.config))
     jobs, shares = load_jobs(cfg, a.trace, a.traces, a.days, a.overask)
+    fixed = a.hosts or cfg["traces"][a.trace].get("hosts")
+    squeeze = 1.0
+    if fixed:   # a fixed cluster: the arrivals are brought closer together (or apart) to make the load
+        jobs, squeeze = compress_to_load(jobs, a.load, fixed * cfg["host_gpus"])
     win = window_of(jobs)
-    n_hosts = hosts_for_load(jobs, a.load, win, cfg["host_gpus"])
+    n_hosts = fixed or hosts_for_load(jobs, a.load, win, cfg["host_gpus"])
     cap = n_hosts * cfg["host_gpus"]
     tag = f"{a.trace}-{int(round(a.load * 100))}" + ("-overask" if a.overask else "") + (f"-{a.days:g}d" if a.days else "")
     head = (f"trace {a.trace}: {len(jobs)} jobs, {len(shares)} tenants, {(win[1] - win[0]) / 86400:.1f} days; "
             f"cluster {n_hosts} hosts x {cfg['host_gpus']} = {cap} GPUs; offered load "
             f"{100 * offered_load(jobs, cap, win):.1f} %; durations "
-            f"{'over-asked (next hour), cancelled at the real end' if a.overask else 'exact (oracle)'}")
+            f"{'over-asked (next hour), cancelled at the real end' if a.overask else 'exact (oracle)'}"
+            + (f"; arrival gaps x{squeeze:.3f} to make the load on a fixed cluster" if fixed else ""))
     print(head, flush=True)
     results = {}
     for name in a.schedulers.split(","):
         t = time.perf_counter()
-        out = simulate(jobs, n_hosts, make(name, cfg, shares, cap))
+        out = simulate(jobs, n_hosts, make(name, cfg, shares, cap), progress=a.progress)
         r = summarize(out, jobs, shares, cap)
         results[name] = r
         extra = (f", {r['plans']} plans, {r['replans_per_s']:.0f} replans/s of wall time, "

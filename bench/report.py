@@ -41,6 +41,15 @@ def table(results: dict[str, dict], ref_easy: str = "EASY", ref_gt: str = "gpu-t
     return "\n".join(lines)
 
 
+def smooth(series: np.ndarray, k: int) -> np.ndarray:
+    """Centred moving average over k points; the ends average what there is
+    (no zeros padded in, which would draw a ramp at both ends)."""
+    if k <= 1 or len(series) <= k:
+        return series
+    box = np.ones(k)
+    return np.convolve(series, box, mode="same") / np.convolve(np.ones(len(series)), box, mode="same")
+
+
 def plots(results: dict[str, dict], title: str, path_prefix: str) -> list[str]:
     import matplotlib
     matplotlib.use("Agg")
@@ -65,15 +74,15 @@ def plots(results: dict[str, dict], title: str, path_prefix: str) -> list[str]:
     made.append(path_prefix + "-wait-cdf.png")
 
     fig, ax = plt.subplots(figsize=(9, 4.2))
+    hours = max((len(r["use_series"]) for r in results.values() if not r.get("bound_only")), default=0)
+    window = max(1, min(24, hours // 30))   # a day, or less on a short trace
     for name, r in results.items():
         if r.get("bound_only"):
             continue
         h = (r["hours"] - r["hours"][0]) / 86400
-        k = 24   # daily moving average of the hourly use
-        u = np.convolve(r["use_series"], np.ones(k) / k, mode="same") if len(r["use_series"]) > k else r["use_series"]
-        ax.plot(h, 100 * u, label=name, lw=1)
+        ax.plot(h, 100 * smooth(r["use_series"], window), label=name, lw=1)
     ax.set_xlabel("days from the first submission")
-    ax.set_ylabel("GPUs busy (% of cluster, 24 h moving average)")
+    ax.set_ylabel(f"GPUs busy (% of cluster, {window} h moving average)")
     ax.set_title(f"GPU use over time: {title}")
     ax.grid(True, alpha=0.3)
     ax.legend()

@@ -137,3 +137,13 @@ def test_offered_load_sizing():
 def test_shape_makes_gangs_of_whole_hosts():
     assert shape(1) == (1, 1) and shape(8) == (8, 1)
     assert shape(16) == (8, 2) and shape(12) == (8, 2) and shape(128) == (8, 16)
+
+
+def test_lower_bound_counts_jobs_that_must_still_be_running():
+    # 16 one-GPU jobs of 1000 s at t=0 on 8 GPUs: the best mean wait is 500 s
+    # (8 wait 1000 s). SRPT alone bounds it by 62.5 s; with "every job is in the
+    # system for its run time" the sweep gives (16 x 1000 + 125 x 36 - 16 x 1000) / 16
+    jobs = [job(i, 0, 1000, 1) for i in range(16)]
+    assert mean_wait_bound(jobs, 8) == pytest.approx(125 * 36 / 16)
+    out = simulate(jobs, 1, EASY())
+    assert sum(waits(out, jobs).values()) / 16 == pytest.approx(500.0)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from flask import Blueprint, request, url_for
 from sqlalchemy import select
+from sqlalchemy.orm import selectinload
 
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.api.validation import json_body, query_int
@@ -205,6 +206,8 @@ def index():
                 raise BadRequest(f"marker {marker} is not a lease of this listing", "gpu_tenancy.invalid_marker")
             q = q.where((m.Lease.created_at > mark.created_at)
                         | ((m.Lease.created_at == mark.created_at) & (m.Lease.id > mark.id)))
+        # render() reads every row's allocations and servers: two queries per page, not two per lease
+        q = q.options(selectinload(m.Lease.allocations), selectinload(m.Lease.servers))
         rows = list(session.scalars(q.order_by(m.Lease.created_at, m.Lease.id).limit(limit + 1)))
         more = len(rows) > limit
         rows = rows[:limit]

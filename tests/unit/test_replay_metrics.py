@@ -1,0 +1,94 @@
+"""The replay's figures (bench/metrics.py, report.py, planner_scale's growth
+rate, cluster_model's offered load) on hand-made data with hand-computed
+answers."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
+sys.path.insert(0, os.path.abspath(BENCH))
+
+from cluster_model import Cluster, demand, offered_load  # noqa: E402
+from event_loop import Outcome  # noqa: E402
+from metrics import hourly, jain, summarize  # noqa: E402
+from planner_scale import growth_exponent  # noqa: E402
+from report import hms, ratio, table  # noqa: E402
+from traces import Job  # noqa: E402
+
+H = 3600
+
+
+def test_jain_index():
+    assert jain([1, 1, 1, 1]) == pytest.approx(1.0)
+    assert jain([1, 0, 0, 0]) == pytest.approx(0.25)        # one of four gets everything: 1/n
+    assert jain([1, 2]) == pytest.approx(9 / 10)             # (1+2)^2 / (2 x (1+4))
+    assert jain([]) == 1.0 and jain([0, 0]) == 1.0           # nobody wanted anything: nothing unfair
+
+
+def test_hourly_means_of_boxes():
+    # 2 GPUs for the first half hour, then 4 GPUs from 1.5 h to 3 h
+    hours, level = hourly([(0, 1800, 2), (int(1.5 * H), 3 * H, 4)], 0, 3 * H)
+    assert list(hours) == [0, H, 2 * H]                     # the hours starting in [0, 3 h)
+    assert list(level) == pytest.approx([1.0, 2.0, 4.0])
+
+
+def test_offered_load_clips_work_at_the_window_end():
+    # a 10 h job of 8 GPUs arriving at 0 in a 2 h window asks 16 GPU-h of it, not 80
+    jobs = [Job("a", "t", 0, 10 * H, 8, 1), Job("b", "t", H, 1800, 2, 1)]
+    assert demand(jobs, (0, 2 * H)) == pytest.approx(8 * 2 * H + 2 * 1800)
+    assert offered_load(jobs, 16, (0, 2 * H)) == pytest.approx((16 + 1) / 32)
+
+
+def test_growth_exponent():
+    assert growth_exponent([1000, 2000, 4000], [1.0, 2.0, 4.0]) == pytest.approx(1.0)
+    assert growth_exponent([1000, 10000], [0.1, 10.0]) == pytest.approx(2.0)
+
+
+def outcome(jobs, starts, n_hosts=1, frag=0.0):
+    out = Outcome("hand", dict(starts), {j.jid: [0] for j in jobs}, Cluster(n_hosts))
+    out.frag_gpu_seconds = frag
+    out.span = (jobs[0].arrival, max(starts[j.jid] + j.runtime for j in jobs))
+    out.wall_seconds = 2.0
+    out.extra = {"plans": 10, "plan_seconds": 0.5}
+    return out
+
+
+def test_summarize_waits_use_fairness_and_replans():
+    # one host of 8: tenant a runs 8 GPUs for 2 h at once; b's 4-GPU hour waits 2 h for it
+    jobs = [Job("a1", "a", 0, 2 * H, 8, 1), Job("b1", "b", 0, H, 4, 1)]
+    out = outcome(jobs, {"a1": 0, "b1": 2 * H}, frag=0.0)
+    r = summarize(out, jobs, {"a": 0.5, "b": 0.5}, 8)
+    assert r["p50"] == pytest.approx(H)            # waits 0 and 2 h: the median interpolates
+    assert r["mean"] == pytest.approx(H)
+    assert r["big_p90"] == 0 and r["n_big"] == 1   # the 8-GPU lease did not wait
+    assert r["makespan_h"] == pytest.approx(3.0)
+    # slowdowns: a 1, b (2 h + 1 h) / 1 h = 3 -> Jain (1+3)^2 / (2 x 10) = 0.8
+    assert r["jain_slowdown"] == pytest.approx(0.8)
+    # the submission window is the first second only: a got 8 of its entitlement min(4, 8) (capped 1),
+    # b none of min(4, 4): Jain of (1, 0) = 0.5
+    assert r["jain_quota"] == pytest.approx(0.5)
+    assert r["replans_per_s"] == pytest.approx(5.0) and r["ms_per_plan"] == pytest.approx(50.0)
+
+
+def test_table_ratios_against_easy():
+    base = {"p50": 60.0, "p90": 600.0, "p99": 6000.0, "mean": 100.0, "big_p50": 0.0, "big_p90": 1200.0,
+            "use": 0.8, "frag": 0.01, "jain_slowdown": 0.9, "jain_quota": 0.95}
+    results = {"gpu-tenancy": {**base, "p90": 300.0}, "EASY": base,
+               "lower bound (mean)": {"bound_only": True, "mean": 25.0}}
+    md = table(results)
+    row = next(line for line in md.splitlines() if line.startswith("| gpu-tenancy "))
+    assert "| 1.00, 0.50, 1.00 |" in row                       # P50, P90, >=8 P90 / EASY
+    bound = next(line for line in md.splitlines() if line.startswith("| lower bound"))
+    assert "≥ 25s" in bound and "mean 0.25" in bound
+    assert ratio(0, 0) == "-" and ratio(1, 0) == "inf"
+    assert hms(59) == "59s" and hms(90) == "1.5m" and hms(5400) == "1.5h"
+
+
+def test_smooth_keeps_a_flat_series_flat_to_its_ends():
+    import numpy as np
+    from report import smooth
+    assert list(smooth(np.full(50, 0.8), 24)) == pytest.approx([0.8] * 50)
+    assert list(smooth(np.array([0.0, 1.0, 0.0, 0.0]), 3)) == pytest.approx([0.5, 1 / 3, 1 / 3, 0.0])
