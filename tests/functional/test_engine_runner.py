@@ -64,3 +64,32 @@ def test_a_booting_lease_is_watched_closely_and_a_freed_host_brings_a_full_tick(
     assert client.get(f"/v1/leases/{lease['id']}", headers=headers()).get_json()["lease"]["status"] == "ended"
     assert next_run_in(runner, "tick") <= 1
     assert replans == []
+
+
+
+def test_a_wake_during_a_tick_brings_another_tick_at_once(runtime, monkeypatch):
+    """The tick job runs one instance at a time: a wake that comes while it runs
+    would be skipped by the scheduler and wait for the next timer tick (here ten
+    minutes away). It must bring one more tick as soon as the running one ends."""
+    import threading
+    import time
+
+    runtime.config.engine_tick_seconds = 600
+    engine = runtime.engine
+    ticks, second = [], threading.Event()
+
+    def slow_tick():
+        ticks.append(time.monotonic())
+        if len(ticks) == 1:
+            engine.wake()            # as an API request would, mid-tick
+            time.sleep(0.5)
+        else:
+            second.set()
+        return False
+    monkeypatch.setattr(engine.lifecycle, "tick", slow_tick)
+    engine.start()
+    try:
+        assert second.wait(timeout=10), f"only {len(ticks)} tick(s): the wake was lost"
+    finally:
+        engine.scheduler.shutdown(wait=True)
+    assert len(ticks) == 2 and ticks[1] - ticks[0] < 5

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import uuid
 from datetime import datetime, timedelta
 
@@ -23,9 +24,27 @@ class EngineRunner:
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.leading = False
         self.scheduler = BackgroundScheduler(timezone="UTC")
+        # One tick at a time. A wake that comes while a tick runs is not lost: it sets
+        # _woken, and the tick that holds the lock looks at it after letting go and
+        # ticks again (the scheduler alone would skip a run of a job still running).
+        self._tick_lock = threading.Lock()
+        self._woken = False
 
     def run_once(self) -> bool:
-        """Lead if we can, and if we lead, tick. Returns whether we lead."""
+        """Lead if we can, and if we lead, tick; again while woken meanwhile.
+        Returns whether we lead."""
+        while True:
+            if not self._tick_lock.acquire(blocking=False):
+                return self.leading          # a tick is running; it sees the wake after
+            try:
+                self._woken = False
+                leading = self._lead_and_tick()
+            finally:
+                self._tick_lock.release()
+            if not (leading and self._woken):
+                return leading
+
+    def _lead_and_tick(self) -> bool:
         cfg = self.lifecycle.config
         with session_scope(self.lifecycle.sessions) as session:
             leading = try_lead(session, self.holder, self.lifecycle.clock.now(), cfg.leader_lease_seconds)
@@ -66,11 +85,13 @@ class EngineRunner:
     def start(self) -> None:
         self.scheduler.add_job(self.run_once, "interval", id="tick",
                                seconds=self.lifecycle.config.engine_tick_seconds,
-                               next_run_time=datetime.now(), coalesce=True, max_instances=1)
+                               # a second instance finds the tick lock taken and returns at once
+                               next_run_time=datetime.now(), coalesce=True, max_instances=2)
         self.scheduler.start()
 
     def wake(self) -> None:
         """Tick soon: something changed."""
+        self._woken = True
         if self.scheduler.running:
             self.scheduler.modify_job("tick", next_run_time=datetime.now())
 
