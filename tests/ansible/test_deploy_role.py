@@ -7,32 +7,20 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 import requests
-import yaml
 from sqlalchemy import create_engine, inspect, text
 
 from gpu_tenancy import __version__
 from gpu_tenancy.config import Config
 from tests.ansible.playbook import REPO, require_ansible, run_playbook
+from tests.ports import free_port
 
 PLAYBOOK = REPO / "tests" / "ansible" / "playbooks" / "deploy-local.yml"
-
-
-def free_port() -> int:
-    for port in range(18820, 18850):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
-    pytest.skip("no free port in the test range")
 
 
 def stop(pidfile):
@@ -57,7 +45,7 @@ def deployed(tmp_path):
     require_ansible()
     if not subprocess.run(["which", "start-stop-daemon"], capture_output=True).returncode == 0:
         pytest.skip("no start-stop-daemon here")
-    port = free_port()
+    port = free_port(range(18820, 18850))
     user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
     group = subprocess.run(["id", "-gn"], capture_output=True, text=True).stdout.strip()
     state = tmp_path / "var"

@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from tests.browser.harness import ARTIFACTS, Console, chromium, free_port, missing, service
+from tests.browser.harness import ARTIFACTS, PORTS, Console, chromium, missing, service
+from tests.ports import free_port
 
 HORIZON = "http://127.0.0.1:18899/horizon/"   # only linked to, never fetched
 
@@ -32,7 +33,7 @@ def pytest_collection_modifyitems(config, items):
 def demo(tmp_path_factory):
     """The demo in a process of its own; yields its base URL."""
     workdir = tmp_path_factory.mktemp("browser-demo")
-    port = free_port()
+    port = free_port(PORTS)
     argv = [sys.executable, "-m", "gpu_tenancy.cli", "demo", "--port", str(port),
             "--db", f"sqlite:///{workdir / 'demo.db'}"]
     with service(argv, port, workdir, {"GPU_TENANCY_DASHBOARD_HORIZON_URL": HORIZON}) as base:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from sqlalchemy import create_engine, inspect
 
 from gpu_tenancy.cli import main
 from tests.conftest import PG_URL
+from tests.ports import free_port
 
 
 def test_db_upgrade_makes_the_schema(tmp_path, capsys):
@@ -23,12 +23,6 @@ def test_db_upgrade_makes_the_schema(tmp_path, capsys):
     assert "latest schema" in capsys.readouterr().out
     tables = set(inspect(create_engine(url)).get_table_names())
     assert {"leases", "allocations", "events", "quotas", "shapes", "images", "hosts", "locks"} <= tables
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def call(method, url, body=None, project="ml-vision"):

@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 from tests.conftest import PG_URL
-from tests.functional.test_cli import free_port
+from tests.ports import free_port
 from tests.openstack_cli import OpenStackCLI, require_openstack_client
 
 pytestmark = pytest.mark.skipif(bool(PG_URL), reason="the demo runs on its own SQLite file; "

@@ -10,7 +10,6 @@ PostgreSQL serialises only the allocation decisions (a row lock)."""
 from __future__ import annotations
 
 import random
-import socket
 import subprocess
 import sys
 import time
@@ -32,18 +31,13 @@ from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.demo.seed import seed
 from gpu_tenancy.domain.states import HOLDING
 from tests.conftest import headers
+from tests.ports import free_port
 
 RACERS = 500
 PROJECTS = [f"racer-{i}" for i in range(5)]
 QUOTA = 2          # A100 GPUs per racing project
 PREFILL = [("ml-vision", "a100.x8"), ("ml-vision", "a100.x8"), ("nlp-lab", "a100.x8"), ("nlp-lab", "a100.x4"),
            ("nlp-lab", "a100.x2")]   # 30 of the 32 A100 GPUs: 2 are left
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

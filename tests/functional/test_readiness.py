@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import email
 import os
-import socket
 import stat
 import subprocess
 import threading
@@ -16,6 +15,7 @@ from werkzeug.serving import make_server
 from gpu_tenancy.config import Config
 from gpu_tenancy.guest.readiness_probe import SCRIPT
 from tests.conftest import headers
+from tests.ports import free_port
 
 PORT_RANGE = range(18800, 18850)
 
@@ -125,17 +125,6 @@ def test_the_probe_cannot_be_asked_for_when_the_service_has_no_readiness_url(cli
     assert answer.get_json()["errors"][0]["code"] == "gpu_tenancy.readiness_unavailable"
 
 
-def free_port() -> int:
-    for port in PORT_RANGE:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
-    pytest.skip("no free port in the test range")
-
-
 def fake_gpus(tmp_path, count: int, working: bool):
     """A PCI device tree with `count` NVIDIA GPUs and an nvidia-smi that answers for them."""
     pci = tmp_path / "pci"
@@ -159,7 +148,7 @@ def fake_gpus(tmp_path, count: int, working: bool):
 
 @pytest.mark.parametrize("working", [True, False])
 def test_the_real_probe_script_reports_to_the_service(app, client, engine_tick, boots, tmp_path, working):
-    port = free_port()
+    port = free_port(PORT_RANGE)
     app.extensions["gpu_tenancy"].config.readiness_url = f"http://127.0.0.1:{port}"
     lease = start_active(client, engine_tick)
     probe, _ = probe_of(boots[0].user_data)

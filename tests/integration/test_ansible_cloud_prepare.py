@@ -5,7 +5,6 @@ and the shapes and image in a running gpu-tenancy (keystone auth) through its
 API; a second run changes nothing. Everything it made is removed after."""
 from __future__ import annotations
 
-import socket
 import threading
 
 import pytest
@@ -19,6 +18,7 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope
 from tests.ansible.playbook import REPO, require_ansible, run_playbook
 from tests.integration.conftest import CLOUDS, KEYSTONE
+from tests.ports import free_port
 
 PLAYBOOK = REPO / "tests" / "ansible" / "playbooks" / "cloud-prepare-local.yml"
 PREFIX = "gt-ansible-"
@@ -30,17 +30,6 @@ SHAPES = [{"name": "a100.x2", "gpu_model": "A100", "gpus": 2, "vcpus": 2, "ram_m
            "pci_alias": "h100"}]
 
 
-def free_port() -> int:
-    for port in range(18810, 18850):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
-    pytest.skip("no free port in the test range")
-
-
 @pytest.fixture
 def service(db_url):
     """gpu-tenancy's API with keystone auth on the loopback cloud, served on 127.0.0.1."""
@@ -50,7 +39,7 @@ def service(db_url):
                                              "password": "gpu-tenancy", "project_name": "service",
                                              "user_domain_name": "Default", "project_domain_name": "Default"})
     app = create_app(config)
-    port = free_port()
+    port = free_port(range(18810, 18850))
     server = make_server("127.0.0.1", port, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -14,7 +14,8 @@ from keystoneauth1 import exceptions as ks_exc
 from keystoneauth1 import session as ks_session
 from keystoneauth1.identity import v3
 
-from tests.browser.harness import Console, artifacts_dir, chromium, free_port, missing, service
+from tests.browser.harness import PORTS, Console, artifacts_dir, chromium, missing, service
+from tests.ports import free_port
 from tests.integration.conftest import KEYSTONE
 
 SERVE = ("import os, sys; from werkzeug.serving import run_simple; from gpu_tenancy.app import create_app; "
@@ -35,7 +36,7 @@ def keystone_service(tmp_path):
     (tmp_path / "gpu-tenancy.yaml").write_text(yaml.safe_dump(config))
     subprocess.run([sys.executable, "-m", "gpu_tenancy.cli", "db", "upgrade", "--db", config["database_url"]],
                    check=True, capture_output=True)
-    port = free_port()
+    port = free_port(PORTS)
     with service([sys.executable, "-c", SERVE, str(port)], port, tmp_path,
                  {"GT_CONFIG": str(tmp_path / "gpu-tenancy.yaml")}) as base:
         yield base, db
