@@ -56,7 +56,24 @@ def wait_for(what: str, check, timeout: float = 120, every: float = 0.5):
 
 @pytest.fixture(scope="session")
 def admin():
-    return connect("gt-admin", CLOUDS)
+    conn = connect("gt-admin", CLOUDS)
+    require_every_compute_up(conn)
+    return conn
+
+
+def require_every_compute_up(conn, timeout: float = 60) -> None:
+    """Every test assumes the three hosts: a nova-compute that died before the run
+    (it has happened, leaving its pid file) would show as puzzling failures later."""
+    def down():
+        state = {s.host: s.state for s in conn.compute.services() if s.binary == "nova-compute"}
+        return {host: state.get(host, "missing") for host in HOSTS if state.get(host) != "up"}
+    deadline = time.monotonic() + timeout
+    while (missing := down()) and time.monotonic() < deadline:
+        time.sleep(2)
+    if missing:
+        pytest.fail("the loopback cloud is not whole: nova-compute "
+                    + ", ".join(f"{h} is {s}" for h, s in sorted(missing.items()))
+                    + " (scripts/loopback/compute.sh start <host>)", pytrace=False)
 
 
 @pytest.fixture(scope="session")
