@@ -1,6 +1,7 @@
 """Service configuration: a YAML file, then GPU_TENANCY_* environment variables."""
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -41,6 +42,8 @@ class Config:
     webhook_max_attempts: int = 6
     webhook_backoff_seconds: int = 10     # doubles per failed delivery ...
     webhook_backoff_max_seconds: int = 600  # ... up to this
+    # networks webhooks may be sent to although not global (loopback, private, ...): see engine/webhook_targets.py
+    webhook_allowed_networks: list = field(default_factory=list)
     boot_timeout_seconds: int = 1800
     retry_backoff_seconds: int = 30      # first wait before a host-level fault is retried elsewhere
     retry_backoff_max_seconds: int = 600  # the wait doubles per attempt up to this
@@ -91,4 +94,9 @@ class Config:
             raise ValueError("decision_hook_default must be allow or deny")
         if values.get("cloud_driver") == "openstack" and not values.get("clouds_yaml_cloud"):
             raise ValueError("cloud_driver openstack needs clouds_yaml_cloud: the service's cloud in clouds.yaml")
+        for net in values.get("webhook_allowed_networks") or []:
+            try:
+                ipaddress.ip_network(net, strict=False)
+            except ValueError as exc:   # a typo should not quietly allow nothing
+                raise ValueError(f"webhook_allowed_networks: {exc}") from None
         return cls(**values)

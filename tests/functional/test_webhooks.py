@@ -6,11 +6,16 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from sqlalchemy import select
 
+from gpu_tenancy.config import Config
+from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import session_scope
 from gpu_tenancy.engine.lifecycle import Lifecycle
 from gpu_tenancy.engine.runner import EngineRunner
 from tests.conftest import headers
@@ -23,6 +28,7 @@ class Receiver:
 
     def __init__(self):
         self.codes: list[int] = []
+        self.location: str | None = None   # sent with a 3xx code
         self.seen: list[tuple[dict, bytes]] = []
         receiver = self
 
@@ -31,6 +37,8 @@ class Receiver:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 receiver.seen.append((self.headers, body))   # case-insensitive names
                 self.send_response(receiver.codes.pop(0) if receiver.codes else 200)
+                if receiver.location:
+                    self.send_header("Location", receiver.location)
                 self.end_headers()
 
             def log_message(self, *args):
@@ -50,6 +58,7 @@ def receiver():
 @pytest.fixture
 def hooked(client, runtime, receiver):
     runtime.config.warn_before_end_seconds = LEAD
+    runtime.config.webhook_allowed_networks = ["127.0.0.0/8"]   # the receiver is on loopback
     reply = client.put("/v1/webhooks/ml-vision", json={"webhook": {"url": receiver.url}}, headers=headers())
     assert reply.status_code == 200, reply.get_json()
     return reply.get_json()["webhook"]["secret"]
@@ -179,3 +188,65 @@ def test_a_removed_webhook_gets_nothing(client, runtime, receiver, hooked, engin
     runtime.clock.set(runtime.clock.now() + 3600 - LEAD)
     engine_tick()
     assert warnings(client, lease) and receiver.seen == []
+
+
+@pytest.mark.parametrize("url", [
+    "http://169.254.169.254/latest/meta-data", "http://127.0.0.1:8774/v2.1", "http://10.0.0.5/hook",
+    "http://192.168.1.10/hook", "http://[::1]:5000/", "http://[::ffff:127.0.0.1]/hook", "http://[fe80::1]/hook",
+    "http://localhost:5000/", "http://api.localhost/", "http://0.0.0.0/hook", "http://224.0.0.1/hook"])
+def test_webhooks_to_internal_addresses_are_refused(client, url):
+    """The engine POSTs from the control plane: a tenant may not aim it at the metadata
+    service, the cloud's own APIs or the management network."""
+    reply = client.put("/v1/webhooks/ml-vision", json={"webhook": {"url": url}}, headers=headers())
+    assert reply.status_code == 400
+    error = reply.get_json()["errors"][0]
+    assert error["code"] == "gpu_tenancy.webhook_target_refused" and "webhook_allowed_networks" in error["detail"]
+    assert client.get("/v1/webhooks/ml-vision", headers=headers()).status_code == 404
+
+
+def test_an_operator_allows_a_network(client, runtime):
+    runtime.config.webhook_allowed_networks = ["10.20.0.0/16"]
+    ok = client.put("/v1/webhooks/ml-vision", json={"webhook": {"url": "http://10.20.3.4/h"}}, headers=headers())
+    refused = client.put("/v1/webhooks/ml-vision", json={"webhook": {"url": "http://10.21.3.4/h"}}, headers=headers())
+    assert ok.status_code == 200 and refused.status_code == 400
+
+
+def test_a_name_resolving_to_an_internal_address_gets_no_post(client, runtime, receiver, engine_tick, monkeypatch):
+    """Names are checked when a notice goes out, on every address they resolve to then."""
+    runtime.config.warn_before_end_seconds = LEAD
+    port = receiver.server.server_port
+    url = f"http://hooks.example:{port}/gpu"
+    assert client.put("/v1/webhooks/ml-vision", json={"webhook": {"url": url}}, headers=headers()).status_code == 200
+    real = socket.getaddrinfo
+    monkeypatch.setattr("gpu_tenancy.engine.webhook_targets.socket.getaddrinfo",
+                        lambda host, *a, **k: real("127.0.0.1" if host == "hooks.example" else host, *a, **k))
+    lease = active_lease(client, engine_tick)
+    runtime.clock.set(runtime.clock.now() + 3600 - LEAD)
+    engine_tick()
+    assert warnings(client, lease) and receiver.seen == []
+    [error] = last_errors(runtime)
+    assert "hooks.example (127.0.0.1) is a loopback address" in error
+
+
+def test_a_redirect_is_not_followed(client, runtime, receiver, hooked, engine_tick):
+    """A receiver's redirect could lead where the target check would refuse."""
+    elsewhere = Receiver()
+    try:
+        receiver.codes, receiver.location = [302], elsewhere.url
+        lease = active_lease(client, engine_tick)
+        runtime.clock.set(runtime.clock.now() + 3600 - LEAD)
+        engine_tick()
+        assert len(receiver.seen) == 1 and elsewhere.seen == []
+        assert last_errors(runtime) == ["HTTP 302"] and warnings(client, lease)
+    finally:
+        elsewhere.server.shutdown()
+
+
+def test_a_bad_allowed_network_stops_the_service_at_start():
+    with pytest.raises(ValueError, match="webhook_allowed_networks"):
+        Config.load(database_url="sqlite://", webhook_allowed_networks=["10.0.0.0/33"])
+
+
+def last_errors(runtime) -> list[str]:
+    with session_scope(runtime.sessions) as session:
+        return [d.last_error for d in session.scalars(select(m.WebhookDelivery))]

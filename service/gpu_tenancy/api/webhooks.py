@@ -8,8 +8,8 @@ from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.api.validation import check_identifier, json_body
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch
-from gpu_tenancy.engine import webhooks
-from gpu_tenancy.errors import NotFound
+from gpu_tenancy.engine import webhook_targets, webhooks
+from gpu_tenancy.errors import BadRequest, NotFound
 from gpu_tenancy.timeutil import rfc3339
 
 bp = Blueprint("webhooks", __name__, url_prefix="/v1/webhooks")
@@ -60,6 +60,10 @@ def show(project_id: str):
 def update(project_id: str):
     rt.authorize("webhook:update", check_identifier("project_id", project_id))
     body = json_body(UPDATE)["webhook"]
+    try:
+        webhook_targets.check(body["url"], rt.runtime().config.webhook_allowed_networks)
+    except webhook_targets.TargetRefused as exc:
+        raise BadRequest(f"webhook url: {exc}", "gpu_tenancy.webhook_target_refused") from None
     with rt.transaction() as session:
         old = session.get(m.ProjectWebhook, project_id)
         before = {"url": old.url} if old else None

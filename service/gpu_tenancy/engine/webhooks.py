@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
+from gpu_tenancy.engine import webhook_targets
 from gpu_tenancy.engine.events import record_event
 from gpu_tenancy.timeutil import rfc3339
 
@@ -73,12 +74,22 @@ def ending_soon_payload(lease: m.Lease, now: int) -> dict:
                    "and the data volume kept. Extend it with PATCH /v1/leases/{id} if the GPUs are free"}
 
 
+class NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is not followed: it could lead where webhook_targets would refuse."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+OPENER = urllib.request.build_opener(NoRedirects)
+
+
 def post(url: str, body: bytes, headers: dict, timeout: float) -> int:
     """POST and return the HTTP status (an exception for no answer at all)."""
     request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json", **headers},
                                      method="POST")
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:   # noqa: S310 (http/https only)
+        with OPENER.open(request, timeout=timeout) as response:   # noqa: S310 (http/https only)
             return response.status
     except urllib.error.HTTPError as exc:
         return exc.code
@@ -104,6 +115,7 @@ def deliver_due(sessions, clock, config, send=post) -> int:
             headers = {SIGNATURE_HEADER: sign(secret, stamp, body.encode()), TIMESTAMP_HEADER: str(stamp),
                        EVENT_HEADER: event, DELIVERY_HEADER: str(delivery_id)}
             try:
+                webhook_targets.check(url, config.webhook_allowed_networks, resolve=True)
                 status = send(url, body.encode(), headers, config.webhook_timeout_seconds)
                 error = None if 200 <= status < 300 else f"HTTP {status}"
             except Exception as exc:   # no answer: refused, timed out, bad host
