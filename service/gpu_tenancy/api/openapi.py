@@ -371,7 +371,9 @@ PATHS = {
                          description="Notices: lease.ending_soon, warn_before_end_seconds before a lease's end. "
                                      "Each POST carries X-GPU-Tenancy-Signature: sha256=<HMAC-SHA256 of "
                                      "'<X-GPU-Tenancy-Timestamp>.<body>' with the secret>; failed deliveries "
-                                     "are retried with a doubling backoff. The answer shows the secret, once."),
+                                     "are retried with a doubling backoff, and not redirected. A URL whose host is a loopback, "
+                                     "link-local, private or other non-global address is refused (400) unless "
+                                     "its network is in webhook_allowed_networks. The answer shows the secret, once."),
         "delete": operation("Remove a project's webhook", "webhook:update", 204, None, params=[PROJECT_ID],
                             errors=(404,)),
     },
