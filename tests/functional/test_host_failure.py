@@ -132,3 +132,27 @@ def test_a_lease_with_no_host_left_waits_and_is_first_when_one_is_back(client, r
     engine_tick(advance=30)
     back = show(client, first)
     assert back["status"] == "active" and back["servers"][0]["host"] == "gpu-h100-1"
+
+
+def gpu_hours(client, project="ml-vision"):
+    reply = client.get("/v1/usage", headers=headers(project)).get_json()["usage"]["projects"]
+    return {p["project_id"]: p["gpu_models"] for p in reply}[project]["A100"]["gpu_hours"]
+
+
+def test_the_gpu_hours_used_on_a_host_that_went_down_still_count(client, runtime, cloud, engine_tick):
+    """The move replaces the lease's allocations; what it used before counts in usage
+    (and so in budgets and fair share), and its new hold counts from the move on."""
+    lease = ask(client)
+    engine_tick()
+    engine_tick(advance=30)
+    assert show(client, lease)["status"] == "active"
+    started = runtime.clock.now() - 30
+    runtime.clock.set(started + 2 * HOUR)
+    lost = show(client, lease)["servers"][0]["host"]
+    host_goes(runtime, cloud, engine_tick, lost, up=False)
+    moved_at = runtime.clock.now()
+    engine_tick(advance=30)
+    assert show(client, lease)["status"] == "active"
+    runtime.clock.set(moved_at + HOUR)
+    used_before = 8 * (moved_at - started) / HOUR
+    assert gpu_hours(client) == round(used_before + 8 * 1.0, 4)   # 2 h and a bit, then 1 h on the new host

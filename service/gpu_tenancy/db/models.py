@@ -171,6 +171,22 @@ class Allocation(Base):
     )
 
 
+class SpentAllocation(Base):
+    """GPUs a running lease really used on VMs it then lost (its host went down):
+    the lease is re-placed under new allocations, and this keeps the used part
+    counted in usage, budgets and fair share."""
+    __tablename__ = "spent_allocations"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    lease_id: Mapped[str] = mapped_column(ForeignKey("leases.id", ondelete="CASCADE"), index=True)
+    project_id: Mapped[str] = mapped_column(String(64), index=True)
+    host: Mapped[str] = mapped_column(String(255))
+    gpu_model: Mapped[str] = mapped_column(String(64))
+    gpus: Mapped[int] = mapped_column(Integer)
+    start_at: Mapped[datetime] = mapped_column(UTC)
+    end_at: Mapped[datetime] = mapped_column(UTC, index=True)
+    __table_args__ = (CheckConstraint("gpus > 0 AND end_at > start_at", name="ck_spent_allocations_window"),)
+
+
 class Server(Base):
     """A VM the cloud made (or is making) for a lease."""
     __tablename__ = "servers"

@@ -16,6 +16,7 @@ from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import retry
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.engine.leases import end_allocations_at
+from gpu_tenancy.engine.usage import keep_spent
 
 log = logging.getLogger(__name__)
 S = LeaseState
@@ -69,6 +70,8 @@ def rescue(lc, lease_id: str, down: set[str]) -> None:
             give_up(session, row, message, lost, now)
             return
         entry = retry.record_failure(session, row, FailureClass.HOST_DOWN, message, now, "replaced", lost)
+        if row.status == S.ACTIVE.value:   # it used the GPUs until now: that still counts (a failed boot does not)
+            keep_spent(session, row, now)
         duration = retry.remaining_seconds(row, now) if row.status == S.ACTIVE.value else row.duration
         retry.replace(session, row, now, now, avoid=sorted(down), half_life=lc.config.fairshare_half_life_seconds,
                       actor=ACTOR, duration=duration)

@@ -65,6 +65,8 @@ def load_inputs(session: Session, now: int, half_life: int) -> PlannerInputs:
     since = utcnow_naive(now - 4 * half_life)
     records = [(a.project_id, a.gpu_model, a.gpus, to_epoch(a.start_at), to_epoch(a.end_at))
                for a in session.scalars(select(m.Allocation).where(m.Allocation.end_at > since))]
+    records += [(s.project_id, s.gpu_model, s.gpus, to_epoch(s.start_at), to_epoch(s.end_at))
+                for s in session.scalars(select(m.SpentAllocation).where(m.SpentAllocation.end_at > since))]
     usage = fairshare.decayed_gpu_hours(records, now, half_life)
     return PlannerInputs(hosts, holds, quotas, waiting, usage)
 

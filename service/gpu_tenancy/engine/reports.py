@@ -11,8 +11,8 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch, utcnow_naive
 from gpu_tenancy.domain import figures
 from gpu_tenancy.domain.states import WAITING, LeaseState
-from gpu_tenancy.engine.capacity import calendar, holds_between
-from gpu_tenancy.engine.usage import USED_GPUS, gpu_hours
+from gpu_tenancy.engine.capacity import calendar
+from gpu_tenancy.engine.usage import gpu_hours, used_between
 from gpu_tenancy.timeutil import rfc3339
 
 FIGURES = ("wait_by_day", "on_time_share", "first_try_success", "failures_by_class", "hourly_gpu_use",
@@ -63,7 +63,7 @@ def all_figures(session: Session, start: int, end: int, now: int) -> dict[str, l
     """Every figure over [start, end); idle fragmentation is of `now`."""
     facts = lease_facts(session, start, end)
     until = min(end, now)
-    holds = [(h.start, h.end, h.gpus) for h in holds_between(session, start, until, USED_GPUS)] if until > start else []
+    holds = [(h.start, h.end, h.gpus) for h in used_between(session, start, until)] if until > start else []
     capacity = sum(h.gpus for h in session.scalars(select(m.Host)))
     waiting = session.execute(select(m.Lease.gpu_model, m.Lease.gpus_per_vm).where(
         m.Lease.status.in_([s.value for s in WAITING])))

@@ -1,13 +1,18 @@
 """GPU-hours per project and GPU model, from the ledger. An allocation counts
 for the time it really held GPUs: the engine cuts the allocations of leases
-that end early, and nothing after `now` counts."""
+that end early, and nothing after `now` counts. A running lease moved off a
+host that went down keeps what it used there as spent allocations."""
 from __future__ import annotations
 
 from collections import defaultdict
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import to_epoch, utcnow_naive
 from gpu_tenancy.domain.calendar import overlap
+from gpu_tenancy.domain.model import Hold
 from gpu_tenancy.domain.states import HOLDING, LeaseState
 from gpu_tenancy.engine.capacity import holds_between
 
@@ -22,9 +27,31 @@ def gpu_hours(session: Session, start: int, end: int, now: int,
     until = min(end, now)
     seconds: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     if until > start:
-        for hold in holds_between(session, start, until, USED_GPUS, project_id):
+        for hold in used_between(session, start, until, project_id):
             seconds[hold.project_id][hold.gpu_model] += hold.gpus * overlap(hold.start, hold.end, start, until)
     if project_id is not None:
         seconds.setdefault(project_id, defaultdict(int))
     return {project: {model: round(s / 3600, 4) for model, s in sorted(models.items())}
             for project, models in sorted(seconds.items())}
+
+
+def used_between(session: Session, start: int, end: int, project_id: str | None = None) -> list[Hold]:
+    """Every hold that used (or is using) GPUs over [start, end): the ledger's, and
+    the spent parts of holds on hosts that went down."""
+    q = select(m.SpentAllocation).where(m.SpentAllocation.start_at < utcnow_naive(end),
+                                        m.SpentAllocation.end_at > utcnow_naive(start))
+    if project_id is not None:
+        q = q.where(m.SpentAllocation.project_id == project_id)
+    spent = [Hold(s.lease_id, s.project_id, s.host, s.gpu_model, s.gpus, to_epoch(s.start_at), to_epoch(s.end_at))
+             for s in session.scalars(q)]
+    return holds_between(session, start, end, USED_GPUS, project_id) + spent
+
+
+def keep_spent(session: Session, row: m.Lease, now: int) -> None:
+    """Before a running lease's allocations are replaced, keep the part it used."""
+    stamp = utcnow_naive(now)
+    for alloc in row.allocations:
+        if alloc.start_at < stamp:
+            session.add(m.SpentAllocation(lease_id=row.id, project_id=row.project_id, host=alloc.host,
+                                          gpu_model=alloc.gpu_model, gpus=alloc.gpus, start_at=alloc.start_at,
+                                          end_at=min(alloc.end_at, stamp)))
