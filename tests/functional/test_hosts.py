@@ -1,6 +1,7 @@
 """/v1/hosts: admins see the GPU hosts and drain them; a drained host takes no new lease."""
 from __future__ import annotations
 
+from gpu_tenancy.timeutil import rfc3339
 from tests.conftest import headers
 
 ADMIN = headers("admin-project", "admin", "olga")
@@ -48,3 +49,35 @@ def test_bad_host_requests_get_clear_errors(client):
     for body in ({}, {"drained": "yes"}, {"drained": True, "up": False}):
         reply = client.patch("/v1/hosts/gpu-a100-1", json=body, headers=ADMIN)
         assert reply.status_code == 400 and reply.get_json()["errors"][0]["detail"]
+
+
+def test_draining_moves_the_leases_planned_there_and_lets_the_running_ones_end(client, runtime, engine_tick):
+    """An operator drains a host to empty it: what runs there runs to its end (held_until),
+    what is only planned there moves to another host for the same start, and its owner is told."""
+    running = client.post("/v1/leases", json={"shape": "a100.x4", "duration": "PT3H"}, headers=headers()).get_json()
+    engine_tick()
+    engine_tick(advance=30)
+    running = client.get(f"/v1/leases/{running['lease']['id']}", headers=headers()).get_json()["lease"]
+    assert running["status"] == "active"
+    host = running["allocations"][0]["host"]
+    later = rfc3339(runtime.clock.now() + 3600)
+    planned = client.post("/v1/leases", json={"shape": "a100.x4", "duration": "PT1H", "start": later},
+                          headers=headers()).get_json()["lease"]
+    assert planned["status"] == "scheduled" and planned["allocations"][0]["host"] == host   # best fit: beside it
+    reply = client.patch(f"/v1/hosts/{host}", json={"drained": True}, headers=ADMIN)
+    assert reply.status_code == 200 and reply.get_json()["host"]["held_until"] == running["end"]
+    moved = client.get(f"/v1/leases/{planned['id']}", headers=headers()).get_json()["lease"]
+    assert moved["status"] == "scheduled" and moved["start"] == planned["start"]
+    assert moved["allocations"][0]["host"] != host
+    told = [e for e in client.get(f"/v1/leases/{planned['id']}/events", headers=headers()).get_json()["events"]
+            if e["kind"] == "host_drain"]
+    assert len(told) == 1 and host in told[0]["message"]
+    still = client.get(f"/v1/leases/{running['id']}", headers=headers()).get_json()["lease"]
+    assert still["status"] == "active" and still["allocations"][0]["host"] == host and still["end"] == running["end"]
+    # draining again moves nothing more, and undraining moves nothing back
+    assert client.patch(f"/v1/hosts/{host}", json={"drained": True}, headers=ADMIN).status_code == 200
+    assert client.patch(f"/v1/hosts/{host}", json={"drained": False}, headers=ADMIN).status_code == 200
+    events = client.get(f"/v1/leases/{planned['id']}/events", headers=headers()).get_json()["events"]
+    assert len([e for e in events if e["kind"] == "host_drain"]) == 1
+    assert client.get(f"/v1/leases/{planned['id']}", headers=headers()).get_json()["lease"]["allocations"] == \
+        moved["allocations"]

@@ -18,12 +18,14 @@ UPDATE = {
     "additionalProperties": False,
     "required": ["drained"],
     "properties": {"drained": {"type": "boolean",
-                               "description": "true: take no new leases (those placed there keep their place)"}},
+                               "description": "true: take no new leases; running ones run to their end, "
+                                              "planned ones move to other hosts"}},
 }
 
 
-def render(row: m.Host, in_use: dict[str, int]) -> dict:
+def render(row: m.Host, in_use: dict[str, int], held_until: dict[str, int]) -> dict:
     return {"name": row.name, "gpu_model": row.gpu_model, "gpus": row.gpus, "in_use": in_use.get(row.name, 0),
+            "held_until": rfc3339(held_until.get(row.name)),
             "up": row.up, "enabled": row.enabled, "drained": row.drained,
             "in_service": row.up and row.enabled and not row.drained, "aggregate": row.aggregate,
             "reported_at": rfc3339(to_epoch(row.updated_at))}
@@ -40,15 +42,15 @@ def load(session, name: str) -> m.Host:
 def index():
     rt.authorize("host:list")
     with rt.transaction() as session:
-        in_use = hosts.in_use_now(session, rt.now())
-        return {"hosts": [render(row, in_use) for row in hosts.listing(session)]}
+        in_use, held = hosts.in_use_now(session, rt.now()), hosts.held_until(session)
+        return {"hosts": [render(row, in_use, held) for row in hosts.listing(session)]}
 
 
 @bp.get("/<name>")
 def show(name: str):
     rt.authorize("host:list")
     with rt.transaction() as session:
-        return {"host": render(load(session, name), hosts.in_use_now(session, rt.now()))}
+        return {"host": render(load(session, name), hosts.in_use_now(session, rt.now()), hosts.held_until(session))}
 
 
 @bp.patch("/<name>")
@@ -58,9 +60,10 @@ def update(name: str):
     with rt.transaction() as session:
         row = load(session, name)
         in_use = hosts.in_use_now(session, rt.now())
-        before = render(row, in_use)
-        hosts.set_drained(row, body["drained"])
-        rendered = render(row, in_use)
+        before = render(row, in_use, hosts.held_until(session))
+        hosts.set_drained(session, row, body["drained"], rt.now(), rt.runtime().config.fairshare_half_life_seconds,
+                          rt.context().user_id or "admin")
+        rendered = render(row, in_use, hosts.held_until(session))
         rt.audit(session, "host.update", row.name, None, before, rendered)
     rt.runtime().wake_engine()
     return {"host": rendered}

@@ -140,6 +140,8 @@ SCHEMAS = {
     "Host": {"type": "object", "properties": {
         "name": {"type": "string"}, "gpu_model": {"type": "string"}, "gpus": {"type": "integer"},
         "in_use": {"type": "integer", "description": "GPUs held by leases now"},
+        "held_until": nullable({**TIME, "description": "the end of the last lease holding GPUs there: a "
+                                                       "drained host is empty then"}),
         "up": {"type": "boolean", "description": "Nova's service state"},
         "enabled": {"type": "boolean", "description": "Nova's service status"},
         "drained": {"type": "boolean", "description": "set by an admin: no new leases"},
@@ -398,8 +400,9 @@ PATHS = {
                          params=[path_param("name", "the host's name")], errors=(404,)),
         "patch": operation("Drain a GPU host, or undrain it", "host:update", 200, wrapped("host", "Host"),
                            params=[path_param("name", "the host's name")], body="HostUpdate", errors=(404,),
-                           description="A drained host takes no new leases; the leases already placed "
-                                       "there keep their place. Waiting leases are replanned at once."),
+                           description="A drained host takes no new leases; the leases running there run to their "
+                                       "end, and those only planned there are planned again on other hosts "
+                                       "(each told in its events). Waiting leases are replanned at once."),
     },
     "/v1/audit": {"get": audit_operation()},
     "/v1/openapi.json": {

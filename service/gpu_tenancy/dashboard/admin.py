@@ -128,7 +128,7 @@ def drain(name: str):
     drained = request.form.get("drained") == "true"
     reply = api().call("PATCH", f"/v1/hosts/{name}", body={"drained": drained})
     if reply.ok:
-        flash(f"{name} is drained: it takes no new leases" if drained else f"{name} takes new leases again", "ok")
+        flash(f"{name} is drained: it takes no new leases, and those planned there move to other hosts" if drained else f"{name} takes new leases again", "ok")
     else:
         flash(f"{name} unchanged: {reply.error}", "error")
     return redirect(url_for("dashboard.hosts"))

@@ -1,13 +1,18 @@
 """GPU hosts as the cloud last reported them (up, enabled), with the admin's
-drain on top: a drained host takes no new leases, and the leases already
-placed there keep their place."""
+drain on top: a drained host takes no new leases, the leases running there run
+to their end, and those only planned there move to other hosts, so that the
+host is empty once its last running lease ends (`held_until`)."""
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import to_epoch
+from gpu_tenancy.domain.states import HOLDING, LeaseState
+from gpu_tenancy.engine import retry
 from gpu_tenancy.engine.capacity import calendar
+from gpu_tenancy.engine.events import record_event
 
 
 def in_use_now(session: Session, now: int) -> dict[str, int]:
@@ -23,6 +28,28 @@ def find(session: Session, name: str) -> m.Host | None:
     return session.get(m.Host, name)
 
 
-def set_drained(row: m.Host, drained: bool) -> None:
+def held_until(session: Session) -> dict[str, int]:
+    """When each host's last lease holding GPUs there (running or planned) ends."""
+    rows = session.execute(select(m.Allocation.host, func.max(m.Allocation.end_at)).join(m.Lease)
+                           .where(m.Lease.status.in_([s.value for s in HOLDING])).group_by(m.Allocation.host))
+    return {host: to_epoch(end) for host, end in rows}
+
+
+def set_drained(session: Session, row: m.Host, drained: bool, now: int, half_life: int, actor: str) -> list[str]:
+    """Drain or undrain; on drain, the leases only planned there are planned again on
+    other hosts, for their planned start or the first time after it. Returns their ids."""
     # the cloud's refresh (lifecycle.refresh_hosts) leaves this column alone
-    row.drained = drained
+    was, row.drained = row.drained, drained
+    if not drained or was:
+        return []
+    session.flush()
+    planned_here = select(m.Allocation.lease_id).where(m.Allocation.host == row.name)
+    moved = list(session.scalars(select(m.Lease).where(m.Lease.status == LeaseState.SCHEDULED.value,
+                                                      m.Lease.id.in_(planned_here)).order_by(m.Lease.start_at)))
+    for lease in moved:
+        start = max(to_epoch(lease.start_at), now)
+        retry.replace(session, lease, now, start, avoid=[row.name], half_life=half_life, actor=actor,
+                      duration=lease.duration)
+        record_event(session, lease, "host_drain", f"its planned host {row.name} is being drained by an "
+                     f"operator; the lease is {retry.describe_placement(lease, now)}", now, actor)
+    return [lease.id for lease in moved]

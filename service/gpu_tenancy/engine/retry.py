@@ -111,7 +111,7 @@ def replace(session: Session, row: m.Lease, now: int, earliest: int, *, avoid: l
     request = LeaseRequest(lease_id=row.id, project_id=row.project_id, gpu_model=row.gpu_model,
                            gpus_per_vm=row.gpus_per_vm, instances=row.instances, duration=duration,
                            earliest_start=earliest, latest_start=None, created_at=to_epoch(row.created_at),
-                           priority=row.priority, name=row.name)
+                           priority=row.priority, name=row.name, preemptible=row.preemptible)
     settings = planner.PlannerSettings(fairshare_half_life=half_life)
     others = [dataclasses.replace(h, enabled=False) if h.name in avoid else h for h in inputs.hosts]
     planned = planner.plan(now, others, inputs.holds, inputs.quotas, [request], inputs.usage,
