@@ -93,3 +93,39 @@ def test_a_wake_during_a_tick_brings_another_tick_at_once(runtime, monkeypatch):
     finally:
         engine.scheduler.shutdown(wait=True)
     assert len(ticks) == 2 and ticks[1] - ticks[0] < 5
+
+
+def test_a_watch_never_runs_beside_a_tick(client, runner, runtime, monkeypatch):
+    """Both carry booting leases on; side by side they attached one volume twice and the
+    second attach, refused by the cloud, failed the lease. A watch that finds a tick
+    running leaves the work to it and looks again soon."""
+    assert runner.run_once()
+    lease = client.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT1H"},
+                        headers=headers()).get_json()["lease"]
+    runner.run_once()
+    runtime.clock.advance(60)
+    watched = []
+    monkeypatch.setattr(runner.lifecycle, "watch", lambda: watched.append(1) or False)
+    runner.scheduler.remove_job("watch")
+    with runner._tick_lock:                             # a tick is running
+        runner.watch_once()
+    assert watched == [] and 0 < next_run_in(runner, "watch") <= 0.3
+    runner.watch_once()
+    assert watched == [1]
+    assert client.get(f"/v1/leases/{lease['id']}", headers=headers()).get_json()["lease"]["status"] == \
+        "provisioning"
+
+
+def test_a_wake_during_a_watch_brings_a_tick_after_it(client, runner, runtime, monkeypatch):
+    assert runner.run_once()
+    client.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT1H"}, headers=headers())
+    runner.run_once()
+
+    def watch_woken():
+        runner.wake()                                   # the API changed something meanwhile,
+        assert runner.run_once()                        # the tick it brings finds the lock taken,
+        runner.scheduler.modify_job("tick", next_run_time=datetime.now() + timedelta(seconds=600))
+        return False                                    # and the scheduler sets the next one a timer away
+    monkeypatch.setattr(runner.lifecycle, "watch", watch_woken)
+    runner.watch_once()
+    assert next_run_in(runner, "tick") <= 0.1           # the tick comes right after the watch

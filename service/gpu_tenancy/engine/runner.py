@@ -66,15 +66,22 @@ class EngineRunner:
         take most of a second with thousands waiting); a full tick once GPUs come free."""
         if not self.leading:
             return
+        # Never beside a tick: both would carry the same booting lease on (two attaches of
+        # its volume, the second refused, failed a lease under load). The tick does the work.
+        if not self._tick_lock.acquire(blocking=False):
+            self._watch_soon()
+            return
         try:
             freed = self.lifecycle.watch()
             busy = self.lifecycle.in_flight()
         except Exception:
             log.exception("engine watch failed")
             return
-        if freed:
+        finally:
+            self._tick_lock.release()
+        if freed or self._woken:   # a wake that came during the watch found the lock taken
             self.wake()
-        elif busy:
+        if busy and not freed:
             self._watch_soon()
 
     def _watch_soon(self) -> None:
