@@ -79,3 +79,23 @@ def test_a_host_that_goes_down_takes_nothing_new(client, runtime, cloud, engine_
     assert lease["allocations"][0]["host"] == "gpu-h100-2"
     with session_scope(runtime.sessions) as s:
         assert {h.name for h in s.scalars(select(m.Host).where(m.Host.up.is_(False)))} == {"gpu-h100-1"}
+
+
+def test_watching_a_boot_asks_the_cloud_only_for_the_server_state(client, runtime, cloud, engine_tick, monkeypatch):
+    """Each pass over a booting lease is one server-state call per VM: the flavor and the
+    image are looked up once, before the boot (a flavor lookup per poll cost ~100 ms each
+    on the loopback cloud, a third of the boot overhead)."""
+    calls = []
+    for name in ("ensure_flavor", "check_image", "boot", "server_state"):
+        real = getattr(cloud, name)
+        monkeypatch.setattr(cloud, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
+    lease = client.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT1H"},
+                        headers=headers()).get_json()["lease"]
+    engine_tick()
+    for _ in range(3):
+        runtime.engine.lifecycle.watch()
+    assert lease_status(runtime.sessions, lease["id"]) == "provisioning"
+    engine_tick(advance=30)
+    assert lease_status(runtime.sessions, lease["id"]) == "active"
+    assert [c for c in calls if c != "server_state"] == ["ensure_flavor", "check_image", "boot"]
+    assert calls.count("server_state") >= 4

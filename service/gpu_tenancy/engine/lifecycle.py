@@ -143,9 +143,9 @@ class Lifecycle:
             extra = dict(key_name=row.key_name, user_id=row.user_id)
             name = row.name
             started = to_epoch(row.start_at)
-        flavor_id = self.cloud.ensure_flavor(project, spec)
-        crash_point("flavor_made")
-        if pending:
+        if pending:   # once every VM is asked for, each pass only watches (no flavor lookup per poll)
+            flavor_id = self.cloud.ensure_flavor(project, spec)
+            crash_point("flavor_made")
             self.cloud.check_image(image.cloud_ref if image else "")
             if volume_id or size:
                 volume_id = self.cloud.ensure_volume(project, lease_id, VolumeRequest(size, volume_id))
