@@ -33,3 +33,7 @@ class NotFound(ServiceError):
 
 class Conflict(ServiceError):
     status, title, code = 409, "Conflict", "gpu_tenancy.conflict"
+
+
+class ServiceUnavailable(ServiceError):
+    status, title, code = 503, "Service Unavailable", "gpu_tenancy.cloud_unavailable"

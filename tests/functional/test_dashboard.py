@@ -217,14 +217,20 @@ def test_quota_page_shows_limits_use_now_and_gpu_hours(client, engine_tick):
     assert re.search(r"<td>4\.0</td>|<td>3\.9</td>", row)            # GPU-hours so far (about 4 × 1 h)
 
 
-def test_volumes_come_from_the_lease_records(client, engine_tick):
+def test_volumes_are_the_clouds_with_the_leases_that_use_them(client, cloud, engine_tick):
     csrf = login(client)
+    own = cloud.add_volume("ml-vision", 20, "datasets")
+    cloud.add_volume("nlp-lab", 30, "not-ours")
     ask(client, csrf, volume_mode="new", volume_size_gb="50", name="with-data")
-    assert "50 GB for" in client.get("/dashboard/volumes").text           # not made yet
+    page = client.get("/dashboard/volumes").text
+    assert "50 GB for" in page and own in page and "datasets" in page and "free for a lease" in page
+    assert "not-ours" not in page                                          # another project's
     engine_tick()
     engine_tick(advance=30)
     page = client.get("/dashboard/volumes").text
-    assert "in use by" in page and "with-data" in page and "50 GB" in page
+    row = re.search(r"<tr>\s*<td><code>[^<]*</code></td><td>gt-.*?</tr>", page, re.S).group(0)
+    assert "in use by" in row and "with-data" in row and "50 GB" in row and "in-use" in row
+    assert "To be made" not in page
 
 
 def test_capacity_calendar_draws_hosts_by_model_leases_now_and_waiting_slots(client):

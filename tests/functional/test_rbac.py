@@ -63,6 +63,8 @@ TABLE = [
     ("GET", "/v1/capacity?start=2026-12-01T08:00:00Z&end=2026-12-02T08:00:00Z", None, (200, 200, 200, 200, 401)),
     ("GET", "/v1/usage", None, (200, 200, 200, 200, 401)),
     ("GET", "/v1/usage?project_id=ml-vision", None, (200, 200, 200, 403, 401)),
+    ("GET", "/v1/volumes", None, (200, 200, 200, 200, 401)),
+    ("GET", "/v1/volumes?project_id=ml-vision", None, (200, 200, 200, 403, 401)),
     ("GET", "/v1/hosts", None, (403, 403, 200, 403, 401)),
     ("GET", "/v1/hosts/gpu-a100-1", None, (403, 403, 200, 403, 401)),
     ("PATCH", "/v1/hosts/gpu-a100-1", {"drained": True}, (403, 403, 200, 403, 401)),

@@ -79,6 +79,11 @@ def test_one_tenants_flavor_server_and_volume_are_invisible_to_another(os_app, a
         with pytest.raises(sdk_exceptions.NotFoundException):
             b_side.block_storage.get_volume(volume_id)
         assert flavor.original_name not in {f.name for f in b_side.compute.flavors(is_public=None)}
+        # and the service's own listing of volumes follows the cloud's
+        mine = {v["id"]: v for v in api.get("/v1/volumes", headers=auth(alice)).get_json()["volumes"]}
+        assert mine[volume_id]["lease_id"] == lease["id"] and mine[volume_id]["attached_to"] == [server_id]
+        theirs = api.get("/v1/volumes", headers=auth(tokens["gt-bob"])).get_json()["volumes"]
+        assert volume_id not in {v["id"] for v in theirs}
     finally:
         api.delete(f"/v1/leases/{lease['id']}", headers=auth(alice))
         tick_until(os_app, api, alice, lease["id"], lambda x: x["status"] == "ended", "ended")

@@ -78,6 +78,9 @@ def test_volumes_are_made_once_per_lease_and_another_projects_volume_is_refused(
         assert os_cloud.ensure_volume(a, lease, VolumeRequest(size_gb=1)) == made
         volume = admin.block_storage.get_volume(made)
         assert (volume.project_id, volume.status, volume.size) == (a, "available", 1)
+        listed = {v.id: v for v in os_cloud.project_volumes(a)}
+        assert (listed[made].status, listed[made].size_gb, listed[made].lease_id) == ("available", 1, lease)
+        assert made not in {v.id for v in os_cloud.project_volumes(b)}
         with pytest.raises(CloudError) as other:
             os_cloud.ensure_volume(b, str(uuid.uuid4()), VolumeRequest(volume_id=made))
         assert other.value.failure_class == FailureClass.VOLUME

@@ -17,7 +17,7 @@ from gpu_tenancy.domain.failures import FailureClass, Retry
 bp = Blueprint("openapi", __name__, url_prefix="/v1")
 
 ERROR_STATUSES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
-                  409: "Conflict", 413: "Content Too Large"}
+                  409: "Conflict", 413: "Content Too Large", 503: "Service Unavailable"}
 
 
 def ref(name: str) -> dict:
@@ -159,6 +159,13 @@ SCHEMAS = {
         "before": nullable({"type": "object", "description": "the resource as the API showed it before"}),
         "after": nullable({"type": "object", "description": "the resource as the API showed it after"}),
         "outcome": {"type": "string"}}},
+    "Volume": {"type": "object", "required": ["id", "status", "free_for_a_lease"], "properties": {
+        "id": {"type": "string"}, "name": {"type": "string"}, "size_gb": {"type": "integer"},
+        "status": {"type": "string", "description": "Cinder's: available, in-use, creating, error, ..."},
+        "attached_to": {"type": "array", "items": {"type": "string"}, "description": "server ids"},
+        "made_by_lease": nullable({"type": "string", "description": "the lease that made it, if one did"}),
+        "lease_id": nullable({"type": "string", "description": "the unfinished lease it is the data volume of"}),
+        "free_for_a_lease": {"type": "boolean", "description": "available, and no unfinished lease names it"}}},
     "Usage": {"type": "object", "required": ["start", "end", "projects"], "properties": {
         "start": TIME, "end": TIME,
         "projects": {"type": "array", "items": {"type": "object", "properties": {
@@ -390,6 +397,13 @@ PATHS = {
                          params=[*WINDOW, PROJECT_FILTER],
                          description=f"Default: the {DEFAULT_SPAN // 86400} days up to now; time after now "
                                      "does not count. Admins see every project unless they name one."),
+    },
+    "/v1/volumes": {
+        "get": operation("A project's volumes, as the cloud has them", "volume:list", 200,
+                         wrapped("volumes", "Volume", many=True, extra={"project_id": {"type": "string"}}),
+                         params=[PROJECT_FILTER], errors=(503,),
+                         description="Those free for a lease can be named in a new lease's volume.id. "
+                                     "503 when the cloud does not answer."),
     },
     "/v1/hosts": {
         "get": operation("The GPU hosts, their state and GPUs in use", "host:list", 200,

@@ -28,6 +28,7 @@ RULES = [
     policy.RuleDefault("quota:update", ADMIN, "Set a project's quotas."),
     policy.RuleDefault("capacity:show", ANY_READER, "GPUs per model now, and the calendar."),
     policy.RuleDefault("usage:show", f"{READER} or {ADMIN}", "GPU-hours of a project."),
+    policy.RuleDefault("volume:list", f"{READER} or {ADMIN}", "A project's volumes, as the cloud has them."),
     policy.RuleDefault("usage:show:all_projects", ADMIN, "GPU-hours of every project."),
     policy.RuleDefault("priority_class:list", ANY_READER, "List the priority classes."),
     policy.RuleDefault("priority_class:manage", ADMIN, "Create, change and remove priority classes."),

@@ -71,6 +71,17 @@ class ServerState:
 
 
 @dataclass(frozen=True)
+class VolumeInfo:
+    """A tenant's volume as the cloud has it."""
+    id: str
+    name: str
+    size_gb: int
+    status: str                      # available, in-use, creating, error, ...
+    attached_to: tuple[str, ...] = ()  # server ids
+    lease_id: str | None = None      # the lease that made it, from its tag
+
+
+@dataclass(frozen=True)
 class CloudObject:
     """Something in the cloud that carries a lease tag."""
     kind: str                 # server, volume, flavor
@@ -139,6 +150,10 @@ class CloudDriver(abc.ABC):
     @abc.abstractmethod
     def volume_status(self, volume_id: str) -> str:
         """available, in-use, ... or 'missing'."""
+
+    @abc.abstractmethod
+    def project_volumes(self, project_id: str) -> list[VolumeInfo]:
+        """The project's volumes, whoever made them."""
 
     @abc.abstractmethod
     def list_tagged(self) -> list[CloudObject]:

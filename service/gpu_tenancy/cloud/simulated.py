@@ -47,12 +47,12 @@ import yaml
 
 from gpu_tenancy.cloud.driver import (
     LEASE_TAG, BootRequest, CloudDriver, CloudError, CloudObject, HostInfo, ServerState, ShapeSpec,
-    VolumeRequest)
+    VolumeInfo, VolumeRequest)
 from gpu_tenancy.domain.failures import FailureClass
 
 NO_VALID_HOST = "No valid host was found. There are not enough hosts available."
 OPERATIONS = ("ensure_flavor", "ensure_volume", "boot", "attach_volume", "delete_server", "check_image",
-              "server_error")
+              "project_volumes", "server_error")
 F = FailureClass
 # The cloud's own words per class, worded so the engine's fault classifier recognises them.
 DEFAULT_FAULTS = {
@@ -324,6 +324,13 @@ class SimulatedCloud(CloudDriver):
         with self._lock:
             vol = self._volumes.get(volume_id)
             return "missing" if vol is None else self._volume_state(vol)
+
+    def project_volumes(self, project_id: str) -> list[VolumeInfo]:
+        with self._lock:
+            self._maybe_fail("project_volumes")
+            return [VolumeInfo(v.id, v.name, v.size_gb, self._volume_state(v),
+                               (v.attached_to,) if v.attached_to else (), v.metadata.get(LEASE_TAG))
+                    for v in self._volumes.values() if v.project_id == project_id]
 
     def list_tagged(self) -> list[CloudObject]:
         with self._lock:

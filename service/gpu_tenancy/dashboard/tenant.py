@@ -161,24 +161,12 @@ def quota():
 
 @bp.get("/volumes")
 def volumes():
-    """The data volumes named by the project's leases: the lease records are where the service knows them."""
-    by_volume: dict[str, dict] = {}
-    pending = []
-    for lease_ in sorted(api().get("/v1/leases", limit=rt.runtime().config.max_page_size)["leases"],
-                         key=lambda x: x["created_at"]):
-        volume = lease_.get("volume")
-        if not volume:
-            continue
-        if not volume.get("id"):
-            pending.append({"size_gb": volume.get("size_gb"), "lease": lease_})
-            continue
-        entry = by_volume.setdefault(volume["id"], {"id": volume["id"], "size_gb": volume.get("size_gb"),
-                                                    "leases": []})
-        entry["leases"].append(lease_)
-    rows = []
-    for entry in by_volume.values():
-        last = entry["leases"][-1]
-        entry["in_use_by"] = last if last["status"] in HOLDING else None
-        entry["last_lease"] = last
-        rows.append(entry)
+    """The project's volumes as the cloud has them, with the leases that use or made them;
+    and the volumes leases will make when they start."""
+    leases = {x["id"]: x for x in api().get("/v1/leases", limit=rt.runtime().config.max_page_size)["leases"]}
+    rows = [{**v, "lease": leases.get(v["lease_id"]), "made_by": leases.get(v["made_by_lease"])}
+            for v in api().get("/v1/volumes")["volumes"]]
+    pending = [{"size_gb": x["volume"].get("size_gb"), "lease": x}
+               for x in sorted(leases.values(), key=lambda x: x["created_at"])
+               if x.get("volume") and not x["volume"].get("id") and x["status"] not in ("cancelled", "expired")]
     return render_template("dashboard/volumes.html", volumes=rows, pending=pending)

@@ -20,7 +20,7 @@ from openstack import exceptions as sdk
 
 from gpu_tenancy.cloud.driver import (
     LEASE_TAG, BootRequest, CloudDriver, CloudError, CloudObject, HostInfo, ServerState, ShapeSpec,
-    VolumeRequest)
+    VolumeInfo, VolumeRequest)
 from gpu_tenancy.cloud.openstack.capacity import GpuInventory
 from gpu_tenancy.cloud.openstack.connection import Connections, connect
 from gpu_tenancy.cloud.openstack.errors import CALL_ERRORS, wrap
@@ -168,6 +168,17 @@ class OpenStackCloud(CloudDriver):
             return "missing"
         except CALL_ERRORS as exc:
             raise wrap(exc, f"reading volume {volume_id} failed", F.VOLUME) from exc
+
+    def project_volumes(self, project_id: str) -> list[VolumeInfo]:
+        try:
+            # the service user is an admin and would see every project's: ask for this one's only
+            found = self.admin.block_storage.volumes(details=True, all_projects=True, project_id=project_id)
+            return [VolumeInfo(v.id, v.name or "", v.size, v.status,
+                               tuple(a["server_id"] for a in v.attachments or [] if a.get("server_id")),
+                               (v.metadata or {}).get(LEASE_TAG))
+                    for v in found if v.project_id in (None, project_id)]
+        except CALL_ERRORS as exc:
+            raise wrap(exc, f"listing the volumes of project {project_id} failed", F.VOLUME) from exc
 
     # --- servers ----------------------------------------------------------------------------
     def boot(self, request: BootRequest) -> str:
