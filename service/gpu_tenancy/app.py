@@ -49,6 +49,9 @@ def create_app(config: Config | None = None, *, clock=None, cloud=None, start_en
         runtime.engine = EngineRunner(Lifecycle(sessions, runtime.cloud, clock, config))
         if start_engine if start_engine is not None else True:
             runtime.engine.start()
+    else:   # an API worker: the few reads of the cloud it makes (GET /v1/volumes) get a driver when first asked
+        runtime.cloud = cloud
+        runtime.make_cloud = lambda: make_cloud(config, clock)
 
     errors.register(app)
     register_blueprints(app)

@@ -2,6 +2,9 @@
 use them, so a tenant can pick a free one for a new lease."""
 from __future__ import annotations
 
+from gpu_tenancy import app as app_module
+from gpu_tenancy.app import create_app
+from gpu_tenancy.config import Config
 from gpu_tenancy.domain.failures import FailureClass
 from tests.conftest import headers
 
@@ -64,3 +67,18 @@ def test_a_cloud_that_does_not_answer_is_a_503_in_the_openstack_form(client, clo
     [error] = reply.get_json()["errors"]
     assert error["code"] == "gpu_tenancy.cloud_unavailable" and "HTTP 503" in error["detail"]
     assert client.get("/v1/volumes", headers=headers()).status_code == 200   # only that call failed
+
+
+def test_an_api_only_worker_makes_its_own_driver_to_list_volumes(app, db_url, clock, monkeypatch):
+    """Production API workers run no engine, so no driver was built for them: the
+    listing must build one (it answered 500 under keystone auth in the loopback test)."""
+    made = []
+    real = app_module.make_cloud
+    monkeypatch.setattr(app_module, "make_cloud", lambda config, clock: made.append(1) or real(config, clock))
+    worker = create_app(Config.load(database_url=db_url, auth_strategy="noauth2", run_engine=False), clock=clock)
+    client = worker.test_client()
+    for _ in range(2):
+        reply = client.get("/v1/volumes", headers=headers())
+        assert reply.status_code == 200 and reply.get_json()["volumes"] == []
+    assert made == [1]                                                  # once, then kept
+    worker.extensions["gpu_tenancy"].sessions.kw["bind"].dispose()

@@ -27,10 +27,17 @@ class Runtime:
     engine: Any = None            # EngineRunner when this process runs the engine
     cloud: Any = None
     extras: dict = field(default_factory=dict)
+    make_cloud: Any = None        # builds the driver in an API-only process, on first use
 
     def wake_engine(self) -> None:
         if self.engine is not None:
             self.engine.wake()
+
+    def cloud_driver(self):
+        """The engine's driver, or (API-only worker) one of this process's own, made once."""
+        if self.cloud is None and self.make_cloud is not None:
+            self.cloud = self.make_cloud()
+        return self.cloud
 
 
 def runtime() -> Runtime:

@@ -24,5 +24,5 @@ def index():
     project = check_identifier("project_id", wanted) if wanted is not None else rt.context().project_id
     rt.authorize("volume:list", project)
     with rt.transaction() as session:
-        listed = volumes.listing(session, rt.runtime().cloud, project)
+        listed = volumes.listing(session, rt.runtime().cloud_driver(), project)
     return {"project_id": project, "volumes": [render(e) for e in listed]}
