@@ -135,42 +135,105 @@ class ModelIndex:
 
     # -- updates ------------------------------------------------------
     def reserve(self, host: str, start: int, end: int, gpus: int) -> None:
+        """Take `gpus` on `host` over [start, end) and update only what that
+        window touched: the free levels of its segments, and for each g the
+        runs that meet it (the rest of the host's runs stay as they are)."""
         hs = self.hosts[host]
-        before_now = hs.prof.vals[0]
+        prof = hs.prof
         lo = max(start, self.origin)   # add() clips to the origin
-        old_segs = indexed_segments(hs.prof, hs.gpus, lo, end)
-        # g-runs can change only for g up to the most free in the window
-        touched_g = min(hs.gpus, hs.prof.max_on(lo, end)) if end > lo else 0
-        hs.prof.add(start, end, -gpus)
-        self.levels.replace(hs.name, old_segs, indexed_segments(hs.prof, hs.gpus, lo, end))
-        after_now = hs.prof.vals[0]
+        if end <= lo or gpus == 0:
+            return
+        before_now = prof.vals[0]
+        old_segs = indexed_segments(prof, hs.gpus, lo, end)
+        span = prof.values_on(lo, end)
+        least_before, most_before = min(span), max(span)
+        prof.add(start, end, -gpus)
+        self.levels.replace(hs.name, old_segs, indexed_segments(prof, hs.gpus, lo, end))
+        after_now = prof.vals[0]
         if before_now != after_now:
             self.now_count[self._clamp(before_now)] -= 1
             self.now_count[self._clamp(after_now)] += 1
-        runs = hs.compute_runs()
-        name = hs.name
-        heaps = self.heaps
-        push = insort
-        old_all = hs.runs
-        old_idle = hs.idle_from
         idle = hs.compute_idle_from()
-        if idle != old_idle:
+        if idle != hs.idle_from:
             L = self.idle_sorted
-            del L[bisect_left(L, (old_idle, hs.gpus, name))]
-            insort(L, (idle, hs.gpus, name))
+            del L[bisect_left(L, (hs.idle_from, hs.gpus, hs.name))]
+            insort(L, (idle, hs.gpus, hs.name))
             hs.idle_from = idle
-        old_lists = hs.run_lists
-        for g in range(1, touched_g + 1):
-            new = runs[g]
-            if new == old_lists[g]:
-                continue   # list compare in C: cheaper than a diff
-            old = old_all[g]
-            for r in new:
+        # g above the most free in the window: no run meets it; g up to the
+        # least free left in it: the one run holding the window keeps its
+        # ends (only its free-at-start may drop, if it starts at lo)
+        least_after = least_before - gpus
+        for g in range(1, min(hs.gpus, most_before) + 1):
+            if g <= least_after:
+                self._restart_run(hs, g, lo)
+            else:
+                self._cut_runs(hs, g, lo, end)
+
+    def _restart_run(self, hs: HostState, g: int, lo: int) -> None:
+        L = hs.run_lists[g]
+        i = bisect_right(L, (lo, INF + 1)) - 1   # the run holding lo
+        s, e, f = L[i]
+        if s < lo:
+            return
+        v = hs.prof.vals[bisect_right(hs.prof.times, s) - 1]
+        nf = v if v < hs.gpus else hs.gpus
+        if nf != f:
+            self._swap_runs(hs, g, i, i + 1, [(s, e, nf)])
+
+    def _cut_runs(self, hs: HostState, g: int, lo: int, end: int) -> None:
+        """Recompute the g-runs that meet [lo, end). They can only shrink or
+        split inside the window: outside it the profile did not change, so
+        only the window's segments are read."""
+        L = hs.run_lists[g]
+        i = bisect_left(L, (lo,))
+        if i > 0 and L[i - 1][1] > lo:
+            i -= 1
+        j = bisect_left(L, (end,), i)
+        if i == j:
+            return
+        first_start, _e, first_free = L[i]
+        last_end = L[j - 1][1]
+        opened = (first_start, first_free) if first_start < lo else None
+        times, vals = hs.prof.times, hs.prof.vals
+        G = hs.gpus
+        new = []
+        k = bisect_right(times, lo) - 1
+        n = len(times)
+        while k < n and times[k] < end:
+            v = vals[k]
+            if v >= g:
+                if opened is None:
+                    opened = (times[k], v if v < G else G)
+            elif opened is not None:
+                new.append((opened[0], times[k], opened[1]))
+                opened = None
+            k += 1
+        if opened is not None:   # open at the window's end: it runs on as before
+            new.append((opened[0], last_end, opened[1]))
+        elif last_end > end:     # closed in the window, open again after it
+            v = vals[k]          # times[k] == end: the value rises there
+            new.append((end, last_end, v if v < G else G))
+        self._swap_runs(hs, g, i, j, new)
+
+    def _swap_runs(self, hs: HostState, g: int, i: int, j: int, new: list[tuple[int, int, int]]) -> None:
+        """Replace hs.run_lists[g][i:j] by `new`, keeping the run set and
+        the heaps (old entries die lazily)."""
+        L = hs.run_lists[g]
+        old = L[i:j]
+        if old == new:
+            return
+        L[i:j] = new
+        live = hs.runs[g]
+        for r in old:
+            live.discard(r)
+        heap_g = self.heaps[g]
+        name = hs.name
+        for r in new:
+            if r not in live:
+                live.add(r)
+                s, e, f = r
                 if r not in old:
-                    s, e, f = r
-                    push(heaps[g][length_class(e - s)], (s, f, name, e))
-            old_all[g] = set(new)
-            old_lists[g] = new
+                    insort(heap_g[length_class(e - s)], (s, f, name, e))
 
     def largest_free_now(self) -> int:
         for f in range(self.max_gpus, -1, -1):
