@@ -23,56 +23,10 @@ from collections.abc import Iterable, Sequence
 
 from .model import Hold, Host
 from .free_levels import FreeLevels, indexed_segments
+from .host_runs import HostState
 from .profile import INF, NCLS, StepProfile, length_class
 
 IDLE_SCAN = 48         # up to this many idle hosts: list them; beyond: walk hosts by name
-
-
-class HostState:
-    """A host's free-GPU profile and its runs per g."""
-
-    __slots__ = ("name", "gpus", "aggregate", "prof", "runs", "run_lists", "idle_from")
-
-    def __init__(self, host: Host, origin: int):
-        self.name = host.name
-        self.gpus = host.gpus
-        self.aggregate = host.aggregate
-        self.prof = StepProfile(origin, host.gpus)
-        # runs[g]: set of (start, end, free_at_start) with >= g free throughout
-        self.runs: list[set[tuple[int, int, int]]] = [set() for _ in range(host.gpus + 1)]
-        self.run_lists: list[list[tuple[int, int, int]]] = [[] for _ in range(host.gpus + 1)]  # same, in order
-        self.idle_from = origin    # from here on the host is entirely free
-
-    def compute_idle_from(self) -> int:
-        p = self.prof
-        return p.times[-1] if p.vals[-1] >= self.gpus else INF
-
-    def compute_runs(self) -> list[list[tuple[int, int, int]]]:
-        G = self.gpus
-        out: list[list[tuple[int, int, int]]] = [[] for _ in range(G + 1)]
-        opened: list[tuple[int, int]] = [(0, 0)] * (G + 1)
-        prev = 0
-        times, vals = self.prof.times, self.prof.vals
-        for k in range(len(times)):
-            c = vals[k]
-            if c > G:
-                c = G
-            elif c < 0:
-                c = 0
-            if c > prev:
-                t = times[k]
-                for g in range(prev + 1, c + 1):
-                    opened[g] = (t, c)
-            elif c < prev:
-                t = times[k]
-                for g in range(c + 1, prev + 1):
-                    s, f = opened[g]
-                    out[g].append((s, t, f))
-            prev = c
-        for g in range(1, prev + 1):
-            s, f = opened[g]
-            out[g].append((s, INF, f))
-        return out
 
 
 class ModelIndex:
@@ -97,6 +51,7 @@ class ModelIndex:
         self.static_order = sorted((h.gpus, h.name) for h in self.hosts.values())
         # every other profile segment, by free value: "who has v free at t"
         self.levels = FreeLevels(self.max_gpus)
+        self.tracked: list[int] = []    # the g whose runs are kept, ascending
         self._built = False
 
     # -- building -----------------------------------------------------
@@ -107,28 +62,30 @@ class ModelIndex:
             hs.prof.add(start, end, -gpus)
 
     def build(self) -> None:
-        heaps = self.heaps
         for hs in self.hosts.values():
-            runs = hs.compute_runs()
             name = hs.name
             idle = hs.idle_from = hs.compute_idle_from()
             self.idle_sorted.append((idle, hs.gpus, name))
-            for g in range(1, hs.gpus + 1):
-                rs = runs[g]
-                hs.runs[g] = set(rs)
-                hs.run_lists[g] = rs
-                hg = heaps[g]
-                for (s, e, f) in rs:
-                    hg[length_class(e - s)].append((s, f, name, e))
             for seg in indexed_segments(hs.prof, hs.gpus, self.origin, INF):
                 self.levels.lists[seg[2]][length_class(seg[1] - seg[0])].append((seg[0], name, seg[1]))
             self.now_count[self._clamp(hs.prof.vals[0])] += 1
-        for hg in heaps:
-            for h in hg:
-                h.sort()
         self.levels.sort()
         self.idle_sorted.sort()
         self._built = True
+
+    def _track(self, g: int) -> None:
+        """Start keeping the g-runs of every host (on the first question
+        about g: most g are never asked, and their runs cost every reserve)."""
+        heap_g = self.heaps[g]
+        for hs in self.hosts.values():
+            if hs.gpus >= g:
+                name = hs.name
+                for (s, e, f) in hs.track(g):
+                    heap_g[length_class(e - s)].append((s, f, name, e))
+        for L in heap_g:
+            L.sort()
+        self.tracked.append(g)
+        self.tracked.sort()
 
     def _clamp(self, v: int) -> int:
         return 0 if v < 0 else (self.max_gpus if v > self.max_gpus else v)
@@ -159,80 +116,17 @@ class ModelIndex:
             del L[bisect_left(L, (hs.idle_from, hs.gpus, hs.name))]
             insort(L, (idle, hs.gpus, hs.name))
             hs.idle_from = idle
-        # g above the most free in the window: no run meets it; g up to the
-        # least free left in it: the one run holding the window keeps its
-        # ends (only its free-at-start may drop, if it starts at lo)
+        # g above the most free in the window: no run meets it
+        top = min(hs.gpus, most_before)
         least_after = least_before - gpus
-        for g in range(1, min(hs.gpus, most_before) + 1):
-            if g <= least_after:
-                self._restart_run(hs, g, lo)
-            else:
-                self._cut_runs(hs, g, lo, end)
-
-    def _restart_run(self, hs: HostState, g: int, lo: int) -> None:
-        L = hs.run_lists[g]
-        i = bisect_right(L, (lo, INF + 1)) - 1   # the run holding lo
-        s, e, f = L[i]
-        if s < lo:
-            return
-        v = hs.prof.vals[bisect_right(hs.prof.times, s) - 1]
-        nf = v if v < hs.gpus else hs.gpus
-        if nf != f:
-            self._swap_runs(hs, g, i, i + 1, [(s, e, nf)])
-
-    def _cut_runs(self, hs: HostState, g: int, lo: int, end: int) -> None:
-        """Recompute the g-runs that meet [lo, end). They can only shrink or
-        split inside the window: outside it the profile did not change, so
-        only the window's segments are read."""
-        L = hs.run_lists[g]
-        i = bisect_left(L, (lo,))
-        if i > 0 and L[i - 1][1] > lo:
-            i -= 1
-        j = bisect_left(L, (end,), i)
-        if i == j:
-            return
-        first_start, _e, first_free = L[i]
-        last_end = L[j - 1][1]
-        opened = (first_start, first_free) if first_start < lo else None
-        times, vals = hs.prof.times, hs.prof.vals
-        G = hs.gpus
-        new = []
-        k = bisect_right(times, lo) - 1
-        n = len(times)
-        while k < n and times[k] < end:
-            v = vals[k]
-            if v >= g:
-                if opened is None:
-                    opened = (times[k], v if v < G else G)
-            elif opened is not None:
-                new.append((opened[0], times[k], opened[1]))
-                opened = None
-            k += 1
-        if opened is not None:   # open at the window's end: it runs on as before
-            new.append((opened[0], last_end, opened[1]))
-        elif last_end > end:     # closed in the window, open again after it
-            v = vals[k]          # times[k] == end: the value rises there
-            new.append((end, last_end, v if v < G else G))
-        self._swap_runs(hs, g, i, j, new)
-
-    def _swap_runs(self, hs: HostState, g: int, i: int, j: int, new: list[tuple[int, int, int]]) -> None:
-        """Replace hs.run_lists[g][i:j] by `new`, keeping the run set and
-        the heaps (old entries die lazily)."""
-        L = hs.run_lists[g]
-        old = L[i:j]
-        if old == new:
-            return
-        L[i:j] = new
-        live = hs.runs[g]
-        for r in old:
-            live.discard(r)
-        heap_g = self.heaps[g]
         name = hs.name
-        for r in new:
-            if r not in live:
-                live.add(r)
-                s, e, f = r
-                if r not in old:
+        for g in self.tracked:
+            if g > top:
+                break
+            added = hs.after_reserve(g, lo, end, least_after)
+            if added:   # the entries of dropped runs die lazily
+                heap_g = self.heaps[g]
+                for (s, e, f) in added:
                     insort(heap_g[length_class(e - s)], (s, f, name, e))
 
     def largest_free_now(self) -> int:
@@ -248,6 +142,8 @@ class ModelIndex:
         `duration`, and the hosts chosen (one per VM)."""
         if gpus <= 0 or gpus > self.max_gpus:
             return None
+        if gpus not in self.tracked:
+            self._track(gpus)
         if instances == 1:
             return self._earliest_one(t, duration, gpus)
         return self._earliest_gang(t, duration, gpus, instances)
