@@ -9,6 +9,7 @@ import random
 import pytest
 
 from gpu_tenancy.domain.capacity import ModelIndex
+from gpu_tenancy.domain.idle_hosts import IdleHosts
 from gpu_tenancy.domain.model import Host
 from gpu_tenancy.domain.profile import INF, length_class
 
@@ -62,7 +63,7 @@ def assert_like_rebuilt(mi: ModelIndex, hosts, origin: int) -> None:
             assert hs.runs[g] == set(want[g]), (name, g)
         assert hs.idle_from == fresh.hosts[name].idle_from
     assert live_heap_entries(mi) == live_heap_entries(fresh)
-    assert mi.idle_sorted == fresh.idle_sorted
+    assert mi.idle.tree == fresh.idle.tree
     assert mi.now_count == fresh.now_count
     assert [[sorted(L) for L in per] for per in mi.levels.lists] == fresh.levels.lists
 
@@ -95,3 +96,20 @@ def test_reserve_keeps_the_index_as_a_rebuild_would(seed):
             continue
         mi.reserve(h.name, a, b, rng.randint(1, room))
         assert_like_rebuilt(mi, hosts, NOW)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_idle_hosts_answer_like_a_scan(seed):
+    rng = random.Random(seed)
+    idle_from = {f"h{i:03d}": rng.choice([NOW, NOW + rng.randint(1, 50) * 60, INF])
+                 for i in range(rng.randint(1, 40))}
+    gpus = {name: rng.choice([1, 2, 4, 8]) for name in idle_from}
+    idle = IdleHosts((gpus[n], n, t) for n, t in idle_from.items())
+    for _ in range(200):
+        if rng.random() < 0.3:
+            name = rng.choice(sorted(idle_from))
+            idle_from[name] = rng.choice([idle_from[name], NOW + rng.randint(1, 60) * 60, INF])
+            idle.set_idle_from(name, idle_from[name])
+        t, g = NOW + rng.randint(-1, 61) * 60, rng.randint(1, 9)
+        want = [(gpus[n], n) for n, at in idle_from.items() if at <= t and gpus[n] >= g]
+        assert idle.least_idle(t, g) == (min(want) if want else None)

@@ -24,9 +24,8 @@ from collections.abc import Iterable, Sequence
 from .model import Hold, Host
 from .free_levels import FreeLevels, indexed_segments
 from .host_runs import HostState
+from .idle_hosts import IdleHosts
 from .profile import INF, NCLS, StepProfile, length_class
-
-IDLE_SCAN = 48         # up to this many idle hosts: list them; beyond: walk hosts by name
 
 
 class ModelIndex:
@@ -45,10 +44,8 @@ class ModelIndex:
             [[] for _ in range(NCLS)] for _ in range(self.max_gpus + 1)]
         # free-now histogram for "largest free block now"
         self.now_count = [0] * (self.max_gpus + 1)
-        # Hosts entirely free from `idle_from` on: (idle_from, gpus, name);
-        # static_order walks hosts by (gpus, name) when many are idle.
-        self.idle_sorted: list[tuple[int, int, str]] = []
-        self.static_order = sorted((h.gpus, h.name) for h in self.hosts.values())
+        # hosts entirely free from their idle_from on (filled by build())
+        self.idle = IdleHosts(())
         # every other profile segment, by free value: "who has v free at t"
         self.levels = FreeLevels(self.max_gpus)
         self.tracked: list[int] = []    # the g whose runs are kept, ascending
@@ -64,13 +61,12 @@ class ModelIndex:
     def build(self) -> None:
         for hs in self.hosts.values():
             name = hs.name
-            idle = hs.idle_from = hs.compute_idle_from()
-            self.idle_sorted.append((idle, hs.gpus, name))
+            hs.idle_from = hs.compute_idle_from()
             for seg in indexed_segments(hs.prof, hs.gpus, self.origin, INF):
                 self.levels.lists[seg[2]][length_class(seg[1] - seg[0])].append((seg[0], name, seg[1]))
             self.now_count[self._clamp(hs.prof.vals[0])] += 1
         self.levels.sort()
-        self.idle_sorted.sort()
+        self.idle = IdleHosts((hs.gpus, hs.name, hs.idle_from) for hs in self.hosts.values())
         self._built = True
 
     def _track(self, g: int) -> None:
@@ -112,9 +108,7 @@ class ModelIndex:
             self.now_count[self._clamp(after_now)] += 1
         idle = hs.compute_idle_from()
         if idle != hs.idle_from:
-            L = self.idle_sorted
-            del L[bisect_left(L, (hs.idle_from, hs.gpus, hs.name))]
-            insort(L, (idle, hs.gpus, hs.name))
+            self.idle.set_idle_from(hs.name, idle)
             hs.idle_from = idle
         # g above the most free in the window: no run meets it
         top = min(hs.gpus, most_before)
@@ -208,18 +202,7 @@ class ModelIndex:
 
     def _idle_at(self, t: int, g: int) -> tuple[int, str] | None:
         """Least (gpus, name) among hosts of >= g GPUs entirely free from t on."""
-        idle = self.idle_sorted
-        k = bisect_left(idle, (t + 1,))
-        if k <= IDLE_SCAN:
-            cands = [(gp, name) for (_, gp, name) in idle[:k] if gp >= g]
-            return min(cands) if cands else None
-        hosts = self.hosts
-        order = self.static_order
-        for j in range(bisect_left(order, (g,)), len(order)):
-            gp, name = order[j]
-            if hosts[name].idle_from <= t:
-                return gp, name
-        return None
+        return self.idle.least_idle(t, g)
 
     def _open_at(self, g: int, c: int, T: int, d: int, active: dict[str, int]) -> int:
         """Add to `active` the hosts whose g-run of class c covers [T, T+d);

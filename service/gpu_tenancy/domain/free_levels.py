@@ -7,7 +7,7 @@ seconds, so the segments of a class that contain t all start in
 (t - 64 * 2**c, t]: a query reads only that slice, not every host.
 
 The last segment of an idle host (all GPUs free forever) is left out: the
-model index keeps idle hosts apart (``idle_sorted``), and counting them here
+model index keeps idle hosts apart (``IdleHosts``), and counting them here
 would put most hosts of a far-future query in the slice.
 """
 from __future__ import annotations
