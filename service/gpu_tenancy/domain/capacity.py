@@ -235,15 +235,18 @@ class ModelIndex:
                     nxt = x
             cands = []
             total = 0
-            for name in sorted(active):
+            for name in active:   # (order free: the choice sorts by unique keys)
                 hs = hosts[name]
-                j = hs.prof.min_on(T, T + d) // g
+                most = hs.gpus // g
+                # its g-run holds [T, T+d): one VM fits; more only on a bigger host
+                j = 1 if most == 1 else hs.prof.min_on(T, T + d) // g
                 if j > 0:
                     total += j
                     cands.append((hs.prof.value_at(T), name, hs.aggregate, j))
-                b = hs.prof.next_break(T)
-                if b is not None and b < nxt:
-                    nxt = b
+                if j < most:   # more VMs may fit once T passes a breakpoint
+                    b = hs.prof.next_break(T)
+                    if b is not None and b < nxt:
+                        nxt = b
             if total >= n:
                 return T, select_gang_hosts(cands, n)
             if nxt >= INF:
