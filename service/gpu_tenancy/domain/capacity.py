@@ -97,6 +97,11 @@ class ModelIndex:
         if end <= lo or gpus == 0:
             return
         before_now = prof.vals[0]
+        times, vals = prof.times, prof.vals
+        k = bisect_right(times, lo) - 1
+        # free just before lo (0 at the origin): a g-run holding the window
+        # and g up to this started before lo, and keeps its ends and its start
+        left = vals[k] if times[k] < lo else (vals[k - 1] if k > 0 else 0)
         old_segs = indexed_segments(prof, hs.gpus, lo, end)
         span = prof.values_on(lo, end)
         least_before, most_before = min(span), max(span)
@@ -117,6 +122,8 @@ class ModelIndex:
         for g in self.tracked:
             if g > top:
                 break
+            if g <= least_after and g <= left:
+                continue
             added = hs.after_reserve(g, lo, end, least_after)
             if added:   # the entries of dropped runs die lazily
                 heap_g = self.heaps[g]
