@@ -164,7 +164,11 @@ class ModelIndex:
         hosts = self.hosts
         best: tuple[int, int, str] | None = None
         lists = self.heaps[g]
-        for c in range(length_class(d), NCLS):
+        # the longer classes first: each one's first live run holds d, and the
+        # best of them bounds the scan of d's own class (most of its runs are
+        # too short)
+        cd = length_class(d)
+        for c in (*range(cd + 1, NCLS), cd):
             L = lists[c]
             if not L:
                 continue

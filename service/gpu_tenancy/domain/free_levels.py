@@ -21,7 +21,7 @@ TOP = NCLS - 1
 Segment = tuple[int, int, int]   # (start, end, free GPUs)
 
 
-def indexed_segments(prof: StepProfile, gpus: int, lo: int, hi: int) -> set[Segment]:
+def indexed_segments(prof: StepProfile, gpus: int, lo: int, hi: int) -> list[Segment]:
     """The segments of prof that touch [lo, hi] and belong in the index:
     some GPU free, and not the host's idle-forever tail."""
     times, vals = prof.times, prof.vals
@@ -29,12 +29,12 @@ def indexed_segments(prof: StepProfile, gpus: int, lo: int, hi: int) -> set[Segm
     k = bisect_left(times, lo) - 1
     if k < 0:
         k = 0
-    out = set()
+    out = []
     while k < n and times[k] <= hi:
         v = vals[k]
         end = times[k + 1] if k + 1 < n else INF
         if v > 0 and not (end >= INF and v >= gpus):
-            out.add((times[k], end, v))
+            out.append((times[k], end, v))
         k += 1
     return out
 
@@ -58,10 +58,24 @@ class FreeLevels:
         L = self.lists[v][length_class(b - a)]
         del L[bisect_left(L, (a, name, b))]
 
-    def replace(self, name: str, old: set[Segment], new: set[Segment]) -> None:
-        for seg in old - new:
+    def replace(self, name: str, old: list[Segment], new: list[Segment]) -> None:
+        """A host's segments `old` became `new`; both in time order, so one
+        merge finds what left and what came."""
+        i = j = 0
+        while i < len(old) and j < len(new):
+            a, b = old[i], new[j]
+            if a == b:
+                i += 1
+                j += 1
+            elif a < b:
+                self.remove(name, a)
+                i += 1
+            else:
+                self.add(name, b)
+                j += 1
+        for seg in old[i:]:
             self.remove(name, seg)
-        for seg in new - old:
+        for seg in new[j:]:
             self.add(name, seg)
 
     def sort(self) -> None:
