@@ -202,8 +202,15 @@ class ModelIndex:
         idle = self._idle_at(t, g)
         hosts = self.hosts
 
+        after = (t, INF + 1)
+        until = t + d
+
         def fits(name: str, seg_end: int) -> bool:
-            return seg_end - t >= d or hosts[name].prof.min_on(t, t + d) >= g
+            # t lies in one of the host's g-runs (it has >= g free at t): that run must last
+            if seg_end >= until:
+                return True
+            runs = hosts[name].run_lists[g]
+            return runs[bisect_right(runs, after) - 1][1] >= until
 
         for v in range(g, (idle[0] if idle else self.max_gpus) + 1):
             name = self.levels.least_name_at(v, t, fits)
