@@ -8,13 +8,14 @@ quota.
 
 :class:`ModelIndex` answers "earliest start >= t at which a VM of g GPUs (or a
 gang of N of them) fits for d seconds on one of these hosts, and on which
-host" without scanning every host. For every host and every g it keeps the
-*runs*: maximal intervals during which the host has >= g GPUs free. Runs are
-kept in heaps per (g, length class) ordered by (run start, free GPUs at the
-start, host name); the length class is log2 of the run length, so a query for
-duration d only looks at classes that can hold d, and all runs of a longer
-class fit as soon as they start. Entries are invalidated lazily: an entry is
-live only while its run is still one of the host's current runs.
+host" without scanning every host. For every host and every g a lease has asked
+for it keeps the *runs* (host_runs.py): maximal intervals during which the
+host has >= g GPUs free. Runs are kept in heaps per (g, length class) ordered
+by (run start, free GPUs at the start, host name); the length class is log2
+of the run length, so a query for duration d only looks at classes that can
+hold d, and all runs of a longer class fit as soon as they start. Entries are
+invalidated lazily: an entry is live only while its run is still one of the
+host's current runs. A reservation updates only what its window touched.
 """
 from __future__ import annotations
 
