@@ -91,10 +91,13 @@ class FreeLevels:
         for c, L in enumerate(self.lists[v]):
             if not L:
                 continue
-            i = bisect_left(L, (t - (64 << c) + 1,)) if c < TOP else 0
-            j = bisect_left(L, (t + 1,), i)
-            for k in range(i, j):
-                _a, name, b = L[k]
+            k = bisect_left(L, (t - (64 << c) + 1,)) if c < TOP else 0
+            n = len(L)
+            while k < n:   # a walk, not a second bisect: the slice is short
+                a, name, b = L[k]
+                if a > t:
+                    break
                 if b > t and (best is None or name < best) and fits(name, b):
                     best = name
+                k += 1
         return best
