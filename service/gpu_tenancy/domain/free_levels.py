@@ -12,7 +12,7 @@ would put most hosts of a far-future query in the slice.
 """
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_left, insort
 
 from .profile import INF, NCLS, StepProfile, length_class
 
@@ -25,15 +25,18 @@ def indexed_segments(prof: StepProfile, gpus: int, lo: int, hi: int) -> list[Seg
     """The segments of prof that touch [lo, hi] and belong in the index:
     some GPU free, and not the host's idle-forever tail."""
     times, vals = prof.times, prof.vals
+    n = len(times)
     k = bisect_left(times, lo) - 1
     if k < 0:
         k = 0
-    j = bisect_right(times, hi)           # segments starting at or before hi
-    ends = times[k + 1:j + 1]
-    if len(ends) < j - k:                 # the last segment runs forever
-        ends.append(INF)
-    return [(a, b, v) for a, b, v in zip(times[k:j], ends, vals[k:j])
-            if v > 0 and (b < INF or v < gpus)]
+    out = []
+    while k < n and times[k] <= hi:
+        v = vals[k]
+        end = times[k + 1] if k + 1 < n else INF
+        if v > 0 and not (end >= INF and v >= gpus):
+            out.append((times[k], end, v))
+        k += 1
+    return out
 
 
 class FreeLevels:

@@ -61,7 +61,8 @@ class StepProfile:
                 j += 1
                 times.insert(j, end)
                 vals.insert(j, vals[j - 1])
-        vals[i:j] = map(delta.__add__, vals[i:j])   # one C loop over the window
+        for k in range(i, j):
+            vals[k] += delta
         # merge equal neighbours at the two edges
         if j < len(times) and vals[j] == vals[j - 1]:
             del times[j], vals[j]
