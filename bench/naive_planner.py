@@ -79,7 +79,7 @@ class NaiveQuota:
         self.now, self.quotas = now, quotas
         self.iv = defaultdict(list)
         for h in holds:
-            if h.end > now and h.gpus > 0:
+            if h.end > now and h.gpus > 0 and not h.preemptible:   # preemptible leases use no quota
                 self.iv[(h.project_id, h.gpu_model)].append((max(h.start, now), h.end, h.gpus))
 
     def _nominal(self, p, m):

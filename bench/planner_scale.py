@@ -4,6 +4,9 @@
     python bench/planner_scale.py --check    # also compare with the naive planner on small sizes
     python bench/planner_scale.py --quick    # smaller sizes
     python bench/planner_scale.py --hosts 1000 --waiting 10000 --runs 3
+    python bench/planner_scale.py --hosts 1000 --waiting 10000 --runs 5 --against main
+        # side by side with the planner of a git ref: alternating runs, CPU time
+        # ratios, and whether both planned every lease the same
 
 Workload (seeded): hosts of 8 GPUs (90 % A100, 10 % H100, aggregates of 20),
 current holds filling about 60 % of the cluster for minutes to days, waiting
@@ -14,17 +17,23 @@ some of higher priority, 60 projects with mixed quotas and fair-share usage.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import math
 import os
 import platform
 import random
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "service"))
+# the code under test: this tree's, or (side by side) another ref's export
+SERVICE_ENV = "PLANNER_SCALE_SERVICE"
+sys.path.insert(0, os.environ.get(SERVICE_ENV) or os.path.join(HERE, "..", "service"))
 
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit  # noqa: E402
 from gpu_tenancy.domain.planner import plan  # noqa: E402
@@ -88,6 +97,64 @@ def time_plan(n_hosts, n_waiting, runs, backend=None):
     return statistics.median(times), result
 
 
+def plan_digest(result) -> str:
+    """A fingerprint of every lease's placement and reasons: equal digests,
+    identical plans."""
+    h = hashlib.sha256()
+    for lid in sorted(result.leases):
+        pl = result.leases[lid]
+        h.update(repr((lid, pl.position, pl.placement, pl.borrowing,
+                       [(r.code, r.message) for r in pl.reasons])).encode())
+    return h.hexdigest()[:16]
+
+
+def child(n_hosts: int, n_waiting: int) -> None:
+    """One timed plan() in a fresh process; prints a JSON line."""
+    wall, res = time_plan(n_hosts, n_waiting, 1)
+    print(json.dumps({"wall": wall, "cpu": time_plan.last_cpu, "digest": plan_digest(res)}))
+
+
+def export_ref(ref: str, into: str) -> str:
+    """The service/ directory of git ref `ref`, exported under `into`."""
+    repo = os.path.join(HERE, "..")
+    archive = subprocess.run(["git", "-C", repo, "archive", ref, "service"], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
+    return os.path.join(into, "service")
+
+
+def run_child(service_dir: str, n_hosts: int, n_waiting: int) -> dict:
+    env = dict(os.environ, **{SERVICE_ENV: os.path.abspath(service_dir)})
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", "--hosts", str(n_hosts),
+                          "--waiting", str(n_waiting)], env=env, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def side_by_side(ref: str, host_counts, sizes, runs: int) -> None:
+    """This tree against `ref`, alternating fresh processes (ABBA order) so a
+    neighbour's load falls on both alike; ratios of median CPU time."""
+    here = os.path.join(HERE, "..", "service")
+    print(f"side by side: this tree (new) against {ref} (old), {runs} alternating run(s) each")
+    print(machine())
+    print(f"{'hosts':>6} {'waiting':>8} {'old cpu s':>10} {'new cpu s':>10} {'new/old':>8} "
+          f"{'new wall s':>10} {'same plan':>9}")
+    with tempfile.TemporaryDirectory() as tmp:
+        old = export_ref(ref, tmp)
+        for nh in host_counts:
+            for nw in sizes:
+                got = {"old": [], "new": []}
+                for r in range(runs):
+                    order = [("old", old), ("new", here)]
+                    for name, d in (order if r % 2 == 0 else order[::-1]):
+                        got[name].append(run_child(d, nh, nw))
+                oc = statistics.median(x["cpu"] for x in got["old"])
+                nc = statistics.median(x["cpu"] for x in got["new"])
+                nwall = statistics.median(x["wall"] for x in got["new"])
+                same = {x["digest"] for x in got["old"] + got["new"]}
+                print(f"{nh:>6} {nw:>8} {oc:>10.3f} {nc:>10.3f} {nc / oc:>8.2f} {nwall:>10.3f} "
+                      f"{'yes' if len(same) == 1 else 'NO':>9}", flush=True)
+
+
 def machine() -> str:
     """One line naming the machine, so the figures can be read later."""
     model = "unknown CPU"
@@ -124,9 +191,16 @@ def main(argv=None):
                     help="also run the naive reference on small sizes and compare placements")
     ap.add_argument("--naive-max", type=int, default=200,
                     help="largest waiting count for the naive baseline (it is slow)")
+    ap.add_argument("--against", metavar="REF",
+                    help="side by side with the planner of this git ref (e.g. main); CPU time ratios")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     runs = a.runs
     host_counts, sizes = ([100, 1000], [1000, 5000]) if a.quick else (a.hosts, a.waiting)
+    if a.child:
+        return child(host_counts[0], sizes[0])
+    if a.against:
+        return side_by_side(a.against, host_counts, sizes, runs)
 
     print(f"planner plan() time, median of {runs} run(s)")
     print(machine())

@@ -98,13 +98,40 @@ def check_invariants(hosts, holds, quotas, waiting, p):
             assert used <= q.gpus + (q.borrow_gpus if borrowing_now else 0), (t, pr, m)
 
 
-@pytest.mark.parametrize("idle_scan", [0, 1000])
-def test_both_idle_host_lookups_agree_with_naive(monkeypatch, idle_scan):
-    from gpu_tenancy.domain import capacity
-    monkeypatch.setattr(capacity, "IDLE_SCAN", idle_scan)
-    for seed in range(1000, 1100):
-        hosts, holds, quotas, waiting, usage = case(seed)
+def wide_case(seed):
+    """More hosts of mixed sizes (some idle, some over-committed by holds),
+    preemptible holds and leases, bigger gangs, future holds."""
+    rng = random.Random(seed)
+    hosts = [Host(f"h{i:02d}", "A100", rng.choice([1, 2, 4, 8, 8, 8]), enabled=rng.random() > 0.1,
+                  aggregate=rng.choice(["a", "b", "c", None])) for i in range(rng.randint(4, 14))]
+    projects = ["p1", "p2", "p3", "p4"]
+    holds = []
+    for h in hosts:
+        for k in range(rng.choice([0, 0, 1, 2, 3, 4])):
+            start = NOW - rng.randint(0, 3600) if rng.random() < .6 else NOW + rng.randint(0, 12) * 900
+            holds.append(Hold(f"hold{h.name}{k}", rng.choice(projects), h.name, "A100",
+                              rng.randint(1, h.gpus), start, start + rng.randint(1, 24) * 900 + rng.randint(0, 3),
+                              preemptible=rng.random() < .15))
+    quotas = {(p, "A100"): QuotaLimit(p, "A100", rng.choice([8, 16, 64, 256]), borrow_gpus=rng.choice([0, 8]),
+                                      weight=rng.choice([1.0, 2.0])) for p in projects}
+    waiting = []
+    for i in range(rng.randint(5, 30)):
+        es = NOW if rng.random() < .7 else NOW + rng.randint(1, 16) * 900
+        waiting.append(LeaseRequest(
+            f"l{i:02d}", rng.choice(projects), "A100", rng.choice([1, 1, 2, 4, 8]),
+            rng.choice([1, 1, 1, 2, 3, 4]), rng.randint(1, 32) * 450 + rng.randint(0, 5), es,
+            es + rng.randint(0, 8) * 1800 if rng.random() < .15 else None, NOW - rng.randint(0, 100),
+            priority=rng.choice([0, 0, 1]), preemptible=rng.random() < .15))
+    usage = {(p, "A100"): float(rng.randint(0, 5)) for p in projects}
+    return hosts, holds, quotas, waiting, usage
+
+
+@pytest.mark.parametrize("chunk", range(4))
+def test_wider_cases_match_naive_placements_and_reasons(chunk):
+    for seed in range(10_000 + chunk * 40, 10_000 + chunk * 40 + 40):
+        hosts, holds, quotas, waiting, usage = wide_case(seed)
         fast = plan(NOW, hosts, holds, quotas, waiting, usage)
         ref = plan(NOW, hosts, holds, quotas, waiting, usage, _backend=NAIVE)
         for lid, pl in fast.leases.items():
             assert pl.placement == ref.leases[lid].placement, (seed, lid)
+            assert pl.reasons == ref.leases[lid].reasons, (seed, lid)

@@ -8,13 +8,14 @@ quota.
 
 :class:`ModelIndex` answers "earliest start >= t at which a VM of g GPUs (or a
 gang of N of them) fits for d seconds on one of these hosts, and on which
-host" without scanning every host. For every host and every g it keeps the
-*runs*: maximal intervals during which the host has >= g GPUs free. Runs are
-kept in heaps per (g, length class) ordered by (run start, free GPUs at the
-start, host name); the length class is log2 of the run length, so a query for
-duration d only looks at classes that can hold d, and all runs of a longer
-class fit as soon as they start. Entries are invalidated lazily: an entry is
-live only while its run is still one of the host's current runs.
+host" without scanning every host. For every host and every g a lease has asked
+for it keeps the *runs* (host_runs.py): maximal intervals during which the
+host has >= g GPUs free. Runs are kept in heaps per (g, length class) ordered
+by (run start, free GPUs at the start, host name); the length class is log2
+of the run length, so a query for duration d only looks at classes that can
+hold d, and all runs of a longer class fit as soon as they start. Entries are
+invalidated lazily: an entry is live only while its run is still one of the
+host's current runs. A reservation updates only what its window touched.
 """
 from __future__ import annotations
 
@@ -23,56 +24,9 @@ from collections.abc import Iterable, Sequence
 
 from .model import Hold, Host
 from .free_levels import FreeLevels, indexed_segments
+from .host_runs import HostState
+from .idle_hosts import IdleHosts
 from .profile import INF, NCLS, StepProfile, length_class
-
-IDLE_SCAN = 48         # up to this many idle hosts: list them; beyond: walk hosts by name
-
-
-class HostState:
-    """A host's free-GPU profile and its runs per g."""
-
-    __slots__ = ("name", "gpus", "aggregate", "prof", "runs", "run_lists", "idle_from")
-
-    def __init__(self, host: Host, origin: int):
-        self.name = host.name
-        self.gpus = host.gpus
-        self.aggregate = host.aggregate
-        self.prof = StepProfile(origin, host.gpus)
-        # runs[g]: set of (start, end, free_at_start) with >= g free throughout
-        self.runs: list[set[tuple[int, int, int]]] = [set() for _ in range(host.gpus + 1)]
-        self.run_lists: list[list[tuple[int, int, int]]] = [[] for _ in range(host.gpus + 1)]  # same, in order
-        self.idle_from = origin    # from here on the host is entirely free
-
-    def compute_idle_from(self) -> int:
-        p = self.prof
-        return p.times[-1] if p.vals[-1] >= self.gpus else INF
-
-    def compute_runs(self) -> list[list[tuple[int, int, int]]]:
-        G = self.gpus
-        out: list[list[tuple[int, int, int]]] = [[] for _ in range(G + 1)]
-        opened: list[tuple[int, int]] = [(0, 0)] * (G + 1)
-        prev = 0
-        times, vals = self.prof.times, self.prof.vals
-        for k in range(len(times)):
-            c = vals[k]
-            if c > G:
-                c = G
-            elif c < 0:
-                c = 0
-            if c > prev:
-                t = times[k]
-                for g in range(prev + 1, c + 1):
-                    opened[g] = (t, c)
-            elif c < prev:
-                t = times[k]
-                for g in range(c + 1, prev + 1):
-                    s, f = opened[g]
-                    out[g].append((s, t, f))
-            prev = c
-        for g in range(1, prev + 1):
-            s, f = opened[g]
-            out[g].append((s, INF, f))
-        return out
 
 
 class ModelIndex:
@@ -91,12 +45,11 @@ class ModelIndex:
             [[] for _ in range(NCLS)] for _ in range(self.max_gpus + 1)]
         # free-now histogram for "largest free block now"
         self.now_count = [0] * (self.max_gpus + 1)
-        # Hosts entirely free from `idle_from` on: (idle_from, gpus, name);
-        # static_order walks hosts by (gpus, name) when many are idle.
-        self.idle_sorted: list[tuple[int, int, str]] = []
-        self.static_order = sorted((h.gpus, h.name) for h in self.hosts.values())
+        # hosts entirely free from their idle_from on (filled by build())
+        self.idle = IdleHosts(())
         # every other profile segment, by free value: "who has v free at t"
         self.levels = FreeLevels(self.max_gpus)
+        self.tracked: list[int] = []    # the g whose runs are kept, ascending
         self._built = False
 
     # -- building -----------------------------------------------------
@@ -107,70 +60,76 @@ class ModelIndex:
             hs.prof.add(start, end, -gpus)
 
     def build(self) -> None:
-        heaps = self.heaps
         for hs in self.hosts.values():
-            runs = hs.compute_runs()
             name = hs.name
-            idle = hs.idle_from = hs.compute_idle_from()
-            self.idle_sorted.append((idle, hs.gpus, name))
-            for g in range(1, hs.gpus + 1):
-                rs = runs[g]
-                hs.runs[g] = set(rs)
-                hs.run_lists[g] = rs
-                hg = heaps[g]
-                for (s, e, f) in rs:
-                    hg[length_class(e - s)].append((s, f, name, e))
+            hs.idle_from = hs.compute_idle_from()
             for seg in indexed_segments(hs.prof, hs.gpus, self.origin, INF):
                 self.levels.lists[seg[2]][length_class(seg[1] - seg[0])].append((seg[0], name, seg[1]))
             self.now_count[self._clamp(hs.prof.vals[0])] += 1
-        for hg in heaps:
-            for h in hg:
-                h.sort()
         self.levels.sort()
-        self.idle_sorted.sort()
+        self.idle = IdleHosts((hs.gpus, hs.name, hs.idle_from) for hs in self.hosts.values())
         self._built = True
+
+    def _track(self, g: int) -> None:
+        """Start keeping the g-runs of every host (on the first question
+        about g: most g are never asked, and their runs cost every reserve)."""
+        heap_g = self.heaps[g]
+        for hs in self.hosts.values():
+            if hs.gpus >= g:
+                name = hs.name
+                for (s, e, f) in hs.track(g):
+                    heap_g[length_class(e - s)].append((s, f, name, e))
+        for L in heap_g:
+            L.sort()
+        self.tracked.append(g)
+        self.tracked.sort()
 
     def _clamp(self, v: int) -> int:
         return 0 if v < 0 else (self.max_gpus if v > self.max_gpus else v)
 
     # -- updates ------------------------------------------------------
     def reserve(self, host: str, start: int, end: int, gpus: int) -> None:
+        """Take `gpus` on `host` over [start, end) and update only what that
+        window touched: the free levels of its segments, and for each g the
+        runs that meet it (the rest of the host's runs stay as they are)."""
         hs = self.hosts[host]
-        before_now = hs.prof.vals[0]
+        prof = hs.prof
         lo = max(start, self.origin)   # add() clips to the origin
-        old_segs = indexed_segments(hs.prof, hs.gpus, lo, end)
-        # g-runs can change only for g up to the most free in the window
-        touched_g = min(hs.gpus, hs.prof.max_on(lo, end)) if end > lo else 0
-        hs.prof.add(start, end, -gpus)
-        self.levels.replace(hs.name, old_segs, indexed_segments(hs.prof, hs.gpus, lo, end))
-        after_now = hs.prof.vals[0]
+        if end <= lo or gpus == 0:
+            return
+        before_now = prof.vals[0]
+        times, vals = prof.times, prof.vals
+        k = bisect_right(times, lo) - 1
+        # free just before lo (0 at the origin): a g-run holding the window
+        # and g up to this started before lo, and keeps its ends and its start
+        left = vals[k] if times[k] < lo else (vals[k - 1] if k > 0 else 0)
+        old_segs = indexed_segments(prof, hs.gpus, lo, end)
+        span = prof.values_on(lo, end)
+        least_before, most_before = min(span), max(span)
+        prof.add(start, end, -gpus)
+        self.levels.replace(hs.name, old_segs, indexed_segments(prof, hs.gpus, lo, end))
+        after_now = prof.vals[0]
         if before_now != after_now:
             self.now_count[self._clamp(before_now)] -= 1
             self.now_count[self._clamp(after_now)] += 1
-        runs = hs.compute_runs()
-        name = hs.name
-        heaps = self.heaps
-        push = insort
-        old_all = hs.runs
-        old_idle = hs.idle_from
         idle = hs.compute_idle_from()
-        if idle != old_idle:
-            L = self.idle_sorted
-            del L[bisect_left(L, (old_idle, hs.gpus, name))]
-            insort(L, (idle, hs.gpus, name))
+        if idle != hs.idle_from:
+            self.idle.set_idle_from(hs.name, idle)
             hs.idle_from = idle
-        old_lists = hs.run_lists
-        for g in range(1, touched_g + 1):
-            new = runs[g]
-            if new == old_lists[g]:
-                continue   # list compare in C: cheaper than a diff
-            old = old_all[g]
-            for r in new:
-                if r not in old:
-                    s, e, f = r
-                    push(heaps[g][length_class(e - s)], (s, f, name, e))
-            old_all[g] = set(new)
-            old_lists[g] = new
+        # g above the most free in the window: no run meets it
+        top = min(hs.gpus, most_before)
+        least_after = least_before - gpus
+        name = hs.name
+        for g in self.tracked:
+            if g > top:
+                break
+            if g <= least_after and g <= left:
+                continue
+            added = hs.after_reserve(g, lo, end, least_after)
+            if added:   # the entries of dropped runs die lazily
+                heap_g = self.heaps[g]
+                for (s, e, f) in added:
+                    insort(heap_g[length_class(e - s)], (s, f, name, e))
 
     def largest_free_now(self) -> int:
         for f in range(self.max_gpus, -1, -1):
@@ -185,6 +144,8 @@ class ModelIndex:
         `duration`, and the hosts chosen (one per VM)."""
         if gpus <= 0 or gpus > self.max_gpus:
             return None
+        if gpus not in self.tracked:
+            self._track(gpus)
         if instances == 1:
             return self._earliest_one(t, duration, gpus)
         return self._earliest_gang(t, duration, gpus, instances)
@@ -204,7 +165,11 @@ class ModelIndex:
         hosts = self.hosts
         best: tuple[int, int, str] | None = None
         lists = self.heaps[g]
-        for c in range(length_class(d), NCLS):
+        # the longer classes first: each one's first live run holds d, and the
+        # best of them bounds the scan of d's own class (most of its runs are
+        # too short)
+        cd = length_class(d)
+        for c in (*range(cd + 1, NCLS), cd):
             L = lists[c]
             if not L:
                 continue
@@ -238,8 +203,15 @@ class ModelIndex:
         idle = self._idle_at(t, g)
         hosts = self.hosts
 
+        after = (t, INF + 1)
+        until = t + d
+
         def fits(name: str, seg_end: int) -> bool:
-            return seg_end - t >= d or hosts[name].prof.min_on(t, t + d) >= g
+            # t lies in one of the host's g-runs (it has >= g free at t): that run must last
+            if seg_end >= until:
+                return True
+            runs = hosts[name].run_lists[g]
+            return runs[bisect_right(runs, after) - 1][1] >= until
 
         for v in range(g, (idle[0] if idle else self.max_gpus) + 1):
             name = self.levels.least_name_at(v, t, fits)
@@ -249,18 +221,7 @@ class ModelIndex:
 
     def _idle_at(self, t: int, g: int) -> tuple[int, str] | None:
         """Least (gpus, name) among hosts of >= g GPUs entirely free from t on."""
-        idle = self.idle_sorted
-        k = bisect_left(idle, (t + 1,))
-        if k <= IDLE_SCAN:
-            cands = [(gp, name) for (_, gp, name) in idle[:k] if gp >= g]
-            return min(cands) if cands else None
-        hosts = self.hosts
-        order = self.static_order
-        for j in range(bisect_left(order, (g,)), len(order)):
-            gp, name = order[j]
-            if hosts[name].idle_from <= t:
-                return gp, name
-        return None
+        return self.idle.least_idle(t, g)
 
     def _open_at(self, g: int, c: int, T: int, d: int, active: dict[str, int]) -> int:
         """Add to `active` the hosts whose g-run of class c covers [T, T+d);
@@ -293,15 +254,18 @@ class ModelIndex:
                     nxt = x
             cands = []
             total = 0
-            for name in sorted(active):
+            for name in active:   # (order free: the choice sorts by unique keys)
                 hs = hosts[name]
-                j = hs.prof.min_on(T, T + d) // g
+                most = hs.gpus // g
+                # its g-run holds [T, T+d): one VM fits; more only on a bigger host
+                j = 1 if most == 1 else hs.prof.min_on(T, T + d) // g
                 if j > 0:
                     total += j
                     cands.append((hs.prof.value_at(T), name, hs.aggregate, j))
-                b = hs.prof.next_break(T)
-                if b is not None and b < nxt:
-                    nxt = b
+                if j < most:   # more VMs may fit once T passes a breakpoint
+                    b = hs.prof.next_break(T)
+                    if b is not None and b < nxt:
+                        nxt = b
             if total >= n:
                 return T, select_gang_hosts(cands, n)
             if nxt >= INF:

@@ -7,7 +7,7 @@ seconds, so the segments of a class that contain t all start in
 (t - 64 * 2**c, t]: a query reads only that slice, not every host.
 
 The last segment of an idle host (all GPUs free forever) is left out: the
-model index keeps idle hosts apart (``idle_sorted``), and counting them here
+model index keeps idle hosts apart (``IdleHosts``), and counting them here
 would put most hosts of a far-future query in the slice.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ TOP = NCLS - 1
 Segment = tuple[int, int, int]   # (start, end, free GPUs)
 
 
-def indexed_segments(prof: StepProfile, gpus: int, lo: int, hi: int) -> set[Segment]:
+def indexed_segments(prof: StepProfile, gpus: int, lo: int, hi: int) -> list[Segment]:
     """The segments of prof that touch [lo, hi] and belong in the index:
     some GPU free, and not the host's idle-forever tail."""
     times, vals = prof.times, prof.vals
@@ -29,12 +29,12 @@ def indexed_segments(prof: StepProfile, gpus: int, lo: int, hi: int) -> set[Segm
     k = bisect_left(times, lo) - 1
     if k < 0:
         k = 0
-    out = set()
+    out = []
     while k < n and times[k] <= hi:
         v = vals[k]
         end = times[k + 1] if k + 1 < n else INF
         if v > 0 and not (end >= INF and v >= gpus):
-            out.add((times[k], end, v))
+            out.append((times[k], end, v))
         k += 1
     return out
 
@@ -58,10 +58,24 @@ class FreeLevels:
         L = self.lists[v][length_class(b - a)]
         del L[bisect_left(L, (a, name, b))]
 
-    def replace(self, name: str, old: set[Segment], new: set[Segment]) -> None:
-        for seg in old - new:
+    def replace(self, name: str, old: list[Segment], new: list[Segment]) -> None:
+        """A host's segments `old` became `new`; both in time order, so one
+        merge finds what left and what came."""
+        i = j = 0
+        while i < len(old) and j < len(new):
+            a, b = old[i], new[j]
+            if a == b:
+                i += 1
+                j += 1
+            elif a < b:
+                self.remove(name, a)
+                i += 1
+            else:
+                self.add(name, b)
+                j += 1
+        for seg in old[i:]:
             self.remove(name, seg)
-        for seg in new - old:
+        for seg in new[j:]:
             self.add(name, seg)
 
     def sort(self) -> None:
@@ -77,10 +91,13 @@ class FreeLevels:
         for c, L in enumerate(self.lists[v]):
             if not L:
                 continue
-            i = bisect_left(L, (t - (64 << c) + 1,)) if c < TOP else 0
-            j = bisect_left(L, (t + 1,), i)
-            for k in range(i, j):
-                _a, name, b = L[k]
+            k = bisect_left(L, (t - (64 << c) + 1,)) if c < TOP else 0
+            n = len(L)
+            while k < n:   # a walk, not a second bisect: the slice is short
+                a, name, b = L[k]
+                if a > t:
+                    break
                 if b > t and (best is None or name < best) and fits(name, b):
                     best = name
+                k += 1
         return best

@@ -69,7 +69,7 @@ class StepProfile:
         if i > 0 and vals[i] == vals[i - 1]:
             del times[i], vals[i]
 
-    def _span(self, start: int, end: int) -> list[int]:
+    def values_on(self, start: int, end: int) -> list[int]:
         """The values of the segments that meet [start, end)."""
         times = self.times
         i = max(bisect_right(times, start) - 1, 0)
@@ -78,11 +78,11 @@ class StepProfile:
 
     def min_on(self, start: int, end: int) -> int:
         """Minimum value over [start, end)."""
-        return min(self._span(start, end))
+        return min(self.values_on(start, end))
 
     def max_on(self, start: int, end: int) -> int:
         """Maximum value over [start, end)."""
-        return max(self._span(start, end))
+        return max(self.values_on(start, end))
 
     def earliest_fit(self, t0: int, duration: int, need: int) -> int | None:
         """Earliest t >= t0 with value >= need on all of [t, t+duration)."""

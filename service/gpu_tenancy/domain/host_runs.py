@@ -1,0 +1,120 @@
+"""A host's free-GPU profile and its runs: for a number of GPUs g, the
+maximal intervals during which the host has at least g free.
+
+A run is (start, end, free_at_start), end INF for "forever". Runs are kept
+only for the g the planner has asked about (``track``), and a reservation
+recomputes only the runs that meet its window (``after_reserve``): free GPUs
+only go down, so runs only shrink or split, and only inside the window.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+
+from .model import Host
+from .profile import INF, StepProfile
+
+Run = tuple[int, int, int]     # (start, end, free GPUs at start)
+
+
+def runs_at_least(prof: StepProfile, g: int, cap: int) -> list[Run]:
+    """The runs of >= g free in prof, in order; free counts above cap
+    (the host's size) count as cap."""
+    out: list[Run] = []
+    opened = None
+    for t, v in zip(prof.times, prof.vals):
+        if v >= g:
+            if opened is None:
+                opened = (t, v if v < cap else cap)
+        elif opened is not None:
+            out.append((opened[0], t, opened[1]))
+            opened = None
+    if opened is not None:
+        out.append((opened[0], INF, opened[1]))
+    return out
+
+
+class HostState:
+    """A host's profile, its runs per tracked g, and when it goes idle."""
+
+    __slots__ = ("name", "gpus", "aggregate", "prof", "runs", "run_lists", "idle_from")
+
+    def __init__(self, host: Host, origin: int):
+        self.name = host.name
+        self.gpus = host.gpus
+        self.aggregate = host.aggregate
+        self.prof = StepProfile(origin, host.gpus)
+        # runs[g]: the set of g-runs (liveness checks); run_lists[g]: the same, in order
+        self.runs: list[set[Run]] = [set() for _ in range(host.gpus + 1)]
+        self.run_lists: list[list[Run]] = [[] for _ in range(host.gpus + 1)]
+        self.idle_from = origin    # from here on the host is entirely free
+
+    def compute_idle_from(self) -> int:
+        p = self.prof
+        return p.times[-1] if p.vals[-1] >= self.gpus else INF
+
+    def track(self, g: int) -> list[Run]:
+        """Start keeping the g-runs; returns them."""
+        rs = self.run_lists[g] = runs_at_least(self.prof, g, self.gpus)
+        self.runs[g] = set(rs)
+        return rs
+
+    def after_reserve(self, g: int, lo: int, end: int, least_after: int) -> list[Run]:
+        """Bring the g-runs up to date after the profile lost GPUs on
+        [lo, end), where it now has at least least_after free. Returns the
+        runs added (the dropped ones are no longer in ``runs[g]``)."""
+        L = self.run_lists[g]
+        if g <= least_after:
+            # the one run holding the window keeps its ends; only a run that
+            # starts at lo sees its free-at-start drop
+            i = bisect_right(L, (lo, INF + 1)) - 1
+            s, e, f = L[i]
+            if s < lo:
+                return []
+            v = self.prof.value_at(s)
+            return self._swap(g, i, i + 1, [(s, e, v if v < self.gpus else self.gpus)])
+        i = bisect_left(L, (lo,))
+        if i > 0 and L[i - 1][1] > lo:
+            i -= 1
+        j = bisect_left(L, (end,), i)
+        if i == j:
+            return []
+        return self._swap(g, i, j, self._runs_across(g, lo, end, L[i], L[j - 1][1]))
+
+    def _runs_across(self, g: int, lo: int, end: int, first: Run, last_end: int) -> list[Run]:
+        """The g-runs over the old runs first .. (ending at last_end) that met
+        [lo, end): outside the window the profile did not change, so only the
+        window's segments are read."""
+        opened = (first[0], first[2]) if first[0] < lo else None
+        times, vals = self.prof.times, self.prof.vals
+        G = self.gpus
+        new: list[Run] = []
+        k = bisect_right(times, lo) - 1
+        n = len(times)
+        while k < n and times[k] < end:
+            v = vals[k]
+            if v >= g:
+                if opened is None:
+                    opened = (times[k], v if v < G else G)
+            elif opened is not None:
+                new.append((opened[0], times[k], opened[1]))
+                opened = None
+            k += 1
+        if opened is not None:   # open at the window's end: it runs on as before
+            new.append((opened[0], last_end, opened[1]))
+        elif last_end > end:     # closed in the window, open again after it
+            v = vals[k]          # times[k] == end: the value rises there
+            new.append((end, last_end, v if v < G else G))
+        return new
+
+    def _swap(self, g: int, i: int, j: int, new: list[Run]) -> list[Run]:
+        L = self.run_lists[g]
+        old = L[i:j]
+        if old == new:
+            return []
+        L[i:j] = new
+        live = self.runs[g]
+        for r in old:
+            live.discard(r)
+        added = [r for r in new if r not in live]
+        live.update(new)
+        return added
