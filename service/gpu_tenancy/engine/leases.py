@@ -59,8 +59,8 @@ def build_request(session: Session, now: int, caller: Caller, body: dict,
     priority, class_name, preemptible = resolve_priority(session, caller, body)
     check_quota(session, caller.project_id, shape, instances, duration, any_size=preemptible)
     # "Ever" counts hosts that are down or drained too: they come back, and the lease waits for them.
-    hosts = [Host(h.name, h.gpu_model, h.gpus) for h in session.scalars(
-        select(m.Host).where(m.Host.gpu_model == shape.gpu_model))]
+    hosts = [Host(name, gpu_model, gpus) for name, gpu_model, gpus in session.execute(
+        select(m.Host.name, m.Host.gpu_model, m.Host.gpus).where(m.Host.gpu_model == shape.gpu_model))]
     if not planner.can_ever_fit(hosts, shape.gpu_model, shape.gpus, instances):
         total = sum(h.gpus for h in hosts)
         largest = max((h.gpus for h in hosts), default=0)

@@ -7,7 +7,7 @@ import uuid
 from dataclasses import dataclass
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, joinedload
 from sqlalchemy.orm.attributes import flag_modified
 
 from gpu_tenancy.db import models as m
@@ -141,7 +141,9 @@ def plan_new(session: Session, now: int, half_life: int, lease_id: str) -> m.Lea
     them all. A lease committed but never planned here (its process died) is planned
     by the engine's next replan, as any queued lease. The caller commits."""
     ledger_lock(session)
-    row = session.get(m.Lease, lease_id, populate_existing=True)
+    # with what the API shows of it, in the same query (a new lease has none of them, or its new allocations)
+    row = session.get(m.Lease, lease_id, populate_existing=True, options=[
+        joinedload(m.Lease.allocations), joinedload(m.Lease.servers), joinedload(m.Lease.failures)])
     if row is not None and row.status == S.QUEUED.value and row.queue_position is None:
         replan_locked(session, now, half_life, "planner")
         CREATE_REPLANS.labels("replanned").inc()
@@ -159,7 +161,8 @@ def commit_allocation(session: Session, row: m.Lease, planned: PlannedLease, now
     place = planned.placement
     start, end = utcnow_naive(place.start), utcnow_naive(place.end)
     for index, host_name in enumerate(place.hosts):
-        session.add(m.Allocation(lease_id=row.id, project_id=row.project_id, vm_index=index,
+        # through the relationship: a loaded allocations list gets it too, an unloaded one is not loaded
+        session.add(m.Allocation(lease=row, project_id=row.project_id, vm_index=index,
                                  host=host_name, gpu_model=row.gpu_model, gpus=row.gpus_per_vm,
                                  start_at=start, end_at=end, borrowing=planned.borrowing))
     row.start_at, row.end_at, row.borrowing = start, end, planned.borrowing
