@@ -11,9 +11,10 @@ The service runs with auth noauth2 (a Keystone token check is a cache hit
 in steady state, not what is measured here) and no engine in the workers,
 as in production. The cloud is simulated: --hosts hosts of 8 A100. Leases
 ask for 1, 2, 4 or 8 GPUs for 1 to 24 h from --projects projects, so the
-cluster fills and the queue then grows during the create phase: every
-create replans the whole queue under the ledger lock, and the table says
-how long the queue was at the end.
+cluster fills and the queue then grows during the create phase: a
+create replans the whole queue under the ledger lock unless a replan that
+ran meanwhile has planned its lease, and the table says how long the queue
+was at the end and how many creates ran a replan.
 """
 from __future__ import annotations
 
@@ -148,6 +149,16 @@ def hammer(make_request, seconds: float, clients: int) -> dict:
             "mean": statistics.fmean(lat) if lat else float("nan")}
 
 
+def create_replans(metrics_dir: str) -> dict:
+    """gpu_tenancy_lease_create_replans_total of every worker (prometheus_client's multiprocess files)."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.multiprocess import MultiProcessCollector
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=metrics_dir)
+    return {outcome: registry.get_sample_value("gpu_tenancy_lease_create_replans_total", {"outcome": outcome}) or 0
+            for outcome in ("replanned", "shared")}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--port", type=int, default=0, help="first of three ports (PostgreSQL, service, bare); 0: any free")
@@ -175,8 +186,11 @@ def main(argv=None) -> int:
                 conn.execute(text(BARE_SCHEMA))
             svc = f"http://127.0.0.1:{ports[1]}"
             bare = f"http://127.0.0.1:{ports[2]}"
+            metrics_dir = os.path.join(workdir, "metrics")   # the workers' counters, added up below
+            os.makedirs(metrics_dir)
             procs.append(start_gunicorn("gpu_tenancy.wsgi:application", ports[1],
-                                        {"GPU_TENANCY_CONFIG": config_file}, a.workers,
+                                        {"GPU_TENANCY_CONFIG": config_file, "PROMETHEUS_MULTIPROC_DIR": metrics_dir},
+                                        a.workers,
                                         os.path.join(workdir, "service.log")))
             procs.append(start_gunicorn("bare_app:application", ports[2], {"BENCH_BARE_DB": pg.url}, a.workers,
                                         os.path.join(workdir, "bare.log")))
@@ -207,6 +221,7 @@ def main(argv=None) -> int:
                 rows.append((label, r))
                 print(f"  {label}: {r['rps']:.1f} req/s, p50 {1000 * r['p50']:.0f} ms, p99 {1000 * r['p99']:.0f} ms, "
                       f"{r['ok']} ok, {r['bad']} failed {r['first_bad']}", flush=True)
+            replans = create_replans(metrics_dir)
             from gpu_tenancy.db import models as m
             with db.connect() as conn:
                 by_status = dict(conn.execute(select(m.Lease.status, func.count()).group_by(m.Lease.status)).all())
@@ -222,6 +237,8 @@ def main(argv=None) -> int:
         print(f"| {label} | {r['rps']:.1f} | {1000 * r['p50']:.0f} ms | {1000 * r['p99']:.0f} ms "
               f"| {r['rps'] / ref['rps']:.2f} |")
     print(f"\nleases at the end, by status: {by_status}")
+    print("creates that ran the replan: {replanned:.0f}; whose lease another request's replan planned: "
+          "{shared:.0f}".format(**replans))
     return 0
 
 

@@ -30,6 +30,7 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.demo.seed import seed
 from gpu_tenancy.domain.states import HOLDING
+from gpu_tenancy.timeutil import rfc3339
 from tests.conftest import headers
 from tests.ports import free_port
 
@@ -89,10 +90,15 @@ def served(tmp_path, db_url):
 def race(base: str) -> list[tuple[str, str, int, dict]]:
     rnd = random.Random(6)
     asks = [(rnd.choice(PROJECTS), rnd.choice(["a100.x1", "a100.x1", "a100.x2", "a100.x4"])) for _ in range(RACERS)]
+    # All for the same start, a little ahead. Asked for "now", a lease planned a second after
+    # the first winner could not have the last GPU: it would end a second after an a100.x2 lease
+    # that waits for the winner's end, and delay it. Which second each request is planned in is
+    # the machine's doing, and the test's figures would be too.
+    start = rfc3339(int(time.time()) + 600)
 
     def one(ask):
         project, shape = ask
-        reply = requests.post(base + "/v1/leases", json={"shape": shape, "duration": "PT1H"},
+        reply = requests.post(base + "/v1/leases", json={"shape": shape, "duration": "PT1H", "start": start},
                               headers=headers(project), timeout=300)
         return project, shape, reply.status_code, reply.json()
     with ThreadPoolExecutor(max_workers=64) as pool:

@@ -1,6 +1,8 @@
 """/v1/leases: ask for GPUs, see where you stand in the queue, extend, cancel."""
 from __future__ import annotations
 
+import logging
+
 from flask import Blueprint, request, url_for
 from sqlalchemy import select
 from sqlalchemy.orm import selectinload
@@ -11,12 +13,13 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch
 from gpu_tenancy.domain.failures import FailureClass, rule
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.engine import leases, readiness
+from gpu_tenancy.engine import audit as audit_log, leases, ledger, readiness
 from gpu_tenancy.engine.decision_hook import DecisionHook
 from gpu_tenancy.errors import BadRequest, NotFound
 from gpu_tenancy.guest.readiness_probe import readiness_url
 from gpu_tenancy.timeutil import rfc3339
 
+log = logging.getLogger(__name__)
 bp = Blueprint("leases", __name__, url_prefix="/v1/leases")
 
 NAME = {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"^[^\x00-\x1f]*$"}
@@ -164,15 +167,31 @@ def create():
             req, columns, planned = leases.preview(session, rt.now(), cfg.fairshare_half_life_seconds,
                                                    rt.caller(), body)
             return {"lease": render_preview(req, columns, planned)}, 200
-        row = leases.create(session, rt.now(), cfg.fairshare_half_life_seconds, rt.caller(), body,
-                            DecisionHook.from_config(cfg))
+        row = leases.create(session, rt.now(), rt.caller(), body, DecisionHook.from_config(cfg))
         rendered = render(row)
-        rt.audit(session, "lease.create", row.id, row.project_id, None, rendered)
-        if row.readiness_probe:  # shown this once (not in the audit record), for VMs made by hand or Heat
-            rendered = {**rendered, "readiness": {**rendered["readiness"], "token": row.readiness_token,
-                                                  "url": readiness_url(cfg.readiness_url, row.id)}}
+        # committed with the lease, so that no lease is ever without its record
+        record = rt.audit(session, "lease.create", row.id, row.project_id, None, rendered)
+    rendered = plan_created(row, record.id) or rendered   # the record's id is known once committed
+    if row.readiness_probe:  # shown this once (not in the audit record), for VMs made by hand or Heat
+        rendered = {**rendered, "readiness": {**rendered["readiness"], "token": row.readiness_token,
+                                              "url": readiness_url(cfg.readiness_url, row.id)}}
     rt.runtime().wake_engine()
     return {"lease": rendered}, 201, {"Location": rendered["links"][0]["href"]}
+
+
+def plan_created(row: m.Lease, record_id: int) -> dict | None:
+    """The committed lease, planned (ledger.plan_new), as the answer shows it, and its
+    audit record brought up to that. None if planning failed: the lease stays queued,
+    and the engine's next replan plans it (the answer still tells it was made)."""
+    try:
+        with rt.transaction() as session:
+            planned = ledger.plan_new(session, rt.now(), rt.runtime().config.fairshare_half_life_seconds, row.id)
+            rendered = render(planned)
+            audit_log.amend_after(session, record_id, rendered)
+            return rendered
+    except Exception:
+        log.exception("planning lease %s failed; it waits for the engine's replan", row.id)
+        return None
 
 
 @bp.get("")
@@ -206,8 +225,9 @@ def index():
                 raise BadRequest(f"marker {marker} is not a lease of this listing", "gpu_tenancy.invalid_marker")
             q = q.where((m.Lease.created_at > mark.created_at)
                         | ((m.Lease.created_at == mark.created_at) & (m.Lease.id > mark.id)))
-        # render() reads every row's allocations and servers: two queries per page, not two per lease
-        q = q.options(selectinload(m.Lease.allocations), selectinload(m.Lease.servers))
+        # render() reads every row's allocations, servers and failures: three queries per page, not three per lease
+        q = q.options(selectinload(m.Lease.allocations), selectinload(m.Lease.servers),
+                      selectinload(m.Lease.failures))
         rows = list(session.scalars(q.order_by(m.Lease.created_at, m.Lease.id).limit(limit + 1)))
         more = len(rows) > limit
         rows = rows[:limit]

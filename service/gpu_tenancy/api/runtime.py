@@ -12,6 +12,7 @@ from oslo_policy.policy import Enforcer, PolicyNotAuthorized
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpu_tenancy.config import Config
+from gpu_tenancy.db.models import AuditRecord
 from gpu_tenancy.db.session import session_scope
 from gpu_tenancy.engine import audit as audit_log
 from gpu_tenancy.engine.leases import Caller
@@ -85,11 +86,11 @@ def authorize(action: str, project_id: str | None = None, *, target: dict | None
 
 
 def audit(session: Session, action: str, target_id: str, target_project_id: str | None,
-          before: dict | None, after: dict | None) -> None:
+          before: dict | None, after: dict | None) -> AuditRecord:
     """Record the change in the session that makes it (see engine/audit.py)."""
     ctx = context()
     who = audit_log.Who(ctx.user_id, ctx.project_id, g.get("request_id"), remote_address())
-    audit_log.record(session, now(), who, action, target_id, target_project_id, before, after)
+    return audit_log.record(session, now(), who, action, target_id, target_project_id, before, after)
 
 
 def remote_address() -> str | None:

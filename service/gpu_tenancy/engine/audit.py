@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
@@ -39,6 +39,12 @@ def record(session: Session, now: int, who: Who, action: str, target_id: str, ta
             ("target_project_id", target_project_id))})
     session.add(row)
     return row
+
+
+def amend_after(session: Session, record_id: int, after: dict) -> None:
+    """Bring a record's `after` up to date with what a change became in a second
+    transaction (a new lease, once planned)."""
+    session.execute(update(m.AuditRecord).where(m.AuditRecord.id == record_id).values(after=after))
 
 
 def fit(column: str, value: str | None) -> str | None:

@@ -1,5 +1,6 @@
 """What a tenant can do to a lease: ask, preview, change its end, cancel.
-The API calls these; each runs in the caller's transaction."""
+The API calls these; each runs in the caller's transaction (a new lease is
+planned in a second one: see create)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -58,8 +59,8 @@ def build_request(session: Session, now: int, caller: Caller, body: dict,
     priority, class_name, preemptible = resolve_priority(session, caller, body)
     check_quota(session, caller.project_id, shape, instances, duration, any_size=preemptible)
     # "Ever" counts hosts that are down or drained too: they come back, and the lease waits for them.
-    hosts = [Host(h.name, h.gpu_model, h.gpus) for h in session.scalars(
-        select(m.Host).where(m.Host.gpu_model == shape.gpu_model))]
+    hosts = [Host(name, gpu_model, gpus) for name, gpu_model, gpus in session.execute(
+        select(m.Host.name, m.Host.gpu_model, m.Host.gpus).where(m.Host.gpu_model == shape.gpu_model))]
     if not planner.can_ever_fit(hosts, shape.gpu_model, shape.gpus, instances):
         total = sum(h.gpus for h in hosts)
         largest = max((h.gpus for h in hosts), default=0)
@@ -167,8 +168,11 @@ def preview(session: Session, now: int, half_life: int, caller: Caller, body: di
     return request, columns, ledger.dry_run(session, now, half_life, request)
 
 
-def create(session: Session, now: int, half_life: int, caller: Caller, body: dict,
+def create(session: Session, now: int, caller: Caller, body: dict,
            hook: DecisionHook = DecisionHook()) -> m.Lease:
+    """Add the lease, queued. It is planned once this transaction has committed
+    (ledger.plan_new, or else the engine's next replan), so that one replan can
+    plan the leases of many requests."""
     lease_id = ledger.new_lease_id()
     request, columns = build_request(session, now, caller, body, lease_id)
     hook.ask("accept", {"id": lease_id, "project_id": caller.project_id, "user_id": caller.user_id,
@@ -184,12 +188,12 @@ def create(session: Session, now: int, half_life: int, caller: Caller, body: dic
                   duration=request.duration, earliest_start=utcnow_naive(request.earliest_start),
                   latest_start=utcnow_naive(request.latest_start) if request.latest_start else None,
                   priority=request.priority, created_at=stamp, updated_at=stamp, queue_reasons=[],
+                  allocations=[], servers=[], failures=[],   # known empty: rendering loads nothing
                   **columns)
     session.add(row)
     record_transition(session, row, S.REQUESTED, now, caller.user_id, "asked for by the user")
     record_transition(session, row, S.QUEUED, now, "planner", "waiting for its turn")
     session.flush()
-    ledger.replan(session, now, half_life)
     return row
 
 

@@ -7,7 +7,8 @@ import uuid
 from dataclasses import dataclass
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, joinedload
+from sqlalchemy.orm.attributes import flag_modified
 
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import ledger_lock, to_epoch, utcnow_naive
@@ -15,7 +16,7 @@ from gpu_tenancy.domain import fairshare, planner
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, Plan, PlannedLease, QuotaLimit
 from gpu_tenancy.domain.states import HOLDING, LeaseState
 from gpu_tenancy.engine.events import record_transition
-from gpu_tenancy.engine.metrics import PLANNER_SECONDS
+from gpu_tenancy.engine.metrics import CREATE_REPLANS, PLANNER_SECONDS
 from gpu_tenancy.timeutil import rfc3339
 
 S = LeaseState
@@ -48,27 +49,49 @@ def request_from_row(row: m.Lease) -> LeaseRequest:
         priority=row.priority, name=row.name, preemptible=row.preemptible)
 
 
-def load_inputs(session: Session, now: int, half_life: int) -> PlannerInputs:
-    hosts = [host_from_row(h) for h in session.scalars(select(m.Host).order_by(m.Host.name))]
-    holding = [s.value for s in HOLDING]
-    # A lease's GPUs stay taken until the cloud has released them (the lease is
-    # ended), even when its planned end has passed: Placement lags behind.
-    holds = [Hold(a.lease_id, a.project_id, a.host, a.gpu_model, a.gpus, to_epoch(a.start_at),
-                  max(to_epoch(a.end_at), now + 1), a.borrowing, preemptible, priority)
-             for a, preemptible, priority in session.execute(
-                 select(m.Allocation, m.Lease.preemptible, m.Lease.priority).join(m.Lease)
-                 .where(m.Lease.status.in_(holding)))]
-    quotas = {(q.project_id, q.gpu_model): quota_from_row(q) for q in session.scalars(select(m.Quota))}
-    waiting = [request_from_row(r) for r in session.scalars(
-        select(m.Lease).where(m.Lease.status == S.QUEUED.value).order_by(m.Lease.created_at, m.Lease.id))]
-    # Fair share looks back a few half-lives; older use has decayed to nothing.
-    since = utcnow_naive(now - 4 * half_life)
-    records = [(a.project_id, a.gpu_model, a.gpus, to_epoch(a.start_at), to_epoch(a.end_at))
-               for a in session.scalars(select(m.Allocation).where(m.Allocation.end_at > since))]
-    records += [(s.project_id, s.gpu_model, s.gpus, to_epoch(s.start_at), to_epoch(s.end_at))
-                for s in session.scalars(select(m.SpentAllocation).where(m.SpentAllocation.end_at > since))]
-    usage = fairshare.decayed_gpu_hours(records, now, half_life)
+def load_inputs(session: Session, now: int, half_life: int,
+                queued: list[m.Lease] | None = None) -> PlannerInputs:
+    """Everything the planner reads, in four queries; `queued`: the waiting lease
+    rows, when the caller has loaded them already."""
+    hosts = [host_from_row(h) for h in session.execute(select(m.Host.__table__).order_by(m.Host.name))]
+    holds, usage = load_allocations(session, now, half_life)
+    quotas = {(q.project_id, q.gpu_model): quota_from_row(q) for q in session.execute(select(m.Quota.__table__))}
+    waiting = [request_from_row(r) for r in (load_queued(session) if queued is None else queued)]
     return PlannerInputs(hosts, holds, quotas, waiting, usage)
+
+
+def load_queued(session: Session) -> list[m.Lease]:
+    return list(session.scalars(
+        select(m.Lease).where(m.Lease.status == S.QUEUED.value).order_by(m.Lease.created_at, m.Lease.id)))
+
+
+def load_allocations(session: Session, now: int, half_life: int) -> tuple[list[Hold], dict[tuple[str, str], float]]:
+    """The holds (allocations of leases that hold GPUs) and the decayed usage, from one
+    query: plain columns, no ORM objects (there are thousands)."""
+    holding = {s.value for s in HOLDING}
+    # Fair share looks back a few half-lives; older use has decayed to nothing, and
+    # what starts after now has not been used yet.
+    since, until = utcnow_naive(now - 4 * half_life), utcnow_naive(now)
+    a = m.Allocation
+    rows = session.execute(
+        select(a.lease_id, a.project_id, a.host, a.gpu_model, a.gpus, a.start_at, a.end_at, a.borrowing,
+               m.Lease.status, m.Lease.preemptible, m.Lease.priority).join(m.Lease)
+        .where(m.Lease.status.in_(holding) | ((a.end_at > since) & (a.start_at < until))))
+    holds, records = [], []
+    for r in rows:
+        start, end = to_epoch(r.start_at), to_epoch(r.end_at)
+        if r.status in holding:
+            # A lease's GPUs stay taken until the cloud has released them (the lease is
+            # ended), even when its planned end has passed: Placement lags behind.
+            holds.append(Hold(r.lease_id, r.project_id, r.host, r.gpu_model, r.gpus, start, max(end, now + 1),
+                              r.borrowing, r.preemptible, r.priority))
+        if r.end_at > since and r.start_at < until:
+            records.append((r.project_id, r.gpu_model, r.gpus, start, end))
+    spent = m.SpentAllocation   # what leases moved off a down host used there
+    records += [(r.project_id, r.gpu_model, r.gpus, to_epoch(r.start_at), to_epoch(r.end_at)) for r in session.execute(
+        select(spent.project_id, spent.gpu_model, spent.gpus, spent.start_at, spent.end_at)
+        .where(spent.end_at > since))]
+    return holds, fairshare.decayed_gpu_hours(records, now, half_life)
 
 
 def run_planner(inputs: PlannerInputs, now: int, half_life: int,
@@ -84,13 +107,20 @@ def replan(session: Session, now: int, half_life: int, actor: str = "planner") -
     GPUs in the ledger (scheduled); the rest keep their position, ETA and reasons.
     Queued leases whose latest start has passed expire. The caller commits."""
     ledger_lock(session)
-    expire_overdue(session, now, actor)
-    inputs = load_inputs(session, now, half_life)
+    return replan_locked(session, now, half_life, actor)
+
+
+def replan_locked(session: Session, now: int, half_life: int, actor: str) -> Plan:
+    rows = {}
+    for row in load_queued(session):
+        if row.latest_start is not None and row.latest_start < utcnow_naive(now):
+            expire(session, row, now, actor)
+        else:
+            rows[row.id] = row
+    inputs = load_inputs(session, now, half_life, queued=list(rows.values()))
     with PLANNER_SECONDS.time():
         plan = run_planner(inputs, now, half_life)
     waiting = {r.lease_id: r for r in inputs.waiting}
-    rows = {row.id: row for row in session.scalars(
-        select(m.Lease).where(m.Lease.id.in_(list(waiting))))} if waiting else {}
     for planned in plan.leases.values():
         row = rows.get(planned.lease_id)
         if row is None:
@@ -104,21 +134,39 @@ def replan(session: Session, now: int, half_life: int, actor: str = "planner") -
     return plan
 
 
-def expire_overdue(session: Session, now: int, actor: str) -> None:
-    overdue = session.scalars(select(m.Lease).where(
-        m.Lease.status == S.QUEUED.value, m.Lease.latest_start.is_not(None),
-        m.Lease.latest_start < utcnow_naive(now)))
-    for row in overdue:
-        record_transition(session, row, S.EXPIRED, now, actor,
-                          "its latest start passed before GPUs were free for it")
-        clear_queue_info(row)
+def plan_new(session: Session, now: int, half_life: int, lease_id: str) -> m.Lease | None:
+    """Plan a lease that another transaction has just committed queued, and return it.
+
+    Under the ledger lock: if a replan that loaded the queue after that commit has
+    run meanwhile, the lease is planned already (no longer queued, or it has a queue
+    position: a replan gives every queued lease it sees one), and it is only read.
+    Otherwise one replan plans it and every lease committed before it. Under load,
+    requests queue behind the lock while a replan runs, and the next replan serves
+    them all. A lease committed but never planned here (its process died) is planned
+    by the engine's next replan, as any queued lease. The caller commits."""
+    ledger_lock(session)
+    # with what the API shows of it, in the same query (a new lease has none of them, or its new allocations)
+    row = session.get(m.Lease, lease_id, populate_existing=True, options=[
+        joinedload(m.Lease.allocations), joinedload(m.Lease.servers), joinedload(m.Lease.failures)])
+    if row is not None and row.status == S.QUEUED.value and row.queue_position is None:
+        replan_locked(session, now, half_life, "planner")
+        CREATE_REPLANS.labels("replanned").inc()
+    else:
+        CREATE_REPLANS.labels("shared").inc()
+    return row
+
+
+def expire(session: Session, row: m.Lease, now: int, actor: str) -> None:
+    record_transition(session, row, S.EXPIRED, now, actor, "its latest start passed before GPUs were free for it")
+    clear_queue_info(row)
 
 
 def commit_allocation(session: Session, row: m.Lease, planned: PlannedLease, now: int, actor: str) -> None:
     place = planned.placement
     start, end = utcnow_naive(place.start), utcnow_naive(place.end)
     for index, host_name in enumerate(place.hosts):
-        session.add(m.Allocation(lease_id=row.id, project_id=row.project_id, vm_index=index,
+        # through the relationship: a loaded allocations list gets it too, an unloaded one is not loaded
+        session.add(m.Allocation(lease=row, project_id=row.project_id, vm_index=index,
                                  host=host_name, gpu_model=row.gpu_model, gpus=row.gpus_per_vm,
                                  start_at=start, end_at=end, borrowing=planned.borrowing))
     row.start_at, row.end_at, row.borrowing = start, end, planned.borrowing
@@ -131,15 +179,22 @@ def commit_allocation(session: Session, row: m.Lease, planned: PlannedLease, now
     clear_queue_info(row)
 
 
+QUEUE_INFO = ("queue_position", "queue_eta", "queue_reasons", "start_at", "end_at")
+
+
 def write_queue_info(row: m.Lease, planned: PlannedLease) -> None:
-    row.queue_position = planned.position
-    row.queue_eta = utcnow_naive(planned.eta) if planned.eta is not None else None
-    row.queue_reasons = [{"code": r.code, "message": r.message} for r in planned.reasons]
-    if planned.placement is not None:
-        row.start_at = utcnow_naive(planned.placement.start)
-        row.end_at = utcnow_naive(planned.placement.end)
-    else:
-        row.start_at = row.end_at = None
+    """A waiting lease's position, ETA, reasons and planned window. Unchanged, it is
+    not written; changed, it is written whole, so that the flush sends every changed
+    lease in one batch (rows of differing columns would each be a statement)."""
+    place = planned.placement
+    values = (planned.position, utcnow_naive(planned.eta) if planned.eta is not None else None,
+              [{"code": r.code, "message": r.message} for r in planned.reasons],
+              utcnow_naive(place.start) if place else None, utcnow_naive(place.end) if place else None)
+    if tuple(getattr(row, column) for column in QUEUE_INFO) == values:
+        return
+    for column, value in zip(QUEUE_INFO, values):
+        setattr(row, column, value)
+        flag_modified(row, column)
 
 
 def clear_queue_info(row: m.Lease) -> None:

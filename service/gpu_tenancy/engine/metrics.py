@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry, Counter as CounterMetric, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 from sqlalchemy import func, select
@@ -26,6 +26,10 @@ WAIT_BUCKETS = (1, 10, 60, 300, 600, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 
 PLANNER_SECONDS = Histogram(
     PREFIX + "planner_duration_seconds", "Time to plan every waiting lease once (a full replan).",
     buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=None)
+CREATE_REPLANS = CounterMetric(
+    PREFIX + "lease_create_replans", "Lease creations by how their lease was planned: by a replan of their "
+    "own (replanned), or by one another request ran after they were committed (shared).",
+    labelnames=["outcome"], registry=None)
 
 
 class LeaseCollector:
@@ -112,4 +116,5 @@ def registry_for(sessions, clock) -> CollectorRegistry:
     registry = CollectorRegistry()
     registry.register(LeaseCollector(sessions, clock))
     registry.register(PLANNER_SECONDS)
+    registry.register(CREATE_REPLANS)
     return registry
