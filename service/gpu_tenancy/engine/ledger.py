@@ -88,9 +88,9 @@ def load_allocations(session: Session, now: int, half_life: int) -> tuple[list[H
         if r.end_at > since and r.start_at < until:
             records.append((r.project_id, r.gpu_model, r.gpus, start, end))
     spent = m.SpentAllocation   # what leases moved off a down host used there
-    records += [(r.project_id, r.gpu_model, r.gpus, to_epoch(r.start_at), to_epoch(r.end_at)) for r in session.execute(
-        select(spent.project_id, spent.gpu_model, spent.gpus, spent.start_at, spent.end_at)
-        .where(spent.end_at > since))]
+    rows = session.execute(select(spent.project_id, spent.gpu_model, spent.gpus, spent.start_at, spent.end_at)
+                           .where(spent.end_at > since))
+    records += [(r.project_id, r.gpu_model, r.gpus, to_epoch(r.start_at), to_epoch(r.end_at)) for r in rows]
     return holds, fairshare.decayed_gpu_hours(records, now, half_life)
 
 

@@ -18,7 +18,10 @@ class TargetRefused(ValueError):
 
 
 def check(url: str, allowed_networks: list[str], resolve: bool = False) -> None:
-    host = urlsplit(url).hostname
+    try:
+        host = urlsplit(url).hostname
+    except ValueError as exc:   # e.g. an unbalanced "[" or "]"
+        raise TargetRefused(f"{url[:100]} is not a URL: {exc}") from None
     if not host:
         raise TargetRefused(f"{url} names no host")
     try:
