@@ -37,11 +37,12 @@ from cluster_model import hosts_for_load, offered_load, quota_shares, window_of 
 from event_loop import simulate  # noqa: E402
 from lower_bound import mean_wait_bound  # noqa: E402
 from metrics import summarize  # noqa: E402
-from planner_sched import GpuTenancy, quota_limits  # noqa: E402
+from planner_sched import GpuTenancy, PlannerSettings, quota_limits  # noqa: E402
 from report import hms, plots, table  # noqa: E402
 
-# gpu-tenancy-aging is a prototype of an engine change (not what the service does): see make()
-SCHEDULERS = ("gpu-tenancy", "gpu-tenancy+quota", "gpu-tenancy-aging", "EASY", "FIFO", "refuse+retry")
+# gpu-tenancy is the service's default planner (its wait bound included); gpu-tenancy-nobound
+# is the planner without the wait bound (fair share alone), for comparison; see make()
+SCHEDULERS = ("gpu-tenancy", "gpu-tenancy+quota", "gpu-tenancy-nobound", "EASY", "FIFO", "refuse+retry")
 
 
 def load_jobs(cfg: dict, trace: str, traces_dir: str, days: float | None, overask: bool):
@@ -76,6 +77,9 @@ def compress_to_load(jobs, load: float, n_gpus: int):
     return jobs, total
 
 
+NO_BOUND = PlannerSettings(wait_bound=None)
+
+
 def make(name: str, cfg: dict, shares, capacity: int):
     hl = cfg["fairshare_half_life_seconds"]
     if name == "gpu-tenancy":
@@ -84,7 +88,13 @@ def make(name: str, cfg: dict, shares, capacity: int):
         return GpuTenancy(quota_limits(shares, capacity, "quota"), hl, name)
     if name == "gpu-tenancy-nofs":   # diagnosis: the planner without fair share (age order)
         return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name, fairshare=False)
-    if name == "gpu-tenancy-aging":   # prototype: priority 1 once a lease waited aging_seconds
+    if name == "gpu-tenancy-nobound":   # the planner before the wait bound: fair share alone
+        return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name, settings=NO_BOUND)
+    if name.startswith("gpu-tenancy@"):   # tuning: gpu-tenancy@<hours> is a wait bound of that many hours
+        bound = round(float(name.split("@", 1)[1]) * 3600)
+        return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name,
+                          settings=PlannerSettings(wait_bound=bound))
+    if name == "gpu-tenancy-aging":   # earlier prototype: priority 1 once a lease waited aging_seconds
         return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name, aging=cfg["aging_seconds"])
     if name == "EASY":
         return EASY()
