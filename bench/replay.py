@@ -105,6 +105,22 @@ def make(name: str, cfg: dict, shares, capacity: int):
     raise ValueError(name)
 
 
+def write_report(out_dir: str, tag: str, head: str, results: dict, with_plots: bool) -> str:
+    """<tag>.md (the table) and <tag>.json in out_dir, and the PNG plots if asked."""
+    md = table(results)
+    os.makedirs(out_dir, exist_ok=True)
+    made = plots(results, tag, os.path.join(out_dir, tag)) if with_plots else []
+    plan_line = "; ".join(f"{k}: {v['plans']} plans, {v['replans_per_s']:.0f} replans/s of wall time, "
+                          f"{v['ms_per_plan']:.1f} ms per plan" for k, v in results.items() if "plans" in v)
+    text = f"{head}\n\n{md}\n\n{plan_line}\n\nplots: {', '.join(os.path.basename(m) for m in made)}\n"
+    with open(os.path.join(out_dir, tag + ".md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(out_dir, tag + ".json"), "w") as f:
+        json.dump({k: {kk: vv for kk, vv in v.items() if kk not in ("hours", "use_series", "waits")}
+                   for k, v in results.items()}, f, indent=1)
+    return text
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trace", default="philly-final")
@@ -139,6 +155,7 @@ def main(argv=None) -> int:
             + (f"; arrival gaps x{squeeze:.3f} to make the load on a fixed cluster" if fixed else ""))
     print(head, flush=True)
     results = {}
+    bound = {"bound_only": True, "mean": mean_wait_bound(jobs, cap)}
     for name in a.schedulers.split(","):
         t = time.perf_counter()
         out = simulate(jobs, n_hosts, make(name, cfg, shares, cap), progress=a.progress)
@@ -148,18 +165,9 @@ def main(argv=None) -> int:
                  f"{r['ms_per_plan']:.1f} ms/plan" if "plans" in r else "")
         print(f"  {name}: P50 {hms(r['p50'])} P90 {hms(r['p90'])} >=8 P90 {hms(r['big_p90'])} "
               f"({time.perf_counter() - t:.0f} s wall{extra})", flush=True)
-    results["lower bound (mean)"] = {"bound_only": True, "mean": mean_wait_bound(jobs, cap)}
-    md = table(results)
-    os.makedirs(a.out, exist_ok=True)
-    made = plots(results, tag, os.path.join(a.out, tag))
-    plan_line = "; ".join(f"{k}: {v['plans']} plans, {v['replans_per_s']:.0f} replans/s of wall time, "
-                          f"{v['ms_per_plan']:.1f} ms per plan" for k, v in results.items() if "plans" in v)
-    text = f"{head}\n\n{md}\n\n{plan_line}\n\nplots: {', '.join(os.path.basename(m) for m in made)}\n"
-    with open(os.path.join(a.out, tag + ".md"), "w") as f:
-        f.write(text)
-    with open(os.path.join(a.out, tag + ".json"), "w") as f:
-        json.dump({k: {kk: vv for kk, vv in v.items() if kk not in ("hours", "use_series", "waits")}
-                   for k, v in results.items()}, f, indent=1)
+        # the table so far, so that a long run that is stopped still leaves its finished rows
+        text = write_report(a.out, tag, head, {**results, "lower bound (mean)": bound}, with_plots=False)
+    text = write_report(a.out, tag, head, {**results, "lower bound (mean)": bound}, with_plots=True)
     print(text)
     return 0
 
