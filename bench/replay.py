@@ -40,9 +40,9 @@ from metrics import summarize  # noqa: E402
 from planner_sched import GpuTenancy, PlannerSettings, quota_limits  # noqa: E402
 from report import hms, plots, table  # noqa: E402
 
-# gpu-tenancy is the service's default planner (its wait bound included); gpu-tenancy-nobound
-# is the planner without the wait bound (fair share alone), for comparison; see make()
-SCHEDULERS = ("gpu-tenancy", "gpu-tenancy+quota", "gpu-tenancy-nobound", "EASY", "FIFO", "refuse+retry")
+# gpu-tenancy is the service's default planner; gpu-tenancy-bound the same with the wait bound of
+# replay.yaml (planner_wait_bound_seconds), for comparison; see make()
+SCHEDULERS = ("gpu-tenancy", "gpu-tenancy+quota", "gpu-tenancy-bound", "EASY", "FIFO", "refuse+retry")
 
 
 def load_jobs(cfg: dict, trace: str, traces_dir: str, days: float | None, overask: bool):
@@ -88,8 +88,11 @@ def make(name: str, cfg: dict, shares, capacity: int):
         return GpuTenancy(quota_limits(shares, capacity, "quota"), hl, name)
     if name == "gpu-tenancy-nofs":   # diagnosis: the planner without fair share (age order)
         return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name, fairshare=False)
-    if name == "gpu-tenancy-nobound":   # the planner before the wait bound: fair share alone
+    if name == "gpu-tenancy-nobound":   # fair share alone, whatever the default
         return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name, settings=NO_BOUND)
+    if name == "gpu-tenancy-bound":   # with the wait bound of replay.yaml
+        return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name,
+                          settings=PlannerSettings(wait_bound=cfg["wait_bound_seconds"]))
     if name.startswith("gpu-tenancy@"):   # tuning: gpu-tenancy@<hours> is a wait bound of that many hours
         bound = round(float(name.split("@", 1)[1]) * 3600)
         return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name,

@@ -48,7 +48,7 @@ class Config:
     retry_backoff_max_seconds: int = 600  # the wait doubles per attempt up to this
     fairshare_half_life_seconds: int = 7 * 24 * 3600
     # a lease that has waited this long goes before fair share, in the order leases began to
-    # wait, so that later arrivals cannot keep pushing it back (null: fair share alone)
+    # wait, so that later arrivals cannot keep pushing it back (null, the default: fair share alone)
     planner_wait_bound_seconds: int | None = DEFAULT_WAIT_BOUND
     # sharing rules (see README "Sharing rules")
     reclaim_after_seconds: int = 3600        # a lease within quota waits at most this for borrowed GPUs

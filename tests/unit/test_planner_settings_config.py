@@ -34,7 +34,7 @@ def test_default_is_the_planners():
 
 
 def test_configured_bound_changes_the_service_order():
-    # waited 2 h: below the default bound fair share puts the light tenant first
+    # by default fair share alone: the light tenant first
     assert list(ledger.run_planner(inputs(), NOW, 7 * 24 * H).leases) == ["small", "big"]
     planner_settings.configure(Config.load(planner_wait_bound_seconds=H))
     assert list(ledger.run_planner(inputs(), NOW, 7 * 24 * H).leases) == ["big", "small"]

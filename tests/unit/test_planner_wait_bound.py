@@ -89,10 +89,11 @@ def test_planned_start_past_the_bound_is_not_pushed_back_by_later_arrivals():
     assert after.leases["big"].placement.start == before == NOW + H
 
 
-def test_the_service_default_bounds_the_wait():
-    assert PlannerSettings().wait_bound == DEFAULT_WAIT_BOUND
-    big = lease("big", 8, "heavy", NOW - DEFAULT_WAIT_BOUND)
+def test_the_service_default_is_fair_share_alone():
+    assert PlannerSettings().wait_bound is DEFAULT_WAIT_BOUND is None
+    big = lease("big", 8, "heavy", NOW - 100 * H)
     small = lease("small", 8, "light", NOW - 1)
     q = quotas()
-    assert order_key(big, q, HEAVY, NOW, DEFAULT_WAIT_BOUND) < order_key(small, q, HEAVY, NOW, DEFAULT_WAIT_BOUND)
-    assert list(plan(NOW, hosts(1), [], q, [small, big], HEAVY).leases) == ["big", "small"]
+    assert order_key(big, q, HEAVY, NOW, 4 * H) < order_key(small, q, HEAVY, NOW, 4 * H)
+    assert order_key(small, q, HEAVY, NOW, None) < order_key(big, q, HEAVY, NOW, None)
+    assert list(plan(NOW, hosts(1), [], q, [big, small], HEAVY).leases) == ["small", "big"]
