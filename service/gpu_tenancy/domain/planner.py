@@ -3,15 +3,15 @@
 Pure, deterministic, standard library only. See DESIGN.md, "The planner".
 
 Algorithm (conservative backfill): leases are taken in order (priority desc,
-then those that have waited the wait bound or longer, longest first, then
+then, when a wait bound is set, those that have waited it, longest first, then
 fair share asc, created_at asc, lease_id); each gets the earliest start
 >= max(now, earliest_start) at which all its VMs fit for the whole duration on
 what the holds and the leases before it left free, and within its project's
 quota at every instant of its window; that placement is then reserved. A later
 lease can therefore start early only where it delays nobody ahead of it.
 
-The wait bound keeps that promise for the leases fair share would otherwise
-keep pushing back (the big leases of heavy tenants): once a lease has waited
+The wait bound (off by default) keeps that promise for the leases fair share
+would otherwise keep pushing back (the big leases of heavy tenants): once a lease has waited
 `wait_bound`, it goes before every lease of its priority that has not, in the
 order the leases began to wait. Leases arriving later never come ahead of it,
 so its planned start can only move earlier from then on.
