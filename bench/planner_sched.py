@@ -19,7 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "service"))
 
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit  # noqa: E402
-from gpu_tenancy.domain.planner import plan  # noqa: E402
+from gpu_tenancy.domain.planner import PlannerSettings, plan  # noqa: E402
 
 from event_loop import Scheduler  # noqa: E402
 
@@ -41,10 +41,13 @@ def quota_limits(shares: dict[str, float], capacity: int, mode: str) -> dict[tup
 
 class GpuTenancy(Scheduler):
     def __init__(self, quotas, half_life: int = 7 * 24 * 3600, name: str = "gpu-tenancy",
-                 fairshare: bool = True, aging: int | None = None):
+                 fairshare: bool = True, aging: int | None = None,
+                 settings: PlannerSettings = PlannerSettings()):
         self.name = name
-        # aging (a prototype of a suggested engine change, not what the service does):
-        # a lease waiting longer than `aging` seconds is planned at priority 1
+        # the planner's settings (the wait bound among them); the service's defaults unless given
+        self.settings = replace(settings, fairshare_half_life=half_life)
+        # aging (an earlier prototype, for comparison only): a lease waiting longer
+        # than `aging` seconds is planned at priority 1
         self.aging = aging
         self.fairshare = fairshare   # False (diagnosis only): no usage, so the order is priority then age
         self.quotas = quotas
@@ -108,7 +111,7 @@ class GpuTenancy(Scheduler):
             waiting = [replace(r, priority=1) if now - r.created_at >= self.aging else r for r in waiting]
         t = time.perf_counter()
         p = plan(now, self.hosts, holds, self.quotas, waiting,
-                 self.usage(now, running) if self.fairshare else None)
+                 self.usage(now, running) if self.fairshare else None, self.settings)
         self.plan_seconds += time.perf_counter() - t
         self.plans += 1
         starts, wake = [], None

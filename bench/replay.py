@@ -37,11 +37,12 @@ from cluster_model import hosts_for_load, offered_load, quota_shares, window_of 
 from event_loop import simulate  # noqa: E402
 from lower_bound import mean_wait_bound  # noqa: E402
 from metrics import summarize  # noqa: E402
-from planner_sched import GpuTenancy, quota_limits  # noqa: E402
+from planner_sched import GpuTenancy, PlannerSettings, quota_limits  # noqa: E402
 from report import hms, plots, table  # noqa: E402
 
-# gpu-tenancy-aging is a prototype of an engine change (not what the service does): see make()
-SCHEDULERS = ("gpu-tenancy", "gpu-tenancy+quota", "gpu-tenancy-aging", "EASY", "FIFO", "refuse+retry")
+# gpu-tenancy is the service's default planner; gpu-tenancy-bound the same with the wait bound of
+# replay.yaml (planner_wait_bound_seconds), for comparison; see make()
+SCHEDULERS = ("gpu-tenancy", "gpu-tenancy+quota", "gpu-tenancy-bound", "EASY", "FIFO", "refuse+retry")
 
 
 def load_jobs(cfg: dict, trace: str, traces_dir: str, days: float | None, overask: bool):
@@ -76,6 +77,9 @@ def compress_to_load(jobs, load: float, n_gpus: int):
     return jobs, total
 
 
+NO_BOUND = PlannerSettings(wait_bound=None)
+
+
 def make(name: str, cfg: dict, shares, capacity: int):
     hl = cfg["fairshare_half_life_seconds"]
     if name == "gpu-tenancy":
@@ -84,7 +88,16 @@ def make(name: str, cfg: dict, shares, capacity: int):
         return GpuTenancy(quota_limits(shares, capacity, "quota"), hl, name)
     if name == "gpu-tenancy-nofs":   # diagnosis: the planner without fair share (age order)
         return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name, fairshare=False)
-    if name == "gpu-tenancy-aging":   # prototype: priority 1 once a lease waited aging_seconds
+    if name == "gpu-tenancy-nobound":   # fair share alone, whatever the default
+        return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name, settings=NO_BOUND)
+    if name == "gpu-tenancy-bound":   # with the wait bound of replay.yaml
+        return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name,
+                          settings=PlannerSettings(wait_bound=cfg["wait_bound_seconds"]))
+    if name.startswith("gpu-tenancy@"):   # tuning: gpu-tenancy@<hours> is a wait bound of that many hours
+        bound = round(float(name.split("@", 1)[1]) * 3600)
+        return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name,
+                          settings=PlannerSettings(wait_bound=bound))
+    if name == "gpu-tenancy-aging":   # earlier prototype: priority 1 once a lease waited aging_seconds
         return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name, aging=cfg["aging_seconds"])
     if name == "EASY":
         return EASY()
@@ -93,6 +106,22 @@ def make(name: str, cfg: dict, shares, capacity: int):
     if name == "refuse+retry":
         return RefuseRetry(cfg["retry_seconds"])
     raise ValueError(name)
+
+
+def write_report(out_dir: str, tag: str, head: str, results: dict, with_plots: bool) -> str:
+    """<tag>.md (the table) and <tag>.json in out_dir, and the PNG plots if asked."""
+    md = table(results)
+    os.makedirs(out_dir, exist_ok=True)
+    made = plots(results, tag, os.path.join(out_dir, tag)) if with_plots else []
+    plan_line = "; ".join(f"{k}: {v['plans']} plans, {v['replans_per_s']:.0f} replans/s of wall time, "
+                          f"{v['ms_per_plan']:.1f} ms per plan" for k, v in results.items() if "plans" in v)
+    text = f"{head}\n\n{md}\n\n{plan_line}\n\nplots: {', '.join(os.path.basename(m) for m in made)}\n"
+    with open(os.path.join(out_dir, tag + ".md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(out_dir, tag + ".json"), "w") as f:
+        json.dump({k: {kk: vv for kk, vv in v.items() if kk not in ("hours", "use_series", "waits")}
+                   for k, v in results.items()}, f, indent=1)
+    return text
 
 
 def main(argv=None) -> int:
@@ -129,6 +158,7 @@ def main(argv=None) -> int:
             + (f"; arrival gaps x{squeeze:.3f} to make the load on a fixed cluster" if fixed else ""))
     print(head, flush=True)
     results = {}
+    bound = {"bound_only": True, "mean": mean_wait_bound(jobs, cap)}
     for name in a.schedulers.split(","):
         t = time.perf_counter()
         out = simulate(jobs, n_hosts, make(name, cfg, shares, cap), progress=a.progress)
@@ -138,18 +168,9 @@ def main(argv=None) -> int:
                  f"{r['ms_per_plan']:.1f} ms/plan" if "plans" in r else "")
         print(f"  {name}: P50 {hms(r['p50'])} P90 {hms(r['p90'])} >=8 P90 {hms(r['big_p90'])} "
               f"({time.perf_counter() - t:.0f} s wall{extra})", flush=True)
-    results["lower bound (mean)"] = {"bound_only": True, "mean": mean_wait_bound(jobs, cap)}
-    md = table(results)
-    os.makedirs(a.out, exist_ok=True)
-    made = plots(results, tag, os.path.join(a.out, tag))
-    plan_line = "; ".join(f"{k}: {v['plans']} plans, {v['replans_per_s']:.0f} replans/s of wall time, "
-                          f"{v['ms_per_plan']:.1f} ms per plan" for k, v in results.items() if "plans" in v)
-    text = f"{head}\n\n{md}\n\n{plan_line}\n\nplots: {', '.join(os.path.basename(m) for m in made)}\n"
-    with open(os.path.join(a.out, tag + ".md"), "w") as f:
-        f.write(text)
-    with open(os.path.join(a.out, tag + ".json"), "w") as f:
-        json.dump({k: {kk: vv for kk, vv in v.items() if kk not in ("hours", "use_series", "waits")}
-                   for k, v in results.items()}, f, indent=1)
+        # the table so far, so that a long run that is stopped still leaves its finished rows
+        text = write_report(a.out, tag, head, {**results, "lower bound (mean)": bound}, with_plots=False)
+    text = write_report(a.out, tag, head, {**results, "lower bound (mean)": bound}, with_plots=True)
     print(text)
     return 0
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import yaml
 
+from gpu_tenancy.domain.planner import DEFAULT_WAIT_BOUND
+
 DEMO_CLOUD = str(Path(__file__).with_name("demo") / "cloud.yaml")
 
 
@@ -48,6 +50,9 @@ class Config:
     retry_backoff_seconds: int = 30      # first wait before a host-level fault is retried elsewhere
     retry_backoff_max_seconds: int = 600  # the wait doubles per attempt up to this
     fairshare_half_life_seconds: int = 7 * 24 * 3600
+    # a lease that has waited this long goes before fair share, in the order leases began to
+    # wait, so that later arrivals cannot keep pushing it back (null, the default: fair share alone)
+    planner_wait_bound_seconds: int | None = DEFAULT_WAIT_BOUND
     # sharing rules (see README "Sharing rules")
     reclaim_after_seconds: int = 3600        # a lease within quota waits at most this for borrowed GPUs
     reclaim_notice_seconds: int = 900        # warning before a lease is reclaimed or preempted
@@ -92,6 +97,9 @@ class Config:
             raise ValueError("cloud_driver must be simulated or openstack")
         if values.get("decision_hook_default", "allow") not in ("allow", "deny"):
             raise ValueError("decision_hook_default must be allow or deny")
+        bound = values.get("planner_wait_bound_seconds")
+        if bound is not None and (not isinstance(bound, int) or bound < 0):
+            raise ValueError("planner_wait_bound_seconds must be a whole number of seconds >= 0, or null")
         if values.get("cloud_driver") == "openstack" and not values.get("clouds_yaml_cloud"):
             raise ValueError("cloud_driver openstack needs clouds_yaml_cloud: the service's cloud in clouds.yaml")
         for net in values.get("webhook_allowed_networks") or []:

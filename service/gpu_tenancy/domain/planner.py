@@ -3,11 +3,18 @@
 Pure, deterministic, standard library only. See DESIGN.md, "The planner".
 
 Algorithm (conservative backfill): leases are taken in order (priority desc,
+then, when a wait bound is set, those that have waited it, longest first, then
 fair share asc, created_at asc, lease_id); each gets the earliest start
 >= max(now, earliest_start) at which all its VMs fit for the whole duration on
 what the holds and the leases before it left free, and within its project's
 quota at every instant of its window; that placement is then reserved. A later
 lease can therefore start early only where it delays nobody ahead of it.
+
+The wait bound (off by default) keeps that promise for the leases fair share
+would otherwise keep pushing back (the big leases of heavy tenants): once a lease has waited
+`wait_bound`, it goes before every lease of its priority that has not, in the
+order the leases began to wait. Leases arriving later never come ahead of it,
+so its planned start can only move earlier from then on.
 """
 from __future__ import annotations
 
@@ -22,13 +29,21 @@ from .model import Hold, Host, LeaseRequest, Placement, Plan, PlannedLease, Quot
 
 __all__ = [
     "PlannerSettings", "plan", "extension_conflicts", "can_ever_fit", "largest_free_block",
-    "order_key", "fmt_time",
+    "order_key", "fmt_time", "DEFAULT_WAIT_BOUND", "past_wait_bound", "waiting_since",
 ]
+
+
+# Off by default: on Philly at 80 % and 95 % load a 4 h bound kept the P90 wait of
+# the big leases at EASY backfill's but made the P50 and P90 of all leases worse
+# than EASY's (README, "Performance"); an operator may trade that way.
+DEFAULT_WAIT_BOUND: int | None = None
 
 
 @dataclass(frozen=True)
 class PlannerSettings:
     fairshare_half_life: int = 7 * 24 * 3600   # used by fairshare.decayed_gpu_hours
+    # a lease that has waited this long (seconds) goes before fair share; None: never
+    wait_bound: int | None = DEFAULT_WAIT_BOUND
 
 
 def fmt_time(t: int) -> str:
@@ -45,11 +60,23 @@ def _weight(quotas: Mapping[tuple[str, str], QuotaLimit], p: str, m: str) -> flo
     return q.weight if q is not None else 1.0
 
 
+def waiting_since(lr: LeaseRequest) -> int:
+    """When the lease began to wait: asked for, or its earliest start if later."""
+    return max(lr.created_at, lr.earliest_start)
+
+
+def past_wait_bound(lr: LeaseRequest, now: int, wait_bound: int | None) -> bool:
+    return wait_bound is not None and now - waiting_since(lr) >= wait_bound
+
+
 def order_key(lr: LeaseRequest, quotas: Mapping[tuple[str, str], QuotaLimit],
-              usage: Mapping[tuple[str, str], float] | None):
-    """Planner order: priority desc, fair share asc, created_at asc, lease_id."""
+              usage: Mapping[tuple[str, str], float] | None, now: int = 0, wait_bound: int | None = None):
+    """Planner order: priority desc; then leases past the wait bound, by when
+    they began to wait; then the rest by fair share asc, created_at asc; lease_id."""
+    if past_wait_bound(lr, now, wait_bound):
+        return (-lr.priority, 0, waiting_since(lr), lr.created_at, lr.lease_id)
     score = share_score(usage, lr.project_id, lr.gpu_model, _weight(quotas, lr.project_id, lr.gpu_model))
-    return (-lr.priority, score, lr.created_at, lr.lease_id)
+    return (-lr.priority, 1, score, lr.created_at, lr.lease_id)
 
 
 # --------------------------------------------------------------------------
@@ -129,11 +156,13 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
     """Plan every waiting lease: a placement (start now or later) or reasons."""
     indexes = _backend.capacity(now, hosts, holds)
     book = _backend.quota(now, quotas, holds)
-    ordered = sorted(waiting, key=lambda lr: order_key(lr, quotas, usage))
+    bound = settings.wait_bound
+    ordered = sorted(waiting, key=lambda lr: order_key(lr, quotas, usage, now, bound))
 
     # how many same-model leases ahead, by which part of the order
     pos: dict[str, int] = defaultdict(int)
-    block: dict[str, tuple] = {}     # model -> (prio, prio_start, score, score_start)
+    # model -> (prio, prio_start, past_bound, bound_start, score, score_start)
+    block: dict[str, tuple] = {}
     total_cap_cache: dict[tuple[str, int], int] = {}
     all_enabled: dict[str, list[Host]] = defaultdict(list)
     for h in hosts:
@@ -146,14 +175,17 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
         i = pos[m]
         pos[m] = i + 1
         q = quotas.get((p, m))
-        score = share_score(usage, p, m, q.weight if q else 1.0)
+        aged = past_wait_bound(lr, now, bound)
+        score = None if aged else share_score(usage, p, m, q.weight if q else 1.0)
         b = block.get(m)
         if b is None or b[0] != lr.priority:
-            b = (lr.priority, i, score, i)
-        elif b[2] != score:
-            b = (b[0], b[1], score, i)
+            b = (lr.priority, i, aged, i, score, i)
+        elif b[2] != aged:
+            b = (*b[:2], aged, i, score, i)
+        elif b[4] != score:
+            b = (*b[:4], score, i)
         block[m] = b
-        ahead_prio, ahead_fs, ahead_order = b[1], b[3] - b[1], i - b[3]
+        ahead_prio, ahead_bound, ahead_fs, ahead_order = b[1], b[3] - b[1], b[5] - b[3], i - b[5]
 
         pl = PlannedLease(lr.lease_id, i + 1, None, [])
         out[lr.lease_id] = pl
@@ -172,7 +204,7 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
             pl.reasons.append(Reason("unplaceable", _unplaceable_msg(all_enabled.get(m, ()), m, g, n)))
             continue
         if lr.preemptible:
-            _place_preemptible(now, lr, pl, mi, ahead_prio + ahead_fs + ahead_order)
+            _place_preemptible(now, lr, pl, mi, ahead_prio + ahead_bound + ahead_fs + ahead_order)
             continue
         if q is None or q.gpus + q.borrow_gpus <= 0:
             pl.reasons.append(Reason("quota", f"project {p} has no quota for {m} GPUs"))
@@ -243,13 +275,21 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
         if late or (lr.latest_start is not None and T > lr.latest_start):
             if ahead_prio:
                 pl.reasons.append(Reason("priority", f"behind {_n(ahead_prio, 'lease')} of higher priority"))
+            if aged:
+                behind = f"; behind {_n(ahead_order, 'lease')} that began to wait earlier" if ahead_order else ""
+                pl.reasons.append(Reason(
+                    "order", f"has waited {_dur(bound)} or more, so it goes before fair share{behind}"))
+            elif ahead_bound:
+                pl.reasons.append(Reason(
+                    "order", f"leases that have waited {_dur(bound)} or more go before fair share; "
+                             f"{ahead_bound} of them {'is' if ahead_bound == 1 else 'are'} ahead"))
             if ahead_fs:
                 u = usage.get((p, m), 0.0) if usage else 0.0
                 pl.reasons.append(Reason(
                     "fairshare",
                     f"project {p} has used {_gh(u)} {m} GPU-hours recently against weight "
                     f"{q.weight:g}; {_n(ahead_fs, 'lease')} of projects that used less go first"))
-            if ahead_order:
+            if ahead_order and not aged:
                 pl.reasons.append(Reason("order", f"behind {_n(ahead_order, 'lease')} submitted earlier"))
             if t0 > now:
                 pl.reasons.append(Reason("order", f"asked to start no earlier than {fmt_time(t0)}"))

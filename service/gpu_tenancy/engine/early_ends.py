@@ -12,9 +12,9 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.domain import planner, reclaim
 from gpu_tenancy.domain.model import Plan
-from gpu_tenancy.domain.planner import PlannerSettings, fmt_time
+from gpu_tenancy.domain.planner import fmt_time
 from gpu_tenancy.domain.states import FINAL, LeaseState
-from gpu_tenancy.engine import ledger
+from gpu_tenancy.engine import ledger, planner_settings
 from gpu_tenancy.engine.events import record_event
 
 S = LeaseState
@@ -44,7 +44,7 @@ def replan(session: Session, now: int, config: Config, actor: str) -> Plan:
         decided = reclaim.early_ends(
             now, inputs.hosts, inputs.holds, inputs.quotas, inputs.waiting, inputs.usage, plan, settings(config),
             takeable=takeable, yielded=yielded_pairs(session),
-            planner_settings=PlannerSettings(fairshare_half_life=half_life))
+            planner_settings=planner_settings.settings(half_life))
         for end in decided.ends:
             apply(session, now, end, actor)
         if decided.ends:
@@ -83,7 +83,7 @@ def call_off_unneeded(session: Session, now: int, half_life: int, actor: str) ->
         inputs = ledger.load_inputs(session, now, half_life)
         own_end = to_epoch(row.early_end_from)
         if planner.extension_conflicts(now, inputs.hosts, inputs.holds, inputs.quotas, inputs.waiting,
-                                       inputs.usage, row.id, own_end, PlannerSettings(fairshare_half_life=half_life)):
+                                       inputs.usage, row.id, own_end, planner_settings.settings(half_life)):
             continue   # its GPUs are promised again: the notice stands
         for alloc in row.allocations:
             alloc.end_at = row.early_end_from

@@ -15,7 +15,7 @@ from gpu_tenancy.domain.model import Host, LeaseRequest, PlannedLease
 from gpu_tenancy.domain.states import FINAL, HOLDING, LeaseState
 from gpu_tenancy.domain.budget import Span
 from gpu_tenancy.domain.extension import window_refusal
-from gpu_tenancy.engine import budgets, ledger
+from gpu_tenancy.engine import budgets, ledger, planner_settings
 from gpu_tenancy.engine.decision_hook import DecisionHook
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.engine.readiness import new_token as new_readiness_token
@@ -284,7 +284,7 @@ def change_end(session: Session, now: int, half_life: int, row: m.Lease, body: d
         inputs = ledger.load_inputs(session, now, half_life)
         conflicts = planner.extension_conflicts(
             now, inputs.hosts, inputs.holds, inputs.quotas, inputs.waiting, inputs.usage, row.id, new_end,
-            planner.PlannerSettings(fairshare_half_life=half_life))
+            planner_settings.settings(half_life))
         if conflicts:
             raise Conflict("the extension is refused: " + "; ".join(conflicts), "gpu_tenancy.extension_refused")
         hook.ask("extend", hook_view(row, duration=duration, end=rfc3339(new_end)), actor)

@@ -15,6 +15,7 @@ from gpu_tenancy.db.session import ledger_lock, to_epoch, utcnow_naive
 from gpu_tenancy.domain import fairshare, planner
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, Plan, PlannedLease, QuotaLimit
 from gpu_tenancy.domain.states import HOLDING, LeaseState
+from gpu_tenancy.engine import planner_settings
 from gpu_tenancy.engine.events import record_transition
 from gpu_tenancy.engine.metrics import CREATE_REPLANS, PLANNER_SECONDS
 from gpu_tenancy.timeutil import rfc3339
@@ -96,7 +97,7 @@ def load_allocations(session: Session, now: int, half_life: int) -> tuple[list[H
 
 def run_planner(inputs: PlannerInputs, now: int, half_life: int,
                 extra: list[LeaseRequest] = ()) -> Plan:
-    settings = planner.PlannerSettings(fairshare_half_life=half_life)
+    settings = planner_settings.settings(half_life)
     return planner.plan(now, inputs.hosts, inputs.holds, inputs.quotas, [*inputs.waiting, *extra],
                         inputs.usage, settings)
 

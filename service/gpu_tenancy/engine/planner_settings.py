@@ -1,0 +1,22 @@
+"""The planner settings the service runs with, taken from its configuration.
+
+The fair-share half-life travels with each call (the API passes it); the
+rest is set once when the app or the engine starts (configure) and is the
+planner's default until then."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gpu_tenancy.domain.planner import PlannerSettings
+
+_configured = PlannerSettings()
+
+
+def configure(config) -> None:
+    """Take the planner's options from a gpu_tenancy.config.Config."""
+    global _configured
+    _configured = PlannerSettings(wait_bound=config.planner_wait_bound_seconds)
+
+
+def settings(half_life: int) -> PlannerSettings:
+    return replace(_configured, fairshare_half_life=half_life)

@@ -1,0 +1,58 @@
+"""The wait bound is a configuration option that reaches the service's planner runs."""
+from __future__ import annotations
+
+import pytest
+
+from gpu_tenancy.config import Config
+from gpu_tenancy.domain.model import Host, LeaseRequest, QuotaLimit
+from gpu_tenancy.domain.planner import DEFAULT_WAIT_BOUND
+from gpu_tenancy.engine import ledger, planner_settings
+
+NOW = 1_800_000_000
+H = 3600
+M = "A100"
+
+
+@pytest.fixture(autouse=True)
+def default_settings():
+    yield
+    planner_settings.configure(Config())
+
+
+def inputs():
+    q = {(p, M): QuotaLimit(p, M, 8) for p in ("heavy", "light")}
+    waiting = [LeaseRequest("big", "heavy", M, 8, 1, H, NOW - 2 * H, None, NOW - 2 * H),
+               LeaseRequest("small", "light", M, 8, 1, H, NOW - 60, None, NOW - 60)]
+    return ledger.PlannerInputs([Host("h1", M, 8)], [], q, waiting, {("heavy", M): 900.0})
+
+
+def test_default_is_the_planners():
+    assert Config().planner_wait_bound_seconds == DEFAULT_WAIT_BOUND
+    planner_settings.configure(Config())
+    assert planner_settings.settings(77).wait_bound == DEFAULT_WAIT_BOUND
+    assert planner_settings.settings(77).fairshare_half_life == 77
+
+
+def test_configured_bound_changes_the_service_order():
+    # by default fair share alone: the light tenant first
+    assert list(ledger.run_planner(inputs(), NOW, 7 * 24 * H).leases) == ["small", "big"]
+    planner_settings.configure(Config.load(planner_wait_bound_seconds=H))
+    assert list(ledger.run_planner(inputs(), NOW, 7 * 24 * H).leases) == ["big", "small"]
+
+
+def test_null_turns_it_off(monkeypatch, tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("planner_wait_bound_seconds: null\n")
+    planner_settings.configure(Config.load(str(path)))
+    assert planner_settings.settings(1).wait_bound is None
+
+
+def test_from_the_environment(monkeypatch):
+    monkeypatch.setenv("GPU_TENANCY_PLANNER_WAIT_BOUND_SECONDS", "1800")
+    assert Config.load().planner_wait_bound_seconds == 1800
+
+
+@pytest.mark.parametrize("bad", [-1, "4h", 1.5])
+def test_bad_values_are_refused(bad):
+    with pytest.raises(ValueError, match="planner_wait_bound_seconds"):
+        Config.load(planner_wait_bound_seconds=bad)
