@@ -14,6 +14,9 @@ import os
 import time
 
 import pytest
+from keystoneauth1 import exceptions as ks_exc
+from keystoneauth1 import session as ks_session
+from keystoneauth1.identity import v3
 
 from gpu_tenancy.app import create_app
 from gpu_tenancy.clock import VirtualClock
@@ -162,3 +165,13 @@ def tokens():
 
 def auth(token: str) -> dict:
     return {"X-Auth-Token": token}
+
+
+def token_is_valid(token: str) -> bool:
+    """Ask Keystone for a token from this one (keystoneauth): a revoked token gets 401 or 404."""
+    try:
+        v3.Token(auth_url=KEYSTONE, token=token, project_name="tenant-a",
+                 project_domain_name="Default").get_access(ks_session.Session())
+    except (ks_exc.Unauthorized, ks_exc.NotFound):
+        return False
+    return True

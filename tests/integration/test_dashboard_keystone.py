@@ -7,14 +7,11 @@ import re
 from dataclasses import replace
 
 import pytest
-from keystoneauth1 import exceptions as ks_exc
-from keystoneauth1 import session as ks_session
-from keystoneauth1.identity import v3
 from sqlalchemy import select
 
 from gpu_tenancy.app import create_app
 from gpu_tenancy.db import models as m
-from tests.integration.conftest import KEYSTONE
+from tests.integration.conftest import KEYSTONE, token_is_valid
 
 
 @pytest.fixture
@@ -43,16 +40,6 @@ def log_in(client, username, password, project=""):
 def stored_login(sessions) -> m.DashboardSession:
     with sessions() as s:
         return s.scalars(select(m.DashboardSession)).one()
-
-
-def token_is_valid(token: str) -> bool:
-    """Ask Keystone for a token from this one (keystoneauth): a revoked token gets 401 or 404."""
-    try:
-        v3.Token(auth_url=KEYSTONE, token=token, project_name="tenant-a",
-                 project_domain_name="Default").get_access(ks_session.Session())
-    except (ks_exc.Unauthorized, ks_exc.NotFound):
-        return False
-    return True
 
 
 def test_alice_logs_in_to_her_project_sees_her_pages_and_logout_revokes_the_tokens(client, sessions, admin,

@@ -10,13 +10,10 @@ import sys
 
 import pytest
 import yaml
-from keystoneauth1 import exceptions as ks_exc
-from keystoneauth1 import session as ks_session
-from keystoneauth1.identity import v3
 
 from tests.browser.harness import PORTS, Console, artifacts_dir, chromium, missing, service
 from tests.ports import free_port
-from tests.integration.conftest import KEYSTONE
+from tests.integration.conftest import KEYSTONE, token_is_valid
 
 SERVE = ("import os, sys; from werkzeug.serving import run_simple; from gpu_tenancy.app import create_app; "
          "from gpu_tenancy.config import Config; "
@@ -46,15 +43,6 @@ def stored_token(db) -> str:
     with sqlite3.connect(db) as conn:
         (token,) = conn.execute("SELECT token FROM dashboard_sessions").fetchone()
     return token
-
-
-def token_is_valid(token: str) -> bool:
-    try:
-        v3.Token(auth_url=KEYSTONE, token=token, project_name="tenant-a",
-                 project_domain_name="Default").get_access(ks_session.Session())
-    except (ks_exc.Unauthorized, ks_exc.NotFound):
-        return False
-    return True
 
 
 def test_alice_logs_in_with_keystone_in_a_browser_and_logout_revokes_her_token(keystone_service):

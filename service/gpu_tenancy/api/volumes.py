@@ -2,10 +2,10 @@
 each; the ones free for a lease can be named in a new lease's "volume"."""
 from __future__ import annotations
 
-from flask import Blueprint, request
+from flask import Blueprint
 
 from gpu_tenancy.api import runtime as rt
-from gpu_tenancy.api.validation import check_identifier
+from gpu_tenancy.api.scope import project_scope
 from gpu_tenancy.engine import volumes
 
 bp = Blueprint("volumes", __name__, url_prefix="/v1/volumes")
@@ -20,9 +20,7 @@ def render(entry: volumes.ProjectVolume) -> dict:
 
 @bp.get("")
 def index():
-    wanted = request.args.get("project_id")
-    project = check_identifier("project_id", wanted) if wanted is not None else rt.context().project_id
-    rt.authorize("volume:list", project)
+    project = project_scope("volume:list", None)   # one project's volumes: the cloud lists by project
     with rt.transaction() as session:
         listed = volumes.listing(session, rt.runtime().cloud_driver(), project)
     return {"project_id": project, "volumes": [render(e) for e in listed]}
