@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import func, select
 
 from gpu_tenancy.db import models as m
+from gpu_tenancy.domain.failures import FailureClass
 from tests.conftest import headers
 
 PAGES = ["/dashboard/leases", "/dashboard/leases?show=all", "/dashboard/leases/new", "/dashboard/capacity",
@@ -217,7 +218,7 @@ def test_quota_page_shows_limits_use_now_and_gpu_hours(client, engine_tick):
     assert re.search(r"<td>4\.0</td>|<td>3\.9</td>", row)            # GPU-hours so far (about 4 × 1 h)
 
 
-def test_volumes_are_the_clouds_with_the_leases_that_use_them(client, cloud, engine_tick):
+def test_volumes_are_the_clouds_with_the_leases_that_use_them(client, cloud, runtime, engine_tick):
     csrf = login(client)
     own = cloud.add_volume("ml-vision", 20, "datasets")
     cloud.add_volume("nlp-lab", 30, "not-ours")
@@ -231,6 +232,13 @@ def test_volumes_are_the_clouds_with_the_leases_that_use_them(client, cloud, eng
     row = re.search(r"<tr>\s*<td><code>[^<]*</code></td><td>gt-.*?</tr>", page, re.S).group(0)
     assert "in use by" in row and "with-data" in row and "50 GB" in row and "in-use" in row
     assert "To be made" not in page
+    cloud.inject_failure("ensure_volume", FailureClass.VOLUME)              # a lease whose volume is never made
+    ask(client, csrf, volume_mode="new", volume_size_gb="70", name="no-volume")
+    engine_tick()
+    engine_tick(advance=30)
+    with runtime.sessions() as session:
+        assert session.scalars(select(m.Lease.status).where(m.Lease.name == "no-volume")).one() == "failed"
+    assert "70 GB for" not in client.get("/dashboard/volumes").text          # failed: nothing will be made
 
 
 def test_capacity_calendar_draws_hosts_by_model_leases_now_and_waiting_slots(client):

@@ -166,7 +166,8 @@ def volumes():
     leases = {x["id"]: x for x in api().get("/v1/leases", limit=rt.runtime().config.max_page_size)["leases"]}
     rows = [{**v, "lease": leases.get(v["lease_id"]), "made_by": leases.get(v["made_by_lease"])}
             for v in api().get("/v1/volumes")["volumes"]]
+    will_make = WAITING + ("scheduled", "provisioning")   # a lease makes its volume when it starts
     pending = [{"size_gb": x["volume"].get("size_gb"), "lease": x}
                for x in sorted(leases.values(), key=lambda x: x["created_at"])
-               if x.get("volume") and not x["volume"].get("id") and x["status"] not in ("cancelled", "expired")]
+               if x.get("volume") and not x["volume"].get("id") and x["status"] in will_make]
     return render_template("dashboard/volumes.html", volumes=rows, pending=pending)
