@@ -124,6 +124,26 @@ def write_report(out_dir: str, tag: str, head: str, results: dict, with_plots: b
     return text
 
 
+def save_run(out_dir: str, tag: str, name: str, r: dict) -> None:
+    """One scheduler's whole result, series included, so that runs made in
+    separate processes (one per core) can be reported together (--merge)."""
+    d = os.path.join(out_dir, tag + ".runs")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name + ".json"), "w") as f:
+        json.dump({k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in r.items()}, f)
+
+
+def saved_runs(out_dir: str, tag: str, names: list[str]) -> dict:
+    import numpy as np
+    d = os.path.join(out_dir, tag + ".runs")
+    have = sorted(f[:-5] for f in os.listdir(d) if f.endswith(".json")) if os.path.isdir(d) else []
+    out = {}
+    for name in [n for n in names if n in have] + [n for n in have if n not in names]:
+        r = json.load(open(os.path.join(d, name + ".json")))
+        out[name] = {k: (np.array(v) if k in ("hours", "use_series", "waits") else v) for k, v in r.items()}
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trace", default="philly-final")
@@ -138,6 +158,9 @@ def main(argv=None) -> int:
     ap.add_argument("--schedulers", default=",".join(SCHEDULERS))
     ap.add_argument("--progress", type=float, default=60, help="print progress every this many wall seconds")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    ap.add_argument("--merge", action="store_true",
+                    help="run nothing: report together every scheduler saved for this trace, load and days "
+                         "(each run saves its schedulers in <out>/<tag>.runs/; --schedulers gives the order)")
     a = ap.parse_args(argv)
     if not a.traces:
         ap.error(f"give --traces or set {traces.TRACES_ENV} to the directory of the trace CSVs")
@@ -159,11 +182,16 @@ def main(argv=None) -> int:
     print(head, flush=True)
     results = {}
     bound = {"bound_only": True, "mean": mean_wait_bound(jobs, cap)}
+    if a.merge:
+        results = saved_runs(a.out, tag, a.schedulers.split(","))
+        print(write_report(a.out, tag, head, {**results, "lower bound (mean)": bound}, with_plots=True))
+        return 0
     for name in a.schedulers.split(","):
         t = time.perf_counter()
         out = simulate(jobs, n_hosts, make(name, cfg, shares, cap), progress=a.progress)
         r = summarize(out, jobs, shares, cap)
         results[name] = r
+        save_run(a.out, tag, name, r)
         extra = (f", {r['plans']} plans, {r['replans_per_s']:.0f} replans/s of wall time, "
                  f"{r['ms_per_plan']:.1f} ms/plan" if "plans" in r else "")
         print(f"  {name}: P50 {hms(r['p50'])} P90 {hms(r['p90'])} >=8 P90 {hms(r['big_p90'])} "
