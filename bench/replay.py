@@ -93,10 +93,12 @@ def make(name: str, cfg: dict, shares, capacity: int):
     if name == "gpu-tenancy-bound":   # with the wait bound of replay.yaml
         return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name,
                           settings=PlannerSettings(wait_bound=cfg["wait_bound_seconds"]))
-    if name.startswith("gpu-tenancy@"):   # tuning: gpu-tenancy@<hours> is a wait bound of that many hours
-        bound = round(float(name.split("@", 1)[1]) * 3600)
-        return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name,
-                          settings=PlannerSettings(wait_bound=bound))
+    if name.startswith("gpu-tenancy@"):
+        # tuning: gpu-tenancy@<hours> is a wait bound of that many hours, gpu-tenancy@<n>gh one of n GPU-hours
+        arg = name.split("@", 1)[1]
+        settings = (PlannerSettings(wait_bound_gpu_hours=float(arg[:-2])) if arg.endswith("gh")
+                    else PlannerSettings(wait_bound=round(float(arg) * 3600)))
+        return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name, settings=settings)
     if name == "gpu-tenancy-aging":   # earlier prototype: priority 1 once a lease waited aging_seconds
         return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name, aging=cfg["aging_seconds"])
     if name == "EASY":

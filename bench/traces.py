@@ -49,7 +49,8 @@ def shape(gpus: int, host_gpus: int = HOST_GPUS) -> tuple[int, int]:
 
 
 def epoch(stamp: str) -> int:
-    return int(datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp())
+    """'2017-10-09 07:01:55' (UTC) in seconds; fromisoformat is ~10x faster than strptime."""
+    return int(datetime.fromisoformat(stamp).replace(tzinfo=timezone.utc).timestamp())
 
 
 def read_philly(path: str, start: str | None = None, end: str | None = None) -> list[Job]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from gpu_tenancy.domain.planner import DEFAULT_WAIT_BOUND
+from gpu_tenancy.domain.planner import DEFAULT_WAIT_BOUND, DEFAULT_WAIT_BOUND_GPU_HOURS
 
 DEMO_CLOUD = str(Path(__file__).with_name("demo") / "cloud.yaml")
 
@@ -53,6 +53,9 @@ class Config:
     # a lease that has waited this long goes before fair share, in the order leases began to
     # wait, so that later arrivals cannot keep pushing it back (null, the default: fair share alone)
     planner_wait_bound_seconds: int | None = DEFAULT_WAIT_BOUND
+    # ... or that has waited this many GPU-hours (its GPUs times the hours it waited), so that the big
+    # leases, which fair share and backfill keep pushing back, are protected sooner (null: off)
+    planner_wait_bound_gpu_hours: float | None = DEFAULT_WAIT_BOUND_GPU_HOURS
     # sharing rules (see README "Sharing rules")
     reclaim_after_seconds: int = 3600        # a lease within quota waits at most this for borrowed GPUs
     reclaim_notice_seconds: int = 900        # warning before a lease is reclaimed or preempted
@@ -83,7 +86,7 @@ class Config:
                 values[name] = env
             elif env is not None and f.type in ("int", "int | None"):
                 values[name] = int(env)
-            elif env is not None and f.type == "float":
+            elif env is not None and f.type in ("float", "float | None"):
                 values[name] = float(env)
             elif env is not None and f.type == "bool":
                 values[name] = env.lower() in ("1", "true", "yes")
@@ -100,6 +103,10 @@ class Config:
         bound = values.get("planner_wait_bound_seconds")
         if bound is not None and (not isinstance(bound, int) or bound < 0):
             raise ValueError("planner_wait_bound_seconds must be a whole number of seconds >= 0, or null")
+        gh = values.get("planner_wait_bound_gpu_hours")
+        if gh is not None and (isinstance(gh, bool) or not isinstance(gh, (int, float)) or not gh >= 0
+                               or gh == float("inf")):
+            raise ValueError("planner_wait_bound_gpu_hours must be a number of GPU-hours >= 0, or null")
         if values.get("cloud_driver") == "openstack" and not values.get("clouds_yaml_cloud"):
             raise ValueError("cloud_driver openstack needs clouds_yaml_cloud: the service's cloud in clouds.yaml")
         for net in values.get("webhook_allowed_networks") or []:

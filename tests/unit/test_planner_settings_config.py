@@ -56,3 +56,19 @@ def test_from_the_environment(monkeypatch):
 def test_bad_values_are_refused(bad):
     with pytest.raises(ValueError, match="planner_wait_bound_seconds"):
         Config.load(planner_wait_bound_seconds=bad)
+
+
+def test_gpu_hours_bound_changes_the_service_order(monkeypatch):
+    # big (8 GPUs) has waited 2 h = 16 GPU-hours: past a bound of 16, not past one of 17
+    planner_settings.configure(Config.load(planner_wait_bound_gpu_hours=17))
+    assert list(ledger.run_planner(inputs(), NOW, 7 * 24 * H).leases) == ["small", "big"]
+    monkeypatch.setenv("GPU_TENANCY_PLANNER_WAIT_BOUND_GPU_HOURS", "16")
+    planner_settings.configure(Config.load())
+    assert planner_settings.settings(1).wait_bound_gpu_hours == 16.0
+    assert list(ledger.run_planner(inputs(), NOW, 7 * 24 * H).leases) == ["big", "small"]
+
+
+@pytest.mark.parametrize("bad", [-1, "32", True, float("nan"), float("inf")])
+def test_bad_gpu_hours_are_refused(bad):
+    with pytest.raises(ValueError, match="planner_wait_bound_gpu_hours"):
+        Config.load(planner_wait_bound_gpu_hours=bad)

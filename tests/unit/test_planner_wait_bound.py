@@ -1,5 +1,6 @@
-"""The wait bound: a lease that has waited `wait_bound` goes before fair share,
-in the order the leases began to wait, so later arrivals cannot push it back."""
+"""The wait bound: a lease that has waited `wait_bound` seconds (or
+`wait_bound_gpu_hours` GPU-hours) goes before fair share, in the order the
+leases reached the bound, so later arrivals cannot push it back."""
 from __future__ import annotations
 
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit
@@ -70,7 +71,7 @@ def test_leases_past_the_bound_go_in_the_order_they_began_to_wait():
     assert list(p.leases) == ["a", "b", "c"]
     assert [p.leases[i].placement.start for i in "abc"] == [NOW, NOW + H, NOW + 2 * H]
     assert [r.message for r in p.leases["c"].reasons if r.code == "order"] == [
-        "has waited 4 hours or more, so it goes before fair share; behind 2 leases that began to wait earlier"]
+        "has waited 4 hours or more, so it goes before fair share; behind 2 leases that reached it earlier"]
 
 
 def test_priority_still_comes_first():
@@ -94,6 +95,52 @@ def test_the_service_default_is_fair_share_alone():
     big = lease("big", 8, "heavy", NOW - 100 * H)
     small = lease("small", 8, "light", NOW - 1)
     q = quotas()
-    assert order_key(big, q, HEAVY, NOW, 4 * H) < order_key(small, q, HEAVY, NOW, 4 * H)
-    assert order_key(small, q, HEAVY, NOW, None) < order_key(big, q, HEAVY, NOW, None)
+    assert order_key(big, q, HEAVY, NOW, BOUND) < order_key(small, q, HEAVY, NOW, BOUND)
+    assert order_key(small, q, HEAVY, NOW, NO_BOUND) < order_key(big, q, HEAVY, NOW, NO_BOUND)
     assert list(plan(NOW, hosts(1), [], q, [big, small], HEAVY).leases) == ["small", "big"]
+
+
+GH_BOUND = PlannerSettings(wait_bound_gpu_hours=32)
+
+
+def test_a_gpu_hours_bound_is_reached_sooner_by_a_bigger_lease():
+    # 16 GPUs for 2 h = 32 GPU-hours: past the bound; 4 GPUs for 7 h = 28: not yet
+    big = lease("big", 8, "heavy", NOW - 2 * H, instances=2)
+    small = lease("small", 4, "heavy", NOW - 7 * H)
+    light = lease("light", 4, "light", NOW - 60, duration=3 * H)
+    p = plan(NOW, hosts(), busy_until(NOW + H), quotas(), [light, small, big], HEAVY, GH_BOUND)
+    assert list(p.leases) == ["big", "light", "small"]
+    assert p.leases["big"].placement.start == NOW + H
+    assert [r.message for r in p.leases["big"].reasons if r.code == "order"] == [
+        "has waited 32 GPU-hours (its GPUs times the hours it waited) or more, so it goes before fair share"]
+    # one second short of 32 GPU-hours, fair share decides again
+    nearly = lease("big", 8, "heavy", NOW - 2 * H + 1, instances=2)
+    assert list(plan(NOW, hosts(), busy_until(NOW + H), quotas(), [light, nearly], HEAVY, GH_BOUND).leases) == [
+        "light", "big"]
+
+
+def test_past_a_gpu_hours_bound_leases_go_in_the_order_they_reached_it():
+    # a: 1 GPU since 40 h ago reached 32 GPU-hours 8 h ago; b: 8 GPUs since 5 h ago reached it 1 h ago;
+    # c: 8 GPUs since 6 h ago reached it 2 h ago. Order: a, c, b (not by when they began to wait)
+    a = lease("a", 1, "light", NOW - 40 * H)
+    b = lease("b", 8, "light", NOW - 5 * H)
+    c = lease("c", 8, "heavy", NOW - 6 * H)
+    p = plan(NOW, hosts(1), [Hold("r", "other", "h0", M, 8, NOW - H, NOW + H, False)], quotas(),
+             [b, c, a], HEAVY, GH_BOUND)
+    assert list(p.leases) == ["a", "c", "b"]
+    assert [p.leases[i].placement.start for i in "acb"] == [NOW + H, NOW + 2 * H, NOW + 3 * H]
+
+
+def test_both_bounds_set_the_first_reached_counts():
+    both = PlannerSettings(wait_bound=10 * H, wait_bound_gpu_hours=32)
+    small = lease("small", 1, "heavy", NOW - 11 * H)   # 11 GPU-hours, but past 10 h
+    big = lease("big", 8, "heavy", NOW - 4 * H)        # 32 GPU-hours, 4 h
+    light = lease("light", 8, "light", NOW)
+    q = quotas()
+    assert order_key(small, q, HEAVY, NOW, both) < order_key(big, q, HEAVY, NOW, both) \
+        < order_key(light, q, HEAVY, NOW, both)
+    p = plan(NOW, hosts(1), [Hold("r", "other", "h0", M, 8, NOW - H, NOW + H, False)], q,
+             [light, big, small], HEAVY, both)
+    assert [r.message for r in p.leases["light"].reasons if r.code == "order"] == [
+        "leases that have waited 10 hours or more, or 32 GPU-hours (its GPUs times the hours it waited) or more "
+        "go before fair share; 2 of them are ahead"]

@@ -12,9 +12,11 @@ lease can therefore start early only where it delays nobody ahead of it.
 
 The wait bound (off by default) keeps that promise for the leases fair share
 would otherwise keep pushing back (the big leases of heavy tenants): once a lease has waited
-`wait_bound`, it goes before every lease of its priority that has not, in the
-order the leases began to wait. Leases arriving later never come ahead of it,
-so its planned start can only move earlier from then on.
+`wait_bound` seconds, or `wait_bound_gpu_hours` GPU-hours (its GPUs times the
+hours it waited, so a big lease reaches it sooner than a small one), it goes
+before every lease of its priority that has not, in the order the leases
+reached the bound. Leases reaching it later never come ahead of it, so its
+planned start can only move earlier from then on.
 """
 from __future__ import annotations
 
@@ -29,7 +31,8 @@ from .model import Hold, Host, LeaseRequest, Placement, Plan, PlannedLease, Quot
 
 __all__ = [
     "PlannerSettings", "plan", "extension_conflicts", "can_ever_fit", "largest_free_block",
-    "order_key", "fmt_time", "DEFAULT_WAIT_BOUND", "past_wait_bound", "waiting_since",
+    "order_key", "fmt_time", "DEFAULT_WAIT_BOUND", "DEFAULT_WAIT_BOUND_GPU_HOURS", "past_wait_bound",
+    "bound_reached_at", "waiting_since",
 ]
 
 
@@ -37,6 +40,7 @@ __all__ = [
 # the big leases at EASY backfill's but made the P50 and P90 of all leases worse
 # than EASY's (README, "Performance"); an operator may trade that way.
 DEFAULT_WAIT_BOUND: int | None = None
+DEFAULT_WAIT_BOUND_GPU_HOURS: float | None = None
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,12 @@ class PlannerSettings:
     fairshare_half_life: int = 7 * 24 * 3600   # used by fairshare.decayed_gpu_hours
     # a lease that has waited this long (seconds) goes before fair share; None: never
     wait_bound: int | None = DEFAULT_WAIT_BOUND
+    # ... or that has waited this many GPU-hours (GPUs x hours waited); None: never
+    wait_bound_gpu_hours: float | None = DEFAULT_WAIT_BOUND_GPU_HOURS
+
+    @property
+    def bounded(self) -> bool:
+        return self.wait_bound is not None or self.wait_bound_gpu_hours is not None
 
 
 def fmt_time(t: int) -> str:
@@ -65,16 +75,31 @@ def waiting_since(lr: LeaseRequest) -> int:
     return max(lr.created_at, lr.earliest_start)
 
 
-def past_wait_bound(lr: LeaseRequest, now: int, wait_bound: int | None) -> bool:
-    return wait_bound is not None and now - waiting_since(lr) >= wait_bound
+def bound_reached_at(lr: LeaseRequest, settings: PlannerSettings) -> int | None:
+    """When the lease reaches the wait bound (the first of its two forms); None: never."""
+    since, at = waiting_since(lr), None
+    if settings.wait_bound is not None:
+        at = since + settings.wait_bound
+    if settings.wait_bound_gpu_hours is not None:
+        need = max(1, lr.gpus_per_vm * lr.instances)
+        t = since + -(-round(settings.wait_bound_gpu_hours * 3600) // need)
+        at = t if at is None else min(at, t)
+    return at
+
+
+def past_wait_bound(lr: LeaseRequest, now: int, settings: PlannerSettings) -> bool:
+    at = bound_reached_at(lr, settings)
+    return at is not None and now >= at
 
 
 def order_key(lr: LeaseRequest, quotas: Mapping[tuple[str, str], QuotaLimit],
-              usage: Mapping[tuple[str, str], float] | None, now: int = 0, wait_bound: int | None = None):
+              usage: Mapping[tuple[str, str], float] | None, now: int = 0,
+              settings: PlannerSettings = PlannerSettings()):
     """Planner order: priority desc; then leases past the wait bound, by when
-    they began to wait; then the rest by fair share asc, created_at asc; lease_id."""
-    if past_wait_bound(lr, now, wait_bound):
-        return (-lr.priority, 0, waiting_since(lr), lr.created_at, lr.lease_id)
+    they reached it; then the rest by fair share asc, created_at asc; lease_id."""
+    at = bound_reached_at(lr, settings)
+    if at is not None and now >= at:
+        return (-lr.priority, 0, at, lr.created_at, lr.lease_id)
     score = share_score(usage, lr.project_id, lr.gpu_model, _weight(quotas, lr.project_id, lr.gpu_model))
     return (-lr.priority, 1, score, lr.created_at, lr.lease_id)
 
@@ -156,8 +181,7 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
     """Plan every waiting lease: a placement (start now or later) or reasons."""
     indexes = _backend.capacity(now, hosts, holds)
     book = _backend.quota(now, quotas, holds)
-    bound = settings.wait_bound
-    ordered = sorted(waiting, key=lambda lr: order_key(lr, quotas, usage, now, bound))
+    ordered = sorted(waiting, key=lambda lr: order_key(lr, quotas, usage, now, settings))
 
     # how many same-model leases ahead, by which part of the order
     pos: dict[str, int] = defaultdict(int)
@@ -175,7 +199,7 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
         i = pos[m]
         pos[m] = i + 1
         q = quotas.get((p, m))
-        aged = past_wait_bound(lr, now, bound)
+        aged = past_wait_bound(lr, now, settings)
         score = None if aged else share_score(usage, p, m, q.weight if q else 1.0)
         b = block.get(m)
         if b is None or b[0] != lr.priority:
@@ -276,12 +300,12 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
             if ahead_prio:
                 pl.reasons.append(Reason("priority", f"behind {_n(ahead_prio, 'lease')} of higher priority"))
             if aged:
-                behind = f"; behind {_n(ahead_order, 'lease')} that began to wait earlier" if ahead_order else ""
+                behind = f"; behind {_n(ahead_order, 'lease')} that reached it earlier" if ahead_order else ""
                 pl.reasons.append(Reason(
-                    "order", f"has waited {_dur(bound)} or more, so it goes before fair share{behind}"))
+                    "order", f"has waited {_bound_text(settings)}, so it goes before fair share{behind}"))
             elif ahead_bound:
                 pl.reasons.append(Reason(
-                    "order", f"leases that have waited {_dur(bound)} or more go before fair share; "
+                    "order", f"leases that have waited {_bound_text(settings)} go before fair share; "
                              f"{ahead_bound} of them {'is' if ahead_bound == 1 else 'are'} ahead"))
             if ahead_fs:
                 u = usage.get((p, m), 0.0) if usage else 0.0
@@ -348,6 +372,16 @@ def _place_preemptible(now: int, lr: LeaseRequest, pl: PlannedLease, mi: ModelIn
 
 def _gh(u: float) -> str:
     return f"{u:.0f}" if u >= 10 else f"{u:.1f}"
+
+
+def _bound_text(settings: PlannerSettings) -> str:
+    """The wait bound in words: "4 hours or more", "32 GPU-hours or more", or both."""
+    parts = []
+    if settings.wait_bound is not None:
+        parts.append(f"{_dur(settings.wait_bound)} or more")
+    if settings.wait_bound_gpu_hours is not None:
+        parts.append(f"{settings.wait_bound_gpu_hours:g} GPU-hours (its GPUs times the hours it waited) or more")
+    return ", or ".join(parts)
 
 
 def _dur(s: int) -> str:
