@@ -80,6 +80,20 @@ def compress_to_load(jobs, load: float, n_gpus: int):
 NO_BOUND = PlannerSettings(wait_bound=None)
 
 
+def bound_settings(spec: str) -> PlannerSettings:
+    """Tuning: 'gpu-tenancy@<spec>', spec '+'-joined parts: '4' or '4h' a wait bound of 4 hours,
+    '16gh' one of 16 GPU-hours, '1l' at most 1 lease past it at a time (wait_bound_leases)."""
+    kw = {}
+    for part in spec.split("+"):
+        if part.endswith("gh"):
+            kw["wait_bound_gpu_hours"] = float(part[:-2])
+        elif part.endswith("l"):
+            kw["wait_bound_leases"] = int(part[:-1])
+        else:
+            kw["wait_bound"] = round(float(part.rstrip("h")) * 3600)
+    return PlannerSettings(**{"wait_bound": None, **kw})
+
+
 def make(name: str, cfg: dict, shares, capacity: int):
     hl = cfg["fairshare_half_life_seconds"]
     if name == "gpu-tenancy":
@@ -94,11 +108,8 @@ def make(name: str, cfg: dict, shares, capacity: int):
         return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name,
                           settings=PlannerSettings(wait_bound=cfg["wait_bound_seconds"]))
     if name.startswith("gpu-tenancy@"):
-        # tuning: gpu-tenancy@<hours> is a wait bound of that many hours, gpu-tenancy@<n>gh one of n GPU-hours
-        arg = name.split("@", 1)[1]
-        settings = (PlannerSettings(wait_bound_gpu_hours=float(arg[:-2])) if arg.endswith("gh")
-                    else PlannerSettings(wait_bound=round(float(arg) * 3600)))
-        return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name, settings=settings)
+        return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name,
+                          settings=bound_settings(name.split("@", 1)[1]))
     if name == "gpu-tenancy-aging":   # earlier prototype: priority 1 once a lease waited aging_seconds
         return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name, aging=cfg["aging_seconds"])
     if name == "EASY":

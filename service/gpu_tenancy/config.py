@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from gpu_tenancy.domain.planner import DEFAULT_WAIT_BOUND, DEFAULT_WAIT_BOUND_GPU_HOURS
+from gpu_tenancy.domain.planner import DEFAULT_WAIT_BOUND, DEFAULT_WAIT_BOUND_GPU_HOURS, DEFAULT_WAIT_BOUND_LEASES
 
 DEMO_CLOUD = str(Path(__file__).with_name("demo") / "cloud.yaml")
 
@@ -56,6 +56,9 @@ class Config:
     # ... or that has waited this many GPU-hours (its GPUs times the hours it waited), so that the big
     # leases, which fair share and backfill keep pushing back, are protected sooner (null: off)
     planner_wait_bound_gpu_hours: float | None = DEFAULT_WAIT_BOUND_GPU_HOURS
+    # at most this many leases past the bound go before fair share at a time, per GPU model, those
+    # that reached it first (null: every one)
+    planner_wait_bound_leases: int | None = DEFAULT_WAIT_BOUND_LEASES
     # sharing rules (see README "Sharing rules")
     reclaim_after_seconds: int = 3600        # a lease within quota waits at most this for borrowed GPUs
     reclaim_notice_seconds: int = 900        # warning before a lease is reclaimed or preempted
@@ -107,6 +110,9 @@ class Config:
         if gh is not None and (isinstance(gh, bool) or not isinstance(gh, (int, float)) or not gh >= 0
                                or gh == float("inf")):
             raise ValueError("planner_wait_bound_gpu_hours must be a number of GPU-hours >= 0, or null")
+        most = values.get("planner_wait_bound_leases")
+        if most is not None and (isinstance(most, bool) or not isinstance(most, int) or most < 1):
+            raise ValueError("planner_wait_bound_leases must be a whole number >= 1, or null")
         if values.get("cloud_driver") == "openstack" and not values.get("clouds_yaml_cloud"):
             raise ValueError("cloud_driver openstack needs clouds_yaml_cloud: the service's cloud in clouds.yaml")
         for net in values.get("webhook_allowed_networks") or []:

@@ -72,3 +72,15 @@ def test_gpu_hours_bound_changes_the_service_order(monkeypatch):
 def test_bad_gpu_hours_are_refused(bad):
     with pytest.raises(ValueError, match="planner_wait_bound_gpu_hours"):
         Config.load(planner_wait_bound_gpu_hours=bad)
+
+
+def test_wait_bound_leases_reaches_the_planner(monkeypatch):
+    monkeypatch.setenv("GPU_TENANCY_PLANNER_WAIT_BOUND_LEASES", "2")
+    planner_settings.configure(Config.load(planner_wait_bound_seconds=H))
+    assert planner_settings.settings(1).wait_bound_leases == 2
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "1"])
+def test_bad_wait_bound_leases_are_refused(bad):
+    with pytest.raises(ValueError, match="planner_wait_bound_leases"):
+        Config.load(planner_wait_bound_leases=bad)

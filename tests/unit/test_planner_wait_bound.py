@@ -4,7 +4,7 @@ leases reached the bound, so later arrivals cannot push it back."""
 from __future__ import annotations
 
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit
-from gpu_tenancy.domain.planner import DEFAULT_WAIT_BOUND, PlannerSettings, order_key, plan
+from gpu_tenancy.domain.planner import DEFAULT_WAIT_BOUND, PlannerSettings, bound_protected, order_key, plan
 
 NOW = 1_800_000_000
 H = 3600
@@ -144,3 +144,31 @@ def test_both_bounds_set_the_first_reached_counts():
     assert [r.message for r in p.leases["light"].reasons if r.code == "order"] == [
         "leases that have waited 10 hours or more, or 32 GPU-hours (its GPUs times the hours it waited) or more "
         "go before fair share; 2 of them are ahead"]
+
+
+def test_wait_bound_leases_lets_only_the_first_to_reach_the_bound_go_before_fair_share():
+    one = PlannerSettings(wait_bound=4 * H, wait_bound_leases=1)
+    # heavy floods small leases that reached the bound before light's big one did; with every lease
+    # past the bound going first, the flood would keep the big lease back too
+    flood = [lease(f"f{i}", 8, "heavy", NOW - (9 - i) * H) for i in range(3)]
+    fresh = lease("fresh", 8, "light", NOW - 60)
+    p = plan(NOW, hosts(1), [], quotas(), [fresh, *flood], HEAVY, one)
+    assert list(p.leases) == ["f0", "fresh", "f1", "f2"]
+    assert [r.message for r in p.leases["f0"].reasons if r.code == "order"] == []   # starts now
+    assert [r.message for r in p.leases["f1"].reasons if r.code == "order"] == [
+        "leases that have waited 4 hours or more go before fair share; 1 of them is ahead",
+        "has waited 4 hours or more, but only the first lease to reach it goes before fair share; "
+        "its turn comes as those start"]
+    assert [r.code for r in p.leases["f1"].reasons].count("fairshare") == 1
+    # without the limit every lease past the bound goes first, in the order they reached it
+    assert list(plan(NOW, hosts(1), [], quotas(), [fresh, *flood], HEAVY, BOUND).leases) == [
+        "f0", "f1", "f2", "fresh"]
+
+
+def test_wait_bound_leases_counts_per_gpu_model():
+    one = PlannerSettings(wait_bound=4 * H, wait_bound_leases=1)
+    h100 = LeaseRequest("h", "heavy", "H100", 8, 1, H, NOW - 5 * H, None, NOW - 5 * H)
+    a100 = [lease(f"a{i}", 8, "heavy", NOW - (6 - i) * H) for i in range(2)]
+    assert bound_protected([h100, *a100], NOW, one) == {"h", "a0"}
+    assert bound_protected([h100, *a100], NOW, BOUND) == {"h", "a0", "a1"}
+    assert bound_protected([h100, *a100], NOW, NO_BOUND) == set()

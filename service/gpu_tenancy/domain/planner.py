@@ -3,7 +3,7 @@
 Pure, deterministic, standard library only. See DESIGN.md, "The planner".
 
 Algorithm (conservative backfill): leases are taken in order (priority desc,
-then, when a wait bound is set, those that have waited it, longest first, then
+then, when a wait bound is set, those past it, in the order they reached it, then
 fair share asc, created_at asc, lease_id); each gets the earliest start
 >= max(now, earliest_start) at which all its VMs fit for the whole duration on
 what the holds and the leases before it left free, and within its project's
@@ -17,6 +17,11 @@ hours it waited, so a big lease reaches it sooner than a small one), it goes
 before every lease of its priority that has not, in the order the leases
 reached the bound. Leases reaching it later never come ahead of it, so its
 planned start can only move earlier from then on.
+
+With `wait_bound_leases` set, only that many leases past the bound go before
+fair share at a time, per GPU model (those that reached it first): the rest
+keep their fair-share place until their turn, so a flood of a heavy tenant's
+small leases past the bound cannot turn the queue into a first-come one.
 """
 from __future__ import annotations
 
@@ -31,8 +36,8 @@ from .model import Hold, Host, LeaseRequest, Placement, Plan, PlannedLease, Quot
 
 __all__ = [
     "PlannerSettings", "plan", "extension_conflicts", "can_ever_fit", "largest_free_block",
-    "order_key", "fmt_time", "DEFAULT_WAIT_BOUND", "DEFAULT_WAIT_BOUND_GPU_HOURS", "past_wait_bound",
-    "bound_reached_at", "waiting_since",
+    "order_key", "fmt_time", "DEFAULT_WAIT_BOUND", "DEFAULT_WAIT_BOUND_GPU_HOURS", "DEFAULT_WAIT_BOUND_LEASES",
+    "past_wait_bound", "bound_reached_at", "bound_protected", "waiting_since",
 ]
 
 
@@ -41,6 +46,7 @@ __all__ = [
 # than EASY's (README, "Performance"); an operator may trade that way.
 DEFAULT_WAIT_BOUND: int | None = None
 DEFAULT_WAIT_BOUND_GPU_HOURS: float | None = None
+DEFAULT_WAIT_BOUND_LEASES: int | None = None
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,9 @@ class PlannerSettings:
     wait_bound: int | None = DEFAULT_WAIT_BOUND
     # ... or that has waited this many GPU-hours (GPUs x hours waited); None: never
     wait_bound_gpu_hours: float | None = DEFAULT_WAIT_BOUND_GPU_HOURS
+    # at most this many leases past the bound go before fair share at a time, per GPU model: those that
+    # reached it first (the rest wait in fair-share order until their turn); None: every one
+    wait_bound_leases: int | None = DEFAULT_WAIT_BOUND_LEASES
 
     @property
     def bounded(self) -> bool:
@@ -92,13 +101,32 @@ def past_wait_bound(lr: LeaseRequest, now: int, settings: PlannerSettings) -> bo
     return at is not None and now >= at
 
 
+def bound_protected(waiting: Sequence[LeaseRequest], now: int, settings: PlannerSettings) -> set[str]:
+    """The leases that go before fair share: past the wait bound, and, when
+    wait_bound_leases is set, among the first that many of their GPU model to reach it."""
+    if not settings.bounded:
+        return set()
+    past = [(lr.gpu_model, -lr.priority, at, lr.created_at, lr.lease_id)
+            for lr in waiting if (at := bound_reached_at(lr, settings)) is not None and now >= at]
+    if settings.wait_bound_leases is None:
+        return {k[-1] for k in past}
+    taken: dict[str, int] = defaultdict(int)
+    out = set()
+    for k in sorted(past):
+        if taken[k[0]] < settings.wait_bound_leases:
+            taken[k[0]] += 1
+            out.add(k[-1])
+    return out
+
+
 def order_key(lr: LeaseRequest, quotas: Mapping[tuple[str, str], QuotaLimit],
               usage: Mapping[tuple[str, str], float] | None, now: int = 0,
-              settings: PlannerSettings = PlannerSettings()):
-    """Planner order: priority desc; then leases past the wait bound, by when
-    they reached it; then the rest by fair share asc, created_at asc; lease_id."""
+              settings: PlannerSettings = PlannerSettings(), protected: set[str] | None = None):
+    """Planner order: priority desc; then leases past the wait bound (those of
+    `protected`, by default every one), by when they reached it; then the rest
+    by fair share asc, created_at asc; lease_id."""
     at = bound_reached_at(lr, settings)
-    if at is not None and now >= at:
+    if at is not None and now >= at and (protected is None or lr.lease_id in protected):
         return (-lr.priority, 0, at, lr.created_at, lr.lease_id)
     score = share_score(usage, lr.project_id, lr.gpu_model, _weight(quotas, lr.project_id, lr.gpu_model))
     return (-lr.priority, 1, score, lr.created_at, lr.lease_id)
@@ -181,7 +209,8 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
     """Plan every waiting lease: a placement (start now or later) or reasons."""
     indexes = _backend.capacity(now, hosts, holds)
     book = _backend.quota(now, quotas, holds)
-    ordered = sorted(waiting, key=lambda lr: order_key(lr, quotas, usage, now, settings))
+    protected = bound_protected(waiting, now, settings)
+    ordered = sorted(waiting, key=lambda lr: order_key(lr, quotas, usage, now, settings, protected))
 
     # how many same-model leases ahead, by which part of the order
     pos: dict[str, int] = defaultdict(int)
@@ -199,7 +228,7 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
         i = pos[m]
         pos[m] = i + 1
         q = quotas.get((p, m))
-        aged = past_wait_bound(lr, now, settings)
+        aged = lr.lease_id in protected
         score = None if aged else share_score(usage, p, m, q.weight if q else 1.0)
         b = block.get(m)
         if b is None or b[0] != lr.priority:
@@ -307,6 +336,10 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
                 pl.reasons.append(Reason(
                     "order", f"leases that have waited {_bound_text(settings)} go before fair share; "
                              f"{ahead_bound} of them {'is' if ahead_bound == 1 else 'are'} ahead"))
+            if not aged and past_wait_bound(lr, now, settings):
+                pl.reasons.append(Reason(
+                    "order", f"has waited {_bound_text(settings)}, but only {_first(settings.wait_bound_leases)} "
+                             f"before fair share; its turn comes as those start"))
             if ahead_fs:
                 u = usage.get((p, m), 0.0) if usage else 0.0
                 pl.reasons.append(Reason(
@@ -372,6 +405,10 @@ def _place_preemptible(now: int, lr: LeaseRequest, pl: PlannedLease, mi: ModelIn
 
 def _gh(u: float) -> str:
     return f"{u:.0f}" if u >= 10 else f"{u:.1f}"
+
+
+def _first(k: int) -> str:
+    return "the first lease to reach it goes" if k == 1 else f"the first {k} leases to reach it go"
 
 
 def _bound_text(settings: PlannerSettings) -> str:

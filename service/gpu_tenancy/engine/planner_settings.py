@@ -16,7 +16,8 @@ def configure(config) -> None:
     """Take the planner's options from a gpu_tenancy.config.Config."""
     global _configured
     _configured = PlannerSettings(wait_bound=config.planner_wait_bound_seconds,
-                                  wait_bound_gpu_hours=config.planner_wait_bound_gpu_hours)
+                                  wait_bound_gpu_hours=config.planner_wait_bound_gpu_hours,
+                                  wait_bound_leases=config.planner_wait_bound_leases)
 
 
 def settings(half_life: int) -> PlannerSettings:
