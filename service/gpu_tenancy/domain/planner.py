@@ -210,6 +210,7 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
     indexes = _backend.capacity(now, hosts, holds)
     book = _backend.quota(now, quotas, holds)
     protected = bound_protected(waiting, now, settings)
+    bound_text = _bound_text(settings)   # once: it goes into the reasons of every lease behind the bound
     ordered = sorted(waiting, key=lambda lr: order_key(lr, quotas, usage, now, settings, protected))
 
     # how many same-model leases ahead, by which part of the order
@@ -331,14 +332,14 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
             if aged:
                 behind = f"; behind {_n(ahead_order, 'lease')} that reached it earlier" if ahead_order else ""
                 pl.reasons.append(Reason(
-                    "order", f"has waited {_bound_text(settings)}, so it goes before fair share{behind}"))
+                    "order", f"has waited {bound_text}, so it goes before fair share{behind}"))
             elif ahead_bound:
                 pl.reasons.append(Reason(
-                    "order", f"leases that have waited {_bound_text(settings)} go before fair share; "
+                    "order", f"leases that have waited {bound_text} go before fair share; "
                              f"{ahead_bound} of them {'is' if ahead_bound == 1 else 'are'} ahead"))
             if not aged and past_wait_bound(lr, now, settings):
                 pl.reasons.append(Reason(
-                    "order", f"has waited {_bound_text(settings)}, but only {_first(settings.wait_bound_leases)} "
+                    "order", f"has waited {bound_text}, but only {_first(settings.wait_bound_leases)} "
                              f"before fair share; its turn comes as those start"))
             if ahead_fs:
                 u = usage.get((p, m), 0.0) if usage else 0.0
