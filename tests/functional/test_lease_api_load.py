@@ -12,6 +12,7 @@ from sqlalchemy import event, select
 from sqlalchemy.exc import OperationalError
 
 from gpu_tenancy.api import leases as leases_api
+from gpu_tenancy.config import Config
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope
 from gpu_tenancy.domain.failures import FailureClass
@@ -172,3 +173,44 @@ def test_a_page_of_leases_costs_the_same_few_statements_whatever_its_size(client
         assert len(reply.get_json()["leases"]) == limit
         counts.append(len(statements))
     assert counts[0] == counts[1] == counts[2] <= 6, counts
+
+
+@pytest.fixture
+def config(db_url):
+    """With a readiness URL, so that leases can ask for the readiness probe."""
+    return Config.load(database_url=db_url, auth_strategy="noauth2", run_engine=True,
+                       readiness_url="http://127.0.0.1:8779")
+
+
+def test_a_listed_lease_is_what_its_own_page_shows(client, engine_tick, cloud):
+    """The listing reads plain columns, the lease's own page an ORM row: both render
+    the same answer, for leases with allocations, servers, failures, readiness
+    reports, a volume and a latest start, and for queued ones."""
+    def create(**extra) -> dict:
+        reply = client.post("/v1/leases", json={"shape": "a100.x4", "duration": "PT4H", **extra}, headers=headers())
+        assert reply.status_code == 201, reply.get_json()
+        return reply.get_json()["lease"]
+
+    cloud.inject_failure("boot", FailureClass.HOST_DOWN)        # one boot fails and is retried elsewhere
+    probed = [create(readiness_probe=True, instances=2), create(readiness_probe=True), create(readiness_probe=True)]
+    for advance in (0, 60, 60, 60):
+        engine_tick(advance=advance)
+    active = [lease for lease in probed if client.get(f"/v1/leases/{lease['id']}", headers=headers())
+              .get_json()["lease"]["status"] == "active"]
+    assert len(active) >= 2, active
+    for lease, ok in zip(active, (True, False)):
+        for instance in range(lease["instances"]):
+            reply = client.post(f"/v1/leases/{lease['id']}/readiness", json={"instance": instance, "ok": ok},
+                                headers={"X-Lease-Token": lease["readiness"]["token"]})
+            assert reply.status_code == 200, reply.get_json()
+    made = probed + [create(volume={"size_gb": 10}, latest_start="2026-12-02T08:00:00Z"),
+                     create(name="named", key_name="k")] + [create(shape="a100.x8") for _ in range(3)]
+    engine_tick()
+    listed = client.get("/v1/leases?limit=20", headers=headers()).get_json()["leases"]
+    assert sorted(lease["id"] for lease in listed) == sorted(lease["id"] for lease in made)
+    assert {lease["readiness"]["status"] for lease in listed if lease["readiness"]} >= {"ready", "failed"}
+    assert any(lease["failures"] for lease in listed) and any(lease["status"] == "queued" for lease in listed)
+    assert any(lease["volume"] for lease in listed) and any(lease["latest_start"] for lease in listed)
+    assert any(lease["allocations"] for lease in listed) and any(lease["servers"] for lease in listed)
+    for lease in listed:
+        assert lease == client.get(f"/v1/leases/{lease['id']}", headers=headers()).get_json()["lease"]
