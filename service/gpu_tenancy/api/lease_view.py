@@ -9,13 +9,14 @@ from collections import defaultdict
 from urllib.parse import quote
 
 from flask import url_for
-from sqlalchemy import select
+from sqlalchemy import bindparam, select, tuple_
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
 from gpu_tenancy.domain.failures import FailureClass, rule
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import readiness
+from gpu_tenancy.errors import BadRequest
 from gpu_tenancy.timeutil import rfc3339_stored as stamp
 
 WAITING = (LeaseState.REQUESTED.value, LeaseState.QUEUED.value)
@@ -89,32 +90,81 @@ def render_failure(entry) -> dict:
             "hosts": entry.hosts or [], "action": entry.action, "retry_at": stamp(entry.retry_at)}
 
 
-def page(session: Session, conditions: list, limit: int) -> tuple[list[dict], bool]:
-    """The first `limit` leases that meet `conditions`, oldest first, rendered; and
-    whether more follow."""
-    lease = m.Lease
-    rows = session.execute(select(*(getattr(lease, c) for c in SHOWN)).where(*conditions)
-                           .order_by(lease.created_at, lease.id).limit(limit + 1)).all()
+LEASES, ALLOCATIONS, SERVERS, FAILURES = (t.__table__.c for t in (m.Lease, m.Allocation, m.Server, m.LeaseFailure))
+# Core statements on the tables: no ORM entities, so no ORM result processing
+PAGE = select(*(LEASES[c] for c in SHOWN)).order_by(LEASES.created_at, LEASES.id)
+KEY = tuple_(LEASES.created_at, LEASES.id)
+# The page's leases for the queries of their children, by bounds that never change (a
+# lease's project, creation time and id: see page_leases); built once, so that each
+# is compiled once and prepared by the database.
+def param(name: str, column, **kw):
+    return bindparam(name, type_=column.type, **kw)   # typed as the column (SQLite stores times as text)
+
+
+BETWEEN = (KEY >= tuple_(param("first_at", LEASES.created_at), param("first_id", LEASES.id)),
+           KEY <= tuple_(param("last_at", LEASES.created_at), param("last_id", LEASES.id)))
+IN_PROJECT = select(LEASES.id).where(LEASES.project_id == param("project", LEASES.project_id), *BETWEEN)
+IN_ANY_PROJECT = select(LEASES.id).where(*BETWEEN)
+IDS = param("ids", LEASES.id, expanding=True)
+
+
+def children(among) -> tuple:
+    """The queries of a page's allocations, servers and failures, each in its order."""
+    a, s, f = ALLOCATIONS, SERVERS, FAILURES
+    return (select(a.lease_id, a.vm_index, a.host, a.gpus, a.start_at, a.end_at)
+            .where(a.lease_id.in_(among)).order_by(a.lease_id, a.vm_index),
+            select(s.lease_id, s.vm_index, s.cloud_id, s.host, s.status, s.readiness, s.readiness_detail,
+                   s.readiness_at).where(s.lease_id.in_(among)).order_by(s.lease_id, s.vm_index),
+            select(f.lease_id, f.at, f.attempt, f.failure_class, f.message, f.hosts, f.action, f.retry_at)
+            .where(f.lease_id.in_(among)).order_by(f.lease_id, f.id))
+
+
+CHILDREN = {"project": children(IN_PROJECT), "any project": children(IN_ANY_PROJECT), "ids": children(IDS)}
+
+
+def page(session: Session, project: str | None, statuses: list[str], marker: str | None,
+         limit: int) -> tuple[list[dict], bool]:
+    """The first `limit` leases of `project` (None: every project) in `statuses` (empty:
+    any) after the lease `marker`, oldest first, rendered; and whether more follow."""
+    conditions = []
+    if project:
+        conditions.append(LEASES.project_id == project)
+    if statuses:
+        conditions.append(LEASES.status.in_(statuses))
+    if marker:
+        mark = session.execute(select(LEASES.project_id, LEASES.created_at, LEASES.id)
+                               .where(LEASES.id == marker)).first()
+        if mark is None or (project and mark.project_id != project):
+            raise BadRequest(f"marker {marker} is not a lease of this listing", "gpu_tenancy.invalid_marker")
+        conditions.append((LEASES.created_at > mark.created_at)
+                          | ((LEASES.created_at == mark.created_at) & (LEASES.id > mark.id)))
+    rows = session.execute(PAGE.where(*conditions).limit(limit + 1)).all()
     more = len(rows) > limit
     rows = rows[:limit]
     if not rows:
         return [], more
-    ids = [r.id for r in rows]
-    a, s, f = m.Allocation, m.Server, m.LeaseFailure
-    allocations = by_lease(session.execute(
-        select(a.lease_id, a.vm_index, a.host, a.gpus, a.start_at, a.end_at)
-        .where(a.lease_id.in_(ids)).order_by(a.lease_id, a.vm_index)))
-    servers = by_lease(session.execute(
-        select(s.lease_id, s.vm_index, s.cloud_id, s.host, s.status, s.readiness, s.readiness_detail,
-               s.readiness_at).where(s.lease_id.in_(ids)).order_by(s.lease_id, s.vm_index)))
-    failures = by_lease(session.execute(
-        select(f.lease_id, f.at, f.attempt, f.failure_class, f.message, f.hosts, f.action, f.retry_at)
-        .where(f.lease_id.in_(ids)).order_by(f.lease_id, f.id)))
+    queries, params = page_leases(project, statuses, rows)
+    allocations, servers, failures = (by_lease(session.execute(q, params)) for q in queries)
     # the links differ only by the id: url_for once, not once per lease
     base = url_for("leases.index", _external=True)
     none = ()
     return [render_view(r, allocations.get(r.id, none), servers.get(r.id, none), failures.get(r.id, none),
                         f"{base}/{quote(r.id, safe='')}") for r in rows], more
+
+
+def page_leases(project: str | None, statuses: list[str], rows: list) -> tuple[tuple, dict]:
+    """The queries of the page's children, and their parameters. Unfiltered by status,
+    the page is every lease of the listing from its first to its last: bounds that
+    never change, in statements whose text is the same for every page (not rendered
+    with fifty parameters each time). Filtered by status (which can change between
+    two statements), the leases' ids."""
+    if statuses:
+        return CHILDREN["ids"], {"ids": [r.id for r in rows]}
+    first, last = rows[0], rows[-1]
+    bounds = {"first_at": first.created_at, "first_id": first.id, "last_at": last.created_at, "last_id": last.id}
+    if project:
+        return CHILDREN["project"], {**bounds, "project": project}
+    return CHILDREN["any project"], bounds
 
 
 def by_lease(rows) -> dict[str, list]:

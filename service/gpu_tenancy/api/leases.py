@@ -166,19 +166,7 @@ def index():
             rt.authorize("lease:list:all_projects")
         project = rt.context().project_id
     with rt.transaction() as session:
-        conditions = []
-        if project:
-            conditions.append(m.Lease.project_id == project)
-        if status:
-            conditions.append(m.Lease.status.in_(status))
-        marker = request.args.get("marker")
-        if marker:
-            mark = session.get(m.Lease, marker)
-            if mark is None or (project and mark.project_id != project):
-                raise BadRequest(f"marker {marker} is not a lease of this listing", "gpu_tenancy.invalid_marker")
-            conditions.append((m.Lease.created_at > mark.created_at)
-                              | ((m.Lease.created_at == mark.created_at) & (m.Lease.id > mark.id)))
-        rendered, more = page(session, conditions, limit)
+        rendered, more = page(session, project, status, request.args.get("marker"), limit)
         body = {"leases": rendered}
     if more:
         args = {k: v for k, v in request.args.items() if k != "marker"}
