@@ -91,16 +91,17 @@ def render_failure(entry) -> dict:
 
 
 LEASES, ALLOCATIONS, SERVERS, FAILURES = (t.__table__.c for t in (m.Lease, m.Allocation, m.Server, m.LeaseFailure))
-# Core statements on the tables: no ORM entities, so no ORM result processing
+
+
+def param(name: str, column, **kw):
+    return bindparam(name, type_=column.type, **kw)   # typed as the column (SQLite keeps times as text)
+
+
+# Core statements on the tables (no ORM entities, so no ORM result processing), built
+# once: the page, and its leases for the queries of their children, by bounds that
+# never change (see page_leases) or by ids.
 PAGE = select(*(LEASES[c] for c in SHOWN)).order_by(LEASES.created_at, LEASES.id)
 KEY = tuple_(LEASES.created_at, LEASES.id)
-# The page's leases for the queries of their children, by bounds that never change (a
-# lease's project, creation time and id: see page_leases); built once, so that each
-# is compiled once and prepared by the database.
-def param(name: str, column, **kw):
-    return bindparam(name, type_=column.type, **kw)   # typed as the column (SQLite stores times as text)
-
-
 BETWEEN = (KEY >= tuple_(param("first_at", LEASES.created_at), param("first_id", LEASES.id)),
            KEY <= tuple_(param("last_at", LEASES.created_at), param("last_id", LEASES.id)))
 IN_PROJECT = select(LEASES.id).where(LEASES.project_id == param("project", LEASES.project_id), *BETWEEN)
