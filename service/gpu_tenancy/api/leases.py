@@ -5,15 +5,14 @@ import logging
 
 from flask import Blueprint, request, url_for
 from sqlalchemy import select
-from sqlalchemy.orm import selectinload
 
 from gpu_tenancy.api import runtime as rt
+from gpu_tenancy.api.lease_view import page, render
 from gpu_tenancy.api.validation import json_body, query_int
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch
-from gpu_tenancy.domain.failures import FailureClass, rule
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.engine import audit as audit_log, leases, ledger, readiness
+from gpu_tenancy.engine import audit as audit_log, leases, ledger
 from gpu_tenancy.engine.decision_hook import DecisionHook
 from gpu_tenancy.errors import BadRequest, NotFound
 from gpu_tenancy.guest.readiness_probe import readiness_url
@@ -63,60 +62,6 @@ UPDATE = {
 }
 
 STATUSES = [s.value for s in LeaseState]
-
-
-def render(row: m.Lease) -> dict:
-    waiting = row.status in (LeaseState.REQUESTED.value, LeaseState.QUEUED.value)
-    return {
-        "id": row.id,
-        "name": row.name,
-        "project_id": row.project_id,
-        "user_id": row.user_id,
-        "status": row.status,
-        "shape": row.shape,
-        "gpu_model": row.gpu_model,
-        "gpus_per_instance": row.gpus_per_vm,
-        "instances": row.instances,
-        "requested_start": rfc3339(to_epoch(row.earliest_start)),
-        "latest_start": rfc3339(to_epoch(row.latest_start)),
-        "duration": row.duration,
-        "start": rfc3339(to_epoch(row.start_at)),
-        "end": rfc3339(to_epoch(row.end_at)),
-        "priority": row.priority,
-        "priority_class": row.priority_class,
-        "preemptible": row.preemptible,
-        "borrowing": row.borrowing,
-        "early_end": ({"kind": row.early_end_kind, "at": rfc3339(to_epoch(row.early_end_at)),
-                       "for_lease": row.early_end_for, "reason": row.early_end_reason}
-                      if row.early_end_kind else None),
-        "image": row.image,
-        "volume": ({"id": row.volume_id, "size_gb": row.volume_size_gb}
-                   if row.volume_id or row.volume_size_gb else None),
-        "key_name": row.key_name,
-        "queue": ({"position": row.queue_position, "eta": rfc3339(to_epoch(row.queue_eta)),
-                   "reasons": row.queue_reasons or []} if waiting else None),
-        "allocations": [{"instance": a.vm_index, "host": a.host, "gpus": a.gpus,
-                         "start": rfc3339(to_epoch(a.start_at)), "end": rfc3339(to_epoch(a.end_at))}
-                        for a in row.allocations],
-        "servers": [{"instance": s.vm_index, "id": s.cloud_id, "host": s.host, "status": s.status}
-                    for s in row.servers],
-        "ready": readiness.is_ready(row),
-        "readiness": readiness.summary(row),
-        "failure": ({"class": row.failure_class, "message": row.failure_message}
-                    if row.failure_class else None),
-        "failures": [render_failure(f) for f in row.failures],
-        "created_at": rfc3339(to_epoch(row.created_at)),
-        "updated_at": rfc3339(to_epoch(row.updated_at)),
-        "links": [{"rel": "self", "href": url_for("leases.show", lease_id=row.id, _external=True)}],
-    }
-
-
-def render_failure(entry: m.LeaseFailure) -> dict:
-    failure_rule = rule(FailureClass(entry.failure_class))
-    return {"at": rfc3339(to_epoch(entry.at)), "attempt": entry.attempt, "class": entry.failure_class,
-            "message": entry.message, "user_message": failure_rule.user_message,
-            "operator_hint": failure_rule.operator_hint, "retry": failure_rule.retry.value,
-            "hosts": entry.hosts or [], "action": entry.action, "retry_at": rfc3339(to_epoch(entry.retry_at))}
 
 
 def render_preview(request_, columns, planned) -> dict:
@@ -182,16 +127,24 @@ def create():
 def plan_created(row: m.Lease, record_id: int) -> dict | None:
     """The committed lease, planned (ledger.plan_new), as the answer shows it, and its
     audit record brought up to that. None if planning failed: the lease stays queued,
-    and the engine's next replan plans it (the answer still tells it was made)."""
+    and the engine's next replan plans it (the answer still tells it was made).
+
+    The ledger lock is held only for the replan and its write: the answer is rendered
+    once that transaction has committed (its objects stay loaded), and the record is
+    amended in a transaction of its own, while other requests replan."""
     try:
         with rt.transaction() as session:
             planned = ledger.plan_new(session, rt.now(), rt.runtime().config.fairshare_half_life_seconds, row.id)
-            rendered = render(planned)
-            audit_log.amend_after(session, record_id, rendered)
-            return rendered
     except Exception:
         log.exception("planning lease %s failed; it waits for the engine's replan", row.id)
         return None
+    rendered = render(planned)
+    try:
+        with rt.transaction() as session:
+            audit_log.amend_after(session, record_id, rendered)
+    except Exception:   # the lease is planned all the same; only its record tells the lease as asked for
+        log.exception("amending the audit record of lease %s failed", row.id)
+    return rendered
 
 
 @bp.get("")
@@ -213,28 +166,11 @@ def index():
             rt.authorize("lease:list:all_projects")
         project = rt.context().project_id
     with rt.transaction() as session:
-        q = select(m.Lease)
-        if project:
-            q = q.where(m.Lease.project_id == project)
-        if status:
-            q = q.where(m.Lease.status.in_(status))
-        marker = request.args.get("marker")
-        if marker:
-            mark = session.get(m.Lease, marker)
-            if mark is None or (project and mark.project_id != project):
-                raise BadRequest(f"marker {marker} is not a lease of this listing", "gpu_tenancy.invalid_marker")
-            q = q.where((m.Lease.created_at > mark.created_at)
-                        | ((m.Lease.created_at == mark.created_at) & (m.Lease.id > mark.id)))
-        # render() reads every row's allocations, servers and failures: three queries per page, not three per lease
-        q = q.options(selectinload(m.Lease.allocations), selectinload(m.Lease.servers),
-                      selectinload(m.Lease.failures))
-        rows = list(session.scalars(q.order_by(m.Lease.created_at, m.Lease.id).limit(limit + 1)))
-        more = len(rows) > limit
-        rows = rows[:limit]
-        body = {"leases": [render(r) for r in rows]}
+        rendered, more = page(session, project, status, request.args.get("marker"), limit)
+        body = {"leases": rendered}
     if more:
         args = {k: v for k, v in request.args.items() if k != "marker"}
-        body["leases_links"] = [{"rel": "next", "href": url_for("leases.index", marker=rows[-1].id,
+        body["leases_links"] = [{"rel": "next", "href": url_for("leases.index", marker=rendered[-1]["id"],
                                                                  _external=True, **args)}]
     return body
 

@@ -66,28 +66,30 @@ def record(session: Session, now: int, row: m.Lease, report: Report) -> None:
         record_event(session, row, "progress", "every VM reported its GPUs ready", now, "guest")
 
 
-def is_ready(row: m.Lease) -> bool:
-    """Active, and, when it asks for the probe, every VM has reported its GPUs ready."""
+def is_ready(row: m.Lease, servers=None) -> bool:
+    """Active, and, when it asks for the probe, every VM has reported its GPUs ready.
+    `servers`: the lease's servers when they were read apart from it (a page of leases)."""
     if row.status != LeaseState.ACTIVE.value:
         return False
     if not row.readiness_probe:
         return True
-    by_vm = {s.vm_index: s.readiness for s in row.servers}
+    by_vm = {s.vm_index: s.readiness for s in (row.servers if servers is None else servers)}
     return len(by_vm) == row.instances and all(r == "ready" for r in by_vm.values())
 
 
-def summary(row: m.Lease) -> dict | None:
+def summary(row: m.Lease, servers=None) -> dict | None:
     """The lease's readiness as the API shows it; None when it did not ask for the probe."""
     if not row.readiness_probe:
         return None
-    reports = [s.readiness for s in row.servers]
+    servers = row.servers if servers is None else servers
+    reports = [s.readiness for s in servers]
     if "failed" in reports:
         status = "failed"
-    elif is_ready(row):
+    elif is_ready(row, servers):
         status = "ready"
     else:
         status = "waiting"
     return {"status": status,
             "instances": [{"instance": s.vm_index, "status": s.readiness or "waiting",
                            "detail": s.readiness_detail, "reported_at": rfc3339(to_epoch(s.readiness_at))}
-                          for s in row.servers]}
+                          for s in servers]}

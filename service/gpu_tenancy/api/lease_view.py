@@ -1,0 +1,175 @@
+"""What the API shows of a lease: render() for one lease (an ORM row with its
+relationships), and page() for a listing, which reads only the columns the
+answer shows, as plain rows (no ORM objects: a page is read-only), in four
+statements whatever its size: the page, then its allocations, servers and
+failures."""
+from __future__ import annotations
+
+from collections import defaultdict
+from urllib.parse import quote
+
+from flask import url_for
+from sqlalchemy import bindparam, select, tuple_
+from sqlalchemy.orm import Session
+
+from gpu_tenancy.db import models as m
+from gpu_tenancy.domain.failures import FailureClass, rule
+from gpu_tenancy.domain.states import LeaseState
+from gpu_tenancy.engine import readiness
+from gpu_tenancy.errors import BadRequest
+from gpu_tenancy.timeutil import rfc3339_stored as stamp
+
+WAITING = (LeaseState.REQUESTED.value, LeaseState.QUEUED.value)
+# what render_view() reads of a lease row
+SHOWN = ("id", "name", "project_id", "user_id", "status", "shape", "gpu_model", "gpus_per_vm", "instances",
+         "earliest_start", "latest_start", "duration", "start_at", "end_at", "priority", "priority_class",
+         "preemptible", "borrowing", "early_end_kind", "early_end_at", "early_end_for", "early_end_reason",
+         "image", "volume_id", "volume_size_gb", "key_name", "queue_position", "queue_eta", "queue_reasons",
+         "readiness_probe", "failure_class", "failure_message", "created_at", "updated_at")
+
+
+def render(row: m.Lease) -> dict:
+    return render_view(row, row.allocations, row.servers, row.failures, lease_href(row.id))
+
+
+def lease_href(lease_id: str) -> str:
+    return url_for("leases.show", lease_id=lease_id, _external=True)
+
+
+def render_view(row, allocations, servers, failures, href: str) -> dict:
+    """`row`: a lease, or a row of its SHOWN columns; the others: its allocations,
+    servers and failures, each in their order (VM index; VM index; id)."""
+    return {
+        "id": row.id,
+        "name": row.name,
+        "project_id": row.project_id,
+        "user_id": row.user_id,
+        "status": row.status,
+        "shape": row.shape,
+        "gpu_model": row.gpu_model,
+        "gpus_per_instance": row.gpus_per_vm,
+        "instances": row.instances,
+        "requested_start": stamp(row.earliest_start),
+        "latest_start": stamp(row.latest_start),
+        "duration": row.duration,
+        "start": stamp(row.start_at),
+        "end": stamp(row.end_at),
+        "priority": row.priority,
+        "priority_class": row.priority_class,
+        "preemptible": row.preemptible,
+        "borrowing": row.borrowing,
+        "early_end": ({"kind": row.early_end_kind, "at": stamp(row.early_end_at),
+                       "for_lease": row.early_end_for, "reason": row.early_end_reason}
+                      if row.early_end_kind else None),
+        "image": row.image,
+        "volume": ({"id": row.volume_id, "size_gb": row.volume_size_gb}
+                   if row.volume_id or row.volume_size_gb else None),
+        "key_name": row.key_name,
+        "queue": ({"position": row.queue_position, "eta": stamp(row.queue_eta),
+                   "reasons": row.queue_reasons or []} if row.status in WAITING else None),
+        "allocations": [{"instance": a.vm_index, "host": a.host, "gpus": a.gpus,
+                         "start": stamp(a.start_at), "end": stamp(a.end_at)} for a in allocations],
+        "servers": [{"instance": s.vm_index, "id": s.cloud_id, "host": s.host, "status": s.status}
+                    for s in servers],
+        "ready": readiness.is_ready(row, servers),
+        "readiness": readiness.summary(row, servers),
+        "failure": ({"class": row.failure_class, "message": row.failure_message}
+                    if row.failure_class else None),
+        "failures": [render_failure(f) for f in failures],
+        "created_at": stamp(row.created_at),
+        "updated_at": stamp(row.updated_at),
+        "links": [{"rel": "self", "href": href}],
+    }
+
+
+def render_failure(entry) -> dict:
+    failure_rule = rule(FailureClass(entry.failure_class))
+    return {"at": stamp(entry.at), "attempt": entry.attempt, "class": entry.failure_class,
+            "message": entry.message, "user_message": failure_rule.user_message,
+            "operator_hint": failure_rule.operator_hint, "retry": failure_rule.retry.value,
+            "hosts": entry.hosts or [], "action": entry.action, "retry_at": stamp(entry.retry_at)}
+
+
+LEASES, ALLOCATIONS, SERVERS, FAILURES = (t.__table__.c for t in (m.Lease, m.Allocation, m.Server, m.LeaseFailure))
+
+
+def param(name: str, column, **kw):
+    return bindparam(name, type_=column.type, **kw)   # typed as the column (SQLite keeps times as text)
+
+
+# Core statements on the tables (no ORM entities, so no ORM result processing), built
+# once: the page, and its leases for the queries of their children, by bounds that
+# never change (see page_leases) or by ids.
+PAGE = select(*(LEASES[c] for c in SHOWN)).order_by(LEASES.created_at, LEASES.id)
+KEY = tuple_(LEASES.created_at, LEASES.id)
+BETWEEN = (KEY >= tuple_(param("first_at", LEASES.created_at), param("first_id", LEASES.id)),
+           KEY <= tuple_(param("last_at", LEASES.created_at), param("last_id", LEASES.id)))
+IN_PROJECT = select(LEASES.id).where(LEASES.project_id == param("project", LEASES.project_id), *BETWEEN)
+IN_ANY_PROJECT = select(LEASES.id).where(*BETWEEN)
+IDS = param("ids", LEASES.id, expanding=True)
+
+
+def children(among) -> tuple:
+    """The queries of a page's allocations, servers and failures, each in its order."""
+    a, s, f = ALLOCATIONS, SERVERS, FAILURES
+    return (select(a.lease_id, a.vm_index, a.host, a.gpus, a.start_at, a.end_at)
+            .where(a.lease_id.in_(among)).order_by(a.lease_id, a.vm_index),
+            select(s.lease_id, s.vm_index, s.cloud_id, s.host, s.status, s.readiness, s.readiness_detail,
+                   s.readiness_at).where(s.lease_id.in_(among)).order_by(s.lease_id, s.vm_index),
+            select(f.lease_id, f.at, f.attempt, f.failure_class, f.message, f.hosts, f.action, f.retry_at)
+            .where(f.lease_id.in_(among)).order_by(f.lease_id, f.id))
+
+
+CHILDREN = {"project": children(IN_PROJECT), "any project": children(IN_ANY_PROJECT), "ids": children(IDS)}
+
+
+def page(session: Session, project: str | None, statuses: list[str], marker: str | None,
+         limit: int) -> tuple[list[dict], bool]:
+    """The first `limit` leases of `project` (None: every project) in `statuses` (empty:
+    any) after the lease `marker`, oldest first, rendered; and whether more follow."""
+    conditions = []
+    if project:
+        conditions.append(LEASES.project_id == project)
+    if statuses:
+        conditions.append(LEASES.status.in_(statuses))
+    if marker:
+        mark = session.execute(select(LEASES.project_id, LEASES.created_at, LEASES.id)
+                               .where(LEASES.id == marker)).first()
+        if mark is None or (project and mark.project_id != project):
+            raise BadRequest(f"marker {marker} is not a lease of this listing", "gpu_tenancy.invalid_marker")
+        conditions.append((LEASES.created_at > mark.created_at)
+                          | ((LEASES.created_at == mark.created_at) & (LEASES.id > mark.id)))
+    rows = session.execute(PAGE.where(*conditions).limit(limit + 1)).all()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    if not rows:
+        return [], more
+    queries, params = page_leases(project, statuses, rows)
+    allocations, servers, failures = (by_lease(session.execute(q, params)) for q in queries)
+    # the links differ only by the id: url_for once, not once per lease
+    base = url_for("leases.index", _external=True)
+    none = ()
+    return [render_view(r, allocations.get(r.id, none), servers.get(r.id, none), failures.get(r.id, none),
+                        f"{base}/{quote(r.id, safe='')}") for r in rows], more
+
+
+def page_leases(project: str | None, statuses: list[str], rows: list) -> tuple[tuple, dict]:
+    """The queries of the page's children, and their parameters. Unfiltered by status,
+    the page is every lease of the listing from its first to its last: bounds that
+    never change, in statements whose text is the same for every page (not rendered
+    with fifty parameters each time). Filtered by status (which can change between
+    two statements), the leases' ids."""
+    if statuses:
+        return CHILDREN["ids"], {"ids": [r.id for r in rows]}
+    first, last = rows[0], rows[-1]
+    bounds = {"first_at": first.created_at, "first_id": first.id, "last_at": last.created_at, "last_id": last.id}
+    if project:
+        return CHILDREN["project"], {**bounds, "project": project}
+    return CHILDREN["any project"], bounds
+
+
+def by_lease(rows) -> dict[str, list]:
+    grouped: dict[str, list] = defaultdict(list)
+    for r in rows:
+        grouped[r.lease_id].append(r)
+    return grouped
