@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shutil
 import signal
 import socket
 import statistics
@@ -242,9 +243,13 @@ def main(argv=None) -> int:
                 print(f"  {label}: {r['rps']:.1f} req/s, p50 {1000 * r['p50']:.0f} ms, p99 {1000 * r['p99']:.0f} ms, "
                       f"{r['ok']} ok, {r['bad']} failed {r['first_bad']}", flush=True)
             db.dispose()
+        except BaseException:
+            print(f"the gunicorn logs are kept in {workdir}", file=sys.stderr)
+            raise
         finally:
             for p in procs:
                 stop(p)
+    shutil.rmtree(workdir, ignore_errors=True)   # kept above only when the run failed
     print()
     print("| endpoint | req/s | p50 | p99 | ÷ bare req/s |")
     print("|---|---|---|---|---|")
