@@ -49,7 +49,7 @@ def shape(gpus: int, host_gpus: int = HOST_GPUS) -> tuple[int, int]:
 
 
 def epoch(stamp: str) -> int:
-    """'2017-10-09 07:01:55' (UTC) in seconds; fromisoformat is ~10x faster than strptime."""
+    """'2017-10-09 07:01:55' (UTC) in seconds; with fromisoformat this is about 5x faster than with strptime."""
     return int(datetime.fromisoformat(stamp).replace(tzinfo=timezone.utc).timestamp())
 
 
