@@ -30,7 +30,9 @@ def closed(properties: dict, keys: Iterable[str] | None = None, **extra) -> dict
     if keys is not None:
         keys = list(keys)
         if set(keys) != set(properties):
-            raise ValueError(f"schema properties {sorted(properties)} are not the renderer's keys {keys}")
+            raise ValueError(f"the schema is not the renderer's keys: renderer keys without a schema "
+                             f"{sorted(set(keys) - set(properties))}, schema properties the renderer lacks "
+                             f"{sorted(set(properties) - set(keys))}")
         properties = {k: properties[k] for k in keys}
     return {"type": "object", "additionalProperties": False, "required": list(properties),
             "properties": properties, **extra}
