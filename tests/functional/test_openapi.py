@@ -7,7 +7,7 @@ import pytest
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 
-from gpu_tenancy.api import budgets, images, leases, priority_classes, quotas, shapes
+from gpu_tenancy.api import budgets, images, leases, policy, priority_classes, quotas, shapes
 from tests.conftest import headers
 
 ADMIN = headers("ml-vision", "admin")
@@ -52,6 +52,14 @@ def test_request_schemas_are_the_ones_the_api_validates_with(document):
     assert schemas["ShapeCreate"] == shapes.CREATE and schemas["ImageCreate"] == images.CREATE
     assert schemas["QuotaUpdate"] == quotas.UPDATE
     assert schemas["PriorityClassUpdate"] == priority_classes.UPDATE and schemas["BudgetCreate"] == budgets.CREATE
+
+
+def test_every_documented_policy_is_a_registered_rule(document):
+    registered = {rule.name for rule in policy.RULES}
+    documented = {re.fullmatch(r".*Policy: ([a-z_:]+)\.", op.get("description", ""), re.S)
+                  for ops in document["paths"].values() for op in ops.values()}
+    names = {match.group(1) for match in documented if match}
+    assert len(names) > 20 and names <= registered, names - registered
 
 
 def test_security_and_error_responses(document):

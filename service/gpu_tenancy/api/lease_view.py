@@ -26,6 +26,12 @@ SHOWN = ("id", "name", "project_id", "user_id", "status", "shape", "gpu_model", 
          "preemptible", "borrowing", "early_end_kind", "early_end_at", "early_end_for", "early_end_reason",
          "image", "volume_id", "volume_size_gb", "key_name", "queue_position", "queue_eta", "queue_reasons",
          "readiness_probe", "failure_class", "failure_message", "created_at", "updated_at")
+# the keys render_view() answers, in order: the Lease schema of /v1/openapi.json is built
+# from this list (api/response_schemas.py), so the two cannot drift apart unnoticed
+FIELDS = ("id", "name", "project_id", "user_id", "status", "shape", "gpu_model", "gpus_per_instance", "instances",
+          "requested_start", "latest_start", "duration", "start", "end", "priority", "priority_class",
+          "preemptible", "borrowing", "early_end", "image", "volume", "key_name", "queue", "allocations",
+          "servers", "ready", "readiness", "failure", "failures", "created_at", "updated_at", "links")
 
 
 def render(row: m.Lease) -> dict:

@@ -1,6 +1,7 @@
 """/v1/openapi.json: the API described in OpenAPI 3.1, built from the request
 schemas that live beside each endpoint module (so the document and the
-validation cannot drift apart). Public: no token needed to read it."""
+validation cannot drift apart) and the closed response schemas of
+api/response_schemas.py. Public: no token needed to read it."""
 from __future__ import annotations
 
 import functools
@@ -8,11 +9,11 @@ import functools
 from flask import Blueprint
 
 from gpu_tenancy import __version__
-from gpu_tenancy.api import (audit, budgets, hosts, images, leases, priority_classes, quotas, readiness, shapes,
-                             webhooks)
+from gpu_tenancy.api import (audit, budgets, hosts, images, leases, priority_classes, quotas, readiness,
+                             response_schemas, shapes, webhooks)
 from gpu_tenancy.api.capacity import MAX_CALENDAR_SPAN
+from gpu_tenancy.api.response_schemas import LINKS, TIME, closed, free_form, ref
 from gpu_tenancy.api.usage import DEFAULT_SPAN
-from gpu_tenancy.domain.failures import FailureClass, Retry
 
 bp = Blueprint("openapi", __name__, url_prefix="/v1")
 
@@ -20,180 +21,30 @@ ERROR_STATUSES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404
                   409: "Conflict", 413: "Content Too Large", 503: "Service Unavailable"}
 
 
-def ref(name: str) -> dict:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def nullable(schema: dict) -> dict:
-    return {"oneOf": [schema, {"type": "null"}]}
-
-
-TIME = {"type": "string", "format": "date-time"}
-LINKS = {"type": "array", "items": {"type": "object", "required": ["rel", "href"],
-                                    "properties": {"rel": {"type": "string"}, "href": {"type": "string"}}}}
-RETIREMENT = {"created_at": TIME, "retired_at": nullable(TIME), "links": LINKS}
-
-SCHEMAS = {
-    "Error": {
-        "type": "object", "required": ["errors"],
-        "description": "OpenStack API-WG error form",
-        "properties": {"errors": {"type": "array", "minItems": 1, "items": {
-            "type": "object", "required": ["status", "code", "title", "detail", "request_id"],
-            "properties": {"status": {"type": "integer"}, "code": {"type": "string"}, "title": {"type": "string"},
-                           "detail": {"type": "string"},
-                           "request_id": {"type": "string", "description": "as in X-OpenStack-Request-Id"}}}}}},
+REQUEST_SCHEMAS = {
     "LeaseCreate": leases.CREATE,
     "LeaseUpdate": leases.UPDATE,
-    "Lease": {"type": "object", "properties": {
-        "id": {"type": "string"}, "name": {"type": "string"}, "project_id": {"type": "string"},
-        "user_id": {"type": "string"}, "status": {"type": "string", "enum": leases.STATUSES},
-        "shape": {"type": "string"}, "gpu_model": {"type": "string"}, "gpus_per_instance": {"type": "integer"},
-        "instances": {"type": "integer"}, "requested_start": TIME, "latest_start": nullable(TIME),
-        "duration": {"type": "integer", "description": "seconds"}, "start": nullable(TIME), "end": nullable(TIME),
-        "priority": {"type": "integer"}, "priority_class": nullable({"type": "string"}),
-        "preemptible": {"type": "boolean"}, "borrowing": {"type": "boolean"},
-        "early_end": nullable({"type": "object", "description": "set when the lease is reclaimed or preempted: "
-                                                                "kind, the time it ends at, for which lease, why"}),
-        "image": nullable({"type": "string"}),
-        "volume": nullable({"type": "object"}), "key_name": nullable({"type": "string"}),
-        "queue": nullable({"type": "object", "description": "for a waiting lease: its position, ETA and why it waits",
-                           "properties": {"position": nullable({"type": "integer"}), "eta": nullable(TIME),
-                                          "reasons": {"type": "array", "items": {"type": "object"}}}}),
-        "allocations": {"type": "array", "items": {"type": "object"}},
-        "servers": {"type": "array", "items": {"type": "object"}},
-        "ready": {"type": "boolean", "description": "active, and every VM reported its GPUs usable when the "
-                                                    "lease asked for the readiness probe"},
-        "readiness": nullable(ref("Readiness")),
-        "failure": nullable({"type": "object", "properties": {"class": {"type": "string"},
-                                                              "message": {"type": "string"}}}),
-        "failures": {"type": "array", "description": "the lease's failure history: every failed attempt, "
-                     "classified, and what the engine did (retried elsewhere, re-placed off a down host, failed)",
-                     "items": {"type": "object", "required": ["at", "attempt", "class", "message", "action"],
-                               "properties": {
-                                   "at": TIME, "attempt": {"type": "integer"},
-                                   "class": {"type": "string", "enum": [c.value for c in FailureClass]},
-                                   "message": {"type": "string", "description": "what failed, the cloud's words kept"},
-                                   "user_message": {"type": "string"}, "operator_hint": {"type": "string"},
-                                   "retry": {"type": "string", "enum": [r.value for r in Retry]},
-                                   "hosts": {"type": "array", "items": {"type": "string"}},
-                                   "action": {"type": "string", "enum": ["retried", "replaced", "failed"]},
-                                   "retry_at": nullable(TIME)}}},
-        "created_at": TIME, "updated_at": TIME, "links": LINKS}},
-    "LeasePreview": {"type": "object", "description": "what POST /v1/leases?dry_run=true would give; nothing "
-                                                     "is created", "properties": {
-        "id": {"type": "null"}, "name": nullable({"type": "string"}), "status": {"const": "preview"},
-        "shape": {"type": "string"}, "gpu_model": {"type": "string"}, "gpus_per_instance": {"type": "integer"},
-        "instances": {"type": "integer"}, "duration": {"type": "integer", "description": "seconds"},
-        "image": nullable({"type": "string"}), "start": nullable(TIME), "end": nullable(TIME),
-        "borrowing": {"type": "boolean"},
-        "queue": {"type": "object", "properties": {"position": nullable({"type": "integer"}), "eta": nullable(TIME),
-                                                   "reasons": {"type": "array", "items": {"type": "object"}}}},
-        "allocations": {"type": "array", "items": {"type": "object"}}}},
     "ReadinessReport": readiness.REPORT,
-    "Readiness": {"type": "object", "required": ["status", "instances"], "properties": {
-        "status": {"type": "string", "enum": ["waiting", "ready", "failed"]},
-        "instances": {"type": "array", "items": {"type": "object", "properties": {
-            "instance": {"type": "integer"}, "status": {"type": "string", "enum": ["waiting", "ready", "failed"]},
-            "detail": nullable({"type": "string"}), "reported_at": nullable(TIME)}}},
-        "url": {"type": "string", "description": "where the VMs report; only in the answer to POST /v1/leases"},
-        "token": {"type": "string", "description": "the lease's secret (X-Lease-Token), for VMs made otherwise "
-                                                   "(heat_templates/); only in the answer to POST /v1/leases"}}},
-    "Event": {"type": "object", "properties": {
-        "at": TIME, "actor": {"type": "string"}, "kind": {"type": "string"}, "from": nullable({"type": "string"}),
-        "to": nullable({"type": "string"}), "message": {"type": "string"}}},
     "ShapeCreate": shapes.CREATE,
-    "Shape": {"type": "object", "properties": {
-        **shapes.CREATE["properties"], **RETIREMENT}},
     "ImageCreate": images.CREATE,
-    "Image": {"type": "object", "properties": {**images.CREATE["properties"], **RETIREMENT}},
     "QuotaUpdate": quotas.UPDATE,
     "WebhookUpdate": webhooks.UPDATE,
-    "Webhook": {"type": "object", "required": ["project_id", "url", "events"], "properties": {
-        "project_id": {"type": "string"}, "url": {"type": "string"},
-        "events": {"type": "array", "items": {"type": "string"}},
-        "signature": {"type": "string", "description": "how each POST is signed"},
-        "secret": {"type": "string", "description": "only in the answer to PUT"},
-        "created_at": TIME, "updated_at": TIME}},
-    "Quota": {"type": "object", "required": ["project_id", "gpu_models"], "properties": {
-        "project_id": {"type": "string"},
-        "gpu_models": {"type": "object", "additionalProperties": {"type": "object", "properties": {
-            "gpus": {"type": "integer"}, "borrow_gpus": {"type": "integer"},
-            "max_duration": nullable({"type": "integer", "description": "seconds"}),
-            "weight": {"type": "number"}}}}}},
-    "Capacity": {"type": "object", "required": ["now", "gpu_models"], "properties": {
-        "now": TIME,
-        "gpu_models": {"type": "object", "additionalProperties": {"type": "object", "properties": {
-            "hosts": {"type": "integer"},
-            "hosts_in_service": {"type": "integer", "description": "enabled, up and not drained"},
-            "gpus": {"type": "integer", "description": "on all hosts of the model"},
-            "in_use": {"type": "integer", "description": "held by leases now"},
-            "free": {"type": "integer", "description": "free now on hosts in service"},
-            "largest_free_block": {"type": "integer", "description": "most GPUs free now on one host in service"},
-            "waiting_leases": {"type": "integer"}}}},
-        "calendar": {"type": "array", "description": "only with start and end", "items": {
-            "type": "object", "properties": {
-                "host": {"type": "string"}, "gpu_model": {"type": "string"}, "gpus": {"type": "integer"},
-                "in_service": {"type": "boolean"},
-                "free": {"type": "array", "description": "free GPUs as steps covering [start, end)", "items": {
-                    "type": "object", "properties": {"from": TIME, "to": TIME, "free": {"type": "integer"}}}}}}}}},
     "HostUpdate": hosts.UPDATE,
-    "Host": {"type": "object", "properties": {
-        "name": {"type": "string"}, "gpu_model": {"type": "string"}, "gpus": {"type": "integer"},
-        "in_use": {"type": "integer", "description": "GPUs held by leases now"},
-        "held_until": nullable({**TIME, "description": "the end of the last lease holding GPUs there: a "
-                                                       "drained host is empty then"}),
-        "up": {"type": "boolean", "description": "Nova's service state"},
-        "enabled": {"type": "boolean", "description": "Nova's service status"},
-        "drained": {"type": "boolean", "description": "set by an admin: no new leases"},
-        "in_service": {"type": "boolean", "description": "up, enabled and not drained: takes new leases"},
-        "aggregate": nullable({"type": "string"}), "reported_at": TIME}},
-    "AuditRecord": {"type": "object", "required": list(audit.FIELDS), "properties": {
-        "id": {"type": "integer"}, "at": TIME, "user_id": nullable({"type": "string"}),
-        "user_project_id": nullable({"type": "string", "description": "the project of the caller's token"}),
-        "request_id": nullable({"type": "string", "description": "as in X-OpenStack-Request-Id"}),
-        "remote_address": nullable({"type": "string",
-                                    "description": "the first hop of X-Forwarded-For, else the peer"}),
-        "action": {"type": "string", "enum": list(audit.ACTIONS)},
-        "target_type": {"type": "string"}, "target_id": {"type": "string"},
-        "target_project_id": nullable({"type": "string"}),
-        "before": nullable({"type": "object", "description": "the resource as the API showed it before"}),
-        "after": nullable({"type": "object", "description": "the resource as the API showed it after"}),
-        "outcome": {"type": "string"}}},
-    "Volume": {"type": "object", "required": ["id", "status", "free_for_a_lease"], "properties": {
-        "id": {"type": "string"}, "name": {"type": "string"}, "size_gb": {"type": "integer"},
-        "status": {"type": "string", "description": "Cinder's: available, in-use, creating, error, ..."},
-        "attached_to": {"type": "array", "items": {"type": "string"}, "description": "server ids"},
-        "made_by_lease": nullable({"type": "string", "description": "the lease that made it, if one did"}),
-        "lease_id": nullable({"type": "string", "description": "the unfinished lease it is the data volume of"}),
-        "free_for_a_lease": {"type": "boolean", "description": "available, and no unfinished lease names it"}}},
-    "Usage": {"type": "object", "required": ["start", "end", "projects"], "properties": {
-        "start": TIME, "end": TIME,
-        "projects": {"type": "array", "items": {"type": "object", "properties": {
-            "project_id": {"type": "string"},
-            "gpu_models": {"type": "object", "additionalProperties": {
-                "type": "object", "properties": {"gpu_hours": {"type": "number"}}}},
-            "budgets": {"type": "array", "items": {"type": "object", "properties": {
-                "id": {"type": "string"}, "gpu_model": {"type": "string"}, "gpu_hours": {"type": "number"},
-                "period": {"type": "string"}, "current": nullable(ref("BudgetUse"))}}}}}}}},
     "PriorityClassUpdate": priority_classes.UPDATE,
-    "PriorityClass": {"type": "object", "required": ["name", "priority", "preemptible", "projects"], "properties": {
-        "name": {"type": "string"}, **priority_classes.FIELDS["properties"], "updated_at": TIME, "links": LINKS}},
     "BudgetCreate": budgets.CREATE,
-    "BudgetUse": {"type": "object", "description": "GPU-hours of the period that holds now", "properties": {
-        "start": TIME, "end": TIME, "used": {"type": "number", "description": "before now"},
-        "planned": {"type": "number", "description": "held, committed or asked for after now"},
-        "left": {"type": "number"}}},
-    "Budget": {"type": "object", "required": ["id", "project_id", "gpu_model", "gpu_hours", "period"], "properties": {
-        "id": {"type": "string"}, "project_id": {"type": "string"}, "gpu_model": {"type": "string"},
-        "gpu_hours": {"type": "number"}, "period": {"type": "string", "enum": ["month", "range"]},
-        "start": nullable(TIME), "end": nullable(TIME), "created_at": TIME, "current": nullable(ref("BudgetUse")),
-        "links": LINKS}},
 }
+SCHEMAS = {**REQUEST_SCHEMAS, **response_schemas.SCHEMAS}
 
 
 def wrapped(key: str, schema_name: str, many: bool = False, extra: dict | None = None) -> dict:
     inner = {"type": "array", "items": ref(schema_name)} if many else ref(schema_name)
-    return {"type": "object", "required": [key], "properties": {key: inner, **(extra or {})}}
+    return closed({key: inner, **(extra or {})})
+
+
+def paged(key: str, schema_name: str) -> dict:
+    """A page of a listing: with `<key>_links` (the next page) only when another follows."""
+    return {"oneOf": [wrapped(key, schema_name, many=True),
+                      wrapped(key, schema_name, many=True, extra={f"{key}_links": LINKS})]}
 
 
 def param(name: str, where: str, description: str, schema: dict | None = None, required: bool = False) -> dict:
@@ -244,7 +95,7 @@ def operation(summary: str, policy: str | None, ok: int, ok_schema: dict | None,
 def audit_operation() -> dict:
     op = operation(
         "The audit record: changes made through the API", "audit:list", 200,
-        wrapped("audit_records", "AuditRecord", many=True, extra={"audit_records_links": LINKS}), params=[
+        paged("audit_records", "AuditRecord"), params=[
             param("action", "query", "only these actions (repeatable)",
                   {"type": "array", "items": {"type": "string", "enum": list(audit.ACTIONS)}}),
             param("user_id", "query", "only changes by this user"),
@@ -265,7 +116,7 @@ def audit_operation() -> dict:
 
 
 def create_lease_operation() -> dict:
-    op = operation("Ask for a lease", "lease:create", 201, wrapped("lease", "Lease"), body="LeaseCreate",
+    op = operation("Ask for a lease", "lease:create", 201, wrapped("lease", "NewLease"), body="LeaseCreate",
                    params=[param("dry_run", "query", "plan without creating: answers 200 with a "
                                                      "preview of position, ETA and reasons", BOOL)],
                    errors=(409,))
@@ -311,7 +162,7 @@ def catalog_paths(kind: str, title: str) -> dict:
 PATHS = {
     "/v1/leases": {
         "get": operation("List leases", "lease:list", 200,
-                         wrapped("leases", "Lease", many=True, extra={"leases_links": LINKS}), params=[
+                         paged("leases", "Lease"), params=[
                              param("limit", "query", "page size", {"type": "integer", "minimum": 1}),
                              param("marker", "query", "the last lease id of the previous page"),
                              param("status", "query", "only leases in these states (repeatable)",
@@ -375,7 +226,7 @@ PATHS = {
     "/v1/webhooks/{project_id}": {
         "get": operation("Where a project's lease notices are POSTed", "webhook:show", 200,
                          wrapped("webhook", "Webhook"), params=[PROJECT_ID], errors=(404,)),
-        "put": operation("Set a project's webhook", "webhook:update", 200, wrapped("webhook", "Webhook"),
+        "put": operation("Set a project's webhook", "webhook:update", 200, wrapped("webhook", "NewWebhook"),
                          params=[PROJECT_ID], body="WebhookUpdate",
                          description="Notices: lease.ending_soon, warn_before_end_seconds before a lease's end. "
                                      "Each POST carries X-GPU-Tenancy-Signature: sha256=<HMAC-SHA256 of "
@@ -388,7 +239,9 @@ PATHS = {
     },
     "/v1/capacity": {
         "get": operation("GPUs per model now, and with start and end each host's free GPUs over time",
-                         "capacity:show", 200, wrapped("capacity", "Capacity"), params=WINDOW,
+                         "capacity:show", 200, closed({"capacity": {"oneOf": [ref("Capacity"),
+                                                                              ref("CapacityWithCalendar")]}}),
+                         params=WINDOW,
                          description=f"start and end come together; at most {MAX_CALENDAR_SPAN // 86400} days "
                                      "apart."),
     },
@@ -420,7 +273,7 @@ PATHS = {
     },
     "/v1/audit": {"get": audit_operation()},
     "/v1/openapi.json": {
-        "get": operation("This document", None, 200, {"type": "object"}),
+        "get": operation("This document", None, 200, free_form("this OpenAPI document")),
     },
 }
 

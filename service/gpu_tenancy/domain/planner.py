@@ -1,6 +1,6 @@
 """The planner: order waiting leases fairly and place them on exact times.
 
-Pure, deterministic, standard library only. See DESIGN.md, "The planner".
+Pure, deterministic, standard library only. See docs/design.md, "The planner".
 
 Algorithm (conservative backfill): leases are taken in order (priority desc,
 then, when a wait bound is set, those past it, in the order they reached it, then

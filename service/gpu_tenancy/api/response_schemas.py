@@ -1,0 +1,211 @@
+"""The response side of /v1/openapi.json: what each renderer answers, as closed
+schemas. Every object lists each key it has (`required` is all its `properties`,
+no others allowed: a value that may be empty is nullable, never optional), and
+those built for a renderer take their keys from the renderer's own field list.
+So a key added to or dropped from a renderer fails the tests that validate live
+answers against this document (tests/functional/test_openapi.py, test_fuzz_api.py),
+and a field list that names a key with no schema fails at import."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import fields
+
+from gpu_tenancy.api import audit, images, lease_view, priority_classes, quotas, shapes
+from gpu_tenancy.domain.failures import FailureClass, Retry
+from gpu_tenancy.domain.states import LeaseState
+from gpu_tenancy.engine import capacity, webhooks
+
+
+def ref(name: str) -> dict:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def nullable(schema: dict) -> dict:
+    return {"oneOf": [schema, {"type": "null"}]}
+
+
+def closed(properties: dict, keys: Iterable[str] | None = None, **extra) -> dict:
+    """An object with exactly these properties, all present. With `keys` (a renderer's
+    field list), the properties are put in its order and must be exactly its keys."""
+    if keys is not None:
+        keys = list(keys)
+        if set(keys) != set(properties):
+            raise ValueError(f"the schema is not the renderer's keys: renderer keys without a schema "
+                             f"{sorted(set(keys) - set(properties))}, schema properties the renderer lacks "
+                             f"{sorted(set(properties) - set(keys))}")
+        properties = {k: properties[k] for k in keys}
+    return {"type": "object", "additionalProperties": False, "required": list(properties),
+            "properties": properties, **extra}
+
+
+def free_form(description: str) -> dict:
+    """An object whose keys are data, not a contract (an audit record's before/after)."""
+    return {"type": "object", "additionalProperties": True, "description": description}
+
+
+def keys_of(dataclass_type) -> list[str]:
+    return [f.name for f in fields(dataclass_type)]
+
+
+TIME = {"type": "string", "format": "date-time"}
+STRING = {"type": "string"}
+INTEGER = {"type": "integer"}
+NUMBER = {"type": "number"}
+BOOLEAN = {"type": "boolean"}
+LINKS = {"type": "array", "items": closed({"rel": STRING, "href": STRING})}
+RETIREMENT = {"created_at": TIME, "retired_at": nullable(TIME), "links": LINKS}
+REASONS = {"type": "array", "items": closed({"code": STRING, "message": STRING})}
+PROBE_STATUS = {"type": "string", "enum": ["waiting", "ready", "failed"]}
+
+FAILURE_ENTRY = closed({
+    "at": TIME, "attempt": INTEGER,
+    "class": {"type": "string", "enum": [c.value for c in FailureClass]},
+    "message": {"type": "string", "description": "what failed, the cloud's words kept"},
+    "user_message": STRING, "operator_hint": STRING,
+    "retry": {"type": "string", "enum": [r.value for r in Retry]},
+    "hosts": {"type": "array", "items": STRING},
+    "action": {"type": "string", "enum": ["retried", "replaced", "failed"]},
+    "retry_at": nullable(TIME)})
+
+LEASE = {
+    "id": STRING, "name": STRING, "project_id": STRING, "user_id": STRING,
+    "status": {"type": "string", "enum": [s.value for s in LeaseState]},
+    "shape": STRING, "gpu_model": STRING, "gpus_per_instance": INTEGER, "instances": INTEGER,
+    "requested_start": TIME, "latest_start": nullable(TIME),
+    "duration": {"type": "integer", "description": "seconds"}, "start": nullable(TIME), "end": nullable(TIME),
+    "priority": INTEGER, "priority_class": nullable(STRING), "preemptible": BOOLEAN, "borrowing": BOOLEAN,
+    "early_end": nullable(closed(
+        {"kind": STRING, "at": nullable(TIME), "for_lease": nullable(STRING), "reason": nullable(STRING)},
+        description="set when the lease is reclaimed or preempted: kind, the time it ends at, for which "
+                    "lease, why")),
+    "image": nullable(STRING),
+    "volume": nullable(closed({"id": nullable(STRING), "size_gb": nullable(INTEGER)})),
+    "key_name": nullable(STRING),
+    "queue": nullable(closed({"position": nullable(INTEGER), "eta": nullable(TIME), "reasons": REASONS},
+                             description="for a waiting lease: its position, ETA and why it waits")),
+    "allocations": {"type": "array", "items": closed({"instance": INTEGER, "host": STRING, "gpus": INTEGER,
+                                                      "start": TIME, "end": TIME})},
+    "servers": {"type": "array", "items": closed({"instance": INTEGER, "id": nullable(STRING),
+                                                  "host": nullable(STRING), "status": nullable(STRING)})},
+    "ready": {"type": "boolean", "description": "active, and every VM reported its GPUs usable when the lease "
+                                                "asked for the readiness probe"},
+    "readiness": nullable(ref("Readiness")),
+    "failure": nullable(closed({"class": STRING, "message": STRING})),
+    "failures": {"type": "array", "items": FAILURE_ENTRY,
+                 "description": "the lease's failure history: every failed attempt, classified, and what the "
+                                "engine did (retried elsewhere, re-placed off a down host, failed)"},
+    "created_at": TIME, "updated_at": TIME, "links": LINKS,
+}
+
+READINESS = {
+    "status": PROBE_STATUS,
+    "instances": {"type": "array", "items": closed({
+        "instance": INTEGER, "status": PROBE_STATUS, "detail": nullable(STRING), "reported_at": nullable(TIME)})},
+}
+# shown once, in the answer to POST /v1/leases of a lease that asked for the probe
+READINESS_SECRET = {
+    "url": {"type": "string", "description": "where the VMs report"},
+    "token": {"type": "string", "description": "the lease's secret (X-Lease-Token), for VMs made otherwise "
+                                               "(heat_templates/)"},
+}
+
+WEBHOOK = {"project_id": STRING, "url": STRING, "events": {"type": "array", "items": {"type": "string", "enum": list(webhooks.EVENTS)}},
+           "signature": {"type": "string", "description": "how each POST is signed"},
+           "created_at": TIME, "updated_at": TIME}
+
+BUDGET_USE = closed({
+    "start": TIME, "end": TIME, "used": {"type": "number", "description": "before now"},
+    "planned": {"type": "number", "description": "held, committed or asked for after now"},
+    "left": NUMBER}, description="GPU-hours of the period that holds now")
+
+CAPACITY_NOW = {
+    "now": TIME,
+    "gpu_models": {"type": "object", "additionalProperties": closed({
+        "hosts": INTEGER,
+        "hosts_in_service": {"type": "integer", "description": "enabled, up and not drained"},
+        "gpus": {"type": "integer", "description": "on all hosts of the model"},
+        "in_use": {"type": "integer", "description": "held by leases now"},
+        "free": {"type": "integer", "description": "free now on hosts in service"},
+        "largest_free_block": {"type": "integer", "description": "most GPUs free now on one host in service"},
+        "waiting_leases": INTEGER}, keys_of(capacity.ModelCapacity))},
+}
+CALENDAR = {"type": "array", "items": closed({
+    "host": STRING, "gpu_model": STRING, "gpus": INTEGER, "in_service": BOOLEAN,
+    "free": {"type": "array", "description": "free GPUs as steps covering [start, end)",
+             "items": closed({"from": TIME, "to": TIME, "free": INTEGER})}}, keys_of(capacity.HostCalendar))}
+
+SCHEMAS = {
+    "Error": closed({"errors": {"type": "array", "minItems": 1, "items": closed({
+        "status": INTEGER, "code": STRING, "title": STRING, "detail": STRING,
+        "request_id": {"type": "string", "description": "as in X-OpenStack-Request-Id"}})}},
+        description="OpenStack API-WG error form"),
+    "Lease": closed(LEASE, lease_view.FIELDS),
+    "NewLease": closed({**LEASE, "readiness": nullable(ref("NewReadiness"))}, lease_view.FIELDS,
+                       description="a lease as the answer to POST /v1/leases shows it: with the readiness "
+                                   "secret when it asked for the probe"),
+    "LeasePreview": closed({
+        "id": {"type": "null"}, "name": nullable(STRING), "status": {"const": "preview"},
+        "shape": STRING, "gpu_model": STRING, "gpus_per_instance": INTEGER, "instances": INTEGER,
+        "duration": {"type": "integer", "description": "seconds"}, "image": nullable(STRING),
+        "start": nullable(TIME), "end": nullable(TIME), "borrowing": BOOLEAN,
+        "queue": closed({"position": nullable(INTEGER), "eta": nullable(TIME), "reasons": REASONS}),
+        "allocations": {"type": "array", "items": closed({"instance": INTEGER, "host": STRING})}},
+        description="what POST /v1/leases?dry_run=true would give; nothing is created"),
+    "Readiness": closed(READINESS),
+    "NewReadiness": closed({**READINESS, **READINESS_SECRET}),
+    "Event": closed({"at": TIME, "actor": STRING, "kind": STRING, "from": nullable(STRING), "to": nullable(STRING),
+                     "message": STRING}),
+    "Shape": closed({**shapes.CREATE["properties"], **RETIREMENT}),
+    "Image": closed({**images.CREATE["properties"], **RETIREMENT}),
+    "Webhook": closed(WEBHOOK),
+    "NewWebhook": closed({**WEBHOOK, "secret": {"type": "string", "description": "shown this once"}}),
+    "Quota": closed({"project_id": STRING, "gpu_models": {"type": "object", "additionalProperties": closed({
+        "gpus": INTEGER, "borrow_gpus": INTEGER,
+        "max_duration": nullable({"type": "integer", "description": "seconds"}),
+        "weight": NUMBER}, quotas.LIMITS["properties"])}}),
+    "Capacity": closed(CAPACITY_NOW),
+    "CapacityWithCalendar": closed({**CAPACITY_NOW, "calendar": CALENDAR},
+                                   description="the answer with start and end"),
+    "Host": closed({
+        "name": STRING, "gpu_model": STRING, "gpus": INTEGER,
+        "in_use": {"type": "integer", "description": "GPUs held by leases now"},
+        "held_until": nullable({**TIME, "description": "the end of the last lease holding GPUs there: a "
+                                                       "drained host is empty then"}),
+        "up": {"type": "boolean", "description": "Nova's service state"},
+        "enabled": {"type": "boolean", "description": "Nova's service status"},
+        "drained": {"type": "boolean", "description": "set by an admin: no new leases"},
+        "in_service": {"type": "boolean", "description": "up, enabled and not drained: takes new leases"},
+        "aggregate": nullable(STRING), "reported_at": TIME}),
+    "AuditRecord": closed({
+        "id": INTEGER, "at": TIME, "user_id": nullable(STRING),
+        "user_project_id": nullable({"type": "string", "description": "the project of the caller's token"}),
+        "request_id": nullable({"type": "string", "description": "as in X-OpenStack-Request-Id"}),
+        "remote_address": nullable({"type": "string",
+                                    "description": "the first hop of X-Forwarded-For, else the peer"}),
+        "action": {"type": "string", "enum": list(audit.ACTIONS)},
+        "target_type": STRING, "target_id": STRING, "target_project_id": nullable(STRING),
+        "before": nullable(free_form("the resource as the API showed it before")),
+        "after": nullable(free_form("the resource as the API showed it after")),
+        "outcome": STRING}, audit.FIELDS),
+    "Volume": closed({
+        "id": STRING, "name": STRING, "size_gb": INTEGER,
+        "status": {"type": "string", "description": "Cinder's: available, in-use, creating, error, ..."},
+        "attached_to": {"type": "array", "items": STRING, "description": "server ids"},
+        "made_by_lease": nullable({"type": "string", "description": "the lease that made it, if one did"}),
+        "lease_id": nullable({"type": "string", "description": "the unfinished lease it is the data volume of"}),
+        "free_for_a_lease": {"type": "boolean", "description": "available, and no unfinished lease names it"}}),
+    "Usage": closed({"start": TIME, "end": TIME, "projects": {"type": "array", "items": closed({
+        "project_id": STRING,
+        "gpu_models": {"type": "object", "additionalProperties": closed({"gpu_hours": NUMBER})},
+        "budgets": {"type": "array", "items": closed({
+            "id": STRING, "gpu_model": STRING, "gpu_hours": NUMBER, "period": STRING,
+            "current": nullable(ref("BudgetUse"))})}})}}),
+    "PriorityClass": closed({"name": STRING, **priority_classes.FIELDS["properties"], "updated_at": TIME,
+                             "links": LINKS}),
+    "BudgetUse": BUDGET_USE,
+    "Budget": closed({
+        "id": STRING, "project_id": STRING, "gpu_model": STRING, "gpu_hours": NUMBER,
+        "period": {"type": "string", "enum": ["month", "range"]},
+        "start": nullable(TIME), "end": nullable(TIME), "created_at": TIME, "current": nullable(ref("BudgetUse")),
+        "links": LINKS}),
+}
