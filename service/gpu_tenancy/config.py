@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import yaml
+from cryptography.fernet import Fernet
 
 from gpu_tenancy.domain.planner import DEFAULT_WAIT_BOUND, DEFAULT_WAIT_BOUND_GPU_HOURS, DEFAULT_WAIT_BOUND_LEASES
 
@@ -133,7 +134,6 @@ class Config:
 
 def check_exposure(values: dict) -> None:
     """The checks of the "secrets, proxies and exposure" options."""
-    from cryptography.fernet import Fernet
     keys = values.get("dashboard_token_keys") or []
     if not isinstance(keys, list):
         raise ValueError("dashboard_token_keys must be a list of Fernet keys")

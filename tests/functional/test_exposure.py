@@ -88,8 +88,13 @@ def test_the_sessions_table_holds_no_token_and_the_login_still_works(db_url, clo
     [row] = raw_sessions(app)
     assert not any(token in str(row) for token in (SCOPED, UNSCOPED, SCOPED[7:], UNSCOPED[7:]))
     assert client.get("/dashboard/leases").status_code == 200   # the API got the scoped token in clear
-    client.post("/dashboard/logout", data={"csrf_token": re.search(
-        r'name="csrf_token" value="([^"]+)"', client.get("/dashboard/leases").text).group(1)})
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', client.get("/dashboard/leases").text).group(1)
+    client.post("/dashboard/project", data={"csrf_token": csrf, "project_id": "nlp-lab"})
+    [row] = raw_sessions(app)                                   # rescoped with the unscoped token in clear
+    assert "nlp-lab" in str(row) and SCOPED[7:] not in str(row) and SCOPED in keystone
+    assert client.get("/dashboard/leases").status_code == 200
+    keystone.clear()
+    client.post("/dashboard/logout", data={"csrf_token": csrf})
     assert sorted(keystone) == sorted([SCOPED, UNSCOPED]) and raw_sessions(app) == []
 
 
