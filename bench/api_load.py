@@ -78,8 +78,8 @@ def prepare_service_db(url: str, workdir: str, n_hosts: int, projects: list[str]
                                     "status": "active"}]}, f)
     config_file = os.path.join(workdir, "service.yaml")
     with open(config_file, "w") as f:
-        yaml.safe_dump({"database_url": url, "auth_strategy": "noauth2", "run_engine": False,
-                        "simulated_cloud": cloud_file}, f)
+        yaml.safe_dump({"database_url": url, "auth_strategy": "noauth2", "allow_noauth2": True,
+                        "run_engine": False, "simulated_cloud": cloud_file}, f)
     migrate.upgrade(url)
     app = create_app(Config.load(config_file, run_engine=True), start_engine=False)
     rt = app.extensions["gpu_tenancy"]

@@ -6,6 +6,7 @@ import uuid
 
 from flask import Flask, g, request
 from oslo_context.context import RequestContext
+from werkzeug.middleware.proxy_fix import ProxyFix
 
 from gpu_tenancy import __version__
 from gpu_tenancy.api import auth, errors
@@ -63,7 +64,7 @@ def create_app(config: Config | None = None, *, clock=None, cloud=None, start_en
         g.request_id = "req-" + str(uuid.uuid4())
         g.context = RequestContext.from_environ(request.environ, request_id=g.request_id)
         refuse_nul_in_query()
-        if request.endpoint in PUBLIC_ENDPOINTS or (request.endpoint == "metrics.show" and config.metrics_public):
+        if request.endpoint in PUBLIC_ENDPOINTS or request.endpoint == "metrics.show":  # it checks its own
             return None
         if request.blueprint == "dashboard":  # its own login (dashboard/login.py); it calls the API in-process
             return None
@@ -85,6 +86,8 @@ def create_app(config: Config | None = None, *, clock=None, cloud=None, start_en
         app.wsgi_app = auth.NoAuth2(app.wsgi_app)
     else:
         app.wsgi_app = auth.keystone(app.wsgi_app, config.keystone_authtoken)
+    if config.trusted_proxies:  # else X-Forwarded-* are anyone's words: the peer's address is the client's
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=config.trusted_proxies, x_proto=config.trusted_proxies)
     return app
 
 

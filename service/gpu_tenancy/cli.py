@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import signal
 import sys
@@ -19,7 +20,9 @@ def main(argv: list[str] | None = None) -> int:
     demo = sub.add_parser("demo", help="API and engine in one process on the embedded default "
                                        "(SQLite, simulated cloud, noauth2)")
     demo.add_argument("--port", type=int, default=8779)
-    demo.add_argument("--host", default="127.0.0.1")
+    demo.add_argument("--host", default="127.0.0.1", help="address to listen on (loopback unless --insecure-public)")
+    demo.add_argument("--insecure-public", action="store_true",
+                      help="listen on a non-loopback address although noauth2 lets anyone act as anyone")
     demo.add_argument("--db", default=DEMO_DB, help=f"database URL (default {DEMO_DB})")
 
     db = sub.add_parser("db", help="database schema")
@@ -48,7 +51,22 @@ def run_db(args) -> int:
     return 0
 
 
+def loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:   # a name other than localhost may resolve to anything
+        return False
+
+
 def run_demo(args) -> int:
+    if not loopback(args.host) and not args.insecure_public:
+        print(f"gpu-tenancy demo: refusing to listen on {args.host}: the demo runs with auth noauth2, which "
+              "believes any X-Project-Id, X-User-Id and X-Roles a caller sends, so anyone who can reach it "
+              "could act as any user, admin included. Listen on 127.0.0.1 (the default), or pass "
+              "--insecure-public if every machine that can reach this address is trusted.", file=sys.stderr)
+        return 2
     from gpu_tenancy.app import create_app
     from gpu_tenancy.db import migrate
     from gpu_tenancy.db.session import session_scope

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import yaml
+from cryptography.fernet import Fernet
 
 from gpu_tenancy.domain.planner import DEFAULT_WAIT_BOUND, DEFAULT_WAIT_BOUND_GPU_HOURS, DEFAULT_WAIT_BOUND_LEASES
 
@@ -68,7 +69,6 @@ class Config:
     decision_hook_timeout_seconds: float = 5.0
     decision_hook_default: str = "allow"     # when the hook times out or fails: allow or deny
     max_page_size: int = 1000
-    metrics_public: bool = True      # /metrics without a token (for Prometheus); off: admins only
     # dashboard (/dashboard): the top bar's link back to Horizon (none when unset), the Keystone it logs in
     # to (default: keystone_authtoken's www_authenticate_uri), how long a login lasts, and Secure cookies
     # even when the request looks like plain http (behind a TLS-terminating proxy)
@@ -76,6 +76,14 @@ class Config:
     dashboard_keystone_url: str | None = None
     dashboard_session_seconds: int = 8 * 3600
     dashboard_cookie_secure: bool = False
+    # secrets, proxies and exposure (README: Security)
+    # Fernet keys sealing the dashboard's Keystone tokens in the database: the first seals, any opens
+    # (rotate: put a new key first, drop the old one later); none: no Keystone logins to the dashboard
+    dashboard_token_keys: list = field(default_factory=list)
+    trusted_proxies: int = 0         # proxies in front whose X-Forwarded-For/-Proto are believed (0: none)
+    metrics_public: bool = False     # /metrics open to all; off: the metrics:show rule (admins, scrape token)
+    metrics_scrape_token: str | None = None  # "Authorization: Bearer <it>" reads /metrics
+    allow_noauth2: bool = False      # wsgi.py (production) serves noauth2 only with this, set in the file
 
     @classmethod
     def load(cls, path: str | None = None, **overrides) -> "Config":
@@ -120,4 +128,25 @@ class Config:
                 ipaddress.ip_network(net, strict=False)
             except ValueError as exc:   # a typo should not quietly allow nothing
                 raise ValueError(f"webhook_allowed_networks: {exc}") from None
+        check_exposure(values)
         return cls(**values)
+
+
+def check_exposure(values: dict) -> None:
+    """The checks of the "secrets, proxies and exposure" options."""
+    keys = values.get("dashboard_token_keys") or []
+    if not isinstance(keys, list):
+        raise ValueError("dashboard_token_keys must be a list of Fernet keys")
+    for n, key in enumerate(keys):
+        try:
+            Fernet(key)
+        except (ValueError, TypeError):   # the key itself stays out of the message (and the logs)
+            raise ValueError(f"dashboard_token_keys[{n}] is not a Fernet key (32 url-safe base64 bytes)") from None
+    proxies = values.get("trusted_proxies", 0)
+    if isinstance(proxies, bool) or not isinstance(proxies, int) or not 0 <= proxies <= 10:
+        raise ValueError("trusted_proxies must be a whole number of proxies from 0 to 10")
+    scrape = values.get("metrics_scrape_token")
+    if scrape is not None and (not isinstance(scrape, str) or len(scrape) < 16):
+        raise ValueError("metrics_scrape_token must be a string of at least 16 characters")
+    if "GPU_TENANCY_ALLOW_NOAUTH2" in os.environ:   # one variable must not open the service to anyone
+        raise ValueError("allow_noauth2 is read from the config file only, not from the environment")

@@ -32,7 +32,9 @@ def require_ansible() -> None:
 
 
 def ansible_env(**extra: str) -> dict:
-    return {**os.environ, "ANSIBLE_CONFIG": str(ANSIBLE_DIR / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+    # not the test run's PYTHONPATH: pip in the deployed virtualenv would take a checkout on it as installed
+    inherited = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return {**inherited, "ANSIBLE_CONFIG": str(ANSIBLE_DIR / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
             "ANSIBLE_LOCAL_TEMP": os.environ.get("TMPDIR", "/tmp"), **extra}
 
 
@@ -47,12 +49,12 @@ class Run:
 
 
 def run_playbook(playbook: Path, inventory: str | Path, extra_vars: dict, tmp_path: Path,
-                 env: dict | None = None, timeout: int = 600) -> Run:
+                 env: dict | None = None, timeout: int = 600, args: tuple[str, ...] = ()) -> Run:
     vars_file = tmp_path / f"vars-{playbook.stem}.json"
     # the modules run with this Python unless the test names another
     vars_file.write_text(json.dumps({"ansible_python_interpreter": sys.executable, **extra_vars}))
     done = subprocess.run([str(tool("ansible-playbook")), "-i", str(inventory), str(playbook),
-                           "-e", f"@{vars_file}"], cwd=REPO, env=ansible_env(**(env or {})),
+                           "-e", f"@{vars_file}", *args], cwd=REPO, env=ansible_env(**(env or {})),
                           capture_output=True, text=True, timeout=timeout)
     recap = {m[0]: {"ok": int(m[1]), "changed": int(m[2]), "unreachable": int(m[3]), "failed": int(m[4])}
              for m in RECAP.findall(done.stdout)}

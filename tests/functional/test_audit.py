@@ -61,11 +61,13 @@ def test_a_quota_update_records_who_where_and_the_limits_before_and_after(client
 
 
 @pytest.mark.parametrize("forwarded, expected", [
-    ("203.0.113.7, 10.0.0.1", "203.0.113.7"),
+    ("198.51.100.1, 203.0.113.7", "203.0.113.7"),   # the hop the trusted proxy added, not the caller's
     ("2001:db8::1", "2001:db8::1"),
     ("=HYPERLINK(\"x\")", "127.0.0.1"),   # not an address: the peer's is recorded
 ])
-def test_the_address_is_the_first_forwarded_hop_if_it_is_one(client, forwarded, expected):
+def test_the_address_is_the_trusted_proxys_hop_if_it_is_one(config, request, forwarded, expected):
+    config.trusted_proxies = 1
+    client = request.getfixturevalue("client")
     ok(client.put("/v1/quotas/ml-vision", json=QUOTA, headers={**ADMIN, "X-Forwarded-For": forwarded}))
     assert only_record(client)["remote_address"] == expected
 

@@ -8,7 +8,7 @@ from tests.conftest import headers
 
 
 def scrape(client, **kw) -> dict:
-    reply = client.get("/metrics", **kw)
+    reply = client.get("/metrics", **{"headers": headers("ops", "admin"), **kw})
     assert reply.status_code == 200
     assert reply.content_type.startswith("text/plain")
     samples = {}
@@ -33,7 +33,7 @@ def test_metrics_follow_the_leases(client, cloud, engine_tick):
     engine_tick()
     engine_tick(advance=60)
 
-    samples = scrape(client)                       # no token: scrapers do not carry one
+    samples = scrape(client)
     assert value(samples, "gpu_tenancy_gpus_in_use", gpu_model="A100", project_id="ml-vision") == 16
     assert value(samples, "gpu_tenancy_gpus_in_use", gpu_model="A100", project_id="nlp-lab") == 16
     assert value(samples, "gpu_tenancy_gpus", gpu_model="A100") == 32
@@ -67,9 +67,8 @@ def test_failures_are_counted_by_class(client, cloud, engine_tick):
     assert value(samples, "gpu_tenancy_lease_failures_total", failure_class="image") == 0
 
 
-def test_metrics_can_be_kept_for_admins(config, clock, cloud):
+def test_metrics_are_kept_for_admins(config, clock, cloud):
     from gpu_tenancy.app import create_app
-    config.metrics_public = False
     client = create_app(config, clock=clock, cloud=cloud, start_engine=False).test_client()
     assert client.get("/metrics").status_code == 401
     assert client.get("/metrics", headers=headers()).status_code == 403

@@ -47,7 +47,7 @@ def served(tmp_path, db_url):
     projects' quotas and most A100 GPUs taken."""
     config_path = tmp_path / "api.yaml"
     config_path.write_text(yaml.safe_dump({"database_url": db_url, "auth_strategy": "noauth2",
-                                           "run_engine": False}))
+                                           "allow_noauth2": True, "run_engine": False}))
     clock = SystemClock()
     app = create_app(Config.load(str(config_path), run_engine=True), clock=clock,
                      cloud=SimulatedCloud.from_file(DEMO_CLOUD, clock), start_engine=False)

@@ -22,7 +22,7 @@ def show(client, lease_id):
 
 
 def metric(client, failure_class):
-    for line in client.get("/metrics").get_data(as_text=True).splitlines():
+    for line in client.get("/metrics", headers=headers("ops", "admin")).get_data(as_text=True).splitlines():
         if line.startswith(f'gpu_tenancy_lease_failures_total{{failure_class="{failure_class}"}}'):
             return float(line.split()[-1])
     return 0.0

@@ -11,6 +11,7 @@ from flask import Blueprint, Response, request, url_for
 
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.api.validation import check_identifier, query_int, query_time
+from gpu_tenancy.csv_cells import safe_cell
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch
 from gpu_tenancy.engine import audit as audit_log
@@ -83,8 +84,7 @@ def as_csv(records: list[dict], next_href: str | None) -> Response:
     writer = csv.writer(out)
     writer.writerow(FIELDS)
     for record in records:
-        writer.writerow([json.dumps(record[f]) if f in JSON_FIELDS else ("" if record[f] is None else record[f])
-                         for f in FIELDS])
+        writer.writerow([safe_cell(json.dumps(record[f]) if f in JSON_FIELDS else record[f]) for f in FIELDS])
     response = Response(out.getvalue(), mimetype="text/csv")
     response.headers["Content-Disposition"] = 'attachment; filename="audit.csv"'
     if next_href:

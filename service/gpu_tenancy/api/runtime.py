@@ -94,10 +94,12 @@ def audit(session: Session, action: str, target_id: str, target_project_id: str 
 
 
 def remote_address() -> str | None:
-    """The first hop of X-Forwarded-For when it is an IP address (anything else
-    there is not an address, and would only mislead), else the peer's address."""
-    forwarded = request.headers.get("X-Forwarded-For", "").split(",")[0].strip()
-    try:
-        return str(ipaddress.ip_address(forwarded))
-    except ValueError:
-        return request.remote_addr
+    """The client's address: the peer's, or what the trusted proxies said
+    (ProxyFix, config trusted_proxies); if that is not an address, the peer's."""
+    peer = request.environ.get("werkzeug.proxy_fix.orig", {}).get("REMOTE_ADDR")
+    for candidate in (request.remote_addr, peer):
+        try:
+            return str(ipaddress.ip_address(candidate or ""))
+        except ValueError:
+            continue
+    return None

@@ -10,6 +10,7 @@ from flask import Response, abort, g, redirect, render_template, request, url_fo
 from oslo_context.context import RequestContext
 
 from gpu_tenancy.api import runtime as rt
+from gpu_tenancy.csv_cells import safe_cell
 from gpu_tenancy.dashboard import bp, charts
 from gpu_tenancy.dashboard.login import api, flash
 from gpu_tenancy.engine import reports
@@ -77,7 +78,7 @@ def download(name: str, rows: list[dict], form: str, meta: dict):
     fields = list(rows[0]) if rows else []
     writer = csv.DictWriter(out, fieldnames=fields)
     writer.writeheader()
-    writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
+    writer.writerows({k: safe_cell(v) for k, v in row.items()} for row in rows)
     return Response(out.getvalue(), mimetype="text/csv",
                     headers={"Content-Disposition": f'attachment; filename="{name}.csv"'})
 

@@ -41,12 +41,9 @@ class ApiClient:
         self.headers = identity_headers
 
     def call(self, method: str, path: str, *, query: dict | None = None, body: Any = None) -> Reply:
-        # The browser's address and host carry over: the audit record names the real
-        # client, and links in the API's answers point where the browser can follow.
-        headers = dict(self.headers)
-        if request.headers.get("X-Forwarded-For"):
-            headers["X-Forwarded-For"] = request.headers["X-Forwarded-For"]
-        builder = EnvironBuilder(path=path, method=method, query_string=query, json=body, headers=headers,
+        # The browser's address (as the trusted proxies gave it) and host carry over: the audit
+        # record names the real client, and links in the API's answers point where the browser can follow.
+        builder = EnvironBuilder(path=path, method=method, query_string=query, json=body, headers=self.headers,
                                  base_url=request.host_url, environ_overrides={"REMOTE_ADDR": request.remote_addr})
         environ = builder.get_environ()
         app = current_app._get_current_object()

@@ -36,13 +36,21 @@ def keystone_url() -> str:
     return url
 
 
+def token_seal() -> web_sessions.TokenSeal:
+    runtime = rt.runtime()
+    seal = runtime.extras.get("token_seal")
+    if seal is None:
+        seal = runtime.extras["token_seal"] = web_sessions.TokenSeal(runtime.config.dashboard_token_keys)
+    return seal
+
+
 def api() -> ApiClient:
     """The API as the logged-in user."""
     login = g.login
     if login.dev_mode:
         return ApiClient({"X-Project-Id": login.project_id, "X-User-Id": login.user_id,
                           "X-Roles": ",".join(login.roles)})
-    return ApiClient({"X-Auth-Token": login.token})
+    return ApiClient({"X-Auth-Token": g.tokens.scoped})
 
 
 def is_admin() -> bool:
@@ -57,8 +65,15 @@ def cookie_secure() -> bool:
 def _load_login():
     with rt.transaction() as session:
         login = web_sessions.find(session, rt.now(), request.cookies.get(COOKIE))
-    # a dev login means nothing once the service runs with Keystone (and the other way round)
-    g.login = login if login is not None and login.dev_mode == dev_mode() else None
+        # a dev login means nothing once the service runs with Keystone (and the other way round)
+        if login is not None and login.dev_mode != dev_mode():
+            login = None
+        try:
+            g.tokens = token_seal().open(login) if login is not None else None
+        except web_sessions.TokensUnreadable:   # sealed with a dropped key, or older than sealing
+            web_sessions.close(session, request.cookies[COOKIE])
+            login = None
+    g.login = login
     if g.login is None and request.endpoint not in OPEN_ENDPOINTS:
         back = request.full_path.rstrip("?") if request.method == "GET" else None
         return redirect(url_for("dashboard.login", next=back))
@@ -124,6 +139,9 @@ def safe_next(target: str | None) -> str:
 @bp.route("/login", methods=["GET", "POST"])
 def login():
     error = None
+    if not dev_mode() and not token_seal().ready:
+        abort(503, "the dashboard's Keystone login is off: the service has no dashboard_token_keys "
+                   "to keep tokens sealed (see the README, Security)")
     if request.method == "POST":
         expected = request.cookies.get(LOGIN_CSRF_COOKIE, "")
         if not expected or not hmac.compare_digest(request.form.get("csrf_token", "").encode(), expected.encode()):
@@ -196,7 +214,8 @@ def password_login() -> str:
         session_id, _ = web_sessions.open_session(
             session, rt.now(), cfg.dashboard_session_seconds, user_id=unscoped.user_id,
             user_name=unscoped.user_name, project_id=scoped.project_id, project_name=scoped.project_name,
-            roles=scoped.roles, projects=unscoped.projects, token=scoped.token, unscoped_token=unscoped.token,
+            roles=scoped.roles, projects=unscoped.projects, token=token_seal().seal(scoped.token),
+            unscoped_token=token_seal().seal(unscoped.token),
             dev_mode=False, expires_at=min(scoped.expires_at, unscoped.expires_at))
     return session_id
 
@@ -205,7 +224,7 @@ def end_login(login) -> None:
     """Revoke the login's Keystone tokens and forget it."""
     if not login.dev_mode:
         url = keystone_url()
-        for token in (login.token, login.unscoped_token):
+        for token in (g.tokens.scoped, g.tokens.unscoped):
             if token:
                 keystone_login.revoke(url, token)
     with rt.transaction() as session:
@@ -239,12 +258,12 @@ def switch_project():
                 abort(400, "not one of your projects")
             url = keystone_url()
             try:
-                scoped = keystone_login.scope_to(url, row.unscoped_token, wanted)
+                scoped = keystone_login.scope_to(url, g.tokens.unscoped, wanted)
             except keystone_login.LoginFailed as exc:
                 abort(400, str(exc))
-            keystone_login.revoke(url, row.token)
+            keystone_login.revoke(url, g.tokens.scoped)
             row.token, row.project_id, row.project_name, row.roles = (
-                scoped.token, scoped.project_id, scoped.project_name, scoped.roles)
+                token_seal().seal(scoped.token), scoped.project_id, scoped.project_name, scoped.roles)
     return redirect(safe_next(request.form.get("next")))
 
 
@@ -265,6 +284,7 @@ def error_page(status: int, message: str):
 
 @bp.errorhandler(400)
 @bp.errorhandler(403)
+@bp.errorhandler(503)
 @bp.errorhandler(404)
 @bp.errorhandler(500)
 def _http_error(exc):

@@ -1,9 +1,13 @@
 """Dashboard logins kept server side. The browser's cookie holds a random id;
-only its SHA-256 is stored, so a copy of the table opens no session."""
+only its SHA-256 is stored, and the Keystone tokens are sealed with the
+config's Fernet keys, so a copy of the table opens no session and holds no token."""
 from __future__ import annotations
 
 import hashlib
 import secrets
+from dataclasses import dataclass
+
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
@@ -55,3 +59,47 @@ def take_notices(session: Session, session_id: str) -> list[list[str]]:
         return []
     notices, row.notices = row.notices, []
     return notices
+
+
+class TokensUnreadable(Exception):
+    """A stored token does not open with the keys: sealed with a key since dropped,
+    or written before tokens were sealed. The login is over."""
+
+
+@dataclass(frozen=True)
+class Tokens:
+    scoped: str | None      # project-scoped: the API calls
+    unscoped: str | None    # to rescope on a project switch
+
+
+class TokenSeal:
+    """Fernet over a list of keys (MultiFernet): the first seals, any of them opens,
+    so an operator rotates by putting a new key first and dropping the old one
+    once the logins it sealed have expired."""
+
+    def __init__(self, keys: list[str]):
+        self._fernet = MultiFernet([Fernet(k) for k in keys]) if keys else None
+
+    @property
+    def ready(self) -> bool:
+        return self._fernet is not None
+
+    def seal(self, token: str | None) -> str | None:
+        if token is None:
+            return None
+        if self._fernet is None:
+            raise TokensUnreadable("no dashboard_token_keys: Keystone tokens cannot be kept")
+        return self._fernet.encrypt(token.encode()).decode()
+
+    def open(self, row: m.DashboardSession) -> Tokens:
+        return Tokens(self._open(row.token), self._open(row.unscoped_token))
+
+    def _open(self, sealed: str | None) -> str | None:
+        if sealed is None:
+            return None
+        if self._fernet is None:
+            raise TokensUnreadable("no dashboard_token_keys")
+        try:
+            return self._fernet.decrypt(sealed.encode()).decode()
+        except InvalidToken:
+            raise TokensUnreadable("a token does not open with dashboard_token_keys") from None
