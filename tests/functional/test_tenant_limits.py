@@ -10,6 +10,7 @@ from gpu_tenancy.app import create_app
 from gpu_tenancy.config import Config
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, utcnow_naive
+from gpu_tenancy.demo.seed import seed
 from gpu_tenancy.engine.events import record_transition
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.timeutil import rfc3339
@@ -82,23 +83,33 @@ def test_a_start_within_the_year_is_taken(client):
     assert reply.status_code == 201, reply.get_json()
 
 
-def test_the_limits_are_configurable(db_url, clock, cloud):
-    from gpu_tenancy.demo.seed import seed
-    config = Config.load(database_url=db_url, auth_strategy="noauth2", max_lease_duration_days=200,
-                         max_start_ahead_days=10)
-    app = create_app(config, clock=clock, cloud=cloud, start_engine=False)
-    runtime = app.extensions["gpu_tenancy"]
-    with session_scope(runtime.sessions) as session:
-        seed(session, clock.now(), cloud.images())
-    runtime.engine.lifecycle.refresh_hosts()
-    client = app.test_client()
+@pytest.fixture
+def app_with(db_url, clock, cloud):
+    """An app with the demo catalog and the configuration options given."""
+    made = []
+
+    def make(**options):
+        config = Config.load(database_url=db_url, auth_strategy="noauth2", **options)
+        app = create_app(config, clock=clock, cloud=cloud, start_engine=False)
+        runtime = app.extensions["gpu_tenancy"]
+        with session_scope(runtime.sessions) as session:
+            seed(session, clock.now(), cloud.images())
+        runtime.engine.lifecycle.refresh_hosts()
+        made.append(runtime)
+        return app
+    yield make
+    for runtime in made:
+        runtime.sessions.kw["bind"].dispose()
+
+
+def test_the_limits_are_configurable(app_with):
+    client = app_with(max_lease_duration_days=200, max_start_ahead_days=10).test_client()
     unlimited_quota(client)
     assert client.post("/v1/leases", headers=headers(), json={"shape": "a100.x1", "duration": "P150D"}) \
         .status_code == 201
     err = error(client.post("/v1/leases", headers=headers(), json={
         "shape": "a100.x1", "duration": "PT1H", "start": rfc3339(T0 + 11 * DAY)}), 400)
     assert "10 days" in err["detail"]
-    runtime.sessions.kw["bind"].dispose()
 
 
 @pytest.mark.parametrize("value", [0, -1, 36501, "90", True, 1.5])
@@ -159,3 +170,28 @@ def test_a_bad_lease_queued_between_ticks_does_not_fail_an_api_replan(client, se
     with session_scope(sessions) as session:
         assert session.get(m.Lease, bad).status == "failed"
         assert session.scalar(select(m.Lease.failure_class).where(m.Lease.id == bad)) == "internal"
+
+
+def test_waiting_leases_are_capped_per_user_and_per_project(app_with):
+    """Every waiting lease is planned again on every change: one member cannot queue
+    without end. The refusal is a 403 that gives the count; a dry run hears it too."""
+    client = app_with(max_waiting_leases_per_project=5, max_waiting_leases_per_user=3).test_client()
+    later = rfc3339(T0 + 2 * DAY)   # a reservation waits (queued) until its start
+
+    def ask(user, project="ml-vision", dry_run=False, instances=3):   # 24 GPUs: over the quota, they wait
+        return client.post("/v1/leases", query_string={"dry_run": "true"} if dry_run else None,
+                           headers=headers(project, user=user),
+                           json={"shape": "a100.x8", "duration": "PT1H", "start": later, "instances": instances})
+
+    made = [ask("ann") for _ in range(3)]
+    assert [r.status_code for r in made] == [201] * 3
+    assert {r.get_json()["lease"]["status"] for r in made} == {"queued"}
+    for dry_run in (False, True):
+        err = error(ask("ann", dry_run=dry_run), 403)
+        assert err["code"] == "gpu_tenancy.too_many_waiting" and "3 leases waiting" in err["detail"]
+    assert [ask("bob").status_code for _ in range(2)] == [201, 201]
+    err = error(ask("cid"), 403)
+    assert err["code"] == "gpu_tenancy.too_many_waiting" and "project ml-vision has 5 leases waiting" in err["detail"]
+    assert ask("dan", "nlp-lab", instances=1).status_code == 201            # other projects are not held back
+    client.delete(f"/v1/leases/{made[0].get_json()['lease']['id']}", headers=headers(user="ann"))
+    assert ask("ann").status_code == 201                       # a cancelled lease frees its place

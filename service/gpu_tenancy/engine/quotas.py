@@ -1,6 +1,7 @@
 """Per-project, per-GPU-model limits: what admins set, and the replan it causes."""
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 from sqlalchemy import select
@@ -45,6 +46,8 @@ def replace(session: Session, now: int, half_life: int, project_id: str, limits:
     for model, given in limits.items():
         values = {**DEFAULTS, **given}
         values["max_duration"] = max_duration_seconds(model, values["max_duration"])
+        if not math.isfinite(values["weight"]):   # NaN: SQLite cannot store it, fair share cannot order by it
+            raise BadRequest(f"gpu_models/{model}/weight must be a finite number", "gpu_tenancy.invalid_input")
         row = session.get(m.Quota, (project_id, model))
         if row is None:
             row = m.Quota(project_id=project_id, gpu_model=model)
