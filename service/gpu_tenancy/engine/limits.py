@@ -93,8 +93,7 @@ def fail_unplannable(session: Session, now: int, actor: str) -> None:
         | (lease.earliest_start > utcnow_naive(now + PLANNABLE_SECONDS))))
     for row in bad:
         reason = (f"it cannot be planned: it lasts {days(row.duration)} from {row.earliest_start:%Y-%m-%d}, "
-                  f"beyond any time this service plans (its leases last at most "
-                  f"{days(_configured.max_duration)} and start at most {days(_configured.max_start_ahead)} ahead)")
+                  f"beyond any time this service plans; ask again within the service's limits")
         row.failure_class, row.failure_message = FailureClass.INTERNAL.value, reason
         record_transition(session, row, LeaseState.FAILED, now, actor, reason)
         row.queue_position, row.queue_eta, row.queue_reasons = None, None, []
