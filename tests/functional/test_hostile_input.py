@@ -60,6 +60,16 @@ def test_nan_and_infinity_are_no_quota_weight(client, constant):
     assert quota["gpus"] == 16 and quota["weight"] == 1.0      # the demo's, untouched
 
 
+@pytest.mark.parametrize("max_duration", ["P3000000D", "P9999999999D", "PT99999999999999999999H"])
+def test_a_quota_max_duration_past_what_a_duration_column_holds_is_a_400(client, max_duration):
+    """Seconds are kept in a 32-bit integer (PostgreSQL's INTEGER); a day count past what a
+    date counts raised OverflowError (a 500 on any database)."""
+    reply = client.put("/v1/quotas/ml-vision", headers=ADMIN,
+                       json={"quota": {"gpu_models": {"A100": {"gpus": 4, "max_duration": max_duration}}}})
+    assert api_error(reply, 400)["code"] == "gpu_tenancy.bad_duration"
+    assert client.get("/v1/quotas/ml-vision", headers=ADMIN).get_json()["quota"]["gpu_models"]["A100"]["gpus"] == 16
+
+
 @pytest.mark.parametrize("constant", ["NaN", "Infinity"])
 def test_nan_and_infinity_are_no_budget(client, constant):
     body = '{"budget": {"project_id": "ml-vision", "gpu_model": "A100", "gpu_hours": %s, "period": "month"}}' \
