@@ -118,8 +118,9 @@ class Config:
         most = values.get("planner_wait_bound_leases")
         if most is not None and (isinstance(most, bool) or not isinstance(most, int) or most < 1):
             raise ValueError("planner_wait_bound_leases must be a whole number >= 1, or null")
-        # a duration is stored in seconds as a 32-bit integer (PostgreSQL's): 10 years fit
-        for name, ceiling in (("max_lease_duration_days", 3650), ("max_start_ahead_days", 36500),
+        # a duration is stored in seconds as a 32-bit integer (PostgreSQL's): 10 years fit; and
+        # both stay within the bound of engine/limits.py's guard (60 years)
+        for name, ceiling in (("max_lease_duration_days", 3650), ("max_start_ahead_days", 18250),
                            ("max_waiting_leases_per_project", 10**6), ("max_waiting_leases_per_user", 10**6)):
             limit = values.get(name, known[name].default)
             if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= ceiling:

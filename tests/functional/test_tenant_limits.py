@@ -134,10 +134,11 @@ def insert_queued(sessions, project: str, duration: int, start: int = T0) -> str
         return row.id
 
 
-@pytest.mark.parametrize("duration, start", [(3_000_000 * DAY, T0), (2 * 365 * DAY, 253_370_678_400)])
+@pytest.mark.parametrize("duration, start", [(3_000_000 * DAY, T0), (65 * 365 * DAY, T0),
+                                             (2 * 365 * DAY, 253_370_678_400)])
 def test_a_lease_beyond_any_plannable_time_in_the_database_stops_nobody(client, runtime, engine_tick, sessions,
                                                                         duration, start):
-    """A 3,000,000-day lease, or one from 9998-12-31 for two years, is already queued: the
+    """A 3,000,000-day lease, a 65-year one, or one from 9998-12-31 for two years, is already queued: the
     engine fails it with its reason, and plans, changes and cancels the others as before."""
     if PG_URL and duration > 2**31 - 1:
         pytest.skip("PostgreSQL's INTEGER column cannot hold it: the row cannot exist there")

@@ -21,9 +21,10 @@ from gpu_tenancy.errors import BadRequest, Forbidden
 
 DAY = 86400
 # The guard's bound: no queued lease may last longer, or start further ahead, than this.
-# It is far beyond any configurable limit (config.py caps each at 100 years), and keeps
-# every planned time far short of year 9999, past which no time can be stored or written.
-PLANNABLE_SECONDS = 500 * 365 * DAY
+# It is beyond any configurable limit (config.py: 10 years of duration, 50 ahead), keeps
+# every planned time far short of year 9999 (past which no time can be stored or
+# written), and is a number PostgreSQL's 32-bit INTEGER column can be compared with.
+PLANNABLE_SECONDS = 60 * 365 * DAY
 
 
 @dataclass(frozen=True)
