@@ -3,6 +3,7 @@ the NaN finding): each is a 4xx in the OpenStack error form, and changes nothing
 from __future__ import annotations
 
 import re
+from urllib.parse import quote
 
 import pytest
 
@@ -83,7 +84,6 @@ def test_nan_and_infinity_are_no_budget(client, constant):
 def test_odd_characters_in_a_dashboard_lease_id_name_no_lease(client, lease_id):
     """The id in the page's URL goes to the API whole: a '?' in it started a query string
     of the API call, and the page answered 500."""
-    from urllib.parse import quote
     csrf = login(client)
     path = "/dashboard/leases/" + quote(lease_id, safe="")
     assert client.get(path).status_code == 404

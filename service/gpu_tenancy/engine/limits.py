@@ -45,10 +45,6 @@ def configure(config) -> None:
                          config.max_waiting_leases_per_project, config.max_waiting_leases_per_user)
 
 
-def limits() -> Limits:
-    return _configured
-
-
 def check_duration(duration: int) -> None:
     most = _configured.max_duration
     if duration > most:
@@ -65,6 +61,8 @@ def check_ahead(field: str, at: int, now: int) -> None:
 
 def days(seconds: int) -> str:
     value = seconds / DAY
+    if value == 1:
+        return "1 day"
     return f"{value:.0f} days" if value >= 10 or value.is_integer() else f"{value:.1f} days"
 
 
@@ -72,12 +70,11 @@ def check_waiting(session: Session, project_id: str, user_id: str) -> None:
     """Refuse a new lease when the project, or the user, has as many waiting as it may:
     every waiting lease is planned again on every change, under the ledger lock."""
     waiting = m.Lease.status.in_([s.value for s in WAITING])
-    project = session.scalar(select(func.count()).where(m.Lease.project_id == project_id, waiting))
+    project, user = session.execute(select(func.count(), func.count().filter(m.Lease.user_id == user_id))
+                                    .where(m.Lease.project_id == project_id, waiting)).one()
     if project >= _configured.waiting_per_project:
         raise Forbidden(f"project {project_id} has {project} leases waiting, the most it may have at once; "
                         "cancel one or wait for one to start", "gpu_tenancy.too_many_waiting")
-    user = session.scalar(select(func.count()).where(m.Lease.project_id == project_id,
-                                                     m.Lease.user_id == user_id, waiting))
     if user >= _configured.waiting_per_user:
         raise Forbidden(f"user {user_id} has {user} leases waiting in project {project_id}, the most a user "
                         "may have at once; cancel one or wait for one to start", "gpu_tenancy.too_many_waiting")
