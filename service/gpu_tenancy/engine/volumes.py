@@ -21,12 +21,14 @@ class ProjectVolume:
     free_for_a_lease: bool        # available, and no unfinished lease names it
 
 
-def listing(session: Session, cloud: CloudDriver, project_id: str) -> list[ProjectVolume]:
+def listing(session: Session, cloud: CloudDriver, project_id: str, operator: bool = True) -> list[ProjectVolume]:
+    """`operator`: a refusal tells the cloud's own words too (read with the service's admin rights)."""
     try:
         found = cloud.project_volumes(project_id)
     except CloudError as exc:
         raise ServiceUnavailable(f"the cloud did not list the volumes: {exc.message}"
-                               + (f" (cloud said: {exc.cloud_message})" if exc.cloud_message else "")) from None
+                                 + (f" (cloud said: {exc.cloud_message})" if operator and exc.cloud_message
+                                    else "")) from None
     using = dict(session.execute(select(m.Lease.volume_id, m.Lease.id).where(
         m.Lease.project_id == project_id, m.Lease.volume_id.is_not(None),
         m.Lease.status.not_in([s.value for s in FINAL]))).all())
