@@ -16,7 +16,7 @@ from gpu_tenancy.api.validation import refuse_nul_in_query
 from gpu_tenancy.clock import SystemClock
 from gpu_tenancy.config import Config
 from gpu_tenancy.db.session import make_engine, make_sessionmaker
-from gpu_tenancy.engine import planner_settings
+from gpu_tenancy.engine import limits, planner_settings
 from gpu_tenancy.errors import Unauthorized
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,7 @@ def make_cloud(config: Config, clock):
 def create_app(config: Config | None = None, *, clock=None, cloud=None, start_engine: bool | None = None) -> Flask:
     config = config or Config.load()
     planner_settings.configure(config)
+    limits.configure(config)
     clock = clock or SystemClock()
     sessions = make_sessionmaker(make_engine(config.database_url))
     app = Flask("gpu_tenancy")

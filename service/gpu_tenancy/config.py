@@ -69,6 +69,11 @@ class Config:
     decision_hook_timeout_seconds: float = 5.0
     decision_hook_default: str = "allow"     # when the hook times out or fails: allow or deny
     max_page_size: int = 1000
+    # limits a tenant cannot pass (README: Security)
+    max_lease_duration_days: int = 90        # the longest lease, whatever the project's quota says
+    max_start_ahead_days: int = 365          # how far ahead a lease's start (or latest start) may be
+    max_waiting_leases_per_project: int = 100  # leases waiting (requested or queued) at once, per project ...
+    max_waiting_leases_per_user: int = 30      # ... and per user
     # dashboard (/dashboard): the top bar's link back to Horizon (none when unset), the Keystone it logs in
     # to (default: keystone_authtoken's www_authenticate_uri), how long a login lasts, and Secure cookies
     # even when the request looks like plain http (behind a TLS-terminating proxy)
@@ -121,6 +126,13 @@ class Config:
         most = values.get("planner_wait_bound_leases")
         if most is not None and (isinstance(most, bool) or not isinstance(most, int) or most < 1):
             raise ValueError("planner_wait_bound_leases must be a whole number >= 1, or null")
+        # a duration is stored in seconds as a 32-bit integer (PostgreSQL's): 10 years fit; and
+        # both stay within the bound of engine/limits.py's guard (60 years)
+        for name, ceiling in (("max_lease_duration_days", 3650), ("max_start_ahead_days", 18250),
+                           ("max_waiting_leases_per_project", 10**6), ("max_waiting_leases_per_user", 10**6)):
+            limit = values.get(name, known[name].default)
+            if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= ceiling:
+                raise ValueError(f"{name} must be a whole number from 1 to {ceiling}")
         if values.get("cloud_driver") == "openstack" and not values.get("clouds_yaml_cloud"):
             raise ValueError("cloud_driver openstack needs clouds_yaml_cloud: the service's cloud in clouds.yaml")
         for net in values.get("webhook_allowed_networks") or []:

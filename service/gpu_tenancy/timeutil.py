@@ -52,6 +52,8 @@ def parse_duration(value: str | int) -> int:
             parsed = isodate.parse_duration(value)
         except (isodate.ISO8601Error, ValueError):
             raise ValueError(f"'{value}' is not an ISO 8601 duration such as PT24H or P2D") from None
+        except OverflowError:   # more days than a date can count
+            raise ValueError(f"'{value}' is longer than any lease") from None
         if not isinstance(parsed, timedelta):  # years and months have no fixed length
             raise ValueError(f"'{value}' uses years or months; give days or hours instead")
         seconds = int(parsed.total_seconds())

@@ -129,14 +129,13 @@ def test_create_wait_exits_non_zero_when_the_lease_is_cancelled(cli):
     assert err.strip().endswith("was cancelled") and out == ""
 
 
-def test_create_wait_exits_non_zero_with_the_failure_when_the_start_fails(cli):
+def test_create_with_a_volume_not_the_projects_exits_non_zero_at_once(cli):
+    """The volume is asked of the cloud when the lease is asked for (it failed the start before)."""
     result = cli.run("gpu", "lease", "create", "--shape", "a100.x1", "--duration", "PT1H",
                      "--volume", "no-such-volume", "--wait")
     assert result.returncode == 1 and result.stdout == ""
-    assert "provisioning -> ending: failed (volume)" in result.stderr
-    assert "ending -> failed" in result.stderr
-    assert result.stderr.strip().endswith("failed (volume): volume no-such-volume not found in the project "
-                                          "(cloud said: Volume no-such-volume could not be found.)")
+    assert "volume no-such-volume is not one of project ml-vision's volumes" in result.stderr
+    assert "HTTP 400, gpu_tenancy.unknown_volume" in result.stderr
 
 
 def test_quota_set_changes_only_the_limits_given(cli):

@@ -5,6 +5,7 @@ statements whatever its size: the page, then its allocations, servers and
 failures."""
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from urllib.parse import quote
 
@@ -12,6 +13,7 @@ from flask import url_for
 from sqlalchemy import bindparam, select, tuple_
 from sqlalchemy.orm import Session
 
+from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.db import models as m
 from gpu_tenancy.domain.failures import FailureClass, rule
 from gpu_tenancy.domain.states import LeaseState
@@ -35,16 +37,32 @@ FIELDS = ("id", "name", "project_id", "user_id", "status", "shape", "gpu_model",
 
 
 def render(row: m.Lease) -> dict:
-    return render_view(row, row.allocations, row.servers, row.failures, lease_href(row.id))
+    return render_view(row, row.allocations, row.servers, row.failures, lease_href(row.id), rt.is_admin())
+
+
+# The cloud's own words, which the engine keeps after its message (read with the service's
+# admin rights, they can tell of other projects and of the cloud's insides), and the text
+# of an internal error (ours, for the log): operators see them, tenants the rest.
+CLOUD_SAID = re.compile(r" \(cloud said: .*\)(?=; |$)", re.DOTALL)
+INTERNAL_TEXT = re.compile(r"internal error: .*?(?=; |$)", re.DOTALL)
+
+
+def for_tenant(message: str | None) -> str | None:
+    """A failure's text as a tenant sees it: its class and our message, without the above."""
+    if not message:
+        return message
+    return INTERNAL_TEXT.sub("internal error", CLOUD_SAID.sub("", message))
 
 
 def lease_href(lease_id: str) -> str:
     return url_for("leases.show", lease_id=lease_id, _external=True)
 
 
-def render_view(row, allocations, servers, failures, href: str) -> dict:
+def render_view(row, allocations, servers, failures, href: str, operator: bool = True) -> dict:
     """`row`: a lease, or a row of its SHOWN columns; the others: its allocations,
-    servers and failures, each in their order (VM index; VM index; id)."""
+    servers and failures, each in their order (VM index; VM index; id). `operator`:
+    failures with the cloud's text (else as for_tenant shows them)."""
+    text = (lambda message: message) if operator else for_tenant
     return {
         "id": row.id,
         "name": row.name,
@@ -79,19 +97,19 @@ def render_view(row, allocations, servers, failures, href: str) -> dict:
                     for s in servers],
         "ready": readiness.is_ready(row, servers),
         "readiness": readiness.summary(row, servers),
-        "failure": ({"class": row.failure_class, "message": row.failure_message}
+        "failure": ({"class": row.failure_class, "message": text(row.failure_message)}
                     if row.failure_class else None),
-        "failures": [render_failure(f) for f in failures],
+        "failures": [render_failure(f, text) for f in failures],
         "created_at": stamp(row.created_at),
         "updated_at": stamp(row.updated_at),
         "links": [{"rel": "self", "href": href}],
     }
 
 
-def render_failure(entry) -> dict:
+def render_failure(entry, text=lambda message: message) -> dict:
     failure_rule = rule(FailureClass(entry.failure_class))
     return {"at": stamp(entry.at), "attempt": entry.attempt, "class": entry.failure_class,
-            "message": entry.message, "user_message": failure_rule.user_message,
+            "message": text(entry.message), "user_message": failure_rule.user_message,
             "operator_hint": failure_rule.operator_hint, "retry": failure_rule.retry.value,
             "hosts": entry.hosts or [], "action": entry.action, "retry_at": stamp(entry.retry_at)}
 
@@ -154,9 +172,9 @@ def page(session: Session, project: str | None, statuses: list[str], marker: str
     allocations, servers, failures = (by_lease(session.execute(q, params)) for q in queries)
     # the links differ only by the id: url_for once, not once per lease
     base = url_for("leases.index", _external=True)
-    none = ()
+    none, operator = (), rt.is_admin()
     return [render_view(r, allocations.get(r.id, none), servers.get(r.id, none), failures.get(r.id, none),
-                        f"{base}/{quote(r.id, safe='')}") for r in rows], more
+                        f"{base}/{quote(r.id, safe='')}", operator) for r in rows], more
 
 
 def page_leases(project: str | None, statuses: list[str], rows: list) -> tuple[tuple, dict]:

@@ -7,12 +7,12 @@ from flask import Blueprint, request, url_for
 from sqlalchemy import select
 
 from gpu_tenancy.api import runtime as rt
-from gpu_tenancy.api.lease_view import page, render
+from gpu_tenancy.api.lease_view import for_tenant, page, render
 from gpu_tenancy.api.validation import json_body, query_int
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.engine import audit as audit_log, leases, ledger
+from gpu_tenancy.engine import audit as audit_log, leases, ledger, volumes
 from gpu_tenancy.engine.decision_hook import DecisionHook
 from gpu_tenancy.errors import BadRequest, NotFound
 from gpu_tenancy.guest.readiness_probe import readiness_url
@@ -107,6 +107,9 @@ def create():
     if body.get("readiness_probe") and not cfg.readiness_url:
         raise BadRequest("this service has no readiness_url configured, so VMs could not report their "
                          "GPU readiness; ask without readiness_probe", "gpu_tenancy.readiness_unavailable")
+    if (body.get("volume") or {}).get("id"):   # asked of the cloud before any transaction is open
+        volumes.check_owned(rt.runtime().cloud_driver(), rt.context().project_id, body["volume"]["id"],
+                            rt.is_admin())
     with rt.transaction() as session:
         if dry_run in ("true", "1"):
             req, columns, planned = leases.preview(session, rt.now(), cfg.fairshare_half_life_seconds,
@@ -186,8 +189,9 @@ def events(lease_id: str):
     with rt.transaction() as session:
         load(session, lease_id)
         rows = session.scalars(select(m.Event).where(m.Event.lease_id == lease_id).order_by(m.Event.id))
+        text = (lambda message: message) if rt.is_admin() else for_tenant   # the cloud's words: operators'
         return {"events": [{"at": rfc3339(to_epoch(e.at)), "actor": e.actor, "kind": e.kind,
-                            "from": e.from_state, "to": e.to_state, "message": e.message} for e in rows]}
+                            "from": e.from_state, "to": e.to_state, "message": text(e.message)} for e in rows]}
 
 
 @bp.patch("/<lease_id>")

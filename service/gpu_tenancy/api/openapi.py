@@ -119,7 +119,13 @@ def create_lease_operation() -> dict:
     op = operation("Ask for a lease", "lease:create", 201, wrapped("lease", "NewLease"), body="LeaseCreate",
                    params=[param("dry_run", "query", "plan without creating: answers 200 with a "
                                                      "preview of position, ETA and reasons", BOOL)],
-                   errors=(409,))
+                   errors=(409, 503),
+                   description="The service's limits come before the quota (README: Security): a duration "
+                               "of at most max_lease_duration_days (90 by default), a start and latest_start "
+                               "at most max_start_ahead_days ahead (365); 403 with the count when the project "
+                               "or the user has max_waiting_leases_per_project or _per_user leases waiting "
+                               "(100, 30). A volume.id must be one of the project's volumes (GET /v1/volumes), "
+                               "asked of the cloud: 503 when it does not answer.")
     op["responses"] = {"200": {"description": "with dry_run: the preview",
                                "content": {"application/json": {"schema": wrapped("lease", "LeasePreview")}}},
                        **op["responses"]}

@@ -23,7 +23,7 @@ LIMITS = {
         "gpus": {**GPU_COUNT, "description": "GPUs the project may hold at any instant"},
         "borrow_gpus": {**GPU_COUNT, "description": "more it may hold while capacity is idle (default 0)"},
         "max_duration": {"oneOf": [
-            {"type": "integer", "minimum": 1, "maximum": 10 * 365 * 86400},
+            {"type": "integer", "minimum": 1, "maximum": quotas.MAX_DURATION},
             {"type": "string", "minLength": 2, "maxLength": 64, "description": "ISO 8601, e.g. P7D"},
             {"type": "null"}], "description": "longest lease, in seconds; null (the default) for no limit"},
         "weight": {"type": "number", "exclusiveMinimum": 0, "maximum": 1000,

@@ -1,6 +1,8 @@
 """Request bodies and query strings checked against JSON schemas, with messages a user can act on."""
 from __future__ import annotations
 
+import json
+
 from flask import request
 from jsonschema import Draft202012Validator
 
@@ -8,14 +10,58 @@ from gpu_tenancy.errors import BadRequest
 from gpu_tenancy.timeutil import parse_time
 
 
+# No request body of the API nests deeper than a few levels; a deeper one is refused
+# before anything walks it (the parser and the checks below recurse).
+MAX_DEPTH = 32
+
+
 def json_body(schema: dict) -> dict:
-    body = request.get_json(silent=True)
-    if body is None:
-        raise BadRequest("the request body must be a JSON object (Content-Type: application/json)",
-                         "gpu_tenancy.malformed_json")
+    body = parse_json()
     check(schema, body)
     refuse_nul(body, "the request body")
     return whole_numbers(body)
+
+
+def parse_json():
+    """The request's JSON body. NaN and Infinity are not JSON (RFC 8259), though
+    Python's parser reads them: no database column should ever see one."""
+    malformed = BadRequest("the request body must be a JSON object (Content-Type: application/json)",
+                           "gpu_tenancy.malformed_json")
+    if not request.is_json:
+        raise malformed
+    try:
+        body = json.loads(request.get_data(cache=True), parse_constant=refuse_constant)
+    except RecursionError:   # nested deeper than the parser goes
+        raise too_deep_error() from None
+    except (ValueError, TypeError):   # UnicodeDecodeError is a ValueError
+        raise malformed from None
+    if body is None:
+        raise malformed
+    if too_deep(body, MAX_DEPTH):
+        raise too_deep_error()
+    return body
+
+
+def refuse_constant(name: str):
+    raise BadRequest(f"the request body holds {name}, which is not a JSON number; give a finite number",
+                     "gpu_tenancy.invalid_input")
+
+
+def too_deep_error() -> BadRequest:
+    return BadRequest(f"the request body nests arrays and objects more than {MAX_DEPTH} levels deep",
+                      "gpu_tenancy.invalid_input")
+
+
+def too_deep(value, limit: int) -> bool:
+    """Whether arrays and objects nest more than `limit` levels (walked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
 
 
 def whole_numbers(value):

@@ -22,5 +22,5 @@ def render(entry: volumes.ProjectVolume) -> dict:
 def index():
     project = project_scope("volume:list", None)   # one project's volumes: the cloud lists by project
     with rt.transaction() as session:
-        listed = volumes.listing(session, rt.runtime().cloud_driver(), project)
+        listed = volumes.listing(session, rt.runtime().cloud_driver(), project, rt.is_admin())
     return {"project_id": project, "volumes": [render(e) for e in listed]}

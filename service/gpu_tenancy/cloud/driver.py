@@ -156,5 +156,10 @@ class CloudDriver(abc.ABC):
         """The project's volumes, whoever made them."""
 
     @abc.abstractmethod
+    def check_volume_owner(self, project_id: str, volume_id: str) -> None:
+        """Raise CloudError(VOLUME) unless the volume exists and the cloud says it is the
+        project's; a volume whose project the cloud does not tell is not the project's."""
+
+    @abc.abstractmethod
     def list_tagged(self) -> list[CloudObject]:
         """Every server, volume and flavor that carries a lease tag or is one of ours."""

@@ -52,7 +52,7 @@ from gpu_tenancy.domain.failures import FailureClass
 
 NO_VALID_HOST = "No valid host was found. There are not enough hosts available."
 OPERATIONS = ("ensure_flavor", "ensure_volume", "boot", "attach_volume", "delete_server", "check_image",
-              "project_volumes", "server_error")
+              "project_volumes", "check_volume_owner", "server_error")
 F = FailureClass
 # The cloud's own words per class, worded so the engine's fault classifier recognises them.
 DEFAULT_FAULTS = {
@@ -331,6 +331,14 @@ class SimulatedCloud(CloudDriver):
             return [VolumeInfo(v.id, v.name, v.size_gb, self._volume_state(v),
                                (v.attached_to,) if v.attached_to else (), v.metadata.get(LEASE_TAG))
                     for v in self._volumes.values() if v.project_id == project_id]
+
+    def check_volume_owner(self, project_id: str, volume_id: str) -> None:
+        with self._lock:
+            self._maybe_fail("check_volume_owner")
+            vol = self._volumes.get(volume_id)
+            if vol is None or vol.project_id != project_id:   # another project's volume looks missing
+                raise CloudError(F.VOLUME, f"volume {volume_id} not found in the project",
+                                 f"Volume {volume_id} could not be found.")
 
     def list_tagged(self) -> list[CloudObject]:
         with self._lock:

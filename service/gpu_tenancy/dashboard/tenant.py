@@ -5,6 +5,7 @@ the API."""
 from __future__ import annotations
 
 from collections import defaultdict
+from urllib.parse import quote
 
 from flask import g, redirect, render_template, request, url_for
 
@@ -35,11 +36,17 @@ def leases():
                            refresh=any(r["status"] in REFRESHING for r in rows))
 
 
+def lease_path(lease_id: str) -> str:
+    """The API path of a lease: the id from the page's URL quoted whole, so that a '?'
+    or '#' in it stays part of the id (and names no lease) instead of starting a query."""
+    return "/v1/leases/" + quote(lease_id, safe="")
+
+
 @bp.get("/leases/<lease_id>")
 def lease(lease_id: str):
     client = api()
-    row = client.get(f"/v1/leases/{lease_id}")["lease"]
-    events = client.get(f"/v1/leases/{lease_id}/events")["events"]
+    row = client.get(lease_path(lease_id))["lease"]
+    events = client.get(lease_path(lease_id) + "/events")["events"]
     return render_template("dashboard/lease.html", lease=row, events=events, now=rt.now(),
                            refresh=row["status"] in REFRESHING, can_change=row["status"] in WAITING + HOLDING)
 
@@ -54,8 +61,8 @@ def extend(lease_id: str):
         flash("give the hours to add as a number above 0", "error")
         return redirect(url_for("dashboard.lease", lease_id=lease_id))
     client = api()
-    row = client.get(f"/v1/leases/{lease_id}")["lease"]
-    reply = client.call("PATCH", f"/v1/leases/{lease_id}", body={"duration": row["duration"] + int(hours * 3600)})
+    row = client.get(lease_path(lease_id))["lease"]
+    reply = client.call("PATCH", lease_path(lease_id), body={"duration": row["duration"] + int(hours * 3600)})
     if reply.ok:
         flash(f"extended by {hours:g} h: the lease now ends {reply.body['lease']['end'] or 'after its new duration'}",
               "ok")
@@ -66,7 +73,7 @@ def extend(lease_id: str):
 
 @bp.post("/leases/<lease_id>/cancel")
 def cancel(lease_id: str):
-    reply = api().call("DELETE", f"/v1/leases/{lease_id}")
+    reply = api().call("DELETE", lease_path(lease_id))
     flash("cancelled" if reply.ok else f"not cancelled: {reply.error}", "ok" if reply.ok else "error")
     return redirect(url_for("dashboard.lease", lease_id=lease_id))
 

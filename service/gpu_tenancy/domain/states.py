@@ -23,7 +23,8 @@ S = LeaseState
 
 TRANSITIONS: dict[LeaseState, frozenset[LeaseState]] = {
     S.REQUESTED: frozenset({S.QUEUED, S.CANCELLED, S.FAILED}),
-    S.QUEUED: frozenset({S.SCHEDULED, S.CANCELLED, S.EXPIRED}),
+    # queued -> failed: a lease that can never be planned (engine/limits.py)
+    S.QUEUED: frozenset({S.SCHEDULED, S.CANCELLED, S.EXPIRED, S.FAILED}),
     # scheduled -> queued: its host went away, so it waits again
     S.SCHEDULED: frozenset({S.PROVISIONING, S.CANCELLED, S.QUEUED}),
     # provisioning -> scheduled/queued: a host-level fault, retried on another host

@@ -2,6 +2,7 @@
 asked for or extended (domain/budget.py does the arithmetic)."""
 from __future__ import annotations
 
+import math
 import uuid
 
 from sqlalchemy import select
@@ -40,6 +41,8 @@ def get(session: Session, budget_id: str) -> m.Budget:
 
 def add(session: Session, now: int, project_id: str, gpu_model: str, gpu_hours: float,
         period: str, start: int | None, end: int | None) -> m.Budget:
+    if not math.isfinite(gpu_hours):   # SQLite cannot store NaN; PostgreSQL would, and no budget check holds
+        raise BadRequest("gpu_hours must be a finite number", "gpu_tenancy.invalid_input")
     known = known_gpu_models(session)
     if gpu_model not in known:
         raise BadRequest(f"unknown GPU model {gpu_model}; the cloud's GPU models are: "

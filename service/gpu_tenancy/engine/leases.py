@@ -15,7 +15,7 @@ from gpu_tenancy.domain.model import Host, LeaseRequest, PlannedLease
 from gpu_tenancy.domain.states import FINAL, HOLDING, LeaseState
 from gpu_tenancy.domain.budget import Span
 from gpu_tenancy.domain.extension import window_refusal
-from gpu_tenancy.engine import budgets, ledger, planner_settings
+from gpu_tenancy.engine import budgets, ledger, limits, planner_settings
 from gpu_tenancy.engine.decision_hook import DecisionHook
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.engine.readiness import new_token as new_readiness_token
@@ -49,13 +49,16 @@ def build_request(session: Session, now: int, caller: Caller, body: dict,
     except ValueError as exc:
         raise BadRequest(f"duration: {exc}", "gpu_tenancy.bad_duration") from None
     start = resolve_start(body.get("start", "now"), now)
+    limits.check_ahead("start", start, now)   # the service's bounds come before the quota's
     latest = None
     if body.get("latest_start") is not None:
         latest = parse_field_time("latest_start", body["latest_start"])
         if latest < start:
             raise BadRequest(f"latest_start {rfc3339(latest)} is before start {rfc3339(start)}",
                              "gpu_tenancy.bad_latest_start")
+        limits.check_ahead("latest_start", latest, now)
     instances = body.get("instances", 1)
+    limits.check_waiting(session, caller.project_id, caller.user_id)
     priority, class_name, preemptible = resolve_priority(session, caller, body)
     check_quota(session, caller.project_id, shape, instances, duration, any_size=preemptible)
     # "Ever" counts hosts that are down or drained too: they come back, and the lease waits for them.
@@ -141,6 +144,7 @@ def parse_field_time(field: str, value: str) -> int:
 def check_quota(session: Session, project_id: str, shape: m.Shape, instances: int, duration: int,
                 any_size: bool = False) -> None:
     """`any_size`: a preemptible lease, which the quota's GPU count does not limit."""
+    limits.check_duration(duration)
     quota = session.get(m.Quota, (project_id, shape.gpu_model))
     wanted = instances * shape.gpus
     if quota is None or quota.gpus + quota.borrow_gpus == 0:

@@ -15,7 +15,7 @@ from gpu_tenancy.db.session import ledger_lock, to_epoch, utcnow_naive
 from gpu_tenancy.domain import fairshare, planner
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, Plan, PlannedLease, QuotaLimit
 from gpu_tenancy.domain.states import HOLDING, LeaseState
-from gpu_tenancy.engine import planner_settings
+from gpu_tenancy.engine import limits, planner_settings
 from gpu_tenancy.engine.events import record_transition
 from gpu_tenancy.engine.metrics import CREATE_REPLANS, PLANNER_SECONDS
 from gpu_tenancy.timeutil import rfc3339
@@ -112,6 +112,7 @@ def replan(session: Session, now: int, half_life: int, actor: str = "planner") -
 
 
 def replan_locked(session: Session, now: int, half_life: int, actor: str) -> Plan:
+    limits.fail_unplannable(session, now, actor)
     rows = {}
     for row in load_queued(session):
         if row.latest_start is not None and row.latest_start < utcnow_naive(now):

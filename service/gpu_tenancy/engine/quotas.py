@@ -1,6 +1,7 @@
 """Per-project, per-GPU-model limits: what admins set, and the replan it causes."""
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 from sqlalchemy import select
@@ -13,6 +14,7 @@ from gpu_tenancy.errors import BadRequest
 from gpu_tenancy.timeutil import parse_duration
 
 DEFAULTS = {"borrow_gpus": 0, "max_duration": None, "weight": 1.0}
+MAX_DURATION = 10 * 365 * 86400
 
 
 def of_projects(session: Session, project_id: str | None = None) -> dict[str, list[m.Quota]]:
@@ -45,6 +47,8 @@ def replace(session: Session, now: int, half_life: int, project_id: str, limits:
     for model, given in limits.items():
         values = {**DEFAULTS, **given}
         values["max_duration"] = max_duration_seconds(model, values["max_duration"])
+        if not math.isfinite(values["weight"]):   # NaN: SQLite cannot store it, fair share cannot order by it
+            raise BadRequest(f"gpu_models/{model}/weight must be a finite number", "gpu_tenancy.invalid_input")
         row = session.get(m.Quota, (project_id, model))
         if row is None:
             row = m.Quota(project_id=project_id, gpu_model=model)
@@ -60,6 +64,10 @@ def max_duration_seconds(model: str, value: str | int | None) -> int | None:
     if value is None:
         return None
     try:
-        return parse_duration(value)
+        seconds = parse_duration(value)
     except ValueError as exc:
         raise BadRequest(f"gpu_models/{model}/max_duration: {exc}", "gpu_tenancy.bad_duration") from None
+    if seconds > MAX_DURATION:   # as the schema bounds a number of seconds; the column is a 32-bit integer
+        raise BadRequest(f"gpu_models/{model}/max_duration: at most {MAX_DURATION // 86400} days",
+                         "gpu_tenancy.bad_duration")
+    return seconds

@@ -117,10 +117,7 @@ class OpenStackCloud(CloudDriver):
         try:
             storage = self.conns.project(project_id).block_storage
             if request.volume_id:
-                volume = storage.get_volume(request.volume_id)
-                if volume.project_id and volume.project_id != project_id:
-                    # the service user is an admin, who sees every volume: another project's is refused
-                    raise sdk.NotFoundException(f"Volume {request.volume_id} could not be found.")
+                volume = self._owned_volume(storage, project_id, request.volume_id)
                 if volume.status == "in-use" and self._attached_to_lease(volume, lease_id):
                     return volume.id        # a repeat call after the attach
                 if volume.status != "available":
@@ -142,6 +139,25 @@ class OpenStackCloud(CloudDriver):
                              f"Volume {request.volume_id} could not be found.") from exc
         except CALL_ERRORS as exc:
             raise wrap(exc, "making the data volume failed", F.VOLUME) from exc
+
+    def check_volume_owner(self, project_id: str, volume_id: str) -> None:
+        try:
+            self._owned_volume(self.admin.block_storage, project_id, volume_id)
+        except sdk.NotFoundException as exc:
+            raise CloudError(F.VOLUME, f"volume {volume_id} not found in the project",
+                             f"Volume {volume_id} could not be found.") from exc
+        except CALL_ERRORS as exc:
+            raise wrap(exc, f"reading volume {volume_id} failed", F.API_ERROR) from exc
+
+    @staticmethod
+    def _owned_volume(storage, project_id: str, volume_id: str):
+        """The volume, if the cloud says it is the project's. The service user is an admin, who
+        sees every project's volumes: another project's looks missing, and so does one whose
+        project Cinder does not tell (its policy may hide it), rather than be taken on trust."""
+        volume = storage.get_volume(volume_id)
+        if volume.project_id != project_id:
+            raise sdk.NotFoundException(f"Volume {volume_id} could not be found.")
+        return volume
 
     def _wait_volume(self, storage, volume_id: str) -> str:
         deadline = time.monotonic() + self.volume_timeout

@@ -1,0 +1,201 @@
+"""The limits no tenant can pass, whatever its quota (issue 15): a lease's duration and
+how far ahead it starts, the leases it may keep waiting; and a lease beyond any
+plannable time, already in the database, stops nobody else's leases."""
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import select
+
+from gpu_tenancy.app import create_app
+from gpu_tenancy.config import Config
+from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import session_scope, utcnow_naive
+from gpu_tenancy.demo.seed import seed
+from gpu_tenancy.engine.events import record_transition
+from gpu_tenancy.domain.states import LeaseState
+from gpu_tenancy.timeutil import rfc3339
+from tests.conftest import PG_URL, T0, headers
+
+ADMIN = headers("admin-project", "admin", "olga")
+DAY = 86400
+
+
+def unlimited_quota(client, project="ml-vision"):
+    """A100 quota without a max_duration (the default), as in the issue."""
+    reply = client.put(f"/v1/quotas/{project}", headers=ADMIN,
+                       json={"quota": {"gpu_models": {"A100": {"gpus": 16}}}})
+    assert reply.status_code == 200, reply.get_json()
+
+
+def error(reply, status):
+    assert reply.status_code == status, reply.get_data(as_text=True)[:500]
+    [err] = reply.get_json()["errors"]
+    return err
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+@pytest.mark.parametrize("duration", ["P3000000D", "P91D", 91 * DAY, "P9999999999D"])
+def test_a_duration_over_the_service_maximum_is_a_400_that_says_the_limit(client, dry_run, duration):
+    unlimited_quota(client)
+    reply = client.post("/v1/leases", query_string={"dry_run": str(dry_run).lower()}, headers=headers(),
+                        json={"shape": "a100.x1", "duration": duration})
+    err = error(reply, 400)
+    assert err["code"] in ("gpu_tenancy.over_service_max_duration", "gpu_tenancy.bad_duration")
+    if duration != "P9999999999D":     # that one is longer than any time can count
+        assert err["code"] == "gpu_tenancy.over_service_max_duration" and "90 days" in err["detail"]
+    listed = client.get("/v1/leases", headers=headers()).get_json()["leases"]
+    assert listed == []
+
+
+def test_the_service_maximum_comes_before_the_quota(client):
+    """A project without any quota hears of the service's limit, not of its quota."""
+    reply = client.post("/v1/leases", headers=headers("no-quota-project"),
+                        json={"shape": "a100.x1", "duration": "P100D"})
+    assert error(reply, 400)["code"] == "gpu_tenancy.over_service_max_duration"
+
+
+def test_a_patch_past_the_service_maximum_is_refused(client):
+    unlimited_quota(client)
+    lease = client.post("/v1/leases", headers=headers(), json={"shape": "a100.x1", "duration": "P10D"})
+    lease_id = lease.get_json()["lease"]["id"]
+    for body in ({"duration": "P3000000D"}, {"end": "9998-12-01T00:00:00Z"}):
+        err = error(client.patch(f"/v1/leases/{lease_id}", json=body, headers=headers()), 400)
+        assert err["code"] == "gpu_tenancy.over_service_max_duration" and "90 days" in err["detail"]
+    assert client.patch(f"/v1/leases/{lease_id}", json={"duration": "P90D"}, headers=headers()).status_code == 200
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+@pytest.mark.parametrize("field, at", [("start", "9998-12-31T00:00:00Z"), ("start", rfc3339(T0 + 366 * DAY)),
+                                       ("latest_start", rfc3339(T0 + 400 * DAY))])
+def test_a_start_too_far_ahead_is_a_400_that_says_the_limit(client, dry_run, field, at):
+    unlimited_quota(client)
+    body = {"shape": "a100.x1", "duration": 2 * 365 * DAY if field == "start" else "PT1H", field: at}
+    reply = client.post("/v1/leases", query_string={"dry_run": str(dry_run).lower()}, headers=headers(), json=body)
+    err = error(reply, 400)
+    # a 2-year duration is over the maximum too; the start is checked first
+    assert err["code"] == "gpu_tenancy.start_too_far" and "365 days" in err["detail"] and field in err["detail"]
+
+
+def test_a_start_within_the_year_is_taken(client):
+    unlimited_quota(client)
+    reply = client.post("/v1/leases", headers=headers(),
+                        json={"shape": "a100.x1", "duration": "P90D", "start": rfc3339(T0 + 364 * DAY)})
+    assert reply.status_code == 201, reply.get_json()
+
+
+@pytest.fixture
+def app_with(db_url, clock, cloud):
+    """An app with the demo catalog and the configuration options given."""
+    made = []
+
+    def make(**options):
+        config = Config.load(database_url=db_url, auth_strategy="noauth2", **options)
+        app = create_app(config, clock=clock, cloud=cloud, start_engine=False)
+        runtime = app.extensions["gpu_tenancy"]
+        with session_scope(runtime.sessions) as session:
+            seed(session, clock.now(), cloud.images())
+        runtime.engine.lifecycle.refresh_hosts()
+        made.append(runtime)
+        return app
+    yield make
+    for runtime in made:
+        runtime.sessions.kw["bind"].dispose()
+
+
+def test_the_limits_are_configurable(app_with):
+    client = app_with(max_lease_duration_days=200, max_start_ahead_days=10).test_client()
+    unlimited_quota(client)
+    assert client.post("/v1/leases", headers=headers(), json={"shape": "a100.x1", "duration": "P150D"}) \
+        .status_code == 201
+    err = error(client.post("/v1/leases", headers=headers(), json={
+        "shape": "a100.x1", "duration": "PT1H", "start": rfc3339(T0 + 11 * DAY)}), 400)
+    assert "10 days" in err["detail"]
+
+
+@pytest.mark.parametrize("value", [0, -1, 3651, "90", True, 1.5])
+def test_a_limit_out_of_range_is_a_configuration_error(db_url, value):
+    """Durations are stored in seconds in a 32-bit integer column: at most 10 years fit."""
+    with pytest.raises(ValueError, match="max_lease_duration_days must be a whole number from 1 to 3650"):
+        Config.load(database_url=db_url, max_lease_duration_days=value)
+
+
+def insert_queued(sessions, project: str, duration: int, start: int = T0) -> str:
+    """A queued lease written straight into the database (as before the limits, or by hand)."""
+    with session_scope(sessions) as session:
+        stamp = utcnow_naive(T0)
+        row = m.Lease(id="bad00000-0000-0000-0000-000000000000", project_id=project, user_id=f"{project}-user",
+                      status=None, gpu_model="A100", gpus_per_vm=1, instances=1, duration=duration,
+                      earliest_start=utcnow_naive(start), priority=0, created_at=stamp, updated_at=stamp,
+                      queue_reasons=[], name="bad", shape="a100.x1", image="ubuntu-22.04-cuda-12",
+                      preemptible=False, readiness_probe=False)
+        session.add(row)
+        record_transition(session, row, LeaseState.REQUESTED, T0, "test", "asked for")
+        record_transition(session, row, LeaseState.QUEUED, T0, "test", "waiting")
+        return row.id
+
+
+@pytest.mark.parametrize("duration, start", [(3_000_000 * DAY, T0), (65 * 365 * DAY, T0),
+                                             (2 * 365 * DAY, 253_370_678_400)])
+def test_a_lease_beyond_any_plannable_time_in_the_database_stops_nobody(client, runtime, engine_tick, sessions,
+                                                                        duration, start):
+    """A 3,000,000-day lease, a 65-year one, or one from 9998-12-31 for two years, is already queued: the
+    engine fails it with its reason, and plans, changes and cancels the others as before."""
+    if PG_URL and duration > 2**31 - 1:
+        pytest.skip("PostgreSQL's INTEGER column cannot hold it: the row cannot exist there")
+    other = client.post("/v1/leases", headers=headers("nlp-lab"),
+                        json={"shape": "a100.x1", "duration": "PT2H", "start": rfc3339(T0 + 3600)})
+    assert other.status_code == 201
+    other_id = other.get_json()["lease"]["id"]
+    bad = insert_queued(sessions, "ml-vision", duration, start)
+    engine_tick()
+    shown = client.get(f"/v1/leases/{bad}", headers=headers()).get_json()["lease"]
+    assert shown["status"] == "failed" and "cannot be planned" in shown["failure"]["message"]
+    events = client.get(f"/v1/leases/{bad}/events", headers=headers()).get_json()["events"]
+    assert events[-1]["to"] == "failed" and "cannot be planned" in events[-1]["message"]
+    # another tenant's new lease is planned, its change and cancel answer as ever
+    fresh = client.post("/v1/leases", headers=headers("nlp-lab"), json={"shape": "a100.x1", "duration": "PT1H"})
+    assert fresh.status_code == 201 and fresh.get_json()["lease"]["status"] == "scheduled"
+    assert client.patch(f"/v1/leases/{other_id}", json={"duration": "PT3H"}, headers=headers("nlp-lab")) \
+        .status_code == 200
+    assert client.delete(f"/v1/leases/{other_id}", headers=headers("nlp-lab")).status_code == 204
+    engine_tick()
+    engine_tick(advance=30)
+    assert client.get(f"/v1/leases/{fresh.get_json()['lease']['id']}",
+                      headers=headers("nlp-lab")).get_json()["lease"]["status"] == "active"
+
+
+def test_a_bad_lease_queued_between_ticks_does_not_fail_an_api_replan(client, sessions):
+    """The API's own replans (a create, a cancel) pass the guard too, not only the engine's."""
+    other = client.post("/v1/leases", headers=headers("nlp-lab"),
+                        json={"shape": "a100.x1", "duration": "PT2H", "start": rfc3339(T0 + 3600)})
+    bad = insert_queued(sessions, "ml-vision", 2 * 365 * DAY, 253_370_678_400)   # from 9998-12-31
+    assert client.delete(f"/v1/leases/{other.get_json()['lease']['id']}",
+                         headers=headers("nlp-lab")).status_code == 204
+    with session_scope(sessions) as session:
+        assert session.get(m.Lease, bad).status == "failed"
+        assert session.scalar(select(m.Lease.failure_class).where(m.Lease.id == bad)) == "internal"
+
+
+def test_waiting_leases_are_capped_per_user_and_per_project(app_with):
+    """Every waiting lease is planned again on every change: one member cannot queue
+    without end. The refusal is a 403 that gives the count; a dry run hears it too."""
+    client = app_with(max_waiting_leases_per_project=5, max_waiting_leases_per_user=3).test_client()
+    later = rfc3339(T0 + 2 * DAY)   # a reservation waits (queued) until its start
+
+    def ask(user, project="ml-vision", dry_run=False, instances=3):   # 24 GPUs: over the quota, they wait
+        return client.post("/v1/leases", query_string={"dry_run": "true"} if dry_run else None,
+                           headers=headers(project, user=user),
+                           json={"shape": "a100.x8", "duration": "PT1H", "start": later, "instances": instances})
+
+    made = [ask("ann") for _ in range(3)]
+    assert [r.status_code for r in made] == [201] * 3
+    assert {r.get_json()["lease"]["status"] for r in made} == {"queued"}
+    for dry_run in (False, True):
+        err = error(ask("ann", dry_run=dry_run), 403)
+        assert err["code"] == "gpu_tenancy.too_many_waiting" and "3 leases waiting" in err["detail"]
+    assert [ask("bob").status_code for _ in range(2)] == [201, 201]
+    err = error(ask("cid"), 403)
+    assert err["code"] == "gpu_tenancy.too_many_waiting" and "project ml-vision has 5 leases waiting" in err["detail"]
+    assert ask("dan", "nlp-lab", instances=1).status_code == 201            # other projects are not held back
+    client.delete(f"/v1/leases/{made[0].get_json()['lease']['id']}", headers=headers(user="ann"))
+    assert ask("ann").status_code == 201                       # a cancelled lease frees its place
