@@ -113,6 +113,8 @@ SCHEMAS = {
         "events": {"type": "array", "items": {"type": "string"}},
         "signature": {"type": "string", "description": "how each POST is signed"},
         "secret": {"type": "string", "description": "only in the answer to PUT"},
+        "recent_deliveries": {"type": "array", "items": {"type": "object"},
+                              "description": "admins only: the last 20 deliveries, with why they failed"},
         "created_at": TIME, "updated_at": TIME}},
     "Quota": {"type": "object", "required": ["project_id", "gpu_models"], "properties": {
         "project_id": {"type": "string"},
