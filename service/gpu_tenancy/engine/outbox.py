@@ -18,6 +18,7 @@ import os
 import socket
 import ssl
 import threading
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
@@ -38,6 +39,7 @@ class Outbox:
         self.pool = ThreadPoolExecutor(max_workers=config.webhook_workers, thread_name_prefix="outbox")
         self._lock = threading.Condition()
         self._sending: dict[int, tuple[str, str]] = {}   # delivery id -> (project id, target key)
+        self._stopped = False
 
     def attach(self, scheduler) -> None:
         """Run on the engine's scheduler: started with it, and stopped with it."""
@@ -53,6 +55,8 @@ class Outbox:
             return 0
         per_target = self.config.webhook_workers_per_target
         with self._lock:
+            if self._stopped:
+                return 0
             busy = self._targets()
             full = {project for project, key in self._sending.values() if busy[key] >= per_target}
             free = self.config.webhook_workers - len(self._sending)
@@ -67,16 +71,15 @@ class Outbox:
                     break
                 if self._targets().get(key, 0) >= per_target:
                     continue
+                if self._stopped:
+                    break
                 self._sending[notice.id] = (notice.project_id, key)
-            self.pool.submit(self._deliver, notice)
+                self.pool.submit(self._deliver, notice)   # under the lock: stop() cannot come between
             handed += 1
         return handed
 
-    def _targets(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for _project, key in self._sending.values():
-            counts[key] = counts.get(key, 0) + 1
-        return counts
+    def _targets(self) -> Counter:
+        return Counter(key for _project, key in self._sending.values())
 
     def _deliver(self, notice: webhooks.Due) -> None:
         try:
@@ -99,6 +102,8 @@ class Outbox:
 
     def stop(self) -> None:
         """Start nothing new; a POST under way ends by its deadline."""
+        with self._lock:
+            self._stopped = True
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 

@@ -30,11 +30,6 @@ class Target:
     path: str
     addresses: tuple[str, ...]
 
-    @property
-    def key(self) -> str:
-        """Deliveries to one key share a bounded number of workers."""
-        return f"{self.host.lower()}:{self.port}"
-
 
 class TargetRefused(ValueError):
     """The URL points where the service does not send notices."""

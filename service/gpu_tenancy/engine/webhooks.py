@@ -2,11 +2,11 @@
 
 A notice goes into an outbox row in the same transaction as the lease event it
 tells of, so a crash cannot lose it; the outbox worker (engine/outbox.py), apart
-from the engine's tick, then POSTs it, signed, and retries a failed delivery with a doubling backoff up to a bounded number of
-attempts. The signature is HMAC-SHA256 with the project's secret over
-"<timestamp>.<body>", sent as `X-GPU-Tenancy-Signature: sha256=<hex>` beside
-`X-GPU-Tenancy-Timestamp`, so a receiver can check both who sent it and that
-it is not an old one replayed."""
+from the engine's tick, then POSTs it, signed, and retries a failed delivery
+with a doubling backoff up to a bounded number of attempts. The signature is
+HMAC-SHA256 with the project's secret over "<timestamp>.<body>", sent as
+`X-GPU-Tenancy-Signature: sha256=<hex>` beside `X-GPU-Tenancy-Timestamp`, so a
+receiver can check both who sent it and that it is not an old one replayed."""
 from __future__ import annotations
 
 import hashlib
