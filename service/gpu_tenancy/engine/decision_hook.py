@@ -104,8 +104,8 @@ class Answered:
 
     def ask(self, action: str, lease: dict, user_id: str | None) -> None:
         if (action, terms(lease), user_id) != (self.asked.action, terms(self.asked.lease), self.asked.user_id):
-            raise Conflict(f"lease {lease.get('id')} changed while the operator's decision service was asked "
-                           f"about the {self.asked.action}; nothing was changed: send the request again",
+            raise Conflict(f"the terms of lease {lease.get('id')} changed while the operator's decision service "
+                           f"was asked about the {self.asked.action}; nothing was changed: send the request again",
                            "gpu_tenancy.changed_during_decision")
 
 
@@ -118,7 +118,7 @@ def terms(lease: dict) -> dict:
     return lease
 
 
-def decide(hook: DecisionHook, transaction: Callable[[], ContextManager], work: Callable) -> T:
+def decide(hook: DecisionHook, transaction: Callable[[], ContextManager], work: Callable[..., T]) -> T:
     """Run `work(session, hook)` in a transaction, with the decision service (if any)
     asked outside every transaction (see the module's doc)."""
     if not hook.url:

@@ -60,10 +60,7 @@ def pin(url: str, allowed_networks: list[str]) -> Target:
     """Resolve and check the URL's host once; the notice is sent to these addresses only."""
     parts = split(url)
     addresses = check(url, allowed_networks, resolve=True)
-    try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError as exc:
-        raise TargetRefused(f"{url[:100]} has a bad port: {exc}") from None
+    port = parts.port or (443 if parts.scheme == "https" else 80)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     return Target(parts.scheme, parts.hostname, port, path, tuple(dict.fromkeys(str(a) for a in addresses)))
 
@@ -71,7 +68,8 @@ def pin(url: str, allowed_networks: list[str]) -> Target:
 def split(url: str):
     try:
         parts = urlsplit(url)
-    except ValueError as exc:   # e.g. an unbalanced "[" or "]"
+        parts.port   # noqa: B018 - raises for a port out of range
+    except ValueError as exc:   # e.g. an unbalanced "[" or "]", port 99999
         raise TargetRefused(f"{url[:100]} is not a URL: {exc}") from None
     if not parts.hostname:
         raise TargetRefused(f"{url[:100]} names no host")
