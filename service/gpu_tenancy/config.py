@@ -41,7 +41,11 @@ class Config:
     host_refresh_seconds: int = 60
     leader_lease_seconds: int = 30
     warn_before_end_seconds: int = 3600  # lead time of the before-end warning (event and webhook)
+    # outbox and decision hook: a webhook POST's total deadline (connect to status line, not per read),
+    # the outbox's sending threads, and how many of them one receiver (host:port) may hold at once
     webhook_timeout_seconds: float = 5.0
+    webhook_workers: int = 8
+    webhook_workers_per_target: int = 2
     webhook_max_attempts: int = 6
     webhook_backoff_seconds: int = 10     # doubles per failed delivery ...
     webhook_backoff_max_seconds: int = 600  # ... up to this

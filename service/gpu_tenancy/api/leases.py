@@ -13,7 +13,7 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import audit as audit_log, leases, ledger, volumes
-from gpu_tenancy.engine.decision_hook import DecisionHook
+from gpu_tenancy.engine.decision_hook import DecisionHook, decide
 from gpu_tenancy.errors import BadRequest, NotFound
 from gpu_tenancy.guest.readiness_probe import readiness_url
 from gpu_tenancy.timeutil import rfc3339
@@ -110,15 +110,19 @@ def create():
     if (body.get("volume") or {}).get("id"):   # asked of the cloud before any transaction is open
         volumes.check_owned(rt.runtime().cloud_driver(), rt.context().project_id, body["volume"]["id"],
                             rt.is_admin())
-    with rt.transaction() as session:
-        if dry_run in ("true", "1"):
+    if dry_run in ("true", "1"):
+        with rt.transaction() as session:
             req, columns, planned = leases.preview(session, rt.now(), cfg.fairshare_half_life_seconds,
                                                    rt.caller(), body)
             return {"lease": render_preview(req, columns, planned)}, 200
-        row = leases.create(session, rt.now(), rt.caller(), body, DecisionHook.from_config(cfg))
+    lease_id = ledger.new_lease_id()   # the same in the question to the decision service and in the lease
+
+    def make(session, hook):
+        row = leases.create(session, rt.now(), rt.caller(), body, hook, lease_id)
         rendered = render(row)
         # committed with the lease, so that no lease is ever without its record
-        record = rt.audit(session, "lease.create", row.id, row.project_id, None, rendered)
+        return row, rendered, rt.audit(session, "lease.create", row.id, row.project_id, None, rendered)
+    row, rendered, record = decide(DecisionHook.from_config(cfg), rt.transaction, make)
     rendered = plan_created(row, record.id) or rendered   # the record's id is known once committed
     if row.readiness_probe:  # shown this once (not in the audit record), for VMs made by hand or Heat
         rendered = {**rendered, "readiness": {**rendered["readiness"], "token": row.readiness_token,
@@ -198,14 +202,17 @@ def events(lease_id: str):
 def update(lease_id: str):
     body = json_body(UPDATE)
     cfg = rt.runtime().config
-    with rt.transaction() as session:
+
+    def change(session, hook):
         row = load(session, lease_id)
         rt.authorize("lease:update", row.project_id)
         before = render(row)
         leases.change_end(session, rt.now(), cfg.fairshare_half_life_seconds, row, body, rt.context().user_id,
-                          cfg.extension_window_seconds, DecisionHook.from_config(cfg))
+                          cfg.extension_window_seconds, hook)
         rendered = render(row)
         rt.audit(session, "lease.update", row.id, row.project_id, before, rendered)
+        return rendered
+    rendered = decide(DecisionHook.from_config(cfg), rt.transaction, change)
     rt.runtime().wake_engine()
     return {"lease": rendered}
 
@@ -213,12 +220,13 @@ def update(lease_id: str):
 @bp.delete("/<lease_id>")
 def cancel(lease_id: str):
     cfg = rt.runtime().config
-    with rt.transaction() as session:
+
+    def end(session, hook):
         row = load(session, lease_id)
         rt.authorize("lease:delete", row.project_id)
         before = render(row)
-        leases.cancel(session, rt.now(), cfg.fairshare_half_life_seconds, row, rt.context().user_id,
-                      DecisionHook.from_config(cfg))
+        leases.cancel(session, rt.now(), cfg.fairshare_half_life_seconds, row, rt.context().user_id, hook)
         rt.audit(session, "lease.delete", row.id, row.project_id, before, render(row))
+    decide(DecisionHook.from_config(cfg), rt.transaction, end)
     rt.runtime().wake_engine()
     return "", 204

@@ -111,7 +111,11 @@ READINESS_SECRET = {
 
 WEBHOOK = {"project_id": STRING, "url": STRING, "events": {"type": "array", "items": {"type": "string", "enum": list(webhooks.EVENTS)}},
            "signature": {"type": "string", "description": "how each POST is signed"},
-           "created_at": TIME, "updated_at": TIME}
+           "created_at": TIME, "updated_at": TIME,
+           "recent_deliveries": nullable({"type": "array", "items": closed({
+               "id": {"type": "integer"}, "lease_id": STRING, "event": STRING, "status": STRING,
+               "attempts": {"type": "integer"}, "last_error": nullable(STRING)}),
+               "description": "admins only (null for others): the last 20 deliveries, with why they failed"})}
 
 BUDGET_USE = closed({
     "start": TIME, "end": TIME, "used": {"type": "number", "description": "before now"},

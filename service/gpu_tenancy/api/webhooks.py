@@ -3,6 +3,7 @@ warning) are POSTed, signed with the project's secret (see engine/webhooks.py)."
 from __future__ import annotations
 
 from flask import Blueprint
+from sqlalchemy import select
 
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.api.validation import check_identifier, json_body
@@ -13,6 +14,7 @@ from gpu_tenancy.errors import BadRequest, NotFound
 from gpu_tenancy.timeutil import rfc3339
 
 bp = Blueprint("webhooks", __name__, url_prefix="/v1/webhooks")
+RECENT = 20   # deliveries an admin sees with their errors
 
 UPDATE = {
     "type": "object",
@@ -36,7 +38,8 @@ def render(row: m.ProjectWebhook, with_secret: bool = False) -> dict:
     out = {"project_id": row.project_id, "url": row.url, "events": list(webhooks.EVENTS),
            "signature": f"{webhooks.SIGNATURE_HEADER}: sha256=HMAC-SHA256(secret, "
                         f"{webhooks.TIMESTAMP_HEADER} + '.' + body)",
-           "created_at": rfc3339(to_epoch(row.created_at)), "updated_at": rfc3339(to_epoch(row.updated_at))}
+           "created_at": rfc3339(to_epoch(row.created_at)), "updated_at": rfc3339(to_epoch(row.updated_at)),
+           "recent_deliveries": None}   # an admin's GET fills it in
     if with_secret:
         out["secret"] = row.secret
     return out
@@ -53,7 +56,14 @@ def load(session, project_id: str) -> m.ProjectWebhook:
 def show(project_id: str):
     rt.authorize("webhook:show", check_identifier("project_id", project_id))
     with rt.transaction() as session:
-        return {"webhook": render(load(session, project_id))}
+        shown = render(load(session, project_id))
+        if rt.is_admin():   # why deliveries failed: tenants see only that they did (engine/webhooks.py)
+            shown["recent_deliveries"] = [
+                {"id": d.id, "lease_id": d.lease_id, "event": d.event, "status": d.status, "attempts": d.attempts,
+                 "last_error": d.last_error} for d in session.scalars(
+                    select(m.WebhookDelivery).where(m.WebhookDelivery.project_id == project_id)
+                    .order_by(m.WebhookDelivery.id.desc()).limit(RECENT))]
+        return {"webhook": shown}
 
 
 @bp.put("/<project_id>")

@@ -173,11 +173,11 @@ def preview(session: Session, now: int, half_life: int, caller: Caller, body: di
 
 
 def create(session: Session, now: int, caller: Caller, body: dict,
-           hook: DecisionHook = DecisionHook()) -> m.Lease:
+           hook: DecisionHook = DecisionHook(), lease_id: str | None = None) -> m.Lease:
     """Add the lease, queued. It is planned once this transaction has committed
     (ledger.plan_new, or else the engine's next replan), so that one replan can
-    plan the leases of many requests."""
-    lease_id = ledger.new_lease_id()
+    plan the leases of many requests. `lease_id`: the id the decision service was told."""
+    lease_id = lease_id or ledger.new_lease_id()
     request, columns = build_request(session, now, caller, body, lease_id)
     hook.ask("accept", {"id": lease_id, "project_id": caller.project_id, "user_id": caller.user_id,
                         "gpu_model": request.gpu_model, "gpus_per_instance": request.gpus_per_vm,

@@ -58,7 +58,6 @@ class Lifecycle:
         for lease_id in self._ids(S.PROVISIONING):
             self.advance(lease_id)
         self.warn_due()
-        webhooks.deliver_due(self.sessions, self.clock, self.config)
         return self.in_flight()
 
     def in_flight(self) -> bool:

@@ -14,6 +14,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from gpu_tenancy.db.session import session_scope
 from gpu_tenancy.engine.leader import step_down, try_lead
 from gpu_tenancy.engine.lifecycle import Lifecycle
+from gpu_tenancy.engine.outbox import Outbox
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +25,9 @@ class EngineRunner:
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.leading = False
         self.scheduler = BackgroundScheduler(timezone="UTC")
+        # webhook notices go out apart from the tick, on this scheduler: started and stopped with it
+        self.outbox = Outbox(lifecycle.sessions, lifecycle.clock, lifecycle.config, leading=lambda: self.leading)
+        self.outbox.attach(self.scheduler)
         # One tick at a time. A wake that comes while a tick runs is not lost: it sets
         # _woken, and the tick that holds the lock looks at it after letting go and
         # ticks again (the scheduler alone would skip a run of a job still running).

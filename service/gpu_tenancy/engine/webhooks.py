@@ -1,12 +1,12 @@
 """Per-project webhooks for lease notices (the before-end warning).
 
 A notice goes into an outbox row in the same transaction as the lease event it
-tells of, so a crash cannot lose it; the engine then POSTs it, signed, and
-retries a failed delivery with a doubling backoff up to a bounded number of
-attempts. The signature is HMAC-SHA256 with the project's secret over
-"<timestamp>.<body>", sent as `X-GPU-Tenancy-Signature: sha256=<hex>` beside
-`X-GPU-Tenancy-Timestamp`, so a receiver can check both who sent it and that
-it is not an old one replayed."""
+tells of, so a crash cannot lose it; the outbox worker (engine/outbox.py), apart
+from the engine's tick, then POSTs it, signed, and retries a failed delivery
+with a doubling backoff up to a bounded number of attempts. The signature is
+HMAC-SHA256 with the project's secret over "<timestamp>.<body>", sent as
+`X-GPU-Tenancy-Signature: sha256=<hex>` beside `X-GPU-Tenancy-Timestamp`, so a
+receiver can check both who sent it and that it is not an old one replayed."""
 from __future__ import annotations
 
 import hashlib
@@ -14,8 +14,7 @@ import hmac
 import json
 import logging
 import secrets
-import urllib.error
-import urllib.request
+from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -33,7 +32,6 @@ SIGNATURE_HEADER = "X-GPU-Tenancy-Signature"
 TIMESTAMP_HEADER = "X-GPU-Tenancy-Timestamp"
 EVENT_HEADER = "X-GPU-Tenancy-Event"
 DELIVERY_HEADER = "X-GPU-Tenancy-Delivery"
-PER_PASS = 10   # deliveries tried per engine tick: a slow receiver cannot stall the engine for long
 ACTOR = "engine"
 
 
@@ -74,55 +72,52 @@ def ending_soon_payload(lease: m.Lease, now: int) -> dict:
                    "and the data volume kept. Extend it with PATCH /v1/leases/{id} if the GPUs are free"}
 
 
-class NoRedirects(urllib.request.HTTPRedirectHandler):
-    """A redirect is not followed: it could lead where webhook_targets would refuse."""
-
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        return None
-
-
-OPENER = urllib.request.build_opener(NoRedirects)
-
-
-def post(url: str, body: bytes, headers: dict, timeout: float) -> int:
-    """POST and return the HTTP status (an exception for no answer at all)."""
-    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json", **headers},
-                                     method="POST")
-    try:
-        with OPENER.open(request, timeout=timeout) as response:   # noqa: S310 (http/https only)
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
+@dataclass(frozen=True)
+class Due:
+    """A notice to send, with the project's webhook as it was read (None: removed)."""
+    id: int
+    project_id: str
+    lease_id: str
+    event: str
+    body: str
+    attempts: int
+    url: str | None
+    secret: str | None
 
 
-def deliver_due(sessions, clock, config, send=post) -> int:
-    """Try the notices that are due; returns how many were delivered."""
-    now = clock.now()
+def due(sessions, now: int, skip_ids: set[int], skip_projects: set[str], limit: int) -> list[Due]:
+    """The notices due, oldest first, but for those being sent (`skip_ids`) and those of
+    projects whose receiver has all the workers it may have (`skip_projects`)."""
     with session_scope(sessions) as session:
-        due = [(d.id, d.project_id, d.lease_id, d.event, d.body, d.attempts) for d in session.scalars(
-            select(m.WebhookDelivery).where(m.WebhookDelivery.status == "pending",
-                                            m.WebhookDelivery.next_attempt_at <= utcnow_naive(now))
-            .order_by(m.WebhookDelivery.next_attempt_at, m.WebhookDelivery.id).limit(PER_PASS))]
-        hooks = {h.project_id: (h.url, h.secret) for h in session.scalars(
-            select(m.ProjectWebhook).where(m.ProjectWebhook.project_id.in_({d[1] for d in due})))} if due else {}
-    delivered = 0
-    for delivery_id, project_id, lease_id, event, body, attempts in due:
-        hook = hooks.get(project_id)
-        error = None
-        if hook is not None:
-            url, secret = hook
-            stamp = clock.now()
-            headers = {SIGNATURE_HEADER: sign(secret, stamp, body.encode()), TIMESTAMP_HEADER: str(stamp),
-                       EVENT_HEADER: event, DELIVERY_HEADER: str(delivery_id)}
-            try:
-                webhook_targets.check(url, config.webhook_allowed_networks, resolve=True)
-                status = send(url, body.encode(), headers, config.webhook_timeout_seconds)
-                error = None if 200 <= status < 300 else f"HTTP {status}"
-            except Exception as exc:   # no answer: refused, timed out, bad host
-                error = f"{type(exc).__name__}: {exc}"
-        delivered += record_attempt(sessions, clock, config, delivery_id, lease_id, attempts + 1,
-                                    error if hook else "the project's webhook was removed", dropped=hook is None)
-    return delivered
+        query = (select(m.WebhookDelivery, m.ProjectWebhook.url, m.ProjectWebhook.secret)
+                 .outerjoin(m.ProjectWebhook, m.ProjectWebhook.project_id == m.WebhookDelivery.project_id)
+                 .where(m.WebhookDelivery.status == "pending", m.WebhookDelivery.next_attempt_at <= utcnow_naive(now))
+                 .order_by(m.WebhookDelivery.next_attempt_at, m.WebhookDelivery.id).limit(limit))
+        if skip_ids:
+            query = query.where(m.WebhookDelivery.id.not_in(skip_ids))
+        if skip_projects:
+            query = query.where(m.WebhookDelivery.project_id.not_in(skip_projects))
+        return [Due(d.id, d.project_id, d.lease_id, d.event, d.body, d.attempts, url, secret)
+                for d, url, secret in session.execute(query)]
+
+
+def attempt(sessions, clock, config, notice: Due, send) -> int:
+    """Check and pin the notice's target, send it there with `send(target, body, headers,
+    deadline)`, and record how it went; returns 1 if delivered."""
+    if notice.url is None:
+        return record_attempt(sessions, clock, config, notice.id, notice.lease_id, notice.attempts + 1,
+                              "the project's webhook was removed", dropped=True)
+    body = notice.body.encode()
+    stamp = clock.now()
+    headers = {"Content-Type": "application/json", SIGNATURE_HEADER: sign(notice.secret, stamp, body),
+               TIMESTAMP_HEADER: str(stamp), EVENT_HEADER: notice.event, DELIVERY_HEADER: str(notice.id)}
+    try:
+        target = webhook_targets.pin(notice.url, config.webhook_allowed_networks)
+        status = send(target, body, headers, config.webhook_timeout_seconds)
+        error = None if 200 <= status < 300 else f"HTTP {status}"
+    except Exception as exc:   # no answer: refused target, refused connection, deadline passed, bad TLS
+        error = f"{type(exc).__name__}: {exc}"
+    return record_attempt(sessions, clock, config, notice.id, notice.lease_id, notice.attempts + 1, error)
 
 
 def record_attempt(sessions, clock, config, delivery_id: int, lease_id: str, attempt: int, error: str | None,
@@ -137,10 +132,16 @@ def record_attempt(sessions, clock, config, delivery_id: int, lease_id: str, att
             record_event(session, lease, "webhook", f"{delivery.event} delivered to the project's webhook "
                          f"(attempt {attempt})", now, ACTOR)
             return 1
+        # The tenant's event tells only that it failed: the error itself (how a name resolved, whether
+        # a host answered) would let a tenant map the networks the engine reaches. Admins see it in
+        # GET /v1/webhooks/{project_id} and the log.
         if dropped or attempt >= config.webhook_max_attempts:
             delivery.status = "dropped" if dropped else "failed"
+            why = error if dropped else (f"delivery failed (each attempt must be answered 2xx within "
+                                         f"{config.webhook_timeout_seconds:g} s)")
             record_event(session, lease, "webhook", f"{delivery.event} not delivered after {attempt} attempt(s): "
-                         f"{error}", now, ACTOR)
+                         f"{why}", now, ACTOR)
+            log.warning("webhook delivery %s to project %s given up: %s", delivery_id, delivery.project_id, error)
             return 0
         wait = min(config.webhook_backoff_seconds * 2 ** (attempt - 1), config.webhook_backoff_max_seconds)
         delivery.next_attempt_at = utcnow_naive(now + wait)

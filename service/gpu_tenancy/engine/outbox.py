@@ -1,0 +1,207 @@
+"""The outbox worker: sends the webhook notices the engine writes (engine/webhooks.py),
+apart from the engine's tick, so a receiver, however slow, never holds the engine.
+
+It runs as a job on the engine's scheduler, in the leader only (so it starts and
+stops with the engine), and hands each due notice to a pool of
+`webhook_workers` threads, at most `webhook_workers_per_target` of them for one
+receiver (host and port): a slow receiver slows its own notices, not the others'.
+Each POST has a total deadline, `webhook_timeout_seconds` from connecting to the
+answer's status line, not a time-out per read: a receiver that sends a byte every
+few seconds is cut off at the deadline, and the notice is retried with the usual
+backoff. The connection goes to the address the target check passed (pinned), the
+Host header and TLS (SNI, certificate) with the URL's name."""
+from __future__ import annotations
+
+import http.client
+import logging
+import os
+import socket
+import ssl
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+
+from gpu_tenancy.engine import webhook_targets, webhooks
+from gpu_tenancy.engine.webhook_targets import Target
+
+log = logging.getLogger(__name__)
+
+
+class DeadlinePassed(TimeoutError):
+    """The receiver did not answer within the total deadline."""
+
+
+class Outbox:
+    def __init__(self, sessions, clock, config, leading=lambda: True, send=None):
+        self.sessions, self.clock, self.config, self.leading = sessions, clock, config, leading
+        self.send = send or post
+        self.pool = ThreadPoolExecutor(max_workers=config.webhook_workers, thread_name_prefix="outbox")
+        self._lock = threading.Condition()
+        self._sending: dict[int, tuple[str, str]] = {}   # delivery id -> (project id, target key)
+        self._stopped = False
+
+    def attach(self, scheduler) -> None:
+        """Run on the engine's scheduler: started with it, and stopped with it."""
+        from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
+        scheduler.add_job(self.run_once, "interval", id="outbox", seconds=self.config.engine_tick_seconds,
+                          next_run_time=datetime.now(), coalesce=True, max_instances=1)
+        scheduler.add_listener(lambda _event: self.stop(), EVENT_SCHEDULER_SHUTDOWN)
+
+    def run_once(self) -> int:
+        """Hand the due notices to the workers; returns how many were handed on (it does
+        not wait for them)."""
+        if not self.leading():
+            return 0
+        per_target = self.config.webhook_workers_per_target
+        with self._lock:
+            if self._stopped:
+                return 0
+            busy = self._targets()
+            full = {project for project, key in self._sending.values() if busy[key] >= per_target}
+            free = self.config.webhook_workers - len(self._sending)
+            skip = set(self._sending)
+        if free <= 0:
+            return 0
+        handed = 0
+        for notice in webhooks.due(self.sessions, self.clock.now(), skip, full, limit=free * 4):
+            key = target_key(notice.url)
+            with self._lock:
+                if len(self._sending) >= self.config.webhook_workers:
+                    break
+                if self._targets().get(key, 0) >= per_target:
+                    continue
+                if self._stopped:
+                    break
+                self._sending[notice.id] = (notice.project_id, key)
+                self.pool.submit(self._deliver, notice)   # under the lock: stop() cannot come between
+            handed += 1
+        return handed
+
+    def _targets(self) -> Counter:
+        return Counter(key for _project, key in self._sending.values())
+
+    def _deliver(self, notice: webhooks.Due) -> None:
+        try:
+            webhooks.attempt(self.sessions, self.clock, self.config, notice, self.send)
+        except Exception:
+            log.exception("webhook delivery %s could not be recorded; it is tried again", notice.id)
+        finally:
+            with self._lock:
+                self._sending.pop(notice.id, None)
+                self._lock.notify_all()
+
+    def wait(self, timeout: float) -> bool:
+        """Until no notice is being sent (for tests and a clean stop); False on time-out."""
+        with self._lock:
+            return self._lock.wait_for(lambda: not self._sending, timeout)
+
+    def sending(self) -> int:
+        with self._lock:
+            return len(self._sending)
+
+    def stop(self) -> None:
+        """Start nothing new; a POST under way ends by its deadline."""
+        with self._lock:
+            self._stopped = True
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def target_key(url: str | None) -> str:
+    try:
+        parts = webhook_targets.split(url or "")
+        return f"{parts.hostname.lower()}:{parts.port or parts.scheme}"
+    except (webhook_targets.TargetRefused, ValueError):
+        return "(no target)"
+
+
+def post(target: Target, body: bytes, headers: dict, deadline: float) -> int:
+    """POST to the pinned target and return the answer's HTTP status; DeadlinePassed if
+    the answer's status line has not come `deadline` seconds after starting. Redirects
+    are not followed (they could lead where the target check would refuse)."""
+    conn = PinnedHTTPS(target, deadline) if target.scheme == "https" else PinnedHTTP(target, deadline)
+    timer = threading.Timer(deadline, conn.abandon)
+    timer.daemon = True
+    timer.start()
+    try:
+        conn.request("POST", target.path, body=body, headers=headers)
+        return conn.getresponse().status
+    except (OSError, http.client.HTTPException) as exc:
+        if conn.abandoned:
+            raise DeadlinePassed(f"no answer within {deadline:g} s") from None
+        raise exc
+    finally:
+        timer.cancel()
+        conn.close()
+
+
+class Pinned:
+    """Connects to the target's checked addresses only; `abandon` (the deadline) shuts
+    the connection down under whatever read or write is waiting on it."""
+
+    def _setup(self, target: Target) -> None:
+        self.addresses = target.addresses
+        self.abandoned = False
+        self._guard = threading.Lock()
+        self._fd: int | None = None   # the connection's descriptor, the same under TLS
+
+    def _open(self) -> socket.socket:
+        error: OSError | None = None
+        for address in self.addresses:
+            try:
+                sock = socket.create_connection((address, self.port), self.timeout)
+            except OSError as exc:
+                error = exc
+                continue
+            with self._guard:
+                if self.abandoned:
+                    sock.close()
+                    raise DeadlinePassed("the deadline passed while connecting")
+                self._fd = sock.fileno()
+            return sock
+        raise error or OSError("no address to connect to")
+
+    def abandon(self) -> None:
+        with self._guard:
+            self.abandoned = True
+            if self._fd is None:
+                return
+            # through a duplicate of the descriptor: it works under TLS too, and leaves the
+            # socket objects to the thread that is using them
+            twin = socket.socket(fileno=os.dup(self._fd))
+            try:
+                twin.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            finally:
+                twin.close()
+
+    def close(self) -> None:
+        with self._guard:   # the descriptor may be reused once closed: abandon must not reach it
+            self._fd = None
+        super().close()
+
+
+class PinnedHTTP(Pinned, http.client.HTTPConnection):
+    def __init__(self, target: Target, deadline: float):
+        http.client.HTTPConnection.__init__(self, target.host, target.port, timeout=deadline)
+        self._setup(target)
+
+    def connect(self) -> None:
+        self.sock = self._open()
+
+
+class PinnedHTTPS(Pinned, http.client.HTTPSConnection):
+    def __init__(self, target: Target, deadline: float):
+        self.tls = ssl.create_default_context()
+        http.client.HTTPSConnection.__init__(self, target.host, target.port, timeout=deadline, context=self.tls)
+        self._setup(target)
+
+    def connect(self) -> None:
+        # the certificate is checked against the URL's name (and SNI sent with it), not the address
+        try:
+            self.sock = self.tls.wrap_socket(self._open(), server_hostname=self.host)
+        except BaseException:
+            with self._guard:   # wrap_socket closed the descriptor
+                self._fd = None
+            raise

@@ -1,0 +1,312 @@
+"""Webhook notices go out from the outbox worker, apart from the engine's tick: a slow
+receiver is cut off at a total deadline and retried later, holds at most its share of the
+workers, and the connection goes to the address that was checked (no DNS rebinding)."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import select
+
+from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import session_scope, to_epoch
+from tests.conftest import headers
+from tests.functional.test_webhooks import LEAD, Receiver
+
+ADMIN = headers("ml-vision", "admin", user="ops")
+
+
+class Trickler:
+    """A receiver on 127.0.0.1 that reads the request, then answers one byte every
+    `every` seconds for `lasting` seconds: each read is quick, the answer never comes."""
+
+    def __init__(self, every: float = 0.5, lasting: float = 12.0):
+        self.connections = 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/slow"
+        self.every, self.lasting, self.open = every, lasting, True
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while self.open:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
+
+    def _trickle(self, conn):
+        with conn:
+            conn.recv(65536)
+            ends = time.monotonic() + self.lasting
+            try:
+                for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 10_000:
+                    if time.monotonic() > ends or not self.open:
+                        return
+                    conn.sendall(bytes([byte]))
+                    time.sleep(self.every)
+            except OSError:
+                return
+
+    def close(self):
+        self.open = False
+        self.listener.close()
+
+
+@pytest.fixture
+def trickler():
+    t = Trickler()
+    yield t
+    t.close()
+
+
+@pytest.fixture
+def fast():
+    r = Receiver()
+    yield r
+    r.server.shutdown()
+
+
+def set_webhook(client, project, url):
+    reply = client.put(f"/v1/webhooks/{project}", json={"webhook": {"url": url}}, headers=headers(project))
+    assert reply.status_code == 200, reply.get_json()
+
+
+def active_leases(client, runtime, project, count):
+    ids = [client.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT1H"},
+                       headers=headers(project)).get_json()["lease"]["id"] for _ in range(count)]
+    runtime.engine.run_once()
+    runtime.clock.advance(30)
+    runtime.engine.run_once()
+    return ids
+
+
+def deliveries(runtime, project=None):
+    with session_scope(runtime.sessions) as session:
+        query = select(m.WebhookDelivery).order_by(m.WebhookDelivery.id)
+        if project:
+            query = query.where(m.WebhookDelivery.project_id == project)
+        return [(d.status, d.attempts, d.last_error, to_epoch(d.next_attempt_at)) for d in session.scalars(query)]
+
+
+@pytest.fixture
+def loopback(runtime):
+    runtime.config.warn_before_end_seconds = LEAD
+    runtime.config.webhook_allowed_networks = ["127.0.0.0/8"]
+    runtime.config.webhook_timeout_seconds = 1.5
+
+
+def test_a_slow_receiver_does_not_hold_the_tick_and_is_cut_off_at_the_total_deadline(
+        client, runtime, trickler, loopback):
+    """Finding 2. Before: the tick POSTed, with a 5 s time-out per read; this receiver's
+    bytes every 0.5 s held the tick until the receiver gave up (12 s)."""
+    set_webhook(client, "ml-vision", trickler.url)
+    active_leases(client, runtime, "ml-vision", 1)
+    runtime.clock.advance(3600 - LEAD)
+    runtime.engine.run_once()                        # writes the notice, sends nothing
+    assert trickler.connections == 0
+    [(status, attempts, _, _)] = deliveries(runtime)
+    assert (status, attempts) == ("pending", 0)
+
+    began = time.monotonic()
+    assert runtime.engine.outbox.run_once() == 1
+    assert runtime.engine.outbox.wait(10)
+    took = time.monotonic() - began
+    assert trickler.connections == 1
+    assert 1.5 <= took < 6, took                     # the deadline, not the receiver's 12 s
+    [(status, attempts, error, next_at)] = deliveries(runtime)
+    assert (status, attempts) == ("pending", 1) and "DeadlinePassed: no answer within 1.5 s" in error
+    assert next_at == runtime.clock.now() + runtime.config.webhook_backoff_seconds
+
+    runtime.engine.outbox.run_once()                 # not due yet
+    assert runtime.engine.outbox.wait(10) and trickler.connections == 1
+    runtime.clock.advance(runtime.config.webhook_backoff_seconds)
+    runtime.engine.outbox.run_once()                 # retried after the backoff
+    assert runtime.engine.outbox.wait(10) and trickler.connections == 2
+    assert deliveries(runtime)[0][:2] == ("pending", 2)
+
+
+def test_a_slow_receiver_does_not_delay_another_projects_notices(client, runtime, trickler, fast, loopback):
+    """Finding 2. Two workers, one per receiver: ml-vision's three notices to its slow
+    receiver (the oldest, so first in line) take one; nlp-lab's is sent at once by the other."""
+    runtime.config.webhook_workers, runtime.config.webhook_workers_per_target = 2, 1
+    runtime.config.webhook_timeout_seconds = 4
+    from gpu_tenancy.engine.outbox import Outbox
+    outbox = Outbox(runtime.sessions, runtime.clock, runtime.config)
+    set_webhook(client, "ml-vision", trickler.url)
+    set_webhook(client, "nlp-lab", fast.url)
+    active_leases(client, runtime, "ml-vision", 3)
+    active_leases(client, runtime, "nlp-lab", 1)
+    runtime.clock.advance(3600 - LEAD)
+    runtime.engine.run_once()
+    assert [d[0] for d in deliveries(runtime)] == ["pending"] * 4
+
+    began = time.monotonic()
+    assert outbox.run_once() == 2                    # one slow, one fast: not two slow
+    while not fast.seen and time.monotonic() - began < 4:
+        time.sleep(0.02)
+    assert len(fast.seen) == 1 and outbox.sending() >= 1   # delivered while the slow one still waits
+    assert trickler.connections == 1
+    assert outbox.wait(10)
+    assert deliveries(runtime, "nlp-lab")[0][:2] == ("delivered", 1)
+    assert [d[:2] for d in deliveries(runtime, "ml-vision")] == [("pending", 1), ("pending", 0), ("pending", 0)]
+    outbox.stop()
+
+
+@pytest.fixture
+def two_loopbacks():
+    """The receiver the check allows (127.0.0.2) and the one it does not (127.0.0.1),
+    on the same port, as a rebinding name would point at one and then the other."""
+    for _ in range(20):
+        allowed = Receiver(host="127.0.0.2")
+        port = allowed.server.server_port
+        try:
+            internal = Receiver(host="127.0.0.1", port=port)
+        except OSError:
+            allowed.server.shutdown()
+            continue
+        yield allowed, internal, port
+        allowed.server.shutdown()
+        internal.server.shutdown()
+        return
+    pytest.skip("no port free on both 127.0.0.1 and 127.0.0.2")
+
+
+def test_a_name_that_rebinds_after_the_check_never_reaches_the_internal_address(
+        client, runtime, two_loopbacks, loopback, monkeypatch):
+    """Finding 6. The resolver answers 127.0.0.2 (allowed) first and 127.0.0.1 after.
+    Before: the check resolved it, then the send resolved it again and reached 127.0.0.1."""
+    allowed, internal, port = two_loopbacks
+    runtime.config.webhook_allowed_networks = ["127.0.0.2/32"]
+    set_webhook(client, "ml-vision", f"http://hooks.example:{port}/gpu")
+    answers = []
+    real = socket.getaddrinfo
+
+    def rebinding(host, *args, **kwargs):
+        if host == "hooks.example":
+            answers.append(host)
+            host = "127.0.0.2" if len(answers) == 1 else "127.0.0.1"
+        return real(host, *args, **kwargs)
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    active_leases(client, runtime, "ml-vision", 1)
+    runtime.clock.advance(3600 - LEAD)
+    runtime.engine.run_once()
+    runtime.engine.outbox.run_once()
+    assert runtime.engine.outbox.wait(10)
+    assert internal.seen == [] and len(allowed.seen) == 1
+    assert allowed.seen[0][0]["Host"] == f"hooks.example:{port}"   # the name, though sent to the address
+    assert len(answers) == 1 and deliveries(runtime)[0][:2] == ("delivered", 1)
+
+
+def test_tls_is_checked_against_the_name_while_connecting_to_the_checked_address(
+        client, runtime, loopback, monkeypatch, tmp_path):
+    """Pinning keeps TLS whole: SNI and the certificate check use the URL's name."""
+    from gpu_tenancy.engine import outbox
+    ca_file, server = tls_receiver(tmp_path, "hooks.example")
+    try:
+        trusting = outbox.ssl.create_default_context(cafile=str(ca_file))   # the throwaway CA only
+        monkeypatch.setattr(outbox.ssl, "create_default_context", lambda: trusting)
+        real = socket.getaddrinfo
+        monkeypatch.setattr(socket, "getaddrinfo", lambda host, *a, **k: real(
+            "127.0.0.1" if host == "hooks.example" else host, *a, **k))
+        set_webhook(client, "ml-vision", f"https://hooks.example:{server.port}/gpu")
+        active_leases(client, runtime, "ml-vision", 1)
+        runtime.clock.advance(3600 - LEAD)
+        runtime.engine.run_once()
+        runtime.engine.outbox.run_once()
+        assert runtime.engine.outbox.wait(10)
+        assert deliveries(runtime)[0][:3] == ("delivered", 1, None) and server.names == ["hooks.example"]
+    finally:
+        server.close()
+
+
+def tls_receiver(tmp_path, name):
+    """An HTTPS receiver on 127.0.0.1 with a certificate for `name` from a throwaway CA."""
+    crypto = pytest.importorskip("cryptography.x509")
+    import datetime as dt
+    import ssl
+
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = crypto.Name([crypto.NameAttribute(crypto.NameOID.COMMON_NAME, name)])
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (crypto.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(crypto.random_serial_number()).not_valid_before(now - timedelta(hours=1))
+            .not_valid_after(now + timedelta(hours=1))
+            .add_extension(crypto.SubjectAlternativeName([crypto.DNSName(name)]), critical=False)
+            .add_extension(crypto.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert_file, key_file)
+    names: list[str] = []
+    context.sni_callback = lambda sock, server_name, ctx: names.append(server_name)
+    receiver = Receiver()
+    receiver.server.socket = context.wrap_socket(receiver.server.socket, server_side=True)
+    receiver.port, receiver.names = receiver.server.server_port, names
+    receiver.close = receiver.server.shutdown
+    return cert_file, receiver
+
+
+@pytest.mark.parametrize("address, inner", [
+    ("2002:7f00:1::1", "127.0.0.1"),                      # 6to4
+    ("2002:a9fe:a9fe::", "169.254.169.254"),              # 6to4: the metadata service
+    ("2002:a00:5::1", "10.0.0.5"),                        # 6to4
+    ("2001:0:4136:e378:8000:63bf:f5ff:fffa", "10.0.0.5"),  # Teredo (the client address is inverted)
+    ("64:ff9b::a9fe:a9fe", "169.254.169.254"),            # NAT64
+    ("64:ff9b:1::c0a8:10a", "192.168.1.10"),              # NAT64, local use
+    ("::ffff:a00:5", "10.0.0.5"),                         # IPv4-mapped
+])
+def test_ipv6_forms_that_carry_an_internal_ipv4_address_are_refused(client, address, inner):
+    """Finding 6: the IPv4 address inside is what the packets reach."""
+    reply = client.put("/v1/webhooks/ml-vision", json={"webhook": {"url": f"http://[{address}]/h"}},
+                       headers=headers())
+    assert reply.status_code == 400
+    error = reply.get_json()["errors"][0]
+    assert error["code"] == "gpu_tenancy.webhook_target_refused" and f"for {inner}," in error["detail"]
+
+
+def test_a_name_resolving_to_a_wrapped_internal_address_gets_no_post(client, runtime, loopback, monkeypatch):
+    runtime.config.webhook_allowed_networks = []
+    set_webhook(client, "ml-vision", "http://hooks.example/gpu")
+    monkeypatch.setattr(socket, "getaddrinfo", lambda host, *a, **k: [
+        (socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("2002:7f00:1::1", 0, 0, 0))])
+    sent = []
+    monkeypatch.setattr(runtime.engine.outbox, "send", lambda *a: sent.append(a) or 204)
+    active_leases(client, runtime, "ml-vision", 1)
+    runtime.clock.advance(3600 - LEAD)
+    runtime.engine.run_once()
+    runtime.engine.outbox.run_once()
+    assert runtime.engine.outbox.wait(10)
+    assert sent == [] and "6to4 for 127.0.0.1" in deliveries(runtime)[0][2]
+
+
+def test_tenants_see_that_a_delivery_failed_and_admins_why(client, runtime, loopback, monkeypatch):
+    """Finding 6. Before: the lease's events (which tenants read) said how the name resolved."""
+    runtime.config.webhook_allowed_networks, runtime.config.webhook_max_attempts = [], 1
+    set_webhook(client, "ml-vision", "http://hooks.internal.example/gpu")
+    real = socket.getaddrinfo
+    monkeypatch.setattr(socket, "getaddrinfo", lambda host, *a, **k: real(
+        "10.1.2.3" if host == "hooks.internal.example" else host, *a, **k))
+    [lease_id] = active_leases(client, runtime, "ml-vision", 1)
+    runtime.clock.advance(3600 - LEAD)
+    runtime.engine.run_once()
+    runtime.engine.outbox.run_once()
+    assert runtime.engine.outbox.wait(10)
+    events = client.get(f"/v1/leases/{lease_id}/events", headers=headers()).get_json()["events"]
+    [told] = [e["message"] for e in events if e["kind"] == "webhook"]
+    assert told.startswith("lease.ending_soon not delivered after 1 attempt(s): delivery failed")
+    assert "10.1.2.3" not in told and "private" not in told
+    member = client.get("/v1/webhooks/ml-vision", headers=headers()).get_json()["webhook"]
+    assert "recent_deliveries" not in member
+    admin = client.get("/v1/webhooks/ml-vision", headers=ADMIN).get_json()["webhook"]
+    [delivery] = admin["recent_deliveries"]
+    assert delivery["status"] == "failed" and "hooks.internal.example (10.1.2.3) is a private" in delivery["last_error"]
