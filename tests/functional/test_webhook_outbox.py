@@ -306,7 +306,7 @@ def test_tenants_see_that_a_delivery_failed_and_admins_why(client, runtime, loop
     assert told.startswith("lease.ending_soon not delivered after 1 attempt(s): delivery failed")
     assert "10.1.2.3" not in told and "private" not in told
     member = client.get("/v1/webhooks/ml-vision", headers=headers()).get_json()["webhook"]
-    assert "recent_deliveries" not in member
+    assert member["recent_deliveries"] is None   # present in every answer (the schemas are closed), filled for admins only
     admin = client.get("/v1/webhooks/ml-vision", headers=ADMIN).get_json()["webhook"]
     [delivery] = admin["recent_deliveries"]
     assert delivery["status"] == "failed" and "hooks.internal.example (10.1.2.3) is a private" in delivery["last_error"]
