@@ -94,9 +94,10 @@ def prepare_service_db(url: str, workdir: str, n_hosts: int, projects: list[str]
     return config_file
 
 
-def start_gunicorn(app: str, port: int, env: dict, workers: int, log: str) -> subprocess.Popen:
+def start_gunicorn(app: str, port: int, env: dict, workers: int, log: str,
+                   extra: list[str] = ()) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "gunicorn", "-w", str(workers), "-b", f"127.0.0.1:{port}",
-           "--chdir", HERE, "--log-level", "warning", app]
+           "--chdir", HERE, "--log-level", "warning", *extra, app]
     proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=open(log, "w"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

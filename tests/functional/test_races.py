@@ -47,7 +47,10 @@ def served(tmp_path, db_url):
     projects' quotas and most A100 GPUs taken."""
     config_path = tmp_path / "api.yaml"
     config_path.write_text(yaml.safe_dump({"database_url": db_url, "auth_strategy": "noauth2",
-                                           "allow_noauth2": True, "run_engine": False}))
+                                           "allow_noauth2": True, "run_engine": False,
+                                           # every racer's lease may wait: the race is for GPUs, not places
+                                           "max_waiting_leases_per_project": 1000,
+                                           "max_waiting_leases_per_user": 1000}))
     clock = SystemClock()
     app = create_app(Config.load(str(config_path), run_engine=True), clock=clock,
                      cloud=SimulatedCloud.from_file(DEMO_CLOUD, clock), start_engine=False)

@@ -68,8 +68,10 @@ def days(seconds: int) -> str:
 
 def check_waiting(session: Session, project_id: str, user_id: str) -> None:
     """Refuse a new lease when the project, or the user, has as many waiting as it may:
-    every waiting lease is planned again on every change, under the ledger lock."""
-    waiting = m.Lease.status.in_([s.value for s in WAITING])
+    every waiting lease is planned again on every change, under the ledger lock. A
+    reservation booked ahead (scheduled, not started) counts too: each is a hold that
+    every plan reads, and a member could otherwise book a year of hourly slots."""
+    waiting = m.Lease.status.in_([s.value for s in (*WAITING, LeaseState.SCHEDULED)])
     project, user = session.execute(select(func.count(), func.count().filter(m.Lease.user_id == user_id))
                                     .where(m.Lease.project_id == project_id, waiting)).one()
     if project >= _configured.waiting_per_project:
