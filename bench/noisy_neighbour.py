@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import struct
 import sys
 import tempfile
 import threading
@@ -28,10 +29,36 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))                    # api_load
 
 from api_load import start_gunicorn, stop  # noqa: E402
+from gpu_tenancy.clock import VirtualClock  # noqa: E402
 from gpu_tenancy.db import migrate  # noqa: E402
 from tests.ports import free_port  # noqa: E402
+from tests.conftest import T0  # noqa: E402
 from tests.hostile_tenant import (HOSTILE, HostileTenant, TricklingReceiver, build_runtime, p99,  # noqa: E402
                                   victim_run)
+
+
+class SharedClock(VirtualClock):
+    """The engine's virtual clock, written to a file at each move for the API processes
+    (bench/noisy_api.py): every process plans at the same now, as with one wall clock."""
+
+    def __init__(self, start: int, path: str):
+        self.path = path
+        super().__init__(start)
+        self._write()
+
+    def _write(self) -> None:
+        with open(self.path + ".new", "wb") as f:
+            f.write(struct.pack("<q", self._now))
+        os.replace(self.path + ".new", self.path)   # readers never see half a value
+
+    def advance(self, seconds: int) -> int:
+        now = super().advance(seconds)
+        self._write()
+        return now
+
+    def set(self, t: int) -> None:
+        super().set(t)
+        self._write()
 
 
 def fresh_database(base: str | None, workdir: str, name: str) -> str:
@@ -89,16 +116,17 @@ def serve_api(url: str, workdir: str) -> tuple:
                         "run_engine": False, "max_waiting_leases_per_user": 10,
                         "webhook_allowed_networks": ["127.0.0.1/32"]}, f)
     port = free_port()
-    proc = start_gunicorn("gpu_tenancy.wsgi:application", port, {"GPU_TENANCY_CONFIG": config}, 2,
+    proc = start_gunicorn("noisy_api:application", port, {"GPU_TENANCY_CONFIG": config,
+                                                           "BENCH_CLOCK_FILE": os.path.join(workdir, "clock")}, 2,
                           os.path.join(workdir, "gunicorn.log"), extra=["-k", "gthread", "--threads", "4"])
     return proc, f"http://127.0.0.1:{port}"
 
 
 def one_run(url: str, seconds: float, threads: int, max_rounds: int, extra_ticks: int | None = None,
-            api: str | None = None):
+            api: str | None = None, clock: VirtualClock | None = None):
     """ml-vision's workload, then ticks a virtual minute apart while the hostile loop runs
     (or `extra_ticks` of them, so that the quiet run ticks as often as the noisy one)."""
-    app, runtime = build_runtime(url)
+    app, runtime = build_runtime(url, clock)
     receiver = TricklingReceiver(gap=0.5) if threads else None
     tenants = [HostileTenant(HttpClient(api), {**HOSTILE, "X-User-Id": f"mallory-{n}"}, runtime.clock.now,
                              receiver) for n in range(threads)]
@@ -133,10 +161,11 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gt-noisy-") as workdir:
         url = fresh_database(args.database_url, workdir, "noisy")
+        clock = SharedClock(T0, os.path.join(workdir, "clock"))
         gunicorn, api = serve_api(url, workdir)
         try:
             noisy, noisy_ticks, noisy_wall, tenants, extra = one_run(url, args.seconds, args.threads,
-                                                                     args.max_rounds, api=api)
+                                                                     args.max_rounds, api=api, clock=clock)
         finally:
             stop(gunicorn)
         quiet, quiet_ticks, quiet_wall, _, _ = one_run(fresh_database(args.database_url, workdir, "quiet"),

@@ -171,9 +171,9 @@ def p99(values: list[float]) -> float:
     return statistics.quantiles(values, n=100)[98] if len(values) > 1 else values[0]
 
 
-def build_runtime(url: str):
+def build_runtime(url: str, clock: VirtualClock | None = None):
     """The app on a migrated database, with the demo catalog, the engine built but not started."""
-    clock = VirtualClock(T0)
+    clock = clock or VirtualClock(T0)
     # the slow receiver is on 127.0.0.1, which webhooks may reach only when allowed
     config = Config.load(database_url=url, auth_strategy="noauth2", run_engine=True,
                          webhook_allowed_networks=["127.0.0.1/32"], webhook_timeout_seconds=1.0,
