@@ -4,6 +4,7 @@ planned in a second one: see create)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
@@ -218,13 +219,13 @@ def cancel(session: Session, now: int, half_life: int, row: m.Lease, actor: str,
 
 
 def end_allocations_at(session: Session, row: m.Lease, now: int) -> None:
-    """Shorten the lease's hold to end now (usage counts what was held)."""
+    """Shorten the lease's planned end to now (usage counts what was held). No allocation is
+    removed: one that began this very second has a VM booting on its GPUs, and the lease holds
+    them, whatever its end says, until the cloud has released them (the lease is ended)."""
     stamp = utcnow_naive(now)
     for alloc in row.allocations:
-        if alloc.start_at >= stamp:
-            session.delete(alloc)
-        elif alloc.end_at > stamp:
-            alloc.end_at = stamp
+        if alloc.end_at > stamp:
+            alloc.end_at = max(stamp, alloc.start_at + timedelta(seconds=1))   # a window is never empty
     row.end_at = min(row.end_at, stamp) if row.end_at else stamp
 
 
