@@ -48,3 +48,51 @@ def test_ending_a_lease_in_the_second_it_began_provisioning_keeps_its_gpus_held(
         engine_tick(advance=10)
     assert get(client, nxt["id"], "nlp-lab")["status"] == "active"
     assert failures(runtime.sessions, nxt["id"]) == []
+
+
+def current_allowance(sessions):
+    from gpu_tenancy.engine import held
+    with session_scope(sessions) as s:
+        return held.allowance(s)
+
+
+def test_a_reservation_waits_for_the_gpus_the_lease_before_it_still_holds(client, runtime, cloud, engine_tick):
+    """Case 1: the reservation's start comes while the lease before it on the same GPUs is
+    still being deleted (slower than planned): it waits for the release, then boots there,
+    instead of being refused the host and retried elsewhere."""
+    first = ask(client, {"shape": "h100.x4", "duration": "PT60S"})
+    other = ask(client, {"shape": "h100.x4", "duration": "PT60S"}, project="nlp-lab")
+    engine_tick()
+    engine_tick(advance=20)
+    assert get(client, first["id"])["status"] == get(client, other["id"], "nlp-lab")["status"] == "active"
+    host = hosts_of(runtime.sessions, first["id"])[0]
+    end = runtime.clock.now() - 20 + 60
+    start = end + current_allowance(runtime.sessions)
+    nxt = ask(client, {"shape": "h100.x4", "duration": "PT60S",
+                       "start": time_text(start)})
+    assert nxt["status"] == "scheduled" and hosts_of(runtime.sessions, nxt["id"]) == [host]
+    cloud.slow_deletes(30)                                  # the first lease's VM takes 30 s to go
+    runtime.clock.set(end)
+    engine_tick()
+    runtime.clock.set(start)
+    engine_tick()
+    assert get(client, nxt["id"])["status"] == "scheduled"  # waits for the release
+    assert get(client, first["id"])["status"] == "ending"
+    while get(client, first["id"])["status"] == "ending":
+        engine_tick(advance=1)
+        runtime.engine.watch_once()
+    released = runtime.clock.now()
+    engine_tick()
+    lease = get(client, nxt["id"])
+    assert lease["status"] == "provisioning" and hosts_of(runtime.sessions, nxt["id"]) == [host]
+    assert released == end + 30
+    engine_tick(advance=20)
+    assert get(client, nxt["id"])["status"] == "active"
+    assert failures(runtime.sessions, nxt["id"]) == []
+    events = client.get(f"/v1/leases/{nxt['id']}/events", headers=headers()).get_json()["events"]
+    assert sum("to be released by the cloud" in e["message"] for e in events) == 1
+
+
+def time_text(t):
+    from gpu_tenancy.timeutil import rfc3339
+    return rfc3339(t)

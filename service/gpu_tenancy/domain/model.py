@@ -30,6 +30,7 @@ class Hold:
     borrowing: bool = False
     preemptible: bool = False     # runs on idle capacity outside quota; ended whenever needed
     priority: int = 0             # the lease's: reclaim takes the lowest first
+    allowance: int = 0            # `end` is the planned end plus this (the cloud's release time)
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,10 @@ from sqlalchemy.orm.attributes import flag_modified
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import ledger_lock, to_epoch, utcnow_naive
 from gpu_tenancy.domain import fairshare, planner
+from gpu_tenancy.domain.held import held_until
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, Plan, PlannedLease, QuotaLimit
 from gpu_tenancy.domain.states import HOLDING, LeaseState
-from gpu_tenancy.engine import planner_settings
+from gpu_tenancy.engine import held, planner_settings
 from gpu_tenancy.engine.events import record_transition
 from gpu_tenancy.engine.metrics import CREATE_REPLANS, PLANNER_SECONDS
 from gpu_tenancy.timeutil import rfc3339
@@ -55,7 +56,7 @@ def load_inputs(session: Session, now: int, half_life: int,
     """Everything the planner reads, in four queries; `queued`: the waiting lease
     rows, when the caller has loaded them already."""
     hosts = [host_from_row(h) for h in session.execute(select(m.Host.__table__).order_by(m.Host.name))]
-    holds, usage = load_allocations(session, now, half_life)
+    holds, usage = load_allocations(session, now, half_life, held.allowance(session))
     quotas = {(q.project_id, q.gpu_model): quota_from_row(q) for q in session.execute(select(m.Quota.__table__))}
     waiting = [request_from_row(r) for r in (load_queued(session) if queued is None else queued)]
     return PlannerInputs(hosts, holds, quotas, waiting, usage)
@@ -66,9 +67,10 @@ def load_queued(session: Session) -> list[m.Lease]:
         select(m.Lease).where(m.Lease.status == S.QUEUED.value).order_by(m.Lease.created_at, m.Lease.id)))
 
 
-def load_allocations(session: Session, now: int, half_life: int) -> tuple[list[Hold], dict[tuple[str, str], float]]:
-    """The holds (allocations of leases that hold GPUs) and the decayed usage, from one
-    query: plain columns, no ORM objects (there are thousands)."""
+def load_allocations(session: Session, now: int, half_life: int,
+                     allowance: int = 0) -> tuple[list[Hold], dict[tuple[str, str], float]]:
+    """The holds (allocations of leases that hold GPUs, as long as domain/held.py says) and the
+    decayed usage, from one query: plain columns, no ORM objects (there are thousands)."""
     holding = {s.value for s in HOLDING}
     # Fair share looks back a few half-lives; older use has decayed to nothing, and
     # what starts after now has not been used yet.
@@ -82,10 +84,8 @@ def load_allocations(session: Session, now: int, half_life: int) -> tuple[list[H
     for r in rows:
         start, end = to_epoch(r.start_at), to_epoch(r.end_at)
         if r.status in holding:
-            # A lease's GPUs stay taken until the cloud has released them (the lease is
-            # ended), even when its planned end has passed: Placement lags behind.
-            holds.append(Hold(r.lease_id, r.project_id, r.host, r.gpu_model, r.gpus, start, max(end, now + 1),
-                              r.borrowing, r.preemptible, r.priority))
+            holds.append(Hold(r.lease_id, r.project_id, r.host, r.gpu_model, r.gpus, start,
+                              held_until(end, now, allowance), r.borrowing, r.preemptible, r.priority, allowance))
         if r.end_at > since and r.start_at < until:
             records.append((r.project_id, r.gpu_model, r.gpus, start, end))
     spent = m.SpentAllocation   # what leases moved off a down host used there

@@ -19,7 +19,7 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.domain.failures import FailureClass, classify_fault, rule
 from gpu_tenancy.domain.states import FINAL, LeaseState
-from gpu_tenancy.engine import early_ends, host_failure, readiness, retry, webhooks
+from gpu_tenancy.engine import early_ends, held, host_failure, readiness, retry, webhooks
 from gpu_tenancy.engine.crashpoints import crash_point
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.engine.leases import end_allocations_at
@@ -35,6 +35,7 @@ class Lifecycle:
         self.sessions, self.cloud, self.clock, self.config = sessions, cloud, clock, config
         self._hosts_refreshed_at: int | None = None
         self._tasks: dict[str, str] = {}   # server id -> the cloud's last task seen while BUILD
+        self._awaiting_release: dict[str, dict] = {}   # lease id -> hosts it waits on (told once)
 
     # --- one pass -------------------------------------------------------------------------
     def tick(self) -> bool:
@@ -110,6 +111,17 @@ class Lifecycle:
             row = session.get(m.Lease, lease_id)
             if row is None or row.status != S.SCHEDULED.value:
                 return
+            # GPUs not yet released by the lease before it (a delete slower than planned): booting
+            # now would be refused the host. It waits; the engine ticks again on the release.
+            blocked = held.unreleased_on(session, row, now)
+            if blocked:
+                if self._awaiting_release.get(lease_id) != blocked:
+                    self._awaiting_release[lease_id] = blocked
+                    record_event(session, row, "progress", "waiting for the GPUs on " + "; ".join(
+                        f"{host} (held by lease {', '.join(ids)})" for host, ids in blocked.items())
+                        + " to be released by the cloud; it starts once they are", now, ACTOR)
+                return
+            self._awaiting_release.pop(lease_id, None)
             for alloc in row.allocations:
                 session.add(m.Server(lease_id=row.id, vm_index=alloc.vm_index, host=alloc.host,
                                      status="REQUESTED", updated_at=utcnow_naive(now)))
