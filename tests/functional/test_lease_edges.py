@@ -96,3 +96,43 @@ def test_a_reservation_waits_for_the_gpus_the_lease_before_it_still_holds(client
 def time_text(t):
     from gpu_tenancy.timeutil import rfc3339
     return rfc3339(t)
+
+
+def test_a_lease_asked_during_a_tick_is_not_committed_onto_an_ending_leases_gpus(client, runtime, cloud,
+                                                                                 engine_tick, monkeypatch):
+    """Case 2: the tick ends a lease, and a lease asked for "now" a second later, while the tick
+    runs, is planned by the tick's replan: not as a reservation on the GPUs still being
+    released, and no event of it is stamped before it was asked for."""
+    first = ask(client, {"shape": "h100.x4", "duration": "PT60S"})
+    other = ask(client, {"shape": "h100.x4", "duration": "PT2H"}, project="nlp-lab")
+    engine_tick()
+    engine_tick(advance=20)
+    host = hosts_of(runtime.sessions, first["id"])[0]
+    lifecycle = runtime.engine.lifecycle
+    asked = []
+    real_finish = lifecycle.finish_end
+
+    def finish_then_ask(lease_id):     # the API serves a request while the tick ends the lease
+        real_finish(lease_id)
+        if not asked:
+            runtime.clock.advance(1)
+            asked.append(ask(client, {"shape": "h100.x4", "duration": "PT60S"}, project="ml-vision"))
+    monkeypatch.setattr(lifecycle, "finish_end", finish_then_ask)
+    runtime.clock.advance(40)                   # the first lease's end
+    engine_tick()
+    monkeypatch.undo()
+    nxt = asked[0]
+    with session_scope(runtime.sessions) as s:
+        row = s.get(m.Lease, nxt["id"])
+        asked_at = row.created_at
+        assert all(e.at >= asked_at for e in s.scalars(select(m.Event).where(m.Event.lease_id == row.id)))
+        # while the first lease's VM is being deleted, nothing else is committed on its GPUs
+        assert row.status == "queued" or host not in {a.host for a in row.allocations}
+    assert get(client, first["id"])["status"] == "ending"
+    for _ in range(10):
+        engine_tick(advance=1)
+        runtime.engine.watch_once()
+    engine_tick(advance=20)
+    assert get(client, nxt["id"])["status"] == "active"
+    assert failures(runtime.sessions, nxt["id"]) == []
+    assert get(client, other["id"], "nlp-lab")["status"] == "active"

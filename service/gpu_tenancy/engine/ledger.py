@@ -31,6 +31,9 @@ class PlannerInputs:
     quotas: dict[tuple[str, str], QuotaLimit]
     waiting: list[LeaseRequest]
     usage: dict[tuple[str, str], float]
+    # hosts where a lease past its planned end still holds GPUs: when the cloud releases them
+    # is not known, so nothing is committed there for later (it is planned, and committed once free)
+    unreleased: frozenset[str] = frozenset()
 
 
 def host_from_row(row: m.Host) -> Host:
@@ -56,10 +59,10 @@ def load_inputs(session: Session, now: int, half_life: int,
     """Everything the planner reads, in four queries; `queued`: the waiting lease
     rows, when the caller has loaded them already."""
     hosts = [host_from_row(h) for h in session.execute(select(m.Host.__table__).order_by(m.Host.name))]
-    holds, usage = load_allocations(session, now, half_life, held.allowance(session))
+    holds, usage, unreleased = load_allocations(session, now, half_life, held.allowance(session))
     quotas = {(q.project_id, q.gpu_model): quota_from_row(q) for q in session.execute(select(m.Quota.__table__))}
     waiting = [request_from_row(r) for r in (load_queued(session) if queued is None else queued)]
-    return PlannerInputs(hosts, holds, quotas, waiting, usage)
+    return PlannerInputs(hosts, holds, quotas, waiting, usage, unreleased)
 
 
 def load_queued(session: Session) -> list[m.Lease]:
@@ -68,7 +71,7 @@ def load_queued(session: Session) -> list[m.Lease]:
 
 
 def load_allocations(session: Session, now: int, half_life: int,
-                     allowance: int = 0) -> tuple[list[Hold], dict[tuple[str, str], float]]:
+                     allowance: int = 0) -> tuple[list[Hold], dict[tuple[str, str], float], frozenset[str]]:
     """The holds (allocations of leases that hold GPUs, as long as domain/held.py says) and the
     decayed usage, from one query: plain columns, no ORM objects (there are thousands)."""
     holding = {s.value for s in HOLDING}
@@ -80,10 +83,12 @@ def load_allocations(session: Session, now: int, half_life: int,
         select(a.lease_id, a.project_id, a.host, a.gpu_model, a.gpus, a.start_at, a.end_at, a.borrowing,
                m.Lease.status, m.Lease.preemptible, m.Lease.priority).join(m.Lease)
         .where(m.Lease.status.in_(holding) | ((a.end_at > since) & (a.start_at < until))))
-    holds, records = [], []
+    holds, records, unreleased = [], [], set()
     for r in rows:
         start, end = to_epoch(r.start_at), to_epoch(r.end_at)
         if r.status in holding:
+            if r.status == S.ENDING.value or (end <= now and r.status != S.SCHEDULED.value):
+                unreleased.add(r.host)
             holds.append(Hold(r.lease_id, r.project_id, r.host, r.gpu_model, r.gpus, start,
                               held_until(end, now, allowance), r.borrowing, r.preemptible, r.priority, allowance))
         if r.end_at > since and r.start_at < until:
@@ -92,7 +97,7 @@ def load_allocations(session: Session, now: int, half_life: int,
     rows = session.execute(select(spent.project_id, spent.gpu_model, spent.gpus, spent.start_at, spent.end_at)
                            .where(spent.end_at > since))
     records += [(r.project_id, r.gpu_model, r.gpus, to_epoch(r.start_at), to_epoch(r.end_at)) for r in rows]
-    return holds, fairshare.decayed_gpu_hours(records, now, half_life)
+    return holds, fairshare.decayed_gpu_hours(records, now, half_life), frozenset(unreleased)
 
 
 def run_planner(inputs: PlannerInputs, now: int, half_life: int,
@@ -102,12 +107,16 @@ def run_planner(inputs: PlannerInputs, now: int, half_life: int,
                         inputs.usage, settings)
 
 
-def replan(session: Session, now: int, half_life: int, actor: str = "planner") -> Plan:
+def replan(session: Session, now: int, half_life: int, actor: str = "planner", clock=None) -> Plan:
     """Plan every waiting lease and commit what the plan decides: leases whose
     start has come, and reservations that start exactly when asked, get their
     GPUs in the ledger (scheduled); the rest keep their position, ETA and reasons.
-    Queued leases whose latest start has passed expire. The caller commits."""
+    Queued leases whose latest start has passed expire. With `clock`, `now` is read
+    from it once the lock is held, so no decision predates what the ledger holds. The
+    caller commits."""
     ledger_lock(session)
+    if clock is not None:
+        now = clock.now()
     return replan_locked(session, now, half_life, actor)
 
 
@@ -128,7 +137,8 @@ def replan_locked(session: Session, now: int, half_life: int, actor: str) -> Pla
             continue
         request = waiting[planned.lease_id]
         place = planned.placement
-        if place is not None and (place.start <= now or place.start == request.earliest_start):
+        if place is not None and (place.start <= now or (place.start == request.earliest_start
+                                                          and inputs.unreleased.isdisjoint(place.hosts))):
             commit_allocation(session, row, planned, now, actor)
         else:
             write_queue_info(row, planned)
@@ -176,7 +186,8 @@ def commit_allocation(session: Session, row: m.Lease, planned: PlannedLease, now
     why = f"GPUs reserved on {hosts}, starting {when}"
     if planned.borrowing:
         why += "; borrowing idle capacity beyond the project's quota"
-    record_transition(session, row, S.SCHEDULED, now, actor, why)
+    # never stamped before the lease was asked for (another process's clock may lag)
+    record_transition(session, row, S.SCHEDULED, max(now, to_epoch(row.created_at)), actor, why)
     clear_queue_info(row)
 
 

@@ -48,13 +48,14 @@ class Lifecycle:
         host_failure.handle_down_hosts(self)
         # Ends first: GPUs of a lease that is over come back before the plan hands them on.
         early_ends.end_due(self)
-        for lease_id in self._ids(S.ACTIVE, end_by=now):
+        for lease_id in self._ids(S.ACTIVE, end_by=self.clock.now()):
             self.begin_end(lease_id, "its time is up")
         for lease_id in self._ids(S.ENDING):
             self.finish_end(lease_id)
         with session_scope(self.sessions) as session:
-            early_ends.replan(session, now, self.config, ACTOR)   # the plan, then reclaim and preemption
-        for lease_id in self._ids(S.SCHEDULED, start_by=now):
+            # the plan, then reclaim and preemption, at the time read under the ledger lock
+            plan = early_ends.replan(session, self.clock, self.config, ACTOR)
+        for lease_id in self._ids(S.SCHEDULED, start_by=plan.now):
             self.start(lease_id)
         for lease_id in self._ids(S.PROVISIONING):
             self.advance(lease_id)
