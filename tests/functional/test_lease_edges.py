@@ -136,3 +136,36 @@ def test_a_lease_asked_during_a_tick_is_not_committed_onto_an_ending_leases_gpus
     assert get(client, nxt["id"])["status"] == "active"
     assert failures(runtime.sessions, nxt["id"]) == []
     assert get(client, other["id"], "nlp-lab")["status"] == "active"
+
+
+def test_capacity_hosts_and_metrics_count_an_ending_leases_gpus_until_released(client, runtime, cloud,
+                                                                               engine_tick):
+    """Case 4: one notion of held: the GPUs of a lease whose VMs are being deleted are in use
+    for /v1/capacity (figures and calendar), /v1/hosts and the metrics, as for the planner."""
+    first = ask(client, {"shape": "h100.x4", "duration": "PT60S"})
+    other = ask(client, {"shape": "h100.x4", "duration": "PT2H"}, project="nlp-lab")
+    engine_tick()
+    engine_tick(advance=20)
+    host = hosts_of(runtime.sessions, first["id"])[0]
+    cloud.slow_deletes(30)
+    engine_tick(advance=40)                     # the first lease's end: its VM is being deleted
+    assert get(client, first["id"])["status"] == "ending" and cloud.free_gpus()[host] == 0
+    now = runtime.clock.now()
+    admin = headers("admin-project", roles="admin")
+    body = client.get("/v1/capacity", headers=admin, query_string={
+        "start": time_text(now), "end": time_text(now + 3600)}).get_json()["capacity"]
+    h100 = body["gpu_models"]["H100"]
+    assert (h100["in_use"], h100["free"], h100["largest_free_block"]) == (8, 0, 0)
+    row = next(h for h in body["calendar"] if h["host"] == host)
+    assert row["free"][0] == {"from": time_text(now), "to": row["free"][0]["to"], "free": 0}
+    listed = {h["name"]: h for h in client.get("/v1/hosts", headers=admin).get_json()["hosts"]}
+    assert listed[host]["in_use"] == 4 and listed[host]["held_until"] > time_text(now)
+    metrics = client.get("/metrics", headers=admin).get_data(as_text=True)
+    assert 'gpu_tenancy_gpus_in_use{gpu_model="H100",project_id="ml-vision"} 4.0' in metrics
+    waiting = ask(client, {"shape": "h100.x4", "duration": "PT60S"})
+    assert waiting["status"] == "queued"
+    while get(client, first["id"])["status"] == "ending":
+        engine_tick(advance=1)
+    body = client.get("/v1/capacity", headers=admin).get_json()["capacity"]
+    assert body["gpu_models"]["H100"]["in_use"] == 8      # the waiting lease has them now
+    assert get(client, waiting["id"])["status"] in ("scheduled", "provisioning")
