@@ -169,3 +169,20 @@ def test_capacity_hosts_and_metrics_count_an_ending_leases_gpus_until_released(c
     body = client.get("/v1/capacity", headers=admin).get_json()["capacity"]
     assert body["gpu_models"]["H100"]["in_use"] == 8      # the waiting lease has them now
     assert get(client, waiting["id"])["status"] in ("scheduled", "provisioning")
+
+
+def test_leases_asked_in_the_same_second_keep_the_order_they_were_asked_in(client, runtime, engine_tick,
+                                                                           monkeypatch):
+    """Case 6: arrival order, not the random lease id: of two leases one project asks one
+    after the other in the same second, the first goes first."""
+    from gpu_tenancy.engine import ledger
+    for _ in range(2):
+        ask(client, {"shape": "h100.x4", "duration": "PT2H"}, project="nlp-lab")   # both H100 hosts taken
+    ids = iter(["ffffffff-0000-4000-8000-000000000000", "00000000-0000-4000-8000-000000000000"])
+    monkeypatch.setattr(ledger, "new_lease_id", lambda: next(ids))   # the later asked has the lower id
+    first = ask(client, {"shape": "h100.x4", "duration": "PT1H"})
+    second = ask(client, {"shape": "h100.x4", "duration": "PT1H"})
+    engine_tick()
+    first, second = get(client, first["id"]), get(client, second["id"])
+    assert (first["queue"]["position"], second["queue"]["position"]) == (1, 2)
+    assert first["queue"]["eta"] < second["queue"]["eta"]

@@ -59,6 +59,7 @@ class LeaseRequest:
     priority: int = 0             # higher goes first
     name: str = ""
     preemptible: bool = False     # any size, outside quota, only where idle; ended when needed
+    arrival: int = 0              # the order it was asked in (a monotonic sequence): ties of created_at
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ Pure, deterministic, standard library only. See DESIGN.md, "The planner".
 
 Algorithm (conservative backfill): leases are taken in order (priority desc,
 then, when a wait bound is set, those past it, in the order they reached it, then
-fair share asc, created_at asc, lease_id); each gets the earliest start
+fair share asc, created_at asc, arrival asc, lease_id); each gets the earliest start
 >= max(now, earliest_start) at which all its VMs fit for the whole duration on
 what the holds and the leases before it left free, and within its project's
 quota at every instant of its window; that placement is then reserved. A later
@@ -106,7 +106,7 @@ def bound_protected(waiting: Sequence[LeaseRequest], now: int, settings: Planner
     wait_bound_leases is set, among the first that many of their GPU model to reach it."""
     if not settings.bounded:
         return set()
-    past = [(lr.gpu_model, -lr.priority, at, lr.created_at, lr.lease_id)
+    past = [(lr.gpu_model, -lr.priority, at, lr.created_at, lr.arrival, lr.lease_id)
             for lr in waiting if (at := bound_reached_at(lr, settings)) is not None and now >= at]
     if settings.wait_bound_leases is None:
         return {k[-1] for k in past}
@@ -124,12 +124,13 @@ def order_key(lr: LeaseRequest, quotas: Mapping[tuple[str, str], QuotaLimit],
               settings: PlannerSettings = PlannerSettings(), protected: set[str] | None = None):
     """Planner order: priority desc; then leases past the wait bound (those of
     `protected`, by default every one), by when they reached it; then the rest
-    by fair share asc, created_at asc; lease_id."""
+    by fair share asc, created_at asc; then the order they were asked in (arrival: leases
+    asked in the same second), lease_id."""
     at = bound_reached_at(lr, settings)
     if at is not None and now >= at and (protected is None or lr.lease_id in protected):
-        return (-lr.priority, 0, at, lr.created_at, lr.lease_id)
+        return (-lr.priority, 0, at, lr.created_at, lr.arrival, lr.lease_id)
     score = share_score(usage, lr.project_id, lr.gpu_model, _weight(quotas, lr.project_id, lr.gpu_model))
-    return (-lr.priority, 1, score, lr.created_at, lr.lease_id)
+    return (-lr.priority, 1, score, lr.created_at, lr.arrival, lr.lease_id)
 
 
 # --------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
@@ -195,6 +195,9 @@ def create(session: Session, now: int, caller: Caller, body: dict,
     record_transition(session, row, S.REQUESTED, now, caller.user_id, "asked for by the user")
     record_transition(session, row, S.QUEUED, now, "planner", "waiting for its turn")
     session.flush()
+    # its place in the order of asking: the id of its first event, from the database's own
+    # monotonic sequence (created_at has whole seconds, the lease id is random)
+    row.arrival = session.scalar(select(func.min(m.Event.id)).where(m.Event.lease_id == row.id))
     return row
 
 

@@ -3,6 +3,7 @@ commit the decisions under the ledger lock, so two requests can never take
 the same GPUs."""
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from dataclasses import dataclass
 
@@ -22,6 +23,7 @@ from gpu_tenancy.engine.metrics import CREATE_REPLANS, PLANNER_SECONDS
 from gpu_tenancy.timeutil import rfc3339
 
 S = LeaseState
+LAST_ARRIVAL = 2 ** 62
 
 
 @dataclass
@@ -51,7 +53,7 @@ def request_from_row(row: m.Lease) -> LeaseRequest:
         lease_id=row.id, project_id=row.project_id, gpu_model=row.gpu_model, gpus_per_vm=row.gpus_per_vm,
         instances=row.instances, duration=row.duration, earliest_start=to_epoch(row.earliest_start),
         latest_start=to_epoch(row.latest_start), created_at=to_epoch(row.created_at),
-        priority=row.priority, name=row.name, preemptible=row.preemptible)
+        priority=row.priority, name=row.name, preemptible=row.preemptible, arrival=row.arrival or 0)
 
 
 def load_inputs(session: Session, now: int, half_life: int,
@@ -67,7 +69,8 @@ def load_inputs(session: Session, now: int, half_life: int,
 
 def load_queued(session: Session) -> list[m.Lease]:
     return list(session.scalars(
-        select(m.Lease).where(m.Lease.status == S.QUEUED.value).order_by(m.Lease.created_at, m.Lease.id)))
+        select(m.Lease).where(m.Lease.status == S.QUEUED.value)
+        .order_by(m.Lease.created_at, m.Lease.arrival, m.Lease.id)))
 
 
 def load_allocations(session: Session, now: int, half_life: int,
@@ -216,7 +219,8 @@ def clear_queue_info(row: m.Lease) -> None:
 def dry_run(session: Session, now: int, half_life: int, request: LeaseRequest) -> PlannedLease:
     """Where a lease would land if it were asked for now; writes nothing."""
     inputs = load_inputs(session, now, half_life)
-    return run_planner(inputs, now, half_life, extra=[request]).leases[request.lease_id]
+    newest = dataclasses.replace(request, arrival=LAST_ARRIVAL)   # it would be asked after every lease
+    return run_planner(inputs, now, half_life, extra=[newest]).leases[request.lease_id]
 
 
 def new_lease_id() -> str:
