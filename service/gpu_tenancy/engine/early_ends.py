@@ -47,7 +47,7 @@ def replan(session: Session, clock, config: Config, actor: str) -> Plan:
         decided = reclaim.early_ends(
             now, inputs.hosts, inputs.holds, inputs.quotas, inputs.waiting, inputs.usage, plan, settings(config),
             takeable=takeable, yielded=yielded_pairs(session),
-            planner_settings=planner_settings.settings(half_life))
+            planner_settings=ledger.settings_for(inputs, half_life))
         for end in decided.ends:
             apply(session, now, end, actor)
         if decided.ends:

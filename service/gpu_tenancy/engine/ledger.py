@@ -36,6 +36,7 @@ class PlannerInputs:
     # hosts where a lease past its planned end still holds GPUs: when the cloud releases them
     # is not known, so nothing is committed there for later (it is planned, and committed once free)
     unreleased: frozenset[str] = frozenset()
+    allowance: int = 0   # the release allowance the holds were read with (engine/held.py)
 
 
 def host_from_row(row: m.Host) -> Host:
@@ -61,10 +62,11 @@ def load_inputs(session: Session, now: int, half_life: int,
     """Everything the planner reads, in four queries; `queued`: the waiting lease
     rows, when the caller has loaded them already."""
     hosts = [host_from_row(h) for h in session.execute(select(m.Host.__table__).order_by(m.Host.name))]
-    holds, usage, unreleased = load_allocations(session, now, half_life, held.allowance(session))
+    allowance = held.allowance(session)
+    holds, usage, unreleased = load_allocations(session, now, half_life, allowance)
     quotas = {(q.project_id, q.gpu_model): quota_from_row(q) for q in session.execute(select(m.Quota.__table__))}
     waiting = [request_from_row(r) for r in (load_queued(session) if queued is None else queued)]
-    return PlannerInputs(hosts, holds, quotas, waiting, usage, unreleased)
+    return PlannerInputs(hosts, holds, quotas, waiting, usage, unreleased, allowance)
 
 
 def load_queued(session: Session) -> list[m.Lease]:
@@ -105,9 +107,14 @@ def load_allocations(session: Session, now: int, half_life: int,
 
 def run_planner(inputs: PlannerInputs, now: int, half_life: int,
                 extra: list[LeaseRequest] = ()) -> Plan:
-    settings = planner_settings.settings(half_life)
+    settings = settings_for(inputs, half_life)
     return planner.plan(now, inputs.hosts, inputs.holds, inputs.quotas, [*inputs.waiting, *extra],
                         inputs.usage, settings)
+
+
+def settings_for(inputs: PlannerInputs, half_life: int) -> planner.PlannerSettings:
+    """The planner's settings, with the release allowance its inputs were read with."""
+    return dataclasses.replace(planner_settings.settings(half_life), release_allowance=inputs.allowance)
 
 
 def replan(session: Session, now: int, half_life: int, actor: str = "planner", clock=None) -> Plan:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpu_tenancy.cloud.driver import BootRequest, CloudDriver, CloudError, ShapeSpec, VolumeRequest
@@ -103,6 +103,7 @@ class Lifecycle:
             for name, row in known.items():
                 if name not in reported and row.up:
                     row.up, row.updated_at = False, utcnow_naive(now)  # gone from the inventory
+            held.set_nominal(session, now, self.cloud.nominal_release_seconds())
         self._hosts_refreshed_at = now
 
     # --- start ------------------------------------------------------------------------------
@@ -284,9 +285,18 @@ class Lifecycle:
         with session_scope(self.sessions) as session:
             row = session.get(m.Lease, lease_id)
             if row.status == S.ENDING.value:
+                if any(cloud_id for _, cloud_id, _ in servers):   # VMs were deleted: how long it took
+                    held.record_release(session, now, now - self._ending_since(session, lease_id, now))
                 target = S.FAILED if row.failure_class else early_ends.final_state(row)
                 record_transition(session, row, target, now, ACTOR,
                                   "VMs deleted, GPUs released" + ("; the data volume is kept" if row.volume_id else ""))
+
+    @staticmethod
+    def _ending_since(session: Session, lease_id: str, now: int) -> int:
+        """When the lease began ending (its VMs' delete was asked for then)."""
+        at = session.scalar(select(func.max(m.Event.at)).where(m.Event.lease_id == lease_id,
+                                                               m.Event.to_state == S.ENDING.value))
+        return to_epoch(at) if at is not None else now
 
     # --- reconcile --------------------------------------------------------------------------
     def reconcile(self) -> None:
