@@ -117,16 +117,13 @@ def settings_for(inputs: PlannerInputs, half_life: int) -> planner.PlannerSettin
     return dataclasses.replace(planner_settings.settings(half_life), release_allowance=inputs.allowance)
 
 
-def replan(session: Session, now: int, half_life: int, actor: str = "planner", clock=None) -> Plan:
+def replan(session: Session, now: int, half_life: int, actor: str = "planner") -> Plan:
     """Plan every waiting lease and commit what the plan decides: leases whose
     start has come, and reservations that start exactly when asked, get their
     GPUs in the ledger (scheduled); the rest keep their position, ETA and reasons.
-    Queued leases whose latest start has passed expire. With `clock`, `now` is read
-    from it once the lock is held, so no decision predates what the ledger holds. The
-    caller commits."""
+    Queued leases whose latest start has passed expire. The caller commits (the
+    engine reads `now` once it holds the lock: early_ends.replan)."""
     ledger_lock(session)
-    if clock is not None:
-        now = clock.now()
     return replan_locked(session, now, half_life, actor)
 
 
