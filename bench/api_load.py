@@ -79,7 +79,9 @@ def prepare_service_db(url: str, workdir: str, n_hosts: int, projects: list[str]
     config_file = os.path.join(workdir, "service.yaml")
     with open(config_file, "w") as f:
         yaml.safe_dump({"database_url": url, "auth_strategy": "noauth2", "allow_noauth2": True,
-                        "run_engine": False, "simulated_cloud": cloud_file}, f)
+                        "run_engine": False, "simulated_cloud": cloud_file,
+                        # the create phase queues hundreds per project, as before the caps: like with like
+                        "max_waiting_leases_per_project": 10**6, "max_waiting_leases_per_user": 10**6}, f)
     migrate.upgrade(url)
     app = create_app(Config.load(config_file, run_engine=True), start_engine=False)
     rt = app.extensions["gpu_tenancy"]
