@@ -189,7 +189,10 @@ setup_done cinder
 api cinder-api 8776 cinder_api
 launch cinder-scheduler "$BIN/cinder-scheduler" --config-file "$LB_ETC/cinder/cinder.conf"
 launch cinder-volume "$BIN/cinder-volume" --config-file "$LB_ETC/cinder/cinder.conf"
+setup_done neutron
+api neutron-api 9696 neutron
 setup_done nova
+if [ $first_run = 1 ]; then touch "$SETUP_MARK"; fi
 since=$(date +%s)
 api nova-api 8774 nova_api
 launch nova-conductor "$BIN/nova-conductor" --config-file "$LB_ETC/nova/nova.conf"
@@ -202,10 +205,6 @@ for spec in $LB_COMPUTES; do
     hosts="$hosts $host" gpus=$((gpus + count))
     launch_compute "$host"
 done
-# neutron's schema sync is the longest; nothing above needs neutron running
-setup_done neutron
-if [ $first_run = 1 ]; then touch "$SETUP_MARK"; fi
-api neutron-api 9696 neutron
 say "all processes started"
 
 wait_http "http://$LB_IP:9292/"
