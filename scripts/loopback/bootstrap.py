@@ -6,7 +6,7 @@ Run with the loopback venv's python; start.sh does it on the first start:
     python bootstrap.py resources   # needs nova, cinder, glance: quotas, the image
     python bootstrap.py networks    # needs neutron: "public", and a network + router per tenant
 
-Both steps can be run again at any time: everything is looked up first and
+Every step can be run again at any time: everything is looked up first and
 only created or changed when missing. Credentials come from the ``gt-admin``
 cloud of $OS_CLIENT_CONFIG_FILE (default: clouds.yaml in the state dir).
 """
@@ -49,6 +49,7 @@ CATALOG = (
     ("gpu-tenancy", "gpu", f"http://{IP}:8779"),
 )
 IMAGE_NAME = "ubuntu-22.04"
+IMAGE_BYTES = 1024 * 1024  # zeros: the fake hypervisor never reads it
 # The external network, flat on physnet "public" (ml2_conf.ini), owned by admin
 # and visible to every project: floating IPs come from its subnet.
 PUBLIC = "public"
@@ -56,7 +57,6 @@ PUBLIC_CIDR = "172.24.4.0/24"
 # Each tenant's own network <project>-net with subnet <project>-subnet, and a
 # router <project>-router from it to "public" (what a floating IP needs).
 PRIVATE_CIDRS = {"tenant-a": "10.1.0.0/24", "tenant-b": "10.2.0.0/24"}
-IMAGE_BYTES = 1024 * 1024  # zeros: the fake hypervisor never reads it
 
 
 def log(msg):
