@@ -4,8 +4,9 @@ Run with the loopback venv's python; start.sh does it on the first start:
 
     python bootstrap.py identity    # keystone only: roles, projects, users, catalog
     python bootstrap.py resources   # needs nova, cinder, glance: quotas, the image
+    python bootstrap.py networks    # needs neutron: "public", and a network + router per tenant
 
-Both steps can be run again at any time: everything is looked up first and
+Every step can be run again at any time: everything is looked up first and
 only created or changed when missing. Credentials come from the ``gt-admin``
 cloud of $OS_CLIENT_CONFIG_FILE (default: clouds.yaml in the state dir).
 """
@@ -43,13 +44,19 @@ CATALOG = (
     ("nova", "compute", f"http://{IP}:8774/v2.1"),
     ("glance", "image", f"http://{IP}:9292"),
     ("cinderv3", "block-storage", f"http://{IP}:8776/v3/%(project_id)s"),
-    # the neutron stub (scripts/loopback/neutron_stub.py), not a real neutron
     ("neutron", "network", f"http://{IP}:9696"),
     # the service under test; nothing listens here unless the tests start it
     ("gpu-tenancy", "gpu", f"http://{IP}:8779"),
 )
 IMAGE_NAME = "ubuntu-22.04"
 IMAGE_BYTES = 1024 * 1024  # zeros: the fake hypervisor never reads it
+# The external network, flat on physnet "public" (ml2_conf.ini), owned by admin
+# and visible to every project: floating IPs come from its subnet.
+PUBLIC = "public"
+PUBLIC_CIDR = "172.24.4.0/24"
+# Each tenant's own network <project>-net with subnet <project>-subnet, and a
+# router <project>-router from it to "public" (what a floating IP needs).
+PRIVATE_CIDRS = {"tenant-a": "10.1.0.0/24", "tenant-b": "10.2.0.0/24"}
 
 
 def log(msg):
@@ -131,8 +138,40 @@ def resources(conn):
     log(f"image {IMAGE_NAME} {img.id} public, {img.status}")
 
 
+def networks(conn):
+    net = conn.network
+    admin_project = conn.current_project_id
+    public = net.find_network(PUBLIC, project_id=admin_project) or net.create_network(
+        name=PUBLIC, project_id=admin_project, is_router_external=True,
+        provider_network_type="flat", provider_physical_network="public")
+    public_subnet = _subnet(net, public, PUBLIC_CIDR, admin_project)
+    log(f"network {PUBLIC} (external) {public.id}, subnet {public_subnet.cidr}")
+
+    for name, cidr in PRIVATE_CIDRS.items():
+        proj = conn.identity.find_project(name, domain_id=DOMAIN, ignore_missing=False)
+        private = (net.find_network(f"{name}-net", project_id=proj.id)
+                   or net.create_network(name=f"{name}-net", project_id=proj.id))
+        subnet = _subnet(net, private, cidr, proj.id)
+        router = net.find_router(f"{name}-router", project_id=proj.id)
+        if router is None:
+            router = net.create_router(name=f"{name}-router", project_id=proj.id,
+                                       external_gateway_info={"network_id": public.id})
+        if not any(ip["subnet_id"] == subnet.id
+                   for p in net.ports(device_id=router.id) for ip in p.fixed_ips):
+            net.add_interface_to_router(router, subnet_id=subnet.id)
+        log(f"{name}: network {private.name} {subnet.cidr}, router {router.name} to {PUBLIC}")
+
+
+def _subnet(net, network, cidr, project_id):
+    """the network's subnet (named after it), made once"""
+    name = network.name.removesuffix("-net") + "-subnet"
+    return (net.find_subnet(name, network_id=network.id)
+            or net.create_subnet(name=name, network_id=network.id, project_id=project_id,
+                                 ip_version=4, cidr=cidr))
+
+
 def main(argv):
-    steps = {"identity": identity, "resources": resources}
+    steps = {"identity": identity, "resources": resources, "networks": networks}
     if not argv or any(a not in steps for a in argv):
         raise SystemExit(f"usage: bootstrap.py {{{'|'.join(steps)}}}...")
     conn = openstack.connect(cloud="gt-admin")

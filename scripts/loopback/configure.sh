@@ -9,8 +9,8 @@ set -euo pipefail
 [ -x "$LB_PY" ] || die "no venv at $LB_VENV: run scripts/loopback/install.sh first"
 
 E="$LB_ETC" D="$LB_DATA"
-mkdir -p "$E"/{mysql,rabbitmq,keystone,placement,glance,nova,nova-compute,cinder} \
-         "$D"/{glance/images,glance/staging,glance/tasks,nova/control,cinder/locks,rabbitmq/home} \
+mkdir -p "$E"/{mysql,rabbitmq,keystone,placement,glance,nova,nova-compute,cinder,neutron/plugins/ml2} \
+         "$D"/{glance/images,glance/staging,glance/tasks,nova/control,cinder/locks,neutron/locks,rabbitmq/home} \
          "$LB_LOGS" "$LB_RUN"
 
 DB="mysql+pymysql://openstack:openstack@$LB_IP"
@@ -177,6 +177,10 @@ service_down_time = 20
 periodic_fuzzy_delay = 0
 heal_instance_info_cache_interval = -1
 graceful_shutdown_timeout = 5
+# No agent plugs a port, so none sends network-vif-plugged: boot without waiting.
+# (The fake hypervisor doesn't wait for it anyway; live migration would.)
+vif_plugging_is_fatal = False
+vif_plugging_timeout = 0
 [api]
 auth_strategy = keystone
 [wsgi]
@@ -232,6 +236,53 @@ instances_path = $hd/instances
 lock_path = $hd/locks
 EOF
 done
+
+# ---- Neutron :9696, ML2 with our mechanism driver, no agents -------------------------
+# neutron-api (gunicorn) is the only neutron process. Ports get fixed IPs from
+# neutron's own IPAM and are bound by fake_port_binding (every host, ACTIVE at
+# once). Routers and floating IPs exist in the DB only: no L3 agent forwards
+# anything, and no DHCP agent serves the subnets.
+# api-paste.ini is found beside neutron.conf
+cp "$PKG_ETC/neutron/api-paste.ini" "$E/neutron/"
+cat > "$E/neutron/neutron.conf" <<EOF
+[DEFAULT]
+debug = False
+host = gt-neutron
+transport_url = $AMQP
+auth_strategy = keystone
+state_path = $D/neutron
+core_plugin = ml2
+# router: routers and floating IPs (the API; nothing forwards packets)
+service_plugins = router
+# no DHCP agent listens: don't send it casts nobody reads
+dhcp_agent_notification = False
+# port up/down and address changes go to nova as external events, so the
+# servers' addresses show floating IPs as soon as they are associated
+notify_nova_on_port_status_changes = True
+notify_nova_on_port_data_changes = True
+[database]
+connection = $DB/neutron?$DB_OPTS
+$(authtoken neutron)
+$(keystone_credentials nova neutron)
+[oslo_concurrency]
+lock_path = $D/neutron/locks
+$(policy)
+EOF
+# tenant networks are VXLAN (any VNI will do: nothing is encapsulated); the
+# external network is flat on physnet "public"
+cat > "$E/neutron/plugins/ml2/ml2_conf.ini" <<EOF
+[ml2]
+type_drivers = flat,vxlan
+project_network_types = vxlan
+mechanism_drivers = gt_fake_host
+extension_drivers = port_security
+[ml2_type_flat]
+flat_networks = public
+[ml2_type_vxlan]
+vni_ranges = 1:1000
+[securitygroup]
+enable_security_group = True
+EOF
 
 # ---- Cinder :8776, a volume backend that only logs ------------------------------------
 cp "$PKG_ETC/cinder/api-paste.ini" "$E/cinder/"

@@ -22,6 +22,8 @@ TOP_LEVEL=(
     nova==34.0.0
     glance==33.0.0
     cinder==29.0.0
+    neutron==29.0.0
+    pyroute2          # neutron imports it (server side too) but does not declare it
     gunicorn
     PyMySQL
     openstacksdk
@@ -90,7 +92,7 @@ if [ -n "$relock_from" ]; then
         echo "# against OpenStack's upper-constraints for this cycle, minus the two pins"
         echo "# nova 34 can't meet (oslo.versionedobjects, keystoneauth1)."
         echo "# Regenerate with: install.sh --relock CONSTRAINTS_FILE"
-        "$UV" pip freeze --python "$LB_PY"
+        "$UV" pip freeze --python "$LB_PY" | grep -v "^gt-loopback-fake-port-binding"   # ours, not from PyPI
     } > "$LB_LOCK"
     say "wrote $(grep -vc '^#' "$LB_LOCK") pins to scripts/loopback/requirements.lock"
 fi
@@ -98,8 +100,13 @@ fi
 # `sync` makes the venv exactly the lock (adds, upgrades, removes); it does
 # nothing when the venv already matches. Byte-compiling here, in parallel, saves
 # the first start from compiling the same modules in a dozen processes at once.
-say "uv pip sync requirements.lock"
-"$UV" pip sync -q --python "$LB_PY" --compile-bytecode "$LB_LOCK"
+# Our ML2 mechanism driver goes in with the lock: neutron finds mechanism drivers
+# by entry point only, so it is a tiny local package (built with the venv's
+# setuptools, rebuilt when its source changes).
+local_reqs="$LB_STATE/local-requirements.txt"
+echo "gt-loopback-fake-port-binding @ file://$LB_HOME/fake_port_binding" > "$local_reqs"
+say "uv pip sync requirements.lock + fake_port_binding"
+"$UV" pip sync -q --python "$LB_PY" --compile-bytecode --no-build-isolation "$LB_LOCK" "$local_reqs"
 
 # ---- 4. our fake GPU hypervisor -------------------------------------------------
 # nova imports compute_driver as nova.virt.<value>, so the module must sit there.
@@ -112,7 +119,7 @@ fi
 
 "$LB_PY" - <<'EOF'
 from importlib.metadata import version
-names = ["keystone", "openstack-placement", "nova", "glance", "cinder", "openstacksdk", "gunicorn", "PyMySQL"]
+names = ["keystone", "openstack-placement", "nova", "glance", "cinder", "neutron", "openstacksdk", "gunicorn", "PyMySQL"]
 print("  " + ", ".join(f"{n} {version(n)}" for n in names))
 EOF
 say "done ($(du -sh "$LB_VENV" | cut -f1) venv)"

@@ -9,11 +9,17 @@
 2. a flavor with h100:1, not pinned: the scheduler can only put it on gpu-h100-1;
 3. both deleted: placement lets go of their allocations (polled: nova-compute
    frees them a moment after the server is gone from the API).
+   Steps 1-2 boot with networks="none";
+4. alice, a plain member of tenant-a, boots a100:2 on tenant-a-net: the port
+   nova made is bound to the server's host, ACTIVE, with a fixed IP from the
+   subnet that the server's addresses show; a floating IP from "public"
+   associated with it shows there too; deleting the server deletes the port.
 
 Everything it creates is named gt-smoke-* and deleted at the end (and at the
 start, if an earlier run left something behind).
 """
 
+import ipaddress
 import os
 import sys
 import time
@@ -99,6 +105,8 @@ def cleanup():
             admin.compute.delete_server(s)
             admin.compute.wait_for_delete(s, interval=1, wait=120)
             step(f"deleted server {s.name}")
+    for fip in admin.network.ips(description=PREFIX + "fip"):
+        admin.network.delete_ip(fip)
     for f in admin.compute.flavors(is_public=None):
         if f.name.startswith(PREFIX):
             admin.compute.delete_flavor(f)
@@ -150,6 +158,43 @@ for s in (s1, s2):
     pinner.compute.wait_for_delete(s, interval=0.5, wait=120)
 released = poll(lambda: (gpu_allocations(s1.id), gpu_allocations(s2.id), gpus_in_use()), ({}, {}, 0), timeout=60)
 check(released == ({}, {}, 0), f"servers deleted -> their GPU allocations released ({time.time() - t:.1f}s)")
+
+# ---- 4. a tenant's boot on its network ----
+alice = openstack.connect(cloud="gt-alice")
+net = alice.network.find_network("tenant-a-net", ignore_missing=False)
+subnet = alice.network.find_subnet("tenant-a-subnet", ignore_missing=False)
+t = time.time()
+s4 = alice.compute.create_server(name=PREFIX + "net", flavor_id=a100x2.id, image_id=image.id,
+                                 networks=[{"uuid": net.id}])
+s4 = alice.compute.wait_for_server(s4, status="ACTIVE", failures=["ERROR"], interval=0.5, wait=180)
+s4 = admin.compute.get_server(s4.id)
+ports = list(admin.network.ports(device_id=s4.id))
+check(len(ports) == 1, f"a100:2 on tenant-a-net by alice -> ACTIVE on {s4.compute_host}, 1 port ({time.time() - t:.1f}s)")
+port = ports[0]
+check(port.status == "ACTIVE" and port.binding_host_id == s4.compute_host and port.binding_vif_type == "ovs",
+      f"port {port.status}, bound to {port.binding_host_id} ({port.binding_vif_type}), "
+      f"security groups {len(port.security_group_ids)}")
+fixed = port.fixed_ips[0]["ip_address"]
+check(ipaddress.ip_address(fixed) in ipaddress.ip_network(subnet.cidr),
+      f"fixed IP {fixed} from {subnet.name} {subnet.cidr}")
+
+
+def addresses(kind):
+    return [a["addr"] for a in alice.compute.get_server(s4.id).addresses.get(net.name, [])
+            if a.get("OS-EXT-IPS:type") == kind]
+
+
+check(addresses("fixed") == [fixed], f"server addresses: {net.name} fixed {fixed}")
+public = alice.network.find_network("public", ignore_missing=False)
+fip = alice.network.create_ip(floating_network_id=public.id, port_id=port.id, description=PREFIX + "fip")
+got = poll(lambda: addresses("floating"), [fip.floating_ip_address], timeout=30)
+check(got == [fip.floating_ip_address],
+      f"floating IP {fip.floating_ip_address} from public associated -> in the server's addresses")
+alice.compute.delete_server(s4)
+alice.compute.wait_for_delete(s4, interval=0.5, wait=120)
+check(poll(lambda: len(list(admin.network.ports(device_id=s4.id))), 0, timeout=30) == 0,
+      "server deleted -> its port deleted")
+alice.network.delete_ip(fip)
 
 cleanup()
 print(f"SMOKE PASSED in {time.time() - T0:.1f}s", flush=True)

@@ -9,7 +9,7 @@
 # (wait_ready.py), and prints how long each part took.
 #
 #   MariaDB 3306 · RabbitMQ 5672 (epmd 4369, dist 25672) · Keystone 5000 ·
-#   Placement 8778 · Glance 9292 · Nova 8774 · Cinder 8776 · neutron stub 9696
+#   Placement 8778 · Glance 9292 · Nova 8774 · Cinder 8776 · Neutron 9696
 #   nova-compute x3: gpu-a100-1 (4 A100), gpu-a100-2 (4 A100), gpu-h100-1 (2 H100)
 #
 # Stop with stop.sh. Run install.sh first.
@@ -108,11 +108,15 @@ setup_nova() {
 setup_placement() { "$BIN/placement-manage" --config-file "$LB_ETC/placement/placement.conf" db sync; }
 setup_glance() { "$BIN/glance-manage" --config-file "$LB_ETC/glance/glance-api.conf" db_sync; }
 setup_cinder() { "$BIN/cinder-manage" --config-file "$LB_ETC/cinder/cinder.conf" db sync; }
+setup_neutron() {
+    "$BIN/neutron-db-manage" --config-file "$LB_ETC/neutron/neutron.conf" \
+        --config-file "$LB_ETC/neutron/plugins/ml2/ml2_conf.ini" upgrade heads
+}
 
 SETUP_MARK="$LB_DATA/.setup-done"          # schemas + keystone bootstrap + bootstrap.py identity
-RESOURCES_MARK="$LB_DATA/.resources-done"  # bootstrap.py resources
+RESOURCES_MARK="$LB_DATA/.resources-done"  # bootstrap.py resources networks
 
-# ---- 1. MariaDB, RabbitMQ (+ its epmd), the neutron stub -----------------------------
+# ---- 1. MariaDB, RabbitMQ (+ its epmd) -----------------------------------------------
 first_run=0
 [ -e "$SETUP_MARK" ] || first_run=1
 if [ ! -d "$LB_DATA/mysql/mysql" ]; then
@@ -133,7 +137,6 @@ launch mariadb mariadbd --defaults-file="$LB_ETC/mysql/my.cnf"
     wait_port 4369 10
     launch rabbitmq /usr/lib/rabbitmq/bin/rabbitmq-server
 )
-api neutron-stub 9696 neutron_stub
 
 for ((i = 0; i < 150; i++)); do mariadb-admin --defaults-file="$LB_ETC/mysql/my.cnf" ping >/dev/null 2>&1 && break; sleep 0.2; done
 mariadb-admin --defaults-file="$LB_ETC/mysql/my.cnf" ping >/dev/null 2>&1 || die "MariaDB did not start; see $LB_LOGS/mysqld.log"
@@ -153,6 +156,7 @@ CREATE DATABASE IF NOT EXISTS cinder;
 CREATE DATABASE IF NOT EXISTS nova_api;
 CREATE DATABASE IF NOT EXISTS nova_cell0;
 CREATE DATABASE IF NOT EXISTS nova_cell1;
+CREATE DATABASE IF NOT EXISTS neutron;
 FLUSH PRIVILEGES;
 EOF
     setup keystone setup_keystone
@@ -160,6 +164,7 @@ EOF
     setup placement setup_placement
     setup glance setup_glance
     setup cinder setup_cinder
+    setup neutron setup_neutron
 fi
 
 # ---- 2. Keystone, then the users and catalog everything else logs in with ----------
@@ -184,6 +189,8 @@ setup_done cinder
 api cinder-api 8776 cinder_api
 launch cinder-scheduler "$BIN/cinder-scheduler" --config-file "$LB_ETC/cinder/cinder.conf"
 launch cinder-volume "$BIN/cinder-volume" --config-file "$LB_ETC/cinder/cinder.conf"
+setup_done neutron
+api neutron-api 9696 neutron
 setup_done nova
 if [ $first_run = 1 ]; then touch "$SETUP_MARK"; fi
 since=$(date +%s)
@@ -203,13 +210,14 @@ say "all processes started"
 wait_http "http://$LB_IP:9292/"
 wait_http "http://$LB_IP:8776/"
 wait_http "http://$LB_IP:8774/"
+wait_http "http://$LB_IP:9696/"
 say "all APIs answer"
 
 if [ ! -e "$RESOURCES_MARK" ]; then
-    "$LB_PY" "$LB_HOME/bootstrap.py" resources >> "$LB_LOGS/setup-bootstrap.log" 2>&1 \
-        || die "bootstrap.py resources failed; see $LB_LOGS/setup-bootstrap.log"
+    "$LB_PY" "$LB_HOME/bootstrap.py" resources networks >> "$LB_LOGS/setup-bootstrap.log" 2>&1 \
+        || die "bootstrap.py resources networks failed; see $LB_LOGS/setup-bootstrap.log"
     touch "$RESOURCES_MARK"
-    say "quotas raised, image ubuntu-22.04 uploaded"
+    say "quotas raised, image ubuntu-22.04 uploaded, networks made"
 fi
 
 # ---- 4. ready for GPU boots ----------------------------------------------------------

@@ -5,8 +5,8 @@ with env GT_LB_ETC set to the generated config folder. Each function builds
 the service's WSGI application on first call (gunicorn calls it once per
 worker) and returns it.
 
-The reason for the wrappers: keystone, nova and cinder build their app at
-import time and hand ``sys.argv`` to oslo.config, which then chokes on
+The reason for the wrappers: keystone, nova, cinder and neutron build their
+app at import time and hand ``sys.argv`` to oslo.config, which then chokes on
 gunicorn's own options ("unrecognized arguments: -b ..."). While the app is
 imported, argv is swapped for one that holds only what the service should see.
 Placement and glance read only env, but are here too so that every API starts
@@ -66,6 +66,9 @@ def cinder_api():
     return application
 
 
-def neutron_stub():
-    from neutron_stub import application
+def neutron():
+    # reads neutron.conf and plugins/ml2/ml2_conf.ini from this folder
+    os.environ["OS_NEUTRON_CONFIG_DIR"] = _etc("neutron")
+    with _argv():
+        from neutron.wsgi.api import application
     return application
