@@ -28,17 +28,17 @@ class EdgeCloud(SimulatedCloud):
         self.boots: list[Boot] = []
         self.fired: list[tuple[int, str, str]] = []   # injected faults that fired: (at, operation, class)
         self.release_after: dict[str, int] = {}       # server id -> its slow delete's seconds
-        self.slow_deletes = (0, 0)                     # (how many of the next deletes, seconds each)
+        self._slow_next = (0, 0)                       # (how many of the next deletes, seconds each)
         self.tainted: set[str] = set()                 # servers an injected fault or slow delete touched
         self.during_next_call = None                   # one-shot: run at the start of the next boot or delete
 
     # --- what the test arms ----------------------------------------------------------------
     def slow_down_deletes(self, count: int, seconds: int) -> None:
-        self.slow_deletes = (count, seconds)
+        self._slow_next = (count, seconds)
 
     def armed(self) -> bool:
         """Whether an injected fault, slow delete or mid-call action is still to come."""
-        return (any(times > 0 for _, times, _ in self._failures.values()) or self.slow_deletes[0] > 0
+        return (any(times > 0 for _, times, _ in self._failures.values()) or self._slow_next[0] > 0
                 or self.during_next_call is not None)
 
     def fault_pending(self) -> bool:
@@ -98,11 +98,11 @@ class EdgeCloud(SimulatedCloud):
         except CloudError:
             self.tainted.add(server_id)
             raise
-        count, seconds = self.slow_deletes
+        count, seconds = self._slow_next
         if server is not None and before is None and server.deleted_at is not None and count > 0:
             self.release_after[server_id] = seconds
             self.tainted.add(server_id)
-            self.slow_deletes = (count - 1, seconds)
+            self._slow_next = (count - 1, seconds)
 
     def _take_failure(self, operation: str):
         injected = super()._take_failure(operation)

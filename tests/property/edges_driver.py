@@ -45,9 +45,15 @@ MAX_TICKS = 3000         # engine passes in one advance: more means the engine n
 ACCEPTED = {"create": {201, 403}, "cancel": {204, 409}, "extend": {200, 400, 409}}
 
 
-def release_allowance(runtime) -> int:
-    """What the planner allows for a release, if the engine has such a setting (0: none)."""
-    return int(getattr(runtime.config, "release_allowance_seconds", 0) or 0)
+def release_allowance(sessions) -> int:
+    """The seconds the planner now allows between a lease's end and the next use of its
+    GPUs, where the engine has such an allowance (engine/held.py); else none."""
+    try:
+        from gpu_tenancy.engine import held
+    except ImportError:
+        return 0
+    with session_scope(sessions) as session:
+        return held.allowance(session)
 
 
 @contextlib.contextmanager
@@ -93,7 +99,6 @@ class Driver:
         self.client = app.test_client()
         self.rng = random.Random(seed)
         self.report = Report(seed)
-        self.allowance = release_allowance(self.rt)
         self.last_event, self.last_at, self.boots_seen = 0, {}, 0
         self.etas: dict[str, int] = {}   # queued lease -> its ETA at the last look for what is due
         self.seen: set[str] = set()
@@ -107,10 +112,10 @@ class Driver:
                 op = self.pick()
                 self.report.log.append(f"{step} {rfc3339(self.clock.now())} {op}")
                 quiet = op["op"] == "advance" and self.settled()
-                fired, before = len(self.cloud.fired), self.snap
+                fired, before, allowance = len(self.cloud.fired), self.snap, release_allowance(self.sessions)
                 self.apply(step, op)
                 quiet = quiet and len(self.cloud.fired) == fired and not self.cloud.fault_pending()
-                self.check(step, before, quiet)
+                self.check(step, before, quiet, allowance)
         self.report.steps, self.report.seconds = steps, time.perf_counter() - wall
         return self.report
 
@@ -130,7 +135,7 @@ class Driver:
         self.last_event = max([self.last_event] + [e[0] for e in snap.events])
         return snap
 
-    def check(self, step: int, before: inv.Snapshot, quiet: bool) -> None:
+    def check(self, step: int, before: inv.Snapshot, quiet: bool, allowance: int) -> None:
         after = self.check_state(step)
         boots, self.boots_seen = self.cloud.boots[self.boots_seen:], len(self.cloud.boots)
         self.record(step, "no_valid_host", inv.no_valid_host(boots))
@@ -139,7 +144,7 @@ class Driver:
         earlier = {i for i, lease in before.leases.items() if lease.early_end is not None}
         if quiet and after.hosts == before.hosts and noticed <= earlier:   # no reclaim or preemption decided
             self.report.quiet_steps += 1
-            self.record(step, "eta_kept", inv.kept_etas(before, after, got_gpus(boots), self.allowance))
+            self.record(step, "eta_kept", inv.kept_etas(before, after, got_gpus(boots), allowance))
         self.snap = after
 
     def record(self, step: int, invariant: str, result: tuple[int, list[str]]) -> None:
