@@ -30,7 +30,7 @@ class EdgeCloud(SimulatedCloud):
         self.release_after: dict[str, int] = {}       # server id -> its slow delete's seconds
         self._slow_next = (0, 0)                       # (how many of the next deletes, seconds each)
         self.tainted: set[str] = set()                 # servers an injected fault or slow delete touched
-        self.during_next_call = None                   # one-shot: run at the start of the next boot or delete
+        self.during_next_call = None                   # one-shot: run at the start of the next delete
 
     # --- what the test arms ----------------------------------------------------------------
     def slow_down_deletes(self, count: int, seconds: int) -> None:
@@ -71,7 +71,6 @@ class EdgeCloud(SimulatedCloud):
 
     # --- the driver, observed ----------------------------------------------------------------
     def boot(self, request: BootRequest) -> str:
-        self._run_during_call()
         fired, known = len(self.fired), len(self._servers)
         holders = self._describe_holders(request.host)
         server_id = super().boot(request)

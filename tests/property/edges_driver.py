@@ -39,7 +39,7 @@ CLOUD_GPUS = {"A100": 32, "H100": 8}
 CLASSES = (None, None, None, "normal", "low", "preemptible", "high")   # high: admins only in the demo
 DURATIONS = (60, 120, 300, 600, 1800, 3600, 7200)
 OPS = {"create": 28, "burst": 4, "advance": 40, "cancel": 7, "cancel_at_start": 4, "extend": 6,
-       "slow_deletes": 1, "fail_deletes": 1, "boot_fault": 1, "host": 2, "mid_call": 2}
+       "slow_deletes": 1, "fail_deletes": 1, "boot_fault": 1, "host": 2, "mid_call": 3}
 MAX_LIVE = 24            # unfinished leases; beyond this the workload waits instead of asking
 MAX_TICKS = 3000         # engine passes in one advance: more means the engine never settles
 ACCEPTED = {"create": {201, 403}, "cancel": {204, 409}, "extend": {200, 400, 409}}
@@ -74,7 +74,9 @@ class Report:
     steps: int = 0
     seconds: float = 0.0
     checks: Counter = field(default_factory=Counter)
+    ops: Counter = field(default_factory=Counter)        # steps of each kind
     quiet_steps: int = 0     # steps over which ETAs were held to the real starts
+    tolerated: list = field(default_factory=list)   # (step, text): over-commits of a release later than planned
     violations: dict = field(default_factory=lambda: defaultdict(list))   # invariant -> [(step, text)]
     log: list = field(default_factory=list)                                # one line per step
 
@@ -101,6 +103,7 @@ class Driver:
         self.report = Report(seed)
         self.last_event, self.last_at, self.boots_seen = 0, {}, 0
         self.etas: dict[str, int] = {}   # queued lease -> its ETA at the last look for what is due
+        self.allowance = 0
         self.seen: set[str] = set()
         self.snap = inv.read(self.sessions, self.clock.now(), 0)
 
@@ -111,11 +114,13 @@ class Driver:
             for step in range(1, steps + 1):
                 op = self.pick()
                 self.report.log.append(f"{step} {rfc3339(self.clock.now())} {op}")
+                self.report.ops[op["op"]] += 1
                 quiet = op["op"] == "advance" and self.settled()
-                fired, before, allowance = len(self.cloud.fired), self.snap, release_allowance(self.sessions)
+                fired, before = len(self.cloud.fired), self.snap
+                self.allowance = release_allowance(self.sessions)   # as the plan before the step had it
                 self.apply(step, op)
                 quiet = quiet and len(self.cloud.fired) == fired and not self.cloud.fault_pending()
-                self.check(step, before, quiet, allowance)
+                self.check(step, before, quiet)
         self.report.steps, self.report.seconds = steps, time.perf_counter() - wall
         return self.report
 
@@ -128,14 +133,17 @@ class Driver:
     def check_state(self, step: int) -> inv.Snapshot:
         """The promises that hold at every instant: after each engine pass, and after each step."""
         snap = inv.read(self.sessions, self.clock.now(), self.last_event)
-        self.record(step, "overcommit", inv.overcommit(snap))
+        late: list[str] = []
+        self.record(step, "overcommit", inv.overcommit(snap, self.allowance, late))
         self.record(step, "cloud", inv.cloud_agrees(snap, self.cloud.holders(), self.cloud.free_gpus()))
-        self.record(step, "quota", inv.quotas(snap))
+        self.record(step, "quota", inv.quotas(snap, self.allowance, late))
+        self.report.tolerated += [(step, text) for text in late if text not in self.seen]
+        self.seen.update(late)
         self.record(step, "stamps", inv.stamps(snap, self.last_at))
         self.last_event = max([self.last_event] + [e[0] for e in snap.events])
         return snap
 
-    def check(self, step: int, before: inv.Snapshot, quiet: bool, allowance: int) -> None:
+    def check(self, step: int, before: inv.Snapshot, quiet: bool) -> None:
         after = self.check_state(step)
         boots, self.boots_seen = self.cloud.boots[self.boots_seen:], len(self.cloud.boots)
         self.record(step, "no_valid_host", inv.no_valid_host(boots))
@@ -144,7 +152,7 @@ class Driver:
         earlier = {i for i, lease in before.leases.items() if lease.early_end is not None}
         if quiet and after.hosts == before.hosts and noticed <= earlier:   # no reclaim or preemption decided
             self.report.quiet_steps += 1
-            self.record(step, "eta_kept", inv.kept_etas(before, after, got_gpus(boots), allowance))
+            self.record(step, "eta_kept", inv.kept_etas(before, after, got_gpus(boots), self.allowance))
         self.snap = after
 
     def record(self, step: int, invariant: str, result: tuple[int, list[str]]) -> None:
@@ -166,8 +174,12 @@ class Driver:
         if kind == "advance":
             return {"op": "advance", "seconds": r.choice([0, 1, r.randint(2, 30), r.randint(60, 900),
                                                           r.choice([1800, 3600])])}
-        if kind in ("create", "mid_call"):
+        if kind == "create":
             return {"op": kind, **self.new_lease()}
+        if kind == "mid_call":   # asked when it fires, some steps on: for "now"
+            ask = self.new_lease()
+            ask["body"].pop("start", None)
+            return {"op": kind, **ask}
         if kind == "burst":   # one project asks several times in the same second
             project = r.choice(PROJECTS)
             return {"op": "burst", "asks": [self.new_lease(project) for _ in range(r.randint(2, 3))]}
@@ -225,7 +237,7 @@ class Driver:
             for ask in op["asks"]:
                 self.ask(step, ask)
             self.tick()
-        elif kind == "mid_call":   # served while the engine waits on the cloud, a second later
+        elif kind == "mid_call":   # served while the engine waits on the cloud to delete a VM, a second later
             cloud.during_next_call = lambda: (self.clock.advance(1), self.ask(step, op))
         elif kind == "cancel":
             self.call(step, "cancel", "delete", op["lease"])
