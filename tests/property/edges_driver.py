@@ -272,7 +272,8 @@ class Driver:
 
     def answered(self, step: int, what: str, reply) -> None:
         if reply.status_code not in ACCEPTED[what]:
-            self.record(step, "api", (0, [f"{what} answered {reply.status_code}: {reply.get_data(as_text=True)[:300]}"]))
+            text = reply.get_data(as_text=True)[:300]
+            self.record(step, "api", (0, [f"{what} answered {reply.status_code}: {text}"]))
 
     def tick(self) -> None:
         self.rt.engine.run_once()

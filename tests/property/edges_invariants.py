@@ -91,7 +91,8 @@ def read(sessions, now: int, after_event: int) -> Snapshot:
         if (r.lease_id, r.vm_index, r.host) not in covered:
             spans.append(Span(r.lease_id, r.vm_index, r.host, gpus[r.lease_id], now, now + 1, True))
     return Snapshot(now, hosts, limits, leases, spans, {r.cloud_id: (r.lease_id, r.vm_index, r.host) for r in servers},
-                    {lease: to_epoch(at) for lease, at in committed.items()}, [(r.id, r.lease_id, to_epoch(r.at), to_epoch(r.created_at)) for r in events])
+                    {lease: to_epoch(at) for lease, at in committed.items()},
+                    [(r.id, r.lease_id, to_epoch(r.at), to_epoch(r.created_at)) for r in events])
 
 
 def _peaks(now: int, spans: list[Span]):
@@ -125,7 +126,8 @@ def overcommit(snap: Snapshot, allowance: int, tolerated: list[str]) -> tuple[in
         for t, used, live in _peaks(snap.now, spans):
             checks += 1
             if used > snap.hosts[host][1]:
-                text = f"host {host} holds {used} of {snap.hosts[host][1]} GPUs at {rfc3339(t)}: " + "; ".join(map(str, live))
+                text = (f"host {host} holds {used} of {snap.hosts[host][1]} GPUs at {rfc3339(t)}: "
+                        + "; ".join(map(str, live)))
                 late = t == snap.now and late_release(snap, live, snap.hosts[host][1], allowance)
                 (tolerated if late else bad).append(text)
     return checks, bad
