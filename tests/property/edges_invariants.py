@@ -59,7 +59,7 @@ class Snapshot:
     leases: dict[str, Lease]                     # the unfinished ones, in arrival order
     spans: list[Span]
     unreleased: dict[str, tuple[str, int, str]]  # cloud server id -> (lease, vm, host) the ledger still holds
-    committed: dict[str, int]                    # scheduled lease -> when it was (last) scheduled
+    committed: dict[str, int]                    # holding lease -> when it was (last) scheduled
     events: list[tuple[int, str, int, int]] = field(default_factory=list)   # new: (id, lease, at, lease created)
 
 
@@ -82,7 +82,7 @@ def read(sessions, now: int, after_event: int) -> Snapshot:
             L.status.in_(LIVE), sv.cloud_id.is_not(None), sv.status != "DELETED")).all()
         e = m.Event
         committed = dict(s.execute(select(e.lease_id, func.max(e.at)).join(L).where(
-            L.status == "scheduled", e.to_state == "scheduled").group_by(e.lease_id)).all())
+            L.status.in_(HOLDING_NAMES), e.to_state == "scheduled").group_by(e.lease_id)).all())
         events = s.execute(select(e.id, e.lease_id, e.at, L.created_at).join(L).where(e.id > after_event)
                            .order_by(e.id)).all()
     spans = [Span(r.lease_id, r.vm_index, r.host, r.gpus, to_epoch(r.start_at), to_epoch(r.end_at)) for r in allocs]
@@ -102,18 +102,23 @@ def _peaks(now: int, spans: list[Span]):
         yield t, sum(sp.gpus for sp in live), live
 
 
-def late_release(snap: Snapshot, live: list[Span], limit: int, allowance: int) -> bool:
-    """The one over-commit no planner can avoid: a lease committed to start once the GPUs
-    before it come back (their lease's end plus the release allowance) waits, not booted,
-    because the cloud is slower than that (a slow or failing delete, a stuck boot). True if
-    without the waiting (scheduled) leases the sum is within `limit`, every unreleased VM
-    there is past its lease's end plus the allowance, and every waiting lease was
-    committed before that."""
-    waiting = [sp for sp in live if snap.leases[sp.lease].status == "scheduled"]
-    due = [(snap.leases[sp.lease].end or snap.now) + allowance for sp in live if sp.unreleased]
-    return (bool(waiting) and bool(due) and max(due) <= snap.now
-            and all(snap.committed.get(sp.lease, snap.now) < min(due) for sp in waiting)
-            and sum(sp.gpus for sp in live) - sum(sp.gpus for sp in waiting) <= limit)
+def late_release(snap: Snapshot, live: list[Span], limit: int, allowance: int, on_host: bool) -> bool:
+    """The over-commit no planner can avoid: the cloud releases a lease's GPUs later than
+    its end plus the release allowance (a slow or failing delete, a stuck boot), and the
+    leases committed, before that, to follow on them are already due. True if every
+    unreleased VM in `live` is past its lease's end plus the allowance, every other lease
+    there was committed before the first of those instants, and the sum is within
+    `limit` without the waiting (scheduled, not booted) leases on a host, without the
+    unreleased VMs in a quota (a project's next lease runs; its last one is being deleted)."""
+    unreleased = [sp for sp in live if sp.unreleased]
+    due = [(snap.leases[sp.lease].end or snap.now) + allowance for sp in unreleased]
+    if not due or max(due) > snap.now:
+        return False
+    others = [sp for sp in live if not sp.unreleased]
+    if not all(snap.committed.get(sp.lease, snap.now) < min(due) for sp in others):
+        return False
+    spare = ([sp for sp in others if snap.leases[sp.lease].status == "scheduled"] if on_host else unreleased)
+    return bool(spare) and sum(sp.gpus for sp in live) - sum(sp.gpus for sp in spare) <= limit
 
 
 def overcommit(snap: Snapshot, allowance: int, tolerated: list[str]) -> tuple[int, list[str]]:
@@ -128,7 +133,7 @@ def overcommit(snap: Snapshot, allowance: int, tolerated: list[str]) -> tuple[in
             if used > snap.hosts[host][1]:
                 text = (f"host {host} holds {used} of {snap.hosts[host][1]} GPUs at {rfc3339(t)}: "
                         + "; ".join(map(str, live)))
-                late = t == snap.now and late_release(snap, live, snap.hosts[host][1], allowance)
+                late = t == snap.now and late_release(snap, live, snap.hosts[host][1], allowance, True)
                 (tolerated if late else bad).append(text)
     return checks, bad
 
@@ -159,7 +164,7 @@ def no_valid_host(boots) -> tuple[int, list[str]]:
 def quotas(snap: Snapshot, allowance: int, tolerated: list[str]) -> tuple[int, list[str]]:
     """(c) No project holds more GPUs of a model than its quota plus borrowing allow,
     now or at any planned instant (preemptible leases are outside quota; a late
-    release excepted, as for overcommit)."""
+    release excepted: late_release; those go to `tolerated`)."""
     by_key, checks, bad = defaultdict(list), 0, []
     for sp in snap.spans:
         lease = snap.leases[sp.lease]
@@ -172,7 +177,7 @@ def quotas(snap: Snapshot, allowance: int, tolerated: list[str]) -> tuple[int, l
             if used > limit:
                 text = f"project {key[0]} holds {used} {key[1]} GPUs at {rfc3339(t)}, over its {limit}: " + \
                     "; ".join(map(str, live))
-                (tolerated if t == snap.now and late_release(snap, live, limit, allowance) else bad).append(text)
+                (tolerated if t == snap.now and late_release(snap, live, limit, allowance, False) else bad).append(text)
     return checks, bad
 
 

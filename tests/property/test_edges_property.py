@@ -25,7 +25,6 @@ NOT_YET: dict[str, str] = {
     "overcommit": "issue 14 cases 1-3: a lease is committed on GPUs an ending lease has not released yet",
     "cloud": "issue 14: a retried or re-placed lease's VMs are forgotten by the ledger while the cloud releases them",
     "no_valid_host": "issue 14 cases 1-3: the boot then finds the GPUs still held",
-    "quota": "issue 14: an ending lease's GPUs stop counting toward its project's quota before they are released",
     "eta_kept": "issue 14 case 5: ETAs leave the release time out",
     "stamps": "issue 14 case 2: the tick's replan uses the time read before its ends, and stamps a lease "
               "asked meanwhile as scheduled before it was asked",
