@@ -202,24 +202,27 @@ def promised_start(lease: Lease) -> int | None:
     return lease.eta if lease.status == "queued" else lease.start if lease.status == "scheduled" else None
 
 
-def kept_etas(before: Snapshot, after: Snapshot, booted: dict[str, int], allowance: int) -> tuple[int, list[str]]:
+def kept_etas(before: Snapshot, after: Snapshot, booted: dict[str, int], allowance: int,
+              idle_only: set[str], borrowed: set[str]) -> tuple[int, list[str]]:
     """(d) Over a quiet step (nothing arrived, nothing failed, no fault in play), a lease
     that got its GPUs did so no later than the ETA it had before the step, and no
-    earlier than that ETA less the release allowance, unless it started by borrowing
-    (decided on capacity idle now only, so no ETA foresees it). `booted`: lease -> when
-    the cloud took its last VM's boot."""
+    earlier than that ETA less the release allowance, unless it runs on idle GPUs only
+    (`idle_only`: preemptible). Leases of a GPU model on which a lease started by
+    borrowing in the step (`borrowed`) are left out: borrowing is decided on capacity
+    idle now only, so no ETA foresees it. `booted`: lease -> when the cloud took its
+    last VM's boot."""
     checks, bad = 0, []
     for lease_id, at in sorted(booted.items()):
         lease = before.leases.get(lease_id)
         promised = promised_start(lease) if lease else None
         started = after.leases.get(lease_id)
-        if promised is None or (started and started.status in ("queued", "scheduled")):   # sent back: a retry
-            continue
+        if promised is None or (started and started.status in ("queued", "scheduled")) or lease.model in borrowed:
+            continue   # no ETA, sent back to wait (a retry), or a borrower took GPUs of its model
         checks += 1
         if at > promised:
             bad.append(f"lease {lease_id[:8]} got its GPUs at {rfc3339(at)}, {at - promised} s after its ETA "
                        f"{rfc3339(promised)}")
-        elif promised - at > allowance and not (started and started.borrowing):
+        elif promised - at > allowance and lease_id not in idle_only:
             bad.append(f"lease {lease_id[:8]} got its GPUs at {rfc3339(at)}, {promised - at} s before its ETA "
                        f"{rfc3339(promised)} (release allowance {allowance} s)")
     return checks, bad
