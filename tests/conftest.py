@@ -20,6 +20,7 @@ from gpu_tenancy.db.session import make_engine, make_sessionmaker, session_scope
 from gpu_tenancy.demo.seed import seed
 
 T0 = 1_796_112_000  # 2026-12-01T08:00:00Z
+RELEASE = 5  # the demo cloud's delete-to-release time: the planner holds GPUs this long past a lease's end
 PG_URL = os.environ.get("GPU_TENANCY_TEST_DB")
 
 

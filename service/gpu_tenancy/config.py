@@ -47,6 +47,9 @@ class Config:
     # networks webhooks may be sent to although not global (loopback, private, ...): see engine/webhook_targets.py
     webhook_allowed_networks: list = field(default_factory=list)
     boot_timeout_seconds: int = 1800
+    # the least time planned between a lease's end and the next use of its GPUs (the cloud's
+    # delete-to-release time); the engine measures the cloud's own and plans with more if it is slower
+    release_allowance_seconds: int = 0
     retry_backoff_seconds: int = 30      # first wait before a host-level fault is retried elsewhere
     retry_backoff_max_seconds: int = 600  # the wait doubles per attempt up to this
     fairshare_half_life_seconds: int = 7 * 24 * 3600
@@ -113,6 +116,9 @@ class Config:
         most = values.get("planner_wait_bound_leases")
         if most is not None and (isinstance(most, bool) or not isinstance(most, int) or most < 1):
             raise ValueError("planner_wait_bound_leases must be a whole number >= 1, or null")
+        floor = values.get("release_allowance_seconds", 0)
+        if isinstance(floor, bool) or not isinstance(floor, int) or not 0 <= floor <= 86400:
+            raise ValueError("release_allowance_seconds must be a whole number of seconds from 0 to 86400")
         if values.get("cloud_driver") == "openstack" and not values.get("clouds_yaml_cloud"):
             raise ValueError("cloud_driver openstack needs clouds_yaml_cloud: the service's cloud in clouds.yaml")
         for net in values.get("webhook_allowed_networks") or []:

@@ -5,7 +5,7 @@ import pytest
 
 from gpu_tenancy.db import models as m
 from gpu_tenancy.timeutil import rfc3339
-from tests.conftest import T0, headers
+from tests.conftest import RELEASE, T0, headers
 
 HOUR = 3600
 ADMIN = headers("ml-vision", "admin")
@@ -236,12 +236,12 @@ def test_capacity_calendar_is_a_step_function_per_host(client):
     calendar = {h["host"]: h for h in body["calendar"]}
     assert len(calendar) == 6 and calendar[first_host]["gpu_model"] == "A100" and calendar[first_host]["gpus"] == 8
     assert calendar[first_host]["free"] == [
-        {"from": rfc3339(T0), "to": rfc3339(T0 + 2 * HOUR), "free": 4},
-        {"from": rfc3339(T0 + 2 * HOUR), "to": rfc3339(T0 + 4 * HOUR), "free": 8}]
+        {"from": rfc3339(T0), "to": rfc3339(T0 + 2 * HOUR + RELEASE), "free": 4},
+        {"from": rfc3339(T0 + 2 * HOUR + RELEASE), "to": rfc3339(T0 + 4 * HOUR), "free": 8}]
     assert calendar[later_host]["free"] == [
         {"from": rfc3339(T0), "to": rfc3339(T0 + HOUR), "free": 8},
-        {"from": rfc3339(T0 + HOUR), "to": rfc3339(T0 + 2 * HOUR), "free": 0},
-        {"from": rfc3339(T0 + 2 * HOUR), "to": rfc3339(T0 + 4 * HOUR), "free": 8}]
+        {"from": rfc3339(T0 + HOUR), "to": rfc3339(T0 + 2 * HOUR + RELEASE), "free": 0},
+        {"from": rfc3339(T0 + 2 * HOUR + RELEASE), "to": rfc3339(T0 + 4 * HOUR), "free": 8}]
     assert calendar["gpu-h100-1"]["free"] == [{"from": rfc3339(T0), "to": rfc3339(T0 + 4 * HOUR), "free": 4}]
 
 

@@ -13,7 +13,8 @@ import pytest
 from sqlalchemy import create_engine, inspect
 
 from gpu_tenancy.cli import main
-from tests.conftest import PG_URL
+from gpu_tenancy.timeutil import parse_time
+from tests.conftest import PG_URL, RELEASE
 from tests.ports import free_port
 
 
@@ -67,7 +68,8 @@ def test_demo_starts_and_a_lease_from_the_readme_becomes_active(tmp_path):
         queued = call("POST", base + "/v1/leases", {"shape": "a100.x8", "duration": "PT1H"},
                       project="nlp-lab")[1]["lease"]
         assert queued["status"] == "queued" and queued["queue"]["position"] == 1
-        assert queued["queue"]["eta"] == filler["end"]   # it waits for the lease before it to end
+        # it waits for the lease before it to end, and for the cloud to release its GPUs
+        assert parse_time(queued["queue"]["eta"]) == parse_time(filler["end"]) + RELEASE
         assert queued["queue"]["reasons"]
     finally:
         proc.terminate()

@@ -22,7 +22,7 @@ from __future__ import annotations
 from gpu_tenancy.db.session import session_scope
 from gpu_tenancy.engine.early_ends import yielded_pairs
 from gpu_tenancy.timeutil import rfc3339
-from tests.conftest import T0, headers
+from tests.conftest import RELEASE, T0, headers
 
 HOUR = 3600
 VISION, NLP = headers("ml-vision"), headers("nlp-lab")
@@ -56,14 +56,14 @@ def test_two_projects_contend_and_the_borrowed_gpus_are_reclaimed(client, runtim
 
     train = client.post("/v1/leases", json={"name": "train", "shape": "a100.x8", "instances": 2,
                                             "duration": "PT4H"}, headers=NLP).get_json()["lease"]
-    assert train["status"] == "queued" and train["queue"]["eta"] == rfc3339(T0 + 10 * HOUR)
+    assert train["status"] == "queued" and train["queue"]["eta"] == rfc3339(T0 + 10 * HOUR + RELEASE)
     print("\n10:00 queue reasons as asked:", *(r["message"] for r in train["queue"]["reasons"]), sep="\n  ")
     engine_tick()                                                     # 10:00: the engine decides
     warned = lease(extra["id"], VISION)
     assert warned["status"] == "active" and warned["end"] == rfc3339(T0 + 2 * HOUR + 900)
     assert warned["early_end"]["kind"] == "reclaimed" and warned["early_end"]["for_lease"] == train["id"]
     waiting = lease(train["id"], NLP)
-    assert waiting["queue"]["eta"] == rfc3339(T0 + 2 * HOUR + 900)
+    assert waiting["queue"]["eta"] == rfc3339(T0 + 2 * HOUR + 900 + RELEASE)   # when it really starts
     said = {"code": "reclaim", "message": f"project ml-vision is borrowing 8 A100 (lease {extra['id']}); "
                                           f"reclaimed for this lease, they are free at 2026-12-01T10:15:00Z"}
     assert said in waiting["queue"]["reasons"]
@@ -111,7 +111,7 @@ def test_two_projects_contend_and_the_borrowed_gpus_are_reclaimed(client, runtim
     assert [v["status"] for v in kept] == ["available"]
     assert ("10:00:00", "reclaim", None,
             f"1 lease(s) holding 8 A100 GPUs ({extra['id']}) end at 2026-12-01T10:15:00Z to make room; it would "
-            f"otherwise have waited until 2026-12-01T18:00:00Z") in story(train["id"], NLP)
+            f"otherwise have waited until 2026-12-01T18:00:05Z") in story(train["id"], NLP)   # and the release
     assert cloud.servers() == {}
     print("\n".join(f"{at} {kind:<10} {to or '':<12} {msg}" for lease_id, who in ((extra["id"], VISION),
                                                                                  (train["id"], NLP))
@@ -145,7 +145,7 @@ def test_a_preemptible_lease_is_ended_with_notice_for_a_normal_one(client, engin
     engine_tick(advance=5 * 60)                                       # 08:05: it runs
     normal = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT2H"},
                          headers=VISION).get_json()["lease"]
-    assert normal["queue"]["eta"] == "2026-12-01T16:00:00Z"
+    assert normal["queue"]["eta"] == "2026-12-01T16:00:05Z"   # its end, and the cloud's release
     engine_tick()                                                     # preempted at once: no minimum runtime
     shown = client.get(f"/v1/leases/{pre['id']}", headers=NLP).get_json()["lease"]
     assert shown["early_end"]["kind"] == "preempted" and shown["end"] == "2026-12-01T08:20:00Z"

@@ -2,7 +2,8 @@
 events tell the whole story, and the cloud is left clean."""
 from __future__ import annotations
 
-from tests.conftest import headers
+from gpu_tenancy.timeutil import parse_time, rfc3339
+from tests.conftest import RELEASE, headers
 
 HOUR = 3600
 
@@ -20,7 +21,7 @@ def test_leases_run_one_after_the_other_to_ended(client, cloud, engine_tick):
     second = client.post("/v1/leases", json={"shape": "a100.x4", "duration": "PT1H"},
                          headers=headers()).get_json()["lease"]
     assert first["status"] == other["status"] == "scheduled" and second["status"] == "queued"
-    assert second["queue"]["eta"] == first["end"]
+    assert second["queue"]["eta"] == rfc3339(parse_time(first["end"]) + RELEASE)
     for _ in range(5 * 12):             # five hours in five-minute steps
         engine_tick(advance=300)
     assert states(client, first["id"]) == ["requested", "queued", "scheduled", "provisioning", "active",

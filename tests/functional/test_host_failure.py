@@ -4,7 +4,8 @@ told; its planned leases are planned again; nothing new goes there until it is
 back. The data volume stays the tenant's throughout."""
 from __future__ import annotations
 
-from tests.conftest import T0, headers
+from gpu_tenancy.timeutil import parse_time, rfc3339
+from tests.conftest import RELEASE, T0, headers
 
 HOUR = 3600
 
@@ -70,7 +71,7 @@ def test_a_lease_rescued_from_a_down_host_goes_ahead_of_the_queue(client, runtim
     host_goes(runtime, cloud, engine_tick, lost, up=False)
     rescued, queued = show(client, m1), show(client, waiting)
     n1_end = show(client, n1, "nlp-lab")["end"]
-    assert rescued["status"] == "scheduled" and rescued["start"] == n1_end   # the first GPUs to come free
+    assert rescued["status"] == "scheduled" and rescued["start"] == rfc3339(parse_time(n1_end) + RELEASE)   # the first GPUs to come free
     assert queued["status"] == "queued" and queued["queue"]["eta"] > rescued["start"]
     assert any(e["kind"] == "host_failure" and "ahead of the queue" in e["message"] for e in events(client, m1))
     assert {show(client, x, p)["status"] for x, p in ((m2, "ml-vision"), (n2, "nlp-lab"))} == {"active"}
@@ -103,7 +104,7 @@ def test_a_lease_with_no_other_host_free_takes_the_first_that_frees(client, runt
     host_goes(runtime, cloud, engine_tick, lost, up=False)
     rescued, still = show(client, first), show(client, other, "nlp-lab")
     assert rescued["status"] == "scheduled" and rescued["servers"] == []
-    assert rescued["start"] == still["end"]
+    assert rescued["start"] == rfc3339(parse_time(still["end"]) + RELEASE)
     assert rescued["allocations"][0]["host"] == still["servers"][0]["host"] != lost
     assert set(cloud.servers()) == {still["servers"][0]["id"]}
 

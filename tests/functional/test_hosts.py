@@ -1,8 +1,8 @@
 """/v1/hosts: admins see the GPU hosts and drain them; a drained host takes no new lease."""
 from __future__ import annotations
 
-from gpu_tenancy.timeutil import rfc3339
-from tests.conftest import headers
+from gpu_tenancy.timeutil import parse_time, rfc3339
+from tests.conftest import RELEASE, headers
 
 ADMIN = headers("admin-project", "admin", "olga")
 
@@ -65,7 +65,8 @@ def test_draining_moves_the_leases_planned_there_and_lets_the_running_ones_end(c
                           headers=headers()).get_json()["lease"]
     assert planned["status"] == "scheduled" and planned["allocations"][0]["host"] == host   # best fit: beside it
     reply = client.patch(f"/v1/hosts/{host}", json={"drained": True}, headers=ADMIN)
-    assert reply.status_code == 200 and reply.get_json()["host"]["held_until"] == running["end"]
+    assert reply.status_code == 200 and reply.get_json()["host"]["held_until"] == \
+        rfc3339(parse_time(running["end"]) + RELEASE)
     moved = client.get(f"/v1/leases/{planned['id']}", headers=headers()).get_json()["lease"]
     assert moved["status"] == "scheduled" and moved["start"] == planned["start"]
     assert moved["allocations"][0]["host"] != host

@@ -5,7 +5,7 @@ from sqlalchemy import func, select
 
 from gpu_tenancy.db import models as m
 from gpu_tenancy.timeutil import parse_time, rfc3339
-from tests.conftest import T0, headers
+from tests.conftest import RELEASE, T0, headers
 
 HOUR = 3600
 
@@ -56,7 +56,8 @@ def test_a_lease_beyond_free_capacity_waits_with_position_eta_and_reason(client,
     assert waiting["status"] == "queued"
     queue = waiting["queue"]
     assert queue["position"] == 1
-    assert queue["eta"] == short["end"] == rfc3339(T0 + 6 * HOUR)  # the end of the lease it waits for
+    assert short["end"] == rfc3339(T0 + 6 * HOUR)
+    assert queue["eta"] == rfc3339(T0 + 6 * HOUR + RELEASE)  # the end of the lease it waits for, and the release
     codes = {r["code"] for r in queue["reasons"]}
     assert codes & {"capacity", "quota"}, queue["reasons"]
     assert all(r["message"] for r in queue["reasons"])
@@ -85,7 +86,7 @@ def test_dry_run_gives_the_plan_and_creates_nothing(client, sessions):
     before = lease_count(sessions)
     preview = ask(client, expect=200, query="?dry_run=true", shape="a100.x4")["lease"]
     assert preview["status"] == "preview" and preview["id"] is None
-    assert preview["queue"]["eta"] == rfc3339(T0 + 6 * HOUR)
+    assert preview["queue"]["eta"] == rfc3339(T0 + 6 * HOUR + RELEASE)
     assert lease_count(sessions) == before
 
 
@@ -138,7 +139,7 @@ def test_extension_is_granted_unless_it_delays_someone(client):
     ok = client.patch(f"/v1/leases/{long['id']}", json={"duration": "PT30H"}, headers=headers())
     assert ok.status_code == 200 and ok.get_json()["lease"]["end"] == rfc3339(T0 + 30 * HOUR)
     waiting = ask(client, shape="a100.x8", duration="PT1H")["lease"]   # waits for the 6 h lease
-    assert waiting["queue"]["eta"] == rfc3339(T0 + 6 * HOUR)
+    assert waiting["queue"]["eta"] == rfc3339(T0 + 6 * HOUR + RELEASE)
     refused = client.patch(f"/v1/leases/{short['id']}", json={"end": rfc3339(T0 + 8 * HOUR)},
                            headers=headers())
     assert refused.status_code == 409
@@ -146,7 +147,7 @@ def test_extension_is_granted_unless_it_delays_someone(client):
     shrink = client.patch(f"/v1/leases/{short['id']}", json={"end": rfc3339(T0 + 2 * HOUR)}, headers=headers())
     assert shrink.status_code == 200
     moved = client.get(f"/v1/leases/{waiting['id']}", headers=headers()).get_json()["lease"]
-    assert moved["queue"]["eta"] == rfc3339(T0 + 2 * HOUR)
+    assert moved["queue"]["eta"] == rfc3339(T0 + 2 * HOUR + RELEASE)
 
 
 def test_cancel_waiting_and_end_running_keeps_the_volume(client, cloud, engine_tick):

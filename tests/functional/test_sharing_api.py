@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from gpu_tenancy.timeutil import rfc3339
-from tests.conftest import T0, headers
+from tests.conftest import RELEASE, T0, headers
 
 HOUR = 3600
 ADMIN = headers("ml-vision", "admin", user="ops")
@@ -182,12 +182,12 @@ def test_a_refused_extension_says_until_when_the_gpus_are_free(client, engine_ti
                           headers=VISION), 201)["lease"]
     ok(client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT3H"}, headers=NLP), 201)
     waiting = ok(client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT1H"}, headers=VISION), 201)
-    assert waiting["lease"]["queue"]["eta"] == "2026-12-01T10:00:00Z"
+    assert waiting["lease"]["queue"]["eta"] == rfc3339(T0 + 2 * HOUR + RELEASE)
     engine_tick()
     detail = refused(client.patch(f"/v1/leases/{mine['id']}", json={"duration": "PT3H"}, headers=VISION), 409)
     assert detail == (f"the extension is refused: extending to 2026-12-01T11:00:00Z would delay lease "
-                      f"{waiting['lease']['id']} (planned at 2026-12-01T10:00:00Z, would start at "
-                      f"2026-12-01T11:00:00Z); the GPUs are not free past its end at 2026-12-01T10:00:00Z")
+                      f"{waiting['lease']['id']} (planned at 2026-12-01T10:00:05Z, would start at "
+                      f"2026-12-01T11:00:05Z); the GPUs are not free past its end at 2026-12-01T10:00:00Z")
 
 
 # -- the external decision hook ------------------------------------------------------

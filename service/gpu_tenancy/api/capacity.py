@@ -29,5 +29,5 @@ def show():
         by_model = capacity.now_by_model(session, now)
         body = {"now": rfc3339(now), "gpu_models": {model: asdict(figures) for model, figures in by_model.items()}}
         if window is not None:
-            body["calendar"] = [render_host(h) for h in capacity.calendar(session, *window)]
+            body["calendar"] = [render_host(h) for h in capacity.calendar(session, *window, now=now)]
     return {"capacity": body}

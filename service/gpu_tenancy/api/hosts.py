@@ -42,7 +42,7 @@ def load(session, name: str) -> m.Host:
 def index():
     rt.authorize("host:list")
     with rt.transaction() as session:
-        in_use, held = hosts.in_use_now(session, rt.now()), hosts.held_until(session)
+        in_use, held = hosts.in_use_now(session, rt.now()), hosts.held_until(session, rt.now())
         return {"hosts": [render(row, in_use, held) for row in hosts.listing(session)]}
 
 
@@ -50,7 +50,7 @@ def index():
 def show(name: str):
     rt.authorize("host:list")
     with rt.transaction() as session:
-        return {"host": render(load(session, name), hosts.in_use_now(session, rt.now()), hosts.held_until(session))}
+        return {"host": render(load(session, name), hosts.in_use_now(session, rt.now()), hosts.held_until(session, rt.now()))}
 
 
 @bp.patch("/<name>")
@@ -60,10 +60,10 @@ def update(name: str):
     with rt.transaction() as session:
         row = load(session, name)
         in_use = hosts.in_use_now(session, rt.now())
-        before = render(row, in_use, hosts.held_until(session))
+        before = render(row, in_use, hosts.held_until(session, rt.now()))
         hosts.set_drained(session, row, body["drained"], rt.now(), rt.runtime().config.fairshare_half_life_seconds,
                           rt.context().user_id or "admin")
-        rendered = render(row, in_use, hosts.held_until(session))
+        rendered = render(row, in_use, hosts.held_until(session, rt.now()))
         rt.audit(session, "host.update", row.name, None, before, rendered)
     rt.runtime().wake_engine()
     return {"host": rendered}

@@ -147,6 +147,11 @@ class CloudDriver(abc.ABC):
     def gpus_released(self, server_id: str) -> bool:
         """True once the server's GPUs are free again in the inventory."""
 
+    def nominal_release_seconds(self) -> int | None:
+        """How long the cloud says it takes from a delete to the GPUs' release, if it says
+        (the engine plans with it until it has measured the cloud's own)."""
+        return None
+
     @abc.abstractmethod
     def volume_status(self, volume_id: str) -> str:
         """available, in-use, ... or 'missing'."""

@@ -32,7 +32,7 @@ Config (YAML for from_file, or the same as a dict):
 
     state_file: /path/cloud.json  # optional: keep the state in a file, shared by processes
 
-Test hooks (public): inject_failure(), set_host_state(), add_volume(), and the
+Test hooks (public): inject_failure() (a failing delete: 'delete_server'), slow_deletes(), set_host_state(), add_volume(), and the
 read-only views servers(), volumes(), flavors(), images(), allocations(),
 free_gpus().
 """
@@ -82,6 +82,7 @@ class _Server:
     fault: str | None = None  # set: goes ERROR at ready_at
     stuck: bool = False       # injected BOOT_TIMEOUT: stays BUILD
     deleted_at: int | None = None
+    release_seconds: int | None = None   # from delete to its GPUs' release (set by delete_server)
 
 
 @dataclass
@@ -117,6 +118,7 @@ class SimulatedCloud(CloudDriver):
         self._volumes: dict[str, _Volume] = {}
         self._flavors: dict[str, dict] = {}
         self._failures: dict[str, list] = {}   # operation -> [failure_class, times left, message]
+        self._slow_deletes: list[int] = [0, 0]   # [seconds, deletes left]: slower than delete_seconds
         self._lock = threading.RLock()
         if config.get("state_file"):   # shared with other processes (crash tests): cloud/simulated_state.py
             from gpu_tenancy.cloud.simulated_state import StateFileLock
@@ -137,6 +139,12 @@ class SimulatedCloud(CloudDriver):
         with self._lock:
             self._failures[operation] = [failure_class, int(times),
                                          message or DEFAULT_FAULTS.get(failure_class, "Unexpected error")]
+
+    def slow_deletes(self, seconds: int, times: int = 1) -> None:
+        """The next `times` deletes release their GPUs `seconds` after the delete (instead of
+        delete_seconds): a slow Placement, or a compute host slow to clean up."""
+        with self._lock:
+            self._slow_deletes = [int(seconds), int(times)]
 
     def set_host_state(self, name: str, up: bool | None = None, enabled: bool | None = None) -> None:
         """Like stopping nova-compute (up) or `openstack compute service set --disable`."""
@@ -314,6 +322,13 @@ class SimulatedCloud(CloudDriver):
                 if vol.attached_to == server_id:
                     vol.attached_to = None  # detached, kept
             server.deleted_at = self.clock.now()
+            server.release_seconds = self.delete_seconds
+            if self._slow_deletes[1] > 0:
+                self._slow_deletes[1] -= 1
+                server.release_seconds = self._slow_deletes[0]
+
+    def nominal_release_seconds(self) -> int | None:
+        return self.delete_seconds
 
     def gpus_released(self, server_id: str) -> bool:
         with self._lock:
@@ -385,7 +400,8 @@ class SimulatedCloud(CloudDriver):
             return False
         if server.fault is not None and now >= server.created_at + self.boot_seconds:
             return False  # a failed build gives its claim back
-        return server.deleted_at is None or now < server.deleted_at + self.delete_seconds
+        release = self.delete_seconds if server.release_seconds is None else server.release_seconds
+        return server.deleted_at is None or now < server.deleted_at + release
 
     def _status(self, server: _Server, now: int) -> str:
         if server.stuck or now < server.created_at + self.boot_seconds:

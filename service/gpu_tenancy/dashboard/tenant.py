@@ -133,12 +133,14 @@ def new_lease():
 
 
 def held_now(leases_: list[dict], now: int) -> dict[str, int]:
-    """GPUs per model that the project's leases hold at this instant."""
+    """GPUs per model that the project's leases hold at this instant: a holding lease's GPUs
+    are held from their start until the cloud has released them, even past their end
+    (domain/held.py)."""
     held: dict[str, int] = defaultdict(int)
     for lease_ in leases_:
         if lease_["status"] in HOLDING:
             for a in lease_["allocations"]:
-                if parse_time(a["start"]) <= now < parse_time(a["end"]):
+                if parse_time(a["start"]) <= now:
                     held[lease_["gpu_model"]] += a["gpus"]
     return held
 

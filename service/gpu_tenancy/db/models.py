@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import (JSON, Boolean, CheckConstraint, DateTime, Float, ForeignKey, Index,
+from sqlalchemy import (JSON, BigInteger, Boolean, CheckConstraint, DateTime, Float, ForeignKey, Index,
                         Integer, String, Text, UniqueConstraint)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -84,6 +84,9 @@ class Lease(Base):
     start_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)   # committed start
     end_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)     # committed end
     priority: Mapped[int] = mapped_column(Integer, default=0)
+    # the order leases were asked in (the id of the lease's "requested" event, a monotonic
+    # sequence): breaks ties of created_at, which has whole seconds
+    arrival: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     borrowing: Mapped[bool] = mapped_column(Boolean, default=False)
     image: Mapped[str | None] = mapped_column(String(128), nullable=True)
     volume_size_gb: Mapped[int | None] = mapped_column(Integer, nullable=True)
@@ -185,6 +188,17 @@ class SpentAllocation(Base):
     start_at: Mapped[datetime] = mapped_column(UTC)
     end_at: Mapped[datetime] = mapped_column(UTC, index=True)
     __table_args__ = (CheckConstraint("gpus > 0 AND end_at > start_at", name="ck_spent_allocations_window"),)
+
+
+class ReleaseTime(Base):
+    """How long the cloud took from deleting a lease's VMs to releasing their GPUs
+    (measured), or says it takes (nominal, one row): the release allowance comes from these."""
+    __tablename__ = "release_times"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(16))   # measured, nominal
+    at: Mapped[datetime] = mapped_column(UTC)
+    seconds: Mapped[int] = mapped_column(Integer)
+    __table_args__ = (CheckConstraint("seconds >= 0", name="ck_release_times_seconds"),)
 
 
 class Server(Base):

@@ -30,6 +30,7 @@ class Hold:
     borrowing: bool = False
     preemptible: bool = False     # runs on idle capacity outside quota; ended whenever needed
     priority: int = 0             # the lease's: reclaim takes the lowest first
+    allowance: int = 0            # `end` is the planned end plus this (the cloud's release time)
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class LeaseRequest:
     priority: int = 0             # higher goes first
     name: str = ""
     preemptible: bool = False     # any size, outside quota, only where idle; ended when needed
+    arrival: int = 0              # the order it was asked in (a monotonic sequence): ties of created_at
 
 
 @dataclass(frozen=True)

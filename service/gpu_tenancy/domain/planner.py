@@ -4,7 +4,7 @@ Pure, deterministic, standard library only. See DESIGN.md, "The planner".
 
 Algorithm (conservative backfill): leases are taken in order (priority desc,
 then, when a wait bound is set, those past it, in the order they reached it, then
-fair share asc, created_at asc, lease_id); each gets the earliest start
+fair share asc, created_at asc, arrival asc, lease_id); each gets the earliest start
 >= max(now, earliest_start) at which all its VMs fit for the whole duration on
 what the holds and the leases before it left free, and within its project's
 quota at every instant of its window; that placement is then reserved. A later
@@ -59,6 +59,9 @@ class PlannerSettings:
     # at most this many leases past the bound go before fair share at a time, per GPU model: those that
     # reached it first (the rest wait in fair-share order until their turn); None: every one
     wait_bound_leases: int | None = DEFAULT_WAIT_BOUND_LEASES
+    # seconds from a lease's end until the cloud has released its GPUs (domain/held.py): every
+    # lease planned here is held that much longer, so the next lease's ETA includes it
+    release_allowance: int = 0
 
     @property
     def bounded(self) -> bool:
@@ -106,7 +109,7 @@ def bound_protected(waiting: Sequence[LeaseRequest], now: int, settings: Planner
     wait_bound_leases is set, among the first that many of their GPU model to reach it."""
     if not settings.bounded:
         return set()
-    past = [(lr.gpu_model, -lr.priority, at, lr.created_at, lr.lease_id)
+    past = [(lr.gpu_model, -lr.priority, at, lr.created_at, lr.arrival, lr.lease_id)
             for lr in waiting if (at := bound_reached_at(lr, settings)) is not None and now >= at]
     if settings.wait_bound_leases is None:
         return {k[-1] for k in past}
@@ -124,12 +127,13 @@ def order_key(lr: LeaseRequest, quotas: Mapping[tuple[str, str], QuotaLimit],
               settings: PlannerSettings = PlannerSettings(), protected: set[str] | None = None):
     """Planner order: priority desc; then leases past the wait bound (those of
     `protected`, by default every one), by when they reached it; then the rest
-    by fair share asc, created_at asc; lease_id."""
+    by fair share asc, created_at asc; then the order they were asked in (arrival: leases
+    asked in the same second), lease_id."""
     at = bound_reached_at(lr, settings)
     if at is not None and now >= at and (protected is None or lr.lease_id in protected):
-        return (-lr.priority, 0, at, lr.created_at, lr.lease_id)
+        return (-lr.priority, 0, at, lr.created_at, lr.arrival, lr.lease_id)
     score = share_score(usage, lr.project_id, lr.gpu_model, _weight(quotas, lr.project_id, lr.gpu_model))
-    return (-lr.priority, 1, score, lr.created_at, lr.lease_id)
+    return (-lr.priority, 1, score, lr.created_at, lr.arrival, lr.lease_id)
 
 
 # --------------------------------------------------------------------------
@@ -258,14 +262,16 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
             pl.reasons.append(Reason("unplaceable", _unplaceable_msg(all_enabled.get(m, ()), m, g, n)))
             continue
         if lr.preemptible:
-            _place_preemptible(now, lr, pl, mi, ahead_prio + ahead_bound + ahead_fs + ahead_order)
+            _place_preemptible(now, lr, pl, mi, ahead_prio + ahead_bound + ahead_fs + ahead_order,
+                               settings.release_allowance)
             continue
         if q is None or q.gpus + q.borrow_gpus <= 0:
             pl.reasons.append(Reason("quota", f"project {p} has no quota for {m} GPUs"))
             continue
-        if q.max_duration is not None and d > q.max_duration:
+        if q.max_duration is not None and lr.duration > q.max_duration:
             pl.reasons.append(Reason(
-                "duration", f"asks for {_dur(d)}; project {p} may hold {m} GPUs for at most {_dur(q.max_duration)}"))
+                "duration", f"asks for {_dur(lr.duration)}; project {p} may hold {m} GPUs for at most "
+                            f"{_dur(q.max_duration)}"))
             continue
         if need > q.gpus + q.borrow_gpus:
             extra = f" (+{q.borrow_gpus} borrowable)" if q.borrow_gpus else ""
@@ -274,6 +280,7 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
             continue
 
         t0 = max(now, lr.earliest_start)
+        d += settings.release_allowance   # held until released: its window and the release after it
         # -- nominal: earliest time within quota and capacity -------------
         T = hosts_sel = None
         quota_at = cap_pushed = None
@@ -374,15 +381,16 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
         for h in hosts_sel:
             mi.reserve(h, T, end, g)
         book.reserve(p, m, T, end, need)
-        pl.placement = Placement(T, end, tuple(hosts_sel))
+        pl.placement = Placement(T, T + lr.duration, tuple(hosts_sel))
         pl.borrowing = borrowing
     return Plan(now, out)
 
 
-def _place_preemptible(now: int, lr: LeaseRequest, pl: PlannedLease, mi: ModelIndex, ahead: int) -> None:
+def _place_preemptible(now: int, lr: LeaseRequest, pl: PlannedLease, mi: ModelIndex, ahead: int,
+                       allowance: int = 0) -> None:
     """A preemptible lease takes no quota and any size, wherever GPUs are idle; it
     reserves capacity only (so nothing within quota is planned around it)."""
-    g, n, d = lr.gpus_per_vm, lr.instances, lr.duration
+    g, n, d = lr.gpus_per_vm, lr.instances, lr.duration + allowance
     t0 = max(now, lr.earliest_start)
     r = mi.earliest(t0, d, g, n)
     if r is None:  # pragma: no cover - capacity tails are always free
@@ -401,7 +409,7 @@ def _place_preemptible(now: int, lr: LeaseRequest, pl: PlannedLease, mi: ModelIn
                            f"earliest at {fmt_time(T)}"))
     for h in hosts_sel:
         mi.reserve(h, T, T + d, g)
-    pl.placement = Placement(T, T + d, tuple(hosts_sel))
+    pl.placement = Placement(T, T + lr.duration, tuple(hosts_sel))
 
 
 def _gh(u: float) -> str:
@@ -457,12 +465,15 @@ def extension_conflicts(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
     mine = [h for h in holds if h.lease_id == lease_id]
     if not mine:
         return [f"lease {lease_id} holds no GPUs"]
-    old_end = max(h.end for h in mine)
-    if new_end <= old_end:
+    # holds last until the GPUs are back: the planned end plus the release allowance
+    allowance = max(h.allowance for h in mine)
+    old_end, old_held = max(h.end for h in mine) - allowance, max(h.end for h in mine)
+    new_held = new_end + allowance
+    if new_held <= old_held:
         return []
     p, m = mine[0].project_id, mine[0].gpu_model
     others = [h for h in holds if h.lease_id != lease_id]
-    extended = [replace(h, end=new_end) for h in mine]
+    extended = [replace(h, end=new_held) for h in mine]
     out: list[str] = []
 
     q = quotas.get((p, m))
@@ -486,12 +497,12 @@ def extension_conflicts(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
         for h in others:
             if h.host == hname and h.end > now:
                 prof.add(h.start, h.end, -h.gpus)
-        lo = max(old_end, now)
-        if prof.min_on(lo, new_end) < on_host[hname]:
+        lo = max(old_held, now)
+        if prof.min_on(lo, new_held) < on_host[hname]:
             t = prof.first_below(lo, on_host[hname])
             out.append(f"host {hname} is committed to another lease from {fmt_time(t)}; "
                        f"extending to {fmt_time(new_end)} would over-commit it; the GPUs are free "
-                       f"until {fmt_time(t)}")
+                       f"until {fmt_time(t - allowance)}")
 
     # quota at every instant
     limit = q.gpus + (q.borrow_gpus if any(h.borrowing for h in mine) else 0)
@@ -499,15 +510,16 @@ def extension_conflicts(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
     for h in others + extended:
         if h.project_id == p and h.gpu_model == m and h.end > now:
             qprof.add(h.start, h.end, -h.gpus)
-    lo = max(old_end, now)
-    if qprof.min_on(lo, new_end) < 0:
+    lo = max(old_held, now)
+    if qprof.min_on(lo, new_held) < 0:
         t = qprof.first_below(lo, 0)
-        out.append(f"project {p} would hold {limit - qprof.min_on(lo, new_end)} of {q.gpus} {m} GPUs "
+        out.append(f"project {p} would hold {limit - qprof.min_on(lo, new_held)} of {q.gpus} {m} GPUs "
                    f"at {fmt_time(t)}")
     if out:
         return out
 
     # nobody waiting may start later
+    settings = replace(settings, release_allowance=allowance)
     before = plan(now, hosts, holds, quotas, waiting, usage, settings)
     after = plan(now, hosts, others + extended, quotas, waiting, usage, settings)
     delayed = []
@@ -519,7 +531,9 @@ def extension_conflicts(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
             delayed.append((lid, pb, pa))
     if delayed:
         gpv = {lr.lease_id: lr.gpus_per_vm for lr in waiting}
-        free_until = _free_until(now, hosts, others, mine, before, gpv, old_end)
+        free_until = _free_until(now, hosts, others, mine, before, gpv, old_held)
+        if free_until is not None:
+            free_until -= allowance   # the end that leaves the allowance before the next lease
         for lid, pb, pa in delayed:
             would = (f"would start at {fmt_time(pa.placement.start)}" if pa.placement
                      else "would find no slot")

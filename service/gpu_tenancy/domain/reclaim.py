@@ -171,9 +171,10 @@ def _why_not_reclaim(now: int, h: Hold, p: str, wait: int, s: ReclaimSettings,
 def _borrowing_note(hs: list[Hold], why: str) -> str:
     h0 = hs[0]
     gpus = sum(h.gpus for h in hs)
+    until = fmt_time(max(h.end - h.allowance for h in hs))   # its own end (held the release longer)
     if why == "its own project's":
-        return f"project {h0.project_id} itself is borrowing {gpus} {h0.gpu_model} until {fmt_time(hs[0].end)}"
-    return f"project {h0.project_id} is borrowing {gpus} {h0.gpu_model} until {fmt_time(max(h.end for h in hs))}; {why}"
+        return f"project {h0.project_id} itself is borrowing {gpus} {h0.gpu_model} until {until}"
+    return f"project {h0.project_id} is borrowing {gpus} {h0.gpu_model} until {until}; {why}"
 
 
 def _victim_order(h: Hold):
@@ -205,7 +206,7 @@ def _early_end(hs: list[Hold], lr: LeaseRequest, quotas: Mapping[tuple[str, str]
                deadline: int, s: ReclaimSettings) -> EarlyEnd:
     h0 = hs[0]
     gpus, m = sum(h.gpus for h in hs), h0.gpu_model
-    end = max(h.end for h in hs)
+    end = max(h.end - h.allowance for h in hs)   # its own end (the hold lasts the release longer)
     notice = (f"it ends at {fmt_time(deadline)}, after a notice of {_dur(s.notice)}, instead of {fmt_time(end)}; "
               "its data volume is kept")
     if h0.preemptible:

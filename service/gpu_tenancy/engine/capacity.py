@@ -1,5 +1,6 @@
 """Capacity figures read from the hosts and the ledger: GPUs per model now,
-and each host's free GPUs over a window (the capacity calendar)."""
+and each host's free GPUs over a window (the capacity calendar). GPUs are
+"held" as domain/held.py says: until the cloud has released them."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -14,6 +15,7 @@ from gpu_tenancy.domain.calendar import free_steps
 from gpu_tenancy.domain.capacity import largest_free_block
 from gpu_tenancy.domain.model import Hold
 from gpu_tenancy.domain.states import HOLDING, WAITING, LeaseState
+from gpu_tenancy.engine.held import held_between
 from gpu_tenancy.engine.ledger import host_from_row
 
 
@@ -22,7 +24,7 @@ class ModelCapacity:
     hosts: int = 0
     hosts_in_service: int = 0
     gpus: int = 0               # on every host of the model
-    in_use: int = 0             # held now, on any host
+    in_use: int = 0             # held now (not yet released), on any host
     free: int = 0               # free now on hosts in service
     largest_free_block: int = 0
     waiting_leases: int = 0
@@ -39,8 +41,9 @@ class HostCalendar:
 
 def holds_between(session: Session, start: int, end: int,
                   statuses: frozenset[LeaseState] = HOLDING, project_id: str | None = None) -> list[Hold]:
-    """The ledger's allocations of leases in `statuses` that overlap [start, end),
-    of one project or of all (None)."""
+    """The ledger's allocations of leases in `statuses` that overlap [start, end) as
+    planned, of one project or of all (None): what was used, for usage. What is held
+    (until released) is engine/held.py's held_between."""
     q = select(m.Allocation).join(m.Lease).where(
         m.Lease.status.in_([s.value for s in statuses]),
         m.Allocation.start_at < utcnow_naive(end), m.Allocation.end_at > utcnow_naive(start))
@@ -53,7 +56,7 @@ def holds_between(session: Session, start: int, end: int,
 
 def now_by_model(session: Session, now: int) -> dict[str, ModelCapacity]:
     hosts = [host_from_row(h) for h in session.scalars(select(m.Host).order_by(m.Host.name))]
-    holds = holds_between(session, now, now + 1)
+    holds = held_between(session, now, now, now + 1)
     used: dict[str, int] = defaultdict(int)
     for hold in holds:
         used[hold.host] += hold.gpus
@@ -75,9 +78,10 @@ def now_by_model(session: Session, now: int) -> dict[str, ModelCapacity]:
     return dict(sorted(out.items()))
 
 
-def calendar(session: Session, start: int, end: int) -> list[HostCalendar]:
+def calendar(session: Session, start: int, end: int, now: int | None = None) -> list[HostCalendar]:
+    """Each host's free GPUs over [start, end), as held at `now` (default: start)."""
     by_host: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
-    for hold in holds_between(session, start, end):
+    for hold in held_between(session, start if now is None else now, start, end):
         by_host[hold.host].append((hold.start, hold.end, hold.gpus))
     out = []
     for row in session.scalars(select(m.Host).order_by(m.Host.name)):

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from gpu_tenancy.config import Config
 from gpu_tenancy.db import models as m
-from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
+from gpu_tenancy.db.session import ledger_lock, session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.domain import planner, reclaim
 from gpu_tenancy.domain.model import Plan
 from gpu_tenancy.domain.planner import fmt_time
@@ -27,9 +27,12 @@ def settings(config: Config) -> reclaim.ReclaimSettings:
                                    min_runtime=config.reclaim_min_runtime_seconds)
 
 
-def replan(session: Session, now: int, config: Config, actor: str) -> Plan:
+def replan(session: Session, clock, config: Config, actor: str) -> Plan:
     """The engine's replan: plan, decide what to end early for whom, and plan again
-    if anything was; the queue reasons then tell both. The caller commits."""
+    if anything was; the queue reasons then tell both. One clock reading, taken under
+    the ledger lock, for all of it. The caller commits."""
+    ledger_lock(session)
+    now = clock.now()
     half_life = config.fairshare_half_life_seconds
     call_off_unneeded(session, now, half_life, actor)
     plan = ledger.replan(session, now, half_life, actor)
@@ -44,7 +47,7 @@ def replan(session: Session, now: int, config: Config, actor: str) -> Plan:
         decided = reclaim.early_ends(
             now, inputs.hosts, inputs.holds, inputs.quotas, inputs.waiting, inputs.usage, plan, settings(config),
             takeable=takeable, yielded=yielded_pairs(session),
-            planner_settings=planner_settings.settings(half_life))
+            planner_settings=ledger.settings_for(inputs, half_life))
         for end in decided.ends:
             apply(session, now, end, actor)
         if decided.ends:

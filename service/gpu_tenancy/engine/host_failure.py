@@ -117,7 +117,7 @@ def place_displaced(lc) -> None:
     with session_scope(lc.sessions) as session:
         moved = select(m.LeaseFailure.lease_id).where(m.LeaseFailure.action.in_(("replaced", "retried")))
         rows = list(session.scalars(select(m.Lease).where(m.Lease.status == S.QUEUED.value, m.Lease.id.in_(moved))
-                                    .order_by(m.Lease.created_at, m.Lease.id)))
+                                    .order_by(m.Lease.created_at, m.Lease.arrival, m.Lease.id)))
         for row in rows:
             earliest = max(to_epoch(row.earliest_start), now)
             retry.replace(session, row, now, earliest, avoid=[], half_life=lc.config.fairshare_half_life_seconds,

@@ -10,13 +10,14 @@ from sqlalchemy.orm import Session
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch
 from gpu_tenancy.domain.states import HOLDING, LeaseState
-from gpu_tenancy.engine import retry
+from gpu_tenancy.domain.held import held_until as held_until_
+from gpu_tenancy.engine import held, retry
 from gpu_tenancy.engine.capacity import calendar
 from gpu_tenancy.engine.events import record_event
 
 
 def in_use_now(session: Session, now: int) -> dict[str, int]:
-    """GPUs held on each host at this instant."""
+    """GPUs held on each host at this instant (until the cloud has released them)."""
     return {h.host: h.gpus - (h.free[0][2] if h.free else h.gpus) for h in calendar(session, now, now + 1)}
 
 
@@ -28,11 +29,13 @@ def find(session: Session, name: str) -> m.Host | None:
     return session.get(m.Host, name)
 
 
-def held_until(session: Session) -> dict[str, int]:
-    """When each host's last lease holding GPUs there (running or planned) ends."""
+def held_until(session: Session, now: int) -> dict[str, int]:
+    """When the GPUs of each host's last lease holding GPUs there (running or planned) are
+    expected back: its end plus the release allowance, and later while not released."""
     rows = session.execute(select(m.Allocation.host, func.max(m.Allocation.end_at)).join(m.Lease)
                            .where(m.Lease.status.in_([s.value for s in HOLDING])).group_by(m.Allocation.host))
-    return {host: to_epoch(end) for host, end in rows}
+    allowance = held.allowance(session)
+    return {host: held_until_(to_epoch(end), now, allowance) for host, end in rows}
 
 
 def set_drained(session: Session, row: m.Host, drained: bool, now: int, half_life: int, actor: str) -> list[str]:

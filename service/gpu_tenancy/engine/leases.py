@@ -4,8 +4,9 @@ planned in a second one: see create)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
@@ -194,6 +195,9 @@ def create(session: Session, now: int, caller: Caller, body: dict,
     record_transition(session, row, S.REQUESTED, now, caller.user_id, "asked for by the user")
     record_transition(session, row, S.QUEUED, now, "planner", "waiting for its turn")
     session.flush()
+    # its place in the order of asking: the id of its first event, from the database's own
+    # monotonic sequence (created_at has whole seconds, the lease id is random)
+    row.arrival = session.scalar(select(func.min(m.Event.id)).where(m.Event.lease_id == row.id))
     return row
 
 
@@ -218,13 +222,13 @@ def cancel(session: Session, now: int, half_life: int, row: m.Lease, actor: str,
 
 
 def end_allocations_at(session: Session, row: m.Lease, now: int) -> None:
-    """Shorten the lease's hold to end now (usage counts what was held)."""
+    """Shorten the lease's planned end to now (usage counts what was held). No allocation is
+    removed: one that began this very second has a VM booting on its GPUs, and the lease holds
+    them, whatever its end says, until the cloud has released them (the lease is ended)."""
     stamp = utcnow_naive(now)
     for alloc in row.allocations:
-        if alloc.start_at >= stamp:
-            session.delete(alloc)
-        elif alloc.end_at > stamp:
-            alloc.end_at = stamp
+        if alloc.end_at > stamp:
+            alloc.end_at = max(stamp, alloc.start_at + timedelta(seconds=1))   # a window is never empty
     row.end_at = min(row.end_at, stamp) if row.end_at else stamp
 
 

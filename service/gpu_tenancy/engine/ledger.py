@@ -3,6 +3,7 @@ commit the decisions under the ledger lock, so two requests can never take
 the same GPUs."""
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from dataclasses import dataclass
 
@@ -13,14 +14,16 @@ from sqlalchemy.orm.attributes import flag_modified
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import ledger_lock, to_epoch, utcnow_naive
 from gpu_tenancy.domain import fairshare, planner
+from gpu_tenancy.domain.held import held_until
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, Plan, PlannedLease, QuotaLimit
 from gpu_tenancy.domain.states import HOLDING, LeaseState
-from gpu_tenancy.engine import planner_settings
+from gpu_tenancy.engine import held, planner_settings
 from gpu_tenancy.engine.events import record_transition
 from gpu_tenancy.engine.metrics import CREATE_REPLANS, PLANNER_SECONDS
 from gpu_tenancy.timeutil import rfc3339
 
 S = LeaseState
+LAST_ARRIVAL = 2 ** 62
 
 
 @dataclass
@@ -30,6 +33,10 @@ class PlannerInputs:
     quotas: dict[tuple[str, str], QuotaLimit]
     waiting: list[LeaseRequest]
     usage: dict[tuple[str, str], float]
+    # hosts where a lease past its planned end still holds GPUs: when the cloud releases them
+    # is not known, so nothing is committed there for later (it is planned, and committed once free)
+    unreleased: frozenset[str] = frozenset()
+    allowance: int = 0   # the release allowance the holds were read with (engine/held.py)
 
 
 def host_from_row(row: m.Host) -> Host:
@@ -47,7 +54,7 @@ def request_from_row(row: m.Lease) -> LeaseRequest:
         lease_id=row.id, project_id=row.project_id, gpu_model=row.gpu_model, gpus_per_vm=row.gpus_per_vm,
         instances=row.instances, duration=row.duration, earliest_start=to_epoch(row.earliest_start),
         latest_start=to_epoch(row.latest_start), created_at=to_epoch(row.created_at),
-        priority=row.priority, name=row.name, preemptible=row.preemptible)
+        priority=row.priority, name=row.name, preemptible=row.preemptible, arrival=row.arrival or 0)
 
 
 def load_inputs(session: Session, now: int, half_life: int,
@@ -55,20 +62,23 @@ def load_inputs(session: Session, now: int, half_life: int,
     """Everything the planner reads, in four queries; `queued`: the waiting lease
     rows, when the caller has loaded them already."""
     hosts = [host_from_row(h) for h in session.execute(select(m.Host.__table__).order_by(m.Host.name))]
-    holds, usage = load_allocations(session, now, half_life)
+    allowance = held.allowance(session)
+    holds, usage, unreleased = load_allocations(session, now, half_life, allowance)
     quotas = {(q.project_id, q.gpu_model): quota_from_row(q) for q in session.execute(select(m.Quota.__table__))}
     waiting = [request_from_row(r) for r in (load_queued(session) if queued is None else queued)]
-    return PlannerInputs(hosts, holds, quotas, waiting, usage)
+    return PlannerInputs(hosts, holds, quotas, waiting, usage, unreleased, allowance)
 
 
 def load_queued(session: Session) -> list[m.Lease]:
     return list(session.scalars(
-        select(m.Lease).where(m.Lease.status == S.QUEUED.value).order_by(m.Lease.created_at, m.Lease.id)))
+        select(m.Lease).where(m.Lease.status == S.QUEUED.value)
+        .order_by(m.Lease.created_at, m.Lease.arrival, m.Lease.id)))
 
 
-def load_allocations(session: Session, now: int, half_life: int) -> tuple[list[Hold], dict[tuple[str, str], float]]:
-    """The holds (allocations of leases that hold GPUs) and the decayed usage, from one
-    query: plain columns, no ORM objects (there are thousands)."""
+def load_allocations(session: Session, now: int, half_life: int,
+                     allowance: int = 0) -> tuple[list[Hold], dict[tuple[str, str], float], frozenset[str]]:
+    """The holds (allocations of leases that hold GPUs, as long as domain/held.py says) and the
+    decayed usage, from one query: plain columns, no ORM objects (there are thousands)."""
     holding = {s.value for s in HOLDING}
     # Fair share looks back a few half-lives; older use has decayed to nothing, and
     # what starts after now has not been used yet.
@@ -78,35 +88,41 @@ def load_allocations(session: Session, now: int, half_life: int) -> tuple[list[H
         select(a.lease_id, a.project_id, a.host, a.gpu_model, a.gpus, a.start_at, a.end_at, a.borrowing,
                m.Lease.status, m.Lease.preemptible, m.Lease.priority).join(m.Lease)
         .where(m.Lease.status.in_(holding) | ((a.end_at > since) & (a.start_at < until))))
-    holds, records = [], []
+    holds, records, unreleased = [], [], set()
     for r in rows:
         start, end = to_epoch(r.start_at), to_epoch(r.end_at)
         if r.status in holding:
-            # A lease's GPUs stay taken until the cloud has released them (the lease is
-            # ended), even when its planned end has passed: Placement lags behind.
-            holds.append(Hold(r.lease_id, r.project_id, r.host, r.gpu_model, r.gpus, start, max(end, now + 1),
-                              r.borrowing, r.preemptible, r.priority))
+            if r.status == S.ENDING.value or (end <= now and r.status != S.SCHEDULED.value):
+                unreleased.add(r.host)
+            holds.append(Hold(r.lease_id, r.project_id, r.host, r.gpu_model, r.gpus, start,
+                              held_until(end, now, allowance), r.borrowing, r.preemptible, r.priority, allowance))
         if r.end_at > since and r.start_at < until:
             records.append((r.project_id, r.gpu_model, r.gpus, start, end))
     spent = m.SpentAllocation   # what leases moved off a down host used there
     rows = session.execute(select(spent.project_id, spent.gpu_model, spent.gpus, spent.start_at, spent.end_at)
                            .where(spent.end_at > since))
     records += [(r.project_id, r.gpu_model, r.gpus, to_epoch(r.start_at), to_epoch(r.end_at)) for r in rows]
-    return holds, fairshare.decayed_gpu_hours(records, now, half_life)
+    return holds, fairshare.decayed_gpu_hours(records, now, half_life), frozenset(unreleased)
 
 
 def run_planner(inputs: PlannerInputs, now: int, half_life: int,
                 extra: list[LeaseRequest] = ()) -> Plan:
-    settings = planner_settings.settings(half_life)
+    settings = settings_for(inputs, half_life)
     return planner.plan(now, inputs.hosts, inputs.holds, inputs.quotas, [*inputs.waiting, *extra],
                         inputs.usage, settings)
+
+
+def settings_for(inputs: PlannerInputs, half_life: int) -> planner.PlannerSettings:
+    """The planner's settings, with the release allowance its inputs were read with."""
+    return dataclasses.replace(planner_settings.settings(half_life), release_allowance=inputs.allowance)
 
 
 def replan(session: Session, now: int, half_life: int, actor: str = "planner") -> Plan:
     """Plan every waiting lease and commit what the plan decides: leases whose
     start has come, and reservations that start exactly when asked, get their
     GPUs in the ledger (scheduled); the rest keep their position, ETA and reasons.
-    Queued leases whose latest start has passed expire. The caller commits."""
+    Queued leases whose latest start has passed expire. The caller commits (the
+    engine reads `now` once it holds the lock: early_ends.replan)."""
     ledger_lock(session)
     return replan_locked(session, now, half_life, actor)
 
@@ -128,7 +144,8 @@ def replan_locked(session: Session, now: int, half_life: int, actor: str) -> Pla
             continue
         request = waiting[planned.lease_id]
         place = planned.placement
-        if place is not None and (place.start <= now or place.start == request.earliest_start):
+        if place is not None and (place.start <= now or (place.start == request.earliest_start
+                                                          and inputs.unreleased.isdisjoint(place.hosts))):
             commit_allocation(session, row, planned, now, actor)
         else:
             write_queue_info(row, planned)
@@ -176,7 +193,8 @@ def commit_allocation(session: Session, row: m.Lease, planned: PlannedLease, now
     why = f"GPUs reserved on {hosts}, starting {when}"
     if planned.borrowing:
         why += "; borrowing idle capacity beyond the project's quota"
-    record_transition(session, row, S.SCHEDULED, now, actor, why)
+    # never stamped before the lease was asked for (another process's clock may lag)
+    record_transition(session, row, S.SCHEDULED, max(now, to_epoch(row.created_at)), actor, why)
     clear_queue_info(row)
 
 
@@ -205,7 +223,8 @@ def clear_queue_info(row: m.Lease) -> None:
 def dry_run(session: Session, now: int, half_life: int, request: LeaseRequest) -> PlannedLease:
     """Where a lease would land if it were asked for now; writes nothing."""
     inputs = load_inputs(session, now, half_life)
-    return run_planner(inputs, now, half_life, extra=[request]).leases[request.lease_id]
+    newest = dataclasses.replace(request, arrival=LAST_ARRIVAL)   # it would be asked after every lease
+    return run_planner(inputs, now, half_life, extra=[newest]).leases[request.lease_id]
 
 
 def new_lease_id() -> str:

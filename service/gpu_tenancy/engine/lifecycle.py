@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpu_tenancy.cloud.driver import BootRequest, CloudDriver, CloudError, ShapeSpec, VolumeRequest
@@ -19,7 +19,7 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.domain.failures import FailureClass, classify_fault, rule
 from gpu_tenancy.domain.states import FINAL, LeaseState
-from gpu_tenancy.engine import early_ends, host_failure, readiness, retry, webhooks
+from gpu_tenancy.engine import early_ends, held, host_failure, readiness, retry, webhooks
 from gpu_tenancy.engine.crashpoints import crash_point
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.engine.leases import end_allocations_at
@@ -35,6 +35,7 @@ class Lifecycle:
         self.sessions, self.cloud, self.clock, self.config = sessions, cloud, clock, config
         self._hosts_refreshed_at: int | None = None
         self._tasks: dict[str, str] = {}   # server id -> the cloud's last task seen while BUILD
+        self._awaiting_release: dict[str, dict] = {}   # lease id -> hosts it waits on (told once)
 
     # --- one pass -------------------------------------------------------------------------
     def tick(self) -> bool:
@@ -47,13 +48,14 @@ class Lifecycle:
         host_failure.handle_down_hosts(self)
         # Ends first: GPUs of a lease that is over come back before the plan hands them on.
         early_ends.end_due(self)
-        for lease_id in self._ids(S.ACTIVE, end_by=now):
+        for lease_id in self._ids(S.ACTIVE, end_by=self.clock.now()):
             self.begin_end(lease_id, "its time is up")
         for lease_id in self._ids(S.ENDING):
             self.finish_end(lease_id)
         with session_scope(self.sessions) as session:
-            early_ends.replan(session, now, self.config, ACTOR)   # the plan, then reclaim and preemption
-        for lease_id in self._ids(S.SCHEDULED, start_by=now):
+            # the plan, then reclaim and preemption, at the time read under the ledger lock
+            plan = early_ends.replan(session, self.clock, self.config, ACTOR)
+        for lease_id in self._ids(S.SCHEDULED, start_by=plan.now):
             self.start(lease_id)
         for lease_id in self._ids(S.PROVISIONING):
             self.advance(lease_id)
@@ -101,6 +103,7 @@ class Lifecycle:
             for name, row in known.items():
                 if name not in reported and row.up:
                     row.up, row.updated_at = False, utcnow_naive(now)  # gone from the inventory
+            held.set_nominal(session, now, self.cloud.nominal_release_seconds())
         self._hosts_refreshed_at = now
 
     # --- start ------------------------------------------------------------------------------
@@ -110,6 +113,17 @@ class Lifecycle:
             row = session.get(m.Lease, lease_id)
             if row is None or row.status != S.SCHEDULED.value:
                 return
+            # GPUs not yet released by the lease before it (a delete slower than planned): booting
+            # now would be refused the host. It waits; the engine ticks again on the release.
+            blocked = held.unreleased_on(session, row, now)
+            if blocked:
+                if self._awaiting_release.get(lease_id) != blocked:
+                    self._awaiting_release[lease_id] = blocked
+                    record_event(session, row, "progress", "waiting for the GPUs on " + "; ".join(
+                        f"{host} (held by lease {', '.join(ids)})" for host, ids in blocked.items())
+                        + " to be released by the cloud; it starts once they are", now, ACTOR)
+                return
+            self._awaiting_release.pop(lease_id, None)
             for alloc in row.allocations:
                 session.add(m.Server(lease_id=row.id, vm_index=alloc.vm_index, host=alloc.host,
                                      status="REQUESTED", updated_at=utcnow_naive(now)))
@@ -271,9 +285,18 @@ class Lifecycle:
         with session_scope(self.sessions) as session:
             row = session.get(m.Lease, lease_id)
             if row.status == S.ENDING.value:
+                if any(cloud_id for _, cloud_id, _ in servers):   # VMs were deleted: how long it took
+                    held.record_release(session, now, now - self._ending_since(session, lease_id, now))
                 target = S.FAILED if row.failure_class else early_ends.final_state(row)
                 record_transition(session, row, target, now, ACTOR,
                                   "VMs deleted, GPUs released" + ("; the data volume is kept" if row.volume_id else ""))
+
+    @staticmethod
+    def _ending_since(session: Session, lease_id: str, now: int) -> int:
+        """When the lease began ending (its VMs' delete was asked for then)."""
+        at = session.scalar(select(func.max(m.Event.at)).where(m.Event.lease_id == lease_id,
+                                                               m.Event.to_state == S.ENDING.value))
+        return to_epoch(at) if at is not None else now
 
     # --- reconcile --------------------------------------------------------------------------
     def reconcile(self) -> None:

@@ -17,7 +17,8 @@ from sqlalchemy import func, select
 
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
-from gpu_tenancy.domain.states import HOLDING, WAITING, LeaseState
+from gpu_tenancy.domain.states import WAITING, LeaseState
+from gpu_tenancy.engine.held import held_between
 
 PREFIX = "gpu_tenancy_"
 # waits from seconds (started at once) to days (a week-long queue)
@@ -82,17 +83,13 @@ class LeaseCollector:
         return family
 
     def _gpus(self, session, now: int):
-        in_use = GaugeMetricFamily(PREFIX + "gpus_in_use", "GPUs held by leases now, by model and project.",
-                                   labels=["gpu_model", "project_id"])
-        stamp = utcnow_naive(now)
-        rows = session.execute(
-            select(m.Allocation.gpu_model, m.Allocation.project_id, func.sum(m.Allocation.gpus))
-            .join(m.Lease, m.Lease.id == m.Allocation.lease_id)
-            .where(m.Allocation.start_at <= stamp, m.Allocation.end_at > stamp,
-                   m.Lease.status.in_([s.value for s in HOLDING]))
-            .group_by(m.Allocation.gpu_model, m.Allocation.project_id))
-        for model, project, gpus in rows:
-            in_use.add_metric([model, project], int(gpus))
+        in_use = GaugeMetricFamily(PREFIX + "gpus_in_use", "GPUs held by leases now (until the cloud has "
+                                   "released them), by model and project.", labels=["gpu_model", "project_id"])
+        held_now: Counter = Counter()
+        for hold in held_between(session, now, now, now + 1):
+            held_now[(hold.gpu_model, hold.project_id)] += hold.gpus
+        for (model, project), gpus in sorted(held_now.items()):
+            in_use.add_metric([model, project], gpus)
         yield in_use
         total = GaugeMetricFamily(PREFIX + "gpus", "GPUs on hosts that take new leases (up, enabled, not drained).",
                                   labels=["gpu_model"])

@@ -10,11 +10,13 @@ from dataclasses import replace
 from gpu_tenancy.domain.planner import PlannerSettings
 
 _configured = PlannerSettings()
+_release_floor = 0
 
 
 def configure(config) -> None:
     """Take the planner's options from a gpu_tenancy.config.Config."""
-    global _configured
+    global _configured, _release_floor
+    _release_floor = config.release_allowance_seconds
     _configured = PlannerSettings(wait_bound=config.planner_wait_bound_seconds,
                                   wait_bound_gpu_hours=config.planner_wait_bound_gpu_hours,
                                   wait_bound_leases=config.planner_wait_bound_leases)
@@ -22,3 +24,8 @@ def configure(config) -> None:
 
 def settings(half_life: int) -> PlannerSettings:
     return replace(_configured, fairshare_half_life=half_life)
+
+
+def release_floor() -> int:
+    """The operator's least release allowance, seconds (engine/held.py)."""
+    return _release_floor

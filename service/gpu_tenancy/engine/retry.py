@@ -22,7 +22,7 @@ from gpu_tenancy.domain import planner
 from gpu_tenancy.domain.failures import FailureClass, retry_delay, rule
 from gpu_tenancy.domain.model import LeaseRequest
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.engine import ledger, planner_settings
+from gpu_tenancy.engine import ledger
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.timeutil import rfc3339
 
@@ -112,7 +112,7 @@ def replace(session: Session, row: m.Lease, now: int, earliest: int, *, avoid: l
                            gpus_per_vm=row.gpus_per_vm, instances=row.instances, duration=duration,
                            earliest_start=earliest, latest_start=None, created_at=to_epoch(row.created_at),
                            priority=row.priority, name=row.name, preemptible=row.preemptible)
-    settings = planner_settings.settings(half_life)
+    settings = ledger.settings_for(inputs, half_life)
     others = [dataclasses.replace(h, enabled=False) if h.name in avoid else h for h in inputs.hosts]
     planned = planner.plan(now, others, inputs.holds, inputs.quotas, [request], inputs.usage,
                            settings).leases[row.id]

@@ -1,0 +1,85 @@
+"""The one notion of "held" (domain/held.py), read from the ledger: the allocations
+of leases holding GPUs, each until its GPUs are released; and the release allowance,
+from the release times the engine measures."""
+from __future__ import annotations
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import to_epoch, utcnow_naive
+from gpu_tenancy.domain.held import held_until, release_allowance
+from gpu_tenancy.domain.model import Hold
+from gpu_tenancy.domain.states import HOLDING
+from gpu_tenancy.engine import planner_settings
+
+SAMPLES = 20   # the allowance follows the cloud's last this many releases
+KEPT = 100     # rows of measured release times kept
+
+
+def allowance(session: Session) -> int:
+    measured = list(session.scalars(select(m.ReleaseTime.seconds).where(m.ReleaseTime.kind == "measured")
+                                    .order_by(m.ReleaseTime.id.desc()).limit(SAMPLES)))
+    nominal = None if measured else session.scalar(
+        select(m.ReleaseTime.seconds).where(m.ReleaseTime.kind == "nominal").order_by(m.ReleaseTime.id.desc())
+        .limit(1))
+    return release_allowance(measured, nominal, planner_settings.release_floor())
+
+
+def record_release(session: Session, now: int, seconds: int) -> None:
+    """A lease's VMs, deleted `seconds` ago, have released their GPUs."""
+    session.add(m.ReleaseTime(kind="measured", at=utcnow_naive(now), seconds=max(0, seconds)))
+    session.flush()
+    newest = session.scalar(select(m.ReleaseTime.id).order_by(m.ReleaseTime.id.desc()).limit(1))
+    session.execute(delete(m.ReleaseTime).where(m.ReleaseTime.kind == "measured",
+                                                m.ReleaseTime.id <= newest - KEPT))
+
+
+def set_nominal(session: Session, now: int, seconds: int | None) -> None:
+    """What the cloud says a release takes (None: it does not say)."""
+    row = session.scalar(select(m.ReleaseTime).where(m.ReleaseTime.kind == "nominal").limit(1))
+    if seconds is None:
+        if row is not None:
+            session.delete(row)
+    elif row is None:
+        session.add(m.ReleaseTime(kind="nominal", at=utcnow_naive(now), seconds=seconds))
+    elif row.seconds != seconds:
+        row.seconds, row.at = seconds, utcnow_naive(now)
+
+
+def held_between(session: Session, now: int, start: int, end: int, hosts: list[str] | None = None,
+                 allowance_s: int | None = None) -> list[Hold]:
+    """The holds over [start, end): allocations of leases holding GPUs, each held until
+    its planned end plus the allowance, and at least past `now` (not released yet)."""
+    allow = allowance(session) if allowance_s is None else allowance_s
+    a = m.Allocation
+    q = (select(a.lease_id, a.project_id, a.host, a.gpu_model, a.gpus, a.start_at, a.end_at, a.borrowing,
+                m.Lease.preemptible, m.Lease.priority).join(m.Lease)
+         .where(m.Lease.status.in_([s.value for s in HOLDING]), a.start_at < utcnow_naive(end)))
+    if hosts is not None:
+        q = q.where(a.host.in_(hosts))
+    out = []
+    for r in session.execute(q):
+        until = held_until(to_epoch(r.end_at), now, allow)
+        if until > start:
+            out.append(Hold(r.lease_id, r.project_id, r.host, r.gpu_model, r.gpus, to_epoch(r.start_at), until,
+                            r.borrowing, r.preemptible, r.priority, allow))
+    return out
+
+
+def unreleased_on(session: Session, row: m.Lease, now: int) -> dict[str, list[str]]:
+    """The hosts of a lease about to start whose GPUs other leases still hold at `now`, so
+    that its VMs would not fit there yet: host -> those leases."""
+    mine: dict[str, int] = {}
+    for alloc in row.allocations:
+        mine[alloc.host] = mine.get(alloc.host, 0) + alloc.gpus
+    if not mine:
+        return {}
+    others = [h for h in held_between(session, now, now, now + 1, hosts=list(mine)) if h.lease_id != row.id]
+    sizes = dict(session.execute(select(m.Host.name, m.Host.gpus).where(m.Host.name.in_(list(mine)))).all())
+    out = {}
+    for host, need in sorted(mine.items()):
+        on_host = [h for h in others if h.host == host]
+        if sizes.get(host, 0) - sum(h.gpus for h in on_host) < need:
+            out[host] = sorted({h.lease_id for h in on_host})
+    return out
