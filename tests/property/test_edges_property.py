@@ -22,12 +22,10 @@ SEEDS = (1, 2, 3)
 STEPS = int(os.environ.get("GPU_TENANCY_EDGE_STEPS", "200"))   # per seed
 # Promises the engine does not keep yet: (invariant -> why), each an xfail(strict=True).
 NOT_YET: dict[str, str] = {
-    "overcommit": "issue 14 cases 1-3: a lease is committed on GPUs an ending lease has not released yet",
-    "cloud": "issue 14: a retried or re-placed lease's VMs are forgotten by the ledger while the cloud releases them",
-    "no_valid_host": "issue 14 cases 1-3: the boot then finds the GPUs still held",
-    "eta_kept": "issue 14 case 5: ETAs leave the release time out",
-    "stamps": "issue 14 case 2: the tick's replan uses the time read before its ends, and stamps a lease "
-              "asked meanwhile as scheduled before it was asked",
+    "cloud": "a lease re-placed at once (moved off a down host, or retried after a failed boot) drops its VMs "
+             "from the ledger while the cloud still releases them (seeds 1 and 3, steps 10 and 11)",
+    "no_valid_host": "the re-placed lease's boot lands on the host of its own VM still being released and is "
+                     "refused No valid host (seeds 1 and 3, steps 10 and 11)",
 }
 
 
