@@ -150,13 +150,13 @@ class Driver:
         self.record(step, "eta", inv.etas(after))
         noticed = {i for i, lease in after.leases.items() if lease.early_end is not None}
         earlier = {i for i, lease in before.leases.items() if lease.early_end is not None}
-        booted = got_gpus(boots)
-        with self.sessions() as s:
-            L = m.Lease
-            kinds = s.execute(select(L.id, L.gpu_model, L.borrowing, L.preemptible)
-                              .where(L.id.in_(list(booted)))).all()
         if quiet and after.hosts == before.hosts and noticed <= earlier:   # no reclaim or preemption decided
             self.report.quiet_steps += 1
+            booted = got_gpus(boots)
+            with self.sessions() as s:
+                L = m.Lease
+                kinds = s.execute(select(L.id, L.gpu_model, L.borrowing, L.preemptible)
+                                  .where(L.id.in_(list(booted)))).all()
             idle_only, borrowed = {r.id for r in kinds if r.preemptible}, {r.gpu_model for r in kinds if r.borrowing}
             self.record(step, "eta_kept", inv.kept_etas(before, after, booted, self.allowance, idle_only, borrowed))
         self.snap = after
