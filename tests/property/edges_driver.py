@@ -1,0 +1,362 @@
+"""Drives the real service (API through the Flask test client, the engine through
+run_once and watch, the EdgeCloud, a VirtualClock) through a seeded random
+workload at the edges of leases, and checks the invariants of edges_invariants.py
+after every step.
+
+Time moves as the running service would see it: an advance of the clock runs the
+engine at every instant something is due (a start, an end, an ETA, a VM booted or
+released, a notice running out), once a second while a delete is being retried,
+and once a minute while a host change waits for the engine's refresh; an API
+request wakes the engine at once, in the same second. Lease and server ids come
+from the seed, so a seed replays the same run."""
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+import uuid
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from sqlalchemy import select
+
+from gpu_tenancy.app import create_app
+from gpu_tenancy.clock import VirtualClock
+from gpu_tenancy.config import DEMO_CLOUD, Config
+from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import session_scope, to_epoch
+from gpu_tenancy.demo.seed import seed as seed_demo
+from gpu_tenancy.domain.failures import FailureClass as F
+from gpu_tenancy.timeutil import rfc3339
+from tests.property import edges_invariants as inv
+from tests.property.edges_cloud import EdgeCloud
+
+INVARIANTS = ("overcommit", "cloud", "no_valid_host", "quota", "eta", "eta_kept", "stamps", "api")
+PROJECTS = ("ml-vision", "nlp-lab")
+SHAPES = {"A100": ((1, "a100.x1"), (2, "a100.x2"), (4, "a100.x4"), (8, "a100.x8")),
+          "H100": ((1, "h100.x1"), (2, "h100.x2"), (4, "h100.x4"))}
+CLOUD_GPUS = {"A100": 32, "H100": 8}
+CLASSES = (None, None, None, "normal", "low", "preemptible", "high")   # high: admins only in the demo
+DURATIONS = (60, 120, 300, 600, 1800, 3600, 7200)
+OPS = {"create": 28, "burst": 4, "advance": 40, "cancel": 7, "cancel_at_start": 4, "extend": 6,
+       "slow_deletes": 1, "fail_deletes": 1, "boot_fault": 1, "host": 2, "mid_call": 3}
+MAX_LIVE = 24            # unfinished leases; beyond this the workload waits instead of asking
+MAX_TICKS = 3000         # engine passes in one advance: more means the engine never settles
+ACCEPTED = {"create": {201, 403}, "cancel": {204, 409}, "extend": {200, 400, 409}}
+
+
+def release_allowance(sessions) -> int:
+    """The seconds the planner now allows between a lease's end and the next use of its
+    GPUs, where the engine has such an allowance (engine/held.py); else none."""
+    try:
+        from gpu_tenancy.engine import held
+    except ImportError:
+        return 0
+    with session_scope(sessions) as session:
+        return held.allowance(session)
+
+
+@contextlib.contextmanager
+def seeded_ids(seed: int):
+    """uuid4 from the seed while the run lasts: lease and server ids, and so every
+    order that ties on them, are the same on every replay."""
+    rng, real = random.Random(seed), uuid.uuid4
+    uuid.uuid4 = lambda: uuid.UUID(int=rng.getrandbits(128), version=4)
+    try:
+        yield
+    finally:
+        uuid.uuid4 = real
+
+
+@dataclass
+class Report:
+    seed: int
+    steps: int = 0
+    seconds: float = 0.0
+    checks: Counter = field(default_factory=Counter)
+    ops: Counter = field(default_factory=Counter)        # steps of each kind
+    quiet_steps: int = 0     # steps over which ETAs were held to the real starts
+    tolerated: list = field(default_factory=list)   # (step, text): over-commits of a release later than planned
+    violations: dict = field(default_factory=lambda: defaultdict(list))   # invariant -> [(step, text)]
+    log: list = field(default_factory=list)                                # one line per step
+
+    def explain(self, invariant: str, context: int = 25) -> str:
+        found = self.violations.get(invariant) or []
+        if not found:
+            return f"seed {self.seed}: {invariant} held over {self.steps} steps"
+        first = found[0][0]
+        lines = [f"seed {self.seed}: {invariant} broken {len(found)} times in {self.steps} steps; the first:"]
+        lines += [f"  step {step}: {text}" for step, text in found[:5]]
+        lines.append(f"replay: python bench/edges_property.py --seeds {self.seed} --steps {first}; "
+                     f"the steps before it:")
+        lines += ["  " + line for line in self.log[max(0, first - context):first]]
+        return "\n".join(lines)
+
+
+class Driver:
+    def __init__(self, app, seed: int):
+        self.rt = app.extensions["gpu_tenancy"]
+        self.clock, self.cloud, self.sessions = self.rt.clock, self.rt.cloud, self.rt.sessions
+        assert isinstance(self.cloud, EdgeCloud), "the app needs the EdgeCloud"
+        self.client = app.test_client()
+        self.rng = random.Random(seed)
+        self.report = Report(seed)
+        self.last_event, self.last_at, self.boots_seen = 0, {}, 0
+        self.etas: dict[str, int] = {}   # queued lease -> its ETA at the last look for what is due
+        self.allowance = 0
+        self.seen: set[str] = set()
+        self.snap = inv.read(self.sessions, self.clock.now(), 0)
+
+    # --- the run -------------------------------------------------------------------------------
+    def run(self, steps: int) -> Report:
+        wall = time.perf_counter()
+        with seeded_ids(self.report.seed):
+            for step in range(1, steps + 1):
+                op = self.pick()
+                self.report.log.append(f"{step} {rfc3339(self.clock.now())} {op}")
+                self.report.ops[op["op"]] += 1
+                quiet = op["op"] == "advance" and self.settled()
+                fired, before = len(self.cloud.fired), self.snap
+                self.allowance = release_allowance(self.sessions)   # as the plan before the step had it
+                self.apply(step, op)
+                quiet = quiet and len(self.cloud.fired) == fired and not self.cloud.fault_pending()
+                self.check(step, before, quiet)
+        self.report.steps, self.report.seconds = steps, time.perf_counter() - wall
+        return self.report
+
+    def settled(self) -> bool:
+        """Nothing injected still to fire or still in play, and the engine sees the hosts as they are."""
+        cloud_hosts = {h.name: h.up and h.enabled for h in self.cloud.capacity()}
+        return (not self.cloud.armed() and not self.cloud.fault_pending()
+                and all(open_ == cloud_hosts[name] for name, (_, _, open_) in self.snap.hosts.items()))
+
+    def check_state(self, step: int) -> inv.Snapshot:
+        """The promises that hold at every instant: after each engine pass, and after each step."""
+        snap = inv.read(self.sessions, self.clock.now(), self.last_event)
+        late: list[str] = []
+        self.record(step, "overcommit", inv.overcommit(snap, self.allowance, late))
+        self.record(step, "cloud", inv.cloud_agrees(snap, self.cloud.holders(), self.cloud.free_gpus()))
+        self.record(step, "quota", inv.quotas(snap, self.allowance, late))
+        self.report.tolerated += [(step, text) for text in late if text not in self.seen]
+        self.seen.update(late)
+        self.record(step, "stamps", inv.stamps(snap, self.last_at))
+        self.last_event = max([self.last_event] + [e[0] for e in snap.events])
+        return snap
+
+    def check(self, step: int, before: inv.Snapshot, quiet: bool) -> None:
+        after = self.check_state(step)
+        boots, self.boots_seen = self.cloud.boots[self.boots_seen:], len(self.cloud.boots)
+        self.record(step, "no_valid_host", inv.no_valid_host(boots))
+        self.record(step, "eta", inv.etas(after))
+        noticed = {i for i, lease in after.leases.items() if lease.early_end is not None}
+        earlier = {i for i, lease in before.leases.items() if lease.early_end is not None}
+        if quiet and after.hosts == before.hosts and noticed <= earlier:   # no reclaim or preemption decided
+            self.report.quiet_steps += 1
+            booted = got_gpus(boots)
+            with self.sessions() as s:
+                L = m.Lease
+                kinds = s.execute(select(L.id, L.gpu_model, L.borrowing, L.preemptible)
+                                  .where(L.id.in_(list(booted)))).all()
+            idle_only, borrowed = {r.id for r in kinds if r.preemptible}, {r.gpu_model for r in kinds if r.borrowing}
+            self.record(step, "eta_kept", inv.kept_etas(before, after, booted, self.allowance, idle_only, borrowed))
+        self.snap = after
+
+    def record(self, step: int, invariant: str, result: tuple[int, list[str]]) -> None:
+        checks, bad = result
+        self.report.checks[invariant] += checks
+        for text in bad:   # a broken promise that stays broken is told once
+            if text not in self.seen:
+                self.seen.add(text)
+                self.report.violations[invariant].append((step, f"{rfc3339(self.clock.now())}: {text}"))
+
+    # --- the workload ----------------------------------------------------------------------------
+    def pick(self) -> dict:
+        r, live = self.rng, list(self.snap.leases.values())
+        kind = r.choices(list(OPS), weights=list(OPS.values()))[0]
+        if kind in ("create", "burst", "mid_call") and len(live) >= MAX_LIVE:
+            kind = "advance"
+        if kind in ("cancel", "extend") and not live:
+            kind = "create"
+        if kind == "advance":
+            return {"op": "advance", "seconds": r.choice([0, 1, r.randint(2, 30), r.randint(60, 900),
+                                                          r.choice([1800, 3600])])}
+        if kind == "create":
+            return {"op": kind, **self.new_lease()}
+        if kind == "mid_call":   # asked when it fires, some steps on: for "now"
+            ask = self.new_lease()
+            ask["body"].pop("start", None)
+            return {"op": kind, **ask}
+        if kind == "burst":   # one project asks several times in the same second
+            project = r.choice(PROJECTS)
+            return {"op": "burst", "asks": [self.new_lease(project) for _ in range(r.randint(2, 3))]}
+        if kind == "cancel":
+            return {"op": "cancel", "lease": r.choice(live).id}
+        if kind == "cancel_at_start":   # in the very second it begins provisioning
+            planned = sorted((lease.start, lease.id) for lease in live if lease.status == "scheduled")
+            if not planned:
+                return {"op": "advance", "seconds": 1}
+            return {"op": "cancel_at_start", "lease": planned[0][1], "at": max(planned[0][0], self.clock.now())}
+        if kind == "extend":
+            return {"op": "extend", "lease": r.choice(live).id, "by": r.choice([-600, -60, 60, 300, 1800])}
+        if kind == "slow_deletes":
+            return {"op": "slow_deletes", "count": r.randint(1, 3), "seconds": r.choice([15, 30, 60])}
+        if kind == "fail_deletes":
+            return {"op": "fail_deletes", "times": r.randint(1, 3)}
+        if kind == "boot_fault":
+            return {"op": "boot_fault", **r.choice([{"call": "server_error", "class": F.NO_VALID_HOST.value},
+                                                    {"call": "server_error", "class": F.BOOT_TIMEOUT.value},
+                                                    {"call": "boot", "class": F.API_ERROR.value}])}
+        down = sorted(name for name, h in self.snap.hosts.items() if not h[2])
+        if down and (len(down) >= 2 or r.random() < 0.5):
+            return {"op": "host", "host": r.choice(down), "up": True}
+        return {"op": "host", "host": r.choice(sorted(self.snap.hosts)), "up": False}
+
+    def new_lease(self, project: str | None = None) -> dict:
+        r, now = self.rng, self.clock.now()
+        project = project or r.choice(PROJECTS)
+        model = r.choices(("A100", "H100"), weights=(7, 3))[0]
+        gpus, shape = r.choice(SHAPES[model])
+        body = {"shape": shape, "duration": r.choice(DURATIONS),
+                "instances": min(r.choice((1, 1, 1, 2, 2, 3)), CLOUD_GPUS[model] // gpus)}
+        ends = sorted(lease.end for lease in self.snap.leases.values() if lease.end and lease.end > now)
+        start = r.random()
+        if start < 0.15 and ends:        # exactly when another lease ends
+            body["start"] = rfc3339(r.choice(ends))
+        elif start < 0.35:
+            body["start"] = rfc3339(now + r.choice((1, 5, 30, 60, 300, 1800)))
+        klass = r.choice(CLASSES)
+        if klass:
+            body["priority_class"] = klass
+        if r.random() < 0.05:
+            body["volume"] = {"size_gb": 10}
+        return {"project": project, "admin": klass == "high", "body": body}
+
+    # --- carrying it out -----------------------------------------------------------------------
+    def apply(self, step: int, op: dict) -> None:
+        kind, cloud = op["op"], self.cloud
+        if kind == "advance":
+            self.advance(op["seconds"], step)
+        elif kind == "create":
+            self.ask(step, op)
+            self.tick()
+        elif kind == "burst":
+            for ask in op["asks"]:
+                self.ask(step, ask)
+            self.tick()
+        elif kind == "mid_call":   # served while the engine waits on the cloud to delete a VM, a second later
+            cloud.during_next_call = lambda: (self.clock.advance(1), self.ask(step, op))
+        elif kind == "cancel":
+            self.call(step, "cancel", "delete", op["lease"])
+            self.tick()
+        elif kind == "cancel_at_start":
+            self.advance(op["at"] - self.clock.now(), step)
+            self.call(step, "cancel", "delete", op["lease"])
+            self.tick()
+        elif kind == "extend":
+            lease = self.snap.leases.get(op["lease"])
+            duration = max(60, (lease.end - lease.start if lease and lease.end and lease.start else 600) + op["by"])
+            self.call(step, "extend", "patch", op["lease"], json={"duration": duration})
+            self.tick()
+        elif kind == "slow_deletes":
+            cloud.slow_down_deletes(op["count"], op["seconds"])
+        elif kind == "fail_deletes":
+            cloud.inject_failure("delete_server", F.API_ERROR, times=op["times"])
+        elif kind == "boot_fault":
+            cloud.inject_failure(op["call"], F(op["class"]))
+        elif kind == "host":
+            cloud.set_host_state(op["host"], up=op["up"])
+
+    def ask(self, step: int, ask: dict) -> None:
+        roles = "admin" if ask["admin"] else "member"
+        reply = self.client.post("/v1/leases", json=ask["body"], headers=identity(ask["project"], roles))
+        self.answered(step, "create", reply)
+
+    def call(self, step: int, what: str, method: str, lease_id: str, **kw) -> None:
+        project = self.snap.leases[lease_id].project if lease_id in self.snap.leases else PROJECTS[0]
+        reply = getattr(self.client, method)(f"/v1/leases/{lease_id}", headers=identity(project), **kw)
+        self.answered(step, what, reply)
+
+    def answered(self, step: int, what: str, reply) -> None:
+        if reply.status_code not in ACCEPTED[what]:
+            text = reply.get_data(as_text=True)[:300]
+            self.record(step, "api", (0, [f"{what} answered {reply.status_code}: {text}"]))
+
+    def tick(self) -> None:
+        self.rt.engine.run_once()
+
+    def advance(self, seconds: int, step: int) -> None:
+        """Move the clock on by `seconds`, running the engine whenever something is due."""
+        target = self.clock.now() + max(0, seconds)
+        for _ in range(MAX_TICKS):
+            when, cloud_only = self.next_due()
+            if when is None or when >= target:
+                break
+            self.clock.set(when)
+            if not cloud_only or self.rt.engine.lifecycle.watch():   # the light pass; a release wakes a tick
+                self.tick()
+            self.check_state(step)
+        else:
+            self.record(step, "api", (0, [f"the engine ran {MAX_TICKS} passes without settling"]))
+        self.clock.set(max(target, self.clock.now()))
+        self.tick()
+
+    def next_due(self) -> tuple[int | None, bool]:
+        """The next instant the engine has something to do, and whether only the cloud changes then."""
+        now, due = self.clock.now(), []
+        with self.sessions() as s:
+            L = m.Lease
+            rows = s.execute(select(L.id, L.status, L.start_at, L.end_at, L.queue_eta, L.early_end_at, L.earliest_start)
+                             .where(L.status.in_(("queued", "scheduled", "provisioning", "active", "ending")))).all()
+            hosts = {h.name: h.up and h.enabled for h in s.scalars(select(m.Host))}
+        timeout, etas = self.rt.config.boot_timeout_seconds, {}
+        for r in rows:
+            start, end, eta, early = map(to_epoch, (r.start_at, r.end_at, r.queue_eta, r.early_end_at))
+            if r.status == "queued" and eta is not None:
+                etas[r.id] = eta
+                if eta <= now + 1 and self.etas.get(r.id) != eta:   # "any second now", moving with the clock:
+                    eta = now + self.rt.config.engine_tick_seconds   # the runner's periodic tick looks
+            due += {"scheduled": [start], "active": [end, early], "queued": [eta, to_epoch(r.earliest_start)],
+                    "provisioning": [start + timeout + 1 if start else None]}.get(r.status, [])
+        self.etas = etas
+        stalled = {r.id for r in rows if r.status == "ending"} & self.cloud.undeleted_leases()
+        if stalled:
+            due.append(now + 1)   # a delete the cloud refused: the engine tries again within a second
+        if hosts != {h.name: h.up and h.enabled for h in self.cloud.capacity()}:
+            due.append(now + self.rt.config.host_refresh_seconds)   # the engine's next look at the hosts
+        due = [t for t in due if t is not None and t > now]
+        change = self.cloud.next_change()
+        first = min(due, default=None)
+        if change is not None and (first is None or change < first):
+            return change, True
+        return first, False
+
+
+def got_gpus(boots) -> dict[str, int]:
+    """lease -> when the cloud took the last of its VMs' boots (leases with a refused boot left out)."""
+    taken, refused = {}, {b.lease_id for b in boots if b.refused}
+    for b in boots:
+        if b.lease_id not in refused:
+            taken[b.lease_id] = max(b.at, taken.get(b.lease_id, b.at))
+    return taken
+
+
+def identity(project: str, roles: str = "member") -> dict:
+    return {"X-Project-Id": project, "X-User-Id": f"{project}-user", "X-Roles": roles}
+
+
+def run(app, seed: int, steps: int) -> Report:
+    return Driver(app, seed).run(steps)
+
+
+def make_app(database_url: str, start: int):
+    """The app as the tests' fixtures make it (demo catalog, hosts known, engine not
+    started), on the EdgeCloud; the database must be migrated."""
+    clock = VirtualClock(start)
+    cloud = EdgeCloud.from_file(DEMO_CLOUD, clock)
+    config = Config.load(database_url=database_url, auth_strategy="noauth2", run_engine=True)
+    app = create_app(config, clock=clock, cloud=cloud, start_engine=False)
+    runtime = app.extensions["gpu_tenancy"]
+    with session_scope(runtime.sessions) as session:
+        seed_demo(session, clock.now(), cloud.images())
+    runtime.engine.lifecycle.refresh_hosts()
+    return app

@@ -1,0 +1,242 @@
+"""The promises at the edges of a lease, as plain functions over what the database
+(and the simulated cloud) hold after a step. Each returns (checks made, violations
+in words naming the host or lease and the instant); the driver adds seed and step.
+
+"Held": a VM's GPUs are held over its allocation's window, and at least until the
+cloud has confirmed their release (the lease's server row is not DELETED yet),
+whatever the lease's state."""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from sqlalchemy import func, select
+
+from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import to_epoch
+from gpu_tenancy.domain.states import FINAL, HOLDING
+from gpu_tenancy.timeutil import rfc3339
+
+HOLDING_NAMES = {s.value for s in HOLDING}
+FINAL_NAMES = [s.value for s in FINAL]
+LIVE = {"provisioning", "active", "ending"}   # states whose lease may have VMs in the cloud
+
+
+@dataclass(frozen=True)
+class Lease:
+    id: str
+    status: str
+    project: str
+    model: str
+    preemptible: bool
+    earliest: int
+    start: int | None
+    end: int | None
+    eta: int | None
+    early_end: int | None
+    borrowing: bool
+
+
+@dataclass(frozen=True)
+class Span:
+    """GPUs one VM holds on a host over [start, end)."""
+    lease: str
+    vm: int
+    host: str
+    gpus: int
+    start: int
+    end: int
+    unreleased: bool = False   # a VM whose GPUs the cloud has not released yet (held now)
+
+    def __str__(self):
+        return f"lease {self.lease[:8]} vm{self.vm} {self.gpus} GPUs [{rfc3339(self.start)}, {rfc3339(self.end)})"
+
+
+@dataclass
+class Snapshot:
+    now: int
+    hosts: dict[str, tuple[str, int, bool]]      # name -> (model, GPUs, open to new leases)
+    limits: dict[tuple[str, str], int]           # (project, model) -> quota + borrow
+    leases: dict[str, Lease]                     # the unfinished ones, in arrival order
+    spans: list[Span]
+    unreleased: dict[str, tuple[str, int, str]]  # cloud server id -> (lease, vm, host) the ledger still holds
+    committed: dict[str, int]                    # holding lease -> when it was (last) scheduled
+    events: list[tuple[int, str, int, int]] = field(default_factory=list)   # new: (id, lease, at, lease created)
+
+
+def read(sessions, now: int, after_event: int) -> Snapshot:
+    with sessions() as s:
+        hosts = {h.name: (h.gpu_model, h.gpus, h.up and h.enabled and not h.drained) for h in s.scalars(select(m.Host))}
+        limits = {(q.project_id, q.gpu_model): q.gpus + q.borrow_gpus for q in s.scalars(select(m.Quota))}
+        L = m.Lease
+        leases = {r.id: Lease(r.id, r.status, r.project_id, r.gpu_model, r.preemptible, to_epoch(r.earliest_start),
+                              to_epoch(r.start_at), to_epoch(r.end_at), to_epoch(r.queue_eta), to_epoch(r.early_end_at),
+                              r.borrowing)
+                  for r in s.execute(select(L.id, L.status, L.project_id, L.gpu_model, L.preemptible, L.earliest_start,
+                                            L.start_at, L.end_at, L.queue_eta, L.early_end_at, L.borrowing)
+                                     .where(L.status.not_in(FINAL_NAMES)).order_by(L.created_at, L.id))}
+        a = m.Allocation
+        allocs = s.execute(select(a.lease_id, a.vm_index, a.host, a.gpus, a.start_at, a.end_at)
+                           .join(L).where(L.status.in_(HOLDING_NAMES))).all()
+        gpus = {r.id: r.gpus_per_vm for r in s.execute(select(L.id, L.gpus_per_vm).where(L.status.in_(LIVE)))}
+        sv = m.Server
+        servers = s.execute(select(sv.lease_id, sv.vm_index, sv.host, sv.cloud_id).join(L).where(
+            L.status.in_(LIVE), sv.cloud_id.is_not(None), sv.status != "DELETED")).all()
+        e = m.Event
+        committed = dict(s.execute(select(e.lease_id, func.max(e.at)).join(L).where(
+            L.status.in_(HOLDING_NAMES), e.to_state == "scheduled").group_by(e.lease_id)).all())
+        events = s.execute(select(e.id, e.lease_id, e.at, L.created_at).join(L).where(e.id > after_event)
+                           .order_by(e.id)).all()
+    spans = [Span(r.lease_id, r.vm_index, r.host, r.gpus, to_epoch(r.start_at), to_epoch(r.end_at)) for r in allocs]
+    covered = {(sp.lease, sp.vm, sp.host) for sp in spans if sp.start <= now < sp.end}
+    for r in servers:   # not yet released: held now, whatever its allocation says
+        if (r.lease_id, r.vm_index, r.host) not in covered:
+            spans.append(Span(r.lease_id, r.vm_index, r.host, gpus[r.lease_id], now, now + 1, True))
+    return Snapshot(now, hosts, limits, leases, spans, {r.cloud_id: (r.lease_id, r.vm_index, r.host) for r in servers},
+                    {lease: to_epoch(at) for lease, at in committed.items()},
+                    [(r.id, r.lease_id, to_epoch(r.at), to_epoch(r.created_at)) for r in events])
+
+
+def _peaks(now: int, spans: list[Span]):
+    """(instant, GPUs, spans) at every instant from now on where the sum can rise."""
+    for t in sorted({now} | {sp.start for sp in spans if sp.start > now}):
+        live = [sp for sp in spans if sp.start <= t < sp.end]
+        yield t, sum(sp.gpus for sp in live), live
+
+
+def late_release(snap: Snapshot, live: list[Span], limit: int, allowance: int, on_host: bool) -> bool:
+    """The over-commit no planner can avoid: the cloud releases a lease's GPUs later than
+    its end plus the release allowance (a slow or failing delete, a stuck boot), and the
+    leases committed, before that, to follow on them are already due. True if every
+    unreleased VM in `live` is past its lease's end plus the allowance, every other lease
+    there was committed before the first of those instants, and the sum is within
+    `limit` without the waiting (scheduled, not booted) leases on a host, without the
+    unreleased VMs in a quota (a project's next lease runs; its last one is being deleted)."""
+    unreleased = [sp for sp in live if sp.unreleased]
+    due = [(snap.leases[sp.lease].end or snap.now) + allowance for sp in unreleased]
+    if not due or max(due) > snap.now:
+        return False
+    others = [sp for sp in live if not sp.unreleased]
+    if not all(snap.committed.get(sp.lease, snap.now) < min(due) for sp in others):
+        return False
+    spare = ([sp for sp in others if snap.leases[sp.lease].status == "scheduled"] if on_host else unreleased)
+    return bool(spare) and sum(sp.gpus for sp in live) - sum(sp.gpus for sp in spare) <= limit
+
+
+def overcommit(snap: Snapshot, allowance: int, tolerated: list[str]) -> tuple[int, list[str]]:
+    """(a) No host holds more GPUs than it has, now or at any planned instant
+    (a late release excepted: late_release; those go to `tolerated`)."""
+    by_host, checks, bad = defaultdict(list), 0, []
+    for sp in snap.spans:
+        by_host[sp.host].append(sp)
+    for host, spans in sorted(by_host.items()):
+        for t, used, live in _peaks(snap.now, spans):
+            checks += 1
+            if used > snap.hosts[host][1]:
+                text = (f"host {host} holds {used} of {snap.hosts[host][1]} GPUs at {rfc3339(t)}: "
+                        + "; ".join(map(str, live)))
+                late = t == snap.now and late_release(snap, live, snap.hosts[host][1], allowance, True)
+                (tolerated if late else bad).append(text)
+    return checks, bad
+
+
+def cloud_agrees(snap: Snapshot, holders, free: dict[str, int]) -> tuple[int, list[str]]:
+    """(a) The cloud never has more GPUs in use than a host has, and every GPU it still
+    holds on a host open to new leases is held in the ledger too (else the planner
+    hands it on and the next boot there finds no valid host)."""
+    bad = [f"the cloud has {-n} GPUs too many in use on {h}" for h, n in sorted(free.items()) if n < 0]
+    held_now = {(sp.lease, sp.vm, sp.host) for sp in snap.spans if sp.start <= snap.now < sp.end}
+    for server, lease, vm, host, gpus in holders:
+        if not snap.hosts[host][2] or server in snap.unreleased or (lease, vm, host) in held_now:
+            continue
+        status = snap.leases[lease].status if lease in snap.leases else "finished"
+        bad.append(f"the cloud still holds {gpus} GPUs on {host} for server {server[:8]} (lease {lease[:8]} vm{vm}, "
+                   f"{status}) at {rfc3339(snap.now)}, which the ledger counts as free")
+    return len(free) + len(holders), bad
+
+
+def no_valid_host(boots) -> tuple[int, list[str]]:
+    """(b) No boot is refused for want of GPUs the ledger gave it (faults the test
+    injected, and hosts it took down, excepted)."""
+    return len(boots), [f"boot of lease {b.lease_id[:8]} vm{b.vm_index} on {b.host} at {rfc3339(b.at)} refused "
+                        f"(No valid host): its GPUs were held by " + ("; ".join(b.holders) or "nothing")
+                        for b in boots if b.refused == "full"]
+
+
+def quotas(snap: Snapshot, allowance: int, tolerated: list[str]) -> tuple[int, list[str]]:
+    """(c) No project holds more GPUs of a model than its quota plus borrowing allow,
+    now or at any planned instant (preemptible leases are outside quota; a late
+    release excepted: late_release; those go to `tolerated`)."""
+    by_key, checks, bad = defaultdict(list), 0, []
+    for sp in snap.spans:
+        lease = snap.leases[sp.lease]
+        if not lease.preemptible:
+            by_key[(lease.project, lease.model)].append(sp)
+    for key, spans in sorted(by_key.items()):
+        limit = snap.limits.get(key, 0)
+        for t, used, live in _peaks(snap.now, spans):
+            checks += 1
+            if used > limit:
+                text = f"project {key[0]} holds {used} {key[1]} GPUs at {rfc3339(t)}, over its {limit}: " + \
+                    "; ".join(map(str, live))
+                (tolerated if t == snap.now and late_release(snap, live, limit, allowance, False) else bad).append(text)
+    return checks, bad
+
+
+def etas(snap: Snapshot) -> tuple[int, list[str]]:
+    """(d) A waiting lease's ETA (a planned one's start) is never before the start it asked
+    for, and a queued lease's ETA, once the engine has planned, never in the past."""
+    checks, bad = 0, []
+    for lease in snap.leases.values():
+        when = promised_start(lease)
+        if when is None:
+            continue
+        checks += 1
+        if when < lease.earliest or (lease.status == "queued" and when < snap.now):
+            bad.append(f"lease {lease.id[:8]} ({lease.status}) says it starts at {rfc3339(when)}; it asked for "
+                       f"{rfc3339(lease.earliest)} and it is {rfc3339(snap.now)}")
+    return checks, bad
+
+
+def promised_start(lease: Lease) -> int | None:
+    return lease.eta if lease.status == "queued" else lease.start if lease.status == "scheduled" else None
+
+
+def kept_etas(before: Snapshot, after: Snapshot, booted: dict[str, int], allowance: int,
+              idle_only: set[str], borrowed: set[str]) -> tuple[int, list[str]]:
+    """(d) Over a quiet step (nothing arrived, nothing failed, no fault in play), a lease
+    that got its GPUs did so no later than the ETA it had before the step, and no
+    earlier than that ETA less the release allowance, unless it runs on idle GPUs only
+    (`idle_only`: preemptible). Leases of a GPU model on which a lease started by
+    borrowing in the step (`borrowed`) are left out: borrowing is decided on capacity
+    idle now only, so no ETA foresees it. `booted`: lease -> when the cloud took its
+    last VM's boot."""
+    checks, bad = 0, []
+    for lease_id, at in sorted(booted.items()):
+        lease = before.leases.get(lease_id)
+        promised = promised_start(lease) if lease else None
+        started = after.leases.get(lease_id)
+        if promised is None or (started and started.status in ("queued", "scheduled")) or lease.model in borrowed:
+            continue   # no ETA, sent back to wait (a retry), or a borrower took GPUs of its model
+        checks += 1
+        if at > promised:
+            bad.append(f"lease {lease_id[:8]} got its GPUs at {rfc3339(at)}, {at - promised} s after its ETA "
+                       f"{rfc3339(promised)}")
+        elif promised - at > allowance and lease_id not in idle_only:
+            bad.append(f"lease {lease_id[:8]} got its GPUs at {rfc3339(at)}, {promised - at} s before its ETA "
+                       f"{rfc3339(promised)} (release allowance {allowance} s)")
+    return checks, bad
+
+
+def stamps(snap: Snapshot, last_at: dict[str, int]) -> tuple[int, list[str]]:
+    """No event is stamped before the lease it records existed, before the lease's
+    previous event, or in the future. `last_at` (lease -> its latest event) is updated."""
+    bad = []
+    for event_id, lease, at, created in snap.events:
+        floor = max(created, last_at.get(lease, created))
+        if at < floor or at > snap.now:
+            bad.append(f"event {event_id} of lease {lease[:8]} is stamped {rfc3339(at)}: the lease was created "
+                       f"{rfc3339(created)}, its previous event {rfc3339(last_at.get(lease, created))}, "
+                       f"and it is {rfc3339(snap.now)}")
+        last_at[lease] = max(at, last_at.get(lease, at))
+    return len(snap.events), bad
