@@ -101,12 +101,13 @@ fi
 # nothing when the venv already matches. Byte-compiling here, in parallel, saves
 # the first start from compiling the same modules in a dozen processes at once.
 # Our ML2 mechanism driver goes in with the lock: neutron finds mechanism drivers
-# by entry point only, so it is a tiny local package (built with the venv's
-# setuptools, rebuilt when its source changes).
+# by entry point only, so it is a tiny local package (built in an isolated build
+# environment: on a new venv the lock's setuptools is not installed yet when uv
+# builds it; rebuilt when its source changes).
 local_reqs="$LB_STATE/local-requirements.txt"
 echo "gt-loopback-fake-port-binding @ file://$LB_HOME/fake_port_binding" > "$local_reqs"
 say "uv pip sync requirements.lock + fake_port_binding"
-"$UV" pip sync -q --python "$LB_PY" --compile-bytecode --no-build-isolation "$LB_LOCK" "$local_reqs"
+"$UV" pip sync -q --python "$LB_PY" --compile-bytecode "$LB_LOCK" "$local_reqs"
 
 # ---- 4. our fake GPU hypervisor -------------------------------------------------
 # nova imports compute_driver as nova.virt.<value>, so the module must sit there.
