@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint
+from pathlib import Path
 
 import pytest
+import yaml
 
 from gpu_tenancy.clock import VirtualClock
 from gpu_tenancy.cloud import registry
@@ -126,3 +128,13 @@ def test_a_driver_of_another_distribution_registers_through_its_entry_point(monk
     monkeypatch.setattr(registry, "_loaded", False)
     assert registry.names() == ["echo", "openstack", "simulated"]
     assert isinstance(make_cloud(Config.load(cloud={"driver": "echo"}), VirtualClock(0)), EchoCloud)
+
+
+
+
+def test_the_example_inventorys_cloud_block_is_a_valid_one():
+    example = yaml.safe_load((Path(__file__).parents[2] / "ansible" / "inventory" / "example" / "group_vars"
+                              / "all.yml").read_text())
+    config = Config.load(cloud=example["deploy_config"]["cloud"])
+    assert config.cloud_driver == "openstack"
+    assert config.cloud_options.flavor_extra_specs == {"trait:CUSTOM_GPU_TENANCY": "required"}
