@@ -45,9 +45,8 @@ class OpenStackOptions:
         if not isinstance(self.cloud, str) or not self.cloud:
             raise ValueError("cloud driver openstack needs its cloud option (old spelling: clouds_yaml_cloud): "
                              "the service's cloud in clouds.yaml")
-        for name in ("clouds_yaml_file",):
-            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
-                raise ValueError(f"the openstack cloud driver's {name} must be a path")
+        if self.clouds_yaml_file is not None and not isinstance(self.clouds_yaml_file, str):
+            raise ValueError("the openstack cloud driver's clouds_yaml_file must be a path")
         for name in ("network", "project_role"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"the openstack cloud driver's {name} must be a string")

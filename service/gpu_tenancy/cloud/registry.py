@@ -14,9 +14,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any, Callable
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -103,11 +104,6 @@ def options(name: str, given: dict) -> Any:
     return driver.options(**given)
 
 
-def make_cloud(config, clock):
-    """The configured driver, made with its options and the service's clock."""
-    return get(config.cloud_driver).factory(config.cloud_options, clock)
-
-
 def resolve(block: dict, old: dict) -> tuple[str, Any]:
     """(driver name, its options) from the `cloud` block, or else from the old flat spelling:
     `old` holds the flat settings given (`cloud_driver` and the fields in the drivers'
@@ -124,3 +120,8 @@ def resolve(block: dict, old: dict) -> tuple[str, Any]:
     name = old.get("cloud_driver", "simulated")
     driver = get(name)
     return name, options(name, {option: old[flat] for flat, option in driver.old_spelling.items() if flat in old})
+
+
+def make_cloud(config, clock):
+    """The configured driver, made with its options and the service's clock."""
+    return get(config.cloud_driver).factory(config.cloud_options, clock)
