@@ -2,6 +2,7 @@
 flat spelling, and a driver registered from outside the package."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint
 from pathlib import Path
@@ -64,6 +65,7 @@ def test_the_old_flat_spelling_fills_the_same_options_as_the_block():
     old = Config.load(**OLD_SPELLING)
     assert block.cloud_options == old.cloud_options == OpenStackOptions(**OPENSTACK_BLOCK)
     assert block.cloud_driver == old.cloud_driver == "openstack"
+    assert dataclasses.replace(block, run_engine=False).cloud_options == block.cloud_options   # made again: the same
     simulated = Config.load(cloud_driver="simulated", simulated_cloud="/srv/cloud.yaml")
     assert simulated.cloud_options == Config.load(cloud={"driver": "simulated", "options": {"file": "/srv/cloud.yaml"}}
                                                   ).cloud_options == SimulatedOptions("/srv/cloud.yaml")
