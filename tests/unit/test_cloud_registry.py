@@ -101,7 +101,8 @@ def test_the_openstack_options_reach_the_driver(tmp_path):
     clouds.write_text("clouds:\n  gpu-tenancy:\n    auth:\n      auth_url: http://127.0.0.1:9/v3\n"
                       "      username: u\n      password: p\n      project_name: service\n"
                       "      user_domain_name: Default\n      project_domain_name: Default\n")
-    for config in (Config.load(cloud={"driver": "openstack", "options": {**OPENSTACK_BLOCK, "clouds_yaml_file": str(clouds)}}),
+    block = {"driver": "openstack", "options": {**OPENSTACK_BLOCK, "clouds_yaml_file": str(clouds)}}
+    for config in (Config.load(cloud=block),
                    Config.load(**{**OLD_SPELLING, "clouds_yaml_file": str(clouds)})):
         cloud = make_cloud(config, VirtualClock(0))
         assert cloud.name == "openstack" and cloud.network == "none" and cloud.conns.project_role is None
