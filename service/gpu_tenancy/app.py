@@ -14,6 +14,7 @@ from gpu_tenancy.api.policy import make_enforcer
 from gpu_tenancy.api.runtime import Runtime
 from gpu_tenancy.api.validation import refuse_nul_in_query
 from gpu_tenancy.clock import SystemClock
+from gpu_tenancy.cloud.registry import make_cloud
 from gpu_tenancy.config import Config
 from gpu_tenancy.db.session import make_engine, make_sessionmaker
 from gpu_tenancy.engine import limits, planner_settings
@@ -24,14 +25,6 @@ log = logging.getLogger(__name__)
 # readiness.report: the guest has no token; it shows the lease's secret instead (api/readiness.py)
 PUBLIC_ENDPOINTS = {"root", "healthz", "openapi.document", "readiness.report"}
 MAX_BODY = 1024 * 1024
-
-
-def make_cloud(config: Config, clock):
-    if config.cloud_driver == "simulated":
-        from gpu_tenancy.cloud.simulated import SimulatedCloud
-        return SimulatedCloud.from_file(config.simulated_cloud, clock)
-    from gpu_tenancy.cloud.openstack import OpenStackCloud
-    return OpenStackCloud.from_config(config)
 
 
 def create_app(config: Config | None = None, *, clock=None, cloud=None, start_engine: bool | None = None) -> Flask:

@@ -115,7 +115,7 @@ Ask for two A100 GPUs for a day:
 
 
 def run_engine(args) -> int:
-    from gpu_tenancy.app import make_cloud
+    from gpu_tenancy.cloud.registry import make_cloud
     from gpu_tenancy.clock import SystemClock
     from gpu_tenancy.db.session import make_engine, make_sessionmaker
     from gpu_tenancy.engine import planner_settings

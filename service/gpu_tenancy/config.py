@@ -5,13 +5,17 @@ import ipaddress
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import yaml
 from cryptography.fernet import Fernet
 
+from gpu_tenancy.cloud import registry
+from gpu_tenancy.cloud.builtin import DEMO_CLOUD  # noqa: F401  (the demo's cloud, imported from here)
 from gpu_tenancy.domain.planner import DEFAULT_WAIT_BOUND, DEFAULT_WAIT_BOUND_GPU_HOURS, DEFAULT_WAIT_BOUND_LEASES
 
-DEMO_CLOUD = str(Path(__file__).with_name("demo") / "cloud.yaml")
+OLD_CLOUD_SPELLING = ("cloud_driver", "simulated_cloud", "clouds_yaml_cloud", "clouds_yaml_file", "cloud_network",
+                      "cloud_project_role", "gpu_resource_classes", "flavor_extra_specs")
 
 
 @dataclass
@@ -21,17 +25,19 @@ class Config:
     auth_strategy: str = "keystone"
     keystone_authtoken: dict = field(default_factory=dict)  # passed to keystonemiddleware
     policy_file: str | None = None
-    cloud_driver: str = "simulated"
-    simulated_cloud: str = DEMO_CLOUD
-    # openstack driver: the service's cloud in clouds.yaml (file: the standard places when unset)
+    # the cloud driver and its options: {driver: <name>, options: {...}}, the names and options
+    # of cloud/registry.py (README "Pointing it at your own cloud"); none: the simulated demo cloud
+    cloud: dict = field(default_factory=dict)
+    # the old flat spelling of the same, still read when `cloud` is not given: cloud_driver, then
+    # the simulated driver's file and the openstack driver's options under their old names
+    cloud_driver: str | None = None
+    simulated_cloud: str | None = None
     clouds_yaml_cloud: str | None = None
     clouds_yaml_file: str | None = None
-    cloud_network: str = "auto"          # networks for boots: auto, none, or a network id
-    cloud_project_role: str = "admin"    # role the service user grants itself on a tenant project; "" = never
-    gpu_resource_classes: dict = field(default_factory=dict)  # CUSTOM_PGPU_A100: A100 (default: that convention)
-    # extra specs on every private flavor: trait:CUSTOM_GPU_TENANCY: required where the GPU
-    # hosts sit in isolated aggregates (ansible/ sets them up so)
-    flavor_extra_specs: dict = field(default_factory=dict)
+    cloud_network: str | None = None
+    cloud_project_role: str | None = None
+    gpu_resource_classes: dict | None = None
+    flavor_extra_specs: dict | None = None
     # the service's URL as a lease's VMs reach it, for their GPU readiness reports
     # (unset: leases cannot ask for the readiness probe)
     readiness_url: str | None = None
@@ -97,6 +103,13 @@ class Config:
     metrics_scrape_token: str | None = None  # "Authorization: Bearer <it>" reads /metrics
     allow_noauth2: bool = False      # wsgi.py (production) serves noauth2 only with this, set in the file
 
+    # the driver's options dataclass (cloud/builtin.py, ...), from either spelling
+    cloud_options: Any = field(init=False, repr=False, compare=False, default=None)
+
+    def __post_init__(self):
+        old = {name: getattr(self, name) for name in OLD_CLOUD_SPELLING if getattr(self, name) is not None}
+        self.cloud_driver, self.cloud_options = registry.resolve(self.cloud, old)
+
     @classmethod
     def load(cls, path: str | None = None, **overrides) -> "Config":
         values: dict = {}
@@ -119,8 +132,6 @@ class Config:
             raise ValueError(f"unknown configuration options: {', '.join(sorted(unknown))}")
         if values.get("auth_strategy", "keystone") not in ("keystone", "noauth2"):
             raise ValueError("auth_strategy must be keystone or noauth2")
-        if values.get("cloud_driver", "simulated") not in ("simulated", "openstack"):
-            raise ValueError("cloud_driver must be simulated or openstack")
         if values.get("decision_hook_default", "allow") not in ("allow", "deny"):
             raise ValueError("decision_hook_default must be allow or deny")
         bound = values.get("planner_wait_bound_seconds")
@@ -143,8 +154,6 @@ class Config:
         floor = values.get("release_allowance_seconds", 0)
         if isinstance(floor, bool) or not isinstance(floor, int) or not 0 <= floor <= 86400:
             raise ValueError("release_allowance_seconds must be a whole number of seconds from 0 to 86400")
-        if values.get("cloud_driver") == "openstack" and not values.get("clouds_yaml_cloud"):
-            raise ValueError("cloud_driver openstack needs clouds_yaml_cloud: the service's cloud in clouds.yaml")
         for net in values.get("webhook_allowed_networks") or []:
             try:
                 ipaddress.ip_network(net, strict=False)

@@ -1,4 +1,7 @@
-"""The simulated cloud behaves like Nova/Placement/Cinder/Glance at the driver boundary."""
+"""The simulated cloud behaves like Nova/Placement/Cinder/Glance at the driver boundary.
+
+What every driver must do is in tests/contract/test_cloud_driver_contract.py, run on this
+driver too; here: the simulated cloud's own timing, file format and test hooks."""
 from __future__ import annotations
 
 import threading
@@ -16,7 +19,6 @@ OTHER = "ffffeeeeddddccccbbbbaaaa99998888"
 IMAGE_ID = "11111111-2222-3333-4444-555555555555"
 A100_X4 = ShapeSpec("a100.x4", "A100", 4, 32, 131072, 200, "a100")
 A100_X8 = ShapeSpec("a100.x8", "A100", 8, 64, 262144, 400, "a100")
-H100_X1 = ShapeSpec("h100.x1", "H100", 1, 8, 32768, 100, "h100")
 CONFIG = {
     "boot_seconds": 30,
     "delete_seconds": 5,
@@ -77,13 +79,6 @@ def test_no_overcommit_beyond_free_gpus(cloud, clock):
     assert len(cloud.allocations()) == 2 and cloud.free_gpus()["gpu-a100-1"] == 0
 
 
-def test_wrong_gpu_model_gets_no_valid_host(cloud, clock):
-    server = boot(cloud, host="gpu-h100-1", shape=A100_X4)
-    clock.advance(30)
-    assert cloud.server_state(server).fault == NO_VALID_HOST
-    assert cloud.allocations() == {}
-
-
 def test_delete_releases_gpus_after_delete_seconds(cloud, clock):
     server = boot(cloud, shape=A100_X8)
     clock.advance(30)
@@ -96,59 +91,30 @@ def test_delete_releases_gpus_after_delete_seconds(cloud, clock):
     assert cloud.server_state("no-such-server").status == "DELETED"
 
 
-def test_ensure_flavor_is_private_per_project_and_idempotent(cloud):
+def test_a_flavor_is_named_after_shape_and_project_and_another_project_cannot_boot_it(cloud):
     fid = cloud.ensure_flavor(PROJECT, A100_X4)
-    assert cloud.ensure_flavor(PROJECT, A100_X4) == fid
-    assert cloud.ensure_flavor(OTHER, A100_X4) != fid
     flavor = cloud.flavors()[fid]
     assert flavor["name"] == f"gt-a100.x4-{PROJECT[:8]}" and flavor["is_public"] is False
     assert flavor["extra_specs"] == {"pci_passthrough:alias": "a100:4"}
     with pytest.raises(CloudError):  # another project's private flavor is not found
         cloud.boot(BootRequest(OTHER, "l9", 0, "gpu-a100-1", fid, IMAGE_ID))
-    cloud.retire_flavor(PROJECT, "a100.x4")
-    assert fid not in cloud.flavors()
-    cloud.retire_flavor(PROJECT, "a100.x4")  # no-op when absent
 
 
-def test_boot_and_ensure_volume_are_idempotent(cloud):
-    assert boot(cloud, lease="l1", vm=0) == boot(cloud, lease="l1", vm=0)
+def test_each_vm_of_a_lease_is_its_own_server(cloud):
     assert boot(cloud, lease="l1", vm=1) != boot(cloud, lease="l1", vm=0)
-    vol = cloud.ensure_volume(PROJECT, "l1", VolumeRequest(size_gb=100))
-    assert cloud.ensure_volume(PROJECT, "l1", VolumeRequest(size_gb=100)) == vol
-    assert cloud.volumes()[vol]["lease_id"] == "l1" and cloud.volume_status(vol) == "available"
 
 
-def test_volume_survives_delete_and_is_available_again(cloud, clock):
+def test_a_volume_attaches_only_to_an_active_server_of_its_project(cloud, clock):
     vol = cloud.ensure_volume(PROJECT, "l1", VolumeRequest(size_gb=50))
+    theirs = cloud.add_volume(OTHER, 200)
     server = boot(cloud, lease="l1")
     with pytest.raises(CloudError) as err:  # not ACTIVE yet
         cloud.attach_volume(server, vol)
     assert err.value.failure_class == F.VOLUME
     clock.advance(30)
-    cloud.attach_volume(server, vol)
-    cloud.attach_volume(server, vol)  # no-op when attached
-    assert cloud.volume_status(vol) == "in-use"
-    assert cloud.ensure_volume(PROJECT, "l1", VolumeRequest(volume_id=vol)) == vol  # a repeat call of its lease
-    cloud.delete_server(server)
-    assert cloud.volume_status(vol) == "available" and vol in cloud.volumes()
-
-
-def test_existing_volume_must_be_own_and_available(cloud, clock):
-    mine = cloud.add_volume(PROJECT, 200, name="dataset")
-    theirs = cloud.add_volume(OTHER, 200)
-    assert cloud.ensure_volume(PROJECT, "l1", VolumeRequest(volume_id=mine)) == mine
-    for volume_id in (theirs, "no-such-volume"):
-        with pytest.raises(CloudError) as err:
-            cloud.ensure_volume(PROJECT, "l2", VolumeRequest(volume_id=volume_id))
-        assert err.value.failure_class == F.VOLUME and "not found" in err.value.message  # isolation: looks missing
-    server = boot(cloud, lease="l1")
-    clock.advance(30)
-    cloud.attach_volume(server, mine)
-    with pytest.raises(CloudError) as err:  # in-use by another lease
-        cloud.ensure_volume(PROJECT, "l2", VolumeRequest(volume_id=mine))
-    assert err.value.failure_class == F.VOLUME
-    with pytest.raises(CloudError):
+    with pytest.raises(CloudError) as err:  # isolation: another project's looks missing
         cloud.attach_volume(server, theirs)
+    assert err.value.failure_class == F.VOLUME and "not found" in err.value.message
 
 
 @pytest.mark.parametrize("operation, call", [
@@ -194,13 +160,8 @@ def test_injected_server_error_goes_error_after_build(cloud, clock):
     assert cloud.server_state(stuck).status == "BUILD"
 
 
-def test_image_checks(cloud):
-    cloud.check_image(IMAGE_ID)
+def test_images_are_found_by_name_too_and_a_boot_checks_its_image(cloud):
     cloud.check_image("ubuntu-22.04")
-    for ref in ("no-such-image", "half-uploaded", ""):
-        with pytest.raises(CloudError) as err:
-            cloud.check_image(ref)
-        assert err.value.failure_class == F.IMAGE
     with pytest.raises(CloudError) as err:
         boot(cloud, image="no-such-image")
     assert err.value.failure_class == F.IMAGE
@@ -223,17 +184,12 @@ def test_down_or_disabled_host_gets_no_valid_host(cloud, clock):
     assert cloud.server_state(back).status == "ACTIVE"
 
 
-def test_list_tagged_finds_everything_with_lease_ids(cloud):
+def test_list_tagged_shows_a_servers_tag_as_its_metadata(cloud):
     server = boot(cloud, lease="l1")
-    made = cloud.ensure_volume(PROJECT, "l1", VolumeRequest(size_gb=10))
-    cloud.add_volume(PROJECT, 10)  # a tenant's own volume is not ours
+    cloud.ensure_volume(PROJECT, "l1", VolumeRequest(size_gb=10))
     objects = {(o.kind, o.id): o for o in cloud.list_tagged()}
-    assert objects[("server", server)].lease_id == "l1"
     assert objects[("server", server)].attrs["metadata"] == {LEASE_TAG: "l1"}
-    assert objects[("volume", made)].lease_id == "l1" and objects[("volume", made)].project_id == PROJECT
     assert sorted(kind for kind, _ in objects) == ["flavor", "server", "volume"]
-    cloud.delete_server(server)
-    assert "server" not in {o.kind for o in cloud.list_tagged()}
 
 
 def test_concurrent_boots_never_overcommit(cloud, clock):

@@ -47,11 +47,12 @@ class OpenStackCloud(CloudDriver):
         self.volume_timeout = volume_timeout
 
     @classmethod
-    def from_config(cls, config) -> "OpenStackCloud":
-        conn = connect(config.clouds_yaml_cloud, config.clouds_yaml_file)
-        return cls(conn, resource_classes=config.gpu_resource_classes, network=config.cloud_network,
-                   project_role=config.cloud_project_role or None,
-                   flavor_extra_specs=config.flavor_extra_specs)
+    def from_options(cls, options) -> "OpenStackCloud":
+        """From the driver's options block (cloud/builtin.py: OpenStackOptions)."""
+        conn = connect(options.cloud, options.clouds_yaml_file)
+        return cls(conn, resource_classes=options.gpu_resource_classes, network=options.network,
+                   project_role=options.project_role or None,
+                   flavor_extra_specs=options.flavor_extra_specs)
 
     @property
     def admin(self):

@@ -1,0 +1,235 @@
+"""The cloud driver contract (cloud/driver.py: CloudDriver): what every driver must do,
+written once. Each case takes a `rig`: a driver, two tenant projects, an active image,
+the GPU hosts the cloud should show, and a way to wait for the cloud.
+
+Here the rig is the simulated cloud; tests/integration/test_cloud_driver_contract_openstack.py
+runs these same cases on the openstack driver against the loopback cloud (the CI's
+integration step). What only one driver has (the simulated cloud's test hooks, Nova's
+quotas and roles) stays in that driver's own tests."""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from gpu_tenancy.clock import VirtualClock
+from gpu_tenancy.cloud import registry
+from gpu_tenancy.cloud.driver import BootRequest, CloudError, ShapeSpec, VolumeRequest
+from gpu_tenancy.cloud.simulated import SimulatedCloud
+from gpu_tenancy.domain.failures import FailureClass as F
+from gpu_tenancy.domain.failures import classify_fault
+
+# the drivers with a rig: this module's, and the openstack one in tests/integration/
+RIGGED = {"simulated", "openstack"}
+# the loopback cloud's hosts (scripts/loopback/), which the simulated rig copies
+HOSTS = {"gpu-a100-1": ("A100", 4), "gpu-a100-2": ("A100", 4), "gpu-h100-1": ("H100", 2)}
+
+
+class Rig:
+    """What a contract case needs beside the driver; a driver's rig fills it in."""
+    name = "abstract"
+    cloud = None
+    project = other = image = ""
+
+    def __init__(self):
+        self.cleanups: list = []
+
+    def wait(self, what: str, check, timeout: float = 120):
+        """check() once it is true, the cloud's time going on meanwhile."""
+        raise NotImplementedError
+
+    def set_enabled(self, host: str, enabled: bool) -> None:
+        raise NotImplementedError
+
+    def inactive_image(self) -> str:
+        """An image the cloud has but that is not active."""
+        raise NotImplementedError
+
+    def tenant_volume(self, project: str, size_gb: int) -> str:
+        """A volume the tenant made itself, not the service."""
+        raise NotImplementedError
+
+    def delete_volume(self, volume_id: str) -> None:
+        """Remove a volume after the test (drivers never delete volumes)."""
+
+    def shape(self, gpu_model="A100", gpus=1, vcpus=1) -> ShapeSpec:
+        """A shape of this test alone, its flavors retired at the end."""
+        shape = ShapeSpec(f"contract.{uuid.uuid4().hex[:6]}", gpu_model, gpus, vcpus, 512, 1, gpu_model.lower())
+        self.cleanups += [lambda p=p: self.cloud.retire_flavor(p, shape.name) for p in (self.project, self.other)]
+        return shape
+
+    def boot(self, host: str, shape: ShapeSpec, lease: str | None = None, vm: int = 0) -> str:
+        flavor = self.cloud.ensure_flavor(self.project, shape)
+        server = self.cloud.boot(BootRequest(self.project, lease or str(uuid.uuid4()), vm, host, flavor, self.image,
+                                             name=f"contract-{vm}"))
+        self.cleanups.append(lambda: self.delete(server))
+        return server
+
+    def delete(self, server: str) -> None:
+        """Delete the server and wait until it is gone and its GPUs are free."""
+        self.cloud.delete_server(server)
+        self.wait("the server to go", lambda: self.cloud.server_state(server).status == "DELETED")
+        self.wait("its GPUs to be released", lambda: self.cloud.gpus_released(server))
+
+    def close(self) -> None:
+        for cleanup in reversed(self.cleanups):
+            cleanup()
+
+
+class SimulatedRig(Rig):
+    name = "simulated"
+    project, other = "a1b2c3d4e5f60718293a4b5c6d7e8f90", "ffffeeeeddddccccbbbbaaaa99998888"
+    image = "11111111-2222-3333-4444-555555555555"
+
+    def __init__(self):
+        super().__init__()
+        self.clock = VirtualClock(1_700_000_000)
+        self.cloud = SimulatedCloud({
+            "boot_seconds": 30, "delete_seconds": 5,
+            "gpu_models": {"A100": {"resource_class": "CUSTOM_PGPU_A100", "pci_alias": "a100"},
+                           "H100": {"resource_class": "CUSTOM_PGPU_H100", "pci_alias": "h100"}},
+            "hosts": [{"name": name, "gpu_model": model, "gpus": gpus} for name, (model, gpus) in HOSTS.items()],
+            "images": [{"id": self.image, "name": "ubuntu-22.04"},
+                       {"id": "queued-image", "name": "half-uploaded", "status": "queued"}],
+        }, self.clock)
+
+    def wait(self, what, check, timeout=120):
+        for _ in range(int(timeout)):
+            if value := check():
+                return value
+            self.clock.advance(1)
+        pytest.fail(f"timed out after {timeout} s of the cloud's time waiting for {what}")
+
+    def set_enabled(self, host, enabled):
+        self.cloud.set_host_state(host, enabled=enabled)
+
+    def inactive_image(self):
+        return "half-uploaded"
+
+    def tenant_volume(self, project, size_gb):
+        return self.cloud.add_volume(project, size_gb)
+
+
+@pytest.fixture
+def rig():
+    made = SimulatedRig()
+    yield made
+    made.close()
+
+
+def test_every_registered_driver_runs_the_contract():
+    missing = set(registry.names()) - RIGGED
+    assert not missing, f"cloud drivers without a rig for this contract: {', '.join(sorted(missing))}"
+
+
+def test_capacity_shows_each_gpu_host_with_its_model_count_and_state(rig):
+    hosts = {h.name: h for h in rig.cloud.capacity()}
+    assert {name: (h.gpu_model, h.gpus) for name, h in hosts.items()} == HOSTS
+    assert all(h.up and h.enabled for h in hosts.values())
+    rig.set_enabled("gpu-h100-1", False)
+    try:
+        assert {h.name: h.enabled for h in rig.cloud.capacity()} == {
+            "gpu-a100-1": True, "gpu-a100-2": True, "gpu-h100-1": False}
+    finally:
+        rig.set_enabled("gpu-h100-1", True)
+    assert all(h.enabled for h in rig.cloud.capacity())
+
+
+def flavors_of(cloud, project, shape_name):
+    return [o.id for o in cloud.list_tagged()
+            if o.kind == "flavor" and o.project_id == project and o.attrs.get("shape") == shape_name]
+
+
+def test_a_shape_becomes_one_private_flavor_per_project_remade_when_it_changes(rig):
+    cloud, shape = rig.cloud, rig.shape()
+    flavor = cloud.ensure_flavor(rig.project, shape)
+    assert cloud.ensure_flavor(rig.project, shape) == flavor            # made once, reused after
+    theirs = cloud.ensure_flavor(rig.other, shape)
+    assert theirs != flavor
+    assert flavors_of(cloud, rig.project, shape.name) == [flavor]
+    assert flavors_of(cloud, rig.other, shape.name) == [theirs]
+    changed = cloud.ensure_flavor(rig.project, ShapeSpec(shape.name, "A100", 1, 2, 512, 1, "a100"))
+    assert changed != flavor and flavors_of(cloud, rig.project, shape.name) == [changed]  # flavors are immutable
+    cloud.retire_flavor(rig.project, shape.name)
+    assert flavors_of(cloud, rig.project, shape.name) == [] and flavors_of(cloud, rig.other, shape.name) == [theirs]
+    cloud.retire_flavor(rig.project, shape.name)                         # no-op when absent
+
+
+def test_a_missing_or_inactive_image_is_an_image_failure(rig):
+    rig.cloud.check_image(rig.image)
+    for ref in (str(uuid.uuid4()), "", rig.inactive_image()):
+        with pytest.raises(CloudError) as err:
+            rig.cloud.check_image(ref)
+        assert err.value.failure_class == F.IMAGE and err.value.cloud_message
+
+
+def test_a_new_volume_is_made_once_per_lease_and_is_its_projects_alone(rig):
+    cloud, lease = rig.cloud, str(uuid.uuid4())
+    made = cloud.ensure_volume(rig.project, lease, VolumeRequest(size_gb=1))
+    rig.cleanups.append(lambda: rig.delete_volume(made))
+    assert cloud.ensure_volume(rig.project, lease, VolumeRequest(size_gb=1)) == made
+    assert cloud.volume_status(made) == "available"
+    listed = {v.id: v for v in cloud.project_volumes(rig.project)}
+    assert (listed[made].status, listed[made].size_gb, listed[made].lease_id, listed[made].attached_to) == (
+        "available", 1, lease, ())
+    assert made not in {v.id for v in cloud.project_volumes(rig.other)}
+    tagged = [(o.lease_id, o.project_id) for o in cloud.list_tagged() if o.kind == "volume" and o.id == made]
+    assert tagged == [(lease, rig.project)]
+    cloud.check_volume_owner(rig.project, made)
+    for project, volume in ((rig.other, made), (rig.project, str(uuid.uuid4()))):   # another's looks missing
+        with pytest.raises(CloudError) as owner:
+            cloud.check_volume_owner(project, volume)
+        assert owner.value.failure_class == F.VOLUME
+        with pytest.raises(CloudError) as taken:
+            cloud.ensure_volume(project, str(uuid.uuid4()), VolumeRequest(volume_id=volume))
+        assert taken.value.failure_class == F.VOLUME
+    assert cloud.volume_status(str(uuid.uuid4())) == "missing"
+    with pytest.raises(CloudError) as sizeless:
+        cloud.ensure_volume(rig.project, str(uuid.uuid4()), VolumeRequest(size_gb=0))
+    assert sizeless.value.failure_class == F.VOLUME
+
+
+def test_a_tenants_own_volume_is_used_as_it_is_and_is_not_ours(rig):
+    own = rig.tenant_volume(rig.project, 1)
+    assert rig.cloud.ensure_volume(rig.project, str(uuid.uuid4()), VolumeRequest(volume_id=own)) == own
+    rig.cloud.check_volume_owner(rig.project, own)
+    listed = {v.id: v for v in rig.cloud.project_volumes(rig.project)}
+    assert listed[own].lease_id is None
+    assert own not in {o.id for o in rig.cloud.list_tagged()}
+
+
+def test_a_server_boots_once_per_lease_and_vm_runs_with_its_volume_and_gives_all_back(rig):
+    cloud, lease = rig.cloud, str(uuid.uuid4())
+    volume = cloud.ensure_volume(rig.project, lease, VolumeRequest(size_gb=1))
+    rig.cleanups.append(lambda: rig.delete_volume(volume))
+    shape = rig.shape()
+    server = rig.boot("gpu-a100-1", shape, lease)
+    assert rig.boot("gpu-a100-1", shape, lease) == server                # asked again: the same server
+    state = rig.wait("the server to be ACTIVE", lambda: (s := cloud.server_state(server)).status != "BUILD" and s)
+    assert (state.status, state.host, state.fault) == ("ACTIVE", "gpu-a100-1", None)
+    tagged = [o for o in cloud.list_tagged() if o.kind == "server" and o.id == server]
+    assert [(o.lease_id, o.project_id, o.attrs["vm_index"]) for o in tagged] == [(lease, rig.project, 0)]
+    assert not cloud.gpus_released(server)
+
+    cloud.attach_volume(server, volume)
+    cloud.attach_volume(server, volume)                                   # no-op when attached
+    assert cloud.volume_status(volume) == "in-use"
+    assert {v.id: v.attached_to for v in cloud.project_volumes(rig.project)}[volume] == (server,)
+    assert cloud.ensure_volume(rig.project, lease, VolumeRequest(volume_id=volume)) == volume  # its own lease again
+    with pytest.raises(CloudError) as in_use:
+        cloud.ensure_volume(rig.project, str(uuid.uuid4()), VolumeRequest(volume_id=volume))
+    assert in_use.value.failure_class == F.VOLUME
+
+    rig.delete(server)                                                    # gone, then its GPUs free
+    cloud.delete_server(server)                                           # no-op when gone
+    assert server not in {o.id for o in cloud.list_tagged()}
+    rig.wait("the volume to be detached", lambda: cloud.volume_status(volume) == "available")  # kept
+    assert cloud.server_state(str(uuid.uuid4())).status == "DELETED"
+
+
+def test_a_boot_pinned_to_a_host_without_those_gpus_fails_with_no_valid_host(rig):
+    server = rig.boot("gpu-h100-1", rig.shape("A100", 4))
+    state = rig.wait("the boot to fail", lambda: (s := rig.cloud.server_state(server)).status == "ERROR" and s)
+    assert classify_fault(state.fault) == F.NO_VALID_HOST
+    rig.wait("its claim to be given back", lambda: rig.cloud.gpus_released(server))
+    rig.delete(server)

@@ -1,0 +1,59 @@
+"""The cloud driver contract (tests/contract/test_cloud_driver_contract.py), every case,
+on the openstack driver against the loopback cloud: the same functions, collected here
+with this module's `rig`."""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from tests.contract.test_cloud_driver_contract import *  # noqa: F401,F403  (the cases)
+from tests.contract.test_cloud_driver_contract import Rig
+from tests.integration.conftest import wait_for
+
+
+class OpenStackRig(Rig):
+    name = "openstack"
+
+    def __init__(self, cloud, admin, projects, image_id):
+        super().__init__()
+        self.cloud, self.admin, self.image = cloud, admin, image_id
+        self.project, self.other = projects["tenant-a"], projects["tenant-b"]
+
+    def wait(self, what, check, timeout=120):
+        return wait_for(what, check, timeout=timeout)
+
+    def set_enabled(self, host, enabled):
+        compute = self.admin.compute
+        service = next(s for s in compute.services(binary="nova-compute") if s.host == host)
+        if enabled:
+            compute.enable_service(service, host=host, binary="nova-compute")
+        else:
+            compute.disable_service(service, host=host, binary="nova-compute",
+                                    disabled_reason="gpu-tenancy driver contract test")
+
+    def inactive_image(self):
+        queued = self.admin.image.create_image(name=f"contract-empty-{uuid.uuid4().hex[:6]}", disk_format="raw",
+                                               container_format="bare", allow_duplicates=True)
+        self.cleanups.append(lambda: self.admin.image.delete_image(queued, ignore_missing=True))
+        return queued.id
+
+    def tenant_volume(self, project, size_gb):
+        storage = self.cloud.conns.project(project).block_storage   # made in the project, as its user would
+        volume = storage.create_volume(size=size_gb, name=f"contract-own-{uuid.uuid4().hex[:6]}")
+        self.cleanups.append(lambda: self.delete_volume(volume.id))
+        wait_for("the tenant's volume", lambda: storage.get_volume(volume.id).status == "available")
+        return volume.id
+
+    def delete_volume(self, volume_id):
+        storage = self.admin.block_storage
+        wait_for("the volume to be deletable",
+                 lambda: self.cloud.volume_status(volume_id) in ("available", "error", "missing"))
+        storage.delete_volume(volume_id, ignore_missing=True)
+
+
+@pytest.fixture
+def rig(os_cloud, clean_cloud, projects, image_id):
+    made = OpenStackRig(os_cloud, clean_cloud, projects, image_id)
+    yield made
+    made.close()
