@@ -44,9 +44,9 @@ def migrated(tmp_path_factory):
         yield str(path)
 
 
-@pytest.fixture
-def db_url(migrated, tmp_path):
-    """A database with the schema and nothing else, fresh for each test."""
+def empty_database(migrated: str, directory, name: str = "test") -> str:
+    """A database with the schema and nothing else: SQLite, a copy of the template in
+    `directory`; PostgreSQL, the test database emptied."""
     if PG_URL:
         engine = create_engine(migrated)
         with engine.begin() as conn:
@@ -55,9 +55,15 @@ def db_url(migrated, tmp_path):
             conn.execute(text("INSERT INTO locks (name) VALUES ('ledger'), ('engine')"))
         engine.dispose()
         return migrated
-    path = tmp_path / "test.db"
+    path = directory / f"{name}.db"
     shutil.copy(migrated, path)
     return f"sqlite:///{path}"
+
+
+@pytest.fixture
+def db_url(migrated, tmp_path):
+    """A database with the schema and nothing else, fresh for each test."""
+    return empty_database(migrated, tmp_path)
 
 
 @pytest.fixture

@@ -5,42 +5,21 @@ times of both runs are printed (wall clock; bench/noisy_neighbour.py measures th
 real concurrency)."""
 from __future__ import annotations
 
-import shutil
 import statistics
 
-from sqlalchemy import create_engine, text
-
-from gpu_tenancy.db.models import Base
-from tests.conftest import PG_URL
+from tests.conftest import empty_database
 from tests.hostile_tenant import HOSTILE, HostileTenant, TricklingReceiver, build_runtime, p99, victim_run
 
 
-def fresh_runtime(migrated: str, tmp_path, name: str):
-    """An app of its own on a database with the schema and the demo catalog only, as
-    tests/conftest.py makes one (SQLite: a copy of the template; PostgreSQL: emptied)."""
-    if PG_URL:
-        engine = create_engine(migrated)
-        with engine.begin() as conn:
-            conn.execute(text(f"TRUNCATE {', '.join(t.name for t in Base.metadata.sorted_tables)} "
-                              "RESTART IDENTITY CASCADE"))
-            conn.execute(text("INSERT INTO locks (name) VALUES ('ledger'), ('engine')"))
-        engine.dispose()
-        url = migrated
-    else:
-        shutil.copy(migrated, tmp_path / f"{name}.db")
-        url = f"sqlite:///{tmp_path / f'{name}.db'}"
-    return build_runtime(url)
-
-
 def test_a_hostile_tenant_changes_nothing_for_another_project(migrated, tmp_path):
-    app, runtime = fresh_runtime(migrated, tmp_path, "quiet")
+    app, runtime = build_runtime(empty_database(migrated, tmp_path, "quiet"))
     try:
         quiet, quiet_ticks = victim_run(app.test_client(), runtime, None)
     finally:
         runtime.engine.outbox.stop()
         runtime.sessions.kw["bind"].dispose()
 
-    app, runtime = fresh_runtime(migrated, tmp_path, "noisy")
+    app, runtime = build_runtime(empty_database(migrated, tmp_path, "noisy"))
     receiver = TricklingReceiver(gap=0.5)
     try:
         client = app.test_client()
