@@ -14,6 +14,7 @@ import os
 import time
 
 import pytest
+from cryptography.fernet import Fernet
 from keystoneauth1 import exceptions as ks_exc
 from keystoneauth1 import session as ks_session
 from keystoneauth1.identity import v3
@@ -125,9 +126,14 @@ def clean_cloud(admin):
     settle()
 
 
+# seals the dashboard's Keystone tokens in the database (a Keystone login needs one)
+DASHBOARD_TOKEN_KEY = Fernet.generate_key().decode()
+
+
 @pytest.fixture
 def keystone_config(db_url):
     return Config.load(database_url=db_url, auth_strategy="keystone", run_engine=True,
+                       dashboard_token_keys=[DASHBOARD_TOKEN_KEY],
                        keystone_authtoken={"www_authenticate_uri": KEYSTONE, "auth_url": KEYSTONE,
                                            "auth_type": "password", "username": "gpu-tenancy",
                                            "password": "gpu-tenancy", "project_name": "service",

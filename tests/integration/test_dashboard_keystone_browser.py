@@ -13,7 +13,7 @@ import yaml
 
 from tests.browser.harness import PORTS, Console, artifacts_dir, chromium, missing, service
 from tests.ports import free_port
-from tests.integration.conftest import KEYSTONE, token_is_valid
+from tests.integration.conftest import DASHBOARD_TOKEN_KEY, KEYSTONE, token_is_valid
 
 SERVE = ("import os, sys; from werkzeug.serving import run_simple; from gpu_tenancy.app import create_app; "
          "from gpu_tenancy.config import Config; "
@@ -26,6 +26,7 @@ def keystone_service(tmp_path):
         pytest.skip(missing())
     db = tmp_path / "service.db"
     config = {"database_url": f"sqlite:///{db}", "auth_strategy": "keystone", "run_engine": False,
+              "dashboard_token_keys": [DASHBOARD_TOKEN_KEY],
               "keystone_authtoken": {"www_authenticate_uri": KEYSTONE, "auth_url": KEYSTONE, "auth_type": "password",
                                      "username": "gpu-tenancy", "password": "gpu-tenancy",
                                      "project_name": "service", "user_domain_name": "Default",

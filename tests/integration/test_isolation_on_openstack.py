@@ -4,13 +4,21 @@ under keystone auth; one tenant's flavors, servers and volumes are invisible to
 another tenant in Nova and Cinder."""
 from __future__ import annotations
 
+import time
+
 import pytest
 from openstack import exceptions as sdk_exceptions
 
 from gpu_tenancy.cloud.openstack.connection import connect
+from gpu_tenancy.timeutil import rfc3339
 from tests.functional.test_rbac import TABLE
 from tests.integration.conftest import CLOUDS, KEYSTONE, auth
 from tests.integration.test_resilience_on_openstack import api, show, tick_until  # noqa: F401 (fixture)
+
+
+def ahead() -> str:
+    """A start half a year ahead: within the service's max_start_ahead_days, nothing boots."""
+    return rfc3339(int(time.time()) + 180 * 86400)
 
 OPEN = {"/v1/openapi.json"}
 
@@ -38,11 +46,11 @@ def test_a_revoked_token_is_refused_on_every_endpoint(os_app, revoked_token, met
 
 def test_forged_identity_headers_are_ignored_under_keystone(os_app, api, tokens, projects):  # noqa: F811
     a, b = projects["tenant-a"], projects["tenant-b"]
-    bob_lease = api.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT1H", "start": "2099-01-01T00:00:00Z"},
+    bob_lease = api.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT1H", "start": ahead()},
                          headers=auth(tokens["gt-bob"])).get_json()["lease"]
     forged = {**auth(tokens["gt-alice"]), "X-Project-Id": b, "X-Tenant-Id": b, "X-Roles": "admin,member",
               "X-User-Id": "bob", "X-Identity-Status": "Confirmed"}
-    mine = api.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT1H", "start": "2099-01-01T00:00:00Z"},
+    mine = api.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT1H", "start": ahead()},
                     headers=forged)
     assert mine.status_code == 201 and mine.get_json()["lease"]["project_id"] == a   # the token's project
     assert api.get(f"/v1/leases/{bob_lease['id']}", headers=forged).status_code == 404

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 from werkzeug.serving import make_server
@@ -13,8 +14,14 @@ from werkzeug.serving import make_server
 from gpu_tenancy.app import create_app
 from gpu_tenancy.db.session import session_scope
 from gpu_tenancy.demo.seed import seed
+from gpu_tenancy.timeutil import rfc3339
 from tests.integration.conftest import CLOUDS
 from tests.openstack_cli import OpenStackCLI, require_openstack_client
+
+
+def ahead() -> str:
+    """A start half a year ahead: within the service's max_start_ahead_days, nothing boots."""
+    return rfc3339(int(time.time()) + 180 * 86400)
 
 CATALOG_PORT = 8779   # the loopback catalog's endpoint of the gpu service
 
@@ -53,7 +60,7 @@ def test_the_catalog_endpoint_and_keystone_tokens_decide_who_sees_what(catalog_s
     assert cli.json("--os-cloud", "gt-alice", "gpu", "quota", "show")[0]["GPUs"] == 4
 
     lease = cli.json("--os-cloud", "gt-alice", "gpu", "lease", "create", "cli-keystone", "--shape", "a100.x1",
-                     "--duration", "PT1H", "--start", "2099-01-01T00:00:00Z")
+                     "--duration", "PT1H", "--start", ahead())
     assert lease["project_id"] == a and lease["status"] == "scheduled"
     assert [row["ID"] for row in cli.json("--os-cloud", "gt-alice", "gpu", "lease", "list")] == [lease["id"]]
     assert cli.json("--os-cloud", "gt-rita", "gpu", "lease", "show", "cli-keystone")["id"] == lease["id"]
