@@ -240,3 +240,37 @@ def test_the_release_allowance_floor_is_checked():
     for bad in (-1, 1.5, True, 10 ** 6):
         with pytest.raises(ValueError, match="release_allowance_seconds"):
             Config.load(release_allowance_seconds=bad)
+
+
+def test_a_gang_moved_off_a_down_host_waits_for_its_own_vm_still_being_released(client, runtime, cloud,
+                                                                               engine_tick):
+    """A gang of two loses one host; its VM on the other (up) host is deleted with it, and
+    the cloud takes a few seconds to release that VM's GPUs. The gang is re-placed at once
+    (onto that host: the only other free one is the fourth), and those GPUs stay held until
+    the cloud confirms their release: its boot there waits for it instead of being refused
+    the host (No valid host) and failing over again."""
+    gang = ask(client, {"shape": "a100.x8", "instances": 2, "duration": "PT4H"})
+    other = ask(client, {"shape": "a100.x8", "duration": "PT4H"}, project="nlp-lab")
+    engine_tick()
+    engine_tick(advance=30)
+    assert get(client, gang["id"])["status"] == get(client, other["id"], "nlp-lab")["status"] == "active"
+    lost, kept = hosts_of(runtime.sessions, gang["id"])
+    busy = hosts_of(runtime.sessions, other["id"])
+    [free] = sorted({"gpu-a100-1", "gpu-a100-2", "gpu-a100-3", "gpu-a100-4"} - {lost, kept, *busy})
+    cloud.set_host_state(lost, up=False)
+    engine_tick(advance=runtime.config.host_refresh_seconds)   # the engine sees the host down and moves the gang
+    assert hosts_of(runtime.sessions, gang["id"]) == sorted([kept, free])
+    assert cloud.free_gpus()[kept] == 0        # its old VM there is still being released ...
+    with session_scope(runtime.sessions) as s:  # ... and the ledger holds those GPUs
+        from gpu_tenancy.engine import held
+        assert kept in {h.host for h in held.held_between(s, runtime.clock.now(), runtime.clock.now(),
+                                                           runtime.clock.now() + 1)
+                        if h.lease_id != gang["id"]}
+    for _ in range(8):
+        engine_tick(advance=5)
+        runtime.engine.watch_once()
+    lease = get(client, gang["id"])
+    assert lease["status"] == "active" and sorted(s["host"] for s in lease["servers"]) == sorted([kept, free])
+    assert [c for c, _ in failures(runtime.sessions, gang["id"])] == ["host_down"]   # no boot refused
+    with session_scope(runtime.sessions) as s:   # the release was seen and measured: nothing left held
+        assert s.scalars(select(m.ReleasingGpus)).all() == []

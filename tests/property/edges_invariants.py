@@ -47,6 +47,7 @@ class Span:
     start: int
     end: int
     unreleased: bool = False   # a VM whose GPUs the cloud has not released yet (held now)
+    since: int | None = None   # a VM dropped from a re-placed lease: when its delete was asked for
 
     def __str__(self):
         return f"lease {self.lease[:8]} vm{self.vm} {self.gpus} GPUs [{rfc3339(self.start)}, {rfc3339(self.end)})"
@@ -62,6 +63,7 @@ class Snapshot:
     unreleased: dict[str, tuple[str, int, str]]  # cloud server id -> (lease, vm, host) the ledger still holds
     committed: dict[str, int]                    # holding lease -> when it was (last) scheduled
     events: list[tuple[int, str, int, int]] = field(default_factory=list)   # new: (id, lease, at, lease created)
+    owners: dict[str, tuple[str, str, bool]] = field(default_factory=dict)  # lease -> (project, model, preemptible)
 
 
 def read(sessions, now: int, after_event: int) -> Snapshot:
@@ -82,6 +84,10 @@ def read(sessions, now: int, after_event: int) -> Snapshot:
         sv = m.Server
         servers = s.execute(select(sv.lease_id, sv.vm_index, sv.host, sv.cloud_id).join(L).where(
             L.status.in_(LIVE), sv.cloud_id.is_not(None), sv.status != "DELETED")).all()
+        rg = m.ReleasingGpus   # VMs dropped from a re-placed lease, their GPUs not released yet
+        releasing = s.execute(select(rg.lease_id, rg.vm_index, rg.host, rg.gpus, rg.cloud_id, rg.since)).all()
+        owners = {r.id: (r.project_id, r.gpu_model, r.preemptible) for r in s.execute(
+            select(L.id, L.project_id, L.gpu_model, L.preemptible).where(L.id.in_({r.lease_id for r in releasing})))}
         e = m.Event
         committed = dict(s.execute(select(e.lease_id, func.max(e.at)).join(L).where(
             L.status.in_(HOLDING_NAMES), e.to_state == "scheduled").group_by(e.lease_id)).all())
@@ -92,9 +98,11 @@ def read(sessions, now: int, after_event: int) -> Snapshot:
     for r in servers:   # not yet released: held now, whatever its allocation says
         if (r.lease_id, r.vm_index, r.host) not in covered:
             spans.append(Span(r.lease_id, r.vm_index, r.host, gpus[r.lease_id], now, now + 1, True))
-    return Snapshot(now, hosts, limits, leases, spans, {r.cloud_id: (r.lease_id, r.vm_index, r.host) for r in servers},
+    spans += [Span(r.lease_id, r.vm_index, r.host, r.gpus, now, now + 1, True, to_epoch(r.since)) for r in releasing]
+    unreleased = {r.cloud_id: (r.lease_id, r.vm_index, r.host) for r in [*servers, *releasing]}
+    return Snapshot(now, hosts, limits, leases, spans, unreleased,
                     {lease: to_epoch(at) for lease, at in committed.items()},
-                    [(r.id, r.lease_id, to_epoch(r.at), to_epoch(r.created_at)) for r in events])
+                    [(r.id, r.lease_id, to_epoch(r.at), to_epoch(r.created_at)) for r in events], owners)
 
 
 def _peaks(now: int, spans: list[Span]):
@@ -113,7 +121,8 @@ def late_release(snap: Snapshot, live: list[Span], limit: int, allowance: int, o
     `limit` without the waiting (scheduled, not booted) leases on a host, without the
     unreleased VMs in a quota (a project's next lease runs; its last one is being deleted)."""
     unreleased = [sp for sp in live if sp.unreleased]
-    due = [(snap.leases[sp.lease].end or snap.now) + allowance for sp in unreleased]
+    due = [(sp.since if sp.since is not None else snap.leases[sp.lease].end or snap.now) + allowance
+           for sp in unreleased]
     if not due or max(due) > snap.now:
         return False
     others = [sp for sp in live if not sp.unreleased]
@@ -169,9 +178,10 @@ def quotas(snap: Snapshot, allowance: int, tolerated: list[str]) -> tuple[int, l
     release excepted: late_release; those go to `tolerated`)."""
     by_key, checks, bad = defaultdict(list), 0, []
     for sp in snap.spans:
-        lease = snap.leases[sp.lease]
-        if not lease.preemptible:
-            by_key[(lease.project, lease.model)].append(sp)
+        lease = snap.leases.get(sp.lease)
+        project, model, preemptible = (lease.project, lease.model, lease.preemptible) if lease else snap.owners[sp.lease]
+        if not preemptible:
+            by_key[(project, model)].append(sp)
     for key, spans in sorted(by_key.items()):
         limit = snap.limits.get(key, 0)
         for t, used, live in _peaks(snap.now, spans):

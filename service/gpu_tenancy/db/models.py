@@ -190,6 +190,22 @@ class SpentAllocation(Base):
     __table_args__ = (CheckConstraint("gpus > 0 AND end_at > start_at", name="ck_spent_allocations_window"),)
 
 
+class ReleasingGpus(Base):
+    """GPUs of a VM the engine dropped from a lease it re-placed at once (its host went
+    down, or its boot failed), which the cloud has not released yet: held until it has
+    (engine/releasing.py), as a lease's allocation is."""
+    __tablename__ = "releasing_gpus"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    lease_id: Mapped[str] = mapped_column(ForeignKey("leases.id", ondelete="CASCADE"), index=True)
+    vm_index: Mapped[int] = mapped_column(Integer)
+    host: Mapped[str] = mapped_column(String(255), index=True)
+    gpu_model: Mapped[str] = mapped_column(String(64))
+    gpus: Mapped[int] = mapped_column(Integer)
+    cloud_id: Mapped[str] = mapped_column(String(64))
+    since: Mapped[datetime] = mapped_column(UTC)   # when its delete was asked for
+    __table_args__ = (CheckConstraint("gpus > 0", name="ck_releasing_gpus_gpus"),)
+
+
 class ReleaseTime(Base):
     """How long the cloud took from deleting a lease's VMs to releasing their GPUs
     (measured), or says it takes (nominal, one row): the release allowance comes from these."""

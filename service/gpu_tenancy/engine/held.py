@@ -1,6 +1,7 @@
 """The one notion of "held" (domain/held.py), read from the ledger: the allocations
-of leases holding GPUs, each until its GPUs are released; and the release allowance,
-from the release times the engine measures."""
+of leases holding GPUs, and the GPUs of VMs dropped from a re-placed lease that the
+cloud is still releasing (engine/releasing.py), each until its GPUs are released; and
+the release allowance, from the release times the engine measures."""
 from __future__ import annotations
 
 from sqlalchemy import delete, select
@@ -64,7 +65,26 @@ def held_between(session: Session, now: int, start: int, end: int, hosts: list[s
         if until > start:
             out.append(Hold(r.lease_id, r.project_id, r.host, r.gpu_model, r.gpus, to_epoch(r.start_at), until,
                             r.borrowing, r.preemptible, r.priority, allow))
-    return out
+    return out + [h for h in releasing(session, now, allow, hosts) if h.end > start]
+
+
+def releasing(session: Session, now: int, allowance_s: int, hosts: list[str] | None = None) -> list[Hold]:
+    """The GPUs the cloud is still releasing for VMs dropped from a re-placed lease: held
+    from their delete until the allowance after it, and past `now` until released. Their
+    own hold name keeps them apart from the lease's new VMs (its start waits for them too)."""
+    r, lease = m.ReleasingGpus, m.Lease
+    q = select(r.lease_id, r.vm_index, r.host, r.gpu_model, r.gpus, r.since, lease.project_id, lease.preemptible,
+               lease.priority).join(lease)
+    if hosts is not None:
+        q = q.where(r.host.in_(hosts))
+    return [Hold(releasing_name(row.lease_id, row.vm_index), row.project_id, row.host, row.gpu_model, row.gpus,
+                 to_epoch(row.since), held_until(to_epoch(row.since), now, allowance_s), False, row.preemptible,
+                 row.priority, allowance_s)
+            for row in session.execute(q)]
+
+
+def releasing_name(lease_id: str, vm_index: int) -> str:
+    return f"{lease_id} (vm{vm_index}, being released)"
 
 
 def unreleased_on(session: Session, row: m.Lease, now: int) -> dict[str, list[str]]:

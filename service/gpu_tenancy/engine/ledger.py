@@ -98,6 +98,9 @@ def load_allocations(session: Session, now: int, half_life: int,
                               held_until(end, now, allowance), r.borrowing, r.preemptible, r.priority, allowance))
         if r.end_at > since and r.start_at < until:
             records.append((r.project_id, r.gpu_model, r.gpus, start, end))
+    gone = held.releasing(session, now, allowance)   # VMs of re-placed leases the cloud still releases
+    holds += gone
+    unreleased.update(h.host for h in gone)
     spent = m.SpentAllocation   # what leases moved off a down host used there
     rows = session.execute(select(spent.project_id, spent.gpu_model, spent.gpus, spent.start_at, spent.end_at)
                            .where(spent.end_at > since))

@@ -19,7 +19,7 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.domain.failures import FailureClass, classify_fault, rule
 from gpu_tenancy.domain.states import FINAL, LeaseState
-from gpu_tenancy.engine import early_ends, held, host_failure, readiness, retry, webhooks
+from gpu_tenancy.engine import early_ends, held, host_failure, readiness, releasing, retry, webhooks
 from gpu_tenancy.engine.crashpoints import crash_point
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.engine.leases import end_allocations_at
@@ -52,6 +52,7 @@ class Lifecycle:
             self.begin_end(lease_id, "its time is up")
         for lease_id in self._ids(S.ENDING):
             self.finish_end(lease_id)
+        releasing.confirm(self)
         with session_scope(self.sessions) as session:
             # the plan, then reclaim and preemption, at the time read under the ledger lock
             plan = early_ends.replan(session, self.clock, self.config, ACTOR)
@@ -63,7 +64,7 @@ class Lifecycle:
         return self.in_flight()
 
     def in_flight(self) -> bool:
-        return bool(self._ids(S.PROVISIONING) or self._ids(S.ENDING))
+        return bool(self._ids(S.PROVISIONING) or self._ids(S.ENDING) or releasing.pending(self))
 
     def watch(self) -> bool:
         """The light pass between ticks: carry booting and ending leases on, no replan.
@@ -71,9 +72,10 @@ class Lifecycle:
         ending = self._ids(S.ENDING)
         for lease_id in ending:
             self.finish_end(lease_id)
+        released = releasing.confirm(self)
         for lease_id in self._ids(S.PROVISIONING):
             self.advance(lease_id)
-        return bool(set(ending) - set(self._ids(S.ENDING)))
+        return released or bool(set(ending) - set(self._ids(S.ENDING)))
 
     def _ids(self, status: LeaseState, start_by: int | None = None, end_by: int | None = None) -> list[str]:
         with session_scope(self.sessions) as session:

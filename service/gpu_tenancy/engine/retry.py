@@ -22,7 +22,7 @@ from gpu_tenancy.domain import planner
 from gpu_tenancy.domain.failures import FailureClass, retry_delay, rule
 from gpu_tenancy.domain.model import LeaseRequest
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.engine import ledger
+from gpu_tenancy.engine import ledger, releasing
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.timeutil import rfc3339
 
@@ -95,11 +95,13 @@ def retry_elsewhere(lc, lease_id: str, failure: FailureClass, message: str) -> b
 
 def replace(session: Session, row: m.Lease, now: int, earliest: int, *, avoid: list[str], half_life: int,
             actor: str, duration: int) -> None:
-    """Drop the lease's VMs and hold, and plan it alone, before every waiting lease, on
+    """Drop the lease's VMs and hold (the GPUs the cloud is still releasing stay held:
+    engine/releasing.py), and plan it alone, before every waiting lease, on
     hosts other than `avoid` (on those too if nothing else can ever take it). Placed:
     scheduled; otherwise it waits in the queue again."""
     if row.status == S.SCHEDULED.value:
         record_transition(session, row, S.QUEUED, now, actor, "its planned hosts cannot take it")
+    releasing.keep(session, row, now)   # the cloud is still releasing those VMs' GPUs
     for server in list(row.servers):
         session.delete(server)
     for alloc in list(row.allocations):
