@@ -10,6 +10,7 @@ waits until Placement has released the GPUs (the `clean_cloud` fixture checks
 it before and after each test)."""
 from __future__ import annotations
 
+import base64
 import os
 import time
 
@@ -126,8 +127,9 @@ def clean_cloud(admin):
     settle()
 
 
-# seals the dashboard's Keystone tokens in the database (a Keystone login needs one)
-DASHBOARD_TOKEN_KEY = Fernet.generate_key().decode()
+# seals the dashboard's Keystone tokens in the database (a Keystone login needs one); fixed,
+# since pytest may import this module twice (as conftest, and from the tests that import it)
+DASHBOARD_TOKEN_KEY = base64.urlsafe_b64encode(b"gpu-tenancy integration test key").decode()
 
 
 @pytest.fixture
@@ -171,6 +173,11 @@ def tokens():
 
 def auth(token: str) -> dict:
     return {"X-Auth-Token": token}
+
+
+def unsealed(sealed: str) -> str:
+    """A dashboard token as the service stores it (sealed with DASHBOARD_TOKEN_KEY), opened."""
+    return Fernet(DASHBOARD_TOKEN_KEY).decrypt(sealed.encode()).decode()
 
 
 def token_is_valid(token: str) -> bool:

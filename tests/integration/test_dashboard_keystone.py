@@ -11,7 +11,7 @@ from sqlalchemy import select
 
 from gpu_tenancy.app import create_app
 from gpu_tenancy.db import models as m
-from tests.integration.conftest import KEYSTONE, token_is_valid
+from tests.integration.conftest import KEYSTONE, token_is_valid, unsealed
 
 
 @pytest.fixture
@@ -52,6 +52,8 @@ def test_alice_logs_in_to_her_project_sees_her_pages_and_logout_revokes_the_toke
     assert row.project_id == projects["tenant-a"] and row.project_name == "tenant-a" and not row.dev_mode
     assert {"member", "reader"} <= set(row.roles) and "admin" not in row.roles
     assert row.token and row.unscoped_token and row.token not in cookie and row.unscoped_token not in cookie
+    scoped, unscoped = unsealed(row.token), unsealed(row.unscoped_token)   # sealed at rest
+    assert scoped not in row.token and scoped not in cookie and unscoped not in cookie
 
     page = client.get("/dashboard/leases").text
     assert "Leases of tenant-a" in page and "alice" in page and "DEV MODE" not in page
@@ -59,12 +61,12 @@ def test_alice_logs_in_to_her_project_sees_her_pages_and_logout_revokes_the_toke
     for path in ("/dashboard/leases/new", "/dashboard/capacity", "/dashboard/quota", "/dashboard/volumes"):
         assert client.get(path).status_code == 200, path
     assert client.get("/dashboard/admin/figures").status_code == 403
-    assert token_is_valid(row.token)
+    assert token_is_valid(scoped)
 
     reply = client.post("/dashboard/logout", data={"csrf_token": row.csrf_token})
     assert reply.status_code == 302 and reply.headers["Location"].endswith("/dashboard/login")
-    assert not token_is_valid(row.token)
-    check = admin.session.get(KEYSTONE + "/auth/tokens", headers={"X-Subject-Token": row.unscoped_token},
+    assert not token_is_valid(scoped)
+    check = admin.session.get(KEYSTONE + "/auth/tokens", headers={"X-Subject-Token": unscoped},
                               raise_exc=False)
     assert check.status_code == 404                                          # the unscoped one too
     assert client.get("/dashboard/leases").status_code == 302
@@ -91,7 +93,7 @@ def test_a_reader_sees_the_pages_and_the_api_refuses_her_a_lease(client, session
 def test_a_token_revoked_elsewhere_ends_the_dashboard_session(client, sessions, admin):
     assert log_in(client, "bob", "bob").status_code == 302
     row = stored_login(sessions)
-    admin.session.delete(KEYSTONE + "/auth/tokens", headers={"X-Subject-Token": row.token})
+    admin.session.delete(KEYSTONE + "/auth/tokens", headers={"X-Subject-Token": unsealed(row.token)})
     reply = client.get("/dashboard/quota")
     assert reply.status_code == 302 and reply.headers["Location"].endswith("/dashboard/login")
     with sessions() as s:

@@ -13,7 +13,7 @@ import yaml
 
 from tests.browser.harness import PORTS, Console, artifacts_dir, chromium, missing, service
 from tests.ports import free_port
-from tests.integration.conftest import DASHBOARD_TOKEN_KEY, KEYSTONE, token_is_valid
+from tests.integration.conftest import DASHBOARD_TOKEN_KEY, KEYSTONE, token_is_valid, unsealed
 
 SERVE = ("import os, sys; from werkzeug.serving import run_simple; from gpu_tenancy.app import create_app; "
          "from gpu_tenancy.config import Config; "
@@ -43,7 +43,7 @@ def keystone_service(tmp_path):
 def stored_token(db) -> str:
     with sqlite3.connect(db) as conn:
         (token,) = conn.execute("SELECT token FROM dashboard_sessions").fetchone()
-    return token
+    return unsealed(token)   # sealed at rest
 
 
 def test_alice_logs_in_with_keystone_in_a_browser_and_logout_revokes_her_token(keystone_service):
