@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 
 import pytest
-from sqlalchemy import create_engine, text
 
-from gpu_tenancy.db.models import Base
-from tests.conftest import PG_URL, T0
+from tests.conftest import T0, empty_database
 from tests.property.edges_driver import INVARIANTS, OPS, make_app, run
 
 SEEDS = (1, 2, 3)
@@ -28,21 +25,6 @@ NOT_YET: dict[str, str] = {
 }
 
 
-def empty_database(migrated: str, tmp_path_factory) -> str:
-    """A database with the schema and nothing else, as conftest's db_url makes one."""
-    if PG_URL:
-        engine = create_engine(migrated)
-        with engine.begin() as conn:
-            conn.execute(text(f"TRUNCATE {', '.join(t.name for t in Base.metadata.sorted_tables)} "
-                              "RESTART IDENTITY CASCADE"))
-            conn.execute(text("INSERT INTO locks (name) VALUES ('ledger'), ('engine')"))
-        engine.dispose()
-        return migrated
-    path = tmp_path_factory.mktemp("edges") / "edges.db"
-    shutil.copy(migrated, path)
-    return f"sqlite:///{path}"
-
-
 @pytest.fixture(scope="module")
 def reports(migrated, tmp_path_factory):
     done, log = [], logging.getLogger("gpu_tenancy")
@@ -50,7 +32,7 @@ def reports(migrated, tmp_path_factory):
     log.setLevel(logging.ERROR)   # every injected fault logs a warning
     try:
         for seed in SEEDS:
-            app = make_app(empty_database(migrated, tmp_path_factory), T0)
+            app = make_app(empty_database(migrated, tmp_path_factory.mktemp("edges"), "edges"), T0)
             try:
                 done.append(run(app, seed, STEPS))
             finally:
