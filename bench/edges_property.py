@@ -43,7 +43,7 @@ def main(argv=None) -> int:
               f"steps/s); ETAs held to the real starts over {report.quiet_steps} quiet steps")
         for name in INVARIANTS:
             print(f"  {name:14} {report.checks[name]:9d} checks  {len(report.violations.get(name, [])):6d} broken")
-        print(f"  over-commits of a release later than planned, tolerated: {len(report.tolerated)}")
+        print(f"  what a release later than planned broke, tolerated: {len(report.tolerated)}")
         for step, text in report.tolerated[:a.context]:
             print(f"    step {step}: {text}")
         for name in INVARIANTS:

@@ -76,7 +76,7 @@ class Report:
     checks: Counter = field(default_factory=Counter)
     ops: Counter = field(default_factory=Counter)        # steps of each kind
     quiet_steps: int = 0     # steps over which ETAs were held to the real starts
-    tolerated: list = field(default_factory=list)   # (step, text): over-commits of a release later than planned
+    tolerated: list = field(default_factory=list)   # (step, text): what a release later than planned broke
     violations: dict = field(default_factory=lambda: defaultdict(list))   # invariant -> [(step, text)]
     log: list = field(default_factory=list)                                # one line per step
 
@@ -158,7 +158,11 @@ class Driver:
                 kinds = s.execute(select(L.id, L.gpu_model, L.borrowing, L.preemptible)
                                   .where(L.id.in_(list(booted)))).all()
             idle_only, borrowed = {r.id for r in kinds if r.preemptible}, {r.gpu_model for r in kinds if r.borrowing}
-            self.record(step, "eta_kept", inv.kept_etas(before, after, booted, self.allowance, idle_only, borrowed))
+            late: list[str] = []
+            self.record(step, "eta_kept", inv.kept_etas(before, after, booted, self.allowance, idle_only, borrowed,
+                                                        late))
+            self.report.tolerated += [(step, text) for text in late if text not in self.seen]
+            self.seen.update(late)
         self.snap = after
 
     def record(self, step: int, invariant: str, result: tuple[int, list[str]]) -> None:

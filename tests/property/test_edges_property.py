@@ -18,11 +18,7 @@ from tests.property.edges_driver import INVARIANTS, OPS, make_app, run
 SEEDS = (1, 2, 3)
 STEPS = int(os.environ.get("GPU_TENANCY_EDGE_STEPS", "200"))   # per seed
 # Promises the engine does not keep yet: (invariant -> why), each an xfail(strict=True).
-NOT_YET: dict[str, str] = {
-    "eta_kept": "a release later than planned breaks an ETA by a second: a cancel's delete reaches the cloud a "
-                "second after the ledger's end (the clock moved during the call), and a preemptible lease "
-                "queued on those GPUs gets them at the real release, one second past its ETA (seed 1, step 110)",
-}
+NOT_YET: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
