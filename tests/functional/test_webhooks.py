@@ -49,12 +49,12 @@ class Receiver:
 
 
 @pytest.fixture
-def engine_tick(runtime):
-    """A tick, then a pass of the outbox worker, waited for (the tick itself sends nothing)."""
+def engine_tick(engine_tick, runtime):
+    """conftest's tick, then a pass of the outbox worker, waited for (the tick itself sends nothing)."""
+    base = engine_tick
+
     def tick(advance: int = 0):
-        if advance:
-            runtime.clock.advance(advance)
-        runtime.engine.run_once()
+        base(advance)
         runtime.engine.outbox.run_once()
         assert runtime.engine.outbox.wait(30)
     return tick
