@@ -1,5 +1,13 @@
 """The cloud boundary: what the service needs from a cloud, shaped after
-Nova, Placement, Cinder and Glance.
+Nova, Placement, Cinder, Glance and Neutron.
+
+A lease is the only way to its GPUs: each lease gets its own resource class
+(`lease_resource_class`), inventory of that class on the hosts planned for it
+(one unit per VM planned there, only while the lease holds its GPUs), and its
+own private flavor asking for one unit plus the GPUs. The tenant's project
+has access to that flavor only while the lease is active. A boot with the
+flavor outside the window, beyond the lease's VMs or on another host is then
+refused by the cloud itself.
 
 Two drivers implement it: `simulated` (the embedded default, in-process, for
 the demo, tests and trace replay) and `openstack` (openstacksdk). Every
@@ -9,11 +17,23 @@ metadata, flavor name), so reconcile can find it after a crash.
 from __future__ import annotations
 
 import abc
+import re
 from dataclasses import dataclass, field
 
 from gpu_tenancy.domain.failures import FailureClass
 
 LEASE_TAG = "gpu_tenancy_lease"  # metadata key that carries the lease id
+LEASE_CLASS_PREFIX = "CUSTOM_GT_LEASE_"
+LEASE_FLAVOR_PREFIX = "gt-lease-"
+
+
+def lease_resource_class(lease_id: str) -> str:
+    """The lease's own resource class: CUSTOM_GT_LEASE_<id, upper case, [A-Z0-9_] only>."""
+    return LEASE_CLASS_PREFIX + re.sub(r"[^A-Z0-9_]", "_", lease_id.upper())
+
+
+def lease_flavor_name(lease_id: str) -> str:
+    return LEASE_FLAVOR_PREFIX + lease_id
 
 
 @dataclass(frozen=True)
@@ -62,12 +82,31 @@ class BootRequest:
 
 
 @dataclass(frozen=True)
+class Address:
+    """One address of a server: on which network, fixed or floating."""
+    network: str
+    ip: str
+    kind: str = "fixed"       # fixed, floating
+
+
+@dataclass(frozen=True)
 class ServerState:
     id: str
     status: str               # BUILD, ACTIVE, ERROR, DELETED (gone)
     host: str | None = None
     fault: str | None = None  # the cloud's own message when status is ERROR
     task: str | None = None   # what the cloud is doing while BUILD (Nova's task_state: spawning, ...)
+    name: str | None = None
+    project_id: str | None = None
+    addresses: tuple[Address, ...] = ()
+
+
+@dataclass(frozen=True)
+class LeaseFlavor:
+    """The lease's own private flavor."""
+    id: str
+    name: str
+    resource_class: str
 
 
 @dataclass(frozen=True)
@@ -111,11 +150,61 @@ class CloudDriver(abc.ABC):
 
     @abc.abstractmethod
     def ensure_flavor(self, project_id: str, shape: ShapeSpec) -> str:
-        """The project's private flavor for a shape (made when first needed); returns its id."""
+        """The project's private flavor for a shape (made when first needed); returns its id.
+        Goes when the engine boots with the lease's own flavor (issue 17)."""
+
+    # --- a lease's own flavor and resource class: made in this order, removed in reverse ---
+    # abstract once both drivers have it (issue 17)
+    def ensure_lease_class(self, lease_id: str) -> str:
+        """Make the lease's resource class (idempotent); returns its name."""
+        raise NotImplementedError
+
+    def set_lease_inventory(self, lease_id: str, vms_per_host: dict[str, int]) -> None:
+        """Make the lease's inventory exactly `vms_per_host` (host -> VMs planned there):
+        set where planned, removed from every other host (idempotent). Lives on a provider
+        of the service's own under each compute node, which Nova leaves alone."""
+        raise NotImplementedError
+
+    def ensure_lease_flavor(self, lease_id: str, project_id: str, shape: ShapeSpec) -> LeaseFlavor:
+        """The lease's private flavor: the shape's size and GPUs plus one unit of the lease's
+        class (idempotent). No project has access to it yet."""
+        raise NotImplementedError
+
+    def grant_lease_flavor(self, lease_id: str, project_id: str) -> None:
+        """Give the project access to the lease's flavor (idempotent)."""
+        raise NotImplementedError
+
+    def revoke_lease_flavor(self, lease_id: str, project_id: str) -> None:
+        """Take that access away (idempotent; no-op once the flavor is gone)."""
+        raise NotImplementedError
+
+    def lease_servers(self, lease_id: str) -> list[ServerState]:
+        """Every server not yet deleted that was booted with the lease's flavor, by the
+        service or by the tenant, in any project."""
+        raise NotImplementedError
+
+    def remove_lease_inventory(self, lease_id: str) -> bool:
+        """Remove the lease's inventory from every host; False (and nothing removed on the
+        hosts concerned) while a server still holds a unit, True once none is left."""
+        raise NotImplementedError
+
+    def remove_lease_flavor(self, lease_id: str) -> None:
+        """Delete the lease's flavor (no-op if gone)."""
+        raise NotImplementedError
+
+    def remove_lease_class(self, lease_id: str) -> None:
+        """Delete the lease's resource class (no-op if gone; call after its inventory)."""
+        raise NotImplementedError
+
+    def leases_in_cloud(self) -> set[str]:
+        """Lease ids with a class, inventory or flavor of theirs still in the cloud (for
+        reconcile after a crash)."""
+        raise NotImplementedError
 
     @abc.abstractmethod
     def retire_flavor(self, project_id: str, shape_name: str) -> None:
-        """Remove the project's flavor for a retired shape (no-op if absent)."""
+        """Remove a per-project flavor of the first wave (gt-<shape>-<project>; no-op if
+        absent). Reconcile removes them all: leases now boot with their own flavors."""
 
     @abc.abstractmethod
     def check_image(self, image_ref: str) -> None:
