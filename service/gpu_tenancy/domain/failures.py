@@ -12,7 +12,7 @@ import enum
 from dataclasses import dataclass
 
 
-class FailureClass(str, enum.Enum):
+class FailureClass(enum.StrEnum):
     NO_VALID_HOST = "no_valid_host"
     HOST_DOWN = "host_down"
     IMAGE = "image"
@@ -26,7 +26,7 @@ class FailureClass(str, enum.Enum):
     UNKNOWN = "unknown"
 
 
-class Retry(str, enum.Enum):
+class Retry(enum.StrEnum):
     ELSEWHERE = "elsewhere"   # host-level: try another host after a backoff
     NEVER = "never"           # the user's or the operator's to fix: fail at once
 

@@ -5,7 +5,7 @@ import enum
 from dataclasses import dataclass
 
 
-class LeaseState(str, enum.Enum):
+class LeaseState(enum.StrEnum):
     REQUESTED = "requested"
     QUEUED = "queued"
     SCHEDULED = "scheduled"        # GPUs committed in the ledger, start time set
