@@ -108,7 +108,7 @@ def start_gunicorn(app: str, port: int, env: dict, workers: int, log: str,
             return proc
         except requests.RequestException:
             if proc.poll() is not None:
-                raise SystemExit(f"gunicorn {app} exited; see {log}")
+                raise SystemExit(f"gunicorn {app} exited; see {log}") from None
             time.sleep(0.3)
     stop(proc)   # never leave a server behind
     raise SystemExit(f"gunicorn {app} did not answer; see {log}")

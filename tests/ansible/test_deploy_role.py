@@ -108,7 +108,7 @@ def secrets_in(output: str) -> list[str]:
 def writable_by_others(root) -> list[str]:
     """Files and directories under root that the group or anyone may write."""
     found = []
-    for directory, dirs, files in os.walk(root):
+    for directory, _dirs, files in os.walk(root):
         for name in [directory, *(os.path.join(directory, f) for f in files)]:
             mode = os.lstat(name).st_mode
             if not stat.S_ISLNK(mode) and mode & 0o022:

@@ -143,7 +143,7 @@ def test_capacity_hosts_and_metrics_count_an_ending_leases_gpus_until_released(c
     """Case 4: one notion of held: the GPUs of a lease whose VMs are being deleted are in use
     for /v1/capacity (figures and calendar), /v1/hosts and the metrics, as for the planner."""
     first = ask(client, {"shape": "h100.x4", "duration": "PT60S"})
-    other = ask(client, {"shape": "h100.x4", "duration": "PT2H"}, project="nlp-lab")
+    ask(client, {"shape": "h100.x4", "duration": "PT2H"}, project="nlp-lab")
     engine_tick()
     engine_tick(advance=20)
     host = hosts_of(runtime.sessions, first["id"])[0]

@@ -199,10 +199,10 @@ def test_listing_pages_with_limit_and_marker(client, clock):
         ids.append(ask(client, name=f"l{i}", shape="a100.x1", duration="PT1H")["lease"]["id"])
         clock.advance(1)
     first = client.get("/v1/leases?limit=2", headers=headers()).get_json()
-    assert [l["id"] for l in first["leases"]] == ids[:2]
+    assert [lease["id"] for lease in first["leases"]] == ids[:2]
     next_href = first["leases_links"][0]["href"]
     second = client.get(next_href.split("localhost", 1)[1], headers=headers()).get_json()
-    assert [l["id"] for l in second["leases"]] == ids[2:4]
+    assert [lease["id"] for lease in second["leases"]] == ids[2:4]
     queued = client.get("/v1/leases?status=queued", headers=headers()).get_json()["leases"]
     assert queued == []
     assert client.get("/v1/leases?status=bogus", headers=headers()).status_code == 400

@@ -85,7 +85,7 @@ def per_host_peak(cluster):
     """Most GPUs ever taken on a host, replaying the log (releases before takes at an instant)."""
     used = [0] * len(cluster.free)
     peak = 0
-    for t, h, d in sorted(cluster.log, key=lambda e: (e[0], e[2] > 0)):
+    for _t, h, d in sorted(cluster.log, key=lambda e: (e[0], e[2] > 0)):
         used[h] += d
         assert used[h] >= 0
         peak = max(peak, used[h])

@@ -60,6 +60,7 @@ def month_of(t: int) -> tuple[int, int]:
 def periods(b: Budget, start: int, end: int) -> list[tuple[int, int]]:
     """The budget's periods that overlap [start, end), in time order."""
     if b.period == RANGE:
+        assert b.start is not None and b.end is not None  # a range budget has both (checked when made)
         return [(b.start, b.end)] if overlap(b.start, b.end, start, end) > 0 else []
     out = []
     t = start

@@ -26,7 +26,7 @@ from .model import Hold, Host
 from .free_levels import FreeLevels, indexed_segments
 from .host_runs import HostState
 from .idle_hosts import IdleHosts
-from .profile import INF, NCLS, StepProfile, length_class
+from .profile import INF, NCLS, StepProfile, length_class  # noqa: F401  (StepProfile: re-exported)
 
 
 class ModelIndex:
@@ -288,7 +288,7 @@ def select_gang_hosts(cands: Sequence[tuple[int, str, str | None, int]], n: int)
     total free, then name); within the chosen set fill the tightest hosts
     first (least free at the start, then name). The rule is shared with the
     reference planner so both choose the same hosts."""
-    by_agg: dict[str, list] = {}
+    by_agg: dict[str, list[tuple[int, str, str | None, int]]] = {}
     for c in cands:
         if c[2] is not None:
             by_agg.setdefault(c[2], []).append(c)
@@ -301,7 +301,7 @@ def select_gang_hosts(cands: Sequence[tuple[int, str, str | None, int]], n: int)
             pool = fitting[0][2]
     pool = sorted(pool, key=lambda c: (c[0], c[1]))
     out: list[str] = []
-    for free, name, _agg, j in pool:
+    for _free, name, _agg, j in pool:
         k = min(j, n - len(out))
         out.extend([name] * k)
         if len(out) >= n:
@@ -330,7 +330,7 @@ def largest_free_block(hosts: Sequence[Host], holds: Sequence[Hold], gpu_model: 
         if h.start <= at < h.end:
             used[h.host] = used.get(h.host, 0) + h.gpus
     best = 0
-    for h in hosts:
-        if h.enabled and h.gpu_model == gpu_model:
-            best = max(best, h.gpus - used.get(h.name, 0))
+    for host in hosts:
+        if host.enabled and host.gpu_model == gpu_model:
+            best = max(best, host.gpus - used.get(host.name, 0))
     return best

@@ -85,7 +85,7 @@ def retry_delay(failure_class: FailureClass, attempt: int, first: int = BACKOFF_
     r = rule(failure_class)
     if r.retry is Retry.NEVER or attempt >= r.max_attempts:
         return None
-    return min(first * 2 ** (attempt - 1), cap)
+    return int(min(first * 2 ** (attempt - 1), cap))
 
 
 def classify_fault(fault: str) -> FailureClass:

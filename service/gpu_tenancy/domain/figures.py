@@ -15,6 +15,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any
 
 from gpu_tenancy.domain.calendar import overlap
 
@@ -70,7 +71,7 @@ def _share(part: float, whole: int) -> float | None:
     return round(part / whole, 4) if whole else None
 
 
-def wait_by_day(leases: Iterable[LeaseFacts]) -> list[dict]:
+def wait_by_day(leases: Iterable[LeaseFacts]) -> list[dict[str, Any]]:
     """P50 and P90 of the wait in seconds, per day of the requested start, over
     leases that were given GPUs (a start is set)."""
     waits: dict[str, list[int]] = defaultdict(list)
@@ -81,7 +82,7 @@ def wait_by_day(leases: Iterable[LeaseFacts]) -> list[dict]:
             for d, v in sorted(waits.items())]
 
 
-def on_time_share(leases: Iterable[LeaseFacts], now: int, slack: int = ON_TIME_SLACK) -> list[dict]:
+def on_time_share(leases: Iterable[LeaseFacts], now: int, slack: int = ON_TIME_SLACK) -> list[dict[str, Any]]:
     """Per day of the requested start: of the leases whose requested start is
     at least `slack` ago and that their owner did not cancel before then, the
     share that were running by requested start + slack."""
@@ -97,7 +98,7 @@ def on_time_share(leases: Iterable[LeaseFacts], now: int, slack: int = ON_TIME_S
     return [{"day": d, "leases": n, "on_time": k, "share": _share(k, n)} for d, (n, k) in sorted(counts.items())]
 
 
-def first_try_success(leases: Iterable[LeaseFacts]) -> list[dict]:
+def first_try_success(leases: Iterable[LeaseFacts]) -> list[dict[str, Any]]:
     """Per day of the requested start: of the leases whose first provisioning
     attempt ended (active, failed, or retried on another host), the share that
     became active at once. An attempt the owner ended while it booted counts
@@ -114,13 +115,13 @@ def first_try_success(leases: Iterable[LeaseFacts]) -> list[dict]:
             for d, (n, k) in sorted(counts.items())]
 
 
-def failures_by_class(leases: Iterable[LeaseFacts]) -> list[dict]:
+def failures_by_class(leases: Iterable[LeaseFacts]) -> list[dict[str, Any]]:
     """Failed leases per failure class, most first."""
-    counts = Counter(lease.failure_class or "unknown" for lease in leases if lease.status == "failed")
+    counts = Counter[str](lease.failure_class or "unknown" for lease in leases if lease.status == "failed")
     return [{"failure_class": c, "leases": n} for c, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
-def cancel_ratio(leases: Iterable[LeaseFacts]) -> list[dict]:
+def cancel_ratio(leases: Iterable[LeaseFacts]) -> list[dict[str, Any]]:
     """Per day of creation: leases created, of which cancelled, and the ratio."""
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for lease in leases:
@@ -130,7 +131,7 @@ def cancel_ratio(leases: Iterable[LeaseFacts]) -> list[dict]:
     return [{"day": d, "leases": n, "cancelled": k, "ratio": _share(k, n)} for d, (n, k) in sorted(counts.items())]
 
 
-def hourly_gpu_use(holds: Iterable[tuple[int, int, int]], capacity: int, start: int, end: int) -> list[dict]:
+def hourly_gpu_use(holds: Iterable[tuple[int, int, int]], capacity: int, start: int, end: int) -> list[dict[str, Any]]:
     """Per whole hour of [start, end): GPUs held on average (GPU-seconds / 3600)
     against `capacity` GPUs. `holds` are (start, end, gpus)."""
     first = start - start % HOUR
@@ -146,11 +147,11 @@ def hourly_gpu_use(holds: Iterable[tuple[int, int, int]], capacity: int, start: 
              "utilisation": _share(u / HOUR, capacity)} for h, u in zip(hours, used)]
 
 
-def idle_fragmentation(hosts: Iterable[HostNow], waiting_shapes: Iterable[tuple[str, int]]) -> list[dict]:
+def idle_fragmentation(hosts: Iterable[HostNow], waiting_shapes: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
     """Per GPU model with waiting leases: the most common waiting shape (GPUs
     per VM; the larger on a tie), the free GPUs on hosts in service, and those
     of them stranded on hosts with fewer free than that shape needs."""
-    shapes: dict[str, Counter] = defaultdict(Counter)
+    shapes: dict[str, Counter[int]] = defaultdict(Counter)
     for model, gpus_per_vm in waiting_shapes:
         shapes[model][gpus_per_vm] += 1
     by_model: dict[str, list[HostNow]] = defaultdict(list)

@@ -13,6 +13,7 @@ would put most hosts of a far-future query in the slice.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections.abc import Callable
 
 from .profile import INF, NCLS, StepProfile, length_class
 
@@ -83,7 +84,7 @@ class FreeLevels:
             for L in per_class:
                 L.sort()
 
-    def least_name_at(self, v: int, t: int, fits) -> str | None:
+    def least_name_at(self, v: int, t: int, fits: Callable[[str, int], bool]) -> str | None:
         """Least host name among hosts with exactly v free at t for which
         fits(name, segment_end) holds (it is asked only for names that
         would improve the answer)."""

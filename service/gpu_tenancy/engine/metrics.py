@@ -16,7 +16,7 @@ from prometheus_client.utils import floatToGoString
 from sqlalchemy import func, select
 
 from gpu_tenancy.db import models as m
-from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
+from gpu_tenancy.db.session import session_scope, to_epoch
 from gpu_tenancy.domain.states import WAITING, LeaseState
 from gpu_tenancy.engine.held import held_between
 

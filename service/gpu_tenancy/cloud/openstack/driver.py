@@ -13,7 +13,6 @@ Calls that fail raise CloudError with the failure class and the cloud's message.
 from __future__ import annotations
 
 import base64
-import logging
 import time
 
 from openstack import exceptions as sdk

@@ -1,7 +1,7 @@
 """initial schema
 
 Revision ID: 0001
-Revises: 
+Revises:
 """
 from alembic import op
 import sqlalchemy as sa
