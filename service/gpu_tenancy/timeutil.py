@@ -1,6 +1,8 @@
-"""RFC 3339 times and ISO 8601 durations at the edges; epoch seconds inside."""
+"""RFC 3339 times and durations (ISO 8601, 24h, Slurm's D-HH:MM:SS) at the edges; epoch
+seconds inside; durations spoken in days and hours wherever a person reads them."""
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
 
 import isodate
@@ -41,25 +43,75 @@ def parse_time(text: str) -> int:
     return int(value.timestamp())
 
 
+# A bare number is seconds (the API's first form), but "duration": 24 meaning a day and
+# making a 24-second lease is the trap a person falls into: below a minute it needs a unit.
+SHORTEST_BARE_SECONDS = 60
+DURATION_FORMS = "PT24H, P2D, 24h, 90m, 7d, 1-00:00:00 (days-hours:minutes:seconds) or 24:00:00"
+_UNIT_SECONDS = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_WITH_UNIT = re.compile(r"^\s*(\d{1,9}(?:\.\d{1,6})?)\s*(s|m|min|h|d|w)\s*$", re.IGNORECASE)
+# Slurm's --time forms that name hours: D-HH, D-HH:MM, D-HH:MM:SS, HH:MM:SS (MM:SS and a bare
+# MM are Slurm's too, but "90:00" read as minutes surprises more people than it helps)
+_SLURM = re.compile(r"^\s*(?:(\d{1,5})-(\d{1,2})(?::(\d{1,2}))?(?::(\d{1,2}))?|(\d{1,7}):(\d{1,2}):(\d{1,2}))\s*$")
+
+
 def parse_duration(value: str | int) -> int:
-    """ISO 8601 (PT24H, P2D, P1DT12H) or whole seconds; positive."""
-    if isinstance(value, bool):
-        raise ValueError("a duration is ISO 8601 such as PT24H, or a number of seconds")
+    """A duration in seconds, from ISO 8601 (PT24H, P2D, P1DT12H), a number with a unit
+    (24h, 90m, 7d), Slurm's [D-]HH:MM:SS (1-00:00:00, 36:00:00), or whole seconds (60 or more);
+    positive."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"a duration is text such as {DURATION_FORMS}")
     if isinstance(value, int):
         seconds = value
+        if 0 < seconds < SHORTEST_BARE_SECONDS:
+            raise ValueError(f"a bare number is seconds, and {seconds} s is surely not meant: give a unit, "
+                             f"such as {seconds}h or PT{seconds}H")
+    elif value.strip().isdigit():
+        return parse_duration(int(value))
+    elif match := _WITH_UNIT.match(value):
+        seconds = int(float(match.group(1)) * _UNIT_SECONDS[match.group(2).lower()])
+    elif match := _SLURM.match(value):
+        days, hours, minutes, secs, h2, m2, s2 = match.groups()
+        if days is not None:
+            d, h, mi, se = int(days), int(hours), int(minutes or 0), int(secs or 0)
+        else:
+            d, h, mi, se = 0, int(h2), int(m2), int(s2)
+        if (days is not None and h > 23) or mi > 59 or se > 59:
+            raise ValueError(f"'{value}' is not a [days-]hours:minutes:seconds duration such as 1-00:00:00")
+        seconds = ((d * 24 + h) * 60 + mi) * 60 + se
     else:
-        try:
-            parsed = isodate.parse_duration(value)
-        except (isodate.ISO8601Error, ValueError):
-            raise ValueError(f"'{value}' is not an ISO 8601 duration such as PT24H or P2D") from None
-        except OverflowError:   # more days than a date can count
-            raise ValueError(f"'{value}' is longer than any lease") from None
-        if not isinstance(parsed, timedelta):  # years and months have no fixed length
-            raise ValueError(f"'{value}' uses years or months; give days or hours instead")
-        seconds = int(parsed.total_seconds())
+        seconds = _iso_seconds(value)
     if seconds <= 0:
         raise ValueError("a duration must be positive")
     return seconds
+
+
+def _iso_seconds(value: str) -> int:
+    try:
+        parsed = isodate.parse_duration(value)
+    except (isodate.ISO8601Error, ValueError):
+        raise ValueError(f"'{value}' is not a duration; give one such as {DURATION_FORMS}") from None
+    except OverflowError:   # more days than a date can count
+        raise ValueError(f"'{value}' is longer than any lease") from None
+    if not isinstance(parsed, timedelta):  # years and months have no fixed length
+        raise ValueError(f"'{value}' uses years or months; give days or hours instead")
+    return int(parsed.total_seconds())
+
+
+def spoken_duration(seconds: int | float) -> str:
+    """A duration as a person reads it in a message: '7 days', '20 days 20 h', '5 h 36 min',
+    '90 s' (the two largest units, the smaller dropped when zero)."""
+    total = int(round(seconds))
+    if total < 120:
+        return f"{total} s"
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes = rest // 60
+    if days:
+        head = "1 day" if days == 1 else f"{days} days"
+        return f"{head} {hours} h" if hours else head
+    if hours:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    return f"{minutes} min"
 
 
 def iso_duration(seconds: int) -> str:

@@ -80,7 +80,7 @@ def test_kill_9_at_each_step_then_restart_ends_consistent(tmp_path, db_url, step
     with session_scope(runtime.sessions) as session:
         seed(session, clock.now(), cloud.images())
     runtime.engine.lifecycle.refresh_hosts()
-    reply = app.test_client().post("/v1/leases", json={"shape": "a100.x4", "instances": 2, "duration": 6,
+    reply = app.test_client().post("/v1/leases", json={"shape": "a100.x4", "instances": 2, "duration": "PT6S",
                                                        "volume": {"size_gb": 10}}, headers=headers())
     lease = reply.get_json()["lease"]
     try:

@@ -96,7 +96,9 @@ def test_bad_requests_are_refused_clearly_and_leave_nothing(client, sessions):
         ({"image": "windows-95"}, 400, "unknown image"),
         ({"duration": "P30D"}, 400, "maximum"),
         ({"duration": "PT-1H"}, 400, "duration"),
-        ({"duration": "soon"}, 400, "ISO 8601"),
+        ({"duration": "soon"}, 400, "such as PT24H, P2D, 24h"),
+        ({"duration": 24}, 400, "give a unit, such as 24h"),       # a day meant, 24 s would be made
+        ({"duration": "1-25:00:00"}, 400, "days-]hours:minutes:seconds"),
         ({"duration": 0}, 400, "duration"),
         ({"start": rfc3339(T0 - 86400)}, 400, "in the past"),
         ({"start": "2026-12-01 25:00"}, 400, "RFC 3339"),

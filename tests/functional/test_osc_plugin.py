@@ -85,7 +85,7 @@ def test_create_list_show_extend_cancel(cli):
     months = cli.run("gpu", "lease", "extend", lease["id"], "--by", "P1M")
     assert months.returncode == 2 and "uses years or months" in months.stderr   # refused before asking
     too_long = cli.run("gpu", "lease", "extend", lease["id"], "--duration", "P30D")
-    assert too_long.returncode == 1 and "maximum of 604800 s" in too_long.stderr
+    assert too_long.returncode == 1 and "maximum of 7 days" in too_long.stderr
 
     cancelled = cli.run("gpu", "lease", "cancel", lease["id"])
     assert cancelled.returncode == 0, cancelled.stderr
@@ -147,7 +147,7 @@ def test_quota_set_changes_only_the_limits_given(cli):
                    "--max-duration", "P1D", **ADMIN).returncode == 0
     assert cli.run("gpu", "quota", "set", "cli-lab", "--gpu-model", "A100", "--weight", "2",
                    **ADMIN).returncode == 0
-    expected = [{"GPU Model": "A100", "GPUs": 4, "Borrow GPUs": 0, "Max Duration": 86400, "Weight": 2.0}]
+    expected = [{"GPU Model": "A100", "GPUs": 4, "Borrow GPUs": 0, "Max Duration": "1 day", "Weight": 2.0}]
     assert cli.json("gpu", "quota", "show", "cli-lab", **ADMIN) == expected
     # a member of cli-lab sees its own quota without naming the project
     assert cli.json("gpu", "quota", "show", OS_GPU_NOAUTH_PROJECT="cli-lab") == expected

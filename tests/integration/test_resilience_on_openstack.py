@@ -124,7 +124,7 @@ def test_kill_9_of_the_engine_at_boot_and_delete_leaves_nothing_behind(os_app, a
     config_path = write_config(tmp_path, database_url=keystone_config.database_url, auth_strategy="noauth2",
                                cloud_driver="openstack", clouds_yaml_cloud="gt-service", clouds_yaml_file=CLOUDS,
                                cloud_network="none")
-    lease = api.post("/v1/leases", json={"shape": "a100.x2", "duration": 45, "volume": {"size_gb": 1}},
+    lease = api.post("/v1/leases", json={"shape": "a100.x2", "duration": "PT45S", "volume": {"size_gb": 1}},
                      headers=auth(alice)).get_json()["lease"]
     outcome = crash_then_restart(tmp_path, config_path, runtime.sessions, lease["id"], step, timeout=150)
     assert outcome.killed, outcome.engine_logs

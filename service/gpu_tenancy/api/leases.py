@@ -24,7 +24,9 @@ bp = Blueprint("leases", __name__, url_prefix="/v1/leases")
 NAME = {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"^[^\x00-\x1f]*$"}
 TIME = {"type": "string", "minLength": 1, "maxLength": 64}
 DURATION = {"oneOf": [{"type": "string", "minLength": 2, "maxLength": 64},
-                      {"type": "integer", "minimum": 1, "maximum": 10 * 365 * 86400}]}
+                      {"type": "integer", "minimum": 1, "maximum": 10 * 365 * 86400}],
+            "description": "ISO 8601 (PT24H, P2D), a number with a unit (24h, 90m, 7d), Slurm's "
+                           "[D-]HH:MM:SS (1-00:00:00), or whole seconds, at least 60"}
 
 CREATE = {
     "type": "object",

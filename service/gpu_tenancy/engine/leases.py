@@ -21,7 +21,7 @@ from gpu_tenancy.engine.decision_hook import DecisionHook
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.engine.readiness import new_token as new_readiness_token
 from gpu_tenancy.errors import BadRequest, Conflict, Forbidden
-from gpu_tenancy.timeutil import parse_duration, parse_time, rfc3339
+from gpu_tenancy.timeutil import parse_duration, parse_time, rfc3339, spoken_duration
 
 S = LeaseState
 START_SLACK = 300  # a start this far in the past still counts as "now" (clock skew)
@@ -155,8 +155,9 @@ def check_quota(session: Session, project_id: str, shape: m.Shape, instances: in
         raise Forbidden(f"the lease needs {wanted} {shape.gpu_model} GPUs at once; project {project_id} "
                         f"may hold {quota.gpus} (+{quota.borrow_gpus} borrowed)", "gpu_tenancy.over_quota")
     if quota.max_duration is not None and duration > quota.max_duration:
-        raise BadRequest(f"duration {duration} s is over project {project_id}'s maximum of "
-                         f"{quota.max_duration} s for {shape.gpu_model} leases", "gpu_tenancy.over_max_duration")
+        raise BadRequest(f"duration {spoken_duration(duration)} is over project {project_id}'s maximum of "
+                         f"{spoken_duration(quota.max_duration)} for {shape.gpu_model} leases",
+                         "gpu_tenancy.over_max_duration")
 
 
 def check_volume_free(session: Session, project_id: str, volume_id: str) -> None:

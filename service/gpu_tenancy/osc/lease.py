@@ -100,7 +100,7 @@ class CreateLease(command.ShowOne):
         parser.add_argument("name", metavar="<name>", nargs="?", help="name of the lease")
         parser.add_argument("--shape", metavar="<shape>", required=True, help="shape of each VM, e.g. a100.x2")
         parser.add_argument("--duration", metavar="<duration>", required=True, type=duration,
-                            help="how long: ISO 8601 (PT24H, P2D) or seconds")
+                            help="how long: 24h, 7d, 90m, PT24H, P2D or 1-00:00:00")
         parser.add_argument("--instances", metavar="<count>", type=int,
                             help="VMs that start together (a gang); default 1")
         parser.add_argument("--start", metavar="<time>", help="'now' (the default) or an RFC 3339 time")
@@ -197,9 +197,9 @@ class ExtendLease(command.ShowOne):
         end = parser.add_mutually_exclusive_group(required=True)
         end.add_argument("--end", metavar="<time>", help="the new end, RFC 3339")
         end.add_argument("--duration", metavar="<duration>", type=duration,
-                         help="the new duration from the lease's start: ISO 8601 or seconds")
+                         help="the new duration from the lease's start: 24h, 7d, PT24H, 1-00:00:00")
         end.add_argument("--by", metavar="<duration>", type=seconds,
-                         help="longer by this much: ISO 8601 (PT2H) or seconds")
+                         help="longer by this much: 2h, 1d, PT2H")
         return parser
 
     def take_action(self, args):

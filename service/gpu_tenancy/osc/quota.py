@@ -5,6 +5,7 @@ from osc_lib import exceptions
 from osc_lib.command import command
 
 from gpu_tenancy.osc.lease import duration
+from gpu_tenancy.timeutil import spoken_duration
 
 LIMITS = ("gpus", "borrow_gpus", "max_duration", "weight")
 HEADERS = ("GPU Model", "GPUs", "Borrow GPUs", "Max Duration", "Weight")
@@ -15,6 +16,11 @@ NO_LIMIT = "none"
 
 def max_duration(value: str) -> int | str:
     return NO_LIMIT if value.lower() == NO_LIMIT else duration(value)
+
+
+def shown(limit: str, value):
+    """A limit as a person reads it: the longest lease in days and hours, not seconds."""
+    return spoken_duration(value) if limit == "max_duration" and value is not None else value
 
 
 class ShowQuota(command.Lister):
@@ -32,7 +38,7 @@ class ShowQuota(command.Lister):
         if not project:
             raise exceptions.CommandError("name the project: no current project is known")
         quota = client.quota(project)
-        return HEADERS, [[model] + [limits.get(k) for k in LIMITS]
+        return HEADERS, [[model] + [shown(k, limits.get(k)) for k in LIMITS]
                          for model, limits in sorted(quota["gpu_models"].items())]
 
 
@@ -48,7 +54,7 @@ class SetQuota(command.Command):
         parser.add_argument("--borrow-gpus", metavar="<count>", type=int,
                             help="more it may hold while capacity is idle")
         parser.add_argument("--max-duration", metavar="<duration>", type=max_duration,
-                            help="longest lease: ISO 8601 (P7D) or seconds, or 'none' for no limit")
+                            help="longest lease: 7d, 36h, P7D, 1-12:00:00, or 'none' for no limit")
         parser.add_argument("--weight", metavar="<weight>", type=float, help="fair-share weight")
         return parser
 
