@@ -7,6 +7,7 @@ import uuid
 from flask import Flask, g, request
 from oslo_context.context import RequestContext
 from werkzeug.middleware.proxy_fix import ProxyFix
+from werkzeug.routing import RequestRedirect
 
 from gpu_tenancy import __version__
 from gpu_tenancy.api import auth, errors
@@ -59,6 +60,8 @@ def create_app(config: Config | None = None, *, clock=None, cloud=None, start_en
         g.context = RequestContext.from_environ(request.environ, request_id=g.request_id)
         refuse_nul_in_query()
         if request.endpoint in PUBLIC_ENDPOINTS or request.endpoint == "metrics.show":  # it checks its own
+            return None
+        if isinstance(request.routing_exception, RequestRedirect):  # /dashboard -> /dashboard/: tells nothing
             return None
         if request.blueprint == "dashboard":  # its own login (dashboard/login.py); it calls the API in-process
             return None
