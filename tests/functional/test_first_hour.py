@@ -1,6 +1,8 @@
 """A newcomer's first hour (issue 19): each trap a new user hit, as a test that failed before."""
 from __future__ import annotations
 
+from tests.conftest import headers
+
 
 def test_the_dashboard_address_the_banner_prints_leads_to_the_login_not_a_json_401(client):
     """Trap 1: /dashboard (no slash) answered a raw JSON 401; now it redirects to /dashboard/,
@@ -11,3 +13,24 @@ def test_the_dashboard_address_the_banner_prints_leads_to_the_login_not_a_json_4
     assert page.status_code == 200 and b"<form" in page.data and b"login" in page.data.lower()
     api = client.get("/v1/leases")   # the API still answers 401 in its own form
     assert api.status_code == 401 and api.get_json()["errors"][0]["code"] == "gpu_tenancy.unauthenticated"
+
+
+def test_a_name_finds_one_lease_a_second_unfinished_lease_of_that_name_is_refused(client, engine_tick):
+    """Trap 6: the README's curl and CLI examples both made 'first', after which `lease show first`
+    could only say '2 leases are named first'. Now the second gets 409 naming the first; another
+    project may use the name, and the name is free again once the first is finished."""
+    body = {"name": "first", "shape": "a100.x1", "duration": "PT1H"}
+    made = client.post("/v1/leases", json=body, headers=headers())
+    assert made.status_code == 201
+    first = made.get_json()["lease"]["id"]
+    again = client.post("/v1/leases", json=body, headers=headers())
+    assert again.status_code == 409
+    error = again.get_json()["errors"][0]
+    assert error["code"] == "gpu_tenancy.lease_name_taken" and first in error["detail"]
+    dry = client.post("/v1/leases?dry_run=true", json=body, headers=headers())
+    assert dry.status_code == 200                         # a preview makes nothing, so takes no name
+    assert client.post("/v1/leases", json=body, headers=headers("nlp-lab")).status_code == 201
+    assert len(client.get("/v1/leases", headers=headers()).get_json()["leases"]) == 1   # nothing half-made
+    assert client.delete(f"/v1/leases/{first}", headers=headers()).status_code in (200, 202, 204)
+    engine_tick()
+    assert client.post("/v1/leases", json=body, headers=headers()).status_code == 201

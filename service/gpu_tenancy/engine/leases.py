@@ -160,6 +160,18 @@ def check_quota(session: Session, project_id: str, shape: m.Shape, instances: in
                          "gpu_tenancy.over_max_duration")
 
 
+def check_name_free(session: Session, project_id: str, name: str) -> None:
+    """A name finds one lease: refuse a name another unfinished lease of the project has (the CLI
+    and dashboard take names where ids are long). Two requests racing with one name can both pass;
+    the second's owner then gives the id, as the CLI says."""
+    other = session.execute(select(m.Lease.id, m.Lease.status).where(
+        m.Lease.project_id == project_id, m.Lease.name == name,
+        m.Lease.status.not_in([s.value for s in FINAL])).limit(1)).first()
+    if other is not None:
+        raise Conflict(f"project {project_id} already has a lease named '{name}' ({other.id}, {other.status}); "
+                       "choose another name, or cancel that one first", "gpu_tenancy.lease_name_taken")
+
+
 def check_volume_free(session: Session, project_id: str, volume_id: str) -> None:
     busy = session.scalar(select(m.Lease.id).where(
         m.Lease.project_id == project_id, m.Lease.volume_id == volume_id,
@@ -181,6 +193,7 @@ def create(session: Session, now: int, caller: Caller, body: dict,
     plan the leases of many requests. `lease_id`: the id the decision service was told."""
     lease_id = lease_id or ledger.new_lease_id()
     request, columns = build_request(session, now, caller, body, lease_id)
+    check_name_free(session, caller.project_id, columns["name"])
     hook.ask("accept", {"id": lease_id, "project_id": caller.project_id, "user_id": caller.user_id,
                         "gpu_model": request.gpu_model, "gpus_per_instance": request.gpus_per_vm,
                         "instances": request.instances, "duration": request.duration,
