@@ -1,6 +1,7 @@
 """A newcomer's first hour (issue 19): each trap a new user hit, as a test that failed before."""
 from __future__ import annotations
 
+from gpu_tenancy.timeutil import parse_time, rfc3339
 from tests.conftest import headers
 
 
@@ -34,3 +35,26 @@ def test_a_name_finds_one_lease_a_second_unfinished_lease_of_that_name_is_refuse
     assert client.delete(f"/v1/leases/{first}", headers=headers()).status_code in (200, 202, 204)
     engine_tick()
     assert client.post("/v1/leases", json=body, headers=headers()).status_code == 201
+
+
+def test_an_extension_never_shortens_shortening_is_its_own_ask(client, engine_tick):
+    """Trap 4: `lease extend X --duration P1D` on a 30-hour lease cut 6 h off it, and PATCH with an
+    earlier end answered 200. Now both are refused (409, saying by how much) unless the caller
+    says `shrink`; nothing about the lease changes on a refusal."""
+    lease = client.post("/v1/leases", json={"shape": "a100.x1", "duration": "30h"}, headers=headers())
+    lease = lease.get_json()["lease"]
+    engine_tick()
+    an_hour_earlier = rfc3339(parse_time(lease["end"]) - 3600)
+    for change in ({"duration": "P1D"}, {"end": an_hour_earlier}):
+        refused = client.patch(f"/v1/leases/{lease['id']}", json=change, headers=headers())
+        assert refused.status_code == 409, refused.get_json()
+        error = refused.get_json()["errors"][0]
+        assert error["code"] == "gpu_tenancy.would_shorten" and '"shrink": true' in error["detail"]
+    after = client.get(f"/v1/leases/{lease['id']}", headers=headers()).get_json()["lease"]
+    assert (after["end"], after["duration"]) == (lease["end"], lease["duration"])
+    longer = client.patch(f"/v1/leases/{lease['id']}", json={"duration": "31h"}, headers=headers())
+    assert longer.status_code == 200
+    shorter = client.patch(f"/v1/leases/{lease['id']}", json={"duration": "P1D", "shrink": True}, headers=headers())
+    assert shorter.status_code == 200 and shorter.get_json()["lease"]["duration"] in (86400, "P1D")
+    for bad in ({"shrink": True}, {"end": lease["end"], "duration": "P1D"}, {}):
+        assert client.patch(f"/v1/leases/{lease['id']}", json=bad, headers=headers()).status_code == 400

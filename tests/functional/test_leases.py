@@ -146,7 +146,10 @@ def test_extension_is_granted_unless_it_delays_someone(client):
                            headers=headers())
     assert refused.status_code == 409
     assert waiting["id"] in refused.get_json()["errors"][0]["detail"]
-    shrink = client.patch(f"/v1/leases/{short['id']}", json={"end": rfc3339(T0 + 2 * HOUR)}, headers=headers())
+    unasked = client.patch(f"/v1/leases/{short['id']}", json={"end": rfc3339(T0 + 2 * HOUR)}, headers=headers())
+    assert unasked.status_code == 409 and "shrink" in unasked.get_json()["errors"][0]["detail"]
+    shrink = client.patch(f"/v1/leases/{short['id']}", json={"end": rfc3339(T0 + 2 * HOUR), "shrink": True},
+                          headers=headers())
     assert shrink.status_code == 200
     moved = client.get(f"/v1/leases/{waiting['id']}", headers=headers()).get_json()["lease"]
     assert moved["queue"]["eta"] == rfc3339(T0 + 2 * HOUR + RELEASE)

@@ -35,7 +35,7 @@ def test_a_random_day_never_overcommits_and_every_lease_finishes(app, runtime, s
             assert response.status_code in (204, 409)
         elif action < 0.75 and created:
             project, lease_id = rng.choice(created)
-            response = client.patch(f"/v1/leases/{lease_id}", json={"duration": rng.choice([1800, 3 * 3600])},
+            response = client.patch(f"/v1/leases/{lease_id}", json={"duration": rng.choice([1800, 3 * 3600]), "shrink": True},
                                     headers=headers(project))
             assert response.status_code in (200, 400, 409), response.get_json()
         else:

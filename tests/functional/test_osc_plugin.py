@@ -86,6 +86,11 @@ def test_create_list_show_extend_cancel(cli):
     assert months.returncode == 2 and "uses years or months" in months.stderr   # refused before asking
     too_long = cli.run("gpu", "lease", "extend", lease["id"], "--duration", "P30D")
     assert too_long.returncode == 1 and "maximum of 7 days" in too_long.stderr
+    cut = cli.run("gpu", "lease", "extend", lease["id"], "--duration", "P1D")   # 26 h -> 24 h: not by extend
+    assert cut.returncode == 1 and "would shorten" in cut.stderr and "lease shrink" in cut.stderr
+    assert cli.json("gpu", "lease", "show", lease["id"])["duration"] == 26 * 3600
+    shrunk = cli.json("gpu", "lease", "shrink", lease["id"], "--by", "1h")
+    assert shrunk["duration"] == 25 * 3600
 
     cancelled = cli.run("gpu", "lease", "cancel", lease["id"])
     assert cancelled.returncode == 0, cancelled.stderr

@@ -58,9 +58,12 @@ CREATE = {
 UPDATE = {
     "type": "object",
     "additionalProperties": False,
-    "minProperties": 1,
-    "maxProperties": 1,
-    "properties": {"end": TIME, "duration": DURATION},
+    # a new end or a new duration, not both; `shrink` only beside one of them
+    "oneOf": [{"required": ["end"], "not": {"required": ["duration"]}},
+              {"required": ["duration"], "not": {"required": ["end"]}}],
+    "properties": {"end": TIME, "duration": DURATION,
+                   "shrink": {"type": "boolean", "description": "the change may make the lease shorter (without "
+                                                                "it, a change that would is refused: 409)"}},
 }
 
 STATUSES = [s.value for s in LeaseState]

@@ -280,6 +280,7 @@ def change_end(session: Session, now: int, half_life: int, row: m.Lease, body: d
         if duration <= 0:
             raise BadRequest(f"end {body['end']} is not after the lease's start {rfc3339(start)}",
                              "gpu_tenancy.bad_end")
+    check_not_shortened(row, duration, bool(body.get("shrink")))
     shape = session.get(m.Shape, row.shape)
     check_quota(session, row.project_id, shape, row.instances, duration, any_size=row.preemptible)
     if status is S.QUEUED and duration > row.duration:
@@ -320,6 +321,15 @@ def change_end(session: Session, now: int, half_life: int, row: m.Lease, body: d
     session.flush()
     ledger.replan(session, now, half_life)
     return row
+
+
+def check_not_shortened(row: m.Lease, duration: int, shrink: bool) -> None:
+    """An extension never shortens: a mistyped one (--duration P1D on a lease of 30 h) would cut
+    a training run. Shortening is its own explicit ask, `"shrink": true`."""
+    if duration < row.duration and not shrink:
+        raise Conflict(f"this would shorten lease {row.name} by {spoken_duration(row.duration - duration)} "
+                       f"(from {spoken_duration(row.duration)} to {spoken_duration(duration)}); to shorten it, "
+                       'ask again with "shrink": true (openstack gpu lease shrink)', "gpu_tenancy.would_shorten")
 
 
 def check_extension_rules(session: Session, now: int, row: m.Lease, new_end: int, window: int | None) -> None:

@@ -189,7 +189,8 @@ class ShowLease(command.ShowOne):
 
 
 class ExtendLease(command.ShowOne):
-    _description = "Move a lease's end; granted only if it delays no planned lease"
+    _description = ("Move a lease's end later; granted only if it delays no planned lease (never shortens: "
+                    "see lease shrink)")
 
     def get_parser(self, prog_name):
         parser = super().get_parser(prog_name)
