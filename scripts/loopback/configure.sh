@@ -319,8 +319,10 @@ $(policy)
 EOF
 
 # ---- Heat :8004 (heat-api) + one heat-engine --------------------------------------------
-# heat-api under gunicorn (wsgi_apps.heat_api); no heat-api-cfn: nothing here
-# uses the CloudFormation API or its metadata/wait-condition URLs.
+# heat-api under gunicorn (wsgi_apps.heat_api). No heat-api-cfn runs: its URLs
+# below only go into a server's user data (HEAT_CFNTOOLS, the default
+# user_data_format, and wait conditions), which the fake VMs never run; without
+# them such a server fails at create (no "cloudformation" endpoint).
 # Stack users (wait conditions, software deployments, signals) live in their own
 # Keystone domain "heat", run by heat_domain_admin (bootstrap.py identity makes both).
 cp "$PKG_ETC/heat/api-paste.ini" "$E/heat/"
@@ -344,6 +346,8 @@ template_dir = $E/heat/templates
 stack_user_domain_name = heat
 stack_domain_admin = heat_domain_admin
 stack_domain_admin_password = heat_domain_admin
+heat_metadata_server_url = http://$LB_IP:8000
+heat_waitcondition_server_url = http://$LB_IP:8000/v1/waitcondition
 [database]
 connection = $DB/heat?$DB_OPTS
 [paste_deploy]
