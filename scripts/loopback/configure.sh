@@ -325,6 +325,7 @@ EOF
 # them such a server fails at create (no "cloudformation" endpoint).
 # Stack users (wait conditions, software deployments, signals) live in their own
 # Keystone domain "heat", run by heat_domain_admin (bootstrap.py identity makes both).
+[ -d "$PKG_ETC/heat" ] || die "no Heat in $LB_VENV (a venv from before Heat): run scripts/loopback/install.sh"
 cp "$PKG_ETC/heat/api-paste.ini" "$E/heat/"
 mkdir -p "$E/heat/environment.d" "$E/heat/templates"
 cp "$PKG_ETC/heat/templates/"*.yaml "$E/heat/templates/"

@@ -1,7 +1,8 @@
 """Every HOT template in heat_templates/ parses with heatclient's own parser,
 every reference in it resolves, every parameter is typed and constrained, and
 the readiness probe it runs is the service's own script. (No Heat service runs
-here: the templates are checked, not launched.)"""
+here: the templates are checked, not launched; the loopback cloud's Heat launches
+gpu-training-env.yaml in tests/integration/test_heat_on_openstack.py.)"""
 from __future__ import annotations
 
 import subprocess
@@ -170,6 +171,6 @@ def test_the_mount_script_does_nothing_without_a_volume(template, tmp_path):
     replace = hot["resources"]["mount_data_volume"]["properties"]["config"]["str_replace"]
     script = tmp_path / "mount.sh"
     script.write_text(replace["template"].replace("@VOLUME_ID@", "").replace("@MOUNT_POINT@", str(tmp_path / "d")))
-    done = subprocess.run(["sh", str(script)], capture_output=True, text=True, timeout=10)
+    done = subprocess.run(["sh", str(script)], capture_output=True, text=True, timeout=10, check=False)
     assert (done.returncode, done.stderr) == (0, "")
     assert not (tmp_path / "d").exists()

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
+from gpu_tenancy.cloud.openstack.connection import connect
 
 from tests.integration.conftest import CLOUDS, auth, gpu_usage, wait_for
 from tests.integration.test_leases_on_openstack import api, tick_until  # noqa: F401  (api: a fixture)
-from gpu_tenancy.cloud.openstack.connection import connect
 
 template_utils = pytest.importorskip("heatclient.common.template_utils")
 
