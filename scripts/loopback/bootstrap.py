@@ -27,9 +27,17 @@ IP = "127.0.0.1"
 REGION = "RegionOne"
 DOMAIN = "default"
 
-ROLES = ("admin", "member", "reader", "service")
+# heat_stack_user: what Heat gives the users it makes for a stack's signals and
+# wait conditions (heat.conf heat_stack_user_role); it must exist. No
+# heat_stack_owner: with the legacy policy (below) any role but heat_stack_user
+# may create stacks, so the plain members alice and bob can.
+ROLES = ("admin", "member", "reader", "service", "heat_stack_user")
 # OpenStack service users, all in project "service", password = user name
-SERVICE_USERS = ("placement", "nova", "glance", "cinder", "neutron")
+SERVICE_USERS = ("placement", "nova", "glance", "cinder", "neutron", "heat")
+# Heat's own domain for stack users, and its admin (heat.conf stack_user_domain_name,
+# stack_domain_admin; password = name)
+HEAT_DOMAIN = "heat"
+HEAT_DOMAIN_ADMIN = "heat_domain_admin"
 # (user, password, project, roles)
 PEOPLE = (
     ("gpu-tenancy", "gpu-tenancy", "service", ("admin", "service")),
@@ -45,6 +53,7 @@ CATALOG = (
     ("glance", "image", f"http://{IP}:9292"),
     ("cinderv3", "block-storage", f"http://{IP}:8776/v3/%(project_id)s"),
     ("neutron", "network", f"http://{IP}:9696"),
+    ("heat", "orchestration", f"http://{IP}:8004/v1/%(project_id)s"),
     # the service under test; nothing listens here unless the tests start it
     ("gpu-tenancy", "gpu", f"http://{IP}:8779"),
 )
@@ -94,8 +103,14 @@ def identity(conn):
     for name, password, proj_name, role_names in PEOPLE:
         proj = project(proj_name)
         grant(proj, user(name, password, proj), role_names)
+    heat = idn.find_domain(HEAT_DOMAIN) or idn.create_domain(
+        name=HEAT_DOMAIN, description="Heat's stack users (gpu-tenancy loopback)")
+    heat_admin = idn.find_user(HEAT_DOMAIN_ADMIN, domain_id=heat.id) or idn.create_user(
+        name=HEAT_DOMAIN_ADMIN, password=HEAT_DOMAIN_ADMIN, domain_id=heat.id)
+    idn.assign_domain_role_to_user(heat, heat_admin, roles["admin"])
     log(f"roles {', '.join(ROLES)}; projects service, {', '.join(TENANTS)}; "
-        f"users {', '.join(SERVICE_USERS + tuple(p[0] for p in PEOPLE))}")
+        f"users {', '.join(SERVICE_USERS + tuple(p[0] for p in PEOPLE))}; "
+        f"domain {HEAT_DOMAIN} with {HEAT_DOMAIN_ADMIN}")
 
     for name, stype, url in CATALOG:
         svc = next(iter(idn.services(name=name)), None) or idn.create_service(

@@ -9,8 +9,8 @@ set -euo pipefail
 [ -x "$LB_PY" ] || die "no venv at $LB_VENV: run scripts/loopback/install.sh first"
 
 E="$LB_ETC" D="$LB_DATA"
-mkdir -p "$E"/{mysql,rabbitmq,keystone,placement,glance,nova,nova-compute,cinder,neutron/plugins/ml2} \
-         "$D"/{glance/images,glance/staging,glance/tasks,nova/control,cinder/locks,neutron/locks,rabbitmq/home} \
+mkdir -p "$E"/{mysql,rabbitmq,keystone,placement,glance,nova,nova-compute,cinder,neutron/plugins/ml2,heat} \
+         "$D"/{glance/images,glance/staging,glance/tasks,nova/control,cinder/locks,neutron/locks,heat/locks,rabbitmq/home} \
          "$LB_LOGS" "$LB_RUN"
 
 DB="mysql+pymysql://openstack:openstack@$LB_IP"
@@ -315,6 +315,56 @@ $(authtoken cinder)
 lock_path = $D/cinder/locks
 [coordination]
 backend_url = file://$D/cinder
+$(policy)
+EOF
+
+# ---- Heat :8004 (heat-api) + one heat-engine --------------------------------------------
+# heat-api under gunicorn (wsgi_apps.heat_api). No heat-api-cfn runs: its URLs
+# below only go into a server's user data (HEAT_CFNTOOLS, the default
+# user_data_format, and wait conditions), which the fake VMs never run; without
+# them such a server fails at create (no "cloudformation" endpoint).
+# Stack users (wait conditions, software deployments, signals) live in their own
+# Keystone domain "heat", run by heat_domain_admin (bootstrap.py identity makes both).
+[ -d "$PKG_ETC/heat" ] || die "no Heat in $LB_VENV (a venv from before Heat): run scripts/loopback/install.sh"
+cp "$PKG_ETC/heat/api-paste.ini" "$E/heat/"
+mkdir -p "$E/heat/environment.d" "$E/heat/templates"
+cp "$PKG_ETC/heat/templates/"*.yaml "$E/heat/templates/"
+# the global environment names its templates by absolute path
+sed "s|file:///etc/heat/templates|file://$E/heat/templates|" "$PKG_ETC/heat/environment.d/default.yaml" \
+    > "$E/heat/environment.d/default.yaml"
+cat > "$E/heat/heat.conf" <<EOF
+[DEFAULT]
+debug = False
+host = gt-heat
+transport_url = $AMQP
+region_name_for_services = RegionOne
+# one engine process (the default is one per CPU, at least 4)
+num_engine_workers = 1
+# encrypts the stacks' credentials and hidden parameters in the DB; a test stack's fixed key
+auth_encryption_key = gt-loopback-heat-auth-key-32byte
+environment_dir = $E/heat/environment.d
+template_dir = $E/heat/templates
+stack_user_domain_name = heat
+stack_domain_admin = heat_domain_admin
+stack_domain_admin_password = heat_domain_admin
+heat_metadata_server_url = http://$LB_IP:8000
+heat_waitcondition_server_url = http://$LB_IP:8000/v1/waitcondition
+[database]
+connection = $DB/heat?$DB_OPTS
+[paste_deploy]
+api_paste_config = $E/heat/api-paste.ini
+$(authtoken heat)
+# Heat acts for the stack's owner later (deletes, signals) through a trust to this user
+[trustee]
+auth_type = password
+auth_url = $LB_KEYSTONE_URL
+user_domain_name = Default
+username = heat
+password = heat
+[clients_keystone]
+auth_uri = http://$LB_IP:5000
+[oslo_concurrency]
+lock_path = $D/heat/locks
 $(policy)
 EOF
 

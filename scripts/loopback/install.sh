@@ -23,6 +23,7 @@ TOP_LEVEL=(
     glance==33.0.0
     cinder==29.0.0
     neutron==29.0.0
+    openstack-heat==27.0.1
     pyroute2          # neutron imports it (server side too) but does not declare it
     gunicorn
     PyMySQL
@@ -120,7 +121,7 @@ fi
 
 "$LB_PY" - <<'EOF'
 from importlib.metadata import version
-names = ["keystone", "openstack-placement", "nova", "glance", "cinder", "neutron", "openstacksdk", "gunicorn", "PyMySQL"]
+names = ["keystone", "openstack-placement", "nova", "glance", "cinder", "neutron", "openstack-heat", "openstacksdk", "gunicorn", "PyMySQL"]
 print("  " + ", ".join(f"{n} {version(n)}" for n in names))
 EOF
 say "done ($(du -sh "$LB_VENV" | cut -f1) venv)"

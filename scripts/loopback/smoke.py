@@ -13,7 +13,10 @@
 4. alice, a plain member of tenant-a, boots a100:2 on tenant-a-net: the port
    nova made is bound to the server's host, ACTIVE, with a fixed IP from the
    subnet that the server's addresses show; a floating IP from "public"
-   associated with it shows there too; deleting the server deletes the port.
+   associated with it shows there too; deleting the server deletes the port;
+5. alice creates a Heat stack: a volume, a server of a plain (non-GPU) flavor on
+   tenant-a-net and the volume's attachment: CREATE_COMPLETE, server ACTIVE,
+   volume in-use on it; deleting the stack deletes them.
 
 Everything it creates is named gt-smoke-* and deleted at the end (and at the
 start, if an earlier run left something behind).
@@ -100,6 +103,13 @@ def gpus_in_use():
 
 
 def cleanup():
+    alice_ = openstack.connect(cloud="gt-alice")
+    for st in alice_.orchestration.stacks():
+        # a deleted stack stays listed as DELETE_COMPLETE a moment: deleting it again makes heat-engine log errors
+        if st.name.startswith(PREFIX) and st.status != "DELETE_COMPLETE":
+            alice_.orchestration.delete_stack(st)
+            alice_.orchestration.wait_for_delete(st, interval=1, wait=120)
+            step(f"deleted stack {st.name}")
     for s in admin.compute.servers(all_projects=True):
         if s.name.startswith(PREFIX):
             admin.compute.delete_server(s)
@@ -195,6 +205,40 @@ alice.compute.wait_for_delete(s4, interval=0.5, wait=120)
 check(poll(lambda: len(list(admin.network.ports(device_id=s4.id))), 0, timeout=30) == 0,
       "server deleted -> its port deleted")
 alice.network.delete_ip(fip)
+
+# ---- 5. a Heat stack of alice's ----
+plain = admin.compute.create_flavor(name=PREFIX + "plain", ram=512, vcpus=1, disk=1)
+# where the hosts' aggregates require a trait (GPU hosts kept for lease flavors), the flavor asks for it
+required = {k: "required" for ag in admin.compute.aggregates() for k, v in (ag.metadata or {}).items()
+            if k.startswith("trait:") and v == "required"}
+if required:
+    admin.compute.create_flavor_extra_specs(plain, required)
+STACK = {
+    "heat_template_version": "2021-04-16",
+    "resources": {
+        "volume": {"type": "OS::Cinder::Volume", "properties": {"size": 1}},
+        "server": {"type": "OS::Nova::Server", "properties": {
+            "flavor": plain.id, "image": image.id, "networks": [{"network": "tenant-a-net"}]}},
+        "attachment": {"type": "OS::Cinder::VolumeAttachment", "properties": {
+            "instance_uuid": {"get_resource": "server"}, "volume_id": {"get_resource": "volume"}}},
+    },
+    "outputs": {"server": {"value": {"get_resource": "server"}}, "volume": {"value": {"get_resource": "volume"}}},
+}
+t = time.time()
+stack = alice.orchestration.create_stack(name=PREFIX + "stack", template=STACK, timeout_mins=3)
+stack = alice.orchestration.wait_for_status(stack, "CREATE_COMPLETE", failures=["CREATE_FAILED"],
+                                            interval=1, wait=180)
+out = {o["output_key"]: o["output_value"] for o in stack.outputs}
+s5, vol = admin.compute.get_server(out["server"]), admin.block_storage.get_volume(out["volume"])
+check(s5.status == "ACTIVE" and vol.status == "in-use" and vol.attachments[0]["server_id"] == s5.id,
+      f"Heat stack by alice -> CREATE_COMPLETE, server ACTIVE on {s5.compute_host}, "
+      f"volume in-use on it ({time.time() - t:.1f}s)")
+t = time.time()
+alice.orchestration.delete_stack(stack)
+alice.orchestration.wait_for_delete(stack, interval=1, wait=120)
+check(admin.compute.find_server(s5.id, all_projects=True) is None
+      and admin.block_storage.find_volume(vol.id, all_projects=True) is None,
+      f"stack deleted -> its server and volume deleted ({time.time() - t:.1f}s)")
 
 cleanup()
 print(f"SMOKE PASSED in {time.time() - T0:.1f}s", flush=True)

@@ -9,7 +9,8 @@
 # (wait_ready.py), and prints how long each part took.
 #
 #   MariaDB 3306 · RabbitMQ 5672 (epmd 4369, dist 25672) · Keystone 5000 ·
-#   Placement 8778 · Glance 9292 · Nova 8774 · Cinder 8776 · Neutron 9696
+#   Placement 8778 · Glance 9292 · Nova 8774 · Cinder 8776 · Neutron 9696 · Heat 8004
+#   (heat-api and one heat-engine)
 #   nova-compute x3: gpu-a100-1 (4 A100), gpu-a100-2 (4 A100), gpu-h100-1 (2 H100)
 #
 # Stop with stop.sh. Run install.sh first.
@@ -18,7 +19,7 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 LB_TAG=start
 BIN="$LB_VENV/bin"
-PORTS="3306 5672 4369 25672 5000 8778 8774 9292 8776 9696"
+PORTS="3306 5672 4369 25672 5000 8778 8774 9292 8776 9696 8004"
 
 bash "$LB_HOME/configure.sh"
 
@@ -108,6 +109,7 @@ setup_nova() {
 setup_placement() { "$BIN/placement-manage" --config-file "$LB_ETC/placement/placement.conf" db sync; }
 setup_glance() { "$BIN/glance-manage" --config-file "$LB_ETC/glance/glance-api.conf" db_sync; }
 setup_cinder() { "$BIN/cinder-manage" --config-file "$LB_ETC/cinder/cinder.conf" db sync; }
+setup_heat() { "$BIN/heat-manage" --config-file "$LB_ETC/heat/heat.conf" db_sync; }
 setup_neutron() {
     "$BIN/neutron-db-manage" --config-file "$LB_ETC/neutron/neutron.conf" \
         --config-file "$LB_ETC/neutron/plugins/ml2/ml2_conf.ini" upgrade heads
@@ -115,10 +117,14 @@ setup_neutron() {
 
 SETUP_MARK="$LB_DATA/.setup-done"          # schemas + keystone bootstrap + bootstrap.py identity
 RESOURCES_MARK="$LB_DATA/.resources-done"  # bootstrap.py resources networks
+# Heat came after the others: a state dir made before it has SETUP_MARK but no
+# heat database, so Heat's first-run steps have their own mark.
+HEAT_MARK="$LB_DATA/.heat-done"            # heat DB + schema, bootstrap.py identity with Heat's entries
 
 # ---- 1. MariaDB, RabbitMQ (+ its epmd) -----------------------------------------------
-first_run=0
+first_run=0 heat_new=0
 [ -e "$SETUP_MARK" ] || first_run=1
+[ -e "$HEAT_MARK" ] || heat_new=1
 if [ ! -d "$LB_DATA/mysql/mysql" ]; then
     say "first run: initialising MariaDB in $LB_DATA/mysql"
     rm -rf "$LB_DATA/mysql"
@@ -166,13 +172,18 @@ EOF
     setup cinder setup_cinder
     setup neutron setup_neutron
 fi
+if [ $heat_new = 1 ]; then
+    [ $first_run = 1 ] || say "Heat is new to this state dir: its database, schema and Keystone entries"
+    mysql_cli -e "CREATE DATABASE IF NOT EXISTS heat"
+    setup heat setup_heat
+fi
 
 # ---- 2. Keystone, then the users and catalog everything else logs in with ----------
 setup_done keystone
 api keystone 5000 keystone
 wait_http "$LB_KEYSTONE_URL"
 say "Keystone up"
-if [ $first_run = 1 ]; then
+if [ $first_run = 1 ] || [ $heat_new = 1 ]; then
     "$LB_PY" "$LB_HOME/bootstrap.py" identity > "$LB_LOGS/setup-bootstrap.log" 2>&1 \
         || die "bootstrap.py identity failed; see $LB_LOGS/setup-bootstrap.log"
     say "users, projects, roles and catalog created"
@@ -205,12 +216,18 @@ for spec in $LB_COMPUTES; do
     hosts="$hosts $host" gpus=$((gpus + count))
     launch_compute "$host"
 done
+setup_done heat
+if [ $heat_new = 1 ]; then touch "$HEAT_MARK"; fi
+api heat-api 8004 heat_api
+# heat_engine.py: heat-engine without its forking master (one process, not two)
+launch heat-engine "$LB_PY" "$LB_HOME/heat_engine.py" --config-file "$LB_ETC/heat/heat.conf"
 say "all processes started"
 
 wait_http "http://$LB_IP:9292/"
 wait_http "http://$LB_IP:8776/"
 wait_http "http://$LB_IP:8774/"
 wait_http "http://$LB_IP:9696/"
+wait_http "http://$LB_IP:8004/"
 say "all APIs answer"
 
 if [ ! -e "$RESOURCES_MARK" ]; then

@@ -25,7 +25,7 @@ computes=()
 for f in "$LB_RUN"/nova-compute-*.pid; do [ -e "$f" ] && computes+=("$(basename "$f" .pid)"); done
 
 stop_group "${computes[@]}" nova-api nova-conductor nova-scheduler \
-    cinder-api cinder-scheduler cinder-volume placement glance keystone neutron-api
+    cinder-api cinder-scheduler cinder-volume placement glance keystone neutron-api heat-api heat-engine
 stop_group rabbitmq mariadb
 stop_group epmd
 

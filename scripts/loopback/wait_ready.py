@@ -10,7 +10,10 @@ Ready means:
     scheduler's periodic discovery hasn't done it yet, ``nova-manage cell_v2
     discover_hosts`` is run);
   * cinder-volume is up with a fresh heartbeat, and cinder-scheduler knows its
-    pool (before that, volume creates fail with "No valid backend").
+    pool (before that, volume creates fail with "No valid backend");
+  * Heat answers GET /build_info, which heat-api can only answer with a reply
+    from heat-engine over RabbitMQ (checked last: until the engine listens,
+    heat-api waits for it up to its RPC timeout).
 
 Usage: python wait_ready.py --since EPOCH --hosts "h1 h2" --gpus N --nova-conf FILE [--timeout S]
 """
@@ -56,7 +59,7 @@ def main():
     nova_manage = os.path.join(os.path.dirname(sys.executable), "nova-manage")
     conn = openstack.connect(cloud="gt-admin")
 
-    pending = {"compute", "gpus", "cinder-volume", "hypervisors"}
+    pending = {"compute", "gpus", "cinder-volume", "hypervisors", "heat"}
     last_discover = 0.0
     status = {}
     while pending:
@@ -99,6 +102,12 @@ def main():
                                          capture_output=True, text=True)
                     log(f"nova-manage cell_v2 discover_hosts: exit {out.returncode}")
                     continue
+            if pending == {"heat"}:
+                info = conn.orchestration.get("/build_info", raise_exc=False)
+                status["heat build_info"] = info.status_code
+                if info.status_code == 200 and "engine" in info.json():
+                    pending.discard("heat")
+                    log("heat-api answers, with heat-engine's reply")
         except Exception as e:  # an API still starting up, keystone busy, ...
             status["last error"] = str(e).splitlines()[0][:160]
         if not pending:

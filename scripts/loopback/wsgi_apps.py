@@ -5,7 +5,7 @@ with env GT_LB_ETC set to the generated config folder. Each function builds
 the service's WSGI application on first call (gunicorn calls it once per
 worker) and returns it.
 
-The reason for the wrappers: keystone, nova, cinder and neutron build their
+The reason for the wrappers: keystone, nova, cinder, neutron and heat build their
 app at import time and hand ``sys.argv`` to oslo.config, which then chokes on
 gunicorn's own options ("unrecognized arguments: -b ..."). While the app is
 imported, argv is swapped for one that holds only what the service should see.
@@ -71,4 +71,11 @@ def neutron():
     os.environ["OS_NEUTRON_CONFIG_DIR"] = _etc("neutron")
     with _argv():
         from neutron.wsgi.api import application
+    return application
+
+
+def heat_api():
+    # heat-api's init_application() parses sys.argv as well
+    with _argv("--config-file", _etc("heat", "heat.conf")):
+        from heat.wsgi.api import application
     return application

@@ -1,7 +1,8 @@
 """Every HOT template in heat_templates/ parses with heatclient's own parser,
 every reference in it resolves, every parameter is typed and constrained, and
 the readiness probe it runs is the service's own script. (No Heat service runs
-here: the templates are checked, not launched.)"""
+here: the templates are checked, not launched; the loopback cloud's Heat launches
+gpu-training-env.yaml in tests/integration/test_heat_on_openstack.py.)"""
 from __future__ import annotations
 
 import subprocess
@@ -109,12 +110,67 @@ def test_the_guest_scripts_are_valid_shell(template, tmp_path):
         assert check.returncode == 0, check.stderr
 
 
+def test_every_condition_used_is_defined(template):
+    _, hot = template
+    conditions = set(hot.get("conditions", {}))
+    used = {body["condition"] for body in hot["resources"].values() if "condition" in body}
+    used |= {body["condition"] for body in hot.get("outputs", {}).values() if "condition" in body}
+    used |= {arg[0] for name, arg in walk_ifs(hot["resources"], [])}
+    assert used <= conditions, f"conditions nothing defines: {used - conditions}"
+    assert conditions <= used, f"conditions nothing uses: {conditions - used}"
+
+
+def walk_ifs(node, found: list):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "if":
+                found.append((key, value))
+            walk_ifs(value, found)
+    elif isinstance(node, list):
+        for item in node:
+            walk_ifs(item, found)
+    return found
+
+
+def test_the_lease_gives_flavor_and_network_and_nothing_pins_a_host(template):
+    """Inside a "boot": "tenant" lease, the lease's flavor is what puts the VM on the
+    lease's host (Placement); the template must not choose a host or zone itself."""
+    _, hot = template
+    params, server = hot["parameters"], hot["resources"]["server"]["properties"]
+    for name, constraint in (("flavor", "nova.flavor"), ("network", "neutron.network"),
+                             ("image", "glance.image"), ("key_name", "nova.keypair")):
+        assert "default" not in params[name], f"{name} must be given"
+        assert {"custom_constraint": constraint} in params[name]["constraints"], name
+    assert server["flavor"] == {"get_param": "flavor"}
+    assert server["networks"] == [{"network": {"get_param": "network"}}]
+    assert server["key_name"] == {"get_param": "key_name"}
+    assert not {"availability_zone", "scheduler_hints"} & set(server)
+
+
 def test_the_data_volume_is_attached_to_the_server_and_mounted(template):
     _, hot = template
     res = hot["resources"]
-    attachment = next(r for r in res.values() if r["type"] == "OS::Cinder::VolumeAttachment")["properties"]
-    assert attachment == {"instance_uuid": {"get_resource": "server"}, "volume_id": {"get_resource": "data_volume"}}
-    parts = [p["config"]["get_resource"] for p in res["user_data"]["properties"]["parts"]]
-    assert parts == ["mount_data_volume", "gpu_readiness_probe"]
+    attachment = next(r for r in res.values() if r["type"] == "OS::Cinder::VolumeAttachment")
+    assert attachment["properties"] == {"instance_uuid": {"get_resource": "server"},
+                                        "volume_id": {"get_resource": "data_volume"}}
+    # optional: data_volume_size 0 makes neither the volume nor its attachment
+    assert attachment["condition"] == res["data_volume"]["condition"] == "has_data_volume"
+    assert hot["conditions"]["has_data_volume"] == {"not": {"equals": [{"get_param": "data_volume_size"}, 0]}}
+    assert hot["parameters"]["data_volume_size"]["constraints"] == [{"range": {"min": 0, "max": 65536}}]
+    # with a readiness URL, the probe runs after the mount; without, only the mount (a no-op without volume)
+    condition, with_probe, without = res["user_data"]["properties"]["parts"]["if"]
+    assert condition == res["gpu_readiness_probe"]["condition"] == "has_readiness_probe"
+    assert [p["config"]["get_resource"] for p in with_probe] == ["mount_data_volume", "gpu_readiness_probe"]
+    assert [p["config"]["get_resource"] for p in without] == ["mount_data_volume"]
     assert res["server"]["properties"]["user_data"] == {"get_resource": "user_data"}
     assert res["server"]["properties"]["user_data_format"] == "RAW"
+
+
+def test_the_mount_script_does_nothing_without_a_volume(template, tmp_path):
+    _, hot = template
+    replace = hot["resources"]["mount_data_volume"]["properties"]["config"]["str_replace"]
+    script = tmp_path / "mount.sh"
+    script.write_text(replace["template"].replace("@VOLUME_ID@", "").replace("@MOUNT_POINT@", str(tmp_path / "d")))
+    done = subprocess.run(["sh", str(script)], capture_output=True, text=True, timeout=10, check=False)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert not (tmp_path / "d").exists()
