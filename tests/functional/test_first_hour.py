@@ -58,3 +58,29 @@ def test_an_extension_never_shortens_shortening_is_its_own_ask(client, engine_ti
     assert shorter.status_code == 200 and shorter.get_json()["lease"]["duration"] in (86400, "P1D")
     for bad in ({"shrink": True}, {"end": lease["end"], "duration": "P1D"}, {}):
         assert client.patch(f"/v1/leases/{lease['id']}", json=bad, headers=headers()).status_code == 400
+
+
+def test_asking_for_more_gpus_than_the_cloud_has_says_what_the_cloud_has(client):
+    """Trap 9: 5 x a100.x8 (40 GPUs) on a cloud of 32 A100 got the quota's "may hold 16 (+8)";
+    the cloud's size is what rules it out."""
+    reply = client.post("/v1/leases", json={"shape": "a100.x8", "instances": 5, "duration": "1h"},
+                        headers=headers())
+    assert reply.status_code == 400
+    error = reply.get_json()["errors"][0]
+    assert error["code"] == "gpu_tenancy.never_fits" and "the cloud has 32" in error["detail"]
+
+
+def test_the_capacity_calendar_takes_now_as_its_start(client, clock):
+    """Trap 9: `--start now` was refused by /v1/capacity."""
+    end = rfc3339(clock.now() + 86400)
+    reply = client.get(f"/v1/capacity?start=now&end={end}", headers=headers())
+    assert reply.status_code == 200, reply.get_json()
+    assert reply.get_json()["capacity"]["calendar"]
+    assert client.get(f"/v1/capacity?start=later&end={end}", headers=headers()).status_code == 400
+
+
+def test_a_member_asking_for_every_projects_leases_is_told_no_not_quietly_narrowed(client):
+    """Trap 10: `--all-projects` from a member was silently ignored (their own leases came back)."""
+    assert client.get("/v1/leases?all_projects=true", headers=headers()).status_code == 403
+    assert client.get("/v1/leases?all_projects=true", headers=headers(roles="admin")).status_code == 200
+    assert client.get("/v1/leases", headers=headers()).status_code == 200

@@ -23,8 +23,8 @@ def render_host(entry: capacity.HostCalendar) -> dict:
 @bp.get("")
 def show():
     rt.authorize("capacity:show")
-    window = query_window(max_span=MAX_CALENDAR_SPAN)
     now = rt.now()
+    window = query_window(max_span=MAX_CALENDAR_SPAN, now=now)
     with rt.transaction() as session:
         by_model = capacity.now_by_model(session, now)
         body = {"now": rfc3339(now), "gpu_models": {model: asdict(figures) for model, figures in by_model.items()}}

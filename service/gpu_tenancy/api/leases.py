@@ -173,8 +173,8 @@ def index():
             project = None
         elif project is None:
             project = rt.context().project_id
-    else:
-        if project not in (None, rt.context().project_id):
+    else:   # asking for every project, or another one, is refused rather than quietly narrowed
+        if project not in (None, rt.context().project_id) or request.args.get("all_projects"):
             rt.authorize("lease:list:all_projects")
         project = rt.context().project_id
     with rt.transaction() as session:

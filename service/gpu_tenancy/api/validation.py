@@ -139,11 +139,14 @@ def query_bool(name: str, default: bool = False) -> bool:
     return value in ("true", "1")
 
 
-def query_time(name: str) -> int | None:
-    """An RFC 3339 time from the query string, as epoch seconds; None when absent."""
+def query_time(name: str, now: int | None = None) -> int | None:
+    """An RFC 3339 time from the query string, as epoch seconds; None when absent; 'now'
+    where the caller knows the time (as a lease's start takes it)."""
     raw = request.args.get(name)
     if raw is None:
         return None
+    if raw == "now" and now is not None:
+        return now
     try:
         return parse_time(raw)
     except ValueError as exc:
@@ -165,7 +168,7 @@ def query_window(*, max_span: int | None = None, default_span: int | None = None
     """The ?start=&end= pair as epoch seconds, end after start and at most max_span apart.
     With default_span, a missing end is `now` and a missing start is default_span before
     the end; without it, both or neither must be given (neither: None)."""
-    start, end = query_time("start"), query_time("end")
+    start, end = query_time("start", now), query_time("end", now)
     if default_span is not None:
         end = now if end is None else end
         start = end - default_span if start is None else start

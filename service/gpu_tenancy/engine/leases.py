@@ -61,7 +61,7 @@ def build_request(session: Session, now: int, caller: Caller, body: dict,
     instances = body.get("instances", 1)
     limits.check_waiting(session, caller.project_id, caller.user_id)
     priority, class_name, preemptible = resolve_priority(session, caller, body)
-    check_quota(session, caller.project_id, shape, instances, duration, any_size=preemptible)
+    # The cloud's size before the quota: "the cloud has 32" says more than "may hold 16 (+8)".
     # "Ever" counts hosts that are down or drained too: they come back, and the lease waits for them.
     hosts = [Host(name, gpu_model, gpus) for name, gpu_model, gpus in session.execute(
         select(m.Host.name, m.Host.gpu_model, m.Host.gpus).where(m.Host.gpu_model == shape.gpu_model))]
@@ -72,6 +72,7 @@ def build_request(session: Session, now: int, caller: Caller, body: dict,
             f"{instances} x {shape.name} needs {instances * shape.gpus} {shape.gpu_model} GPUs, "
             f"{shape.gpus} on one host; the cloud has {total}, at most {largest} on one host",
             "gpu_tenancy.never_fits")
+    check_quota(session, caller.project_id, shape, instances, duration, any_size=preemptible)
     volume = body.get("volume") or {}
     if volume.get("id"):
         check_volume_free(session, caller.project_id, volume["id"])

@@ -15,7 +15,7 @@ class ShowCapacity(command.Lister):
 
     def get_parser(self, prog_name):
         parser = super().get_parser(prog_name)
-        parser.add_argument("--start", metavar="<time>", help="RFC 3339: start of the calendar window")
+        parser.add_argument("--start", metavar="<time>", help="RFC 3339 or 'now': start of the calendar window")
         parser.add_argument("--end", metavar="<time>", help="RFC 3339: end of the calendar window")
         return parser
 
