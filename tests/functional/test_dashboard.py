@@ -177,7 +177,11 @@ def test_extend_and_cancel_through_the_lease_page(client, sessions, engine_tick)
     assert row.duration == int(3.5 * 3600)
     assert client.post(lease_url + "/extend", data={"csrf_token": csrf, "hours": "-1"}).status_code == 302
     assert "a number above 0" in client.get(lease_url).text
-    client.post(lease_url + "/cancel", data={"csrf_token": csrf})
+    asked = client.post(lease_url + "/cancel", data={"csrf_token": csrf})   # a running lease: asked first
+    assert asked.status_code == 200 and "Yes, end it now" in asked.text and "data volume is kept" in asked.text
+    (row,) = lease_rows(sessions)
+    assert row.status == "active"
+    client.post(lease_url + "/cancel", data={"csrf_token": csrf, "confirmed": "yes"})
     page = client.get(lease_url).text
     (row,) = lease_rows(sessions)
     assert row.status in ("ending", "ended") and "End it now" not in page
@@ -332,8 +336,11 @@ def test_a_dashboard_login_is_no_identity_for_the_api(client):
 
 def test_admin_drains_and_undrains_a_host_from_the_hosts_page(client):
     csrf = login(client, roles=("admin",))
-    assert client.post("/dashboard/admin/hosts/gpu-a100-3", data={"csrf_token": csrf, "drained": "true"}
-                       ).status_code == 302
+    asked = client.post("/dashboard/admin/hosts/gpu-a100-3", data={"csrf_token": csrf, "drained": "true"})
+    assert asked.status_code == 200 and "Yes, drain gpu-a100-3" in asked.text      # asked first
+    assert "<strong>drained</strong>" not in client.get("/dashboard/admin/hosts").text
+    assert client.post("/dashboard/admin/hosts/gpu-a100-3", data={"csrf_token": csrf, "drained": "true",
+                                                                  "confirmed": "yes"}).status_code == 302
     page = client.get("/dashboard/admin/hosts").text
     assert "gpu-a100-3 is drained" in page
     row = re.search(r'<tr data-host="gpu-a100-3">.*?</tr>', page, re.S).group(0)
@@ -341,10 +348,11 @@ def test_admin_drains_and_undrains_a_host_from_the_hosts_page(client):
     assert "url(#hatch)" in client.get("/dashboard/capacity").text       # the calendar marks it
     client.post("/dashboard/admin/hosts/gpu-a100-3", data={"csrf_token": csrf, "drained": "false"})
     assert "gpu-a100-3 takes new leases again" in client.get("/dashboard/admin/hosts").text
-    client.post("/dashboard/admin/hosts/nowhere", data={"csrf_token": csrf, "drained": "true"})
+    client.post("/dashboard/admin/hosts/nowhere", data={"csrf_token": csrf, "drained": "true", "confirmed": "yes"})
     assert "nowhere unchanged: no GPU host named" in client.get("/dashboard/admin/hosts").text
     member = login(client)
-    client.post("/dashboard/admin/hosts/gpu-a100-1", data={"csrf_token": member, "drained": "true"})
+    client.post("/dashboard/admin/hosts/gpu-a100-1", data={"csrf_token": member, "drained": "true",
+                                                           "confirmed": "yes"})
     login(client, roles=("admin",))
     assert "<strong>drained</strong>" not in client.get("/dashboard/admin/hosts").text
 

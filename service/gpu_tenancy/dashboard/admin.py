@@ -127,6 +127,13 @@ def hosts():
 @bp.post("/admin/hosts/<name>")
 def drain(name: str):
     drained = request.form.get("drained") == "true"
+    if drained and request.form.get("confirmed") != "yes":   # asked first, on a page of its own (no script)
+        return render_template(
+            "dashboard/confirm.html", title=f"Drain {name}?",
+            consequence=f"{name} takes no new leases, and the leases planned there move to other hosts "
+                        "(they may start later); running VMs stay until their leases end.",
+            action=url_for("dashboard.drain", name=name), fields={"drained": "true"},
+            confirm_label=f"Yes, drain {name}", back=url_for("dashboard.hosts"), back_label="No, keep it")
     reply = api().call("PATCH", f"/v1/hosts/{name}", body={"drained": drained})
     if reply.ok:
         flash(f"{name} is drained: it takes no new leases, and those planned there move to other hosts" if drained else f"{name} takes new leases again", "ok")

@@ -73,6 +73,18 @@ def extend(lease_id: str):
 
 @bp.post("/leases/<lease_id>/cancel")
 def cancel(lease_id: str):
+    """Ending a running lease deletes its VMs: that first click only asks (no script runs on
+    these pages, so the question is a page of its own). A waiting lease is cancelled at once."""
+    if request.form.get("confirmed") != "yes":
+        row = api().call("GET", lease_path(lease_id))
+        if row.ok and row.body["lease"]["status"] in ("active", "provisioning"):
+            lease = row.body["lease"]
+            return render_template(
+                "dashboard/confirm.html", title=f"End lease {lease['name']} now?",
+                consequence=f"Its {lease['instances']} VM(s) are deleted now, with all that is not on the data "
+                            "volume; the data volume is kept.",
+                action=url_for("dashboard.cancel", lease_id=lease_id), fields={}, confirm_label="Yes, end it now",
+                back=url_for("dashboard.lease", lease_id=lease_id), back_label="No, keep it running")
     reply = api().call("DELETE", lease_path(lease_id))
     flash("cancelled" if reply.ok else f"not cancelled: {reply.error}", "ok" if reply.ok else "error")
     return redirect(url_for("dashboard.lease", lease_id=lease_id))
