@@ -86,6 +86,10 @@ def test_create_list_show_extend_cancel(cli):
     assert months.returncode == 2 and "uses years or months" in months.stderr   # refused before asking
     too_long = cli.run("gpu", "lease", "extend", lease["id"], "--duration", "P30D")
     assert too_long.returncode == 1 and "maximum of 7 days" in too_long.stderr
+    spare = cli.json("gpu", "lease", "create", "cli-spare", "--shape", "a100.x1", "--duration", "1h",
+                     "--priority-class", "preemptible")
+    assert (spare["priority_class"], spare["preemptible"]) == ("preemptible", True)
+    cli.run("gpu", "lease", "cancel", spare["id"])
     cut = cli.run("gpu", "lease", "extend", lease["id"], "--duration", "P1D")   # 26 h -> 24 h: not by extend
     assert cut.returncode == 1 and "would shorten" in cut.stderr and "lease shrink" in cut.stderr
     assert cli.json("gpu", "lease", "show", lease["id"])["duration"] == 26 * 3600

@@ -17,7 +17,8 @@ log = logging.getLogger(__name__)
 
 # the lease's fields as the API names them, in the order `show` prints them
 FIELDS = ("id", "name", "status", "project_id", "user_id", "shape", "gpu_model", "gpus_per_instance",
-          "instances", "requested_start", "latest_start", "duration", "start", "end", "priority",
+          "instances", "requested_start", "latest_start", "duration", "start", "end", "priority", "priority_class",
+          "preemptible",
           "borrowing", "image", "volume", "key_name", "queue", "allocations", "servers", "failure",
           "created_at", "updated_at")
 FORMATTERS = {"queue": QueueColumn, "allocations": RecordsColumn, "servers": RecordsColumn,
@@ -112,7 +113,11 @@ class CreateLease(command.ShowOne):
         volume.add_argument("--volume", metavar="<volume-id>", help="the project's own data volume")
         parser.add_argument("--key-name", metavar="<key-name>", help="ssh key pair for the VMs")
         parser.add_argument("--user-data", metavar="<file>", help="file of user data (cloud-init) for the VMs")
-        parser.add_argument("--priority", metavar="<priority>", type=int, help="priority class (admins)")
+        priority = parser.add_mutually_exclusive_group()
+        priority.add_argument("--priority-class", metavar="<class>",
+                              help="a priority class (GET /v1/priority_classes lists them), e.g. preemptible")
+        priority.add_argument("--priority", metavar="<number>", type=int,
+                              help="a bare priority number, -100 to 100 (admins)")
         parser.add_argument("--dry-run", action="store_true",
                             help="show the answer (start or queue place and ETA) without asking")
         parser.add_argument("--wait", action="store_true",
@@ -123,7 +128,8 @@ class CreateLease(command.ShowOne):
     def take_action(self, args):
         client = self.app.client_manager.gpu
         body = {"shape": args.shape, "duration": args.duration}
-        for field in ("name", "instances", "start", "latest_start", "image", "key_name", "priority"):
+        for field in ("name", "instances", "start", "latest_start", "image", "key_name", "priority",
+                      "priority_class"):
             if getattr(args, field) is not None:
                 body[field] = getattr(args, field)
         if args.volume_size is not None:
