@@ -84,3 +84,19 @@ def test_a_member_asking_for_every_projects_leases_is_told_no_not_quietly_narrow
     assert client.get("/v1/leases?all_projects=true", headers=headers()).status_code == 403
     assert client.get("/v1/leases?all_projects=true", headers=headers(roles="admin")).status_code == 200
     assert client.get("/v1/leases", headers=headers()).status_code == 200
+
+
+def test_a_preview_that_starts_now_has_no_queue_place(client):
+    """Trap 10: the preview said "start now" and "wait at position 1" together. A lease that would
+    start now has no place in the queue (as a created one has none once scheduled); one that
+    would wait has its place and ETA."""
+    now = client.post("/v1/leases?dry_run=true", json={"shape": "a100.x1", "duration": "1h"},
+                      headers=headers()).get_json()["lease"]
+    assert now["start"] is not None and now["queue"]["position"] is None and now["queue"]["eta"] is None
+    for i in range(4):   # fill the A100 hosts (16 of the 32 GPUs in quota, +8 borrowed: 3 x 8 fit)
+        client.post("/v1/leases", json={"shape": "a100.x8", "duration": "2h", "name": f"big-{i}"},
+                    headers=headers("nlp-lab" if i % 2 else "ml-vision"))
+    later = client.post("/v1/leases?dry_run=true", json={"shape": "a100.x8", "duration": "1h"},
+                        headers=headers()).get_json()["lease"]
+    assert later["queue"]["position"] >= 1 and later["queue"]["eta"] == later["start"]
+    assert len(client.get("/v1/leases", headers=headers()).get_json()["leases"]) == 2   # previews make nothing

@@ -69,8 +69,9 @@ UPDATE = {
 STATUSES = [s.value for s in LeaseState]
 
 
-def render_preview(request_, columns, planned) -> dict:
+def render_preview(request_, columns, planned, now: int) -> dict:
     place = planned.placement
+    starts_now = place is not None and place.start <= now   # it would be scheduled, not queued: no place
     return {
         "id": None, "name": columns["name"] if request_.name else None, "status": "preview",
         "shape": columns["shape"], "gpu_model": request_.gpu_model,
@@ -78,7 +79,8 @@ def render_preview(request_, columns, planned) -> dict:
         "duration": request_.duration, "image": columns["image"],
         "start": rfc3339(place.start) if place else None, "end": rfc3339(place.end) if place else None,
         "borrowing": planned.borrowing,
-        "queue": {"position": planned.position, "eta": rfc3339(planned.eta),
+        "queue": {"position": None if starts_now else planned.position,
+                  "eta": None if starts_now else rfc3339(planned.eta),
                   "reasons": [{"code": r.code, "message": r.message} for r in planned.reasons]},
         "allocations": [{"instance": i, "host": h} for i, h in enumerate(place.hosts)] if place else [],
     }
@@ -119,7 +121,7 @@ def create():
         with rt.transaction() as session:
             req, columns, planned = leases.preview(session, rt.now(), cfg.fairshare_half_life_seconds,
                                                    rt.caller(), body)
-            return {"lease": render_preview(req, columns, planned)}, 200
+            return {"lease": render_preview(req, columns, planned, rt.now())}, 200
     lease_id = ledger.new_lease_id()   # the same in the question to the decision service and in the lease
 
     def make(session, hook):
