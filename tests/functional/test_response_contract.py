@@ -113,7 +113,7 @@ def test_every_form_of_every_renderer_matches_its_documented_schema(client, engi
     assert running["status"] == "active" and running["servers"] and running["allocations"]
     answer("post", f"/v1/leases/{lease['id']}/readiness", "/v1/leases/{lease_id}/readiness", 200,
            {"instance": 0, "ok": True, "detail": "2 GPUs"}, who={"X-Lease-Token": lease["readiness"]["token"]})
-    answer("patch", f"/v1/leases/{lease['id']}", "/v1/leases/{lease_id}", 200, {"duration": "PT1H"})
+    answer("patch", f"/v1/leases/{lease['id']}", "/v1/leases/{lease_id}", 200, {"duration": "PT1H", "shrink": True})
     answer("get", f"/v1/leases/{lease['id']}/events", "/v1/leases/{lease_id}/events", 200)
     preview = answer("post", "/v1/leases?dry_run=true", "/v1/leases", 200,
                      {"shape": "a100.x8", "duration": "P1D", "name": "what if"})
