@@ -50,6 +50,10 @@ CREATE = {
                            "description": "a class of GET /v1/priority_classes (instead of priority)"},
         "readiness_probe": {"type": "boolean", "description": "the VMs run the GPU readiness probe at first "
                                                               "boot; the lease is ready once each reports"},
+        "boot": {"type": "string", "enum": ["service", "tenant"],
+                 "description": "service (default): the service boots the VMs with the standard image; "
+                                "tenant: the service boots nothing, the project's members boot up to "
+                                "`instances` servers with the lease's flavor while it is active"},
     },
 }
 
