@@ -108,6 +108,8 @@ def create():
     if dry_run not in ("true", "false", "1", "0"):
         raise BadRequest("dry_run must be true or false", "gpu_tenancy.invalid_query")
     cfg = rt.runtime().config
+    if body.get("boot") == "tenant":   # before any check of what it does not use
+        leases.check_tenant_boot(body)
     if body.get("readiness_probe") and not cfg.readiness_url:
         raise BadRequest("this service has no readiness_url configured, so VMs could not report their "
                          "GPU readiness; ask without readiness_probe", "gpu_tenancy.readiness_unavailable")
