@@ -136,8 +136,10 @@ def test_a_re_placed_lease_moves_its_inventory_and_its_tenant_loses_access(clien
     active = show(client, lease["id"])
     assert active["status"] == "active"
     host = active["allocations"][0]["host"]
+    server = cloud.tenant_boot("ml-vision", active["flavor"]["id"])   # booted since the last pass
     cloud.set_host_state(host, up=False)
     engine_tick(advance=runtime.config.host_refresh_seconds)
+    assert cloud.server_state(server).status == "DELETED"            # its VMs there are gone
     moved = show(client, lease["id"])
     assert moved["allocations"][0]["host"] != host
     assert host not in cloud.lease_inventory().get(lease["id"], {})

@@ -51,6 +51,7 @@ def handle_down_hosts(lc) -> int:
 
 
 def rescue(lc, lease_id: str, down: set[str]) -> None:
+    lease_flavor.record_servers(lc, lease_id)   # a tenant lease: the servers booted since the last pass too
     now = lc.clock.now()
     with session_scope(lc.sessions) as session:
         row = session.get(m.Lease, lease_id)

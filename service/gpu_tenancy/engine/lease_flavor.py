@@ -179,32 +179,43 @@ def record_tenant_servers(lc) -> None:
         ids = list(session.scalars(select(m.Lease.id).where(m.Lease.status == S.ACTIVE.value,
                                                            m.Lease.boot == TENANT)))
     for lease_id in ids:
-        try:
-            seen = {s.id: s for s in lc.cloud.lease_servers(lease_id)}
-        except CloudError as exc:
-            log.warning("listing the servers of lease %s: %s", lease_id, exc)
-            continue
-        now = lc.clock.now()
-        with session_scope(lc.sessions) as session:
-            row = session.get(m.Lease, lease_id)
-            if row is None or row.status != S.ACTIVE.value:
-                continue
-            recorded = {s.cloud_id: s for s in row.servers}
-            index = max((s.vm_index for s in row.servers), default=-1) + 1
-            for cloud_id, state in seen.items():
-                server = recorded.get(cloud_id)
-                if server is None:
-                    row.servers.append(m.Server(vm_index=index, host=state.host or "", cloud_id=cloud_id,
-                                                status=state.status, fault=state.fault, updated_at=utcnow_naive(now)))
-                    record_event(session, row, "progress", f"server {cloud_id}"
-                                 + (f" ({state.name})" if state.name else "") + f" seen: {state.status}"
-                                 + (f" on {state.host}" if state.host else "")
-                                 + (f": {state.fault}" if state.fault else ""), now, ACTOR)
-                    index += 1
-                elif (server.status, server.host) != (state.status, state.host or ""):
-                    server.status, server.host, server.fault = state.status, state.host or "", state.fault
-                    server.updated_at = utcnow_naive(now)
-            for cloud_id, server in recorded.items():
-                if cloud_id not in seen and server.status not in GONE:
-                    server.status, server.updated_at = "DELETED", utcnow_naive(now)
-                    record_event(session, row, "progress", f"server {cloud_id} is gone", now, ACTOR)
+        record_servers(lc, lease_id)
+
+
+def record_servers(lc, lease_id: str) -> None:
+    """One ACTIVE tenant lease's servers as its Server rows (no-op for any other lease):
+    also before it is moved off a down host, so that every server of it is deleted and
+    its GPUs held until released."""
+    with session_scope(lc.sessions) as session:
+        row = session.get(m.Lease, lease_id)
+        if row is None or row.status != S.ACTIVE.value or row.boot != TENANT:
+            return
+    try:
+        seen = {s.id: s for s in lc.cloud.lease_servers(lease_id)}
+    except CloudError as exc:
+        log.warning("listing the servers of lease %s: %s", lease_id, exc)
+        return
+    now = lc.clock.now()
+    with session_scope(lc.sessions) as session:
+        row = session.get(m.Lease, lease_id)
+        if row is None or row.status != S.ACTIVE.value:
+            return
+        recorded = {s.cloud_id: s for s in row.servers}
+        index = max((s.vm_index for s in row.servers), default=-1) + 1
+        for cloud_id, state in seen.items():
+            server = recorded.get(cloud_id)
+            if server is None:
+                row.servers.append(m.Server(vm_index=index, host=state.host or "", cloud_id=cloud_id,
+                                            status=state.status, fault=state.fault, updated_at=utcnow_naive(now)))
+                record_event(session, row, "progress", f"server {cloud_id}"
+                             + (f" ({state.name})" if state.name else "") + f" seen: {state.status}"
+                             + (f" on {state.host}" if state.host else "")
+                             + (f": {state.fault}" if state.fault else ""), now, ACTOR)
+                index += 1
+            elif (server.status, server.host) != (state.status, state.host or ""):
+                server.status, server.host, server.fault = state.status, state.host or "", state.fault
+                server.updated_at = utcnow_naive(now)
+        for cloud_id, server in recorded.items():
+            if cloud_id not in seen and server.status not in GONE:
+                server.status, server.updated_at = "DELETED", utcnow_naive(now)
+                record_event(session, row, "progress", f"server {cloud_id} is gone", now, ACTOR)
