@@ -54,7 +54,7 @@ class Rig:
     def delete_volume(self, volume_id: str) -> None:
         """Remove a volume after the test (drivers never delete volumes)."""
 
-    def tenant_boot(self, project: str, flavor_id: str) -> str | None:
+    def tenant_boot(self, project, flavor_id) -> str | None:
         """Boot as a member of `project` would, with no host given: the server id once
         ACTIVE, None if the cloud refused (the call, or the server went ERROR)."""
         raise NotImplementedError
