@@ -14,7 +14,8 @@ import pytest
 
 from gpu_tenancy.clock import VirtualClock
 from gpu_tenancy.cloud import registry
-from gpu_tenancy.cloud.driver import BootRequest, CloudError, ShapeSpec, VolumeRequest
+from gpu_tenancy.cloud.driver import (
+    BootRequest, CloudError, ShapeSpec, VolumeRequest, lease_flavor_name, lease_resource_class)
 from gpu_tenancy.cloud.simulated import SimulatedCloud
 from gpu_tenancy.domain.failures import FailureClass as F
 from gpu_tenancy.domain.failures import classify_fault
@@ -33,6 +34,7 @@ class Rig:
 
     def __init__(self):
         self.cleanups: list = []
+        self.units: dict[str, dict[str, set]] = {}   # lease -> host -> VMs booted there by boot()
 
     def wait(self, what: str, check, timeout: float = 120):
         """check() once it is true, the cloud's time going on meanwhile."""
@@ -52,15 +54,39 @@ class Rig:
     def delete_volume(self, volume_id: str) -> None:
         """Remove a volume after the test (drivers never delete volumes)."""
 
+    def tenant_boot(self, project, flavor_id) -> str | None:
+        """Boot as a member of `project` would, with no host given: the server id once
+        ACTIVE, None if the cloud refused (the call, or the server went ERROR)."""
+        raise NotImplementedError
+
     def shape(self, gpu_model="A100", gpus=1, vcpus=1) -> ShapeSpec:
-        """A shape of this test alone, its flavors retired at the end."""
-        shape = ShapeSpec(f"contract.{uuid.uuid4().hex[:6]}", gpu_model, gpus, vcpus, 512, 1, gpu_model.lower())
-        self.cleanups += [lambda p=p: self.cloud.retire_flavor(p, shape.name) for p in (self.project, self.other)]
-        return shape
+        """A shape of this test alone."""
+        return ShapeSpec(f"contract.{uuid.uuid4().hex[:6]}", gpu_model, gpus, vcpus, 512, 1, gpu_model.lower())
+
+    def lease_flavor(self, lease: str, shape: ShapeSpec, inventory: dict[str, int]) -> str:
+        """The lease's class, `inventory` and flavor, as the engine makes them (all removed after
+        the test); the flavor's id."""
+        if lease not in self.units:
+            self.units[lease] = {}
+            self.cleanups.append(lambda: self.remove_lease(lease))
+        self.cloud.ensure_lease_class(lease)
+        self.cloud.set_lease_inventory(lease, inventory)
+        return self.cloud.ensure_lease_flavor(lease, self.project, shape).id
+
+    def remove_lease(self, lease: str) -> None:
+        self.wait("the lease's units to be free", lambda: self.cloud.remove_lease_inventory(lease))
+        self.cloud.remove_lease_flavor(lease)
+        self.cloud.remove_lease_class(lease)
 
     def boot(self, host: str, shape: ShapeSpec, lease: str | None = None, vm: int = 0) -> str:
-        flavor = self.cloud.ensure_flavor(self.project, shape)
-        server = self.cloud.boot(BootRequest(self.project, lease or str(uuid.uuid4()), vm, host, flavor, self.image,
+        """The service's boot with the lease flavor path: a unit of the lease's class on the
+        host for each VM booted there."""
+        lease = lease or str(uuid.uuid4())
+        vms = self.units.get(lease, {}).get(host, set()) | {vm}
+        flavor = self.lease_flavor(lease, shape, {**{h: len(v) for h, v in self.units.get(lease, {}).items()},
+                                                  host: len(vms)})
+        self.units[lease][host] = vms
+        server = self.cloud.boot(BootRequest(self.project, lease, vm, host, flavor, self.image,
                                              name=f"contract-{vm}"))
         self.cleanups.append(lambda: self.delete(server))
         return server
@@ -109,6 +135,19 @@ class SimulatedRig(Rig):
     def tenant_volume(self, project, size_gb):
         return self.cloud.add_volume(project, size_gb)
 
+    def tenant_boot(self, project, flavor_id):
+        try:
+            server = self.cloud.tenant_boot(project, flavor_id)
+        except CloudError:
+            return None
+        self.cleanups.append(lambda: self.delete(server))
+        state = self.wait("the tenant's server to build", lambda: (s := self.cloud.server_state(server)).status
+                          != "BUILD" and s)
+        if state.status == "ACTIVE":
+            return server
+        self.delete(server)   # refused: nothing left of it
+        return None
+
 
 @pytest.fixture
 def rig():
@@ -135,24 +174,49 @@ def test_capacity_shows_each_gpu_host_with_its_model_count_and_state(rig):
     assert all(h.enabled for h in rig.cloud.capacity())
 
 
-def flavors_of(cloud, project, shape_name):
-    return [o.id for o in cloud.list_tagged()
-            if o.kind == "flavor" and o.project_id == project and o.attrs.get("shape") == shape_name]
+def test_a_lease_gets_its_own_class_inventory_and_private_flavor_and_gives_them_back(rig):
+    cloud, lease, shape = rig.cloud, str(uuid.uuid4()), rig.shape()
+    rig.cleanups.append(lambda: rig.remove_lease(lease))
+    assert cloud.ensure_lease_class(lease) == lease_resource_class(lease) == cloud.ensure_lease_class(lease)
+    cloud.set_lease_inventory(lease, {"gpu-a100-1": 1})
+    cloud.set_lease_inventory(lease, {"gpu-a100-1": 1})                       # idempotent
+    flavor = cloud.ensure_lease_flavor(lease, rig.project, shape)
+    assert (flavor.name, flavor.resource_class) == (lease_flavor_name(lease), lease_resource_class(lease))
+    assert cloud.ensure_lease_flavor(lease, rig.project, shape) == flavor      # made once
+    assert lease in cloud.leases_in_cloud()
+    assert rig.tenant_boot(rig.project, flavor.id) is None                      # no access yet
+    cloud.grant_lease_flavor(lease, rig.project)
+    cloud.grant_lease_flavor(lease, rig.project)                                # idempotent
+    assert rig.tenant_boot(rig.other, flavor.id) is None                        # another project: none
+    server = rig.tenant_boot(rig.project, flavor.id)
+    assert server is not None and cloud.server_state(server).host == "gpu-a100-1"   # where its unit is
+    assert [s.id for s in cloud.lease_servers(lease)] == [server]
+    assert rig.tenant_boot(rig.project, flavor.id) is None                      # beyond its one VM
+    cloud.revoke_lease_flavor(lease, rig.project)
+    cloud.revoke_lease_flavor(lease, rig.project)                               # idempotent
+    assert not cloud.remove_lease_inventory(lease)                              # a server holds its unit
+    rig.delete(server)
+    assert cloud.lease_servers(lease) == []
+    assert cloud.remove_lease_inventory(lease) and cloud.remove_lease_inventory(lease)
+    cloud.remove_lease_flavor(lease)
+    cloud.remove_lease_class(lease)
+    assert lease not in cloud.leases_in_cloud()
+    cloud.revoke_lease_flavor(lease, rig.project)                               # no-op once gone
+    cloud.remove_lease_flavor(lease)
+    cloud.remove_lease_class(lease)
 
 
-def test_a_shape_becomes_one_private_flavor_per_project_remade_when_it_changes(rig):
-    cloud, shape = rig.cloud, rig.shape()
-    flavor = cloud.ensure_flavor(rig.project, shape)
-    assert cloud.ensure_flavor(rig.project, shape) == flavor            # made once, reused after
-    theirs = cloud.ensure_flavor(rig.other, shape)
-    assert theirs != flavor
-    assert flavors_of(cloud, rig.project, shape.name) == [flavor]
-    assert flavors_of(cloud, rig.other, shape.name) == [theirs]
-    changed = cloud.ensure_flavor(rig.project, ShapeSpec(shape.name, "A100", 1, 2, 512, 1, "a100"))
-    assert changed != flavor and flavors_of(cloud, rig.project, shape.name) == [changed]  # flavors are immutable
-    cloud.retire_flavor(rig.project, shape.name)
-    assert flavors_of(cloud, rig.project, shape.name) == [] and flavors_of(cloud, rig.other, shape.name) == [theirs]
-    cloud.retire_flavor(rig.project, shape.name)                         # no-op when absent
+def test_a_lease_flavor_boots_only_where_the_lease_has_a_unit_free(rig):
+    cloud, lease, shape = rig.cloud, str(uuid.uuid4()), rig.shape()
+    flavor = rig.lease_flavor(lease, shape, {"gpu-a100-1": 1})
+    first = cloud.boot(BootRequest(rig.project, lease, 0, "gpu-a100-1", flavor, rig.image, name="contract-0"))
+    rig.cleanups.append(lambda: rig.delete(first))
+    elsewhere = cloud.boot(BootRequest(rig.project, lease, 1, "gpu-a100-2", flavor, rig.image, name="contract-1"))
+    rig.cleanups.append(lambda: rig.delete(elsewhere))
+    state = rig.wait("the boot on another host to fail", lambda: (s := cloud.server_state(elsewhere)).status
+                     != "BUILD" and s)
+    assert state.status == "ERROR" and classify_fault(state.fault) == F.NO_VALID_HOST
+    assert rig.wait("the first to be ACTIVE", lambda: cloud.server_state(first).status == "ACTIVE")
 
 
 def test_a_missing_or_inactive_image_is_an_image_failure(rig):

@@ -23,7 +23,7 @@ from gpu_tenancy.db.session import session_scope
 from gpu_tenancy.demo.seed import seed
 
 from gpu_tenancy.db import models as m
-from gpu_tenancy.engine import crashpoints, lifecycle as lifecycle_module
+from gpu_tenancy.engine import crashpoints, lease_flavor, lifecycle as lifecycle_module
 from gpu_tenancy.engine.lifecycle import Lifecycle
 from gpu_tenancy.engine.runner import EngineRunner
 from tests.conftest import headers
@@ -35,10 +35,24 @@ class Killed(BaseException):
     """Not an Exception: nothing in the engine catches it, as nothing survives kill -9."""
 
 
-@pytest.mark.parametrize("step", crashpoints.STEPS)
-def test_a_crash_at_each_step_ends_consistent_in_process(client, runtime, cloud, monkeypatch, step):
-    lease = client.post("/v1/leases", json={"shape": "a100.x4", "instances": 2, "duration": 120,
-                                            "volume": {"size_gb": 10}}, headers=headers()).get_json()["lease"]
+SERVICE = {"volume": {"size_gb": 10}}
+TENANT = {"boot": "tenant"}
+CASES = [(step, SERVICE) for step in crashpoints.STEPS] + [(step, TENANT) for step in crashpoints.TENANT_STEPS]
+CASE_IDS = [step for step in crashpoints.STEPS] + [f"tenant-{step}" for step in crashpoints.TENANT_STEPS]
+
+
+def assert_nothing_of_the_lease_left(cloud):
+    """No server, GPU, class, inventory or lease flavor left; the data volume kept."""
+    assert cloud.servers() == {} and cloud.allocations() == {}
+    assert cloud.leases_in_cloud() == set() and cloud.lease_inventory() == {} and cloud.lease_classes() == set()
+    assert cloud.flavors() == {}
+    assert [v["status"] for v in cloud.volumes().values()] == (["available"] if cloud.volumes() else [])
+
+
+@pytest.mark.parametrize("step, body", CASES, ids=CASE_IDS)
+def test_a_crash_at_each_step_ends_consistent_in_process(client, runtime, cloud, monkeypatch, step, body):
+    lease = client.post("/v1/leases", json={"shape": "a100.x4", "instances": 2, "duration": 120, **body},
+                        headers=headers()).get_json()["lease"]
     crashed = []
 
     def crash_point(name):
@@ -46,6 +60,8 @@ def test_a_crash_at_each_step_ends_consistent_in_process(client, runtime, cloud,
             crashed.append(name)
             raise Killed(name)
     monkeypatch.setattr(lifecycle_module, "crash_point", crash_point)
+    monkeypatch.setattr(lease_flavor, "crash_point", crash_point)
+    tenant_servers = []
     engine = runtime.engine
     for _ in range(12):
         try:
@@ -53,6 +69,9 @@ def test_a_crash_at_each_step_ends_consistent_in_process(client, runtime, cloud,
         except Killed:
             # a new engine process: nothing carried over but the database and the cloud
             engine = EngineRunner(Lifecycle(runtime.sessions, cloud, runtime.clock, runtime.config))
+        if body is TENANT and not tenant_servers and lease_state(runtime, lease["id"]) == "active":
+            flavor = client.get(f"/v1/leases/{lease['id']}", headers=headers()).get_json()["lease"]["flavor"]
+            tenant_servers = [cloud.tenant_boot("ml-vision", flavor["id"]) for _ in range(2)]
         runtime.clock.advance(20)
     assert crashed == [step]
     with runtime.sessions() as s:
@@ -61,9 +80,16 @@ def test_a_crash_at_each_step_ends_consistent_in_process(client, runtime, cloud,
         assert row.failures == []
         reached_active = any(ev.to_state == "active" for ev in s.query(m.Event).filter_by(lease_id=row.id))
     assert reached_active
+    if body is TENANT:
+        assert len(tenant_servers) == 2
     assert_consistent(runtime.sessions, cloud, [lease["id"]])
-    assert cloud.servers() == {} and cloud.allocations() == {}
-    assert [v["status"] for v in cloud.volumes().values()] == ["available"]   # kept, detached
+    assert_nothing_of_the_lease_left(cloud)
+    assert len(cloud.volumes()) == (1 if body is SERVICE else 0)   # kept, detached
+
+
+def lease_state(runtime, lease_id):
+    with runtime.sessions() as s:
+        return s.get(m.Lease, lease_id).status
 
 
 @pytest.mark.parametrize("step", crashpoints.STEPS)
@@ -89,7 +115,7 @@ def test_kill_9_at_each_step_then_restart_ends_consistent(tmp_path, db_url, step
         assert outcome.final_status == "ended" and outcome.reached_active, outcome.engine_logs
         time.sleep(cloud.delete_seconds)
         assert_consistent(runtime.sessions, cloud, [lease["id"]])
-        assert cloud.servers() == {} and cloud.allocations() == {}
-        assert [v["status"] for v in cloud.volumes().values()] == ["available"]
+        assert_nothing_of_the_lease_left(cloud)
+        assert len(cloud.volumes()) == 1
     finally:
         runtime.sessions.kw["bind"].dispose()

@@ -169,7 +169,11 @@ def test_extend_and_cancel_through_the_lease_page(client, sessions, engine_tick)
     lease_url = ask(client, csrf, hours="2", name="run").headers["Location"]
     engine_tick()
     engine_tick(advance=30)
-    assert "active" in client.get(lease_url).text
+    page = client.get(lease_url).text
+    assert "active" in page
+    (row,) = lease_rows(sessions)
+    assert f'<td id="flavor">gt-lease-{row.id} ({row.flavor_id})</td>' in page
+    assert '<td id="boot">the service (0 of 1 VMs free)</td>' in page
     reply = client.post(lease_url + "/extend", data={"csrf_token": csrf, "hours": "1.5"})
     assert reply.status_code == 302
     assert "extended by 1.5 h" in client.get(lease_url).text

@@ -64,6 +64,8 @@ def test_provisioning_progress_is_told_in_events_until_active(client, engine_tic
     engine_tick(advance=30)
     events = client.get(f"/v1/leases/{lease['id']}/events", headers=headers()).get_json()["events"]
     progress = [e["message"] for e in events if e["kind"] == "progress"]
+    assert progress[0].startswith("flavor gt-lease-") and " ready: one unit of CUSTOM_GT_LEASE_" in progress[0]
+    progress = progress[1:]
     assert progress[0].startswith("data volume ")
     assert progress[1].startswith("VM 0 requested on ")
     assert progress[2:] == ["VM 0: spawning", f"VM 0 is active on {progress[1].split(' on ')[1].split(' ')[0]}"]

@@ -41,7 +41,7 @@ def test_a_boot_done_but_not_recorded_is_not_made_twice(client, runtime, cloud, 
         row = s.get(m.Lease, lease["id"])
         host = row.allocations[0].host
     # the boot reached the cloud, then the engine died before writing the server id down
-    flavor = cloud.ensure_flavor("ml-vision", next(_shape_specs(runtime, "a100.x1")))
+    flavor = _lease_flavor(cloud, runtime, lease["id"], host)
     cloud.boot(BootRequest("ml-vision", lease["id"], 0, host, flavor, cloud.images()[0]["id"]))
     del lifecycle.advance
     engine_tick()
@@ -57,11 +57,22 @@ def _shape_specs(runtime, name):
         yield ShapeSpec(sh.name, sh.gpu_model, sh.gpus, sh.vcpus, sh.ram_mb, sh.disk_gb, sh.pci_alias)
 
 
+def _lease_flavor(cloud, runtime, lease_id, host, shape="a100.x1"):
+    """The lease's class, one unit on `host`, and its flavor, as the engine makes them; the flavor's id."""
+    cloud.ensure_lease_class(lease_id)
+    cloud.set_lease_inventory(lease_id, {host: 1})
+    return cloud.ensure_lease_flavor(lease_id, "ml-vision", next(_shape_specs(runtime, shape))).id
+
+
 def test_reconcile_deletes_servers_of_finished_or_unknown_leases(runtime, cloud):
-    flavor = cloud.ensure_flavor("ml-vision", next(_shape_specs(runtime, "a100.x1")))
+    flavor = _lease_flavor(cloud, runtime, "no-such-lease", "gpu-a100-1")
     stray = cloud.boot(BootRequest("ml-vision", "no-such-lease", 0, "gpu-a100-1", flavor, cloud.images()[0]["id"]))
     runtime.engine.lifecycle.reconcile()
     assert stray not in cloud.servers()
+    assert "no-such-lease" in cloud.leases_in_cloud()   # its unit is held until the GPUs are released
+    runtime.clock.advance(cloud.delete_seconds)
+    runtime.engine.lifecycle.reconcile()
+    assert cloud.leases_in_cloud() == set() and cloud.lease_inventory() == {} and cloud.flavors() == {}
 
 
 def test_a_host_that_goes_down_takes_nothing_new(client, runtime, cloud, engine_tick):
@@ -86,7 +97,8 @@ def test_watching_a_boot_asks_the_cloud_only_for_the_server_state(client, runtim
     image are looked up once, before the boot (a flavor lookup per poll cost ~100 ms each
     on the loopback cloud, a third of the boot overhead)."""
     calls = []
-    for name in ("ensure_flavor", "check_image", "boot", "server_state"):
+    for name in ("ensure_lease_class", "set_lease_inventory", "ensure_lease_flavor", "check_image", "boot",
+                 "grant_lease_flavor", "server_state"):
         real = getattr(cloud, name)
         monkeypatch.setattr(cloud, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
     lease = client.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT1H"},
@@ -97,5 +109,7 @@ def test_watching_a_boot_asks_the_cloud_only_for_the_server_state(client, runtim
     assert lease_status(runtime.sessions, lease["id"]) == "provisioning"
     engine_tick(advance=30)
     assert lease_status(runtime.sessions, lease["id"]) == "active"
-    assert [c for c in calls if c != "server_state"] == ["ensure_flavor", "check_image", "boot"]
+    assert [c for c in calls if c != "server_state"] == ["ensure_lease_class", "set_lease_inventory",
+                                                         "ensure_lease_flavor", "check_image", "boot",
+                                                         "grant_lease_flavor"]
     assert calls.count("server_state") >= 4

@@ -77,6 +77,11 @@ def test_create_list_show_extend_cancel(cli):
 
     shown = cli.json("gpu", "lease", "show", "cli-first")   # by name
     assert shown["id"] == lease["id"] and shown["shape"] == "a100.x2"
+    assert shown["boot"] == "service" and "flavor" in shown and "vms_free" in shown
+    tenant = cli.json("gpu", "lease", "create", "cli-tenant", "--shape", "a100.x1", "--duration", "PT1H",
+                      "--boot", "tenant")
+    assert tenant["boot"] == "tenant" and tenant["image"] is None
+    cli.run("gpu", "lease", "cancel", tenant["id"])
     value = cli.run("gpu", "lease", "show", lease["id"], "-f", "value", "-c", "name")
     assert value.returncode == 0 and value.stdout.strip() == "cli-first"
 

@@ -110,7 +110,7 @@ def test_an_unknown_fault_is_its_own_class_fails_at_once_and_is_counted(client, 
 
 def test_an_internal_error_is_classified_not_raised(client, runtime, engine_tick, monkeypatch):
     lease = ask(client)
-    monkeypatch.setattr(runtime.cloud, "ensure_flavor", lambda *a: 1 / 0)
+    monkeypatch.setattr(runtime.cloud, "ensure_lease_flavor", lambda *a: 1 / 0)
     engine_tick()
     shown = show(client, lease["id"])
     assert [(f["class"], f["action"]) for f in shown["failures"]] == [("internal", "failed")]

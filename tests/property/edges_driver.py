@@ -31,7 +31,7 @@ from gpu_tenancy.timeutil import rfc3339
 from tests.property import edges_invariants as inv
 from tests.property.edges_cloud import EdgeCloud
 
-INVARIANTS = ("overcommit", "cloud", "no_valid_host", "quota", "eta", "eta_kept", "stamps", "api")
+INVARIANTS = ("overcommit", "cloud", "no_valid_host", "quota", "eta", "eta_kept", "stamps", "api", "inventory")
 PROJECTS = ("ml-vision", "nlp-lab")
 SHAPES = {"A100": ((1, "a100.x1"), (2, "a100.x2"), (4, "a100.x4"), (8, "a100.x8")),
           "H100": ((1, "h100.x1"), (2, "h100.x2"), (4, "h100.x4"))}
@@ -136,6 +136,7 @@ class Driver:
         late: list[str] = []
         self.record(step, "overcommit", inv.overcommit(snap, self.allowance, late))
         self.record(step, "cloud", inv.cloud_agrees(snap, self.cloud.holders(), self.cloud.free_gpus()))
+        self.record(step, "inventory", inv.lease_inventory(snap, self.cloud.lease_inventory()))
         self.record(step, "quota", inv.quotas(snap, self.allowance, late))
         self.report.tolerated += [(step, text) for text in late if text not in self.seen]
         self.seen.update(late)

@@ -164,6 +164,19 @@ def cloud_agrees(snap: Snapshot, holders, free: dict[str, int]) -> tuple[int, li
     return len(free) + len(holders), bad
 
 
+def lease_inventory(snap: Snapshot, inventory: dict[str, dict[str, int]]) -> tuple[int, list[str]]:
+    """(f) No lease's class has inventory outside its window: only a lease that holds GPUs in
+    the ledger (scheduled after a re-placement, provisioning, active or ending) has units in
+    the cloud."""
+    holding = ("scheduled", "provisioning", "active", "ending")
+    bad = []
+    for lease, hosts in sorted(inventory.items()):
+        status = snap.leases[lease].status if lease in snap.leases else "finished"
+        if status not in holding:
+            bad.append(f"lease {lease[:8]} ({status}) still has inventory {hosts} at {rfc3339(snap.now)}")
+    return len(inventory) + 1, bad
+
+
 def no_valid_host(boots) -> tuple[int, list[str]]:
     """(b) No boot is refused for want of GPUs the ledger gave it (faults the test
     injected, and hosts it took down, excepted)."""

@@ -41,8 +41,20 @@ def cloud(clock):
     return SimulatedCloud(CONFIG, clock)
 
 
+def lease_flavor(cloud, lease, shape=A100_X4, project=PROJECT, units=None) -> str:
+    """The lease's class, inventory `units` (host -> VMs) and flavor; the flavor's id."""
+    cloud.ensure_lease_class(lease)
+    if units is not None:
+        cloud.set_lease_inventory(lease, units)
+    return cloud.ensure_lease_flavor(lease, project, shape).id
+
+
 def boot(cloud, lease="lease-1", vm=0, host="gpu-a100-1", shape=A100_X4, project=PROJECT, image="ubuntu-22.04"):
-    flavor = cloud.ensure_flavor(project, shape)
+    """The service's boot: one more unit of the lease's class on the host (a known one) first."""
+    units = cloud.lease_inventory().get(lease, {})
+    if host in {h.name for h in cloud.capacity()}:
+        units[host] = units.get(host, 0) + 1
+    flavor = lease_flavor(cloud, lease, shape, project, units)
     return cloud.boot(BootRequest(project, lease, vm, host, flavor, image))
 
 
@@ -91,13 +103,67 @@ def test_delete_releases_gpus_after_delete_seconds(cloud, clock):
     assert cloud.server_state("no-such-server").status == "DELETED"
 
 
-def test_a_flavor_is_named_after_shape_and_project_and_another_project_cannot_boot_it(cloud):
-    fid = cloud.ensure_flavor(PROJECT, A100_X4)
+def test_a_lease_flavor_asks_for_one_unit_of_the_leases_class_and_only_the_granted_project_sees_it(cloud, clock):
+    fid = lease_flavor(cloud, "l1", units={"gpu-a100-2": 1})
     flavor = cloud.flavors()[fid]
-    assert flavor["name"] == f"gt-a100.x4-{PROJECT[:8]}" and flavor["is_public"] is False
-    assert flavor["extra_specs"] == {"pci_passthrough:alias": "a100:4"}
-    with pytest.raises(CloudError):  # another project's private flavor is not found
-        cloud.boot(BootRequest(OTHER, "l9", 0, "gpu-a100-1", fid, IMAGE_ID))
+    assert flavor["name"] == "gt-lease-l1" and flavor["is_public"] is False and flavor["access"] == []
+    assert flavor["extra_specs"] == {"pci_passthrough:alias": "a100:4", "resources:CUSTOM_GT_LEASE_L1": "1"}
+    with pytest.raises(CloudError):   # no access yet: the member's boot is refused outright
+        cloud.tenant_boot(PROJECT, fid)
+    cloud.grant_lease_flavor("l1", PROJECT)
+    with pytest.raises(CloudError):   # another project's private flavor is not found
+        cloud.tenant_boot(OTHER, fid)
+    mine = cloud.tenant_boot(PROJECT, fid, name="mine")
+    extra = cloud.tenant_boot(PROJECT, fid)   # beyond the lease's one VM: Placement has no unit
+    clock.advance(30)
+    assert cloud.server_state(mine).status == "ACTIVE" and cloud.server_state(mine).host == "gpu-a100-2"
+    assert cloud.server_state(extra).fault == NO_VALID_HOST
+    assert {s.id for s in cloud.lease_servers("l1")} == {mine, extra}
+    assert mine not in {o.id for o in cloud.list_tagged()}   # a tenant's server carries no tag of ours
+    cloud.revoke_lease_flavor("l1", PROJECT)
+    with pytest.raises(CloudError):
+        cloud.tenant_boot(PROJECT, fid)
+
+
+def test_lease_inventory_stays_while_a_server_holds_a_unit_and_the_class_goes_after_it(cloud, clock):
+    server = boot(cloud, lease="l1", host="gpu-a100-1")
+    boot(cloud, lease="l1", vm=1, host="gpu-a100-1")
+    cloud.set_lease_inventory("l1", {"gpu-a100-1": 2, "gpu-a100-2": 1})
+    with pytest.raises(CloudError):   # Placement: a class with inventory cannot be deleted
+        cloud.remove_lease_class("l1")
+    for s in cloud.lease_servers("l1"):
+        cloud.delete_server(s.id)
+    assert not cloud.remove_lease_inventory("l1")   # GPUs and units not released yet
+    assert cloud.lease_inventory() == {"l1": {"gpu-a100-1": 2}}   # removed where nothing held a unit
+    clock.advance(5)
+    assert cloud.gpus_released(server) and cloud.remove_lease_inventory("l1")
+    cloud.remove_lease_flavor("l1")
+    cloud.remove_lease_class("l1")
+    assert cloud.leases_in_cloud() == set() and cloud.flavors() == {} and cloud.lease_classes() == set()
+
+
+def test_inventory_needs_the_class_first(cloud):
+    with pytest.raises(CloudError):
+        cloud.set_lease_inventory("l1", {"gpu-a100-1": 1})
+    cloud.ensure_lease_class("l1")
+    with pytest.raises(CloudError):
+        cloud.set_lease_inventory("l1", {"gpu-nowhere": 1})
+
+
+def test_racing_tenant_boots_never_give_more_servers_than_the_lease_has_vms(cloud, clock):
+    fid = lease_flavor(cloud, "l1", ShapeSpec("a100.x1", "A100", 1, 8, 1024, 10, "a100"),
+                       units={"gpu-a100-1": 1, "gpu-a100-2": 1})
+    cloud.grant_lease_flavor("l1", PROJECT)
+    made = []
+    threads = [threading.Thread(target=lambda: made.append(cloud.tenant_boot(PROJECT, fid))) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    clock.advance(30)
+    active = [s for s in made if cloud.server_state(s).status == "ACTIVE"]
+    assert len(made) == 20 and len(active) == 2
+    assert sorted(cloud.server_state(s).host for s in active) == ["gpu-a100-1", "gpu-a100-2"]
 
 
 def test_each_vm_of_a_lease_is_its_own_server(cloud):
@@ -118,7 +184,8 @@ def test_a_volume_attaches_only_to_an_active_server_of_its_project(cloud, clock)
 
 
 @pytest.mark.parametrize("operation, call", [
-    ("ensure_flavor", lambda c: c.ensure_flavor(PROJECT, A100_X4)),
+    ("ensure_lease_flavor", lambda c: c.ensure_lease_flavor("l1", PROJECT, A100_X4)),
+    ("grant_lease_flavor", lambda c: lease_flavor(c, "l1") and c.grant_lease_flavor("l1", PROJECT)),
     ("ensure_volume", lambda c: c.ensure_volume(PROJECT, "l1", VolumeRequest(size_gb=10))),
     ("boot", lambda c: boot(c)),
     ("check_image", lambda c: c.check_image(IMAGE_ID)),
@@ -193,11 +260,11 @@ def test_list_tagged_shows_a_servers_tag_as_its_metadata(cloud):
 
 
 def test_concurrent_boots_never_overcommit(cloud, clock):
-    fid = cloud.ensure_flavor(PROJECT, ShapeSpec("a100.x1", "A100", 1, 8, 1024, 10, "a100"))
+    fid = lease_flavor(cloud, "l1", ShapeSpec("a100.x1", "A100", 1, 8, 1024, 10, "a100"), units={"gpu-a100-1": 40})
 
     def boot_many(start):
         for i in range(start, start + 10):
-            cloud.boot(BootRequest(PROJECT, f"lease-{i}", 0, "gpu-a100-1", fid, IMAGE_ID))
+            cloud.boot(BootRequest(PROJECT, "l1", i, "gpu-a100-1", fid, IMAGE_ID))
 
     threads = [threading.Thread(target=boot_many, args=(n * 10,)) for n in range(4)]
     for t in threads:

@@ -27,13 +27,14 @@ SHOWN = ("id", "name", "project_id", "user_id", "status", "shape", "gpu_model", 
          "earliest_start", "latest_start", "duration", "start_at", "end_at", "priority", "priority_class",
          "preemptible", "borrowing", "early_end_kind", "early_end_at", "early_end_for", "early_end_reason",
          "image", "volume_id", "volume_size_gb", "key_name", "queue_position", "queue_eta", "queue_reasons",
-         "readiness_probe", "failure_class", "failure_message", "created_at", "updated_at")
+         "readiness_probe", "failure_class", "failure_message", "boot", "flavor_id", "flavor_name",
+         "created_at", "updated_at")
 # the keys render_view() answers, in order: the Lease schema of /v1/openapi.json is built
 # from this list (api/response_schemas.py), so the two cannot drift apart unnoticed
 FIELDS = ("id", "name", "project_id", "user_id", "status", "shape", "gpu_model", "gpus_per_instance", "instances",
           "requested_start", "latest_start", "duration", "start", "end", "priority", "priority_class",
-          "preemptible", "borrowing", "early_end", "image", "volume", "key_name", "queue", "allocations",
-          "servers", "ready", "readiness", "failure", "failures", "created_at", "updated_at", "links")
+          "preemptible", "borrowing", "early_end", "boot", "flavor", "vms_free", "image", "volume", "key_name",
+          "queue", "allocations", "servers", "ready", "readiness", "failure", "failures", "created_at", "updated_at", "links")
 
 
 def render(row: m.Lease) -> dict:
@@ -85,6 +86,9 @@ def render_view(row, allocations, servers, failures, href: str, operator: bool =
         "early_end": ({"kind": row.early_end_kind, "at": stamp(row.early_end_at),
                        "for_lease": row.early_end_for, "reason": row.early_end_reason}
                       if row.early_end_kind else None),
+        "boot": row.boot,
+        "flavor": {"id": row.flavor_id, "name": row.flavor_name} if row.flavor_id else None,
+        "vms_free": vms_free(row, servers),
         "image": row.image,
         "volume": ({"id": row.volume_id, "size_gb": row.volume_size_gb}
                    if row.volume_id or row.volume_size_gb else None),
@@ -104,6 +108,18 @@ def render_view(row, allocations, servers, failures, href: str, operator: bool =
         "updated_at": stamp(row.updated_at),
         "links": [{"rel": "self", "href": href}],
     }
+
+
+# while the lease's flavor can boot: its servers take its VMs one each, until deleted
+# (one the cloud refused, in ERROR, holds none)
+BOOTABLE = (LeaseState.PROVISIONING.value, LeaseState.ACTIVE.value)
+
+
+def vms_free(row, servers) -> int | None:
+    """How many more servers the lease's flavor can boot (None unless it can boot now)."""
+    if row.status not in BOOTABLE:
+        return None
+    return max(row.instances - sum(1 for s in servers if s.status not in ("DELETED", "ERROR")), 0)
 
 
 def render_failure(entry, text=lambda message: message) -> dict:

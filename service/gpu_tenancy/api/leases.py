@@ -52,6 +52,10 @@ CREATE = {
                            "description": "a class of GET /v1/priority_classes (instead of priority)"},
         "readiness_probe": {"type": "boolean", "description": "the VMs run the GPU readiness probe at first "
                                                               "boot; the lease is ready once each reports"},
+        "boot": {"type": "string", "enum": ["service", "tenant"],
+                 "description": "service (default): the service boots the VMs with the standard image; "
+                                "tenant: the service boots nothing, the project's members boot up to "
+                                "`instances` servers with the lease's flavor while it is active"},
     },
 }
 
@@ -111,6 +115,8 @@ def create():
     if dry_run not in ("true", "false", "1", "0"):
         raise BadRequest("dry_run must be true or false", "gpu_tenancy.invalid_query")
     cfg = rt.runtime().config
+    if body.get("boot") == "tenant":   # before any check of what it does not use
+        leases.check_tenant_boot(body)
     if body.get("readiness_probe") and not cfg.readiness_url:
         raise BadRequest("this service has no readiness_url configured, so VMs could not report their "
                          "GPU readiness; ask without readiness_probe", "gpu_tenancy.readiness_unavailable")

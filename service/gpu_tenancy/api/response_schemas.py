@@ -78,6 +78,13 @@ LEASE = {
         {"kind": STRING, "at": nullable(TIME), "for_lease": nullable(STRING), "reason": nullable(STRING)},
         description="set when the lease is reclaimed or preempted: kind, the time it ends at, for which "
                     "lease, why")),
+    "boot": {"type": "string", "enum": ["service", "tenant"],
+             "description": "who boots the lease's VMs: the service, or the project's members"},
+    "flavor": nullable(closed({"id": STRING, "name": STRING},
+                              description="the lease's own private flavor, once made: the project may boot "
+                                          "with it only while the lease is active")),
+    "vms_free": nullable({"type": "integer", "description": "how many more servers the lease's flavor can "
+                                                            "boot now (null unless provisioning or active)"}),
     "image": nullable(STRING),
     "volume": nullable(closed({"id": nullable(STRING), "size_gb": nullable(INTEGER)})),
     "key_name": nullable(STRING),

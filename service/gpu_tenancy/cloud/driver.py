@@ -148,58 +148,52 @@ class CloudDriver(abc.ABC):
     def capacity(self) -> list[HostInfo]:
         """Hosts with GPUs and their state."""
 
-    @abc.abstractmethod
-    def ensure_flavor(self, project_id: str, shape: ShapeSpec) -> str:
-        """The project's private flavor for a shape (made when first needed); returns its id.
-        Goes when the engine boots with the lease's own flavor (issue 17)."""
-
     # --- a lease's own flavor and resource class: made in this order, removed in reverse ---
-    # abstract once both drivers have it (issue 17)
+    @abc.abstractmethod
     def ensure_lease_class(self, lease_id: str) -> str:
         """Make the lease's resource class (idempotent); returns its name."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def set_lease_inventory(self, lease_id: str, vms_per_host: dict[str, int]) -> None:
         """Make the lease's inventory exactly `vms_per_host` (host -> VMs planned there):
         set where planned, removed from every other host (idempotent). Lives on a provider
         of the service's own under each compute node, which Nova leaves alone."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def ensure_lease_flavor(self, lease_id: str, project_id: str, shape: ShapeSpec) -> LeaseFlavor:
         """The lease's private flavor: the shape's size and GPUs plus one unit of the lease's
         class (idempotent). No project has access to it yet."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def grant_lease_flavor(self, lease_id: str, project_id: str) -> None:
         """Give the project access to the lease's flavor (idempotent)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def revoke_lease_flavor(self, lease_id: str, project_id: str) -> None:
         """Take that access away (idempotent; no-op once the flavor is gone)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def lease_servers(self, lease_id: str) -> list[ServerState]:
         """Every server not yet deleted that was booted with the lease's flavor, by the
         service or by the tenant, in any project."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def remove_lease_inventory(self, lease_id: str) -> bool:
         """Remove the lease's inventory from every host; False (and nothing removed on the
         hosts concerned) while a server still holds a unit, True once none is left."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def remove_lease_flavor(self, lease_id: str) -> None:
         """Delete the lease's flavor (no-op if gone)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def remove_lease_class(self, lease_id: str) -> None:
         """Delete the lease's resource class (no-op if gone; call after its inventory)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def leases_in_cloud(self) -> set[str]:
         """Lease ids with a class, inventory or flavor of theirs still in the cloud (for
         reconcile after a crash)."""
-        raise NotImplementedError
 
     @abc.abstractmethod
     def retire_flavor(self, project_id: str, shape_name: str) -> None:

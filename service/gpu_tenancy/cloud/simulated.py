@@ -12,8 +12,10 @@ Behaviour, as the real services show it:
   another GPU model (by PCI alias) or has fewer free GPUs than the flavor asks.
   Placement-like: a server holds its GPUs from boot until delete_seconds after
   delete_server(); a server refused a host never holds any (no over-commit).
-- Flavors are private, one per project and shape: f"gt-{shape}-{project[:8]}"
-  with extra spec pci_passthrough:alias=<alias>:<gpus>.
+- Flavors are private, one per lease (cloud/simulated_leases.py): gt-lease-<id>
+  with extra specs pci_passthrough:alias=<alias>:<gpus> and one unit of the
+  lease's own resource class, which only the lease's hosts carry, only while the
+  lease holds them; a boot with it needs a free unit on the pinned host too.
 - Volumes are never deleted: delete_server() detaches them (back to available).
   Another project's volume looks missing (isolation).
 
@@ -32,9 +34,10 @@ Config (YAML for from_file, or the same as a dict):
 
     state_file: /path/cloud.json  # optional: keep the state in a file, shared by processes
 
-Test hooks (public): inject_failure() (a failing delete: 'delete_server'), slow_deletes(), set_host_state(), add_volume(), and the
-read-only views servers(), volumes(), flavors(), images(), allocations(),
-free_gpus().
+Test hooks (public): inject_failure() (a failing delete: 'delete_server'), slow_deletes(), set_host_state(),
+add_volume(), tenant_boot() (a project member's own boot), add_legacy_flavor(), and the read-only
+views servers(), volumes(), flavors(), images(), allocations(), free_gpus(), lease_inventory(),
+lease_classes().
 """
 from __future__ import annotations
 
@@ -46,13 +49,15 @@ from pathlib import Path
 import yaml
 
 from gpu_tenancy.cloud.driver import (
-    LEASE_TAG, BootRequest, CloudDriver, CloudError, CloudObject, HostInfo, ServerState, ShapeSpec,
-    VolumeInfo, VolumeRequest)
+    LEASE_TAG, BootRequest, CloudDriver, CloudError, CloudObject, HostInfo, ServerState, VolumeInfo,
+    VolumeRequest)
+from gpu_tenancy.cloud.simulated_leases import NO_VALID_HOST, LeaseFlavors
 from gpu_tenancy.domain.failures import FailureClass
 
-NO_VALID_HOST = "No valid host was found. There are not enough hosts available."
-OPERATIONS = ("ensure_flavor", "ensure_volume", "boot", "attach_volume", "delete_server", "check_image",
-              "project_volumes", "check_volume_owner", "server_error")
+OPERATIONS = ("ensure_volume", "boot", "attach_volume", "delete_server", "check_image",
+              "project_volumes", "check_volume_owner", "server_error", "ensure_lease_class",
+              "set_lease_inventory", "ensure_lease_flavor", "grant_lease_flavor", "revoke_lease_flavor",
+              "remove_lease_inventory", "remove_lease_flavor", "remove_lease_class")
 F = FailureClass
 # The cloud's own words per class, worded so the engine's fault classifier recognises them.
 DEFAULT_FAULTS = {
@@ -71,9 +76,9 @@ DEFAULT_FAULTS = {
 class _Server:
     id: str
     project_id: str
-    lease_id: str
-    vm_index: int
-    host: str
+    lease_id: str             # a tenant's own server: the lease of its flavor
+    vm_index: int | None      # None: booted by the tenant
+    host: str | None
     flavor_id: str
     image_ref: str
     name: str
@@ -83,6 +88,8 @@ class _Server:
     stuck: bool = False       # injected BOOT_TIMEOUT: stays BUILD
     deleted_at: int | None = None
     release_seconds: int | None = None   # from delete to its GPUs' release (set by delete_server)
+    tagged: bool = True       # carries the lease tag (the service's boots; a tenant's do not)
+    lease_unit: bool = False  # booted with a lease flavor: holds a unit of its class with the GPUs
 
 
 @dataclass
@@ -95,7 +102,7 @@ class _Volume:
     attached_to: str | None = None
 
 
-class SimulatedCloud(CloudDriver):
+class SimulatedCloud(LeaseFlavors, CloudDriver):
     name = "simulated"
 
     def __init__(self, config: dict, clock):
@@ -117,6 +124,8 @@ class SimulatedCloud(CloudDriver):
         self._servers: dict[str, _Server] = {}
         self._volumes: dict[str, _Volume] = {}
         self._flavors: dict[str, dict] = {}
+        self._lease_classes: list[str] = []                    # lease ids (cloud/simulated_leases.py)
+        self._lease_inventory: dict[str, dict[str, int]] = {}  # lease id -> host -> units
         self._failures: dict[str, list] = {}   # operation -> [failure_class, times left, message]
         self._slow_deletes: list[int] = [0, 0]   # [seconds, deletes left]: slower than delete_seconds
         self._lock = threading.RLock()
@@ -202,26 +211,11 @@ class SimulatedCloud(CloudDriver):
         with self._lock:
             return list(self._hosts.values())
 
-    def ensure_flavor(self, project_id: str, shape: ShapeSpec) -> str:
-        with self._lock:
-            self._maybe_fail("ensure_flavor")
-            specs = {"pci_passthrough:alias": f"{shape.pci_alias}:{shape.gpus}"}
-            wanted = dict(name=f"gt-{shape.name}-{project_id[:8]}", project_id=project_id, shape=shape.name,
-                          vcpus=shape.vcpus, ram_mb=shape.ram_mb, disk_gb=shape.disk_gb, gpus=shape.gpus,
-                          pci_alias=shape.pci_alias, extra_specs=specs, is_public=False)
-            for fid, flavor in list(self._flavors.items()):
-                if flavor["project_id"] == project_id and flavor["shape"] == shape.name:
-                    if flavor == wanted:
-                        return fid
-                    del self._flavors[fid]  # the shape changed: flavors are immutable, make a new one
-            fid = str(uuid.uuid4())
-            self._flavors[fid] = wanted
-            return fid
-
     def retire_flavor(self, project_id: str, shape_name: str) -> None:
         with self._lock:
             for fid, flavor in list(self._flavors.items()):
-                if flavor["project_id"] == project_id and flavor["shape"] == shape_name:
+                if (not flavor.get("lease_id") and flavor["project_id"] == project_id
+                        and flavor["shape"] == shape_name):
                     del self._flavors[fid]
 
     def check_image(self, image_ref: str) -> None:
@@ -260,14 +254,16 @@ class SimulatedCloud(CloudDriver):
                 if s.deleted_at is None and (s.lease_id, s.vm_index) == (request.lease_id, request.vm_index):
                     return s.id
             flavor = self._flavors.get(request.flavor_id)
-            if flavor is None or flavor["project_id"] != request.project_id:  # private flavor: 400 in Nova
+            # private flavor: 400 in Nova (the service sees its lease flavors before any grant)
+            if flavor is None or not (flavor.get("lease_id") or self._accessible(flavor, request.project_id)):
                 raise CloudError(F.API_ERROR, f"flavor {request.flavor_id} is not available to the project",
                                  f"Flavor {request.flavor_id} could not be found. (HTTP 400)")
             self._image(request.image_ref)
             now = self.clock.now()
             server = _Server(str(uuid.uuid4()), request.project_id, request.lease_id, request.vm_index,
                              request.host, request.flavor_id, request.image_ref,
-                             request.name or f"gt-{request.lease_id[:8]}-{request.vm_index}", now, 0)
+                             request.name or f"gt-{request.lease_id[:8]}-{request.vm_index}", now, 0,
+                             lease_unit=bool(flavor.get("lease_id")))
             injected = self._take_failure("server_error")
             if injected and injected[0] == F.BOOT_TIMEOUT:
                 server.stuck = True
@@ -361,12 +357,14 @@ class SimulatedCloud(CloudDriver):
             objects = [CloudObject("server", s.id, s.lease_id, s.project_id,
                                    dict(status=self._status(s, now), host=s.host, vm_index=s.vm_index,
                                         name=s.name, metadata={LEASE_TAG: s.lease_id}))
-                       for s in self._servers.values() if s.deleted_at is None]
+                       for s in self._servers.values() if s.deleted_at is None and s.tagged]
             objects += [CloudObject("volume", v.id, v.metadata[LEASE_TAG], v.project_id,
                                     dict(status=self._volume_state(v), size_gb=v.size_gb, name=v.name))
                         for v in self._volumes.values() if LEASE_TAG in v.metadata]
             objects += [CloudObject("flavor", fid, None, f["project_id"], dict(name=f["name"], shape=f["shape"]))
-                        for fid, f in self._flavors.items()]
+                        for fid, f in self._flavors.items() if not f.get("lease_id")]
+            objects += [CloudObject("flavor", fid, f["lease_id"], f["project_id"], dict(name=f["name"]))
+                        for fid, f in self._flavors.items() if f.get("lease_id")]
             return objects
 
     # --- internals (called with the lock held) ------------------------------------------------
@@ -399,6 +397,8 @@ class SimulatedCloud(CloudDriver):
         if host is None or not host.up or not host.enabled:
             return False
         if self.gpu_models[host.gpu_model].get("pci_alias") != flavor["pci_alias"]:
+            return False
+        if flavor.get("lease_id") and not self._unit_free(flavor["lease_id"], host_name, now):
             return False
         used = sum(s.gpus for s in self._servers.values() if s.host == host_name and self._holds(s, now))
         return host.gpus - used >= flavor["gpus"]

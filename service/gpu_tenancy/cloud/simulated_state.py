@@ -69,6 +69,8 @@ def dump(cloud) -> dict:
         "images": cloud._images,
         "failures": {op: [f[0].value, f[1], f[2]] for op, f in cloud._failures.items()},
         "slow_deletes": cloud._slow_deletes,
+        "lease_classes": cloud._lease_classes,
+        "lease_inventory": cloud._lease_inventory,
     }
 
 
@@ -81,3 +83,5 @@ def load(cloud, state: dict) -> None:
     cloud._images = state["images"]
     cloud._failures = {op: [FailureClass(f[0]), f[1], f[2]] for op, f in state["failures"].items()}
     cloud._slow_deletes = state.get("slow_deletes", [0, 0])
+    cloud._lease_classes = state.get("lease_classes", [])
+    cloud._lease_inventory = state.get("lease_inventory", {})

@@ -112,6 +112,11 @@ class Lease(Base):
     # opt-in: the VMs run the GPU readiness probe and report with this secret
     readiness_probe: Mapped[bool] = mapped_column(Boolean, default=False)
     readiness_token: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # who boots its VMs: "service" (the standard image, with the volume) or "tenant" (the
+    # project's members, with the lease's flavor); the lease's own flavor once made
+    boot: Mapped[str] = mapped_column(String(16), default="service", server_default="service")
+    flavor_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    flavor_name: Mapped[str | None] = mapped_column(String(255), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTC)
     updated_at: Mapped[datetime] = mapped_column(UTC)
 

@@ -9,8 +9,12 @@ import signal
 
 ENV = "GPU_TENANCY_CRASH_AT"
 # in the order a lease meets them
-START_STEPS = ("intent_written", "flavor_made", "volume_made", "boot_requested", "active_seen")
-END_STEPS = ("end_intent_written", "delete_requested")
+START_STEPS = ("intent_written", "class_made", "inventory_set", "flavor_made", "volume_made", "boot_requested",
+               "active_seen", "access_granted")
+END_STEPS = ("end_intent_written", "access_revoked", "delete_requested", "inventory_removed")
+# the steps a lease the tenant boots meets (no volume, no boot of the service's)
+TENANT_STEPS = ("intent_written", "class_made", "inventory_set", "flavor_made", "access_granted",
+                "end_intent_written", "access_revoked", "inventory_removed")
 STEPS = START_STEPS + END_STEPS
 
 

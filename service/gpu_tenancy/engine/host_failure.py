@@ -13,7 +13,7 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch
 from gpu_tenancy.domain.failures import FailureClass, retry_delay, rule
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.engine import retry
+from gpu_tenancy.engine import lease_flavor, retry
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.engine.leases import end_allocations_at
 from gpu_tenancy.engine.usage import keep_spent
@@ -51,6 +51,7 @@ def handle_down_hosts(lc) -> int:
 
 
 def rescue(lc, lease_id: str, down: set[str]) -> None:
+    lease_flavor.record_servers(lc, lease_id)   # a tenant lease: the servers booted since the last pass too
     now = lc.clock.now()
     with session_scope(lc.sessions) as session:
         row = session.get(m.Lease, lease_id)
@@ -79,6 +80,7 @@ def rescue(lc, lease_id: str, down: set[str]) -> None:
         record_event(session, row, "host_failure",
                      f"{message}{kept}. The lease is {retry.describe_placement(row, now)}, ahead of the queue "
                      f"(attempt {entry.attempt + 1})", now, ACTOR)
+    lease_flavor.follow_placement(lc, lease_id)
     log.info("lease %s moved off down host(s) %s", lease_id, ", ".join(sorted(down)))
 
 
@@ -107,6 +109,7 @@ def replan_scheduled(lc, lease_id: str, down: set[str]) -> None:
                       actor=ACTOR, duration=row.duration)
         record_event(session, row, "host_failure", f"its planned host {', '.join(lost)} went down; "
                      f"the lease is {retry.describe_placement(row, now)}", now, ACTOR)
+    lease_flavor.follow_placement(lc, lease_id)
 
 
 def place_displaced(lc) -> None:
@@ -122,3 +125,6 @@ def place_displaced(lc) -> None:
             earliest = max(to_epoch(row.earliest_start), now)
             retry.replace(session, row, now, earliest, avoid=[], half_life=lc.config.fairshare_half_life_seconds,
                           actor=ACTOR, duration=row.duration)
+        moved_ids = [row.id for row in rows]
+    for lease_id in moved_ids:
+        lease_flavor.follow_placement(lc, lease_id)

@@ -44,7 +44,10 @@ def build_request(session: Session, now: int, caller: Caller, body: dict,
             select(m.Shape).where(m.Shape.retired_at.is_(None)).order_by(m.Shape.name)))
         raise BadRequest(f"unknown shape '{body['shape']}'; the shapes offered are: {names or 'none'}",
                          "gpu_tenancy.unknown_shape")
-    image = resolve_image(session, body.get("image"))
+    boot = body.get("boot", "service")
+    if boot == "tenant":
+        check_tenant_boot(body)
+    image = resolve_image(session, body.get("image")) if boot == "service" else None
     try:
         duration = parse_duration(body["duration"])
     except ValueError as exc:
@@ -86,8 +89,21 @@ def build_request(session: Session, now: int, caller: Caller, body: dict,
                    volume_size_gb=volume.get("size_gb"), volume_id=volume.get("id"),
                    key_name=body.get("key_name"), user_data=body.get("user_data"),
                    priority_class=class_name, preemptible=preemptible,
-                   readiness_probe=bool(body.get("readiness_probe")))
+                   readiness_probe=bool(body.get("readiness_probe")), boot=boot)
     return request, columns
+
+
+# what the service's own boots use; a lease the tenant boots has none of it
+SERVICE_BOOT_ONLY = ("image", "volume", "key_name", "user_data", "readiness_probe")
+
+
+def check_tenant_boot(body: dict) -> None:
+    given = [k for k in SERVICE_BOOT_ONLY if k in body and body[k] not in (None, False)]
+    if given:
+        raise BadRequest(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to a lease with "
+                         '"boot": "tenant": the tenant boots its servers with the lease\'s flavor and its own '
+                         "image, volume, key pair and user data; ask without "
+                         + ", ".join(given), "gpu_tenancy.not_for_tenant_boot")
 
 
 def resolve_priority(session: Session, caller: Caller, body: dict) -> tuple[int, str | None, bool]:

@@ -13,13 +13,13 @@ import logging
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpu_tenancy.cloud.driver import BootRequest, CloudDriver, CloudError, ShapeSpec, VolumeRequest
+from gpu_tenancy.cloud.driver import BootRequest, CloudDriver, CloudError, VolumeRequest
 from gpu_tenancy.config import Config
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.domain.failures import FailureClass, classify_fault, rule
 from gpu_tenancy.domain.states import FINAL, LeaseState
-from gpu_tenancy.engine import early_ends, held, host_failure, readiness, releasing, retry, webhooks
+from gpu_tenancy.engine import early_ends, held, host_failure, lease_flavor, readiness, releasing, retry, webhooks
 from gpu_tenancy.engine.crashpoints import crash_point
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.engine.leases import end_allocations_at
@@ -60,6 +60,7 @@ class Lifecycle:
             self.start(lease_id)
         for lease_id in self._ids(S.PROVISIONING):
             self.advance(lease_id)
+        lease_flavor.record_tenant_servers(self)
         self.warn_due()
         return self.in_flight()
 
@@ -125,16 +126,20 @@ class Lifecycle:
                         + " to be released by the cloud; it starts once they are", now, ACTOR)
                 return
             self._awaiting_release.pop(lease_id, None)
-            for alloc in row.allocations:
-                session.add(m.Server(lease_id=row.id, vm_index=alloc.vm_index, host=alloc.host,
-                                     status="REQUESTED", updated_at=utcnow_naive(now)))
+            if row.boot != lease_flavor.TENANT:   # a tenant lease's servers are the tenant's to boot
+                for alloc in row.allocations:
+                    session.add(m.Server(lease_id=row.id, vm_index=alloc.vm_index, host=alloc.host,
+                                         status="REQUESTED", updated_at=utcnow_naive(now)))
             record_transition(session, row, S.PROVISIONING, now, ACTOR,
-                              f"starting {row.instances} VM(s) of {row.shape}")
+                              f"starting {row.instances} VM(s) of {row.shape}" if row.boot != lease_flavor.TENANT
+                              else f"making its flavor for {row.instances} VM(s) of {row.shape}, "
+                                   "for the tenant to boot")
         crash_point("intent_written")
         self.advance(lease_id)
 
     def advance(self, lease_id: str) -> None:
-        """Carry a provisioning lease one step on: flavor, image, volume, boots, then watch."""
+        """Carry a provisioning lease one step on: its flavor (engine/lease_flavor.py), image,
+        volume, boots, then watch; a tenant lease is active once its flavor is."""
         try:
             self._advance(lease_id)
         except CloudError as exc:
@@ -148,19 +153,23 @@ class Lifecycle:
             row = session.get(m.Lease, lease_id)
             if row is None or row.status != S.PROVISIONING.value:
                 return
-            shape = session.get(m.Shape, row.shape)
-            image = session.get(m.Image, row.image)
-            spec = ShapeSpec(shape.name, shape.gpu_model, shape.gpus, shape.vcpus, shape.ram_mb,
-                             shape.disk_gb, shape.pci_alias)
+            image = session.get(m.Image, row.image) if row.image else None
             project, volume_id, size = row.project_id, row.volume_id, row.volume_size_gb
+            tenant, instances, end = row.boot == lease_flavor.TENANT, row.instances, to_epoch(row.end_at)
             pending = [(s.vm_index, s.host, readiness.user_data(row, s.vm_index, self.config.readiness_url))
                        for s in row.servers if s.cloud_id is None]
             extra = dict(key_name=row.key_name, user_id=row.user_id)
             name = row.name
             started = to_epoch(row.start_at)
+        if tenant:
+            if lease_flavor.prepare(self, lease_id):
+                lease_flavor.activate(self, lease_id, f"its flavor is ready for {instances} VM(s) the tenant "
+                                      f"boots; ends at {rfc3339(end)}")
+            return
         if pending:   # once every VM is asked for, each pass only watches (no flavor lookup per poll)
-            flavor_id = self.cloud.ensure_flavor(project, spec)
-            crash_point("flavor_made")
+            flavor_id = lease_flavor.prepare(self, lease_id)
+            if flavor_id is None:
+                return
             self.cloud.check_image(image.cloud_ref if image else "")
             if volume_id or size:
                 volume_id = self.cloud.ensure_volume(project, lease_id, VolumeRequest(size, volume_id))
@@ -203,11 +212,9 @@ class Lifecycle:
                 self.cloud.attach_volume(states[0].id, volume_id)
             with session_scope(self.sessions) as session:
                 row = session.get(m.Lease, lease_id)
-                if row.status == S.PROVISIONING.value:
-                    record_transition(session, row, S.ACTIVE, now, ACTOR,
-                                      f"all {len(states)} VM(s) active; ends at {rfc3339(to_epoch(row.end_at))}"
-                                      + ("; ready once each VM reports its GPUs usable"
-                                         if row.readiness_probe else ""))
+                why = (f"all {len(states)} VM(s) active; ends at {rfc3339(to_epoch(row.end_at))}"
+                       + ("; ready once each VM reports its GPUs usable" if row.readiness_probe else ""))
+            lease_flavor.activate(self, lease_id, why)
         elif now - started > self.config.boot_timeout_seconds:
             raise CloudError(FailureClass.BOOT_TIMEOUT,
                              f"the VMs were not active within {self.config.boot_timeout_seconds} s")
@@ -260,33 +267,16 @@ class Lifecycle:
         self.finish_end(lease_id)
 
     def finish_end(self, lease_id: str) -> None:
-        """Delete the servers (volumes are detached and kept); ended once the GPUs are released."""
-        with session_scope(self.sessions) as session:
-            row = session.get(m.Lease, lease_id)
-            if row is None or row.status != S.ENDING.value:
-                return
-            servers = [(s.vm_index, s.cloud_id, s.status) for s in row.servers]
-        remaining = 0
-        for vm_index, cloud_id, status in servers:
-            if cloud_id is None or status == "DELETED":
-                continue
-            try:
-                self.cloud.delete_server(cloud_id)
-                crash_point("delete_requested")
-                if self.cloud.server_state(cloud_id).status == "DELETED" and self.cloud.gpus_released(cloud_id):
-                    self._set_server(lease_id, vm_index, status="DELETED")
-                else:
-                    remaining += 1
-            except CloudError as exc:
-                log.warning("deleting server %s of lease %s: %s", cloud_id, lease_id, exc)
-                remaining += 1
-        if remaining:
+        """Revoke the flavor, delete the servers, the service's and the tenant's (volumes are
+        detached and kept), then the inventory, flavor and class (engine/lease_flavor.py);
+        ended once the GPUs are released and all of that is gone."""
+        if not lease_flavor.teardown(self, lease_id):
             return  # the next tick looks again
         now = self.clock.now()
         with session_scope(self.sessions) as session:
             row = session.get(m.Lease, lease_id)
             if row.status == S.ENDING.value:
-                if any(cloud_id for _, cloud_id, _ in servers):   # VMs were deleted: how long it took
+                if any(s.cloud_id for s in row.servers):   # VMs were deleted: how long it took
                     held.record_release(session, now, now - self._ending_since(session, lease_id, now))
                 target = S.FAILED if row.failure_class else early_ends.final_state(row)
                 record_transition(session, row, target, now, ACTOR,
@@ -301,13 +291,21 @@ class Lifecycle:
 
     # --- reconcile --------------------------------------------------------------------------
     def reconcile(self) -> None:
-        """Delete tagged servers whose lease is over or unknown (left by a crash)."""
+        """Delete tagged servers whose lease is over or unknown (left by a crash), and what
+        such a lease left of its flavor (engine/lease_flavor.py); remove every per-project
+        flavor of the first wave (a lease now boots with its own)."""
         try:
             objects = self.cloud.list_tagged()
         except CloudError as exc:
             log.warning("reconcile: listing cloud objects failed: %s", exc)
             return
-        self._retire_flavors([o for o in objects if o.kind == "flavor"])
+        for flavor in (o for o in objects if o.kind == "flavor" and not o.lease_id and o.attrs.get("shape")):
+            log.info("reconcile: removing per-project flavor %s (%s)", flavor.id, flavor.attrs.get("name"))
+            try:
+                self.cloud.retire_flavor(flavor.project_id, flavor.attrs["shape"])
+            except CloudError as exc:
+                log.warning("reconcile: removing flavor %s failed: %s", flavor.id, exc)
+        lease_flavor.reconcile(self)
         servers = [o for o in objects if o.kind == "server" and o.lease_id]
         if not servers:
             return
@@ -319,25 +317,6 @@ class Lifecycle:
             if status.get(obj.lease_id) is None or status[obj.lease_id] in final:
                 log.info("reconcile: deleting server %s of finished lease %s", obj.id, obj.lease_id)
                 self.cloud.delete_server(obj.id)
-
-    def _retire_flavors(self, flavors: list) -> None:
-        """Remove a project's flavor once its shape is retired and no unfinished lease of the
-        project uses that shape."""
-        if not flavors:
-            return
-        final = [st.value for st in FINAL]
-        with session_scope(self.sessions) as session:
-            retired = set(session.scalars(select(m.Shape.name).where(m.Shape.retired_at.is_not(None))))
-            in_use = set(session.execute(select(m.Lease.project_id, m.Lease.shape).where(
-                m.Lease.shape.in_(retired), m.Lease.status.not_in(final))).all()) if retired else set()
-        for flavor in flavors:
-            shape, project = flavor.attrs.get("shape"), flavor.project_id
-            if shape in retired and (project, shape) not in in_use:
-                log.info("reconcile: removing flavor %s of retired shape %s", flavor.id, shape)
-                try:
-                    self.cloud.retire_flavor(project, shape)
-                except CloudError as exc:
-                    log.warning("reconcile: removing flavor %s failed: %s", flavor.id, exc)
 
     # --- small writes -----------------------------------------------------------------------
     def _note(self, lease_id: str, kind: str, message: str, **columns) -> None:

@@ -22,7 +22,7 @@ from gpu_tenancy.domain import planner
 from gpu_tenancy.domain.failures import FailureClass, retry_delay, rule
 from gpu_tenancy.domain.model import LeaseRequest
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.engine import ledger, releasing
+from gpu_tenancy.engine import lease_flavor, ledger, releasing
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.timeutil import rfc3339
 
@@ -90,6 +90,7 @@ def retry_elsewhere(lc, lease_id: str, failure: FailureClass, message: str) -> b
         avoid = sorted(set(failed_on).union(*(f.hosts or [] for f in row.failures)))
         replace(session, row, now, now + delay, avoid=avoid, half_life=lc.config.fairshare_half_life_seconds,
                 actor=ACTOR, duration=row.duration)
+    lease_flavor.follow_placement(lc, lease_id)   # its class's inventory goes where it is planned now
     return True
 
 
@@ -98,7 +99,8 @@ def replace(session: Session, row: m.Lease, now: int, earliest: int, *, avoid: l
     """Drop the lease's VMs and hold (the GPUs the cloud is still releasing stay held:
     engine/releasing.py), and plan it alone, before every waiting lease, on
     hosts other than `avoid` (on those too if nothing else can ever take it). Placed:
-    scheduled; otherwise it waits in the queue again."""
+    scheduled; otherwise it waits in the queue again. The caller then moves the lease's
+    inventory (lease_flavor.follow_placement), once this has committed."""
     if row.status == S.SCHEDULED.value:
         record_transition(session, row, S.QUEUED, now, actor, "its planned hosts cannot take it")
     releasing.keep(session, row, now)   # the cloud is still releasing those VMs' GPUs

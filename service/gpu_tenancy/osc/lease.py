@@ -18,11 +18,11 @@ log = logging.getLogger(__name__)
 # the lease's fields as the API names them, in the order `show` prints them
 FIELDS = ("id", "name", "status", "project_id", "user_id", "shape", "gpu_model", "gpus_per_instance",
           "instances", "requested_start", "latest_start", "duration", "start", "end", "priority", "priority_class",
-          "preemptible",
-          "borrowing", "image", "volume", "key_name", "queue", "allocations", "servers", "failure",
+          "preemptible", "borrowing", "boot", "flavor", "vms_free", "image", "volume", "key_name", "queue",
+          "allocations", "servers", "failure",
           "created_at", "updated_at")
 FORMATTERS = {"queue": QueueColumn, "allocations": RecordsColumn, "servers": RecordsColumn,
-              "volume": RecordColumn, "failure": RecordColumn}
+              "volume": RecordColumn, "failure": RecordColumn, "flavor": RecordColumn}
 FINAL_STATES = {state.value for state in FINAL}
 # how --wait reports a lease that did not become active
 OUTCOMES = {"failed": "failed", "cancelled": "was cancelled", "expired": "expired: its latest start passed",
@@ -107,6 +107,9 @@ class CreateLease(command.ShowOne):
         parser.add_argument("--start", metavar="<time>", help="'now' (the default) or an RFC 3339 time")
         parser.add_argument("--latest-start", metavar="<time>",
                             help="RFC 3339: expire instead of starting later than this")
+        parser.add_argument("--boot", metavar="<mode>", choices=("service", "tenant"),
+                            help="service (default): the service boots the VMs; tenant: the project's "
+                                 "members boot them with the lease's flavor while it is active")
         parser.add_argument("--image", metavar="<image>", help="image of the standard catalog")
         volume = parser.add_mutually_exclusive_group()
         volume.add_argument("--volume-size", metavar="<size-gb>", type=int, help="a new data volume of this size")
@@ -128,7 +131,7 @@ class CreateLease(command.ShowOne):
     def take_action(self, args):
         client = self.app.client_manager.gpu
         body = {"shape": args.shape, "duration": args.duration}
-        for field in ("name", "instances", "start", "latest_start", "image", "key_name", "priority",
+        for field in ("name", "instances", "start", "latest_start", "boot", "image", "key_name", "priority",
                       "priority_class"):
             if getattr(args, field) is not None:
                 body[field] = getattr(args, field)

@@ -1,0 +1,221 @@
+"""A lease's own flavor and resource class (issue 17): the steps of starting and
+ending a lease that make the cloud itself refuse a boot outside it.
+
+Start (after the PROVISIONING intent is committed): the class, then its inventory
+on the planned hosts (one unit per VM planned there), then the flavor, whose id and
+name the lease keeps. The tenant's project gets access to the flavor only as the
+lease becomes ACTIVE (grant, then commit). End (after the ENDING intent): revoke,
+delete every server of the lease (the service's and the tenant's own), wait for
+their GPUs, then remove the inventory, the flavor and the class, in that order: a
+crash at any step leaves a state the next pass carries on from (every call is
+idempotent), and reconcile removes what a finished or unknown lease left.
+
+A "tenant" lease boots nothing itself: while it is ACTIVE, each pass records the
+servers its members booted with the flavor as the lease's servers.
+"""
+from __future__ import annotations
+
+import logging
+from collections import Counter
+
+from sqlalchemy import select
+
+from gpu_tenancy.cloud.driver import CloudError, ShapeSpec
+from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import session_scope, utcnow_naive
+from gpu_tenancy.domain.states import FINAL, LeaseState
+from gpu_tenancy.engine.crashpoints import crash_point
+from gpu_tenancy.engine.events import record_event, record_transition
+
+log = logging.getLogger(__name__)
+S = LeaseState
+ACTOR = "engine"
+TENANT = "tenant"
+GONE = ("DELETED",)
+
+
+def vms_per_host(row: m.Lease) -> dict[str, int]:
+    return dict(Counter(a.host for a in row.allocations))
+
+
+def prepare(lc, lease_id: str) -> str | None:
+    """Class, inventory, flavor for a PROVISIONING lease; returns the flavor's id (None if
+    the lease is no longer provisioning). CloudError goes to the caller (advance)."""
+    with session_scope(lc.sessions) as session:
+        row = session.get(m.Lease, lease_id)
+        if row is None or row.status != S.PROVISIONING.value:
+            return None
+        shape = session.get(m.Shape, row.shape)
+        spec = ShapeSpec(shape.name, shape.gpu_model, shape.gpus, shape.vcpus, shape.ram_mb, shape.disk_gb,
+                         shape.pci_alias)
+        project, hosts = row.project_id, vms_per_host(row)
+    lc.cloud.ensure_lease_class(lease_id)
+    crash_point("class_made")
+    lc.cloud.set_lease_inventory(lease_id, hosts)
+    crash_point("inventory_set")
+    flavor = lc.cloud.ensure_lease_flavor(lease_id, project, spec)
+    with session_scope(lc.sessions) as session:
+        row = session.get(m.Lease, lease_id)
+        if (row.flavor_id, row.flavor_name) != (flavor.id, flavor.name):
+            row.flavor_id, row.flavor_name = flavor.id, flavor.name
+            record_event(session, row, "progress", f"flavor {flavor.name} ({flavor.id}) ready: one unit of "
+                         f"{flavor.resource_class} on " + ", ".join(f"{h} ({n})" for h, n in sorted(hosts.items())),
+                         lc.clock.now(), ACTOR)
+    crash_point("flavor_made")
+    return flavor.id
+
+
+def activate(lc, lease_id: str, why: str) -> None:
+    """Give the tenant's project the flavor, then commit ACTIVE."""
+    with session_scope(lc.sessions) as session:
+        row = session.get(m.Lease, lease_id)
+        if row is None or row.status != S.PROVISIONING.value:
+            return
+        project = row.project_id
+    lc.cloud.grant_lease_flavor(lease_id, project)
+    crash_point("access_granted")
+    with session_scope(lc.sessions) as session:
+        row = session.get(m.Lease, lease_id)
+        if row.status == S.PROVISIONING.value:
+            record_transition(session, row, S.ACTIVE, lc.clock.now(), ACTOR, why)
+
+
+def teardown(lc, lease_id: str) -> bool:
+    """The end of an ENDING lease in the cloud; True once nothing of it is left (its GPUs
+    released, its inventory, flavor and class gone). False: the next pass tries again."""
+    with session_scope(lc.sessions) as session:
+        row = session.get(m.Lease, lease_id)
+        if row is None or row.status != S.ENDING.value:
+            return False
+        project = row.project_id
+        servers = [(s.vm_index, s.cloud_id, s.status) for s in row.servers]
+    try:
+        lc.cloud.revoke_lease_flavor(lease_id, project)
+        crash_point("access_revoked")
+        remaining = 0
+        for vm_index, cloud_id, status in servers:
+            if cloud_id is None or status in GONE:
+                continue
+            try:
+                lc.cloud.delete_server(cloud_id)
+                crash_point("delete_requested")
+                if lc.cloud.server_state(cloud_id).status == "DELETED" and lc.cloud.gpus_released(cloud_id):
+                    lc._set_server(lease_id, vm_index, status="DELETED")
+                else:
+                    remaining += 1
+            except CloudError as exc:
+                log.warning("deleting server %s of lease %s: %s", cloud_id, lease_id, exc)
+                remaining += 1
+        known = {cloud_id for _, cloud_id, _ in servers}
+        for state in lc.cloud.lease_servers(lease_id):   # booted by the tenant since the last pass
+            if state.id not in known:
+                lc.cloud.delete_server(state.id)
+                remaining += 1
+        if remaining or not lc.cloud.remove_lease_inventory(lease_id):
+            return False
+        crash_point("inventory_removed")
+        lc.cloud.remove_lease_flavor(lease_id)
+        lc.cloud.remove_lease_class(lease_id)
+    except CloudError as exc:
+        log.warning("ending lease %s in the cloud: %s", lease_id, exc)
+        return False
+    return True
+
+
+def remove_leftovers(lc, lease_id: str, project_id: str | None) -> None:
+    """What a finished or unknown lease left in the cloud (a crash): its servers, then
+    inventory, flavor and class (the next reconcile finishes once the GPUs are released)."""
+    try:
+        if project_id:
+            lc.cloud.revoke_lease_flavor(lease_id, project_id)
+        for state in lc.cloud.lease_servers(lease_id):
+            log.info("reconcile: deleting server %s of finished lease %s", state.id, lease_id)
+            lc.cloud.delete_server(state.id)
+        if lc.cloud.remove_lease_inventory(lease_id):
+            lc.cloud.remove_lease_flavor(lease_id)
+            lc.cloud.remove_lease_class(lease_id)
+    except CloudError as exc:
+        log.warning("reconcile: removing what lease %s left: %s", lease_id, exc)
+
+
+def reconcile(lc) -> None:
+    try:
+        in_cloud = lc.cloud.leases_in_cloud()
+    except CloudError as exc:
+        log.warning("reconcile: listing lease flavors failed: %s", exc)
+        return
+    if not in_cloud:
+        return
+    with session_scope(lc.sessions) as session:
+        known = {i: (status, project) for i, status, project in session.execute(
+            select(m.Lease.id, m.Lease.status, m.Lease.project_id).where(m.Lease.id.in_(in_cloud)))}
+    final = {s.value for s in FINAL}
+    for lease_id in sorted(in_cloud):
+        status, project = known.get(lease_id, (None, None))
+        if status is None or status in final:
+            remove_leftovers(lc, lease_id, project)
+
+
+def follow_placement(lc, lease_id: str) -> None:
+    """After a re-placement: the lease's inventory where it is now planned (none while it
+    waits in the queue), and no access for the tenant until it is ACTIVE again."""
+    with session_scope(lc.sessions) as session:
+        row = session.get(m.Lease, lease_id)
+        if row is None or row.flavor_id is None or row.status in {s.value for s in FINAL}:
+            return
+        project, hosts, active = row.project_id, vms_per_host(row), row.status == S.ACTIVE.value
+    try:
+        if not active:
+            lc.cloud.revoke_lease_flavor(lease_id, project)
+        lc.cloud.set_lease_inventory(lease_id, hosts)
+    except CloudError as exc:   # its start sets the inventory again
+        log.warning("moving the inventory of lease %s: %s", lease_id, exc)
+
+
+def record_tenant_servers(lc) -> None:
+    """The servers the members of each ACTIVE tenant lease booted, as the lease's servers:
+    one event per server seen and per server gone."""
+    with session_scope(lc.sessions) as session:
+        ids = list(session.scalars(select(m.Lease.id).where(m.Lease.status == S.ACTIVE.value,
+                                                           m.Lease.boot == TENANT)))
+    for lease_id in ids:
+        record_servers(lc, lease_id)
+
+
+def record_servers(lc, lease_id: str) -> None:
+    """One ACTIVE tenant lease's servers as its Server rows (no-op for any other lease):
+    also before it is moved off a down host, so that every server of it is deleted and
+    its GPUs held until released."""
+    with session_scope(lc.sessions) as session:
+        row = session.get(m.Lease, lease_id)
+        if row is None or row.status != S.ACTIVE.value or row.boot != TENANT:
+            return
+    try:
+        seen = {s.id: s for s in lc.cloud.lease_servers(lease_id)}
+    except CloudError as exc:
+        log.warning("listing the servers of lease %s: %s", lease_id, exc)
+        return
+    now = lc.clock.now()
+    with session_scope(lc.sessions) as session:
+        row = session.get(m.Lease, lease_id)
+        if row is None or row.status != S.ACTIVE.value:
+            return
+        recorded = {s.cloud_id: s for s in row.servers}
+        index = max((s.vm_index for s in row.servers), default=-1) + 1
+        for cloud_id, state in seen.items():
+            server = recorded.get(cloud_id)
+            if server is None:
+                row.servers.append(m.Server(vm_index=index, host=state.host or "", cloud_id=cloud_id,
+                                            status=state.status, fault=state.fault, updated_at=utcnow_naive(now)))
+                record_event(session, row, "progress", f"server {cloud_id}"
+                             + (f" ({state.name})" if state.name else "") + f" seen: {state.status}"
+                             + (f" on {state.host}" if state.host else "")
+                             + (f": {state.fault}" if state.fault else ""), now, ACTOR)
+                index += 1
+            elif (server.status, server.host) != (state.status, state.host or ""):
+                server.status, server.host, server.fault = state.status, state.host or "", state.fault
+                server.updated_at = utcnow_naive(now)
+        for cloud_id, server in recorded.items():
+            if cloud_id not in seen and server.status not in GONE:
+                server.status, server.updated_at = "DELETED", utcnow_naive(now)
+                record_event(session, row, "progress", f"server {cloud_id} is gone", now, ACTOR)

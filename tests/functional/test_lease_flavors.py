@@ -1,0 +1,151 @@
+"""A lease is the only way to its GPUs (issue 17): its own flavor, which the cloud lets
+its project boot only while the lease is active, only on its hosts and only up to its
+VMs; and the two boot modes, the service's and the tenant's."""
+from __future__ import annotations
+
+import pytest
+
+from gpu_tenancy.cloud.driver import CloudError
+from gpu_tenancy.db import models as m
+from gpu_tenancy.timeutil import rfc3339
+from tests.conftest import headers
+
+
+def ask(client, **body):
+    reply = client.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT1H", **body}, headers=headers())
+    assert reply.status_code == 201, reply.get_json()
+    return reply.get_json()["lease"]
+
+
+def show(client, lease_id):
+    return client.get(f"/v1/leases/{lease_id}", headers=headers()).get_json()["lease"]
+
+
+def end(client, engine_tick, lease_id):
+    assert client.delete(f"/v1/leases/{lease_id}", headers=headers()).status_code == 204
+    for _ in range(3):
+        engine_tick(advance=30)
+    assert show(client, lease_id)["status"] == "ended"
+
+
+def refused(cloud, project, flavor_id, clock_advance):
+    """A member's boot is refused: by Nova outright, or the server goes ERROR (no valid host)."""
+    try:
+        server = cloud.tenant_boot(project, flavor_id)
+    except CloudError:
+        return True
+    clock_advance()
+    state = cloud.server_state(server)
+    cloud.delete_server(server)
+    return state.status == "ERROR" and "No valid host" in state.fault
+
+
+def test_a_service_lease_boots_its_vms_with_its_own_flavor_granted_only_while_active(client, cloud, engine_tick):
+    lease = ask(client, instances=2)
+    engine_tick()
+    provisioning = show(client, lease["id"])
+    assert provisioning["status"] == "provisioning" and provisioning["boot"] == "service"
+    flavor = provisioning["flavor"]
+    assert flavor["name"] == f"gt-lease-{lease['id']}"
+    assert cloud.flavors()[flavor["id"]]["access"] == []          # booting: the tenant has no access yet
+    assert {s["flavor_id"] for s in cloud.servers().values()} == {flavor["id"]}
+    hosts = sorted(a["host"] for a in provisioning["allocations"])
+    assert sum(cloud.lease_inventory()[lease["id"]].values()) == 2
+    assert sorted(h for h, n in cloud.lease_inventory()[lease["id"]].items() for _ in range(n)) == hosts
+    engine_tick(advance=30)
+    active = show(client, lease["id"])
+    assert active["status"] == "active" and active["vms_free"] == 0
+    assert cloud.flavors()[flavor["id"]]["access"] == ["ml-vision"]
+    assert refused(cloud, "ml-vision", flavor["id"], lambda: engine_tick(advance=30))   # its 2 VMs are taken
+    end(client, engine_tick, lease["id"])
+    assert cloud.servers() == {} and cloud.flavors() == {}
+    assert cloud.leases_in_cloud() == set() and cloud.lease_inventory() == {} and cloud.lease_classes() == set()
+
+
+def test_a_tenant_lease_boots_nothing_and_records_the_servers_its_members_boot(client, cloud, runtime, engine_tick):
+    own = cloud.add_volume("ml-vision", 20)
+    lease = ask(client, instances=2, boot="tenant", start=rfc3339(runtime.clock.now() + 600))
+    assert lease["status"] == "scheduled" and lease["boot"] == "tenant" and lease["image"] is None
+    engine_tick()
+    assert show(client, lease["id"])["flavor"] is None          # not made before the start
+    engine_tick(advance=600)
+    active = show(client, lease["id"])
+    assert active["status"] == "active" and active["servers"] == [] and active["vms_free"] == 2
+    assert cloud.servers() == {}                                  # the service booted nothing
+    flavor = active["flavor"]["id"]
+    assert refused(cloud, "nlp-lab", flavor, lambda: engine_tick(advance=30))   # another project
+    first = cloud.tenant_boot("ml-vision", flavor, name="trainer-0")
+    second = cloud.tenant_boot("ml-vision", flavor, name="trainer-1")
+    engine_tick(advance=30)
+    cloud.attach_volume(first, own)                               # the tenant's own volume on its own server
+    assert refused(cloud, "ml-vision", flavor, lambda: engine_tick(advance=30))  # beyond its instances
+    engine_tick()
+    shown = show(client, lease["id"])
+    live = [s for s in shown["servers"] if s["status"] != "DELETED"]   # the refused one came and went
+    assert sorted((s["id"], s["status"]) for s in live) == sorted([(first, "ACTIVE"), (second, "ACTIVE")])
+    assert {s["host"] for s in live} <= {a["host"] for a in shown["allocations"]}
+    assert shown["vms_free"] == 0
+    cloud.delete_server(second)                                    # the tenant deletes one itself
+    engine_tick(advance=10)
+    assert show(client, lease["id"])["vms_free"] == 1
+    events = [e["message"] for e in client.get(f"/v1/leases/{lease['id']}/events",
+                                               headers=headers()).get_json()["events"]]
+    assert any(f"server {first} (trainer-0) seen: ACTIVE" in e for e in events)
+    assert f"server {second} is gone" in events
+    end(client, engine_tick, lease["id"])
+    assert cloud.servers() == {}                                   # the tenant's servers deleted at the end
+    assert cloud.volumes()[own]["status"] == "available"           # their volumes kept
+    assert cloud.flavors() == {} and cloud.leases_in_cloud() == set()
+    assert refused(cloud, "ml-vision", flavor, lambda: engine_tick(advance=30))   # after the end
+    with runtime.sessions() as s:
+        assert {sv.status for sv in s.get(m.Lease, lease["id"]).servers} == {"DELETED"}
+
+
+def test_a_tenant_boot_before_the_start_is_refused(client, cloud, runtime, engine_tick):
+    lease = ask(client, boot="tenant", start=rfc3339(runtime.clock.now() + 600))
+    engine_tick()
+    flavors = list(cloud.flavors())
+    assert flavors == []                       # nothing to boot with before the start
+    engine_tick(advance=600)
+    flavor = show(client, lease["id"])["flavor"]["id"]
+    server = cloud.tenant_boot("ml-vision", flavor)
+    engine_tick(advance=30)
+    assert cloud.server_state(server).status == "ACTIVE"
+
+
+@pytest.mark.parametrize("extra", [{"image": "ubuntu-22.04-cuda-12"}, {"volume": {"size_gb": 10}},
+                                   {"key_name": "mine"}, {"readiness_probe": True}, {"user_data": "#!/bin/sh"}])
+def test_what_only_the_services_boot_uses_is_a_400_for_a_tenant_lease(client, cloud, extra):
+    reply = client.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT1H", "boot": "tenant", **extra},
+                        headers=headers())
+    assert reply.status_code == 400
+    error = reply.get_json()["errors"][0]
+    assert error["code"] == "gpu_tenancy.not_for_tenant_boot" and next(iter(extra)) in error["detail"]
+    assert client.get("/v1/leases", headers=headers()).get_json()["leases"] == []
+
+
+def test_an_unknown_boot_mode_is_a_400(client):
+    reply = client.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT1H", "boot": "nobody"},
+                        headers=headers())
+    assert reply.status_code == 400
+
+
+def test_a_re_placed_lease_moves_its_inventory_and_its_tenant_loses_access(client, cloud, runtime, engine_tick):
+    lease = ask(client, boot="tenant")
+    engine_tick()
+    active = show(client, lease["id"])
+    assert active["status"] == "active"
+    host = active["allocations"][0]["host"]
+    server = cloud.tenant_boot("ml-vision", active["flavor"]["id"])   # booted since the last pass
+    cloud.set_host_state(host, up=False)
+    engine_tick(advance=runtime.config.host_refresh_seconds)
+    assert cloud.server_state(server).status == "DELETED"            # its VMs there are gone
+    moved = show(client, lease["id"])
+    assert moved["allocations"][0]["host"] != host
+    assert host not in cloud.lease_inventory().get(lease["id"], {})
+    if moved["status"] != "active":
+        assert cloud.flavors()[moved["flavor"]["id"]]["access"] == []
+    engine_tick(advance=30)
+    again = show(client, lease["id"])
+    assert again["status"] == "active"
+    assert cloud.lease_inventory()[lease["id"]] == {again["allocations"][0]["host"]: 1}
