@@ -206,6 +206,9 @@ workers = 1
 # one scheduler: two would race for the same GPU provider on concurrent boots
 workers = 1
 discover_hosts_in_cells_interval = 2
+# The GPU hosts' aggregates require a trait (bootstrap.py isolation): a flavor
+# that does not require it (anything but a lease's own flavor) lands elsewhere.
+enable_isolated_aggregate_filtering = True
 [filter_scheduler]
 enabled_filters = ComputeFilter,ComputeCapabilitiesFilter,ImagePropertiesFilter,PciPassthroughFilter
 pci_in_placement = True

@@ -52,6 +52,12 @@ class Rig:
     def delete_volume(self, volume_id: str) -> None:
         """Remove a volume after the test (drivers never delete volumes)."""
 
+    def tenant_boot(self, project: str, flavor_id: str) -> str | None:
+        """Boot as the project's member would, no host given: the server id once ACTIVE, None
+        when the cloud refused it (an API error, or the server went to ERROR). The rig deletes
+        what it made."""
+        raise NotImplementedError
+
     def shape(self, gpu_model="A100", gpus=1, vcpus=1) -> ShapeSpec:
         """A shape of this test alone, its flavors retired at the end."""
         shape = ShapeSpec(f"contract.{uuid.uuid4().hex[:6]}", gpu_model, gpus, vcpus, 512, 1, gpu_model.lower())
