@@ -18,10 +18,10 @@ class Lease:
     """A lease's class, inventory and flavor, made in the engine's order; removed at the end
     in the reverse order, whatever the test left."""
 
-    def __init__(self, rig, vms_per_host: dict[str, int], project: str | None = None):
-        self.rig, self.cloud = rig, rig.cloud
-        self.id, self.project = str(uuid.uuid4()), project or rig.project
-        rig.cleanups.append(self.remove)
+    def __init__(self, on, vms_per_host: dict[str, int], project: str | None = None):
+        self.rig, self.cloud = on, on.cloud
+        self.id, self.project = str(uuid.uuid4()), project or on.project
+        on.cleanups.append(self.remove)
         self.resource_class = self.cloud.ensure_lease_class(self.id)
         self.cloud.set_lease_inventory(self.id, vms_per_host)
         self.flavor = self.cloud.ensure_lease_flavor(self.id, self.project, A100_X1)

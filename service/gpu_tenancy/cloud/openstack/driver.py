@@ -28,7 +28,9 @@ from gpu_tenancy.cloud.openstack.lease_flavors import LeaseFlavors
 from gpu_tenancy.domain.failures import FailureClass
 
 F = FailureClass
-SHAPE_SPEC = "gpu_tenancy:shape"       # flavor extra specs that say which shape and project it serves
+# extra specs of a first-wave per-project flavor: its shape and project (list_tagged shows
+# them, and reconcile retires them)
+SHAPE_SPEC = "gpu_tenancy:shape"
 PROJECT_SPEC = "gpu_tenancy:project"
 VM_TAG = "gpu_tenancy_vm"
 FLAVOR_PREFIX = "gt-"
@@ -69,29 +71,8 @@ class OpenStackCloud(CloudDriver):
 
     # --- flavors ----------------------------------------------------------------------------
     def _flavor_name(self, project_id: str, shape_name: str) -> str:
+        """A first-wave per-project flavor's name (retire_flavor removes them)."""
         return f"{FLAVOR_PREFIX}{shape_name}-{project_id}"
-
-    def ensure_flavor(self, project_id: str, shape: ShapeSpec) -> str:
-        name = self._flavor_name(project_id, shape.name)
-        specs = {**self.flavor_extra_specs, "pci_passthrough:alias": f"{shape.pci_alias}:{shape.gpus}",
-                 SHAPE_SPEC: shape.name, PROJECT_SPEC: project_id}
-        compute = self.admin.compute
-        try:
-            flavor = compute.find_flavor(name, ignore_missing=True, get_extra_specs=True, is_public=None)
-            if flavor is not None:
-                same = ((flavor.vcpus, flavor.ram, flavor.disk) == (shape.vcpus, shape.ram_mb, shape.disk_gb)
-                        and all((flavor.extra_specs or {}).get(k) == v for k, v in specs.items()))
-                if same:
-                    return flavor.id
-                compute.delete_flavor(flavor, ignore_missing=True)  # flavors are immutable: make it anew
-            flavor = compute.create_flavor(name=name, vcpus=shape.vcpus, ram=shape.ram_mb, disk=shape.disk_gb,
-                                           is_public=False,
-                                           description=f"gpu-tenancy shape {shape.name} for project {project_id}")
-            compute.create_flavor_extra_specs(flavor, specs)
-            compute.flavor_add_tenant_access(flavor, project_id)
-            return flavor.id
-        except CALL_ERRORS as exc:
-            raise wrap(exc, f"making the private flavor {name} failed") from exc
 
     # --- a lease's own flavor, class and inventory (lease_flavors.py) --------------------------
     def ensure_lease_class(self, lease_id: str) -> str:
