@@ -124,6 +124,14 @@ debug = False
 auth_strategy = keystone
 [placement_database]
 connection = $DB/placement?$DB_OPTS
+[placement]
+# Placement retries a write that lost a provider generation race inside the same
+# database transaction, whose REPEATABLE READ snapshot predates the winner's
+# commit: its capacity check then sees the old usage, and a last unit goes
+# twice (20 racing claims for a total of 1: two or three 204s in one try of
+# three). Without the server-side retry the loser gets 409 and its client
+# (nova's scheduler) tries again in a fresh transaction.
+allocation_conflict_retry_count = 1
 $(authtoken placement)
 $(policy)
 EOF
