@@ -21,8 +21,8 @@ class Lease:
     def __init__(self, on, vms_per_host: dict[str, int], project: str | None = None):
         self.rig, self.cloud = on, on.cloud
         self.id, self.project = str(uuid.uuid4()), project or on.project
-        on.cleanups.append(self.remove)
         self.resource_class = self.cloud.ensure_lease_class(self.id)
+        on.cleanups.append(self.remove)
         self.cloud.set_lease_inventory(self.id, vms_per_host)
         self.flavor = self.cloud.ensure_lease_flavor(self.id, self.project, A100_X1)
 
