@@ -5,6 +5,7 @@ Run with the loopback venv's python; start.sh does it on the first start:
     python bootstrap.py identity    # keystone only: roles, projects, users, catalog
     python bootstrap.py resources   # needs nova, cinder, glance: quotas, the image
     python bootstrap.py networks    # needs neutron: "public", and a network + router per tenant
+    python bootstrap.py isolation   # needs the computes in placement: the GPU hosts kept for lease flavors
 
 Every step can be run again at any time: everything is looked up first and
 only created or changed when missing. Credentials come from the ``gt-admin``
@@ -66,6 +67,14 @@ PUBLIC_CIDR = "172.24.4.0/24"
 # Each tenant's own network <project>-net with subnet <project>-subnet, and a
 # router <project>-router from it to "public" (what a floating IP needs).
 PRIVATE_CIDRS = {"tenant-a": "10.1.0.0/24", "tenant-b": "10.2.0.0/24"}
+# The GPU hosts sit in isolated aggregates, as ansible's cloud_prepare role sets
+# them up: nova's scheduler ([scheduler] enable_isolated_aggregate_filtering,
+# configure.sh) lets onto them only flavors that require the trait, which the
+# service adds to its lease flavors (flavor_extra_specs). A public flavor with
+# the PCI alias, or a tenant's plain one, finds no host.
+ISOLATION_TRAIT = "CUSTOM_GPU_TENANCY"
+GPU_AGGREGATES = {"gpu-tenancy-a100": ("A100", ("gpu-a100-1", "gpu-a100-2")),
+                  "gpu-tenancy-h100": ("H100", ("gpu-h100-1",))}
 
 
 def log(msg):
@@ -177,6 +186,26 @@ def networks(conn):
         log(f"{name}: network {private.name} {subnet.cidr}, router {router.name} to {PUBLIC}")
 
 
+def isolation(conn):
+    placement, compute = conn.placement, conn.compute
+    mv = "1.6"   # traits with the provider generation
+    placement.put(f"/traits/{ISOLATION_TRAIT}", microversion=mv).raise_for_status()   # 201 or 204
+    roots = {rp.name: rp.id for rp in placement.resource_providers() if not rp.parent_provider_id}
+    for name, (model, hosts) in GPU_AGGREGATES.items():
+        agg = compute.find_aggregate(name) or compute.create_aggregate(name=name)
+        compute.set_aggregate_metadata(agg, {"gpu_model": model, f"trait:{ISOLATION_TRAIT}": "required"})
+        for host in hosts:
+            if host not in (agg.hosts or []):
+                agg = compute.add_host_to_aggregate(agg, host)   # nova mirrors it into placement
+            url = f"/resource_providers/{roots[host]}/traits"
+            have = placement.get(url, microversion=mv).json()
+            if ISOLATION_TRAIT not in have["traits"]:
+                placement.put(url, microversion=mv, json={
+                    "traits": have["traits"] + [ISOLATION_TRAIT],
+                    "resource_provider_generation": have["resource_provider_generation"]}).raise_for_status()
+        log(f"aggregate {name}: {', '.join(hosts)} require trait {ISOLATION_TRAIT}")
+
+
 def _subnet(net, network, cidr, project_id):
     """the network's subnet (named after it), made once"""
     name = network.name.removesuffix("-net") + "-subnet"
@@ -186,7 +215,7 @@ def _subnet(net, network, cidr, project_id):
 
 
 def main(argv):
-    steps = {"identity": identity, "resources": resources, "networks": networks}
+    steps = {"identity": identity, "resources": resources, "networks": networks, "isolation": isolation}
     if not argv or any(a not in steps for a in argv):
         raise SystemExit(f"usage: bootstrap.py {{{'|'.join(steps)}}}...")
     conn = openstack.connect(cloud="gt-admin")

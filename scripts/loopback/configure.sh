@@ -124,6 +124,14 @@ debug = False
 auth_strategy = keystone
 [placement_database]
 connection = $DB/placement?$DB_OPTS
+[placement]
+# Placement retries a write that lost a provider generation race inside the same
+# database transaction, whose REPEATABLE READ snapshot predates the winner's
+# commit: its capacity check then sees the old usage, and a last unit goes
+# twice (20 racing claims for a total of 1: two or three 204s in one try of
+# three). Without the server-side retry the loser gets 409 and its client
+# (nova's scheduler) tries again in a fresh transaction.
+allocation_conflict_retry_count = 1
 $(authtoken placement)
 $(policy)
 EOF
@@ -206,6 +214,9 @@ workers = 1
 # one scheduler: two would race for the same GPU provider on concurrent boots
 workers = 1
 discover_hosts_in_cells_interval = 2
+# The GPU hosts' aggregates require a trait (bootstrap.py isolation): a flavor
+# that does not require it (anything but a lease's own flavor) lands elsewhere.
+enable_isolated_aggregate_filtering = True
 [filter_scheduler]
 enabled_filters = ComputeFilter,ComputeCapabilitiesFilter,ImagePropertiesFilter,PciPassthroughFilter
 pci_in_placement = True

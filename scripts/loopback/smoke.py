@@ -130,7 +130,9 @@ image = admin.image.find_image(IMAGE, ignore_missing=False)
 
 def gpu_flavor(name, alias):
     f = admin.compute.create_flavor(name=PREFIX + name, ram=1024, vcpus=2, disk=1)
-    admin.compute.create_flavor_extra_specs(f, {"pci_passthrough:alias": alias})
+    # the GPU hosts' isolated aggregates let in only flavors that require the trait (bootstrap.py isolation)
+    admin.compute.create_flavor_extra_specs(f, {"pci_passthrough:alias": alias,
+                                                "trait:CUSTOM_GPU_TENANCY": "required"})
     return f
 
 

@@ -241,6 +241,11 @@ fi
 "$LB_PY" "$LB_HOME/wait_ready.py" --since "$since" --hosts "$hosts" --gpus "$gpus" \
     --nova-conf "$LB_ETC/nova/nova.conf" || die "the stack did not get ready; see $LB_LOGS"
 
+# every start: the hosts must be in Nova's cell and Placement first (wait_ready)
+"$LB_PY" "$LB_HOME/bootstrap.py" isolation >> "$LB_LOGS/setup-bootstrap.log" 2>&1 \
+    || die "bootstrap.py isolation failed; see $LB_LOGS/setup-bootstrap.log"
+say "GPU hosts isolated: flavors must require the trait CUSTOM_GPU_TENANCY"
+
 rss_kb=0
 for f in "$LB_RUN"/*.pid; do
     for p in $(tree_pids "$(cat "$f")"); do

@@ -54,9 +54,10 @@ class Rig:
     def delete_volume(self, volume_id: str) -> None:
         """Remove a volume after the test (drivers never delete volumes)."""
 
-    def tenant_boot(self, project, flavor_id) -> str | None:
-        """Boot as a member of `project` would, with no host given: the server id once
-        ACTIVE, None if the cloud refused (the call, or the server went ERROR)."""
+    def tenant_boot(self, project: str, flavor_id: str) -> str | None:
+        """Boot as the project's member would, no host given: the server id once ACTIVE, None
+        when the cloud refused it (an API error, or the server went to ERROR). The rig deletes
+        what it made."""
         raise NotImplementedError
 
     def shape(self, gpu_model="A100", gpus=1, vcpus=1) -> ShapeSpec:

@@ -91,9 +91,14 @@ def image_id(admin):
     return admin.image.find_image("ubuntu-22.04", ignore_missing=False).id
 
 
+# the GPU hosts' isolated aggregates require it (scripts/loopback/bootstrap.py isolation)
+ISOLATION_SPECS = {"trait:CUSTOM_GPU_TENANCY": "required"}
+
+
 @pytest.fixture(scope="session")
 def os_cloud():
-    return OpenStackCloud(connect("gt-service", CLOUDS), resource_classes={}, network="none")
+    return OpenStackCloud(connect("gt-service", CLOUDS), resource_classes={}, network="none",
+                          flavor_extra_specs=ISOLATION_SPECS)
 
 
 def gpu_usage(admin) -> dict[str, int]:

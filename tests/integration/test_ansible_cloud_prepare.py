@@ -142,17 +142,21 @@ def test_the_cloud_role_makes_what_the_service_needs_and_a_second_run_changes_no
 
 def test_the_service_flavors_carry_the_isolation_trait_when_configured(projects):
     """With the GPU hosts in isolated aggregates, the service's flavors must require the
-    trait; flavor_extra_specs (set by the deploy role's config) adds it to each one."""
+    trait; flavor_extra_specs (set by the deploy role's config) adds it to each lease's."""
+    import uuid
+
     from gpu_tenancy.cloud.driver import ShapeSpec
     from gpu_tenancy.cloud.openstack import OpenStackCloud
     cloud = OpenStackCloud(connect("gt-service", CLOUDS), resource_classes={}, network="none",
                            flavor_extra_specs={f"trait:{TRAIT}": "required"})
-    a = projects["tenant-a"]
+    a, lease = projects["tenant-a"], str(uuid.uuid4())
     shape = ShapeSpec("itest.isolated", "A100", 1, 1, 512, 1, "a100")
-    flavor_id = cloud.ensure_flavor(a, shape)
+    cloud.ensure_lease_class(lease)
+    flavor = cloud.ensure_lease_flavor(lease, a, shape)
     try:
-        specs = connect("gt-admin", CLOUDS).compute.get_flavor(flavor_id, get_extra_specs=True).extra_specs
+        specs = connect("gt-admin", CLOUDS).compute.get_flavor(flavor.id, get_extra_specs=True).extra_specs
         assert specs[f"trait:{TRAIT}"] == "required" and specs["pci_passthrough:alias"] == "a100:1"
-        assert cloud.ensure_flavor(a, shape) == flavor_id  # same specs: reused
+        assert cloud.ensure_lease_flavor(lease, a, shape) == flavor  # same specs: reused
     finally:
-        cloud.retire_flavor(a, shape.name)
+        cloud.remove_lease_flavor(lease)
+        cloud.remove_lease_class(lease)

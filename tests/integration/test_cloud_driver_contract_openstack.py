@@ -3,13 +3,20 @@ on the openstack driver against the loopback cloud: the same functions, collecte
 with this module's `rig`."""
 from __future__ import annotations
 
+import functools
 import uuid
 
 import pytest
+from openstack import exceptions as sdk
+
+from gpu_tenancy.cloud.openstack.connection import connect
 
 from tests.contract.test_cloud_driver_contract import *  # noqa: F401,F403  (the cases)
 from tests.contract.test_cloud_driver_contract import Rig
-from tests.integration.conftest import wait_for
+from tests.contract.test_lease_flavor_contract import *  # noqa: F401,F403  (the per-lease flavor cases)
+from tests.integration.conftest import CLOUDS, wait_for
+
+MEMBERS = {"tenant-a": "gt-alice", "tenant-b": "gt-bob"}   # a plain member of each project
 
 
 class OpenStackRig(Rig):
@@ -19,6 +26,7 @@ class OpenStackRig(Rig):
         super().__init__()
         self.cloud, self.admin, self.image = cloud, admin, image_id
         self.project, self.other = projects["tenant-a"], projects["tenant-b"]
+        self.members = {projects[name]: cloud_name for name, cloud_name in MEMBERS.items()}
 
     def wait(self, what, check, timeout=120):
         return wait_for(what, check, timeout=timeout)
@@ -45,11 +53,34 @@ class OpenStackRig(Rig):
         wait_for("the tenant's volume", lambda: storage.get_volume(volume.id).status == "available")
         return volume.id
 
+    def tenant_boot(self, project, flavor_id):
+        return member_boot(member(self.members[project]), flavor_id, self.image, self)
+
     def delete_volume(self, volume_id):
         storage = self.admin.block_storage
         wait_for("the volume to be deletable",
                  lambda: self.cloud.volume_status(volume_id) in ("available", "error", "missing"))
         storage.delete_volume(volume_id, ignore_missing=True)
+
+
+@functools.cache
+def member(cloud_name: str):
+    """A member's own connection (a token of theirs, not the service's)."""
+    return connect(cloud_name, CLOUDS)
+
+
+def member_boot(member, flavor_id: str, image_id: str, rig, name: str = "contract-tenant") -> str | None:
+    """A member's boot (no host, no network): the server id once ACTIVE, None when Nova
+    refused the request or the server went to ERROR."""
+    try:
+        server = member.compute.create_server(name=f"{name}-{uuid.uuid4().hex[:6]}", flavor_id=flavor_id,
+                                              image_id=image_id, networks="none")
+    except sdk.HttpException:
+        return None
+    rig.cleanups.append(lambda: rig.delete(server.id))
+    status = wait_for("the tenant's server to leave BUILD",
+                      lambda: (s := member.compute.get_server(server.id).status) != "BUILD" and s)
+    return server.id if status == "ACTIVE" else None
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """Isolation with real Keystone tokens and the real cloud: a token that no longer
 holds is refused on every endpoint; identity headers a caller forges are ignored
-under keystone auth; one tenant's flavors, servers and volumes are invisible to
-another tenant in Nova and Cinder."""
+under keystone auth; one tenant's servers and volumes are invisible to another
+tenant in Nova and Cinder; a member sees a GPU flavor only while a lease of theirs
+is active, and only that lease's own."""
 from __future__ import annotations
 
 import time
@@ -9,6 +10,7 @@ import time
 import pytest
 from openstack import exceptions as sdk_exceptions
 
+from gpu_tenancy.cloud.driver import LEASE_FLAVOR_PREFIX, lease_flavor_name
 from gpu_tenancy.cloud.openstack.connection import connect
 from gpu_tenancy.timeutil import rfc3339
 from tests.functional.test_rbac import TABLE
@@ -21,6 +23,20 @@ def ahead() -> str:
     return rfc3339(int(time.time()) + 180 * 86400)
 
 OPEN = {"/v1/openapi.json"}
+
+
+def gpu_flavors(conn) -> set[str]:
+    """The flavors asking for GPUs that the connection's user can see (public or granted)."""
+    return {f.name for f in conn.compute.flavors(details=True, is_public=None)
+            if "pci_passthrough:alias" in (f.extra_specs or {})}
+
+
+def only_lease_flavors(conn) -> set[str]:
+    """Its GPU flavors, once it is checked that each is a lease's own (other tests may hold
+    leases of the same project at the same time, but nothing else may give GPUs)."""
+    seen = gpu_flavors(conn)
+    assert all(name.startswith(LEASE_FLAVOR_PREFIX) for name in seen), seen
+    return seen
 
 
 @pytest.fixture
@@ -69,24 +85,26 @@ def test_forged_identity_headers_are_ignored_under_keystone(os_app, api, tokens,
 
 def test_one_tenants_flavor_server_and_volume_are_invisible_to_another(os_app, api, tokens, admin):  # noqa: F811
     alice = tokens["gt-alice"]
+    a_side, b_side = connect("gt-alice", CLOUDS), connect("gt-bob", CLOUDS)
+    only_lease_flavors(a_side), only_lease_flavors(b_side)          # no GPU flavor outside a lease
     lease = api.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT1H", "volume": {"size_gb": 1}},
                      headers=auth(alice)).get_json()["lease"]
     active = tick_until(os_app, api, alice, lease["id"], lambda x: x["status"] == "active", "active")
     server_id, volume_id = active["servers"][0]["id"], active["volume"]["id"]
-    a_side, b_side = connect("gt-alice", CLOUDS), connect("gt-bob", CLOUDS)
+    ours = lease_flavor_name(lease["id"])
     try:
         # the owner sees them (so the checks below can fail) ...
         assert server_id in {s.id for s in a_side.compute.servers()}
         assert volume_id in {v.id for v in a_side.block_storage.volumes()}
         flavor = a_side.compute.get_server(server_id).flavor
-        assert any(f.name == flavor.original_name for f in a_side.compute.flavors(is_public=None))
+        assert flavor.original_name == ours and ours in only_lease_flavors(a_side)   # its lease's own
         # ... the other tenant does not
         assert server_id not in {s.id for s in b_side.compute.servers()}
         assert b_side.compute.find_server(server_id, ignore_missing=True) is None
         assert volume_id not in {v.id for v in b_side.block_storage.volumes()}
         with pytest.raises(sdk_exceptions.NotFoundException):
             b_side.block_storage.get_volume(volume_id)
-        assert flavor.original_name not in {f.name for f in b_side.compute.flavors(is_public=None)}
+        assert ours not in only_lease_flavors(b_side)
         # and the service's own listing of volumes follows the cloud's
         mine = {v["id"]: v for v in api.get("/v1/volumes", headers=auth(alice)).get_json()["volumes"]}
         assert mine[volume_id]["lease_id"] == lease["id"] and mine[volume_id]["attached_to"] == [server_id]
@@ -96,3 +114,4 @@ def test_one_tenants_flavor_server_and_volume_are_invisible_to_another(os_app, a
         api.delete(f"/v1/leases/{lease['id']}", headers=auth(alice))
         tick_until(os_app, api, alice, lease["id"], lambda x: x["status"] == "ended", "ended")
         admin.block_storage.delete_volume(volume_id, ignore_missing=True)
+    assert ours not in only_lease_flavors(a_side)                    # the lease over: its flavor gone

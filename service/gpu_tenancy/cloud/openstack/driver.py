@@ -1,9 +1,9 @@
 """OpenStackCloud: the CloudDriver on a real OpenStack cloud, with openstacksdk.
 
 - Capacity from Placement (GPU child providers) and Nova (host state).
-- Shapes become private flavors, one per project and shape, named
-  gt-<shape>-<project id>, with `pci_passthrough:alias=<alias>:<n>`; only
-  that project has access.
+- Each lease has its own private flavor, resource class and inventory on the
+  hosts planned for it (lease_flavors.py); its project has access to the
+  flavor only while the lease is active.
 - Servers and new volumes are made in the tenant's project (a connection
   scoped to it), tagged with the lease id in their metadata; servers are
   pinned to the host the planner chose (compute API microversion >= 2.74).
@@ -18,15 +18,18 @@ import time
 from openstack import exceptions as sdk
 
 from gpu_tenancy.cloud.driver import (
-    LEASE_TAG, BootRequest, CloudDriver, CloudError, CloudObject, HostInfo, ServerState, ShapeSpec,
-    VolumeInfo, VolumeRequest)
+    LEASE_FLAVOR_PREFIX, LEASE_TAG, BootRequest, CloudDriver, CloudError, CloudObject, HostInfo, LeaseFlavor,
+    ServerState, ShapeSpec, VolumeInfo, VolumeRequest)
 from gpu_tenancy.cloud.openstack.capacity import GpuInventory
 from gpu_tenancy.cloud.openstack.connection import Connections, connect
 from gpu_tenancy.cloud.openstack.errors import CALL_ERRORS, wrap
+from gpu_tenancy.cloud.openstack.lease_flavors import LeaseFlavors
 from gpu_tenancy.domain.failures import FailureClass
 
 F = FailureClass
-SHAPE_SPEC = "gpu_tenancy:shape"       # flavor extra specs that say which shape and project it serves
+# extra specs of a first-wave per-project flavor: its shape and project (list_tagged shows
+# them, and reconcile retires them)
+SHAPE_SPEC = "gpu_tenancy:shape"
 PROJECT_SPEC = "gpu_tenancy:project"
 VM_TAG = "gpu_tenancy_vm"
 FLAVOR_PREFIX = "gt-"
@@ -42,6 +45,7 @@ class OpenStackCloud(CloudDriver):
         # e.g. trait:CUSTOM_GPU_TENANCY=required, the way into the GPU hosts' isolated aggregates
         self.flavor_extra_specs = dict(flavor_extra_specs or {})
         self.inventory = GpuInventory(resource_classes)
+        self.leases = LeaseFlavors(conn, self.flavor_extra_specs)
         self.network = network
         self.volume_timeout = volume_timeout
 
@@ -66,29 +70,39 @@ class OpenStackCloud(CloudDriver):
 
     # --- flavors ----------------------------------------------------------------------------
     def _flavor_name(self, project_id: str, shape_name: str) -> str:
+        """A first-wave per-project flavor's name (retire_flavor removes them)."""
         return f"{FLAVOR_PREFIX}{shape_name}-{project_id}"
 
-    def ensure_flavor(self, project_id: str, shape: ShapeSpec) -> str:
-        name = self._flavor_name(project_id, shape.name)
-        specs = {**self.flavor_extra_specs, "pci_passthrough:alias": f"{shape.pci_alias}:{shape.gpus}",
-                 SHAPE_SPEC: shape.name, PROJECT_SPEC: project_id}
-        compute = self.admin.compute
-        try:
-            flavor = compute.find_flavor(name, ignore_missing=True, get_extra_specs=True, is_public=None)
-            if flavor is not None:
-                same = ((flavor.vcpus, flavor.ram, flavor.disk) == (shape.vcpus, shape.ram_mb, shape.disk_gb)
-                        and all((flavor.extra_specs or {}).get(k) == v for k, v in specs.items()))
-                if same:
-                    return flavor.id
-                compute.delete_flavor(flavor, ignore_missing=True)  # flavors are immutable: make it anew
-            flavor = compute.create_flavor(name=name, vcpus=shape.vcpus, ram=shape.ram_mb, disk=shape.disk_gb,
-                                           is_public=False,
-                                           description=f"gpu-tenancy shape {shape.name} for project {project_id}")
-            compute.create_flavor_extra_specs(flavor, specs)
-            compute.flavor_add_tenant_access(flavor, project_id)
-            return flavor.id
-        except CALL_ERRORS as exc:
-            raise wrap(exc, f"making the private flavor {name} failed") from exc
+    # --- a lease's own flavor, class and inventory (lease_flavors.py) --------------------------
+    def ensure_lease_class(self, lease_id: str) -> str:
+        return self.leases.ensure_class(lease_id)
+
+    def set_lease_inventory(self, lease_id: str, vms_per_host: dict[str, int]) -> None:
+        self.leases.set_inventory(lease_id, vms_per_host)
+
+    def ensure_lease_flavor(self, lease_id: str, project_id: str, shape: ShapeSpec) -> LeaseFlavor:
+        return self.leases.ensure_flavor(lease_id, project_id, shape)
+
+    def grant_lease_flavor(self, lease_id: str, project_id: str) -> None:
+        self.leases.grant(lease_id, project_id)
+
+    def revoke_lease_flavor(self, lease_id: str, project_id: str) -> None:
+        self.leases.revoke(lease_id, project_id)
+
+    def lease_servers(self, lease_id: str) -> list[ServerState]:
+        return self.leases.servers(lease_id)
+
+    def remove_lease_inventory(self, lease_id: str) -> bool:
+        return self.leases.remove_inventory(lease_id)
+
+    def remove_lease_flavor(self, lease_id: str) -> None:
+        self.leases.remove_flavor(lease_id)
+
+    def remove_lease_class(self, lease_id: str) -> None:
+        self.leases.remove_class(lease_id)
+
+    def leases_in_cloud(self) -> set[str]:
+        return self.leases.leases()
 
     def retire_flavor(self, project_id: str, shape_name: str) -> None:
         name = self._flavor_name(project_id, shape_name)
@@ -289,8 +303,8 @@ class OpenStackCloud(CloudDriver):
                         for v in storage.volumes(details=True, all_projects=True)
                         if LEASE_TAG in (v.metadata or {})]
             for flavor in compute.flavors(details=True, is_public=None):
-                if not flavor.name.startswith(FLAVOR_PREFIX):
-                    continue
+                if not flavor.name.startswith(FLAVOR_PREFIX) or flavor.name.startswith(LEASE_FLAVOR_PREFIX):
+                    continue     # a lease's own flavor is leases_in_cloud()'s
                 specs = flavor.extra_specs or compute.fetch_flavor_extra_specs(flavor).extra_specs or {}
                 if SHAPE_SPEC in specs:
                     objects.append(CloudObject("flavor", flavor.id, None, specs.get(PROJECT_SPEC),
