@@ -12,7 +12,7 @@ from gpu_tenancy.api.validation import json_body, query_int
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.engine import audit as audit_log, leases, ledger, volumes
+from gpu_tenancy.engine import audit as audit_log, leases, ledger, networking, volumes
 from gpu_tenancy.engine.decision_hook import DecisionHook, decide
 from gpu_tenancy.errors import BadRequest, NotFound
 from gpu_tenancy.guest.readiness_probe import readiness_url
@@ -50,6 +50,10 @@ CREATE = {
                            "description": "a class of GET /v1/priority_classes (instead of priority)"},
         "readiness_probe": {"type": "boolean", "description": "the VMs run the GPU readiness probe at first "
                                                               "boot; the lease is ready once each reports"},
+        "network": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"^[^\x00-\x1f]*$",
+                    "description": "id or name of a network the project can use (default: its only "
+                                   "network, else the operator's default, else one made for it)"},
+        "floating_ip": {"type": "boolean", "description": "each VM gets a floating IP from the external network"},
     },
 }
 
@@ -110,6 +114,7 @@ def create():
     if (body.get("volume") or {}).get("id"):   # asked of the cloud before any transaction is open
         volumes.check_owned(rt.runtime().cloud_driver(), rt.context().project_id, body["volume"]["id"],
                             rt.is_admin())
+    network = networking.choose(rt.runtime().cloud_driver(), rt.context().project_id, body, rt.is_admin())
     if dry_run in ("true", "1"):
         with rt.transaction() as session:
             req, columns, planned = leases.preview(session, rt.now(), cfg.fairshare_half_life_seconds,
@@ -119,6 +124,7 @@ def create():
 
     def make(session, hook):
         row = leases.create(session, rt.now(), rt.caller(), body, hook, lease_id)
+        network.apply(row)
         rendered = render(row)
         # committed with the lease, so that no lease is ever without its record
         return row, rendered, rt.audit(session, "lease.create", row.id, row.project_id, None, rendered)

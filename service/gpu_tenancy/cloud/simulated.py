@@ -48,11 +48,13 @@ import yaml
 from gpu_tenancy.cloud.driver import (
     LEASE_TAG, BootRequest, CloudDriver, CloudError, CloudObject, HostInfo, ServerState, ShapeSpec,
     VolumeInfo, VolumeRequest)
+from gpu_tenancy.cloud.simulated_networks import SimulatedNetworks
 from gpu_tenancy.domain.failures import FailureClass
 
 NO_VALID_HOST = "No valid host was found. There are not enough hosts available."
 OPERATIONS = ("ensure_flavor", "ensure_volume", "boot", "attach_volume", "delete_server", "check_image",
-              "project_volumes", "check_volume_owner", "server_error")
+              "project_volumes", "check_volume_owner", "server_error", "project_networks",
+              "ensure_security_group", "ensure_floating_ip", "release_floating_ips")
 F = FailureClass
 # The cloud's own words per class, worded so the engine's fault classifier recognises them.
 DEFAULT_FAULTS = {
@@ -83,6 +85,8 @@ class _Server:
     stuck: bool = False       # injected BOOT_TIMEOUT: stays BUILD
     deleted_at: int | None = None
     release_seconds: int | None = None   # from delete to its GPUs' release (set by delete_server)
+    network_id: str | None = None        # its port (cloud/simulated_networks.py)
+    fixed_ip: str | None = None
 
 
 @dataclass
@@ -95,7 +99,7 @@ class _Volume:
     attached_to: str | None = None
 
 
-class SimulatedCloud(CloudDriver):
+class SimulatedCloud(SimulatedNetworks, CloudDriver):
     name = "simulated"
 
     def __init__(self, config: dict, clock):
@@ -120,6 +124,7 @@ class SimulatedCloud(CloudDriver):
         self._failures: dict[str, list] = {}   # operation -> [failure_class, times left, message]
         self._slow_deletes: list[int] = [0, 0]   # [seconds, deletes left]: slower than delete_seconds
         self._lock = threading.RLock()
+        self._init_networks(config)
         if config.get("state_file"):   # shared with other processes (crash tests): cloud/simulated_state.py
             from gpu_tenancy.cloud.simulated_state import StateFileLock
             self._lock = StateFileLock(config["state_file"], self)
@@ -277,6 +282,7 @@ class SimulatedCloud(CloudDriver):
                 server.gpus = flavor["gpus"]  # claimed now, like the scheduler's Placement claim
             else:
                 server.fault = NO_VALID_HOST
+            self._plug(server, request.network_id)
             self._servers[server.id] = server
             return server.id
 
@@ -310,7 +316,8 @@ class SimulatedCloud(CloudDriver):
             now = self.clock.now()
             status = self._status(server, now)
             return ServerState(server.id, status, server.host, self._fault(server, now),
-                               "spawning" if status == "BUILD" else None)
+                               "spawning" if status == "BUILD" else None, server.name, server.project_id,
+                               self._addresses(server) if status == "ACTIVE" else ())
 
     def delete_server(self, server_id: str) -> None:
         with self._lock:

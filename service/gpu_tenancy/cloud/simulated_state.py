@@ -69,6 +69,7 @@ def dump(cloud) -> dict:
         "images": cloud._images,
         "failures": {op: [f[0].value, f[1], f[2]] for op, f in cloud._failures.items()},
         "slow_deletes": cloud._slow_deletes,
+        "networking": cloud._dump_networks(),
     }
 
 
@@ -81,3 +82,4 @@ def load(cloud, state: dict) -> None:
     cloud._images = state["images"]
     cloud._failures = {op: [FailureClass(f[0]), f[1], f[2]] for op, f in state["failures"].items()}
     cloud._slow_deletes = state.get("slow_deletes", [0, 0])
+    cloud._load_networks(state.get("networking"))

@@ -19,7 +19,7 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.domain.failures import FailureClass, classify_fault, rule
 from gpu_tenancy.domain.states import FINAL, LeaseState
-from gpu_tenancy.engine import early_ends, held, host_failure, readiness, releasing, retry, webhooks
+from gpu_tenancy.engine import early_ends, held, host_failure, networking, readiness, releasing, retry, webhooks
 from gpu_tenancy.engine.crashpoints import crash_point
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.engine.leases import end_allocations_at
@@ -156,12 +156,14 @@ class Lifecycle:
             pending = [(s.vm_index, s.host, readiness.user_data(row, s.vm_index, self.config.readiness_url))
                        for s in row.servers if s.cloud_id is None]
             extra = dict(key_name=row.key_name, user_id=row.user_id)
+            extra.update(networking.boot_fields(row))
             name = row.name
             started = to_epoch(row.start_at)
         if pending:   # once every VM is asked for, each pass only watches (no flavor lookup per poll)
             flavor_id = self.cloud.ensure_flavor(project, spec)
             crash_point("flavor_made")
             self.cloud.check_image(image.cloud_ref if image else "")
+            networking.before_boot(self, lease_id, project, extra, image.cloud_ref)
             if volume_id or size:
                 volume_id = self.cloud.ensure_volume(project, lease_id, VolumeRequest(size, volume_id))
                 crash_point("volume_made")
@@ -201,6 +203,8 @@ class Lifecycle:
             crash_point("active_seen")
             if volume_id:
                 self.cloud.attach_volume(states[0].id, volume_id)
+            if not networking.on_active(self, lease_id, states, now - started):
+                return
             with session_scope(self.sessions) as session:
                 row = session.get(m.Lease, lease_id)
                 if row.status == S.PROVISIONING.value:
@@ -280,7 +284,7 @@ class Lifecycle:
             except CloudError as exc:
                 log.warning("deleting server %s of lease %s: %s", cloud_id, lease_id, exc)
                 remaining += 1
-        if remaining:
+        if remaining or not networking.release(self, lease_id):
             return  # the next tick looks again
         now = self.clock.now()
         with session_scope(self.sessions) as session:
@@ -302,6 +306,7 @@ class Lifecycle:
     # --- reconcile --------------------------------------------------------------------------
     def reconcile(self) -> None:
         """Delete tagged servers whose lease is over or unknown (left by a crash)."""
+        networking.reconcile(self)
         try:
             objects = self.cloud.list_tagged()
         except CloudError as exc:
