@@ -51,7 +51,24 @@ class SimulatedNetworks:
         if state:
             self._networks, self._groups, self._fips = state["networks"], state["groups"], state["fips"]
 
-    # --- test views -------------------------------------------------------------------------
+    # --- test hooks and views ---------------------------------------------------------------
+    def add_network(self, name: str, cidr: str, project: str | None = None, shared: bool = False,
+                    external: bool = False) -> str:
+        with self._lock:
+            self._networking = True
+            net_id = str(uuid.uuid4())
+            self._networks[net_id] = dict(id=net_id, name=name, project_id=project, shared=shared,
+                                          external=external, cidr=str(ipaddress.ip_network(cidr)), used=0)
+            return net_id
+
+    def remove_network(self, name: str) -> None:
+        with self._lock:
+            self._networks = {i: n for i, n in self._networks.items() if n["name"] != name}
+
+    def networks(self) -> dict[str, dict]:
+        with self._lock:
+            return {i: dict(n) for i, n in self._networks.items()}
+
     def floating_ips(self) -> dict[str, dict]:
         with self._lock:
             return {i: dict(f) for i, f in self._fips.items()}
