@@ -254,3 +254,17 @@ def test_a_repeated_active_pass_makes_no_second_floating_ip(client, cloud, engin
     active = show(client, lease["id"])
     assert active["status"] == "active" and len(cloud.floating_ips()) == 1
     assert [a["kind"] for a in active["servers"][0]["addresses"]] == ["fixed", "floating"]
+
+
+def test_a_vm_booted_again_after_a_retry_takes_the_floating_ip_its_lease_already_has(cloud):
+    from gpu_tenancy.cloud.driver import BootRequest, ShapeSpec
+    flavor = cloud.ensure_flavor("ml-vision", ShapeSpec("a100.x1", "A100", 1, 1, 512, 1, "a100"))
+    net = network_id(cloud, "ml-vision-net")
+    first = cloud.boot(BootRequest("ml-vision", "lease-1", 0, "gpu-a100-1", flavor, "ubuntu-22.04-cuda-12",
+                                   network_id=net))
+    ip = cloud.ensure_floating_ip("lease-1", "ml-vision", first)
+    cloud.delete_server(first)   # retried elsewhere: its floating IP stays the lease's
+    again = cloud.boot(BootRequest("ml-vision", "lease-1", 0, "gpu-a100-2", flavor, "ubuntu-22.04-cuda-12",
+                                   network_id=net))
+    assert cloud.ensure_floating_ip("lease-1", "ml-vision", again) == ip
+    assert [f["server_id"] for f in cloud.floating_ips().values()] == [again]

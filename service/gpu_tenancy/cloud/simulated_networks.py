@@ -115,6 +115,11 @@ class SimulatedNetworks:
             if external is None:
                 raise CloudError(F.NETWORK, "the cloud has no external network for floating IPs",
                                  "Unable to find any external network.")
+            for fip in self._fips.values():   # one of the lease's left by a VM deleted for a retry
+                old = self._servers.get(fip["server_id"])
+                if fip["lease_id"] == lease_id and (old is None or old.deleted_at is not None):
+                    fip["server_id"] = server_id
+                    return fip["ip"]
             fip_id = str(uuid.uuid4())
             self._fips[fip_id] = dict(ip=self._next_ip(external), project_id=project_id, lease_id=lease_id,
                                       server_id=server_id, network=external["name"])

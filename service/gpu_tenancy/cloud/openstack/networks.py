@@ -86,6 +86,10 @@ class OpenStackNetworks:
                 raise CloudError(F.NETWORK, f"server {server_id} has no port for a floating IP",
                                  f"No port found for device {server_id}")
             fip = next(iter(net.ips(project_id=project_id, description=description)), None)
+            if fip is None:   # one of the lease's left by a VM deleted for a retry: it serves this VM now
+                fip = next((f for _, f in self._lease_ips(lease_id) if not f.port_id), None)
+                if fip is not None:
+                    fip = net.update_ip(fip, port_id=port.id, description=description)
             if fip is None:
                 external = self._external_network()
                 fip = net.create_ip(floating_network_id=external.id, port_id=port.id, project_id=project_id,
