@@ -18,12 +18,13 @@ def _flat_map(owner: str, name: str, value) -> None:
         raise ValueError(f"the {owner} cloud driver's {name} must be a mapping of names to values")
 
 
-@dataclass(frozen=True)
 class NetworkOptions:
-    """Both drivers' network settings (README: "Networks and logging in")."""
-    default_network: str | None = None   # id or name: for a lease that names none, when its project has not one
-    ssh_cidrs: tuple = ()                # SSH is open from these CIDRs only; none (the default): SSH stays closed
-    ssh_user: str = "ubuntu"             # the login shown when the image has no os_admin_user property
+    """Both drivers' network settings (README: "Networks and logging in"), declared last in
+    each driver's options (after the fields that may be given by position):
+        default_network: str | None = None   id or name: for a lease that names none, when its project has not one
+        ssh_cidrs: tuple = ()                SSH is open from these CIDRs only; none (the default): SSH stays closed
+        ssh_user: str = "ubuntu"             the login shown when the image has no os_admin_user property
+    """
 
     def check_network_options(self, owner: str) -> None:
         if self.default_network is not None and (not isinstance(self.default_network, str)
@@ -50,6 +51,9 @@ class NetworkOptions:
 @dataclass(frozen=True)
 class SimulatedOptions(NetworkOptions):
     file: str = DEMO_CLOUD   # the simulated cloud's hosts, GPU models, images, networks (format: cloud/simulated.py)
+    default_network: str | None = None
+    ssh_cidrs: tuple = ()
+    ssh_user: str = "ubuntu"
 
     def __post_init__(self):
         if not isinstance(self.file, str) or not self.file:
@@ -76,6 +80,9 @@ class OpenStackOptions(NetworkOptions):
     # extra specs on every private flavor: trait:CUSTOM_GPU_TENANCY: required where the GPU hosts
     # sit in isolated aggregates (ansible/ sets them up so)
     flavor_extra_specs: dict = field(default_factory=dict)
+    default_network: str | None = None
+    ssh_cidrs: tuple = ()
+    ssh_user: str = "ubuntu"
 
     def __post_init__(self):
         if not isinstance(self.cloud, str) or not self.cloud:

@@ -35,6 +35,7 @@ from gpu_tenancy.errors import BadRequest, ServiceUnavailable
 
 log = logging.getLogger(__name__)
 REQUEST_TIMEOUT = 10.0   # seconds a request waits for the cloud's list of networks
+ADDRESS_GRACE = 60       # seconds an ACTIVE VM may show no address yet before the lease goes on without
 REQUEST, ONLY, DEFAULT, AUTO = "request", "only", "default", "auto"
 
 
@@ -150,14 +151,14 @@ def before_boot(lifecycle, lease_id: str, project_id: str, extra: dict, image_re
 def on_active(lifecycle, lease_id: str, states: dict, waited: int) -> bool:
     """Every VM is ACTIVE: keep their addresses, and make floating IPs when asked. False
     while a VM shows no address yet (the cloud writes it shortly): the engine looks again,
-    up to the boot timeout."""
+    up to ADDRESS_GRACE seconds after the lease began starting."""
     with session_scope(lifecycle.sessions) as session:
         row = session.get(m.Lease, lease_id)
         if row.network_via is None:
             return True
         project, floating = row.project_id, row.floating_ip
         known = {s.vm_index: s.addresses for s in row.servers}
-    if any(not s.addresses for s in states.values()) and waited <= lifecycle.config.boot_timeout_seconds:
+    if any(not s.addresses for s in states.values()) and waited <= ADDRESS_GRACE:
         return False
     for vm_index, state in sorted(states.items()):
         addresses = [dataclasses.asdict(a) for a in state.addresses]
