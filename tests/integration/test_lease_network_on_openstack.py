@@ -23,7 +23,9 @@ SSH_FROM = "192.0.2.0/24"   # TEST-NET-1
 @pytest.fixture(scope="module")
 def os_cloud(admin, projects):
     """The openstack driver with tenant networks on (os_app boots with it)."""
-    cloud = OpenStackCloud(connect("gt-service", CLOUDS), resource_classes={})
+    # the GPU hosts sit in isolating aggregates (scripts/loopback/configure.sh): flavors ask for the trait
+    cloud = OpenStackCloud(connect("gt-service", CLOUDS), resource_classes={},
+                           flavor_extra_specs={"trait:CUSTOM_GPU_TENANCY": "required"})
     cloud.network_policy = NetworkPolicy(ssh_cidrs=(SSH_FROM,))
     yield cloud
     for project in projects.values():   # the group is made once per project; the tests' go with them
