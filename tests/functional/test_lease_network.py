@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from sqlalchemy import func, select
 
 from gpu_tenancy.cloud.driver import NetworkPolicy
@@ -268,3 +270,46 @@ def test_a_vm_booted_again_after_a_retry_takes_the_floating_ip_its_lease_already
                                    network_id=net))
     assert cloud.ensure_floating_ip("lease-1", "ml-vision", again) == ip
     assert [f["server_id"] for f in cloud.floating_ips().values()] == [again]
+
+
+# --- crashes -----------------------------------------------------------------------------------------
+NETWORK_STEPS = ("floating_ip_made", "floating_ips_released")
+
+
+@pytest.mark.parametrize("step", NETWORK_STEPS)
+def test_kill_9_at_each_floating_ip_step_then_restart_leaves_no_floating_ip(tmp_path, db_url, step):
+    """The engine killed right after a floating IP was made (before the lease is recorded
+    active), or right after they were released (before it is recorded ended): the restarted
+    engine finds them again, and nothing is left."""
+    import yaml
+
+    from gpu_tenancy.app import create_app
+    from gpu_tenancy.clock import SystemClock
+    from gpu_tenancy.cloud.simulated import SimulatedCloud
+    from gpu_tenancy.config import DEMO_CLOUD, Config
+    from gpu_tenancy.db.session import session_scope
+    from gpu_tenancy.demo.seed import seed
+    from tests.crash_harness import crash_then_restart, write_config
+
+    cloud_config = yaml.safe_load(open(DEMO_CLOUD).read())
+    cloud_config.update(boot_seconds=1, delete_seconds=1, state_file=str(tmp_path / "cloud.json"))
+    (tmp_path / "cloud.yaml").write_text(yaml.safe_dump(cloud_config))
+    config_path = write_config(tmp_path, database_url=db_url, auth_strategy="noauth2", cloud_driver="simulated",
+                               simulated_cloud=str(tmp_path / "cloud.yaml"))
+    clock = SystemClock()
+    cloud = SimulatedCloud.from_file(tmp_path / "cloud.yaml", clock)
+    app = create_app(Config.load(str(config_path)), clock=clock, cloud=cloud, start_engine=False)
+    runtime = app.extensions["gpu_tenancy"]
+    with session_scope(runtime.sessions) as session:
+        seed(session, clock.now(), cloud.images())
+    runtime.engine.lifecycle.refresh_hosts()
+    lease = ask(app.test_client(), shape="a100.x4", instances=2, duration=6, floating_ip=True)["lease"]
+    try:
+        outcome = crash_then_restart(tmp_path, config_path, runtime.sessions, lease["id"], step)
+        assert outcome.killed, f"the engine was not killed at {step}: {outcome.engine_logs}"
+        assert outcome.final_status == "ended" and outcome.reached_active, outcome.engine_logs
+        assert cloud.floating_ips() == {} and cloud.servers() == {}
+        [public] = [n for n in cloud.networks().values() if n["name"] == "public"]
+        assert public["used"] == 2   # addresses ever taken from it: one per VM, none made twice
+    finally:
+        runtime.sessions.kw["bind"].dispose()
