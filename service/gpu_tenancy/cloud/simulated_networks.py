@@ -25,7 +25,7 @@ from gpu_tenancy.domain.failures import FailureClass
 
 F = FailureClass
 AUTO_NETWORK = "auto_allocated_network"   # Neutron's name for it
-AUTO_CIDRS = "10.200.0.0/16"              # /24s of auto-allocated networks come from here
+AUTO_CIDRS = "10.200.0.0/16"              # /24s of auto-allocated networks come from here (reused past 256)
 
 
 class SimulatedNetworks:
@@ -169,7 +169,8 @@ class SimulatedNetworks:
             raise CloudError(F.NETWORK, "the cloud cannot allocate a network for the project",
                              "Unable to automatically allocate a network for project (HTTP 409)")
         taken = sum(1 for n in self._networks.values() if n["name"] == AUTO_NETWORK)
-        cidr = list(ipaddress.ip_network(AUTO_CIDRS).subnets(new_prefix=24))[taken]
+        pool = ipaddress.ip_network(AUTO_CIDRS)
+        cidr = ipaddress.ip_network((int(pool.network_address) + 256 * (taken % (pool.num_addresses // 256)), 24))
         net_id = str(uuid.uuid4())
         self._networks[net_id] = dict(id=net_id, name=AUTO_NETWORK, project_id=project_id, shared=False,
                                       external=False, cidr=str(cidr), used=0)
@@ -177,9 +178,9 @@ class SimulatedNetworks:
 
     @staticmethod
     def _next_ip(network: dict) -> str:
-        """The next free address (.1 is the router's, as on a Neutron subnet's gateway)."""
+        """The next address of the subnet (.1 is the router's, as a Neutron subnet's gateway);
+        past the last one, from the first again (a simulation keeps no port forever)."""
         network["used"] += 1
-        hosts = ipaddress.ip_network(network["cidr"]).hosts()
-        for _ in range(network["used"]):
-            next(hosts)
-        return str(next(hosts))
+        subnet = ipaddress.ip_network(network["cidr"])
+        usable = subnet.num_addresses - 3      # no network address, gateway or broadcast
+        return str(subnet.network_address + 2 + (network["used"] - 1) % usable)
