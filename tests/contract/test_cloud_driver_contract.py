@@ -31,6 +31,8 @@ class Rig:
     name = "abstract"
     cloud = None
     project = other = image = ""
+    # the networks of `project` and `other`, and the external one (the loopback cloud's names)
+    network, other_network, external = "tenant-a-net", "tenant-b-net", "public"
 
     def __init__(self):
         self.cleanups: list = []
@@ -79,7 +81,7 @@ class Rig:
         self.cloud.remove_lease_flavor(lease)
         self.cloud.remove_lease_class(lease)
 
-    def boot(self, host: str, shape: ShapeSpec, lease: str | None = None, vm: int = 0) -> str:
+    def boot(self, host: str, shape: ShapeSpec, lease: str | None = None, vm: int = 0, **extra) -> str:
         """The service's boot with the lease flavor path: a unit of the lease's class on the
         host for each VM booted there."""
         lease = lease or str(uuid.uuid4())
@@ -88,7 +90,7 @@ class Rig:
                                                   host: len(vms)})
         self.units[lease][host] = vms
         server = self.cloud.boot(BootRequest(self.project, lease, vm, host, flavor, self.image,
-                                             name=f"contract-{vm}"))
+                                             name=f"contract-{vm}", **extra))
         self.cleanups.append(lambda: self.delete(server))
         return server
 
@@ -118,6 +120,10 @@ class SimulatedRig(Rig):
             "hosts": [{"name": name, "gpu_model": model, "gpus": gpus} for name, (model, gpus) in HOSTS.items()],
             "images": [{"id": self.image, "name": "ubuntu-22.04"},
                        {"id": "queued-image", "name": "half-uploaded", "status": "queued"}],
+            # the loopback cloud's networks (scripts/loopback/README.md, "Networks")
+            "networks": [{"name": "public", "external": True, "cidr": "172.24.4.0/24"},
+                         {"name": "tenant-a-net", "project": self.project, "cidr": "10.1.0.0/24"},
+                         {"name": "tenant-b-net", "project": self.other, "cidr": "10.2.0.0/24"}],
         }, self.clock)
 
     def wait(self, what, check, timeout=120):
@@ -298,3 +304,37 @@ def test_a_boot_pinned_to_a_host_without_those_gpus_fails_with_no_valid_host(rig
     assert classify_fault(state.fault) == F.NO_VALID_HOST
     rig.wait("its claim to be given back", lambda: rig.cloud.gpus_released(server))
     rig.delete(server)
+
+
+# --- networks ---------------------------------------------------------------------------------
+def test_a_project_sees_its_own_network_and_the_external_one_and_not_anothers_private_one(rig):
+    seen = {n.name: n for n in rig.cloud.project_networks(rig.project)}
+    assert seen[rig.network].project_id == rig.project and not seen[rig.network].external
+    assert seen[rig.external].external
+    assert rig.other_network not in seen
+    assert rig.network not in {n.name for n in rig.cloud.project_networks(rig.other)}
+
+
+def test_the_projects_security_group_is_made_once(rig):
+    first = rig.cloud.ensure_security_group(rig.project)
+    assert rig.cloud.ensure_security_group(rig.project) == first
+
+
+def test_a_vm_on_the_projects_network_shows_its_fixed_ip_and_a_floating_ip_until_it_is_released(rig):
+    network = next(n.id for n in rig.cloud.project_networks(rig.project) if n.name == rig.network)
+    group = rig.cloud.ensure_security_group(rig.project)
+    lease = str(uuid.uuid4())
+    server = rig.boot("gpu-a100-1", rig.shape(), lease, network_id=network, security_group=group)
+    rig.cleanups.append(lambda: rig.cloud.release_floating_ips(lease))
+    state = rig.wait("the server ACTIVE with an address", lambda: (
+        (found := rig.cloud.server_state(server)).status == "ACTIVE" and found.addresses and found))
+    [fixed] = state.addresses
+    assert (fixed.network, fixed.kind) == (rig.network, "fixed")
+    floating = rig.cloud.ensure_floating_ip(lease, rig.project, server)
+    assert rig.cloud.ensure_floating_ip(lease, rig.project, server) == floating   # found again, not a second
+    assert lease in rig.cloud.floating_ip_leases()
+    rig.wait("the floating IP among the server's addresses", lambda: any(
+        (a.ip, a.kind) == (floating, "floating") for a in rig.cloud.server_state(server).addresses))
+    rig.cloud.release_floating_ips(lease)
+    rig.cloud.release_floating_ips(lease)   # nothing left: a no-op
+    assert lease not in rig.cloud.floating_ip_leases()

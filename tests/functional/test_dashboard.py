@@ -382,3 +382,17 @@ def test_changes_made_through_the_dashboard_are_audited_with_the_user_and_addres
         ("carol", "ml-vision", "192.0.2.7", "audited"),
         ("carol", "ml-vision", "127.0.0.1", "proxied")]   # no trusted proxy: the header is anyone's word
     assert records[0]["after"]["links"][0]["href"].startswith("http://localhost/v1/leases/")
+
+
+def test_the_lease_page_shows_the_network_the_addresses_and_the_ssh_line(client, engine_tick):
+    login(client)
+    lease = client.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT1H", "floating_ip": True},
+                        headers=headers()).get_json()["lease"]
+    engine_tick()
+    engine_tick(advance=30)
+    shown = client.get(f"/v1/leases/{lease['id']}", headers=headers()).get_json()["lease"]
+    page = client.get(f"/dashboard/leases/{lease['id']}").text
+    assert "ml-vision-net, with floating IPs" in page
+    for address in shown["servers"][0]["addresses"]:
+        assert f"{address['ip']} <span class=\"muted\">({address['kind']}, ml-vision-net)</span>" in page
+    assert f'<code class="ssh">{shown["servers"][0]["ssh"]}</code>' in page

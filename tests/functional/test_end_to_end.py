@@ -68,4 +68,5 @@ def test_provisioning_progress_is_told_in_events_until_active(client, engine_tic
     progress = progress[1:]
     assert progress[0].startswith("data volume ")
     assert progress[1].startswith("VM 0 requested on ")
-    assert progress[2:] == ["VM 0: spawning", f"VM 0 is active on {progress[1].split(' on ')[1].split(' ')[0]}"]
+    assert progress[2:] == ["VM 0: spawning", f"VM 0 is active on {progress[1].split(' on ')[1].split(' ')[0]}",
+                            "VM 0: fixed 10.1.0.2 on ml-vision-net"]

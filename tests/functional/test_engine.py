@@ -42,7 +42,8 @@ def test_a_boot_done_but_not_recorded_is_not_made_twice(client, runtime, cloud, 
         host = row.allocations[0].host
     # the boot reached the cloud, then the engine died before writing the server id down
     flavor = _lease_flavor(cloud, runtime, lease["id"], host)
-    cloud.boot(BootRequest("ml-vision", lease["id"], 0, host, flavor, cloud.images()[0]["id"]))
+    cloud.boot(BootRequest("ml-vision", lease["id"], 0, host, flavor, cloud.images()[0]["id"],
+                           network_id=lease["network"]["id"]))   # as the engine asks
     del lifecycle.advance
     engine_tick()
     engine_tick(advance=30)

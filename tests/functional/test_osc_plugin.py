@@ -183,3 +183,20 @@ def test_noauth_without_a_project_and_an_unknown_lease_are_refused_plainly(cli):
     assert result.returncode == 1 and "--os-gpu-noauth-project" in result.stderr
     missing = cli.run("gpu", "lease", "show", "no-such-lease")
     assert missing.returncode == 1 and "no lease with the id or name 'no-such-lease'" in missing.stderr
+
+
+def test_lease_show_gives_the_network_addresses_and_a_ready_to_copy_ssh_line(cli):
+    result = cli.run("gpu", "lease", "create", "cli-net", "--shape", "a100.x1", "--duration", "PT1H",
+                     "--network", "ml-vision-net", "--floating-ip", "--wait", "-f", "json")
+    assert result.returncode == 0, result.stderr
+    lease = json.loads(result.stdout)
+    assert lease["network"]["name"] == "ml-vision-net" and lease["floating_ip"] is True
+    floating = [a["ip"] for a in lease["servers"][0]["addresses"] if a["kind"] == "floating"]
+    assert len(floating) == 1 and lease["ssh"] == f"ssh ubuntu@{floating[0]}"
+    table = cli.run("gpu", "lease", "show", lease["id"])
+    assert table.returncode == 0, table.stderr
+    assert f"ssh ubuntu@{floating[0]}" in table.stdout and "(floating on ml-vision-net)" in table.stdout
+    refused = cli.run("gpu", "lease", "create", "cli-other", "--shape", "a100.x1", "--duration", "PT1H",
+                      "--network", "nlp-lab-net")
+    assert refused.returncode == 1 and "nlp-lab-net" in refused.stderr and "HTTP 400" in refused.stderr
+    assert cli.run("gpu", "lease", "cancel", lease["id"]).returncode == 0

@@ -17,7 +17,7 @@ from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.db import models as m
 from gpu_tenancy.domain.failures import FailureClass, rule
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.engine import readiness
+from gpu_tenancy.engine import networking, readiness
 from gpu_tenancy.errors import BadRequest
 from gpu_tenancy.timeutil import rfc3339_stored as stamp
 
@@ -28,13 +28,14 @@ SHOWN = ("id", "name", "project_id", "user_id", "status", "shape", "gpu_model", 
          "preemptible", "borrowing", "early_end_kind", "early_end_at", "early_end_for", "early_end_reason",
          "image", "volume_id", "volume_size_gb", "key_name", "queue_position", "queue_eta", "queue_reasons",
          "readiness_probe", "failure_class", "failure_message", "boot", "flavor_id", "flavor_name",
-         "created_at", "updated_at")
+         "created_at", "updated_at", "network_via", "network_id", "network_name", "floating_ip", "ssh_user")
 # the keys render_view() answers, in order: the Lease schema of /v1/openapi.json is built
 # from this list (api/response_schemas.py), so the two cannot drift apart unnoticed
 FIELDS = ("id", "name", "project_id", "user_id", "status", "shape", "gpu_model", "gpus_per_instance", "instances",
           "requested_start", "latest_start", "duration", "start", "end", "priority", "priority_class",
           "preemptible", "borrowing", "early_end", "boot", "flavor", "vms_free", "image", "volume", "key_name",
-          "queue", "allocations", "servers", "ready", "readiness", "failure", "failures", "created_at", "updated_at", "links")
+          "queue", "allocations", "servers", "ready", "readiness", "failure", "failures", "created_at", "updated_at",
+          "links", "network", "floating_ip")
 
 
 def render(row: m.Lease) -> dict:
@@ -97,7 +98,8 @@ def render_view(row, allocations, servers, failures, href: str, operator: bool =
                    "reasons": row.queue_reasons or []} if row.status in WAITING else None),
         "allocations": [{"instance": a.vm_index, "host": a.host, "gpus": a.gpus,
                          "start": stamp(a.start_at), "end": stamp(a.end_at)} for a in allocations],
-        "servers": [{"instance": s.vm_index, "id": s.cloud_id, "host": s.host, "status": s.status}
+        "servers": [{"instance": s.vm_index, "id": s.cloud_id, "host": s.host, "status": s.status,
+                     "addresses": s.addresses or [], "ssh": networking.ssh_line(row.ssh_user, s.addresses)}
                     for s in servers],
         "ready": readiness.is_ready(row, servers),
         "readiness": readiness.summary(row, servers),
@@ -107,6 +109,8 @@ def render_view(row, allocations, servers, failures, href: str, operator: bool =
         "created_at": stamp(row.created_at),
         "updated_at": stamp(row.updated_at),
         "links": [{"rel": "self", "href": href}],
+        "network": networking.render_network(row),
+        "floating_ip": row.floating_ip,
     }
 
 
@@ -155,7 +159,7 @@ def children(among) -> tuple:
     return (select(a.lease_id, a.vm_index, a.host, a.gpus, a.start_at, a.end_at)
             .where(a.lease_id.in_(among)).order_by(a.lease_id, a.vm_index),
             select(s.lease_id, s.vm_index, s.cloud_id, s.host, s.status, s.readiness, s.readiness_detail,
-                   s.readiness_at).where(s.lease_id.in_(among)).order_by(s.lease_id, s.vm_index),
+                   s.readiness_at, s.addresses).where(s.lease_id.in_(among)).order_by(s.lease_id, s.vm_index),
             select(f.lease_id, f.at, f.attempt, f.failure_class, f.message, f.hosts, f.action, f.retry_at)
             .where(f.lease_id.in_(among)).order_by(f.lease_id, f.id))
 

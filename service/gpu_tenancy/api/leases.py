@@ -12,7 +12,7 @@ from gpu_tenancy.api.validation import json_body, query_int
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.engine import audit as audit_log, leases, ledger, volumes
+from gpu_tenancy.engine import audit as audit_log, leases, ledger, networking, volumes
 from gpu_tenancy.engine.decision_hook import DecisionHook, decide
 from gpu_tenancy.errors import BadRequest, NotFound
 from gpu_tenancy.guest.readiness_probe import readiness_url
@@ -56,6 +56,10 @@ CREATE = {
                  "description": "service (default): the service boots the VMs with the standard image; "
                                 "tenant: the service boots nothing, the project's members boot up to "
                                 "`instances` servers with the lease's flavor while it is active"},
+        "network": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"^[^\x00-\x1f]*$",
+                    "description": "id or name of a network the project can use (default: its only "
+                                   "network, else the operator's default, else one made for it)"},
+        "floating_ip": {"type": "boolean", "description": "each VM gets a floating IP from the external network"},
     },
 }
 
@@ -123,6 +127,8 @@ def create():
     if (body.get("volume") or {}).get("id"):   # asked of the cloud before any transaction is open
         volumes.check_owned(rt.runtime().cloud_driver(), rt.context().project_id, body["volume"]["id"],
                             rt.is_admin())
+    network = (networking.Choice() if body.get("boot") == "tenant"   # the tenant's servers pick their own
+               else networking.choose(rt.runtime().cloud_driver(), rt.context().project_id, body, rt.is_admin()))
     if dry_run in ("true", "1"):
         with rt.transaction() as session:
             req, columns, planned = leases.preview(session, rt.now(), cfg.fairshare_half_life_seconds,
@@ -132,6 +138,7 @@ def create():
 
     def make(session, hook):
         row = leases.create(session, rt.now(), rt.caller(), body, hook, lease_id)
+        network.apply(row)
         rendered = render(row)
         # committed with the lease, so that no lease is ever without its record
         return row, rendered, rt.audit(session, "lease.create", row.id, row.project_id, None, rendered)

@@ -92,8 +92,12 @@ LEASE = {
                              description="for a waiting lease: its position, ETA and why it waits")),
     "allocations": {"type": "array", "items": closed({"instance": INTEGER, "host": STRING, "gpus": INTEGER,
                                                       "start": TIME, "end": TIME})},
-    "servers": {"type": "array", "items": closed({"instance": INTEGER, "id": nullable(STRING),
-                                                  "host": nullable(STRING), "status": nullable(STRING)})},
+    "servers": {"type": "array", "items": closed({
+        "instance": INTEGER, "id": nullable(STRING), "host": nullable(STRING), "status": nullable(STRING),
+        "addresses": {"type": "array", "description": "once ACTIVE: fixed and floating",
+                      "items": closed({"network": STRING, "ip": STRING,
+                                       "kind": {"type": "string", "enum": ["fixed", "floating"]}})},
+        "ssh": nullable({"type": "string", "description": "ready to copy: ssh <login>@<floating, else fixed IP>"})})},
     "ready": {"type": "boolean", "description": "active, and every VM reported its GPUs usable when the lease "
                                                 "asked for the readiness probe"},
     "readiness": nullable(ref("Readiness")),
@@ -102,6 +106,14 @@ LEASE = {
                  "description": "the lease's failure history: every failed attempt, classified, and what the "
                                 "engine did (retried elsewhere, re-placed off a down host, failed)"},
     "created_at": TIME, "updated_at": TIME, "links": LINKS,
+    "network": nullable(closed({
+        "id": nullable({"type": "string", "description": "null when the cloud allocates one (chosen_by auto)"}),
+        "name": nullable(STRING),
+        "chosen_by": {"type": "string", "enum": ["request", "only", "default", "auto"],
+                      "description": "asked for; the project's only network; the operator's default; "
+                                     "auto-allocated by the cloud"}},
+        description="the VMs' network; null on a cloud without tenant networks")),
+    "floating_ip": {"type": "boolean", "description": "each VM gets a floating IP"},
 }
 
 READINESS = {

@@ -79,6 +79,10 @@ class BootRequest:
     user_data: str | None = None
     name: str = ""
     user_id: str | None = None    # who asked for the lease (key pairs belong to users in Nova)
+    # the lease's network: an id, "auto" (auto-allocated topology), or None (the driver's own
+    # setting: leases made before networks were chosen per lease, or a cloud without them)
+    network_id: str | None = None
+    security_group: str | None = None   # id of the project's group (ensure_security_group)
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,24 @@ class Address:
     network: str
     ip: str
     kind: str = "fixed"       # fixed, floating
+
+
+@dataclass(frozen=True)
+class NetworkInfo:
+    """A network a project can boot on or take floating IPs from, as Neutron shows it."""
+    id: str
+    name: str
+    project_id: str | None    # its owner
+    shared: bool = False      # every project may boot on it
+    external: bool = False    # router:external: floating IPs come from it (no boot on it unless shared)
+
+
+@dataclass(frozen=True)
+class NetworkPolicy:
+    """The operator's network settings, from the driver options (cloud/builtin.py)."""
+    default_network: str | None = None    # id or name, for leases that name none
+    ssh_cidrs: tuple[str, ...] = ()       # SSH (tcp 22) is open from these only; none: SSH stays closed
+    ssh_user: str = "ubuntu"              # the login shown when the image has no os_admin_user
 
 
 @dataclass(frozen=True)
@@ -251,3 +273,48 @@ class CloudDriver(abc.ABC):
     @abc.abstractmethod
     def list_tagged(self) -> list[CloudObject]:
         """Every server, volume and flavor that carries a lease tag or is one of ours."""
+
+    # --- networks (issue 17): chosen per lease at request time, made before boot ----------
+    # A driver without them keeps tenant_networks() False: leases then boot as the driver
+    # always did and a lease naming a network or a floating IP is refused.
+    network_policy: NetworkPolicy = NetworkPolicy()
+    SECURITY_GROUP = "gpu-tenancy-ssh"
+
+    def tenant_networks(self) -> bool:
+        """Whether VMs get the lease's network (False: the cloud has none, or the operator
+        turned them off)."""
+        return False
+
+    def project_networks(self, project_id: str) -> list[NetworkInfo]:
+        """Networks the project can use: its own, shared ones, and external ones (for floating
+        IPs), each said which."""
+        raise NotImplementedError
+
+    def auto_allocation(self) -> bool:
+        """Whether the cloud makes a project's network on its first boot (Neutron's
+        auto-allocated topology: `networks="auto"` in Nova)."""
+        return False
+
+    def ensure_security_group(self, project_id: str) -> str:
+        """The project's group SECURITY_GROUP (made once, in the project): ingress SSH (tcp 22)
+        from network_policy.ssh_cidrs and ICMP from anywhere, egress as Neutron makes it.
+        A CIDR added to ssh_cidrs later gets its rule; no rule is ever removed (the tenant may
+        have added their own). Returns its id."""
+        raise NotImplementedError
+
+    def ensure_floating_ip(self, lease_id: str, project_id: str, server_id: str) -> str:
+        """A floating IP from the external network on the server's port, in the project, described
+        with the lease and server so it is found again; returns its address (idempotent)."""
+        raise NotImplementedError
+
+    def release_floating_ips(self, lease_id: str) -> None:
+        """Release every floating IP made for the lease (no-op when none is left)."""
+        raise NotImplementedError
+
+    def floating_ip_leases(self) -> set[str]:
+        """Lease ids with a floating IP of theirs still allocated (for reconcile after a crash)."""
+        return set()
+
+    def image_login_user(self, image_ref: str) -> str | None:
+        """The image's os_admin_user property (the user to log in as), if it has one."""
+        return None

@@ -52,12 +52,14 @@ from gpu_tenancy.cloud.driver import (
     LEASE_TAG, BootRequest, CloudDriver, CloudError, CloudObject, HostInfo, ServerState, VolumeInfo,
     VolumeRequest)
 from gpu_tenancy.cloud.simulated_leases import NO_VALID_HOST, LeaseFlavors
+from gpu_tenancy.cloud.simulated_networks import SimulatedNetworks
 from gpu_tenancy.domain.failures import FailureClass
 
 OPERATIONS = ("ensure_volume", "boot", "attach_volume", "delete_server", "check_image",
               "project_volumes", "check_volume_owner", "server_error", "ensure_lease_class",
               "set_lease_inventory", "ensure_lease_flavor", "grant_lease_flavor", "revoke_lease_flavor",
-              "remove_lease_inventory", "remove_lease_flavor", "remove_lease_class")
+              "remove_lease_inventory", "remove_lease_flavor", "remove_lease_class", "project_networks",
+              "ensure_security_group", "ensure_floating_ip", "release_floating_ips")
 F = FailureClass
 # The cloud's own words per class, worded so the engine's fault classifier recognises them.
 DEFAULT_FAULTS = {
@@ -90,6 +92,8 @@ class _Server:
     release_seconds: int | None = None   # from delete to its GPUs' release (set by delete_server)
     tagged: bool = True       # carries the lease tag (the service's boots; a tenant's do not)
     lease_unit: bool = False  # booted with a lease flavor: holds a unit of its class with the GPUs
+    network_id: str | None = None        # its port (cloud/simulated_networks.py)
+    fixed_ip: str | None = None
 
 
 @dataclass
@@ -102,7 +106,7 @@ class _Volume:
     attached_to: str | None = None
 
 
-class SimulatedCloud(LeaseFlavors, CloudDriver):
+class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
     name = "simulated"
 
     def __init__(self, config: dict, clock):
@@ -129,6 +133,7 @@ class SimulatedCloud(LeaseFlavors, CloudDriver):
         self._failures: dict[str, list] = {}   # operation -> [failure_class, times left, message]
         self._slow_deletes: list[int] = [0, 0]   # [seconds, deletes left]: slower than delete_seconds
         self._lock = threading.RLock()
+        self._init_networks(config)
         if config.get("state_file"):   # shared with other processes (crash tests): cloud/simulated_state.py
             from gpu_tenancy.cloud.simulated_state import StateFileLock
             self._lock = StateFileLock(config["state_file"], self)
@@ -273,6 +278,7 @@ class SimulatedCloud(LeaseFlavors, CloudDriver):
                 server.gpus = flavor["gpus"]  # claimed now, like the scheduler's Placement claim
             else:
                 server.fault = NO_VALID_HOST
+            self._plug(server, request.network_id)
             self._servers[server.id] = server
             return server.id
 
@@ -306,7 +312,8 @@ class SimulatedCloud(LeaseFlavors, CloudDriver):
             now = self.clock.now()
             status = self._status(server, now)
             return ServerState(server.id, status, server.host, self._fault(server, now),
-                               "spawning" if status == "BUILD" else None)
+                               "spawning" if status == "BUILD" else None, server.name, server.project_id,
+                               self._addresses(server) if status == "ACTIVE" else ())
 
     def delete_server(self, server_id: str) -> None:
         with self._lock:

@@ -71,6 +71,7 @@ def dump(cloud) -> dict:
         "slow_deletes": cloud._slow_deletes,
         "lease_classes": cloud._lease_classes,
         "lease_inventory": cloud._lease_inventory,
+        "networking": cloud._dump_networks(),
     }
 
 
@@ -85,3 +86,4 @@ def load(cloud, state: dict) -> None:
     cloud._slow_deletes = state.get("slow_deletes", [0, 0])
     cloud._lease_classes = state.get("lease_classes", [])
     cloud._lease_inventory = state.get("lease_inventory", {})
+    cloud._load_networks(state.get("networking"))

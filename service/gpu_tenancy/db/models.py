@@ -117,6 +117,14 @@ class Lease(Base):
     boot: Mapped[str] = mapped_column(String(16), default="service", server_default="service")
     flavor_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     flavor_name: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    # the lease's network (engine/networking.py), chosen when it was asked for: by which rule
+    # (request, only, default, auto; none: VMs boot as the driver does without one), its id
+    # (none when auto-allocated) and name; floating IPs asked for; who logs in (at boot)
+    network_via: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    network_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    network_name: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    floating_ip: Mapped[bool] = mapped_column(Boolean, default=False)
+    ssh_user: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTC)
     updated_at: Mapped[datetime] = mapped_column(UTC)
 
@@ -236,6 +244,8 @@ class Server(Base):
     readiness: Mapped[str | None] = mapped_column(String(16), nullable=True)
     readiness_detail: Mapped[str | None] = mapped_column(Text, nullable=True)
     readiness_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
+    # its addresses once ACTIVE: [{"network", "ip", "kind": fixed|floating}]
+    addresses: Mapped[list | None] = mapped_column(JSON, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(UTC)
     lease: Mapped[Lease] = relationship(back_populates="servers")
     __table_args__ = (UniqueConstraint("lease_id", "vm_index", name="uq_servers_lease_vm"),)

@@ -18,6 +18,7 @@ class FailureClass(enum.StrEnum):
     IMAGE = "image"
     KEY_PAIR = "key_pair"
     VOLUME = "volume"
+    NETWORK = "network"
     NOVA_QUOTA = "nova_quota"
     FORBIDDEN = "forbidden"
     BOOT_TIMEOUT = "boot_timeout"
@@ -56,6 +57,9 @@ RULES: dict[FailureClass, FailureRule] = {
         "the key pair named in the lease is not one of the user's key pairs", "none: the user names another", N),
     F.VOLUME: FailureRule(
         "the data volume could not be made or attached", "check Cinder and the project's volume quota", N),
+    F.NETWORK: FailureRule(
+        "the lease's network could not be used or its floating IP could not be made",
+        "check Neutron: the network, its router to the external network, the floating IP pool and quota", N),
     F.NOVA_QUOTA: FailureRule(
         "the project's cloud quota is exhausted", "raise the project's Nova quota", N),
     F.FORBIDDEN: FailureRule(

@@ -94,7 +94,7 @@ def build_request(session: Session, now: int, caller: Caller, body: dict,
 
 
 # what the service's own boots use; a lease the tenant boots has none of it
-SERVICE_BOOT_ONLY = ("image", "volume", "key_name", "user_data", "readiness_probe")
+SERVICE_BOOT_ONLY = ("image", "volume", "key_name", "user_data", "readiness_probe", "network", "floating_ip")
 
 
 def check_tenant_boot(body: dict) -> None:
@@ -102,7 +102,7 @@ def check_tenant_boot(body: dict) -> None:
     if given:
         raise BadRequest(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to a lease with "
                          '"boot": "tenant": the tenant boots its servers with the lease\'s flavor and its own '
-                         "image, volume, key pair and user data; ask without "
+                         "image, volume, key pair, user data and network; ask without "
                          + ", ".join(given), "gpu_tenancy.not_for_tenant_boot")
 
 

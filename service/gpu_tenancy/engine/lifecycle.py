@@ -19,7 +19,8 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.domain.failures import FailureClass, classify_fault, rule
 from gpu_tenancy.domain.states import FINAL, LeaseState
-from gpu_tenancy.engine import early_ends, held, host_failure, lease_flavor, readiness, releasing, retry, webhooks
+from gpu_tenancy.engine import (early_ends, held, host_failure, lease_flavor, networking, readiness, releasing,
+                                retry, webhooks)
 from gpu_tenancy.engine.crashpoints import crash_point
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.engine.leases import end_allocations_at
@@ -159,6 +160,7 @@ class Lifecycle:
             pending = [(s.vm_index, s.host, readiness.user_data(row, s.vm_index, self.config.readiness_url))
                        for s in row.servers if s.cloud_id is None]
             extra = dict(key_name=row.key_name, user_id=row.user_id)
+            extra.update(networking.boot_fields(row))
             name = row.name
             started = to_epoch(row.start_at)
         if tenant:
@@ -171,6 +173,7 @@ class Lifecycle:
             if flavor_id is None:
                 return
             self.cloud.check_image(image.cloud_ref if image else "")
+            networking.before_boot(self, lease_id, project, extra, image.cloud_ref)
             if volume_id or size:
                 volume_id = self.cloud.ensure_volume(project, lease_id, VolumeRequest(size, volume_id))
                 crash_point("volume_made")
@@ -210,6 +213,8 @@ class Lifecycle:
             crash_point("active_seen")
             if volume_id:
                 self.cloud.attach_volume(states[0].id, volume_id)
+            if not networking.on_active(self, lease_id, states, now - started):
+                return
             with session_scope(self.sessions) as session:
                 row = session.get(m.Lease, lease_id)
                 why = (f"all {len(states)} VM(s) active; ends at {rfc3339(to_epoch(row.end_at))}"
@@ -268,9 +273,10 @@ class Lifecycle:
 
     def finish_end(self, lease_id: str) -> None:
         """Revoke the flavor, delete the servers, the service's and the tenant's (volumes are
-        detached and kept), then the inventory, flavor and class (engine/lease_flavor.py);
-        ended once the GPUs are released and all of that is gone."""
-        if not lease_flavor.teardown(self, lease_id):
+        detached and kept), then the inventory, flavor and class (engine/lease_flavor.py), then
+        the lease's floating IPs (engine/networking.py); ended once the GPUs are released and
+        all of that is gone."""
+        if not lease_flavor.teardown(self, lease_id) or not networking.release(self, lease_id):
             return  # the next tick looks again
         now = self.clock.now()
         with session_scope(self.sessions) as session:
@@ -292,8 +298,10 @@ class Lifecycle:
     # --- reconcile --------------------------------------------------------------------------
     def reconcile(self) -> None:
         """Delete tagged servers whose lease is over or unknown (left by a crash), and what
-        such a lease left of its flavor (engine/lease_flavor.py); remove every per-project
-        flavor of the first wave (a lease now boots with its own)."""
+        such a lease left of its flavor (engine/lease_flavor.py) and its floating IPs
+        (engine/networking.py); remove every per-project flavor of the first wave (a lease
+        now boots with its own)."""
+        networking.reconcile(self)
         try:
             objects = self.cloud.list_tagged()
         except CloudError as exc:

@@ -36,3 +36,21 @@ class RecordColumn(columns.FormattableColumn):
 
     def machine_readable(self):
         return self._value
+
+
+class ServersColumn(columns.FormattableColumn):
+    """A lease's VMs, one line each, their addresses as `ip (kind on network)`."""
+
+    def human_readable(self) -> str:
+        lines = []
+        for server in self._value or []:
+            flat = {k: v for k, v in server.items() if k not in ("addresses", "ssh")}
+            line = ", ".join(f"{k}={v}" for k, v in flat.items())
+            if server.get("addresses"):
+                line += ", addresses=" + " ".join(f"{a['ip']} ({a['kind']} on {a['network']})"
+                                                  for a in server["addresses"])
+            lines.append(line)
+        return "\n".join(lines)
+
+    def machine_readable(self):
+        return self._value

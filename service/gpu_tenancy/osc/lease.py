@@ -10,7 +10,7 @@ from osc_lib.command import command
 
 from gpu_tenancy.domain.states import FINAL, LeaseState
 from gpu_tenancy.osc.client import ApiError
-from gpu_tenancy.osc.columns import QueueColumn, RecordColumn, RecordsColumn
+from gpu_tenancy.osc.columns import QueueColumn, RecordColumn, RecordsColumn, ServersColumn
 from gpu_tenancy.timeutil import parse_duration
 
 log = logging.getLogger(__name__)
@@ -18,11 +18,10 @@ log = logging.getLogger(__name__)
 # the lease's fields as the API names them, in the order `show` prints them
 FIELDS = ("id", "name", "status", "project_id", "user_id", "shape", "gpu_model", "gpus_per_instance",
           "instances", "requested_start", "latest_start", "duration", "start", "end", "priority", "priority_class",
-          "preemptible", "borrowing", "boot", "flavor", "vms_free", "image", "volume", "key_name", "queue",
-          "allocations", "servers", "failure",
-          "created_at", "updated_at")
-FORMATTERS = {"queue": QueueColumn, "allocations": RecordsColumn, "servers": RecordsColumn,
-              "volume": RecordColumn, "failure": RecordColumn, "flavor": RecordColumn}
+          "preemptible", "borrowing", "boot", "flavor", "vms_free", "image", "volume", "key_name", "network",
+          "floating_ip", "queue", "allocations", "servers", "ssh", "failure", "created_at", "updated_at")
+FORMATTERS = {"queue": QueueColumn, "allocations": RecordsColumn, "servers": ServersColumn,
+              "volume": RecordColumn, "failure": RecordColumn, "flavor": RecordColumn, "network": RecordColumn}
 FINAL_STATES = {state.value for state in FINAL}
 # how --wait reports a lease that did not become active
 OUTCOMES = {"failed": "failed", "cancelled": "was cancelled", "expired": "expired: its latest start passed",
@@ -31,6 +30,8 @@ WAIT_INTERVAL = 2.0
 
 
 def show_lease(lease: dict) -> tuple[tuple, tuple]:
+    if lease.get("servers"):   # each VM's login, one line each, ready to copy
+        lease = {**lease, "ssh": "\n".join(s["ssh"] for s in lease["servers"] if s.get("ssh")) or None}
     fields = tuple(f for f in FIELDS if f in lease)
     return fields, tuple(FORMATTERS[f](lease[f]) if f in FORMATTERS else lease[f] for f in fields)
 
@@ -115,6 +116,11 @@ class CreateLease(command.ShowOne):
         volume.add_argument("--volume-size", metavar="<size-gb>", type=int, help="a new data volume of this size")
         volume.add_argument("--volume", metavar="<volume-id>", help="the project's own data volume")
         parser.add_argument("--key-name", metavar="<key-name>", help="ssh key pair for the VMs")
+        parser.add_argument("--network", metavar="<network>",
+                            help="network of the VMs, id or name (default: the project's only network, "
+                                 "else the operator's default)")
+        parser.add_argument("--floating-ip", action="store_true", default=None,
+                            help="give each VM a floating IP from the external network")
         parser.add_argument("--user-data", metavar="<file>", help="file of user data (cloud-init) for the VMs")
         priority = parser.add_mutually_exclusive_group()
         priority.add_argument("--priority-class", metavar="<class>",
@@ -132,7 +138,7 @@ class CreateLease(command.ShowOne):
         client = self.app.client_manager.gpu
         body = {"shape": args.shape, "duration": args.duration}
         for field in ("name", "instances", "start", "latest_start", "boot", "image", "key_name", "priority",
-                      "priority_class"):
+                      "priority_class", "network", "floating_ip"):
             if getattr(args, field) is not None:
                 body[field] = getattr(args, field)
         if args.volume_size is not None:

@@ -24,6 +24,7 @@ from gpu_tenancy.cloud.openstack.capacity import GpuInventory
 from gpu_tenancy.cloud.openstack.connection import Connections, connect
 from gpu_tenancy.cloud.openstack.errors import CALL_ERRORS, wrap
 from gpu_tenancy.cloud.openstack.lease_flavors import LeaseFlavors
+from gpu_tenancy.cloud.openstack.networks import OpenStackNetworks
 from gpu_tenancy.domain.failures import FailureClass
 
 F = FailureClass
@@ -35,7 +36,7 @@ VM_TAG = "gpu_tenancy_vm"
 FLAVOR_PREFIX = "gt-"
 
 
-class OpenStackCloud(CloudDriver):
+class OpenStackCloud(OpenStackNetworks, CloudDriver):
     name = "openstack"
 
     def __init__(self, conn, *, resource_classes: dict[str, str], network: str = "auto",
@@ -222,8 +223,8 @@ class OpenStackCloud(CloudDriver):
                     return server.id     # asked before a crash: the same server
             attrs = dict(name=request.name or f"gt-{request.lease_id[:8]}-{request.vm_index}",
                          flavor_id=request.flavor_id, image_id=request.image_ref, host=request.host,
-                         networks=self.network,
-                         metadata={LEASE_TAG: request.lease_id, VM_TAG: str(request.vm_index)})
+                         metadata={LEASE_TAG: request.lease_id, VM_TAG: str(request.vm_index)},
+                         **self._boot_networks(request))
             if request.key_name:
                 attrs["key_name"] = self._boot_key(compute, request)
             if request.user_data:
@@ -257,7 +258,8 @@ class OpenStackCloud(CloudDriver):
             raise wrap(exc, f"reading server {server_id} failed") from exc
         status = "DELETED" if server.status in ("DELETED", "SOFT_DELETED") else server.status
         fault = (server.fault or {}).get("message") if status == "ERROR" else None
-        return ServerState(server.id, status, server.compute_host, fault, server.task_state)
+        return ServerState(server.id, status, server.compute_host, fault, server.task_state,
+                           addresses=self._addresses(server))
 
     def attach_volume(self, server_id: str, volume_id: str) -> None:
         compute = self.admin.compute
