@@ -305,7 +305,7 @@ def test_kill_9_at_each_floating_ip_step_then_restart_leaves_no_floating_ip(tmp_
     with session_scope(runtime.sessions) as session:
         seed(session, clock.now(), cloud.images())
     runtime.engine.lifecycle.refresh_hosts()
-    lease = ask(app.test_client(), shape="a100.x4", instances=2, duration=6, floating_ip=True)["lease"]
+    lease = ask(app.test_client(), shape="a100.x4", instances=2, duration="PT6S", floating_ip=True)["lease"]
     try:
         outcome = crash_then_restart(tmp_path, config_path, runtime.sessions, lease["id"], step)
         assert outcome.killed, f"the engine was not killed at {step}: {outcome.engine_logs}"
