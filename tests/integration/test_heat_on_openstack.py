@@ -143,10 +143,8 @@ def test_a_stack_from_the_template_with_a_plain_flavor(alice, admin, projects, p
 
 
 def lease_hosts(lease) -> set[str]:
-    """The hosts the lease holds GPUs on: `hosts` (names, or objects with `host` or `name`),
-    else its servers'."""
-    hosts = lease.get("hosts") or [s.get("host") for s in lease.get("servers") or []]
-    return {(h.get("host") or h.get("name")) if isinstance(h, dict) else h for h in hosts if h}
+    """The hosts the lease holds GPUs on (its allocations)."""
+    return {a["host"] for a in lease["allocations"]}
 
 
 def test_a_stack_inside_a_tenant_boot_lease_gets_the_leases_host_and_no_more(

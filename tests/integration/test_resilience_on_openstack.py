@@ -12,7 +12,7 @@ import pytest
 from gpu_tenancy.db import models as m
 from tests.consistency import assert_consistent
 from tests.crash_harness import crash_then_restart, write_config
-from tests.integration.conftest import CLOUDS, auth, gpu_usage, tagged_servers, wait_for
+from tests.integration.conftest import ISOLATION_SPECS, CLOUDS, auth, gpu_usage, tagged_servers, wait_for
 
 COMPUTE = Path(__file__).parents[2] / "scripts" / "loopback" / "compute.sh"
 
@@ -123,7 +123,7 @@ def test_kill_9_of_the_engine_at_boot_and_delete_leaves_nothing_behind(os_app, a
     runtime = os_app.extensions["gpu_tenancy"]
     config_path = write_config(tmp_path, database_url=keystone_config.database_url, auth_strategy="noauth2",
                                cloud_driver="openstack", clouds_yaml_cloud="gt-service", clouds_yaml_file=CLOUDS,
-                               cloud_network="none")
+                               cloud_network="none", flavor_extra_specs=ISOLATION_SPECS)  # the GPU hosts' way in
     lease = api.post("/v1/leases", json={"shape": "a100.x2", "duration": "PT45S", "volume": {"size_gb": 1}},
                      headers=auth(alice)).get_json()["lease"]
     outcome = crash_then_restart(tmp_path, config_path, runtime.sessions, lease["id"], step, timeout=150)
