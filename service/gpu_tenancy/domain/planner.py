@@ -26,13 +26,14 @@ small leases past the bound cannot turn the queue into a first-come one.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
-from .capacity import INF, ModelIndex, StepProfile, can_ever_fit, largest_free_block  # noqa: F401
+from .capacity import ModelIndex, can_ever_fit, largest_free_block
 from .fairshare import share_score
 from .model import Hold, Host, LeaseRequest, Placement, Plan, PlannedLease, QuotaLimit, Reason
+from .profile import INF, StepProfile
 
 __all__ = [
     "PlannerSettings", "plan", "extension_conflicts", "can_ever_fit", "largest_free_block",
@@ -124,7 +125,8 @@ def bound_protected(waiting: Sequence[LeaseRequest], now: int, settings: Planner
 
 def order_key(lr: LeaseRequest, quotas: Mapping[tuple[str, str], QuotaLimit],
               usage: Mapping[tuple[str, str], float] | None, now: int = 0,
-              settings: PlannerSettings = PlannerSettings(), protected: set[str] | None = None):
+              settings: PlannerSettings = PlannerSettings(),
+              protected: set[str] | None = None) -> tuple[int, int, float, int, int, str]:
     """Planner order: priority desc; then leases past the wait bound (those of
     `protected`, by default every one), by when they reached it; then the rest
     by fair share asc, created_at asc; then the order they were asked in (arrival: leases
@@ -197,8 +199,8 @@ def _fast_capacity(now: int, hosts: Sequence[Host], holds: Sequence[Hold]) -> di
 
 @dataclass(frozen=True)
 class Backend:
-    capacity: object = _fast_capacity   # (now, hosts, holds) -> {model: index}
-    quota: object = QuotaBook           # (now, quotas, holds) -> book
+    capacity: Callable[[int, Sequence[Host], Sequence[Hold]], dict[str, ModelIndex]] = _fast_capacity
+    quota: Callable[[int, Mapping[tuple[str, str], QuotaLimit], Sequence[Hold]], QuotaBook] = QuotaBook
 
 
 FAST = Backend()
@@ -230,7 +232,7 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
         if never is not None:
             pl.reasons.append(never)
         elif lr.preemptible:
-            _place_preemptible(now, lr, pl, run.indexes.get(lr.gpu_model), ahead.total, settings.release_allowance)
+            _place_preemptible(now, lr, pl, run.indexes[lr.gpu_model], ahead.total, settings.release_allowance)
         else:
             assert q is not None   # first_unplaceable_reason: a lease within quota has one
             slot = run.earliest_nominal_start(lr, q)
@@ -392,7 +394,7 @@ class _Run:
         if need > q.gpus:
             return slot
         p, m, d = lr.project_id, lr.gpu_model, lr.duration + self.settings.release_allowance
-        mi = self.indexes.get(m)
+        mi = self.indexes[m]
         t = max(self.now, lr.earliest_start)
         pushed_to = None   # capacity's answer when it pushed t later
         while True:
@@ -497,7 +499,7 @@ def _no_slot_reason(lr: LeaseRequest, q: QuotaLimit) -> Reason:
     return Reason("capacity", f"no slot found for {need} {m} GPUs")  # pragma: no cover - capacity tails are free
 
 
-def _place_preemptible(now: int, lr: LeaseRequest, pl: PlannedLease, mi: ModelIndex | None, ahead: int,
+def _place_preemptible(now: int, lr: LeaseRequest, pl: PlannedLease, mi: ModelIndex, ahead: int,
                        allowance: int = 0) -> None:
     """A preemptible lease takes no quota and any size, wherever GPUs are idle; it
     reserves capacity only (so nothing within quota is planned around it)."""
@@ -527,7 +529,7 @@ def _gh(u: float) -> str:
     return f"{u:.0f}" if u >= 10 else f"{u:.1f}"
 
 
-def _first(k: int) -> str:
+def _first(k: int | None) -> str:
     return "the first lease to reach it goes" if k == 1 else f"the first {k} leases to reach it go"
 
 
@@ -584,31 +586,10 @@ def extension_conflicts(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
         out.append(f"the lease would last {_dur(new_end - start)}; project {p} may hold {m} GPUs "
                    f"for at most {_dur(q.max_duration)}")
 
-    # capacity on its own hosts
     profiles = HostProfiles(hosts)
     on_host = _gpus_by_host(mine)
-    for hname in sorted(on_host):
-        prof = profiles.free(now, hname, others)
-        if prof is None:
-            continue
-        lo = max(old_held, now)
-        if prof.min_on(lo, new_held) < on_host[hname]:
-            t = prof.first_below(lo, on_host[hname])
-            out.append(f"host {hname} is committed to another lease from {fmt_time(t)}; "
-                       f"extending to {fmt_time(new_end)} would over-commit it; the GPUs are free "
-                       f"until {fmt_time(t - allowance)}")
-
-    # quota at every instant
-    limit = q.gpus + (q.borrow_gpus if any(h.borrowing for h in mine) else 0)
-    qprof = StepProfile(now, limit)
-    for h in others + extended:
-        if h.project_id == p and h.gpu_model == m and h.end > now:
-            qprof.add(h.start, h.end, -h.gpus)
-    lo = max(old_held, now)
-    if qprof.min_on(lo, new_held) < 0:
-        t = qprof.first_below(lo, 0)
-        out.append(f"project {p} would hold {limit - qprof.min_on(lo, new_held)} of {q.gpus} {m} GPUs "
-                   f"at {fmt_time(t)}")
+    out += _host_conflicts(now, profiles, others, on_host, old_held, new_end, allowance)
+    out += _quota_conflict(now, q, p, m, others + extended, old_held, new_held, any(h.borrowing for h in mine))
     if out:
         return out
 
@@ -616,29 +597,61 @@ def extension_conflicts(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
     settings = replace(settings, release_allowance=allowance)
     before = plan(now, hosts, holds, quotas, waiting, usage, settings)
     after = plan(now, hosts, others + extended, quotas, waiting, usage, settings)
-    delayed = []
-    for lid, pb in before.leases.items():
-        if pb.placement is None:
-            continue
-        pa = after.leases[lid]
-        if pa.placement is None or pa.placement.start > pb.placement.start:
-            delayed.append((lid, pb, pa))
-    if delayed:
-        gpv = {lr.lease_id: lr.gpus_per_vm for lr in waiting}
-        free_until = _free_until(now, profiles, others, on_host, before, gpv, old_held)
-        if free_until is not None:
-            free_until -= allowance   # the end that leaves the allowance before the next lease
-        for lid, pb, pa in delayed:
-            would = (f"would start at {fmt_time(pa.placement.start)}" if pa.placement
-                     else "would find no slot")
-            msg = (f"extending to {fmt_time(new_end)} would delay lease {lid} "
-                   f"(planned at {fmt_time(pb.placement.start)}, {would})")
-            if free_until is not None and free_until > old_end:
-                msg += f"; the GPUs are free until {fmt_time(free_until)}"
-            elif free_until is not None:
-                msg += f"; the GPUs are not free past its end at {fmt_time(old_end)}"
-            out.append(msg)
+    delayed = [(lid, pb.placement, after.leases[lid].placement) for lid, pb in before.leases.items()
+               if pb.placement is not None and _later(pb.placement, after.leases[lid].placement)]
+    if not delayed:
+        return out
+    gpv = {lr.lease_id: lr.gpus_per_vm for lr in waiting}
+    free_until = _free_until(now, profiles, others, on_host, before, gpv, old_held)
+    if free_until is not None:
+        free_until -= allowance   # the end that leaves the allowance before the next lease
+    for lid, was, would_be in delayed:
+        would = f"would start at {fmt_time(would_be.start)}" if would_be else "would find no slot"
+        msg = (f"extending to {fmt_time(new_end)} would delay lease {lid} "
+               f"(planned at {fmt_time(was.start)}, {would})")
+        if free_until is not None and free_until > old_end:
+            msg += f"; the GPUs are free until {fmt_time(free_until)}"
+        elif free_until is not None:
+            msg += f"; the GPUs are not free past its end at {fmt_time(old_end)}"
+        out.append(msg)
     return out
+
+
+def _later(before: Placement, after: Placement | None) -> bool:
+    return after is None or after.start > before.start
+
+
+def _host_conflicts(now: int, profiles: HostProfiles, others: Sequence[Hold], on_host: Mapping[str, int],
+                    old_held: int, new_end: int, allowance: int) -> list[str]:
+    """Its own hosts: the GPUs it holds must stay free beside the other holds until its new end."""
+    out = []
+    lo, new_held = max(old_held, now), new_end + allowance
+    for hname in sorted(on_host):
+        prof = profiles.free(now, hname, others)
+        if prof is None or prof.min_on(lo, new_held) >= on_host[hname]:
+            continue
+        t = prof.first_below(lo, on_host[hname])
+        assert t is not None   # it is below somewhere on [lo, new_held)
+        out.append(f"host {hname} is committed to another lease from {fmt_time(t)}; "
+                   f"extending to {fmt_time(new_end)} would over-commit it; the GPUs are free "
+                   f"until {fmt_time(t - allowance)}")
+    return out
+
+
+def _quota_conflict(now: int, q: QuotaLimit, p: str, m: str, holds: Sequence[Hold], old_held: int,
+                    new_held: int, borrowing: bool) -> list[str]:
+    """The project within its quota (and what it borrows, if it does) at every instant."""
+    limit = q.gpus + (q.borrow_gpus if borrowing else 0)
+    qprof = StepProfile(now, limit)
+    for h in holds:
+        if h.project_id == p and h.gpu_model == m and h.end > now:
+            qprof.add(h.start, h.end, -h.gpus)
+    lo = max(old_held, now)
+    if qprof.min_on(lo, new_held) >= 0:
+        return []
+    t = qprof.first_below(lo, 0)
+    assert t is not None   # it is below zero somewhere on [lo, new_held)
+    return [f"project {p} would hold {limit - qprof.min_on(lo, new_held)} of {q.gpus} {m} GPUs at {fmt_time(t)}"]
 
 
 def _gpus_by_host(mine: Sequence[Hold]) -> dict[str, int]:
