@@ -52,7 +52,9 @@ DEFAULT_WAIT_BOUND_LEASES: int | None = None
 
 @dataclass(frozen=True)
 class PlannerSettings:
-    fairshare_half_life: int = 7 * 24 * 3600   # used by fairshare.decayed_gpu_hours
+    # seconds in which past use counts half as much in fair share (the engine decays usage with it:
+    # engine/ledger.py, fairshare.decayed_gpu_hours)
+    fairshare_half_life: int = 7 * 24 * 3600
     # a lease that has waited this long (seconds) goes before fair share; None: never
     wait_bound: int | None = DEFAULT_WAIT_BOUND
     # ... or that has waited this many GPU-hours (GPUs x hours waited); None: never
@@ -63,6 +65,8 @@ class PlannerSettings:
     # seconds from a lease's end until the cloud has released its GPUs (domain/held.py): every
     # lease planned here is held that much longer, so the next lease's ETA includes it
     release_allowance: int = 0
+    # the operator's least release allowance: the engine's measured one is never below it (engine/held.py)
+    release_floor: int = 0
 
     @property
     def bounded(self) -> bool:
