@@ -18,7 +18,6 @@ from gpu_tenancy.clock import SystemClock
 from gpu_tenancy.cloud.registry import make_cloud
 from gpu_tenancy.config import Config
 from gpu_tenancy.db.session import make_engine, make_sessionmaker
-from gpu_tenancy.engine import limits, planner_settings
 from gpu_tenancy.errors import Unauthorized
 
 log = logging.getLogger(__name__)
@@ -30,8 +29,6 @@ MAX_BODY = 1024 * 1024
 
 def create_app(config: Config | None = None, *, clock=None, cloud=None, start_engine: bool | None = None) -> Flask:
     config = config or Config.load()
-    planner_settings.configure(config)
-    limits.configure(config)
     clock = clock or SystemClock()
     sessions = make_sessionmaker(make_engine(config.database_url))
     app = Flask("gpu_tenancy")
@@ -44,7 +41,7 @@ def create_app(config: Config | None = None, *, clock=None, cloud=None, start_en
         from gpu_tenancy.engine.lifecycle import Lifecycle
         from gpu_tenancy.engine.runner import EngineRunner
         runtime.cloud = cloud or make_cloud(config, clock)
-        runtime.engine = EngineRunner(Lifecycle(sessions, runtime.cloud, clock, config))
+        runtime.engine = EngineRunner(Lifecycle(sessions, runtime.cloud, clock, config, runtime.planner_settings))
         if start_engine if start_engine is not None else True:
             runtime.engine.start()
     else:   # an API worker: the few reads of the cloud it makes (GET /v1/volumes) get a driver when first asked

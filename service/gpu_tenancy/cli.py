@@ -118,12 +118,10 @@ def run_engine(args) -> int:
     from gpu_tenancy.cloud.registry import make_cloud
     from gpu_tenancy.clock import SystemClock
     from gpu_tenancy.db.session import make_engine, make_sessionmaker
-    from gpu_tenancy.engine import planner_settings
     from gpu_tenancy.engine.lifecycle import Lifecycle
     from gpu_tenancy.engine.runner import EngineRunner
 
     config = Config.load(args.config)
-    planner_settings.configure(config)
     clock = SystemClock()
     runner = EngineRunner(Lifecycle(make_sessionmaker(make_engine(config.database_url)),
                                     make_cloud(config, clock), clock, config))

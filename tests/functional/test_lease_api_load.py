@@ -99,24 +99,24 @@ def test_concurrent_creates_are_each_planned_and_never_overcommit(app, client, r
 
 def test_a_lease_planned_by_a_later_replan_is_only_read(client, runtime):
     """plan_new replans only when no replan has seen the lease since its commit."""
-    now, half_life = runtime.clock.now(), runtime.config.fairshare_half_life_seconds
+    now, settings = runtime.clock.now(), runtime.planner_settings
     caller = Caller("u", "ml-vision")
 
     def committed() -> str:
         with session_scope(runtime.sessions) as session:
-            return leases.create(session, now, caller, {"shape": "a100.x8", "duration": "PT1H"}).id
+            return leases.create(session, now, runtime.limits, caller, {"shape": "a100.x8", "duration": "PT1H"}).id
 
     first = committed()
     before = replans(client)
     with session_scope(runtime.sessions) as session:       # another request's replan, after the commit
-        ledger.replan(session, now, half_life)
+        ledger.replan(session, now, settings)
     with session_scope(runtime.sessions) as session:
-        assert ledger.plan_new(session, now, half_life, first).status == "scheduled"
+        assert ledger.plan_new(session, now, settings, first).status == "scheduled"
     assert tuple(b - a for a, b in zip(before, replans(client))) == (0, 1, 1)   # one replan, the other's
 
     second = committed()
     with session_scope(runtime.sessions) as session:
-        assert ledger.plan_new(session, now, half_life, second).status == "scheduled"
+        assert ledger.plan_new(session, now, settings, second).status == "scheduled"
     assert tuple(b - a for a, b in zip(before, replans(client))) == (1, 1, 2)
 
 
@@ -124,7 +124,7 @@ def test_a_create_whose_queued_lease_another_replan_has_positioned_does_not_repl
     """The cluster is full, so the new lease stays queued: a replan run by another
     request after its commit gives it a position, and the create then only reads it
     (outcome shared), and answers with that position, ETA and reasons."""
-    now, half_life = runtime.clock.now(), runtime.config.fairshare_half_life_seconds
+    now, settings = runtime.clock.now(), runtime.planner_settings
     for project in ("ml-vision", "ml-vision", "nlp-lab", "nlp-lab"):   # the demo cloud's 32 A100, all taken
         assert client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT2H"},
                            headers=headers(project)).get_json()["lease"]["status"] == "scheduled"
@@ -132,7 +132,7 @@ def test_a_create_whose_queued_lease_another_replan_has_positioned_does_not_repl
 
     def after_another_replan(row, record_id):
         with session_scope(runtime.sessions) as session:
-            ledger.replan(session, now, half_life)
+            ledger.replan(session, now, settings)
         with session_scope(runtime.sessions) as session:
             assert session.get(m.Lease, row.id).queue_position is not None
         return plan_created(row, record_id)

@@ -50,10 +50,10 @@ def test_ending_a_lease_in_the_second_it_began_provisioning_keeps_its_gpus_held(
     assert failures(runtime.sessions, nxt["id"]) == []
 
 
-def current_allowance(sessions):
+def current_allowance(runtime):
     from gpu_tenancy.engine import held
-    with session_scope(sessions) as s:
-        return held.allowance(s)
+    with session_scope(runtime.sessions) as s:
+        return held.allowance(s, runtime.planner_settings.release_floor)
 
 
 def test_a_reservation_waits_for_the_gpus_the_lease_before_it_still_holds(client, runtime, cloud, engine_tick):
@@ -67,7 +67,7 @@ def test_a_reservation_waits_for_the_gpus_the_lease_before_it_still_holds(client
     assert get(client, first["id"])["status"] == get(client, other["id"], "nlp-lab")["status"] == "active"
     host = hosts_of(runtime.sessions, first["id"])[0]
     end = runtime.clock.now() - 20 + 60
-    start = end + current_allowance(runtime.sessions)
+    start = end + current_allowance(runtime)
     nxt = ask(client, {"shape": "h100.x4", "duration": "PT60S",
                        "start": time_text(start)})
     assert nxt["status"] == "scheduled" and hosts_of(runtime.sessions, nxt["id"]) == [host]
@@ -219,14 +219,14 @@ def test_etas_down_a_chain_of_six_include_the_release_time(client, runtime, engi
 def test_the_allowance_follows_the_clouds_measured_release_times(client, runtime, cloud, engine_tick):
     """Case 5: the engine measures each delete-to-release time; a cloud slower than it says
     makes the next ETAs include its real release time."""
-    assert current_allowance(runtime.sessions) == 5          # the simulated cloud's own word
+    assert current_allowance(runtime) == 5          # the simulated cloud's own word
     cloud.slow_deletes(12, times=3)
     for project in ("ml-vision", "nlp-lab"):
         ask(client, {"shape": "h100.x4", "duration": "PT60S"}, project=project)
     engine_tick()
     for _ in range(90):
         engine_tick(advance=1)
-    assert current_allowance(runtime.sessions) == 12
+    assert current_allowance(runtime) == 12
     running = ask(client, {"shape": "h100.x4", "duration": "PT60S"})
     waiting = ask(client, {"shape": "h100.x4", "duration": "PT60S"})
     from gpu_tenancy.timeutil import parse_time
@@ -263,8 +263,9 @@ def test_a_gang_moved_off_a_down_host_waits_for_its_own_vm_still_being_released(
     assert cloud.free_gpus()[kept] == 0        # its old VM there is still being released ...
     with session_scope(runtime.sessions) as s:  # ... and the ledger holds those GPUs
         from gpu_tenancy.engine import held
-        assert kept in {h.host for h in held.held_between(s, runtime.clock.now(), runtime.clock.now(),
-                                                           runtime.clock.now() + 1)
+        now = runtime.clock.now()
+        assert kept in {h.host for h in held.held_between(s, now, now, now + 1,
+                                                           held.allowance(s, runtime.planner_settings.release_floor))
                         if h.lease_id != gang["id"]}
     for _ in range(8):
         engine_tick(advance=5)

@@ -45,15 +45,15 @@ MAX_TICKS = 3000         # engine passes in one advance: more means the engine n
 ACCEPTED = {"create": {201, 403}, "cancel": {204, 409}, "extend": {200, 400, 409}}
 
 
-def release_allowance(sessions) -> int:
+def release_allowance(runtime) -> int:
     """The seconds the planner now allows between a lease's end and the next use of its
     GPUs, where the engine has such an allowance (engine/held.py); else none."""
     try:
         from gpu_tenancy.engine import held
     except ImportError:
         return 0
-    with session_scope(sessions) as session:
-        return held.allowance(session)
+    with session_scope(runtime.sessions) as session:
+        return held.allowance(session, runtime.planner_settings.release_floor)
 
 
 @contextlib.contextmanager
@@ -117,7 +117,7 @@ class Driver:
                 self.report.ops[op["op"]] += 1
                 quiet = op["op"] == "advance" and self.settled()
                 fired, before = len(self.cloud.fired), self.snap
-                self.allowance = release_allowance(self.sessions)   # as the plan before the step had it
+                self.allowance = release_allowance(self.rt)   # as the plan before the step had it
                 self.apply(step, op)
                 quiet = quiet and len(self.cloud.fired) == fired and not self.cloud.fault_pending()
                 self.check(step, before, quiet)

@@ -1,4 +1,6 @@
-"""The wait bound is a configuration option that reaches the service's planner runs."""
+"""The planner's options (the wait bound, the fair-share half-life, the least release
+allowance) are configuration options that reach the service's planner runs: read once
+from the config (planner_settings.from_config) and passed explicitly, never global."""
 from __future__ import annotations
 
 import pytest
@@ -13,12 +15,6 @@ H = 3600
 M = "A100"
 
 
-@pytest.fixture(autouse=True)
-def default_settings():
-    yield
-    planner_settings.configure(Config())
-
-
 def inputs():
     q = {(p, M): QuotaLimit(p, M, 8) for p in ("heavy", "light")}
     waiting = [LeaseRequest("big", "heavy", M, 8, 1, H, NOW - 2 * H, None, NOW - 2 * H),
@@ -28,23 +24,27 @@ def inputs():
 
 def test_default_is_the_planners():
     assert Config().planner_wait_bound_seconds == DEFAULT_WAIT_BOUND
-    planner_settings.configure(Config())
-    assert planner_settings.settings(77).wait_bound == DEFAULT_WAIT_BOUND
-    assert planner_settings.settings(77).fairshare_half_life == 77
+    assert planner_settings.from_config(Config()).wait_bound == DEFAULT_WAIT_BOUND
+
+
+def test_half_life_and_release_floor_come_from_the_config():
+    settings = planner_settings.from_config(Config.load(fairshare_half_life_seconds=77,
+                                                        release_allowance_seconds=30))
+    assert (settings.fairshare_half_life, settings.release_floor) == (77, 30)
+    assert planner_settings.from_config(Config()).fairshare_half_life == Config().fairshare_half_life_seconds
 
 
 def test_configured_bound_changes_the_service_order():
     # by default fair share alone: the light tenant first
-    assert list(ledger.run_planner(inputs(), NOW, 7 * 24 * H).leases) == ["small", "big"]
-    planner_settings.configure(Config.load(planner_wait_bound_seconds=H))
-    assert list(ledger.run_planner(inputs(), NOW, 7 * 24 * H).leases) == ["big", "small"]
+    assert list(ledger.run_planner(inputs(), NOW, planner_settings.from_config(Config())).leases) == ["small", "big"]
+    bound = planner_settings.from_config(Config.load(planner_wait_bound_seconds=H))
+    assert list(ledger.run_planner(inputs(), NOW, bound).leases) == ["big", "small"]
 
 
 def test_null_turns_it_off(monkeypatch, tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("planner_wait_bound_seconds: null\n")
-    planner_settings.configure(Config.load(str(path)))
-    assert planner_settings.settings(1).wait_bound is None
+    assert planner_settings.from_config(Config.load(str(path))).wait_bound is None
 
 
 def test_from_the_environment(monkeypatch):
@@ -60,12 +60,12 @@ def test_bad_values_are_refused(bad):
 
 def test_gpu_hours_bound_changes_the_service_order(monkeypatch):
     # big (8 GPUs) has waited 2 h = 16 GPU-hours: past a bound of 16, not past one of 17
-    planner_settings.configure(Config.load(planner_wait_bound_gpu_hours=17))
-    assert list(ledger.run_planner(inputs(), NOW, 7 * 24 * H).leases) == ["small", "big"]
+    settings = planner_settings.from_config(Config.load(planner_wait_bound_gpu_hours=17))
+    assert list(ledger.run_planner(inputs(), NOW, settings).leases) == ["small", "big"]
     monkeypatch.setenv("GPU_TENANCY_PLANNER_WAIT_BOUND_GPU_HOURS", "16")
-    planner_settings.configure(Config.load())
-    assert planner_settings.settings(1).wait_bound_gpu_hours == 16.0
-    assert list(ledger.run_planner(inputs(), NOW, 7 * 24 * H).leases) == ["big", "small"]
+    settings = planner_settings.from_config(Config.load())
+    assert settings.wait_bound_gpu_hours == 16.0
+    assert list(ledger.run_planner(inputs(), NOW, settings).leases) == ["big", "small"]
 
 
 @pytest.mark.parametrize("bad", [-1, "32", True, float("nan"), float("inf")])
@@ -76,8 +76,7 @@ def test_bad_gpu_hours_are_refused(bad):
 
 def test_wait_bound_leases_reaches_the_planner(monkeypatch):
     monkeypatch.setenv("GPU_TENANCY_PLANNER_WAIT_BOUND_LEASES", "2")
-    planner_settings.configure(Config.load(planner_wait_bound_seconds=H))
-    assert planner_settings.settings(1).wait_bound_leases == 2
+    assert planner_settings.from_config(Config.load(planner_wait_bound_seconds=H)).wait_bound_leases == 2
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "1"])

@@ -26,8 +26,9 @@ def show():
     now = rt.now()
     window = query_window(max_span=MAX_CALENDAR_SPAN, now=now)
     with rt.transaction() as session:
-        by_model = capacity.now_by_model(session, now)
+        floor = rt.planner_settings().release_floor
+        by_model = capacity.now_by_model(session, now, floor)
         body = {"now": rfc3339(now), "gpu_models": {model: asdict(figures) for model, figures in by_model.items()}}
         if window is not None:
-            body["calendar"] = [render_host(h) for h in capacity.calendar(session, *window, now=now)]
+            body["calendar"] = [render_host(h) for h in capacity.calendar(session, *window, floor, now=now)]
     return {"capacity": body}

@@ -38,11 +38,17 @@ def load(session, name: str) -> m.Host:
     return row
 
 
+def in_use_and_held(session) -> tuple[dict[str, int], dict[str, int]]:
+    """Each host's GPUs in use now, and when its last lease's GPUs are expected back."""
+    now, floor = rt.now(), rt.planner_settings().release_floor
+    return hosts.in_use_now(session, now, floor), hosts.held_until(session, now, floor)
+
+
 @bp.get("")
 def index():
     rt.authorize("host:list")
     with rt.transaction() as session:
-        in_use, held = hosts.in_use_now(session, rt.now()), hosts.held_until(session, rt.now())
+        in_use, held = in_use_and_held(session)
         return {"hosts": [render(row, in_use, held) for row in hosts.listing(session)]}
 
 
@@ -50,7 +56,7 @@ def index():
 def show(name: str):
     rt.authorize("host:list")
     with rt.transaction() as session:
-        return {"host": render(load(session, name), hosts.in_use_now(session, rt.now()), hosts.held_until(session, rt.now()))}
+        return {"host": render(load(session, name), *in_use_and_held(session))}
 
 
 @bp.patch("/<name>")
@@ -59,11 +65,11 @@ def update(name: str):
     body = json_body(UPDATE)
     with rt.transaction() as session:
         row = load(session, name)
-        in_use = hosts.in_use_now(session, rt.now())
-        before = render(row, in_use, hosts.held_until(session, rt.now()))
-        hosts.set_drained(session, row, body["drained"], rt.now(), rt.runtime().config.fairshare_half_life_seconds,
+        in_use, held = in_use_and_held(session)
+        before = render(row, in_use, held)
+        hosts.set_drained(session, row, body["drained"], rt.now(), rt.planner_settings(),
                           rt.context().user_id or "admin")
-        rendered = render(row, in_use, hosts.held_until(session, rt.now()))
+        rendered = render(row, in_use, hosts.held_until(session, rt.now(), rt.planner_settings().release_floor))
         rt.audit(session, "host.update", row.name, None, before, rendered)
     rt.runtime().wake_engine()
     return {"host": rendered}

@@ -131,13 +131,13 @@ def create():
                else networking.choose(rt.runtime().cloud_driver(), rt.context().project_id, body, rt.is_admin()))
     if dry_run in ("true", "1"):
         with rt.transaction() as session:
-            req, columns, planned = leases.preview(session, rt.now(), cfg.fairshare_half_life_seconds,
+            req, columns, planned = leases.preview(session, rt.now(), rt.planner_settings(), rt.limits(),
                                                    rt.caller(), body)
             return {"lease": render_preview(req, columns, planned, rt.now())}, 200
     lease_id = ledger.new_lease_id()   # the same in the question to the decision service and in the lease
 
     def make(session, hook):
-        row = leases.create(session, rt.now(), rt.caller(), body, hook, lease_id)
+        row = leases.create(session, rt.now(), rt.limits(), rt.caller(), body, hook, lease_id)
         network.apply(row)
         rendered = render(row)
         # committed with the lease, so that no lease is ever without its record
@@ -161,7 +161,7 @@ def plan_created(row: m.Lease, record_id: int) -> dict | None:
     amended in a transaction of its own, while other requests replan."""
     try:
         with rt.transaction() as session:
-            planned = ledger.plan_new(session, rt.now(), rt.runtime().config.fairshare_half_life_seconds, row.id)
+            planned = ledger.plan_new(session, rt.now(), rt.planner_settings(), row.id)
     except Exception:
         log.exception("planning lease %s failed; it waits for the engine's replan", row.id)
         return None
@@ -227,7 +227,7 @@ def update(lease_id: str):
         row = load(session, lease_id)
         rt.authorize("lease:update", row.project_id)
         before = render(row)
-        leases.change_end(session, rt.now(), cfg.fairshare_half_life_seconds, row, body, rt.context().user_id,
+        leases.change_end(session, rt.now(), rt.planner_settings(), rt.limits(), row, body, rt.context().user_id,
                           cfg.extension_window_seconds, hook)
         rendered = render(row)
         rt.audit(session, "lease.update", row.id, row.project_id, before, rendered)
@@ -245,7 +245,7 @@ def cancel(lease_id: str):
         row = load(session, lease_id)
         rt.authorize("lease:delete", row.project_id)
         before = render(row)
-        leases.cancel(session, rt.now(), cfg.fairshare_half_life_seconds, row, rt.context().user_id, hook)
+        leases.cancel(session, rt.now(), rt.planner_settings(), row, rt.context().user_id, hook)
         rt.audit(session, "lease.delete", row.id, row.project_id, before, render(row))
     decide(DecisionHook.from_config(cfg), rt.transaction, end)
     rt.runtime().wake_engine()

@@ -36,5 +36,6 @@ def show():
                                "gpu_tenancy.unauthenticated")
     registry = runtime.extras.get("metrics")
     if registry is None:
-        registry = runtime.extras["metrics"] = registry_for(runtime.sessions, runtime.clock)
+        registry = runtime.extras["metrics"] = registry_for(runtime.sessions, runtime.clock,
+                                                             runtime.planner_settings.release_floor)
     return Response(generate_latest(registry), mimetype=CONTENT_TYPE_LATEST)

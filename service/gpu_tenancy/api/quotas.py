@@ -78,10 +78,9 @@ def update(project_id: str):
     if body.get("project_id", project_id) != project_id:
         raise BadRequest(f"the body is for project {body['project_id']} but the URL names {project_id}",
                          "gpu_tenancy.project_mismatch")
-    half_life = rt.runtime().config.fairshare_half_life_seconds
     with rt.transaction() as session:
         before = render(project_id, quotas.of_projects(session, project_id)[project_id])
-        rows = quotas.replace(session, rt.now(), half_life, project_id, body["gpu_models"])
+        rows = quotas.replace(session, rt.now(), rt.planner_settings(), project_id, body["gpu_models"])
         rendered = render(project_id, rows)
         rt.audit(session, "quota.update", project_id, project_id, before, rendered)
     rt.runtime().wake_engine()

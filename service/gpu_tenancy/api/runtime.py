@@ -1,4 +1,5 @@
-"""What handlers reach through the app: the database, the clock, policy and the engine."""
+"""What handlers reach through the app: the database, the clock, policy, the engine, and
+the planner settings and limits read once from the app's configuration."""
 from __future__ import annotations
 
 import contextlib
@@ -14,8 +15,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from gpu_tenancy.config import Config
 from gpu_tenancy.db.models import AuditRecord
 from gpu_tenancy.db.session import session_scope
+from gpu_tenancy.domain.planner import PlannerSettings
 from gpu_tenancy.engine import audit as audit_log
+from gpu_tenancy.engine import planner_settings as planner_settings_
 from gpu_tenancy.engine.leases import Caller
+from gpu_tenancy.engine.limits import Limits
 from gpu_tenancy.errors import Forbidden
 
 
@@ -29,6 +33,13 @@ class Runtime:
     cloud: Any = None
     extras: dict = field(default_factory=dict)
     make_cloud: Any = None        # builds the driver in an API-only process, on first use
+    # read from `config` once; each app its own (two apps in one process do not share them)
+    planner_settings: PlannerSettings = field(init=False)
+    limits: Limits = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.planner_settings = planner_settings_.from_config(self.config)
+        self.limits = Limits.from_config(self.config)
 
     def wake_engine(self) -> None:
         if self.engine is not None:
@@ -47,6 +58,14 @@ def runtime() -> Runtime:
 
 def now() -> int:
     return runtime().clock.now()
+
+
+def planner_settings() -> PlannerSettings:
+    return runtime().planner_settings
+
+
+def limits() -> Limits:
+    return runtime().limits
 
 
 @contextlib.contextmanager

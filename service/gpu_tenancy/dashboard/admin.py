@@ -88,7 +88,7 @@ def figures():
     require_admin()
     start, end, days = window()
     with rt.transaction() as session:
-        data = reports.all_figures(session, start, end, rt.now())
+        data = reports.all_figures(session, start, end, rt.now(), rt.planner_settings().release_floor)
     panels = [{"name": name, "title": title, "about": about, "rows": data[name],
                "chart": chart(data[name]) if data[name] else None}
               for name, (title, about, chart) in FIGURES.items()]
@@ -103,7 +103,7 @@ def figure_download(name: str, form: str):
         abort(404, "no such figure or format")
     start, end, days = window()
     with rt.transaction() as session:
-        rows = reports.all_figures(session, start, end, rt.now())[name]
+        rows = reports.all_figures(session, start, end, rt.now(), rt.planner_settings().release_floor)[name]
     return download(name, rows, form, {"figure": name, "title": FIGURES[name][0], "start": rfc3339(start),
                                        "end": rfc3339(end)})
 

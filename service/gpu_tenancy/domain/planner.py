@@ -26,13 +26,14 @@ small leases past the bound cannot turn the queue into a first-come one.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
-from .capacity import INF, ModelIndex, StepProfile, can_ever_fit, largest_free_block  # noqa: F401
+from .capacity import ModelIndex, can_ever_fit, largest_free_block
 from .fairshare import share_score
 from .model import Hold, Host, LeaseRequest, Placement, Plan, PlannedLease, QuotaLimit, Reason
+from .profile import INF, StepProfile
 
 __all__ = [
     "PlannerSettings", "plan", "extension_conflicts", "can_ever_fit", "largest_free_block",
@@ -51,7 +52,9 @@ DEFAULT_WAIT_BOUND_LEASES: int | None = None
 
 @dataclass(frozen=True)
 class PlannerSettings:
-    fairshare_half_life: int = 7 * 24 * 3600   # used by fairshare.decayed_gpu_hours
+    # seconds in which past use counts half as much in fair share (the engine decays usage with it:
+    # engine/ledger.py, fairshare.decayed_gpu_hours)
+    fairshare_half_life: int = 7 * 24 * 3600
     # a lease that has waited this long (seconds) goes before fair share; None: never
     wait_bound: int | None = DEFAULT_WAIT_BOUND
     # ... or that has waited this many GPU-hours (GPUs x hours waited); None: never
@@ -62,6 +65,8 @@ class PlannerSettings:
     # seconds from a lease's end until the cloud has released its GPUs (domain/held.py): every
     # lease planned here is held that much longer, so the next lease's ETA includes it
     release_allowance: int = 0
+    # the operator's least release allowance: the engine's measured one is never below it (engine/held.py)
+    release_floor: int = 0
 
     @property
     def bounded(self) -> bool:
@@ -124,7 +129,8 @@ def bound_protected(waiting: Sequence[LeaseRequest], now: int, settings: Planner
 
 def order_key(lr: LeaseRequest, quotas: Mapping[tuple[str, str], QuotaLimit],
               usage: Mapping[tuple[str, str], float] | None, now: int = 0,
-              settings: PlannerSettings = PlannerSettings(), protected: set[str] | None = None):
+              settings: PlannerSettings = PlannerSettings(),
+              protected: set[str] | None = None) -> tuple[int, int, float, int, int, str]:
     """Planner order: priority desc; then leases past the wait bound (those of
     `protected`, by default every one), by when they reached it; then the rest
     by fair share asc, created_at asc; then the order they were asked in (arrival: leases
@@ -197,8 +203,8 @@ def _fast_capacity(now: int, hosts: Sequence[Host], holds: Sequence[Hold]) -> di
 
 @dataclass(frozen=True)
 class Backend:
-    capacity: object = _fast_capacity   # (now, hosts, holds) -> {model: index}
-    quota: object = QuotaBook           # (now, quotas, holds) -> book
+    capacity: Callable[[int, Sequence[Host], Sequence[Hold]], dict[str, ModelIndex]] = _fast_capacity
+    quota: Callable[[int, Mapping[tuple[str, str], QuotaLimit], Sequence[Hold]], QuotaBook] = QuotaBook
 
 
 FAST = Backend()
@@ -210,180 +216,291 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
          quotas: Mapping[tuple[str, str], QuotaLimit], waiting: Sequence[LeaseRequest],
          usage: Mapping[tuple[str, str], float] | None = None,
          settings: PlannerSettings = PlannerSettings(), *, _backend: Backend = FAST) -> Plan:
-    """Plan every waiting lease: a placement (start now or later) or reasons."""
-    indexes = _backend.capacity(now, hosts, holds)
-    book = _backend.quota(now, quotas, holds)
-    protected = bound_protected(waiting, now, settings)
-    bound_text = _bound_text(settings)   # once: it goes into the reasons of every lease behind the bound
-    ordered = sorted(waiting, key=lambda lr: order_key(lr, quotas, usage, now, settings, protected))
+    """Plan every waiting lease: a placement (start now or later) or reasons.
 
-    # how many same-model leases ahead, by which part of the order
-    pos: dict[str, int] = defaultdict(int)
-    # model -> (prio, prio_start, past_bound, bound_start, score, score_start)
-    block: dict[str, tuple] = {}
-    total_cap_cache: dict[tuple[str, int], int] = {}
-    all_enabled: dict[str, list[Host]] = defaultdict(list)
-    for h in hosts:
-        if h.enabled:
-            all_enabled[h.gpu_model].append(h)
-
+    In planner order, each lease: the first reason it can never be planned, if any;
+    else the earliest start within its nominal quota and the capacity left; else, or
+    sooner, a borrowed start on capacity idle now; why it starts no earlier; and that
+    placement reserved for the leases after it."""
+    run = _Run(now, hosts, holds, quotas, usage, settings, _backend, bound_protected(waiting, now, settings))
+    ordered = sorted(waiting, key=lambda lr: order_key(lr, quotas, usage, now, settings, run.protected))
+    order = _Order()
     out: dict[str, PlannedLease] = {}
     for lr in ordered:
-        m, p = lr.gpu_model, lr.project_id
-        i = pos[m]
-        pos[m] = i + 1
-        q = quotas.get((p, m))
-        aged = lr.lease_id in protected
-        score = None if aged else share_score(usage, p, m, q.weight if q else 1.0)
-        b = block.get(m)
-        if b is None or b[0] != lr.priority:
-            b = (lr.priority, i, aged, i, score, i)
-        elif b[2] != aged:
-            b = (*b[:2], aged, i, score, i)
-        elif b[4] != score:
-            b = (*b[:4], score, i)
-        block[m] = b
-        ahead_prio, ahead_bound, ahead_fs, ahead_order = b[1], b[3] - b[1], b[5] - b[3], i - b[5]
-
-        pl = PlannedLease(lr.lease_id, i + 1, None, [])
-        out[lr.lease_id] = pl
-        g, n, d = lr.gpus_per_vm, lr.instances, lr.duration
-        need = g * n
-        mi = indexes.get(m)
-
-        # -- can it ever run? -------------------------------------------
-        if g <= 0 or n <= 0 or d <= 0:
-            pl.reasons.append(Reason("unplaceable", "the lease asks for no GPUs or no time"))
-            continue
-        key = (m, g)
-        if key not in total_cap_cache:
-            total_cap_cache[key] = sum(h.gpus // g for h in all_enabled.get(m, ()))
-        if total_cap_cache[key] < n:
-            pl.reasons.append(Reason("unplaceable", _unplaceable_msg(all_enabled.get(m, ()), m, g, n)))
-            continue
-        if lr.preemptible:
-            _place_preemptible(now, lr, pl, mi, ahead_prio + ahead_bound + ahead_fs + ahead_order,
-                               settings.release_allowance)
-            continue
-        if q is None or q.gpus + q.borrow_gpus <= 0:
-            pl.reasons.append(Reason("quota", f"project {p} has no quota for {m} GPUs"))
-            continue
-        if q.max_duration is not None and lr.duration > q.max_duration:
-            pl.reasons.append(Reason(
-                "duration", f"asks for {_dur(lr.duration)}; project {p} may hold {m} GPUs for at most "
-                            f"{_dur(q.max_duration)}"))
-            continue
-        if need > q.gpus + q.borrow_gpus:
-            extra = f" (+{q.borrow_gpus} borrowable)" if q.borrow_gpus else ""
-            pl.reasons.append(Reason(
-                "quota", f"needs {need} {m} GPUs at once; project {p}'s quota is {q.gpus}{extra}"))
-            continue
-
-        t0 = max(now, lr.earliest_start)
-        d += settings.release_allowance   # held until released: its window and the release after it
-        # -- nominal: earliest time within quota and capacity -------------
-        T = hosts_sel = None
-        quota_at = cap_pushed = None
-        if need <= q.gpus:
-            t = t0
-            pushed_to = None   # capacity's answer when it pushed t later
-            while True:
-                tq = book.earliest(p, m, t, d, need)
-                if tq is None:
-                    break
-                if tq > t and quota_at is None:
-                    quota_at = tq
-                # Capacity said "earliest at r[0], on these hosts"; asked again
-                # at exactly r[0] (nothing reserved since) it gives the same.
-                if pushed_to is not None and pushed_to[0] == tq:
-                    r = pushed_to
-                else:
-                    r = mi.earliest(tq, d, g, n)
-                if r is None:
-                    break
-                if r[0] > tq:
-                    cap_pushed = True
-                    t = r[0]
-                    pushed_to = r
-                    continue
-                T, hosts_sel = r
-                break
-
-        # -- borrowing: beyond nominal, only on capacity idle now ---------
-        borrowing = False
-        if q.borrow_gpus > 0 and t0 == now and (T is None or T > now):
-            if book.min_remaining(p, m, now, now + d) + q.borrow_gpus >= need:
-                r = mi.earliest(now, d, g, n)
-                if r is not None and r[0] == now:
-                    T, hosts_sel = r
-                    borrowing = True
-                    used = q.gpus - book.min_remaining(p, m, now, now + d)
-                    pl.reasons.append(Reason(
-                        "borrowing",
-                        f"runs beyond project {p}'s {m} quota on idle capacity: "
-                        f"{used + need} of {q.gpus} GPUs (may borrow {q.borrow_gpus})"))
-
-        if T is None:
-            if need > q.gpus:
-                pl.reasons.append(Reason(
-                    "quota", f"needs {need} {m} GPUs at once, more than project {p}'s quota of {q.gpus}; "
-                             f"it can only borrow capacity idle now, and there is none"))
-            else:  # pragma: no cover - capacity tails are always free
-                pl.reasons.append(Reason("capacity", f"no slot found for {need} {m} GPUs"))
-            continue
-
-        late = T > now
-        if late or (lr.latest_start is not None and T > lr.latest_start):
-            if ahead_prio:
-                pl.reasons.append(Reason("priority", f"behind {_n(ahead_prio, 'lease')} of higher priority"))
-            if aged:
-                behind = f"; behind {_n(ahead_order, 'lease')} that reached it earlier" if ahead_order else ""
-                pl.reasons.append(Reason(
-                    "order", f"has waited {bound_text}, so it goes before fair share{behind}"))
-            elif ahead_bound:
-                pl.reasons.append(Reason(
-                    "order", f"leases that have waited {bound_text} go before fair share; "
-                             f"{ahead_bound} of them {'is' if ahead_bound == 1 else 'are'} ahead"))
-            if not aged and past_wait_bound(lr, now, settings):
-                pl.reasons.append(Reason(
-                    "order", f"has waited {bound_text}, but only {_first(settings.wait_bound_leases)} "
-                             f"before fair share; its turn comes as those start"))
-            if ahead_fs:
-                u = usage.get((p, m), 0.0) if usage else 0.0
-                pl.reasons.append(Reason(
-                    "fairshare",
-                    f"project {p} has used {_gh(u)} {m} GPU-hours recently against weight "
-                    f"{q.weight:g}; {_n(ahead_fs, 'lease')} of projects that used less go first"))
-            if ahead_order and not aged:
-                pl.reasons.append(Reason("order", f"behind {_n(ahead_order, 'lease')} submitted earlier"))
-            if t0 > now:
-                pl.reasons.append(Reason("order", f"asked to start no earlier than {fmt_time(t0)}"))
-            if quota_at is not None:
-                held = q.gpus - book.min_remaining(p, m, t0, t0 + d)
-                pl.reasons.append(Reason(
-                    "quota", f"project {p} holds {held} of {q.gpus} {m} GPUs until {fmt_time(quota_at)}"
-                             f" (this lease needs {need})"))
-            if cap_pushed:
-                lfb = mi.largest_free_now()
-                what = (f"needs {g} {m} on one host" if n == 1
-                        else f"needs {n} VMs of {g} {m} at the same time, each on one host")
-                pl.reasons.append(Reason(
-                    "capacity", f"{what}; the largest free block now is {lfb}; earliest at {fmt_time(T)}"))
-
-        if lr.latest_start is not None and T > lr.latest_start:
-            pl.reasons.append(Reason(
-                "latest_start", f"the earliest slot is {fmt_time(T)}, after its latest start "
-                                f"{fmt_time(lr.latest_start)}"))
-            continue
-
-        # -- reserve ------------------------------------------------------
-        end = T + d
-        for h in hosts_sel:
-            mi.reserve(h, T, end, g)
-        book.reserve(p, m, T, end, need)
-        pl.placement = Placement(T, T + lr.duration, tuple(hosts_sel))
-        pl.borrowing = borrowing
+        q = quotas.get((lr.project_id, lr.gpu_model))
+        aged = lr.lease_id in run.protected
+        ahead = order.next(lr, aged, None if aged else share_score(usage, lr.project_id, lr.gpu_model,
+                                                                    q.weight if q else 1.0))
+        pl = out[lr.lease_id] = PlannedLease(lr.lease_id, ahead.position, None, [])
+        never = run.first_unplaceable_reason(lr, q)
+        if never is not None:
+            pl.reasons.append(never)
+        elif lr.preemptible:
+            _place_preemptible(now, lr, pl, run.indexes[lr.gpu_model], ahead.total, settings.release_allowance)
+        else:
+            assert q is not None   # first_unplaceable_reason: a lease within quota has one
+            slot = run.earliest_nominal_start(lr, q)
+            run.borrow(lr, q, slot, pl)
+            if slot.start is None:
+                pl.reasons.append(_no_slot_reason(lr, q))
+                continue
+            run.explain(lr, q, slot, ahead, aged, pl)
+            if lr.latest_start is not None and slot.start > lr.latest_start:
+                pl.reasons.append(Reason("latest_start", f"the earliest slot is {fmt_time(slot.start)}, after "
+                                                         f"its latest start {fmt_time(lr.latest_start)}"))
+                continue
+            run.reserve(lr, slot, pl)
     return Plan(now, out)
+
+
+@dataclass
+class _Block:
+    """For one GPU model: the positions where the current runs of the order began,
+    of one priority, then of leases past the wait bound or not, then of one fair-share
+    score. The leases of each part ahead of a lease are what its reasons count."""
+    priority: int
+    priority_from: int
+    aged: bool
+    aged_from: int
+    score: float | None
+    score_from: int
+
+
+@dataclass(frozen=True)
+class _Ahead:
+    """How many leases of its GPU model are ahead of a lease, by which part of the order."""
+    position: int      # 1-based
+    priority: int      # of higher priority
+    bound: int         # past the wait bound while it is not (or reached it earlier)
+    fairshare: int     # of projects with a lower fair-share score
+    order: int         # of its own score, asked earlier
+
+    @property
+    def total(self) -> int:
+        return self.position - 1
+
+
+class _Order:
+    """The planner order seen per GPU model, as it goes: each lease's _Ahead."""
+
+    def __init__(self) -> None:
+        self.count: dict[str, int] = defaultdict(int)
+        self.blocks: dict[str, _Block] = {}
+
+    def next(self, lr: LeaseRequest, aged: bool, score: float | None) -> _Ahead:
+        m = lr.gpu_model
+        i = self.count[m]
+        self.count[m] = i + 1
+        b = self.blocks.get(m)
+        if b is None or b.priority != lr.priority:
+            b = self.blocks[m] = _Block(lr.priority, i, aged, i, score, i)
+        elif b.aged != aged:
+            b.aged, b.aged_from, b.score, b.score_from = aged, i, score, i
+        elif b.score != score:
+            b.score, b.score_from = score, i
+        return _Ahead(i + 1, b.priority_from, b.aged_from - b.priority_from, b.score_from - b.aged_from,
+                      i - b.score_from)
+
+
+@dataclass
+class _Slot:
+    """Where a lease can start: the start and hosts (None: nowhere yet), when its quota
+    first let it in if that was later than asked, whether capacity pushed it later, and
+    whether it borrows beyond its nominal quota."""
+    start: int | None = None
+    hosts: tuple[str, ...] | None = None
+    quota_at: int | None = None
+    cap_pushed: bool = False
+    borrowing: bool = False
+
+
+class HostProfiles:
+    """The hosts as the planner reads them: the enabled hosts of each GPU model (what a
+    lease could ever run on) and each host's free GPUs over time beside some holds.
+    plan() and extension_conflicts() both read hosts through it."""
+
+    def __init__(self, hosts: Sequence[Host]):
+        self.by_name = {h.name: h for h in hosts}
+        self.enabled: dict[str, list[Host]] = defaultdict(list)
+        for h in hosts:
+            if h.enabled:
+                self.enabled[h.gpu_model].append(h)
+        self._vm_slots: dict[tuple[str, int], int] = {}
+
+    def vm_slots(self, m: str, g: int) -> int:
+        """How many VMs of g GPUs the enabled m hosts take at once, when empty."""
+        key = (m, g)
+        n = self._vm_slots.get(key)
+        if n is None:
+            n = self._vm_slots[key] = sum(h.gpus // g for h in self.enabled.get(m, ()))
+        return n
+
+    def never_fits(self, m: str, g: int, n: int) -> str:
+        """Why n VMs of g GPUs never fit on the enabled m hosts, in words."""
+        enabled = self.enabled.get(m, ())
+        if not enabled:
+            return f"there are no enabled {m} hosts"
+        biggest = max(h.gpus for h in enabled)
+        if g > biggest:
+            return f"needs {g} {m} on one host; the largest enabled {m} host has {biggest}"
+        return (f"needs {n} VMs of {g} {m} at the same time; all enabled {m} hosts together "
+                f"can take at most {self.vm_slots(m, g)} such VMs")
+
+    def free(self, now: int, name: str, holds: Sequence[Hold]) -> StepProfile | None:
+        """Host `name`'s free GPUs over time beside `holds`; None: no such host."""
+        host = self.by_name.get(name)
+        if host is None:
+            return None
+        prof = StepProfile(now, host.gpus)
+        for h in holds:
+            if h.host == name and h.end > now:
+                prof.add(h.start, h.end, -h.gpus)
+        return prof
+
+
+class _Run:
+    """One plan's state (capacity and quota as reserved so far) and its steps per lease."""
+
+    def __init__(self, now: int, hosts: Sequence[Host], holds: Sequence[Hold],
+                 quotas: Mapping[tuple[str, str], QuotaLimit], usage: Mapping[tuple[str, str], float] | None,
+                 settings: PlannerSettings, backend: Backend, protected: set[str]):
+        self.now, self.usage, self.settings, self.protected = now, usage, settings, protected
+        self.indexes: dict[str, ModelIndex] = backend.capacity(now, hosts, holds)
+        self.book: QuotaBook = backend.quota(now, quotas, holds)
+        self.hosts = HostProfiles(hosts)
+        self.bound_text = _bound_text(settings)   # once: it goes into the reasons of every lease behind the bound
+
+    def first_unplaceable_reason(self, lr: LeaseRequest, q: QuotaLimit | None) -> Reason | None:
+        """Why the lease can never be planned as asked: no GPUs or time, more than the
+        hosts take, or (within quota only) beyond its project's quota; None: it can."""
+        m, p, g, n = lr.gpu_model, lr.project_id, lr.gpus_per_vm, lr.instances
+        if g <= 0 or n <= 0 or lr.duration <= 0:
+            return Reason("unplaceable", "the lease asks for no GPUs or no time")
+        if self.hosts.vm_slots(m, g) < n:
+            return Reason("unplaceable", self.hosts.never_fits(m, g, n))
+        if lr.preemptible:   # outside quota
+            return None
+        if q is None or q.gpus + q.borrow_gpus <= 0:
+            return Reason("quota", f"project {p} has no quota for {m} GPUs")
+        if q.max_duration is not None and lr.duration > q.max_duration:
+            return Reason("duration", f"asks for {_dur(lr.duration)}; project {p} may hold {m} GPUs for at most "
+                                      f"{_dur(q.max_duration)}")
+        if g * n > q.gpus + q.borrow_gpus:
+            extra = f" (+{q.borrow_gpus} borrowable)" if q.borrow_gpus else ""
+            return Reason("quota", f"needs {g * n} {m} GPUs at once; project {p}'s quota is {q.gpus}{extra}")
+        return None
+
+    def earliest_nominal_start(self, lr: LeaseRequest, q: QuotaLimit) -> _Slot:
+        """The earliest start at or after max(now, its earliest start) at which the project
+        is within its nominal quota and the hosts have room, for the whole time it is held."""
+        slot = _Slot()
+        g, n, need = lr.gpus_per_vm, lr.instances, lr.gpus_per_vm * lr.instances
+        if need > q.gpus:
+            return slot
+        p, m, d = lr.project_id, lr.gpu_model, lr.duration + self.settings.release_allowance
+        mi = self.indexes[m]
+        t = max(self.now, lr.earliest_start)
+        pushed_to = None   # capacity's answer when it pushed t later
+        while True:
+            tq = self.book.earliest(p, m, t, d, need)
+            if tq is None:
+                return slot
+            if tq > t and slot.quota_at is None:
+                slot.quota_at = tq
+            # Capacity said "earliest at r[0], on these hosts"; asked again
+            # at exactly r[0] (nothing reserved since) it gives the same.
+            r = pushed_to if pushed_to is not None and pushed_to[0] == tq else mi.earliest(tq, d, g, n)
+            if r is None:
+                return slot
+            if r[0] > tq:
+                slot.cap_pushed = True
+                t = r[0]
+                pushed_to = r
+                continue
+            slot.start, slot.hosts = r
+            return slot
+
+    def borrow(self, lr: LeaseRequest, q: QuotaLimit, slot: _Slot, pl: PlannedLease) -> None:
+        """Beyond its nominal quota, up to borrow_gpus, a lease asked for now may start now
+        on capacity idle now (never later), when it could not start now within quota."""
+        now, p, m = self.now, lr.project_id, lr.gpu_model
+        if not (q.borrow_gpus > 0 and max(now, lr.earliest_start) == now
+                and (slot.start is None or slot.start > now)):
+            return
+        need, d = lr.gpus_per_vm * lr.instances, lr.duration + self.settings.release_allowance
+        left = self.book.min_remaining(p, m, now, now + d)
+        if left + q.borrow_gpus < need:
+            return
+        r = self.indexes[m].earliest(now, d, lr.gpus_per_vm, lr.instances)
+        if r is None or r[0] != now:
+            return
+        slot.start, slot.hosts = r
+        slot.borrowing = True
+        pl.reasons.append(Reason("borrowing", f"runs beyond project {p}'s {m} quota on idle capacity: "
+                                              f"{q.gpus - left + need} of {q.gpus} GPUs (may borrow {q.borrow_gpus})"))
+
+    def explain(self, lr: LeaseRequest, q: QuotaLimit, slot: _Slot, ahead: _Ahead, aged: bool,
+                pl: PlannedLease) -> None:
+        """Why a lease starts later than now (or than its latest start): the leases ahead,
+        by which part of the order, its asked start, its quota, the capacity."""
+        now, settings, T = self.now, self.settings, slot.start
+        assert T is not None
+        if not (T > now or (lr.latest_start is not None and T > lr.latest_start)):
+            return
+        p, m, need = lr.project_id, lr.gpu_model, lr.gpus_per_vm * lr.instances
+        out = pl.reasons
+        if ahead.priority:
+            out.append(Reason("priority", f"behind {_n(ahead.priority, 'lease')} of higher priority"))
+        if aged:
+            behind = f"; behind {_n(ahead.order, 'lease')} that reached it earlier" if ahead.order else ""
+            out.append(Reason("order", f"has waited {self.bound_text}, so it goes before fair share{behind}"))
+        elif ahead.bound:
+            out.append(Reason("order", f"leases that have waited {self.bound_text} go before fair share; "
+                                       f"{ahead.bound} of them {'is' if ahead.bound == 1 else 'are'} ahead"))
+        if not aged and past_wait_bound(lr, now, settings):
+            out.append(Reason("order", f"has waited {self.bound_text}, but only "
+                                       f"{_first(settings.wait_bound_leases)} before fair share; "
+                                       f"its turn comes as those start"))
+        if ahead.fairshare:
+            u = self.usage.get((p, m), 0.0) if self.usage else 0.0
+            out.append(Reason("fairshare", f"project {p} has used {_gh(u)} {m} GPU-hours recently against weight "
+                                           f"{q.weight:g}; {_n(ahead.fairshare, 'lease')} of projects that used "
+                                           f"less go first"))
+        if ahead.order and not aged:
+            out.append(Reason("order", f"behind {_n(ahead.order, 'lease')} submitted earlier"))
+        t0 = max(now, lr.earliest_start)
+        if t0 > now:
+            out.append(Reason("order", f"asked to start no earlier than {fmt_time(t0)}"))
+        if slot.quota_at is not None:
+            held = q.gpus - self.book.min_remaining(p, m, t0, t0 + lr.duration + settings.release_allowance)
+            out.append(Reason("quota", f"project {p} holds {held} of {q.gpus} {m} GPUs until "
+                                       f"{fmt_time(slot.quota_at)} (this lease needs {need})"))
+        if slot.cap_pushed:
+            g, n = lr.gpus_per_vm, lr.instances
+            what = (f"needs {g} {m} on one host" if n == 1
+                    else f"needs {n} VMs of {g} {m} at the same time, each on one host")
+            out.append(Reason("capacity", f"{what}; the largest free block now is "
+                                          f"{self.indexes[m].largest_free_now()}; earliest at {fmt_time(T)}"))
+
+    def reserve(self, lr: LeaseRequest, slot: _Slot, pl: PlannedLease) -> None:
+        """The placement, held for the leases after it: its time and the release after it."""
+        T, hosts = slot.start, slot.hosts
+        assert T is not None and hosts is not None
+        end = T + lr.duration + self.settings.release_allowance
+        mi = self.indexes[lr.gpu_model]
+        for h in hosts:
+            mi.reserve(h, T, end, lr.gpus_per_vm)
+        self.book.reserve(lr.project_id, lr.gpu_model, T, end, lr.gpus_per_vm * lr.instances)
+        pl.placement = Placement(T, T + lr.duration, tuple(hosts))
+        pl.borrowing = slot.borrowing
+
+
+def _no_slot_reason(lr: LeaseRequest, q: QuotaLimit) -> Reason:
+    p, m, need = lr.project_id, lr.gpu_model, lr.gpus_per_vm * lr.instances
+    if need > q.gpus:
+        return Reason("quota", f"needs {need} {m} GPUs at once, more than project {p}'s quota of {q.gpus}; "
+                               f"it can only borrow capacity idle now, and there is none")
+    return Reason("capacity", f"no slot found for {need} {m} GPUs")  # pragma: no cover - capacity tails are free
 
 
 def _place_preemptible(now: int, lr: LeaseRequest, pl: PlannedLease, mi: ModelIndex, ahead: int,
@@ -416,7 +533,7 @@ def _gh(u: float) -> str:
     return f"{u:.0f}" if u >= 10 else f"{u:.1f}"
 
 
-def _first(k: int) -> str:
+def _first(k: int | None) -> str:
     return "the first lease to reach it goes" if k == 1 else f"the first {k} leases to reach it go"
 
 
@@ -438,17 +555,6 @@ def _dur(s: int) -> str:
     if s % 60 == 0:
         return _n(s // 60, "minute")
     return _n(s, "second")
-
-
-def _unplaceable_msg(enabled: Sequence[Host], m: str, g: int, n: int) -> str:
-    if not enabled:
-        return f"there are no enabled {m} hosts"
-    biggest = max(h.gpus for h in enabled)
-    if g > biggest:
-        return f"needs {g} {m} on one host; the largest enabled {m} host has {biggest}"
-    cap = sum(h.gpus // g for h in enabled)
-    return (f"needs {n} VMs of {g} {m} at the same time; all enabled {m} hosts together "
-            f"can take at most {cap} such VMs")
 
 
 # --------------------------------------------------------------------------
@@ -484,37 +590,10 @@ def extension_conflicts(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
         out.append(f"the lease would last {_dur(new_end - start)}; project {p} may hold {m} GPUs "
                    f"for at most {_dur(q.max_duration)}")
 
-    # capacity on its own hosts
-    host_by_name = {h.name: h for h in hosts}
-    on_host: dict[str, int] = defaultdict(int)
-    for h in mine:
-        on_host[h.host] += h.gpus
-    for hname in sorted(on_host):
-        host = host_by_name.get(hname)
-        if host is None:
-            continue
-        prof = StepProfile(now, host.gpus)
-        for h in others:
-            if h.host == hname and h.end > now:
-                prof.add(h.start, h.end, -h.gpus)
-        lo = max(old_held, now)
-        if prof.min_on(lo, new_held) < on_host[hname]:
-            t = prof.first_below(lo, on_host[hname])
-            out.append(f"host {hname} is committed to another lease from {fmt_time(t)}; "
-                       f"extending to {fmt_time(new_end)} would over-commit it; the GPUs are free "
-                       f"until {fmt_time(t - allowance)}")
-
-    # quota at every instant
-    limit = q.gpus + (q.borrow_gpus if any(h.borrowing for h in mine) else 0)
-    qprof = StepProfile(now, limit)
-    for h in others + extended:
-        if h.project_id == p and h.gpu_model == m and h.end > now:
-            qprof.add(h.start, h.end, -h.gpus)
-    lo = max(old_held, now)
-    if qprof.min_on(lo, new_held) < 0:
-        t = qprof.first_below(lo, 0)
-        out.append(f"project {p} would hold {limit - qprof.min_on(lo, new_held)} of {q.gpus} {m} GPUs "
-                   f"at {fmt_time(t)}")
+    profiles = HostProfiles(hosts)
+    on_host = _gpus_by_host(mine)
+    out += _host_conflicts(now, profiles, others, on_host, old_held, new_end, allowance)
+    out += _quota_conflict(now, q, p, m, others + extended, old_held, new_held, any(h.borrowing for h in mine))
     if out:
         return out
 
@@ -522,48 +601,80 @@ def extension_conflicts(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
     settings = replace(settings, release_allowance=allowance)
     before = plan(now, hosts, holds, quotas, waiting, usage, settings)
     after = plan(now, hosts, others + extended, quotas, waiting, usage, settings)
-    delayed = []
-    for lid, pb in before.leases.items():
-        if pb.placement is None:
-            continue
-        pa = after.leases[lid]
-        if pa.placement is None or pa.placement.start > pb.placement.start:
-            delayed.append((lid, pb, pa))
-    if delayed:
-        gpv = {lr.lease_id: lr.gpus_per_vm for lr in waiting}
-        free_until = _free_until(now, hosts, others, mine, before, gpv, old_held)
-        if free_until is not None:
-            free_until -= allowance   # the end that leaves the allowance before the next lease
-        for lid, pb, pa in delayed:
-            would = (f"would start at {fmt_time(pa.placement.start)}" if pa.placement
-                     else "would find no slot")
-            msg = (f"extending to {fmt_time(new_end)} would delay lease {lid} "
-                   f"(planned at {fmt_time(pb.placement.start)}, {would})")
-            if free_until is not None and free_until > old_end:
-                msg += f"; the GPUs are free until {fmt_time(free_until)}"
-            elif free_until is not None:
-                msg += f"; the GPUs are not free past its end at {fmt_time(old_end)}"
-            out.append(msg)
+    delayed = [(lid, pb.placement, after.leases[lid].placement) for lid, pb in before.leases.items()
+               if pb.placement is not None and _later(pb.placement, after.leases[lid].placement)]
+    if not delayed:
+        return out
+    gpv = {lr.lease_id: lr.gpus_per_vm for lr in waiting}
+    free_until = _free_until(now, profiles, others, on_host, before, gpv, old_held)
+    if free_until is not None:
+        free_until -= allowance   # the end that leaves the allowance before the next lease
+    for lid, was, would_be in delayed:
+        would = f"would start at {fmt_time(would_be.start)}" if would_be else "would find no slot"
+        msg = (f"extending to {fmt_time(new_end)} would delay lease {lid} "
+               f"(planned at {fmt_time(was.start)}, {would})")
+        if free_until is not None and free_until > old_end:
+            msg += f"; the GPUs are free until {fmt_time(free_until)}"
+        elif free_until is not None:
+            msg += f"; the GPUs are not free past its end at {fmt_time(old_end)}"
+        out.append(msg)
     return out
 
 
-def _free_until(now, hosts, others, mine, before: Plan, gpv, old_end) -> int | None:
-    """Latest end the lease could have without touching the planned
-    placements (its hosts' GPUs and its project's quota)."""
-    host_by_name = {h.name: h for h in hosts}
+def _later(before: Placement, after: Placement | None) -> bool:
+    return after is None or after.start > before.start
+
+
+def _host_conflicts(now: int, profiles: HostProfiles, others: Sequence[Hold], on_host: Mapping[str, int],
+                    old_held: int, new_end: int, allowance: int) -> list[str]:
+    """Its own hosts: the GPUs it holds must stay free beside the other holds until its new end."""
+    out = []
+    lo, new_held = max(old_held, now), new_end + allowance
+    for hname in sorted(on_host):
+        prof = profiles.free(now, hname, others)
+        if prof is None or prof.min_on(lo, new_held) >= on_host[hname]:
+            continue
+        t = prof.first_below(lo, on_host[hname])
+        assert t is not None   # it is below somewhere on [lo, new_held)
+        out.append(f"host {hname} is committed to another lease from {fmt_time(t)}; "
+                   f"extending to {fmt_time(new_end)} would over-commit it; the GPUs are free "
+                   f"until {fmt_time(t - allowance)}")
+    return out
+
+
+def _quota_conflict(now: int, q: QuotaLimit, p: str, m: str, holds: Sequence[Hold], old_held: int,
+                    new_held: int, borrowing: bool) -> list[str]:
+    """The project within its quota (and what it borrows, if it does) at every instant."""
+    limit = q.gpus + (q.borrow_gpus if borrowing else 0)
+    qprof = StepProfile(now, limit)
+    for h in holds:
+        if h.project_id == p and h.gpu_model == m and h.end > now:
+            qprof.add(h.start, h.end, -h.gpus)
+    lo = max(old_held, now)
+    if qprof.min_on(lo, new_held) >= 0:
+        return []
+    t = qprof.first_below(lo, 0)
+    assert t is not None   # it is below zero somewhere on [lo, new_held)
+    return [f"project {p} would hold {limit - qprof.min_on(lo, new_held)} of {q.gpus} {m} GPUs at {fmt_time(t)}"]
+
+
+def _gpus_by_host(mine: Sequence[Hold]) -> dict[str, int]:
     on_host: dict[str, int] = defaultdict(int)
     for h in mine:
         on_host[h.host] += h.gpus
+    return on_host
+
+
+def _free_until(now: int, profiles: HostProfiles, others: Sequence[Hold], on_host: Mapping[str, int],
+                before: Plan, gpv: Mapping[str, int], old_end: int) -> int | None:
+    """Latest end the lease could have without touching the planned
+    placements (its hosts' GPUs and its project's quota)."""
     planned = [(pl.placement, pl.lease_id) for pl in before.leases.values() if pl.placement]
     best = INF
     for hname, gpus in on_host.items():
-        host = host_by_name.get(hname)
-        if host is None:
+        prof = profiles.free(now, hname, others)
+        if prof is None:
             continue
-        prof = StepProfile(now, host.gpus)
-        for h in others:
-            if h.host == hname and h.end > now:
-                prof.add(h.start, h.end, -h.gpus)
         for plc, lid in planned:
             if hname in plc.hosts:
                 per_vm = gpv[lid]
@@ -572,4 +683,3 @@ def _free_until(now, hosts, others, mine, before: Plan, gpv, old_end) -> int | N
         if t is not None:
             best = min(best, t)
     return None if best >= INF else best
-

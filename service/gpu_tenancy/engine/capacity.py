@@ -15,7 +15,7 @@ from gpu_tenancy.domain.calendar import free_steps
 from gpu_tenancy.domain.capacity import largest_free_block
 from gpu_tenancy.domain.model import Hold
 from gpu_tenancy.domain.states import HOLDING, WAITING, LeaseState
-from gpu_tenancy.engine.held import held_between
+from gpu_tenancy.engine.held import allowance, held_between
 from gpu_tenancy.engine.ledger import host_from_row
 
 
@@ -54,9 +54,10 @@ def holds_between(session: Session, start: int, end: int,
                  to_epoch(a.end_at), a.borrowing) for a in rows]
 
 
-def now_by_model(session: Session, now: int) -> dict[str, ModelCapacity]:
+def now_by_model(session: Session, now: int, floor: int) -> dict[str, ModelCapacity]:
+    """Each GPU model's figures now; `floor`: the least release allowance (PlannerSettings.release_floor)."""
     hosts = [host_from_row(h) for h in session.scalars(select(m.Host).order_by(m.Host.name))]
-    holds = held_between(session, now, now, now + 1)
+    holds = held_between(session, now, now, now + 1, allowance(session, floor))
     used: dict[str, int] = defaultdict(int)
     for hold in holds:
         used[hold.host] += hold.gpus
@@ -78,10 +79,11 @@ def now_by_model(session: Session, now: int) -> dict[str, ModelCapacity]:
     return dict(sorted(out.items()))
 
 
-def calendar(session: Session, start: int, end: int, now: int | None = None) -> list[HostCalendar]:
-    """Each host's free GPUs over [start, end), as held at `now` (default: start)."""
+def calendar(session: Session, start: int, end: int, floor: int, now: int | None = None) -> list[HostCalendar]:
+    """Each host's free GPUs over [start, end), as held at `now` (default: start); `floor`:
+    the least release allowance (PlannerSettings.release_floor)."""
     by_host: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
-    for hold in held_between(session, start if now is None else now, start, end):
+    for hold in held_between(session, start if now is None else now, start, end, allowance(session, floor)):
         by_host[hold.host].append((hold.start, hold.end, hold.gpus))
     out = []
     for row in session.scalars(select(m.Host).order_by(m.Host.name)):

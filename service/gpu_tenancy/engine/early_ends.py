@@ -14,7 +14,7 @@ from gpu_tenancy.domain import planner, reclaim
 from gpu_tenancy.domain.model import Plan
 from gpu_tenancy.domain.planner import fmt_time
 from gpu_tenancy.domain.states import FINAL, LeaseState
-from gpu_tenancy.engine import ledger, planner_settings
+from gpu_tenancy.engine import ledger
 from gpu_tenancy.engine.events import record_event
 
 S = LeaseState
@@ -27,32 +27,31 @@ def settings(config: Config) -> reclaim.ReclaimSettings:
                                    min_runtime=config.reclaim_min_runtime_seconds)
 
 
-def replan(session: Session, clock, config: Config, actor: str) -> Plan:
+def replan(session: Session, clock, config: Config, planner_settings: planner.PlannerSettings, actor: str) -> Plan:
     """The engine's replan: plan, decide what to end early for whom, and plan again
     if anything was; the queue reasons then tell both. One clock reading, taken under
     the ledger lock, for all of it. The caller commits."""
     ledger_lock(session)
     now = clock.now()
-    half_life = config.fairshare_half_life_seconds
-    call_off_unneeded(session, now, half_life, actor)
-    plan = ledger.replan(session, now, half_life, actor)
+    call_off_unneeded(session, now, planner_settings, actor)
+    plan = ledger.replan(session, now, planner_settings, actor)
     reasons: dict[str, list[dict]] = {}
     # only running leases that borrow or are preemptible can be ended early: usually none, and then
     # there is nothing more to load or plan
     takeable = frozenset(session.scalars(select(m.Lease.id).where(
         m.Lease.status == S.ACTIVE.value, m.Lease.early_end_at.is_(None),
         m.Lease.borrowing | m.Lease.preemptible)))
-    inputs = ledger.load_inputs(session, now, half_life) if takeable else None
+    inputs = ledger.load_inputs(session, now, planner_settings) if takeable else None
     if inputs is not None and inputs.waiting:
         decided = reclaim.early_ends(
             now, inputs.hosts, inputs.holds, inputs.quotas, inputs.waiting, inputs.usage, plan, settings(config),
             takeable=takeable, yielded=yielded_pairs(session),
-            planner_settings=ledger.settings_for(inputs, half_life))
+            planner_settings=ledger.settings_for(inputs, planner_settings))
         for end in decided.ends:
             apply(session, now, end, actor)
         if decided.ends:
             session.flush()
-            plan = ledger.replan(session, now, half_life, actor)
+            plan = ledger.replan(session, now, planner_settings, actor)
         for lease_id, notes in decided.notes.items():
             row = session.get(m.Lease, lease_id)
             for note in notes:
@@ -74,7 +73,7 @@ def replan(session: Session, clock, config: Config, actor: str) -> Plan:
     return plan
 
 
-def call_off_unneeded(session: Session, now: int, half_life: int, actor: str) -> None:
+def call_off_unneeded(session: Session, now: int, planner_settings: planner.PlannerSettings, actor: str) -> None:
     """A lease under notice whose beneficiary was cancelled or expired gets its own end back,
     if that end still fits as an extension would (no over-commit, within quota, delays nobody)."""
     gone = [S.CANCELLED.value, S.EXPIRED.value]
@@ -83,10 +82,10 @@ def call_off_unneeded(session: Session, now: int, half_life: int, actor: str) ->
                                 .where(m.Lease.status == S.ACTIVE.value, m.Lease.early_end_at > utcnow_naive(now),
                                        m.Lease.early_end_from.is_not(None), beneficiary.c.status.in_(gone))))
     for row in rows:
-        inputs = ledger.load_inputs(session, now, half_life)
+        inputs = ledger.load_inputs(session, now, planner_settings)
         own_end = to_epoch(row.early_end_from)
         if planner.extension_conflicts(now, inputs.hosts, inputs.holds, inputs.quotas, inputs.waiting,
-                                       inputs.usage, row.id, own_end, planner_settings.settings(half_life)):
+                                       inputs.usage, row.id, own_end, planner_settings):
             continue   # its GPUs are promised again: the notice stands
         for alloc in row.allocations:
             alloc.end_at = row.early_end_from

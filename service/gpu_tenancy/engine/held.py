@@ -12,19 +12,20 @@ from gpu_tenancy.db.session import to_epoch, utcnow_naive
 from gpu_tenancy.domain.held import held_until, release_allowance
 from gpu_tenancy.domain.model import Hold
 from gpu_tenancy.domain.states import HOLDING
-from gpu_tenancy.engine import planner_settings
 
 SAMPLES = 20   # the allowance follows the cloud's last this many releases
 KEPT = 100     # rows of measured release times kept
 
 
-def allowance(session: Session) -> int:
+def allowance(session: Session, floor: int) -> int:
+    """The release allowance: from the cloud's measured release times (or what it says a
+    release takes, before any), never below `floor` (PlannerSettings.release_floor)."""
     measured = list(session.scalars(select(m.ReleaseTime.seconds).where(m.ReleaseTime.kind == "measured")
                                     .order_by(m.ReleaseTime.id.desc()).limit(SAMPLES)))
     nominal = None if measured else session.scalar(
         select(m.ReleaseTime.seconds).where(m.ReleaseTime.kind == "nominal").order_by(m.ReleaseTime.id.desc())
         .limit(1))
-    return release_allowance(measured, nominal, planner_settings.release_floor())
+    return release_allowance(measured, nominal, floor)
 
 
 def record_release(session: Session, now: int, seconds: int) -> None:
@@ -48,11 +49,11 @@ def set_nominal(session: Session, now: int, seconds: int | None) -> None:
         row.seconds, row.at = seconds, utcnow_naive(now)
 
 
-def held_between(session: Session, now: int, start: int, end: int, hosts: list[str] | None = None,
-                 allowance_s: int | None = None) -> list[Hold]:
+def held_between(session: Session, now: int, start: int, end: int, allow: int,
+                 hosts: list[str] | None = None) -> list[Hold]:
     """The holds over [start, end): allocations of leases holding GPUs, each held until
-    its planned end plus the allowance, and at least past `now` (not released yet)."""
-    allow = allowance(session) if allowance_s is None else allowance_s
+    its planned end plus the allowance `allow` (allowance()), and at least past `now`
+    (not released yet)."""
     a = m.Allocation
     q = (select(a.lease_id, a.project_id, a.host, a.gpu_model, a.gpus, a.start_at, a.end_at, a.borrowing,
                 m.Lease.preemptible, m.Lease.priority).join(m.Lease)
@@ -87,7 +88,7 @@ def releasing_name(lease_id: str, vm_index: int) -> str:
     return f"{lease_id} (vm{vm_index}, being released)"
 
 
-def unreleased_on(session: Session, row: m.Lease, now: int) -> dict[str, list[str]]:
+def unreleased_on(session: Session, row: m.Lease, now: int, floor: int) -> dict[str, list[str]]:
     """The hosts of a lease about to start whose GPUs other leases still hold at `now`, so
     that its VMs would not fit there yet: host -> those leases."""
     mine: dict[str, int] = {}
@@ -95,7 +96,8 @@ def unreleased_on(session: Session, row: m.Lease, now: int) -> dict[str, list[st
         mine[alloc.host] = mine.get(alloc.host, 0) + alloc.gpus
     if not mine:
         return {}
-    others = [h for h in held_between(session, now, now, now + 1, hosts=list(mine)) if h.lease_id != row.id]
+    others = [h for h in held_between(session, now, now, now + 1, allowance(session, floor), hosts=list(mine))
+              if h.lease_id != row.id]
     sizes = dict(session.execute(select(m.Host.name, m.Host.gpus).where(m.Host.name.in_(list(mine)))).all())
     out = {}
     for host, need in sorted(mine.items()):

@@ -74,7 +74,7 @@ def rescue(lc, lease_id: str, down: set[str]) -> None:
         if row.status == S.ACTIVE.value:   # it used the GPUs until now: that still counts (a failed boot does not)
             keep_spent(session, row, now)
         duration = retry.remaining_seconds(row, now) if row.status == S.ACTIVE.value else row.duration
-        retry.replace(session, row, now, now, avoid=sorted(down), half_life=lc.config.fairshare_half_life_seconds,
+        retry.replace(session, row, now, now, avoid=sorted(down), settings=lc.planner_settings,
                       actor=ACTOR, duration=duration)
         kept = "; the data volume is kept and attached to the new VMs" if row.volume_id else ""
         record_event(session, row, "host_failure",
@@ -105,7 +105,7 @@ def replan_scheduled(lc, lease_id: str, down: set[str]) -> None:
             return
         lost = sorted(set(retry.lease_hosts(row)) & down)
         start = max(to_epoch(row.start_at), now)
-        retry.replace(session, row, now, start, avoid=sorted(down), half_life=lc.config.fairshare_half_life_seconds,
+        retry.replace(session, row, now, start, avoid=sorted(down), settings=lc.planner_settings,
                       actor=ACTOR, duration=row.duration)
         record_event(session, row, "host_failure", f"its planned host {', '.join(lost)} went down; "
                      f"the lease is {retry.describe_placement(row, now)}", now, ACTOR)
@@ -123,7 +123,7 @@ def place_displaced(lc) -> None:
                                     .order_by(m.Lease.created_at, m.Lease.arrival, m.Lease.id)))
         for row in rows:
             earliest = max(to_epoch(row.earliest_start), now)
-            retry.replace(session, row, now, earliest, avoid=[], half_life=lc.config.fairshare_half_life_seconds,
+            retry.replace(session, row, now, earliest, avoid=[], settings=lc.planner_settings,
                           actor=ACTOR, duration=row.duration)
         moved_ids = [row.id for row in rows]
     for lease_id in moved_ids:

@@ -11,14 +11,15 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch
 from gpu_tenancy.domain.states import HOLDING, LeaseState
 from gpu_tenancy.domain.held import held_until as held_until_
+from gpu_tenancy.domain.planner import PlannerSettings
 from gpu_tenancy.engine import held, retry
 from gpu_tenancy.engine.capacity import calendar
 from gpu_tenancy.engine.events import record_event
 
 
-def in_use_now(session: Session, now: int) -> dict[str, int]:
+def in_use_now(session: Session, now: int, floor: int) -> dict[str, int]:
     """GPUs held on each host at this instant (until the cloud has released them)."""
-    return {h.host: h.gpus - (h.free[0][2] if h.free else h.gpus) for h in calendar(session, now, now + 1)}
+    return {h.host: h.gpus - (h.free[0][2] if h.free else h.gpus) for h in calendar(session, now, now + 1, floor)}
 
 
 def listing(session: Session) -> list[m.Host]:
@@ -29,16 +30,17 @@ def find(session: Session, name: str) -> m.Host | None:
     return session.get(m.Host, name)
 
 
-def held_until(session: Session, now: int) -> dict[str, int]:
+def held_until(session: Session, now: int, floor: int) -> dict[str, int]:
     """When the GPUs of each host's last lease holding GPUs there (running or planned) are
     expected back: its end plus the release allowance, and later while not released."""
     rows = session.execute(select(m.Allocation.host, func.max(m.Allocation.end_at)).join(m.Lease)
                            .where(m.Lease.status.in_([s.value for s in HOLDING])).group_by(m.Allocation.host))
-    allowance = held.allowance(session)
+    allowance = held.allowance(session, floor)
     return {host: held_until_(to_epoch(end), now, allowance) for host, end in rows}
 
 
-def set_drained(session: Session, row: m.Host, drained: bool, now: int, half_life: int, actor: str) -> list[str]:
+def set_drained(session: Session, row: m.Host, drained: bool, now: int, settings: PlannerSettings,
+                actor: str) -> list[str]:
     """Drain or undrain; on drain, the leases only planned there are planned again on
     other hosts, for their planned start or the first time after it. Returns their ids."""
     # the cloud's refresh (lifecycle.refresh_hosts) leaves this column alone
@@ -51,7 +53,7 @@ def set_drained(session: Session, row: m.Host, drained: bool, now: int, half_lif
                                                       m.Lease.id.in_(planned_here)).order_by(m.Lease.start_at)))
     for lease in moved:
         start = max(to_epoch(lease.start_at), now)
-        retry.replace(session, lease, now, start, avoid=[row.name], half_life=half_life, actor=actor,
+        retry.replace(session, lease, now, start, avoid=[row.name], settings=settings, actor=actor,
                       duration=lease.duration)
         record_event(session, lease, "host_drain", f"its planned host {row.name} is being drained by an "
                      f"operator; the lease is {retry.describe_placement(lease, now)}", now, actor)

@@ -13,12 +13,14 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import ledger_lock, to_epoch, utcnow_naive
 from gpu_tenancy.domain import planner
 from gpu_tenancy.domain.model import Host, LeaseRequest, PlannedLease
+from gpu_tenancy.domain.planner import PlannerSettings
 from gpu_tenancy.domain.states import FINAL, HOLDING, LeaseState
 from gpu_tenancy.domain.budget import Span
 from gpu_tenancy.domain.extension import window_refusal
-from gpu_tenancy.engine import budgets, ledger, limits, planner_settings
+from gpu_tenancy.engine import budgets, ledger
 from gpu_tenancy.engine.decision_hook import DecisionHook
 from gpu_tenancy.engine.events import record_event, record_transition
+from gpu_tenancy.engine.limits import Limits
 from gpu_tenancy.engine.readiness import new_token as new_readiness_token
 from gpu_tenancy.errors import BadRequest, Conflict, Forbidden
 from gpu_tenancy.timeutil import parse_duration, parse_time, rfc3339, spoken_duration
@@ -34,10 +36,10 @@ class Caller:
     is_admin: bool = False
 
 
-def build_request(session: Session, now: int, caller: Caller, body: dict,
+def build_request(session: Session, now: int, limits: Limits, caller: Caller, body: dict,
                   lease_id: str) -> tuple[LeaseRequest, dict]:
-    """Check a lease request against the catalog, the quota and the cloud's
-    size; returns the planner's view of it and the columns to store."""
+    """Check a lease request against the service's limits, the catalog, the quota and the
+    cloud's size; returns the planner's view of it and the columns to store."""
     shape = session.get(m.Shape, body["shape"])
     if shape is None or shape.retired_at is not None:
         names = ", ".join(s.name for s in session.scalars(
@@ -75,7 +77,7 @@ def build_request(session: Session, now: int, caller: Caller, body: dict,
             f"{instances} x {shape.name} needs {instances * shape.gpus} {shape.gpu_model} GPUs, "
             f"{shape.gpus} on one host; the cloud has {total}, at most {largest} on one host",
             "gpu_tenancy.never_fits")
-    check_quota(session, caller.project_id, shape, instances, duration, any_size=preemptible)
+    check_quota(session, limits, caller.project_id, shape, instances, duration, any_size=preemptible)
     volume = body.get("volume") or {}
     if volume.get("id"):
         check_volume_free(session, caller.project_id, volume["id"])
@@ -159,8 +161,8 @@ def parse_field_time(field: str, value: str) -> int:
         raise BadRequest(f"{field}: {exc}", "gpu_tenancy.bad_time") from None
 
 
-def check_quota(session: Session, project_id: str, shape: m.Shape, instances: int, duration: int,
-                any_size: bool = False) -> None:
+def check_quota(session: Session, limits: Limits, project_id: str, shape: m.Shape, instances: int,
+                duration: int, any_size: bool = False) -> None:
     """`any_size`: a preemptible lease, which the quota's GPU count does not limit."""
     limits.check_duration(duration)
     quota = session.get(m.Quota, (project_id, shape.gpu_model))
@@ -198,18 +200,19 @@ def check_volume_free(session: Session, project_id: str, volume_id: str) -> None
                        "a volume attaches to one lease at a time", "gpu_tenancy.volume_in_use")
 
 
-def preview(session: Session, now: int, half_life: int, caller: Caller, body: dict) -> tuple[LeaseRequest, dict, PlannedLease]:
-    request, columns = build_request(session, now, caller, body, "dry-run")
-    return request, columns, ledger.dry_run(session, now, half_life, request)
+def preview(session: Session, now: int, settings: PlannerSettings, limits: Limits, caller: Caller,
+            body: dict) -> tuple[LeaseRequest, dict, PlannedLease]:
+    request, columns = build_request(session, now, limits, caller, body, "dry-run")
+    return request, columns, ledger.dry_run(session, now, settings, request)
 
 
-def create(session: Session, now: int, caller: Caller, body: dict,
+def create(session: Session, now: int, limits: Limits, caller: Caller, body: dict,
            hook: DecisionHook = DecisionHook(), lease_id: str | None = None) -> m.Lease:
     """Add the lease, queued. It is planned once this transaction has committed
     (ledger.plan_new, or else the engine's next replan), so that one replan can
     plan the leases of many requests. `lease_id`: the id the decision service was told."""
     lease_id = lease_id or ledger.new_lease_id()
-    request, columns = build_request(session, now, caller, body, lease_id)
+    request, columns = build_request(session, now, limits, caller, body, lease_id)
     check_name_free(session, caller.project_id, columns["name"])
     hook.ask("accept", {"id": lease_id, "project_id": caller.project_id, "user_id": caller.user_id,
                         "gpu_model": request.gpu_model, "gpus_per_instance": request.gpus_per_vm,
@@ -236,7 +239,7 @@ def create(session: Session, now: int, caller: Caller, body: dict,
     return row
 
 
-def cancel(session: Session, now: int, half_life: int, row: m.Lease, actor: str,
+def cancel(session: Session, now: int, settings: PlannerSettings, row: m.Lease, actor: str,
            hook: DecisionHook = DecisionHook()) -> m.Lease:
     """Cancel a waiting lease, or end a running one now. The data volume stays."""
     status = S(row.status)
@@ -252,7 +255,7 @@ def cancel(session: Session, now: int, half_life: int, row: m.Lease, actor: str,
         end_allocations_at(session, row, now)
         record_transition(session, row, S.ENDING, now, actor, "ended early by the user")
     session.flush()
-    ledger.replan(session, now, half_life)
+    ledger.replan(session, now, settings)
     return row
 
 
@@ -277,8 +280,8 @@ def hook_view(row: m.Lease, **changes) -> dict:
     return {**view, **changes}
 
 
-def change_end(session: Session, now: int, half_life: int, row: m.Lease, body: dict, actor: str,
-               extension_window: int | None = None, hook: DecisionHook = DecisionHook()) -> m.Lease:
+def change_end(session: Session, now: int, settings: PlannerSettings, limits: Limits, row: m.Lease, body: dict,
+               actor: str, extension_window: int | None = None, hook: DecisionHook = DecisionHook()) -> m.Lease:
     """Extend or shrink. An extension is granted only if it delays nobody planned, within the
     maximum duration and the budget; with `extension_window`, only in the lease's last part."""
     status = S(row.status)
@@ -299,7 +302,7 @@ def change_end(session: Session, now: int, half_life: int, row: m.Lease, body: d
                              "gpu_tenancy.bad_end")
     check_not_shortened(row, duration, bool(body.get("shrink")))
     shape = session.get(m.Shape, row.shape)
-    check_quota(session, row.project_id, shape, row.instances, duration, any_size=row.preemptible)
+    check_quota(session, limits, row.project_id, shape, row.instances, duration, any_size=row.preemptible)
     if status is S.QUEUED and duration > row.duration:
         start = to_epoch(row.start_at or row.earliest_start)
         budgets.check(session, now, row.project_id, row.gpu_model,
@@ -313,7 +316,7 @@ def change_end(session: Session, now: int, half_life: int, row: m.Lease, body: d
         row.duration = duration
         record_event(session, row, "change", f"duration set to {duration} s", now, actor)
         session.flush()
-        ledger.replan(session, now, half_life)
+        ledger.replan(session, now, settings)
         return row
     start, old_end = to_epoch(row.start_at), to_epoch(row.end_at)
     new_end = start + duration
@@ -321,10 +324,9 @@ def change_end(session: Session, now: int, half_life: int, row: m.Lease, body: d
         raise BadRequest(f"the new end {rfc3339(new_end)} has already passed; to end the lease now, "
                          "DELETE it", "gpu_tenancy.end_passed")
     if new_end > old_end:
-        inputs = ledger.load_inputs(session, now, half_life)
+        inputs = ledger.load_inputs(session, now, settings)
         conflicts = planner.extension_conflicts(
-            now, inputs.hosts, inputs.holds, inputs.quotas, inputs.waiting, inputs.usage, row.id, new_end,
-            planner_settings.settings(half_life))
+            now, inputs.hosts, inputs.holds, inputs.quotas, inputs.waiting, inputs.usage, row.id, new_end, settings)
         if conflicts:
             raise Conflict("the extension is refused: " + "; ".join(conflicts), "gpu_tenancy.extension_refused")
         hook.ask("extend", hook_view(row, duration=duration, end=rfc3339(new_end)), actor)
@@ -336,7 +338,7 @@ def change_end(session: Session, now: int, half_life: int, row: m.Lease, body: d
     verb = "extended" if new_end > old_end else "shortened"
     record_event(session, row, "change", f"{verb} to end at {rfc3339(new_end)}", now, actor)
     session.flush()
-    ledger.replan(session, now, half_life)
+    ledger.replan(session, now, settings)
     return row
 
 

@@ -17,7 +17,7 @@ from gpu_tenancy.domain import fairshare, planner
 from gpu_tenancy.domain.held import held_until
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, Plan, PlannedLease, QuotaLimit
 from gpu_tenancy.domain.states import HOLDING, LeaseState
-from gpu_tenancy.engine import held, limits, planner_settings
+from gpu_tenancy.engine import held, limits
 from gpu_tenancy.engine.events import record_transition
 from gpu_tenancy.engine.metrics import CREATE_REPLANS, PLANNER_SECONDS
 from gpu_tenancy.timeutil import rfc3339
@@ -57,13 +57,14 @@ def request_from_row(row: m.Lease) -> LeaseRequest:
         priority=row.priority, name=row.name, preemptible=row.preemptible, arrival=row.arrival or 0)
 
 
-def load_inputs(session: Session, now: int, half_life: int,
+def load_inputs(session: Session, now: int, settings: planner.PlannerSettings,
                 queued: list[m.Lease] | None = None) -> PlannerInputs:
-    """Everything the planner reads, in four queries; `queued`: the waiting lease
-    rows, when the caller has loaded them already."""
+    """Everything the planner reads, in four queries, as `settings` say (the fair-share
+    half-life, the least release allowance); `queued`: the waiting lease rows, when the
+    caller has loaded them already."""
     hosts = [host_from_row(h) for h in session.execute(select(m.Host.__table__).order_by(m.Host.name))]
-    allowance = held.allowance(session)
-    holds, usage, unreleased = load_allocations(session, now, half_life, allowance)
+    allowance = held.allowance(session, settings.release_floor)
+    holds, usage, unreleased = load_allocations(session, now, settings.fairshare_half_life, allowance)
     quotas = {(q.project_id, q.gpu_model): quota_from_row(q) for q in session.execute(select(m.Quota.__table__))}
     waiting = [request_from_row(r) for r in (load_queued(session) if queued is None else queued)]
     return PlannerInputs(hosts, holds, quotas, waiting, usage, unreleased, allowance)
@@ -108,29 +109,28 @@ def load_allocations(session: Session, now: int, half_life: int,
     return holds, fairshare.decayed_gpu_hours(records, now, half_life), frozenset(unreleased)
 
 
-def run_planner(inputs: PlannerInputs, now: int, half_life: int,
+def run_planner(inputs: PlannerInputs, now: int, settings: planner.PlannerSettings,
                 extra: list[LeaseRequest] = ()) -> Plan:
-    settings = settings_for(inputs, half_life)
     return planner.plan(now, inputs.hosts, inputs.holds, inputs.quotas, [*inputs.waiting, *extra],
-                        inputs.usage, settings)
+                        inputs.usage, settings_for(inputs, settings))
 
 
-def settings_for(inputs: PlannerInputs, half_life: int) -> planner.PlannerSettings:
+def settings_for(inputs: PlannerInputs, settings: planner.PlannerSettings) -> planner.PlannerSettings:
     """The planner's settings, with the release allowance its inputs were read with."""
-    return dataclasses.replace(planner_settings.settings(half_life), release_allowance=inputs.allowance)
+    return dataclasses.replace(settings, release_allowance=inputs.allowance)
 
 
-def replan(session: Session, now: int, half_life: int, actor: str = "planner") -> Plan:
+def replan(session: Session, now: int, settings: planner.PlannerSettings, actor: str = "planner") -> Plan:
     """Plan every waiting lease and commit what the plan decides: leases whose
     start has come, and reservations that start exactly when asked, get their
     GPUs in the ledger (scheduled); the rest keep their position, ETA and reasons.
     Queued leases whose latest start has passed expire. The caller commits (the
     engine reads `now` once it holds the lock: early_ends.replan)."""
     ledger_lock(session)
-    return replan_locked(session, now, half_life, actor)
+    return replan_locked(session, now, settings, actor)
 
 
-def replan_locked(session: Session, now: int, half_life: int, actor: str) -> Plan:
+def replan_locked(session: Session, now: int, settings: planner.PlannerSettings, actor: str) -> Plan:
     limits.fail_unplannable(session, now, actor)
     rows = {}
     for row in load_queued(session):
@@ -138,9 +138,9 @@ def replan_locked(session: Session, now: int, half_life: int, actor: str) -> Pla
             expire(session, row, now, actor)
         else:
             rows[row.id] = row
-    inputs = load_inputs(session, now, half_life, queued=list(rows.values()))
+    inputs = load_inputs(session, now, settings, queued=list(rows.values()))
     with PLANNER_SECONDS.time():
-        plan = run_planner(inputs, now, half_life)
+        plan = run_planner(inputs, now, settings)
     waiting = {r.lease_id: r for r in inputs.waiting}
     for planned in plan.leases.values():
         row = rows.get(planned.lease_id)
@@ -156,7 +156,7 @@ def replan_locked(session: Session, now: int, half_life: int, actor: str) -> Pla
     return plan
 
 
-def plan_new(session: Session, now: int, half_life: int, lease_id: str) -> m.Lease | None:
+def plan_new(session: Session, now: int, settings: planner.PlannerSettings, lease_id: str) -> m.Lease | None:
     """Plan a lease that another transaction has just committed queued, and return it.
 
     Under the ledger lock: if a replan that loaded the queue after that commit has
@@ -171,7 +171,7 @@ def plan_new(session: Session, now: int, half_life: int, lease_id: str) -> m.Lea
     row = session.get(m.Lease, lease_id, populate_existing=True, options=[
         joinedload(m.Lease.allocations), joinedload(m.Lease.servers), joinedload(m.Lease.failures)])
     if row is not None and row.status == S.QUEUED.value and row.queue_position is None:
-        replan_locked(session, now, half_life, "planner")
+        replan_locked(session, now, settings, "planner")
         CREATE_REPLANS.labels("replanned").inc()
     else:
         CREATE_REPLANS.labels("shared").inc()
@@ -224,11 +224,11 @@ def clear_queue_info(row: m.Lease) -> None:
     row.queue_position, row.queue_eta, row.queue_reasons = None, None, []
 
 
-def dry_run(session: Session, now: int, half_life: int, request: LeaseRequest) -> PlannedLease:
+def dry_run(session: Session, now: int, settings: planner.PlannerSettings, request: LeaseRequest) -> PlannedLease:
     """Where a lease would land if it were asked for now; writes nothing."""
-    inputs = load_inputs(session, now, half_life)
+    inputs = load_inputs(session, now, settings)
     newest = dataclasses.replace(request, arrival=LAST_ARRIVAL)   # it would be asked after every lease
-    return run_planner(inputs, now, half_life, extra=[newest]).leases[request.lease_id]
+    return run_planner(inputs, now, settings, extra=[newest]).leases[request.lease_id]
 
 
 def new_lease_id() -> str:

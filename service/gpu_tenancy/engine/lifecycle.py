@@ -17,10 +17,11 @@ from gpu_tenancy.cloud.driver import BootRequest, CloudDriver, CloudError, Volum
 from gpu_tenancy.config import Config
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
+from gpu_tenancy.domain.planner import PlannerSettings
 from gpu_tenancy.domain.failures import FailureClass, classify_fault, rule
 from gpu_tenancy.domain.states import FINAL, LeaseState
-from gpu_tenancy.engine import (early_ends, held, host_failure, lease_flavor, networking, readiness, releasing,
-                                retry, webhooks)
+from gpu_tenancy.engine import (early_ends, held, host_failure, lease_flavor, networking, planner_settings,
+                                readiness, releasing, retry, webhooks)
 from gpu_tenancy.engine.crashpoints import crash_point
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.engine.leases import end_allocations_at
@@ -32,8 +33,11 @@ ACTOR = "engine"
 
 
 class Lifecycle:
-    def __init__(self, sessions: sessionmaker[Session], cloud: CloudDriver, clock, config: Config):
+    def __init__(self, sessions: sessionmaker[Session], cloud: CloudDriver, clock, config: Config,
+                 settings: PlannerSettings | None = None):
         self.sessions, self.cloud, self.clock, self.config = sessions, cloud, clock, config
+        # the app's, when it runs the engine (app.py); else read from the config here
+        self.planner_settings = settings or planner_settings.from_config(config)
         self._hosts_refreshed_at: int | None = None
         self._tasks: dict[str, str] = {}   # server id -> the cloud's last task seen while BUILD
         self._awaiting_release: dict[str, dict] = {}   # lease id -> hosts it waits on (told once)
@@ -56,7 +60,7 @@ class Lifecycle:
         releasing.confirm(self)
         with session_scope(self.sessions) as session:
             # the plan, then reclaim and preemption, at the time read under the ledger lock
-            plan = early_ends.replan(session, self.clock, self.config, ACTOR)
+            plan = early_ends.replan(session, self.clock, self.config, self.planner_settings, ACTOR)
         for lease_id in self._ids(S.SCHEDULED, start_by=plan.now):
             self.start(lease_id)
         for lease_id in self._ids(S.PROVISIONING):
@@ -118,7 +122,7 @@ class Lifecycle:
                 return
             # GPUs not yet released by the lease before it (a delete slower than planned): booting
             # now would be refused the host. It waits; the engine ticks again on the release.
-            blocked = held.unreleased_on(session, row, now)
+            blocked = held.unreleased_on(session, row, now, self.planner_settings.release_floor)
             if blocked:
                 if self._awaiting_release.get(lease_id) != blocked:
                     self._awaiting_release[lease_id] = blocked

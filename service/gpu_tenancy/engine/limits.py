@@ -3,8 +3,8 @@ far ahead it starts, how many leases wait at once; and the guard that keeps a
 lease beyond any plannable time (a row written before these limits, or by hand)
 from stopping the planner for everyone.
 
-The limits are set once when the app starts (configure), as the planner's settings
-are; until then they are the configuration's defaults."""
+The limits are read from the configuration once (Limits.from_config), carried by the
+API's runtime and passed to each check: nothing here is global."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from gpu_tenancy.config import Config
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import utcnow_naive
 from gpu_tenancy.domain.failures import FailureClass
@@ -34,29 +35,38 @@ class Limits:
     waiting_per_project: int = 100
     waiting_per_user: int = 30
 
+    @classmethod
+    def from_config(cls, config: Config) -> Limits:
+        """The limits of a gpu_tenancy.config.Config."""
+        return cls(config.max_lease_duration_days * DAY, config.max_start_ahead_days * DAY,
+                   config.max_waiting_leases_per_project, config.max_waiting_leases_per_user)
 
-_configured = Limits()
+    def check_duration(self, duration: int) -> None:
+        most = self.max_duration
+        if duration > most:
+            raise BadRequest(f"duration {days(duration)} is over this service's maximum of {days(most)}",
+                             "gpu_tenancy.over_service_max_duration")
 
+    def check_ahead(self, field: str, at: int, now: int) -> None:
+        most = self.max_start_ahead
+        if at - now > most:
+            raise BadRequest(f"{field} is {days(at - now)} ahead; this service takes leases at most "
+                             f"{days(most)} ahead", "gpu_tenancy.start_too_far")
 
-def configure(config) -> None:
-    """Take the limits from a gpu_tenancy.config.Config."""
-    global _configured
-    _configured = Limits(config.max_lease_duration_days * DAY, config.max_start_ahead_days * DAY,
-                         config.max_waiting_leases_per_project, config.max_waiting_leases_per_user)
-
-
-def check_duration(duration: int) -> None:
-    most = _configured.max_duration
-    if duration > most:
-        raise BadRequest(f"duration {days(duration)} is over this service's maximum of {days(most)}",
-                         "gpu_tenancy.over_service_max_duration")
-
-
-def check_ahead(field: str, at: int, now: int) -> None:
-    most = _configured.max_start_ahead
-    if at - now > most:
-        raise BadRequest(f"{field} is {days(at - now)} ahead; this service takes leases at most "
-                         f"{days(most)} ahead", "gpu_tenancy.start_too_far")
+    def check_waiting(self, session: Session, project_id: str, user_id: str) -> None:
+        """Refuse a new lease when the project, or the user, has as many waiting as it may:
+        every waiting lease is planned again on every change, under the ledger lock. A
+        reservation booked ahead (scheduled, not started) counts too: each is a hold that
+        every plan reads, and a member could otherwise book a year of hourly slots."""
+        waiting = m.Lease.status.in_([s.value for s in (*WAITING, LeaseState.SCHEDULED)])
+        project, user = session.execute(select(func.count(), func.count().filter(m.Lease.user_id == user_id))
+                                        .where(m.Lease.project_id == project_id, waiting)).one()
+        if project >= self.waiting_per_project:
+            raise Forbidden(f"project {project_id} has {project} leases waiting, the most it may have at once; "
+                            "cancel one or wait for one to start", "gpu_tenancy.too_many_waiting")
+        if user >= self.waiting_per_user:
+            raise Forbidden(f"user {user_id} has {user} leases waiting in project {project_id}, the most a user "
+                            "may have at once; cancel one or wait for one to start", "gpu_tenancy.too_many_waiting")
 
 
 def days(seconds: int) -> str:
@@ -64,22 +74,6 @@ def days(seconds: int) -> str:
     if value == 1:
         return "1 day"
     return f"{value:.0f} days" if value >= 10 or value.is_integer() else f"{value:.1f} days"
-
-
-def check_waiting(session: Session, project_id: str, user_id: str) -> None:
-    """Refuse a new lease when the project, or the user, has as many waiting as it may:
-    every waiting lease is planned again on every change, under the ledger lock. A
-    reservation booked ahead (scheduled, not started) counts too: each is a hold that
-    every plan reads, and a member could otherwise book a year of hourly slots."""
-    waiting = m.Lease.status.in_([s.value for s in (*WAITING, LeaseState.SCHEDULED)])
-    project, user = session.execute(select(func.count(), func.count().filter(m.Lease.user_id == user_id))
-                                    .where(m.Lease.project_id == project_id, waiting)).one()
-    if project >= _configured.waiting_per_project:
-        raise Forbidden(f"project {project_id} has {project} leases waiting, the most it may have at once; "
-                        "cancel one or wait for one to start", "gpu_tenancy.too_many_waiting")
-    if user >= _configured.waiting_per_user:
-        raise Forbidden(f"user {user_id} has {user} leases waiting in project {project_id}, the most a user "
-                        "may have at once; cancel one or wait for one to start", "gpu_tenancy.too_many_waiting")
 
 
 def fail_unplannable(session: Session, now: int, actor: str) -> None:

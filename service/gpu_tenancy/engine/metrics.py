@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch
 from gpu_tenancy.domain.states import WAITING, LeaseState
-from gpu_tenancy.engine.held import held_between
+from gpu_tenancy.engine.held import allowance, held_between
 
 PREFIX = "gpu_tenancy_"
 # waits from seconds (started at once) to days (a week-long queue)
@@ -34,8 +34,8 @@ CREATE_REPLANS = CounterMetric(
 
 
 class LeaseCollector:
-    def __init__(self, sessions, clock):
-        self.sessions, self.clock = sessions, clock
+    def __init__(self, sessions, clock, floor: int):
+        self.sessions, self.clock, self.floor = sessions, clock, floor
 
     def collect(self):
         now = self.clock.now()
@@ -86,7 +86,7 @@ class LeaseCollector:
         in_use = GaugeMetricFamily(PREFIX + "gpus_in_use", "GPUs held by leases now (until the cloud has "
                                    "released them), by model and project.", labels=["gpu_model", "project_id"])
         held_now: Counter = Counter()
-        for hold in held_between(session, now, now, now + 1):
+        for hold in held_between(session, now, now, now + 1, allowance(session, self.floor)):
             held_now[(hold.gpu_model, hold.project_id)] += hold.gpus
         for (model, project), gpus in sorted(held_now.items()):
             in_use.add_metric([model, project], gpus)
@@ -109,9 +109,10 @@ class LeaseCollector:
         return family
 
 
-def registry_for(sessions, clock) -> CollectorRegistry:
+def registry_for(sessions, clock, floor: int) -> CollectorRegistry:
+    """`floor`: the least release allowance (PlannerSettings.release_floor), for the GPUs held now."""
     registry = CollectorRegistry()
-    registry.register(LeaseCollector(sessions, clock))
+    registry.register(LeaseCollector(sessions, clock, floor))
     registry.register(PLANNER_SECONDS)
     registry.register(CREATE_REPLANS)
     return registry

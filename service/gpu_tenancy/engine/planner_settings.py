@@ -1,31 +1,18 @@
 """The planner settings the service runs with, taken from its configuration.
 
-The fair-share half-life travels with each call (the API passes it); the
-rest is set once when the app or the engine starts (configure) and is the
-planner's default until then."""
+Built once where the configuration is read (api/runtime.py's Runtime, the engine's
+Lifecycle) and passed explicitly from there to every plan: nothing here is global,
+so two apps in one process each plan with their own."""
 from __future__ import annotations
 
-from dataclasses import replace
-
+from gpu_tenancy.config import Config
 from gpu_tenancy.domain.planner import PlannerSettings
 
-_configured = PlannerSettings()
-_release_floor = 0
 
-
-def configure(config) -> None:
-    """Take the planner's options from a gpu_tenancy.config.Config."""
-    global _configured, _release_floor
-    _release_floor = config.release_allowance_seconds
-    _configured = PlannerSettings(wait_bound=config.planner_wait_bound_seconds,
-                                  wait_bound_gpu_hours=config.planner_wait_bound_gpu_hours,
-                                  wait_bound_leases=config.planner_wait_bound_leases)
-
-
-def settings(half_life: int) -> PlannerSettings:
-    return replace(_configured, fairshare_half_life=half_life)
-
-
-def release_floor() -> int:
-    """The operator's least release allowance, seconds (engine/held.py)."""
-    return _release_floor
+def from_config(config: Config) -> PlannerSettings:
+    """The planner's options from a gpu_tenancy.config.Config."""
+    return PlannerSettings(fairshare_half_life=config.fairshare_half_life_seconds,
+                           wait_bound=config.planner_wait_bound_seconds,
+                           wait_bound_gpu_hours=config.planner_wait_bound_gpu_hours,
+                           wait_bound_leases=config.planner_wait_bound_leases,
+                           release_floor=config.release_allowance_seconds)

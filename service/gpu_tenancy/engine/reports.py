@@ -54,13 +54,14 @@ def _facts(row: m.Lease, events: list[m.Event]) -> figures.LeaseFacts:
         first_provisioning_outcome=outcome, failure_class=row.failure_class)
 
 
-def hosts_now(session: Session, now: int) -> list[figures.HostNow]:
+def hosts_now(session: Session, now: int, floor: int) -> list[figures.HostNow]:
     return [figures.HostNow(h.host, h.gpu_model, h.gpus, h.free[0][2] if h.free else h.gpus, h.in_service)
-            for h in calendar(session, now, now + 1)]
+            for h in calendar(session, now, now + 1, floor)]
 
 
-def all_figures(session: Session, start: int, end: int, now: int) -> dict[str, list[dict]]:
-    """Every figure over [start, end); idle fragmentation is of `now`."""
+def all_figures(session: Session, start: int, end: int, now: int, floor: int) -> dict[str, list[dict]]:
+    """Every figure over [start, end); idle fragmentation is of `now` (`floor`: the least
+    release allowance, PlannerSettings.release_floor)."""
     facts = lease_facts(session, start, end)
     until = min(end, now)
     holds = [(h.start, h.end, h.gpus) for h in used_between(session, start, until)] if until > start else []
@@ -73,7 +74,7 @@ def all_figures(session: Session, start: int, end: int, now: int) -> dict[str, l
         "first_try_success": figures.first_try_success(facts),
         "failures_by_class": figures.failures_by_class(facts),
         "hourly_gpu_use": figures.hourly_gpu_use(holds, capacity, start, until) if until > start else [],
-        "idle_fragmentation": figures.idle_fragmentation(hosts_now(session, now), [tuple(w) for w in waiting]),
+        "idle_fragmentation": figures.idle_fragmentation(hosts_now(session, now, floor), [tuple(w) for w in waiting]),
         "cancel_ratio": figures.cancel_ratio(facts),
     }
 

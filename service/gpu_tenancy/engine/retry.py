@@ -88,14 +88,14 @@ def retry_elsewhere(lc, lease_id: str, failure: FailureClass, message: str) -> b
                      f"{failure.value}: {message}; {rule(failure).user_message}. Attempt {attempt} of {limit}: "
                      f"trying again on another host than {', '.join(failed_on)} in {delay} s", now, ACTOR)
         avoid = sorted(set(failed_on).union(*(f.hosts or [] for f in row.failures)))
-        replace(session, row, now, now + delay, avoid=avoid, half_life=lc.config.fairshare_half_life_seconds,
+        replace(session, row, now, now + delay, avoid=avoid, settings=lc.planner_settings,
                 actor=ACTOR, duration=row.duration)
     lease_flavor.follow_placement(lc, lease_id)   # its class's inventory goes where it is planned now
     return True
 
 
-def replace(session: Session, row: m.Lease, now: int, earliest: int, *, avoid: list[str], half_life: int,
-            actor: str, duration: int) -> None:
+def replace(session: Session, row: m.Lease, now: int, earliest: int, *, avoid: list[str],
+            settings: planner.PlannerSettings, actor: str, duration: int) -> None:
     """Drop the lease's VMs and hold (the GPUs the cloud is still releasing stay held:
     engine/releasing.py), and plan it alone, before every waiting lease, on
     hosts other than `avoid` (on those too if nothing else can ever take it). Placed:
@@ -111,12 +111,12 @@ def replace(session: Session, row: m.Lease, now: int, earliest: int, *, avoid: l
     session.flush()
     session.expire(row, ["servers", "allocations"])
     ledger_lock(session)
-    inputs = ledger.load_inputs(session, now, half_life)
+    inputs = ledger.load_inputs(session, now, settings)
     request = LeaseRequest(lease_id=row.id, project_id=row.project_id, gpu_model=row.gpu_model,
                            gpus_per_vm=row.gpus_per_vm, instances=row.instances, duration=duration,
                            earliest_start=earliest, latest_start=None, created_at=to_epoch(row.created_at),
                            priority=row.priority, name=row.name, preemptible=row.preemptible)
-    settings = ledger.settings_for(inputs, half_life)
+    settings = ledger.settings_for(inputs, settings)
     others = [dataclasses.replace(h, enabled=False) if h.name in avoid else h for h in inputs.hosts]
     planned = planner.plan(now, others, inputs.holds, inputs.quotas, [request], inputs.usage,
                            settings).leases[row.id]
