@@ -25,6 +25,7 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, utcnow_naive
 from gpu_tenancy.domain.states import FINAL, LeaseState
 from gpu_tenancy.engine.crashpoints import crash_point
+from gpu_tenancy.engine.leases import finished_or_unknown
 from gpu_tenancy.engine.events import record_event, record_transition
 
 log = logging.getLogger(__name__)
@@ -144,16 +145,10 @@ def reconcile(lc) -> None:
     except CloudError as exc:
         log.warning("reconcile: listing lease flavors failed: %s", exc)
         return
-    if not in_cloud:
-        return
     with session_scope(lc.sessions) as session:
-        known = {i: (status, project) for i, status, project in session.execute(
-            select(m.Lease.id, m.Lease.status, m.Lease.project_id).where(m.Lease.id.in_(in_cloud)))}
-    final = {s.value for s in FINAL}
-    for lease_id in sorted(in_cloud):
-        status, project = known.get(lease_id, (None, None))
-        if status is None or status in final:
-            remove_leftovers(lc, lease_id, project)
+        over = finished_or_unknown(session, in_cloud)
+    for lease_id in sorted(over):
+        remove_leftovers(lc, lease_id, over[lease_id])
 
 
 def follow_placement(lc, lease_id: str) -> None:

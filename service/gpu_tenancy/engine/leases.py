@@ -191,6 +191,16 @@ def check_name_free(session: Session, project_id: str, name: str) -> None:
                        "choose another name, or cancel that one first", "gpu_tenancy.lease_name_taken")
 
 
+def finished_or_unknown(session: Session, lease_ids) -> dict[str, str | None]:
+    """Of these lease ids, those whose lease is over or that no lease has (reconcile removes what
+    they left in the cloud), each with its project (None when unknown)."""
+    ids = set(lease_ids)
+    found = {i: (status, project) for i, status, project in session.execute(
+        select(m.Lease.id, m.Lease.status, m.Lease.project_id).where(m.Lease.id.in_(ids)))} if ids else {}
+    final = {s.value for s in FINAL}
+    return {i: found[i][1] if i in found else None for i in ids if i not in found or found[i][0] in final}
+
+
 def check_volume_free(session: Session, project_id: str, volume_id: str) -> None:
     busy = session.scalar(select(m.Lease.id).where(
         m.Lease.project_id == project_id, m.Lease.volume_id == volume_id,

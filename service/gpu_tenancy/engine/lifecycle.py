@@ -19,12 +19,12 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.domain.planner import PlannerSettings
 from gpu_tenancy.domain.failures import FailureClass, classify_fault, rule
-from gpu_tenancy.domain.states import FINAL, LeaseState
+from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import (early_ends, held, host_failure, lease_flavor, networking, planner_settings,
                                 readiness, releasing, retry, webhooks)
 from gpu_tenancy.engine.crashpoints import crash_point
 from gpu_tenancy.engine.events import record_event, record_transition
-from gpu_tenancy.engine.leases import end_allocations_at
+from gpu_tenancy.engine.leases import end_allocations_at, finished_or_unknown
 from gpu_tenancy.timeutil import rfc3339
 
 log = logging.getLogger(__name__)
@@ -319,14 +319,10 @@ class Lifecycle:
                 log.warning("reconcile: removing flavor %s failed: %s", flavor.id, exc)
         lease_flavor.reconcile(self)
         servers = [o for o in objects if o.kind == "server" and o.lease_id]
-        if not servers:
-            return
         with session_scope(self.sessions) as session:
-            status = dict(session.execute(select(m.Lease.id, m.Lease.status).where(
-                m.Lease.id.in_({o.lease_id for o in servers}))).all())
-        final = {s.value for s in FINAL}
+            over = finished_or_unknown(session, {o.lease_id for o in servers})
         for obj in servers:
-            if status.get(obj.lease_id) is None or status[obj.lease_id] in final:
+            if obj.lease_id in over:
                 log.info("reconcile: deleting server %s of finished lease %s", obj.id, obj.lease_id)
                 self.cloud.delete_server(obj.id)
 

@@ -24,13 +24,12 @@ import logging
 import threading
 from dataclasses import dataclass
 
-from sqlalchemy import select
 
 from gpu_tenancy.cloud.driver import CloudDriver, CloudError, NetworkInfo
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope
-from gpu_tenancy.domain.states import FINAL
 from gpu_tenancy.engine.crashpoints import crash_point
+from gpu_tenancy.engine.leases import finished_or_unknown
 from gpu_tenancy.errors import BadRequest, ServiceUnavailable
 
 log = logging.getLogger(__name__)
@@ -197,18 +196,14 @@ def reconcile(lifecycle) -> None:
     except CloudError as exc:
         log.warning("reconcile: listing floating IPs failed: %s", exc)
         return
-    if not leases:
-        return
     with session_scope(lifecycle.sessions) as session:
-        status = dict(session.execute(select(m.Lease.id, m.Lease.status).where(m.Lease.id.in_(leases))).all())
-    final = {s.value for s in FINAL}
-    for lease_id in leases:
-        if status.get(lease_id) is None or status[lease_id] in final:
-            log.info("reconcile: releasing the floating IPs of finished lease %s", lease_id)
-            try:
-                lifecycle.cloud.release_floating_ips(lease_id)
-            except CloudError as exc:
-                log.warning("reconcile: releasing the floating IPs of lease %s failed: %s", lease_id, exc)
+        over = finished_or_unknown(session, leases)
+    for lease_id in sorted(over):
+        log.info("reconcile: releasing the floating IPs of finished lease %s", lease_id)
+        try:
+            lifecycle.cloud.release_floating_ips(lease_id)
+        except CloudError as exc:
+            log.warning("reconcile: releasing the floating IPs of lease %s failed: %s", lease_id, exc)
 
 
 # --- what the lease shows ---------------------------------------------------------------------

@@ -207,15 +207,18 @@ class ExtendLease(command.ShowOne):
     _description = ("Move a lease's end later; granted only if it delays no planned lease (never shortens: "
                     "see lease shrink)")
 
+    # what lease shrink (osc/lease_shrink.py) changes: the direction of --by, the words, and the ask
+    sign, asks = 1, {}
+    helps = ("the new end, RFC 3339", "the new duration from the lease's start: 24h, 7d, PT24H, 1-00:00:00",
+             "longer by this much: 2h, 1d, PT2H")
+
     def get_parser(self, prog_name):
         parser = super().get_parser(prog_name)
         parser.add_argument("lease", metavar="<lease>", help="lease (id or name)")
         end = parser.add_mutually_exclusive_group(required=True)
-        end.add_argument("--end", metavar="<time>", help="the new end, RFC 3339")
-        end.add_argument("--duration", metavar="<duration>", type=duration,
-                         help="the new duration from the lease's start: 24h, 7d, PT24H, 1-00:00:00")
-        end.add_argument("--by", metavar="<duration>", type=seconds,
-                         help="longer by this much: 2h, 1d, PT2H")
+        end.add_argument("--end", metavar="<time>", help=self.helps[0])
+        end.add_argument("--duration", metavar="<duration>", type=duration, help=self.helps[1])
+        end.add_argument("--by", metavar="<duration>", type=seconds, help=self.helps[2])
         return parser
 
     def take_action(self, args):
@@ -224,8 +227,8 @@ class ExtendLease(command.ShowOne):
         if args.end:
             body = {"end": args.end}
         else:
-            body = {"duration": args.duration if args.by is None else lease["duration"] + args.by}
-        return show_lease(client.update_lease(lease["id"], body))
+            body = {"duration": args.duration if args.by is None else lease["duration"] + self.sign * args.by}
+        return show_lease(client.update_lease(lease["id"], {**body, **self.asks}))
 
 
 class CancelLease(command.Command):
