@@ -310,6 +310,7 @@ class _Slot:
     start: int | None = None
     hosts: tuple[str, ...] | None = None
     quota_at: int | None = None
+    quota_from: int | None = None   # the start the quota refused first: its window is what blocked
     cap_pushed: bool = False
     borrowing: bool = False
 
@@ -406,7 +407,7 @@ class _Run:
             if tq is None:
                 return slot
             if tq > t and slot.quota_at is None:
-                slot.quota_at = tq
+                slot.quota_at, slot.quota_from = tq, t
             # Capacity said "earliest at r[0], on these hosts"; asked again
             # at exactly r[0] (nothing reserved since) it gives the same.
             r = pushed_to if pushed_to is not None and pushed_to[0] == tq else mi.earliest(tq, d, g, n)
@@ -471,8 +472,9 @@ class _Run:
         t0 = max(now, lr.earliest_start)
         if t0 > now:
             out.append(Reason("order", f"asked to start no earlier than {fmt_time(t0)}"))
-        if slot.quota_at is not None:
-            held = q.gpus - self.book.min_remaining(p, m, t0, t0 + lr.duration + settings.release_allowance)
+        if slot.quota_at is not None and slot.quota_from is not None:
+            t1 = slot.quota_from
+            held = q.gpus - self.book.min_remaining(p, m, t1, t1 + lr.duration + settings.release_allowance)
             out.append(Reason("quota", f"project {p} holds {held} of {q.gpus} {m} GPUs until "
                                        f"{fmt_time(slot.quota_at)} (this lease needs {need})"))
         if slot.cap_pushed:
