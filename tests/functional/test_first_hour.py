@@ -100,3 +100,36 @@ def test_a_preview_that_starts_now_has_no_queue_place(client):
                         headers=headers()).get_json()["lease"]
     assert later["queue"]["position"] >= 1 and later["queue"]["eta"] == later["start"]
     assert len(client.get("/v1/leases", headers=headers()).get_json()["leases"]) == 2   # previews make nothing
+
+
+def test_a_new_lease_is_told_at_once_what_the_engine_tells_it_and_its_eta_counts_on_the_reclaim(
+        client, engine_tick):
+    """Trap 5: the 201 answer lacked the borrowing reason that appeared on the engine's next pass,
+    and the ETA ignored the reclaim that reason announced. ml-vision holds its 16 A100 and borrows
+    8 more from 08:00 to 18:00; at 08:30 nlp-lab asks for 16 within its quota. The borrowed lease
+    may be reclaimed after 09:00 (its minimum runtime), with 15 minutes' notice and the cloud's 5 s
+    release: nlp-lab's lease starts at 09:15:05, which is what the answer says from the first."""
+    vision, nlp = headers("ml-vision"), headers("nlp-lab")
+    client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT10H"}, headers=vision)
+    extra = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT10H"}, headers=vision)
+    assert extra.get_json()["lease"]["borrowing"]
+    engine_tick()
+    engine_tick(advance=30 * 60)                                      # 08:30
+    made = client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT4H"}, headers=nlp)
+    answered = made.get_json()["lease"]
+    announced = {"code": "borrowing", "message": "project ml-vision is borrowing 8 A100 until "
+                                                 "2026-12-01T18:00:00Z; reclaim after 2026-12-01T09:00:00Z "
+                                                 "(its minimum runtime of 1 hour)"}
+    assert announced in answered["queue"]["reasons"]
+    assert answered["queue"]["eta"] == answered["start"] == "2026-12-01T09:15:05Z"
+    engine_tick(advance=5)                                            # the engine's next pass says the same
+    shown = client.get(f"/v1/leases/{answered['id']}", headers=nlp).get_json()["lease"]
+    assert (shown["queue"], shown["start"]) == (answered["queue"], answered["start"])
+    engine_tick(advance=30 * 60 - 5)                                  # 09:00: the reclaim comes as announced
+    shown = client.get(f"/v1/leases/{answered['id']}", headers=nlp).get_json()["lease"]
+    assert shown["queue"]["eta"] == "2026-12-01T09:15:05Z"
+    for _ in range(3):
+        engine_tick(advance=300)                                      # 09:15: its notice is over
+    engine_tick(advance=5)                                            # 09:15:05: its GPUs are back
+    assert client.get(f"/v1/leases/{answered['id']}", headers=nlp).get_json()["lease"]["start"] == (
+        "2026-12-01T09:15:05Z")

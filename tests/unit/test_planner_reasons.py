@@ -3,11 +3,13 @@ the ones that hold the lease back. Hand-checked cases, then a seeded promise ove
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit
-from gpu_tenancy.domain.planner import fmt_time, plan
+from gpu_tenancy.domain.planner import PlannerSettings, fmt_time, plan
+from gpu_tenancy.domain.reclaim import ReclaimSettings, early_ends
 from tests.unit.test_planner_oracle import NOW, case, wide_case
 
 H = 3600
@@ -51,3 +53,51 @@ def test_a_quota_reason_never_says_the_lease_would_fit(make, seeds):
                 assert pl.placement is None or until <= fmt_time(pl.placement.start), (seed, lid, r.message)
                 checked += 1
     assert checked > 5   # the cases do reach the quota reason
+
+
+# -- the ETA counts on the reclaim the reasons announce -------------------------
+
+def test_the_eta_counts_on_a_reclaim_announced_for_after_the_minimum_runtime():
+    """lender may hold 8 A100; borrower's lease started 10 minutes ago holds all 8 of h1, borrowed,
+    until 18:00. The note says "reclaim after 08:50 (its minimum runtime of 1 hour)": then, with
+    15 minutes' notice and the cloud's 5 s release, lender's lease starts at 09:05:05, not at 18:00:05."""
+    m, allowance = "A100", 5
+    settings = ReclaimSettings(reclaim_after=H, notice=15 * 60, min_runtime=H)
+    planner = PlannerSettings(release_allowance=allowance)
+    hosts = [Host("h1", m, 8)]
+    holds = [Hold("young", "borrower", "h1", m, 8, NOW - 10 * 60, NOW + 10 * H + allowance, borrowing=True,
+                  allowance=allowance)]
+    quotas = {("lender", m): QuotaLimit("lender", m, 8), ("borrower", m): QuotaLimit("borrower", m, 0, borrow_gpus=8)}
+    waiting = [LeaseRequest("l8", "lender", m, 8, 1, 2 * H, NOW, None, NOW - 60)]
+    current = plan(NOW, hosts, holds, quotas, waiting, None, planner)
+    assert current.leases["l8"].eta == NOW + 10 * H + allowance
+    result = early_ends(NOW, hosts, holds, quotas, waiting, None, current, settings, planner_settings=planner)
+    assert result.ends == []
+    assert [r.message for r in result.notes["l8"]] == [
+        f"project borrower is borrowing 8 A100 until {fmt_time(NOW + 10 * H)}; reclaim after "
+        f"{fmt_time(NOW + 50 * 60)} (its minimum runtime of 1 hour)"]
+    assert result.etas == {"l8": NOW + 65 * 60 + allowance}
+    # and it is what happens: at 08:50 the lease is taken, and the replan puts l8 at 09:05:05
+    later = NOW + 50 * 60
+    current = plan(later, hosts, holds, quotas, waiting, None, planner)
+    result = early_ends(later, hosts, holds, quotas, waiting, None, current, settings, planner_settings=planner)
+    assert [e.lease_id for e in result.ends] == ["young"] and result.ends[0].at == later + 15 * 60
+    cut = [replace(h, end=later + 15 * 60 + allowance) for h in holds]
+    assert plan(later, hosts, cut, quotas, waiting, None, planner).leases["l8"].eta == NOW + 65 * 60 + allowance
+
+
+def test_no_eta_is_promised_on_a_reclaim_that_will_not_come():
+    """The same borrower, but lender yielded GPUs to it earlier (no reclaim goes back), or the
+    borrowing lease is lender's own: no note announces a reclaim, and the ETA stays the plan's."""
+    m = "A100"
+    settings = ReclaimSettings(reclaim_after=H, notice=15 * 60, min_runtime=H)
+    hosts = [Host("h1", m, 8)]
+    quotas = {("lender", m): QuotaLimit("lender", m, 8, borrow_gpus=8),
+              ("borrower", m): QuotaLimit("borrower", m, 0, borrow_gpus=8)}
+    waiting = [LeaseRequest("l8", "lender", m, 8, 1, 2 * H, NOW, None, NOW - 60)]
+    for owner, yielded in (("borrower", frozenset({("lender", "borrower")})), ("lender", frozenset())):
+        holds = [Hold("young", owner, "h1", m, 8, NOW - 10 * 60, NOW + 10 * H, borrowing=True)]
+        current = plan(NOW, hosts, holds, quotas, waiting)
+        result = early_ends(NOW, hosts, holds, quotas, waiting, None, current, settings, yielded=yielded)
+        assert result.ends == [] and result.etas == {}
+        assert not any("reclaim after" in r.message for r in result.notes.get("l8", []))

@@ -12,7 +12,7 @@ from gpu_tenancy.api.validation import json_body, query_int
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.engine import audit as audit_log, leases, ledger, networking, volumes
+from gpu_tenancy.engine import audit as audit_log, early_ends, leases, ledger, networking, volumes
 from gpu_tenancy.engine.decision_hook import DecisionHook, decide
 from gpu_tenancy.errors import BadRequest, NotFound
 from gpu_tenancy.guest.readiness_probe import readiness_url
@@ -152,7 +152,7 @@ def create():
 
 
 def plan_created(row: m.Lease, record_id: int) -> dict | None:
-    """The committed lease, planned (ledger.plan_new), as the answer shows it, and its
+    """The committed lease, planned (early_ends.plan_new), as the answer shows it, and its
     audit record brought up to that. None if planning failed: the lease stays queued,
     and the engine's next replan plans it (the answer still tells it was made).
 
@@ -161,7 +161,7 @@ def plan_created(row: m.Lease, record_id: int) -> dict | None:
     amended in a transaction of its own, while other requests replan."""
     try:
         with rt.transaction() as session:
-            planned = ledger.plan_new(session, rt.now(), rt.planner_settings(), row.id)
+            planned = early_ends.plan_new(session, rt.now(), rt.runtime().config, rt.planner_settings(), row.id)
     except Exception:
         log.exception("planning lease %s failed; it waits for the engine's replan", row.id)
         return None

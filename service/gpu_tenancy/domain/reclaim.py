@@ -15,11 +15,15 @@ and waits for GPUs is looked at:
 The victims are the fewest leases that let it start at the notice deadline,
 preemptible first, then lowest priority, newest first. Each is told and ends
 at `now + notice`. What was decided counts at once for the leases after it.
+
+A lease the notes tell will be reclaimed for once it has run its minimum runtime
+gets the ETA that reclaim gives it, if that is sooner than the plan's: the reason
+and the ETA tell the same story.
 """
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from .capacity import INF
@@ -56,6 +60,8 @@ class EarlyEndPlan:
     ends: list[EarlyEnd] = field(default_factory=list)
     # per waiting lease: what was ended for it, or why borrowed GPUs were not reclaimed for it
     notes: dict[str, list[Reason]] = field(default_factory=dict)
+    # per waiting lease: its start once the reclaims its notes announce for later have run
+    etas: dict[str, int] = field(default_factory=dict)
 
 
 def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
@@ -87,6 +93,7 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
     hosts_of = {m: [h for h in hosts if h.gpu_model == m] for m in candidates}
     holds = list(holds)
     taken: set[str] = set()
+    promised: set[str] = set()   # counted on, by an ETA, for a reclaim later
     order_of: dict[str, list[LeaseRequest]] = defaultdict(list)   # model -> waiting in plan order
     examined = 0
     for lid, planned in current.leases.items():
@@ -115,27 +122,38 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
                 now, h0, p, wait, settings, yielded)
             (blocked if why_not else eligible).append((vid, why_not))
         out.notes[lid] = [Reason("borrowing", _borrowing_note(by_lease[vid], why)) for vid, why in blocked]
-        if not eligible:
-            continue
-        examined += 1
-        if examined > settings.max_examined:
-            break
-        eligible.sort(key=lambda e: _victim_order(by_lease[e[0]][0]))
+
+        def start_if_ended(victims: list[str], at: int) -> int | None:
+            """Its planned start if `victims` end at `at` (and their GPUs are back after the release)."""
+            trial = _cut(holds, set(victims), at, m)
+            placed = plan(now, hosts_of[m], trial, quotas, [*ahead, lr], usage, planner_settings).leases[lid]
+            return placed.placement.start if placed.placement is not None else None
 
         def fits(victims: list[str]) -> bool:
-            gone = set(victims)
-            trial = [replace(h, end=deadline) if h.lease_id in gone else h for h in holds if h.gpu_model == m]
-            placed = plan(now, hosts_of[m], trial, quotas, [*ahead, lr], usage, planner_settings).leases[lid]
-            return placed.placement is not None and placed.placement.start <= deadline
+            start = start_if_ended(victims, deadline)
+            return start is not None and start <= deadline + planner_settings.release_allowance
 
-        chosen = _fewest([vid for vid, _ in eligible], fits)
+        chosen = None
+        if eligible:
+            examined += 1
+            if examined > settings.max_examined:
+                break
+            eligible.sort(key=lambda e: _victim_order(by_lease[e[0]][0]))
+            chosen = _fewest([vid for vid, _ in eligible], fits)
         if chosen is None:
+            later = [(at, vid) for vid, _ in blocked if vid not in promised
+                     and (at := _reclaimable_at(by_lease[vid][0], p, eta, settings, yielded)) is not None]
+            if later:
+                examined += 1
+                if examined > settings.max_examined:
+                    break
+                _count_on_later_reclaim(out, lid, eta, sorted(later), settings, planner_settings,
+                                        start_if_ended, promised)
             continue
         for vid in chosen:
             taken.add(vid)
             out.ends.append(_early_end(by_lease[vid], lr, quotas, now, deadline, settings))
-        gone = set(chosen)
-        holds = [replace(h, end=deadline) if h.lease_id in gone else h for h in holds]
+        holds = _cut(holds, set(chosen), deadline)
         freed = sum(h.gpus for vid in chosen for h in by_lease[vid])
         was = f"until {fmt_time(eta)}" if eta < INF else "with no slot in sight"
         out.notes[lid] = out.notes[lid] + [Reason(
@@ -154,18 +172,55 @@ def _within_nominal(holds: Sequence[Hold], p: str, m: str, q: QuotaLimit, need: 
     return prof.max_on(start, start + duration) + need <= q.gpus
 
 
+def _cut(holds: Sequence[Hold], gone: set[str], at: int, model: str | None = None) -> list[Hold]:
+    """The holds (of `model`, or all) with those of the leases in `gone` ended at `at`: held
+    until the release after it, as the ledger will then read them."""
+    return [replace(h, end=min(h.end, at + h.allowance)) if h.lease_id in gone else h
+            for h in holds if model is None or h.gpu_model == model]
+
+
 def _why_not_reclaim(now: int, h: Hold, p: str, wait: int, s: ReclaimSettings,
                      yielded: frozenset[tuple[str, str]]) -> str | None:
     if h.project_id == p:
         return "its own project's"
+    # never before the minimum runtime's note: that one announces a reclaim
+    if (p, h.project_id) in yielded:
+        return (f"not reclaimed: project {p} yielded GPUs to project {h.project_id} earlier, "
+                "and a reclaim never goes back the other way")
     if wait <= s.reclaim_after:
         return f"reclaim only for a wait over {_dur(s.reclaim_after)}; this one is {_dur(wait)}"
     if now - h.start < s.min_runtime:
         return f"reclaim after {fmt_time(h.start + s.min_runtime)} (its minimum runtime of {_dur(s.min_runtime)})"
-    if (p, h.project_id) in yielded:
-        return (f"not reclaimed: project {p} yielded GPUs to project {h.project_id} earlier, "
-                "and a reclaim never goes back the other way")
     return None
+
+
+def _reclaimable_at(h: Hold, p: str, eta: int, s: ReclaimSettings,
+                    yielded: frozenset[tuple[str, str]]) -> int | None:
+    """When a borrowing lease (not preemptible) held back only by its minimum runtime may be
+    reclaimed for project p's lease that would otherwise start at `eta`; None: never (its own
+    project's, a reclaim back, or by then the wait left is too short to reclaim for)."""
+    if h.preemptible or h.project_id == p or (p, h.project_id) in yielded:
+        return None
+    at = h.start + s.min_runtime
+    return at if eta - at > s.reclaim_after else None
+
+
+def _count_on_later_reclaim(out: EarlyEndPlan, lid: str, eta: int, later: list[tuple[int, str]],
+                            s: ReclaimSettings, planner_settings: PlannerSettings,
+                            start_if_ended: Callable[[list[str], int], int | None], promised: set[str]) -> None:
+    """The ETA the announced reclaims give: as the engine will decide then, at the moment each
+    borrower may be taken, the first of them that (all ending with that notice) let it start
+    at the notice's end."""
+    victims: list[str] = []
+    for at, vid in later:
+        victims.append(vid)
+        deadline = at + s.notice
+        start = start_if_ended(victims, deadline)
+        if start is not None and start <= deadline + planner_settings.release_allowance:
+            if start < eta:
+                out.etas[lid] = start
+                promised.update(victims)
+            return
 
 
 def _borrowing_note(hs: list[Hold], why: str) -> str:

@@ -32,10 +32,25 @@ def replan(session: Session, clock, config: Config, planner_settings: planner.Pl
     if anything was; the queue reasons then tell both. One clock reading, taken under
     the ledger lock, for all of it. The caller commits."""
     ledger_lock(session)
-    now = clock.now()
+    return replan_locked(session, clock.now(), config, planner_settings, actor)
+
+
+def plan_new(session: Session, now: int, config: Config, planner_settings: planner.PlannerSettings,
+             lease_id: str) -> m.Lease | None:
+    """ledger.plan_new with the engine's whole replan, early ends and their reasons included: a
+    new lease is answered with the reasons and ETA the engine's next pass gives it."""
+    def whole(session: Session, now: int, settings: planner.PlannerSettings, actor: str) -> Plan:
+        return replan_locked(session, now, config, settings, actor)
+    return ledger.plan_new(session, now, planner_settings, lease_id, replan=whole)
+
+
+def replan_locked(session: Session, now: int, config: Config, planner_settings: planner.PlannerSettings,
+                  actor: str) -> Plan:
+    """replan, under the ledger lock, at `now`."""
     call_off_unneeded(session, now, planner_settings, actor)
     plan = ledger.replan(session, now, planner_settings, actor)
     reasons: dict[str, list[dict]] = {}
+    etas: dict[str, int] = {}
     # only running leases that borrow or are preemptible can be ended early: usually none, and then
     # there is nothing more to load or plan
     takeable = frozenset(session.scalars(select(m.Lease.id).where(
@@ -52,6 +67,7 @@ def replan(session: Session, clock, config: Config, planner_settings: planner.Pl
         if decided.ends:
             session.flush()
             plan = ledger.replan(session, now, planner_settings, actor)
+        etas = decided.etas
         for lease_id, notes in decided.notes.items():
             row = session.get(m.Lease, lease_id)
             for note in notes:
@@ -70,6 +86,12 @@ def replan(session: Session, clock, config: Config, planner_settings: planner.Pl
         row = session.get(m.Lease, lease_id)
         if row is not None and row.status == S.QUEUED.value:
             row.queue_reasons = [*(row.queue_reasons or []), *extra]
+    for lease_id, eta in etas.items():   # the start the reclaims its reasons announce give it
+        row = session.get(m.Lease, lease_id)
+        if row is not None and row.status == S.QUEUED.value and (row.queue_eta is None
+                                                                 or utcnow_naive(eta) < row.queue_eta):
+            row.queue_eta = row.start_at = utcnow_naive(eta)
+            row.end_at = utcnow_naive(eta + row.duration)
     return plan
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -156,7 +157,8 @@ def replan_locked(session: Session, now: int, settings: planner.PlannerSettings,
     return plan
 
 
-def plan_new(session: Session, now: int, settings: planner.PlannerSettings, lease_id: str) -> m.Lease | None:
+def plan_new(session: Session, now: int, settings: planner.PlannerSettings, lease_id: str,
+             replan: Callable[[Session, int, planner.PlannerSettings, str], Plan] | None = None) -> m.Lease | None:
     """Plan a lease that another transaction has just committed queued, and return it.
 
     Under the ledger lock: if a replan that loaded the queue after that commit has
@@ -165,13 +167,14 @@ def plan_new(session: Session, now: int, settings: planner.PlannerSettings, leas
     Otherwise one replan plans it and every lease committed before it. Under load,
     requests queue behind the lock while a replan runs, and the next replan serves
     them all. A lease committed but never planned here (its process died) is planned
-    by the engine's next replan, as any queued lease. The caller commits."""
+    by the engine's next replan, as any queued lease. `replan`: how to replan under the lock
+    (default: replan_locked; the engine's adds its early ends: early_ends.plan_new). The caller commits."""
     ledger_lock(session)
     # with what the API shows of it, in the same query (a new lease has none of them, or its new allocations)
     row = session.get(m.Lease, lease_id, populate_existing=True, options=[
         joinedload(m.Lease.allocations), joinedload(m.Lease.servers), joinedload(m.Lease.failures)])
     if row is not None and row.status == S.QUEUED.value and row.queue_position is None:
-        replan_locked(session, now, settings, "planner")
+        (replan or replan_locked)(session, now, settings, "planner")
         CREATE_REPLANS.labels("replanned").inc()
     else:
         CREATE_REPLANS.labels("shared").inc()
