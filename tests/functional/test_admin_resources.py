@@ -236,13 +236,13 @@ def test_capacity_calendar_is_a_step_function_per_host(client):
     calendar = {h["host"]: h for h in body["calendar"]}
     assert len(calendar) == 6 and calendar[first_host]["gpu_model"] == "A100" and calendar[first_host]["gpus"] == 8
     assert calendar[first_host]["free"] == [
-        {"from": rfc3339(T0), "to": rfc3339(T0 + 2 * HOUR + RELEASE), "free": 4},
-        {"from": rfc3339(T0 + 2 * HOUR + RELEASE), "to": rfc3339(T0 + 4 * HOUR), "free": 8}]
+        {"from": rfc3339(T0), "to": rfc3339(T0 + 2 * HOUR + RELEASE), "free": 4, "planned": 0},
+        {"from": rfc3339(T0 + 2 * HOUR + RELEASE), "to": rfc3339(T0 + 4 * HOUR), "free": 8, "planned": 0}]
     assert calendar[later_host]["free"] == [
-        {"from": rfc3339(T0), "to": rfc3339(T0 + HOUR), "free": 8},
-        {"from": rfc3339(T0 + HOUR), "to": rfc3339(T0 + 2 * HOUR + RELEASE), "free": 0},
-        {"from": rfc3339(T0 + 2 * HOUR + RELEASE), "to": rfc3339(T0 + 4 * HOUR), "free": 8}]
-    assert calendar["gpu-h100-1"]["free"] == [{"from": rfc3339(T0), "to": rfc3339(T0 + 4 * HOUR), "free": 4}]
+        {"from": rfc3339(T0), "to": rfc3339(T0 + HOUR), "free": 8, "planned": 0},
+        {"from": rfc3339(T0 + HOUR), "to": rfc3339(T0 + 2 * HOUR + RELEASE), "free": 0, "planned": 0},
+        {"from": rfc3339(T0 + 2 * HOUR + RELEASE), "to": rfc3339(T0 + 4 * HOUR), "free": 8, "planned": 0}]
+    assert calendar["gpu-h100-1"]["free"] == [{"from": rfc3339(T0), "to": rfc3339(T0 + 4 * HOUR), "free": 4, "planned": 0}]
 
 
 @pytest.mark.parametrize("query, fragment", [

@@ -63,11 +63,12 @@ def test_an_extension_never_shortens_shortening_is_its_own_ask(client, engine_ti
 def test_asking_for_more_gpus_than_the_cloud_has_says_what_the_cloud_has(client):
     """Trap 9: 5 x a100.x8 (40 GPUs) on a cloud of 32 A100 got the quota's "may hold 16 (+8)";
     the cloud's size is what rules it out."""
-    reply = client.post("/v1/leases", json={"shape": "a100.x8", "instances": 5, "duration": "1h"},
-                        headers=headers())
-    assert reply.status_code == 400
-    error = reply.get_json()["errors"][0]
-    assert error["code"] == "gpu_tenancy.never_fits" and "the cloud has 32" in error["detail"]
+    for query in ("", "?dry_run=true"):
+        reply = client.post(f"/v1/leases{query}", json={"shape": "a100.x8", "instances": 5, "duration": "1h"},
+                            headers=headers())
+        assert reply.status_code == 400
+        error = reply.get_json()["errors"][0]
+        assert error["code"] == "gpu_tenancy.never_fits" and "the cloud has 32" in error["detail"]
 
 
 def test_the_capacity_calendar_takes_now_as_its_start(client, clock):
@@ -133,3 +134,29 @@ def test_a_new_lease_is_told_at_once_what_the_engine_tells_it_and_its_eta_counts
     engine_tick(advance=5)                                            # 09:15:05: its GPUs are back
     assert client.get(f"/v1/leases/{answered['id']}", headers=nlp).get_json()["lease"]["start"] == (
         "2026-12-01T09:15:05Z")
+
+
+def test_the_capacity_calendar_does_not_offer_gpus_a_queued_lease_is_planned_on(client, clock):
+    """Trap 9: /v1/capacity?start&end showed GPUs as free where a queued lease was already planned.
+    The A100 hosts are full until 10:00 (ml-vision's 16) and 12:00 (nlp-lab's 16); ml-vision's third
+    a100.x8 waits, planned for 10:00:05-13:00:05. Over that span the calendar now says 8 GPUs are
+    planned for it, and free only what nobody holds or is planned to hold."""
+    vision, nlp = headers("ml-vision"), headers("nlp-lab")
+    for who, hours in ((vision, 2), (nlp, 4)):
+        made = client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": f"{hours}h"},
+                           headers=who)
+        assert made.get_json()["lease"]["status"] == "scheduled"
+    queued = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "3h", "name": "waits"},
+                         headers=vision).get_json()["lease"]
+    assert queued["status"] == "queued" and queued["start"] == "2026-12-01T10:00:05Z"
+    end = rfc3339(clock.now() + 6 * 3600)
+    body = client.get(f"/v1/capacity?start=now&end={end}", headers=headers("nlp-lab")).get_json()["capacity"]
+
+    def at(t: str) -> tuple[int, int]:
+        steps = [s for h in body["calendar"] if h["gpu_model"] == "A100" for s in h["free"]
+                 if s["from"] <= t < s["to"]]
+        return sum(s["free"] for s in steps), sum(s["planned"] for s in steps)
+    assert at("2026-12-01T09:00:00Z") == (0, 0)
+    assert at("2026-12-01T11:00:00Z") == (8, 8)     # 16 of ml-vision's back; 8 of them planned for "waits"
+    assert at("2026-12-01T12:30:00Z") == (24, 8)    # nlp-lab's back too
+    assert at("2026-12-01T13:30:00Z") == (32, 0)

@@ -157,7 +157,7 @@ def test_capacity_hosts_and_metrics_count_an_ending_leases_gpus_until_released(c
     h100 = body["gpu_models"]["H100"]
     assert (h100["in_use"], h100["free"], h100["largest_free_block"]) == (8, 0, 0)
     row = next(h for h in body["calendar"] if h["host"] == host)
-    assert row["free"][0] == {"from": time_text(now), "to": row["free"][0]["to"], "free": 0}
+    assert row["free"][0] == {"from": time_text(now), "to": row["free"][0]["to"], "free": 0, "planned": 0}
     listed = {h["name"]: h for h in client.get("/v1/hosts", headers=admin).get_json()["hosts"]}
     assert listed[host]["in_use"] == 4 and listed[host]["held_until"] > time_text(now)
     metrics = client.get("/metrics", headers=admin).get_data(as_text=True)

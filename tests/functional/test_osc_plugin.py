@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 import urllib.request
 
 import pytest
@@ -62,7 +63,10 @@ def test_capacity_shows_each_gpu_model_of_the_demo_cloud(cli):
     calendar = cli.json("gpu", "capacity", "--start", "2030-01-01T00:00:00Z", "--end", "2030-01-02T00:00:00Z")
     hosts = {f"gpu-a100-{i}" for i in range(1, 5)} | {"gpu-h100-1", "gpu-h100-2"}
     assert {row["Host"] for row in calendar} == hosts
-    assert all(row["Free"] == row["GPUs"] for row in calendar)   # nothing booked that far ahead
+    assert all(row["Free"] == row["GPUs"] and row["Planned"] == 0 for row in calendar)   # nothing booked that far
+    tomorrow = datetime.fromtimestamp(time.time() + 86400, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    from_now = cli.json("gpu", "capacity", "--start", "now", "--end", tomorrow)   # trap 9: 'now' was refused
+    assert {row["Host"] for row in from_now} == hosts
 
 
 def test_create_list_show_extend_cancel(cli):

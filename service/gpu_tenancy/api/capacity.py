@@ -1,4 +1,5 @@
-"""/v1/capacity: GPUs per model now and, with ?start=&end=, each host's free GPUs over that window."""
+"""/v1/capacity: GPUs per model now and, with ?start=&end=, each host's free GPUs over that window
+(free: neither held nor planned for a waiting lease; planned: for waiting leases)."""
 from __future__ import annotations
 
 from dataclasses import asdict
@@ -17,7 +18,8 @@ MAX_CALENDAR_SPAN = 90 * 86400
 
 def render_host(entry: capacity.HostCalendar) -> dict:
     return {"host": entry.host, "gpu_model": entry.gpu_model, "gpus": entry.gpus, "in_service": entry.in_service,
-            "free": [{"from": rfc3339(frm), "to": rfc3339(to), "free": free} for frm, to, free in entry.free]}
+            "free": [{"from": rfc3339(frm), "to": rfc3339(to), "free": free, "planned": planned}
+                     for frm, to, free, planned in entry.free]}
 
 
 @bp.get("")
@@ -26,9 +28,11 @@ def show():
     now = rt.now()
     window = query_window(max_span=MAX_CALENDAR_SPAN, now=now)
     with rt.transaction() as session:
-        floor = rt.planner_settings().release_floor
-        by_model = capacity.now_by_model(session, now, floor)
+        settings = rt.planner_settings()
+        by_model = capacity.now_by_model(session, now, settings.release_floor)
         body = {"now": rfc3339(now), "gpu_models": {model: asdict(figures) for model, figures in by_model.items()}}
         if window is not None:
-            body["calendar"] = [render_host(h) for h in capacity.calendar(session, *window, floor, now=now)]
+            planned = capacity.planned_for_waiting(session, now, settings)
+            body["calendar"] = [render_host(h) for h in capacity.calendar(session, *window, settings.release_floor,
+                                                                          now=now, planned=planned)]
     return {"capacity": body}

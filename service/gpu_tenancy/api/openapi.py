@@ -249,7 +249,8 @@ PATHS = {
                                                                               ref("CapacityWithCalendar")]}}),
                          params=WINDOW,
                          description=f"start and end come together; at most {MAX_CALENDAR_SPAN // 86400} days "
-                                     "apart."),
+                                     "apart; start may be 'now'. Free GPUs are those neither held nor planned "
+                                     "for a waiting lease; each step says apart how many are planned."),
     },
     "/v1/usage": {
         "get": operation("GPU-hours per project and GPU model", "usage:show", 200, wrapped("usage", "Usage"),

@@ -154,8 +154,12 @@ CAPACITY_NOW = {
 }
 CALENDAR = {"type": "array", "items": closed({
     "host": STRING, "gpu_model": STRING, "gpus": INTEGER, "in_service": BOOLEAN,
-    "free": {"type": "array", "description": "free GPUs as steps covering [start, end)",
-             "items": closed({"from": TIME, "to": TIME, "free": INTEGER})}}, keys_of(capacity.HostCalendar))}
+    "free": {"type": "array", "description": "GPUs as steps covering [start, end): free (neither held nor "
+                                             "planned for a waiting lease) and planned (for waiting leases, "
+                                             "as the plan places them); held is gpus - free - planned",
+             "items": closed({"from": TIME, "to": TIME, "free": INTEGER,
+                              "planned": {"type": "integer", "description": "planned for waiting leases"}})}},
+    keys_of(capacity.HostCalendar))}
 
 SCHEMAS = {
     "Error": closed({"errors": {"type": "array", "minItems": 1, "items": closed({

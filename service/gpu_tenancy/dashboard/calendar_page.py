@@ -80,7 +80,8 @@ def draw(hosts: list[dict], leases: list[dict], start: int, end: int, now: int, 
                 parts.append(svg.rect(LABEL_W, y, WIDTH - LABEL_W - RIGHT, height, fill="url(#hatch)",
                                       title=f"{host['host']} takes no new leases (down, disabled or drained)"))
             parts.append(svg.text(6, y + min(height, 24) / 2 + 4, f"{host['host']} ({host['gpus']})", class_="host"))
-            for frm, to, free in ((parse_time(s["from"]), parse_time(s["to"]), s["free"]) for s in host["free"]):
+            for frm, to, free in ((parse_time(s["from"]), parse_time(s["to"]), s["free"] + s.get("planned", 0))
+                                  for s in host["free"]):   # waiting leases are drawn in their own lane
                 used = host["gpus"] - free
                 if used > 0:
                     parts.append(svg.rect(x_of(frm), y + height - used * GPU_PX, x_of(to) - x_of(frm), used * GPU_PX,

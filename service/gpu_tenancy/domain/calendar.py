@@ -15,30 +15,39 @@ def free_steps(capacity: int, holds: Iterable[tuple[int, int, int]], start: int,
     """Free GPUs of a host with `capacity` GPUs over [start, end), given its
     holds as (hold_start, hold_end, gpus): a list of (from, to, free) steps
     that covers the window exactly, with equal neighbours merged."""
+    return [(frm, to, free) for frm, to, free, _ in calendar_steps(capacity, holds, (), start, end)]
+
+
+def calendar_steps(capacity: int, holds: Iterable[tuple[int, int, int]], planned: Iterable[tuple[int, int, int]],
+                   start: int, end: int) -> list[tuple[int, int, int, int]]:
+    """As free_steps, with the GPUs planned for waiting leases (`planned`, in the same form)
+    apart: (from, to, free, planned) steps, free being what is neither held nor planned."""
     if end <= start:
         return []
-    change: dict[int, int] = {}
-    for hold_start, hold_end, gpus in holds:
-        lo, hi = max(hold_start, start), min(hold_end, end)
-        if lo >= hi or gpus == 0:
-            continue
-        change[lo] = change.get(lo, 0) - gpus
-        change[hi] = change.get(hi, 0) + gpus
-    steps: list[tuple[int, int, int]] = []
-    free, at = capacity, start
+    change: dict[int, list[int]] = {}
+    for sign, spans in ((0, holds), (1, planned)):
+        for span_start, span_end, gpus in spans:
+            lo, hi = max(span_start, start), min(span_end, end)
+            if lo >= hi or gpus == 0:
+                continue
+            change.setdefault(lo, [0, 0])[sign] += gpus
+            change.setdefault(hi, [0, 0])[sign] -= gpus
+    steps: list[tuple[int, int, int, int]] = []
+    held = booked = 0
+    at = start
     for t in sorted(change):
         if t > at:
-            _append(steps, at, t, free)
+            _append(steps, (at, t, capacity - held - booked, booked))
             at = t
-        free += change[t]
+        held, booked = held + change[t][0], booked + change[t][1]
     if at < end:
-        _append(steps, at, end, free)
+        _append(steps, (at, end, capacity - held - booked, booked))
     return steps
 
 
-def _append(steps: list[tuple[int, int, int]], frm: int, to: int, free: int) -> None:
-    """Add a step, or lengthen the last one when it has the same free count."""
-    if steps and steps[-1][2] == free and steps[-1][1] == frm:
-        steps[-1] = (steps[-1][0], to, free)
+def _append(steps: list[tuple[int, int, int, int]], step: tuple[int, int, int, int]) -> None:
+    """Add a step, or lengthen the last one when it has the same figures."""
+    if steps and steps[-1][2:] == step[2:] and steps[-1][1] == step[0]:
+        steps[-1] = (steps[-1][0], step[1], step[2], step[3])
     else:
-        steps.append((frm, to, free))
+        steps.append(step)

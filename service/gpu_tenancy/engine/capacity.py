@@ -1,9 +1,11 @@
 """Capacity figures read from the hosts and the ledger: GPUs per model now,
 and each host's free GPUs over a window (the capacity calendar). GPUs are
-"held" as domain/held.py says: until the cloud has released them."""
+"held" as domain/held.py says: until the cloud has released them; the calendar
+also counts, apart, the GPUs the plan has waiting leases take, as their hold would."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import func, select
@@ -11,12 +13,13 @@ from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch, utcnow_naive
-from gpu_tenancy.domain.calendar import free_steps
+from gpu_tenancy.domain.calendar import calendar_steps
 from gpu_tenancy.domain.capacity import largest_free_block
 from gpu_tenancy.domain.model import Hold
+from gpu_tenancy.domain.planner import PlannerSettings
 from gpu_tenancy.domain.states import HOLDING, WAITING, LeaseState
 from gpu_tenancy.engine.held import allowance, held_between
-from gpu_tenancy.engine.ledger import host_from_row
+from gpu_tenancy.engine.ledger import host_from_row, load_inputs, run_planner
 
 
 @dataclass
@@ -36,7 +39,7 @@ class HostCalendar:
     gpu_model: str
     gpus: int
     in_service: bool
-    free: list[tuple[int, int, int]]  # (from, to, free GPUs)
+    free: list[tuple[int, int, int, int]]  # (from, to, free GPUs, GPUs planned for waiting leases)
 
 
 def holds_between(session: Session, start: int, end: int,
@@ -79,15 +82,39 @@ def now_by_model(session: Session, now: int, floor: int) -> dict[str, ModelCapac
     return dict(sorted(out.items()))
 
 
-def calendar(session: Session, start: int, end: int, floor: int, now: int | None = None) -> list[HostCalendar]:
-    """Each host's free GPUs over [start, end), as held at `now` (default: start); `floor`:
-    the least release allowance (PlannerSettings.release_floor)."""
+def calendar(session: Session, start: int, end: int, floor: int, now: int | None = None,
+             planned: Sequence[Hold] = ()) -> list[HostCalendar]:
+    """Each host's free GPUs over [start, end), as held at `now` (default: start), with the
+    GPUs of `planned` (planned_for_waiting) apart; `floor`: the least release allowance
+    (PlannerSettings.release_floor)."""
     by_host: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
     for hold in held_between(session, start if now is None else now, start, end, allowance(session, floor)):
         by_host[hold.host].append((hold.start, hold.end, hold.gpus))
+    planned_on: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+    for hold in planned:
+        planned_on[hold.host].append((hold.start, hold.end, hold.gpus))
     out = []
     for row in session.scalars(select(m.Host).order_by(m.Host.name)):
         host = host_from_row(row)
         out.append(HostCalendar(host.name, host.gpu_model, host.gpus, host.enabled,
-                                free_steps(host.gpus, by_host[host.name], start, end)))
+                                calendar_steps(host.gpus, by_host[host.name], planned_on[host.name], start, end)))
+    return out
+
+
+def planned_for_waiting(session: Session, now: int, settings: PlannerSettings) -> list[Hold]:
+    """What the plan has the waiting leases hold, per VM and host, until their GPUs are back
+    (the release allowance after the planned end, as a hold): the engine's plan at `now`, made
+    again (it writes nothing), since a waiting lease's hosts are not stored."""
+    inputs = load_inputs(session, now, settings)
+    if not inputs.waiting:
+        return []
+    requests = {lr.lease_id: lr for lr in inputs.waiting}
+    out = []
+    for planned in run_planner(inputs, now, settings).leases.values():
+        place, lr = planned.placement, requests[planned.lease_id]
+        if place is None:
+            continue
+        out += [Hold(lr.lease_id, lr.project_id, host, lr.gpu_model, lr.gpus_per_vm, place.start,
+                     place.end + inputs.allowance, planned.borrowing, lr.preemptible, lr.priority, inputs.allowance)
+                for host in place.hosts]
     return out

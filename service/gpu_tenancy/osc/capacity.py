@@ -6,12 +6,13 @@ from osc_lib.command import command
 NOW = (("gpu_model", "GPU Model"), ("hosts", "Hosts"), ("hosts_in_service", "Hosts In Service"),
        ("gpus", "GPUs"), ("in_use", "In Use"), ("free", "Free"), ("largest_free_block", "Largest Free Block"),
        ("waiting_leases", "Waiting Leases"))
-CALENDAR_HEADERS = ("Host", "GPU Model", "GPUs", "In Service", "From", "To", "Free")
+CALENDAR_HEADERS = ("Host", "GPU Model", "GPUs", "In Service", "From", "To", "Free", "Planned")
 
 
 class ShowCapacity(command.Lister):
     _description = ("GPUs per model now: in use, free, the largest free block, waiting leases; with "
-                    "--start and --end, each host's free GPUs over that window")
+                    "--start and --end, each host's GPUs over that window: free (neither held nor planned) "
+                    "and planned for waiting leases")
 
     def get_parser(self, prog_name):
         parser = super().get_parser(prog_name)
@@ -24,7 +25,7 @@ class ShowCapacity(command.Lister):
         if args.start or args.end:
             return CALENDAR_HEADERS, [
                 [host["host"], host["gpu_model"], host["gpus"], host["in_service"],
-                 span["from"], span["to"], span["free"]]
+                 span["from"], span["to"], span["free"], span.get("planned", 0)]
                 for host in capacity.get("calendar", []) for span in host["free"]]
         return [h for _, h in NOW], [
             [model] + [figures.get(k) for k, _ in NOW[1:]]
