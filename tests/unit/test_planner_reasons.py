@@ -101,3 +101,18 @@ def test_no_eta_is_promised_on_a_reclaim_that_will_not_come():
         result = early_ends(NOW, hosts, holds, quotas, waiting, None, current, settings, yielded=yielded)
         assert result.ends == [] and result.etas == {}
         assert not any("reclaim after" in r.message for r in result.notes.get("l8", []))
+
+
+def test_no_eta_is_promised_when_the_wait_is_too_short_to_reclaim_for():
+    """A borrower that has run its minimum runtime (since 5 minutes ago) ends in 58 minutes: reclaim
+    is only for a wait over an hour, so the ETA is its end, not a reclaim's."""
+    m = "A100"
+    settings = ReclaimSettings(reclaim_after=H, notice=15 * 60, min_runtime=H)
+    hosts = [Host("h1", m, 8)]
+    quotas = {("lender", m): QuotaLimit("lender", m, 8), ("borrower", m): QuotaLimit("borrower", m, 0, borrow_gpus=8)}
+    waiting = [LeaseRequest("l8", "lender", m, 8, 1, 2 * H, NOW, None, NOW - 60)]
+    holds = [Hold("old", "borrower", "h1", m, 8, NOW - 65 * 60, NOW + 58 * 60, borrowing=True)]
+    current = plan(NOW, hosts, holds, quotas, waiting)
+    result = early_ends(NOW, hosts, holds, quotas, waiting, None, current, settings)
+    assert "reclaim only for a wait over 1 hour" in result.notes["l8"][0].message
+    assert result.ends == [] and result.etas == {}

@@ -142,7 +142,7 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
             chosen = _fewest([vid for vid, _ in eligible], fits)
         if chosen is None:
             later = [(at, vid) for vid, _ in blocked if vid not in promised
-                     and (at := _reclaimable_at(by_lease[vid][0], p, eta, settings, yielded)) is not None]
+                     and (at := _reclaimable_at(now, by_lease[vid][0], p, eta, settings, yielded)) is not None]
             if later:
                 examined += 1
                 if examined > settings.max_examined:
@@ -194,14 +194,15 @@ def _why_not_reclaim(now: int, h: Hold, p: str, wait: int, s: ReclaimSettings,
     return None
 
 
-def _reclaimable_at(h: Hold, p: str, eta: int, s: ReclaimSettings,
+def _reclaimable_at(now: int, h: Hold, p: str, eta: int, s: ReclaimSettings,
                     yielded: frozenset[tuple[str, str]]) -> int | None:
-    """When a borrowing lease (not preemptible) held back only by its minimum runtime may be
-    reclaimed for project p's lease that would otherwise start at `eta`; None: never (its own
-    project's, a reclaim back, or by then the wait left is too short to reclaim for)."""
-    if h.preemptible or h.project_id == p or (p, h.project_id) in yielded:
-        return None
+    """When a borrowing lease (not preemptible) held back by its minimum runtime may be
+    reclaimed for project p's lease that would otherwise start at `eta`; None: not by a later
+    reclaim (its own project's, a reclaim back, past its minimum runtime already, or by then
+    the wait left is too short to reclaim for)."""
     at = h.start + s.min_runtime
+    if h.preemptible or h.project_id == p or (p, h.project_id) in yielded or at <= now:
+        return None
     return at if eta - at > s.reclaim_after else None
 
 
