@@ -73,3 +73,37 @@ def test_the_service_boot_fields_are_fields_of_the_ask():
     assert set(SERVICE_BOOT_ONLY) <= {f.name for f in fields(LeaseAsk)}
     assert lease_ask({"shape": "a", "duration": "1h", "boot": "tenant"}).service_boot_fields_given() == []
     assert lease_ask(EVERY_FIELD).service_boot_fields_given() == list(SERVICE_BOOT_ONLY)
+
+
+# Where each field of LeaseAsk is kept (Lease columns) and shown (a key of the lease's
+# answer; None: never shown). A new field must be added here, with its column and its
+# key, and both must exist: the four places of docs/design.md's checklist in one test.
+KEPT_AND_SHOWN = {
+    "shape": (("shape",), "shape"),
+    "duration": (("duration",), "duration"),
+    "name": (("name",), "name"),
+    "instances": (("instances",), "instances"),
+    "start": (("earliest_start",), "requested_start"),
+    "latest_start": (("latest_start",), "latest_start"),
+    "image": (("image",), "image"),
+    "volume": (("volume_size_gb", "volume_id"), "volume"),
+    "key_name": (("key_name",), "key_name"),
+    "user_data": (("user_data",), None),   # it may hold secrets: given to the VMs only
+    "priority": (("priority",), "priority"),
+    "priority_class": (("priority_class",), "priority_class"),
+    "readiness_probe": (("readiness_probe",), "readiness"),
+    "boot": (("boot",), "boot"),
+    "network": (("network_id", "network_name"), "network"),
+    "floating_ip": (("floating_ip",), "floating_ip"),
+}
+
+
+def test_every_field_of_the_ask_has_a_column_and_a_key_of_the_answer():
+    from gpu_tenancy.api.lease_view import FIELDS
+    from gpu_tenancy.db.models import Lease
+
+    assert set(KEPT_AND_SHOWN) == {f.name for f in fields(LeaseAsk)}
+    columns = set(Lease.__table__.columns.keys())
+    for name, (kept, shown) in KEPT_AND_SHOWN.items():
+        assert set(kept) <= columns, f"{name}: no column {set(kept) - columns} in leases"
+        assert shown is None or shown in FIELDS, f"{name}: the lease's answer has no key {shown!r}"
