@@ -63,7 +63,7 @@ def create():
     ask = lease_ask(json_body(CREATE))
     dry_run = query_bool("dry_run")
     cfg, caller = rt.runtime().config, rt.caller()
-    network = new_lease.check_with_cloud(rt.runtime().cloud_driver(), caller, ask, bool(cfg.readiness_url))
+    network = new_lease.check_with_cloud(rt.runtime().cloud_driver, caller, ask, bool(cfg.readiness_url))
     if dry_run:
         with rt.transaction() as session:
             req, columns, planned = leases.preview(session, rt.now(), rt.planner_settings(), rt.limits(),

@@ -26,21 +26,22 @@ log = logging.getLogger(__name__)
 Transaction = Callable[[], ContextManager[Session]]
 
 
-def check_with_cloud(cloud: CloudDriver, caller: Caller, ask: LeaseAsk, readiness_configured: bool
+def check_with_cloud(cloud: Callable[[], CloudDriver], caller: Caller, ask: LeaseAsk, readiness_configured: bool
                      ) -> networking.Choice:
     """What is checked before any transaction is open (the cloud's answers may be slow):
     the ask's parts a tenant-booted lease does not use, the readiness probe, the volume's
-    owner; returns the lease's network."""
+    owner; returns the lease's network. `cloud` makes or gives the driver: an ask that
+    needs no cloud's answer makes none."""
     if ask.boot is Boot.TENANT:   # before any check of what it does not use
         check_tenant_boot(ask)
     if ask.readiness_probe and not readiness_configured:
         raise BadRequest("this service has no readiness_url configured, so VMs could not report their "
                          "GPU readiness; ask without readiness_probe", codes.READINESS_UNAVAILABLE)
     if ask.volume is not None and ask.volume.id:
-        volumes.check_owned(cloud, caller.project_id, ask.volume.id, caller.is_admin)
+        volumes.check_owned(cloud(), caller.project_id, ask.volume.id, caller.is_admin)
     if ask.boot is Boot.TENANT:   # the tenant's servers pick their own
         return networking.Choice()
-    return networking.choose(cloud, caller.project_id, ask.network, ask.floating_ip, caller.is_admin)
+    return networking.choose(cloud(), caller.project_id, ask.network, ask.floating_ip, caller.is_admin)
 
 
 @dataclass(frozen=True)
