@@ -7,6 +7,9 @@ from datetime import datetime, timedelta, timezone
 
 import isodate
 
+from gpu_tenancy import error_codes as codes
+from gpu_tenancy.errors import BadRequest
+
 # Times outside these years are refused: before the epoch is no one's lease, and
 # after 9999 cannot be written back as RFC 3339.
 EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -83,6 +86,24 @@ def parse_duration(value: str | int) -> int:
     if seconds <= 0:
         raise ValueError("a duration must be positive")
     return seconds
+
+
+def time_field(where: str, text: str, code: str = codes.BAD_TIME) -> int:
+    """parse_time for a value a request gave: a 400 naming where it was ("start",
+    "query parameter since") when it is not a time. The one reader of request times."""
+    try:
+        return parse_time(text)
+    except ValueError as exc:
+        raise BadRequest(f"{where}: {exc}", code) from None
+
+
+def duration_field(where: str, value: str | int) -> int:
+    """parse_duration for a value a request gave: a 400 naming where it was when it is
+    not a duration. The one reader of request durations."""
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise BadRequest(f"{where}: {exc}", codes.BAD_DURATION) from None
 
 
 def _iso_seconds(value: str) -> int:

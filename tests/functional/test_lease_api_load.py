@@ -11,12 +11,12 @@ import pytest
 from sqlalchemy import event, select
 from sqlalchemy.exc import OperationalError
 
-from gpu_tenancy.api import leases as leases_api
 from gpu_tenancy.config import Config
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope
 from gpu_tenancy.domain.failures import FailureClass
-from gpu_tenancy.engine import leases, ledger
+from gpu_tenancy.domain.lease_ask import LeaseAsk
+from gpu_tenancy.engine import leases, ledger, new_lease
 from gpu_tenancy.engine.leases import Caller
 from tests.conftest import headers
 from tests.functional.test_metrics import scrape, value
@@ -45,13 +45,13 @@ def test_creates_waiting_together_are_planned_by_one_replan(app, client, monkeyp
     holds them between the two transactions): the first to hold the ledger lock
     replans for all eight, the seven others find their lease planned and only read it."""
     together = threading.Barrier(CREATES, timeout=60)
-    plan_created = leases_api.plan_created
+    plan_created = new_lease.plan_created
 
-    def after_every_commit(row, record_id):
+    def after_every_commit(*args):
         together.wait()
-        return plan_created(row, record_id)
+        return plan_created(*args)
 
-    monkeypatch.setattr(leases_api, "plan_created", after_every_commit)
+    monkeypatch.setattr(new_lease, "plan_created", after_every_commit)
     before = replans(client)
 
     def create(k: int) -> tuple[int, dict]:
@@ -104,7 +104,7 @@ def test_a_lease_planned_by_a_later_replan_is_only_read(client, runtime):
 
     def committed() -> str:
         with session_scope(runtime.sessions) as session:
-            return leases.create(session, now, runtime.limits, caller, {"shape": "a100.x8", "duration": "PT1H"}).id
+            return leases.create(session, now, runtime.limits, caller, LeaseAsk("a100.x8", 3600)).id
 
     first = committed()
     before = replans(client)
@@ -128,16 +128,16 @@ def test_a_create_whose_queued_lease_another_replan_has_positioned_does_not_repl
     for project in ("ml-vision", "ml-vision", "nlp-lab", "nlp-lab"):   # the demo cloud's 32 A100, all taken
         assert client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT2H"},
                            headers=headers(project)).get_json()["lease"]["status"] == "scheduled"
-    plan_created = leases_api.plan_created
+    plan_created = new_lease.plan_created
 
-    def after_another_replan(row, record_id):
+    def after_another_replan(transaction, clock, config, settings_, lease_id, record_id, render):
         with session_scope(runtime.sessions) as session:
             ledger.replan(session, now, settings)
         with session_scope(runtime.sessions) as session:
-            assert session.get(m.Lease, row.id).queue_position is not None
-        return plan_created(row, record_id)
+            assert session.get(m.Lease, lease_id).queue_position is not None
+        return plan_created(transaction, clock, config, settings_, lease_id, record_id, render)
 
-    monkeypatch.setattr(leases_api, "plan_created", after_another_replan)
+    monkeypatch.setattr(new_lease, "plan_created", after_another_replan)
     before = replans(client)
     reply = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT1H"}, headers=headers())
     assert reply.status_code == 201, reply.get_json()

@@ -7,12 +7,12 @@ from flask import Blueprint, url_for
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.api.catalog import GPU_MODEL
 from gpu_tenancy.api.scope import project_scope
-from gpu_tenancy.api.validation import json_body, parse_body_time
+from gpu_tenancy.api.validation import json_body
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch
 from gpu_tenancy.domain.budget import BudgetUse
 from gpu_tenancy.engine import budgets
-from gpu_tenancy.timeutil import rfc3339
+from gpu_tenancy.timeutil import rfc3339, time_field
 
 bp = Blueprint("budgets", __name__, url_prefix="/v1/budgets")
 
@@ -72,8 +72,8 @@ def show(budget_id: str):
 def create():
     rt.authorize("budget:manage")
     body = json_body(CREATE)["budget"]
-    start = parse_body_time("start", body.get("start"))
-    end = parse_body_time("end", body.get("end"))
+    start = None if body.get("start") is None else time_field("start", body["start"])
+    end = None if body.get("end") is None else time_field("end", body["end"])
     with rt.transaction() as session:
         row = budgets.add(session, rt.now(), body["project_id"], body["gpu_model"], body["gpu_hours"],
                           body["period"], start, end)

@@ -7,7 +7,8 @@ from flask import request
 from jsonschema import Draft202012Validator
 
 from gpu_tenancy.errors import BadRequest
-from gpu_tenancy.timeutil import parse_time
+from gpu_tenancy import error_codes as codes
+from gpu_tenancy.timeutil import time_field
 
 
 # No request body of the API nests deeper than a few levels; a deeper one is refused
@@ -26,7 +27,7 @@ def parse_json():
     """The request's JSON body. NaN and Infinity are not JSON (RFC 8259), though
     Python's parser reads them: no database column should ever see one."""
     malformed = BadRequest("the request body must be a JSON object (Content-Type: application/json)",
-                           "gpu_tenancy.malformed_json")
+                           codes.MALFORMED_JSON)
     if not request.is_json:
         raise malformed
     try:
@@ -44,12 +45,12 @@ def parse_json():
 
 def refuse_constant(name: str):
     raise BadRequest(f"the request body holds {name}, which is not a JSON number; give a finite number",
-                     "gpu_tenancy.invalid_input")
+                     codes.INVALID_INPUT)
 
 
 def too_deep_error() -> BadRequest:
     return BadRequest(f"the request body nests arrays and objects more than {MAX_DEPTH} levels deep",
-                      "gpu_tenancy.invalid_input")
+                      codes.INVALID_INPUT)
 
 
 def too_deep(value, limit: int) -> bool:
@@ -81,13 +82,13 @@ def refuse_nul(value, where: str) -> None:
     surrogate such as JSON's "\\ud83d" (no database can store it as UTF-8)."""
     if isinstance(value, str):
         if "\x00" in value:
-            raise BadRequest(f"{where} contains a NUL character", "gpu_tenancy.invalid_input")
+            raise BadRequest(f"{where} contains a NUL character", codes.INVALID_INPUT)
         if not value.isascii():
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError:
                 raise BadRequest(f"{where} contains a lone UTF-16 surrogate, which is not text",
-                                 "gpu_tenancy.invalid_input") from None
+                                 codes.INVALID_INPUT) from None
     elif isinstance(value, dict):
         for key, item in value.items():
             refuse_nul(key, where)
@@ -112,7 +113,7 @@ def check(schema: dict, value) -> None:
         if len(message) > 300:  # jsonschema quotes the whole value; keep replies short
             message = message[:300] + "…"
         raise BadRequest(f"invalid input for '{where}': {message}" if where else f"invalid input: {message}",
-                         "gpu_tenancy.invalid_input")
+                         codes.INVALID_INPUT)
 
 
 def query_int(name: str, default: int, minimum: int, maximum: int) -> int:
@@ -122,10 +123,10 @@ def query_int(name: str, default: int, minimum: int, maximum: int) -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise BadRequest(f"query parameter {name} must be a whole number", "gpu_tenancy.invalid_query") from None
+        raise BadRequest(f"query parameter {name} must be a whole number", codes.INVALID_QUERY) from None
     if not minimum <= value <= maximum:
         raise BadRequest(f"query parameter {name} must be between {minimum} and {maximum}",
-                         "gpu_tenancy.invalid_query")
+                         codes.INVALID_QUERY)
     return value
 
 
@@ -135,7 +136,7 @@ def query_bool(name: str, default: bool = False) -> bool:
         return default
     value = raw.lower()
     if value not in ("true", "false", "1", "0"):
-        raise BadRequest(f"query parameter {name} must be true or false", "gpu_tenancy.invalid_query")
+        raise BadRequest(f"query parameter {name} must be true or false", codes.INVALID_QUERY)
     return value in ("true", "1")
 
 
@@ -147,20 +148,7 @@ def query_time(name: str, now: int | None = None) -> int | None:
         return None
     if raw == "now" and now is not None:
         return now
-    try:
-        return parse_time(raw)
-    except ValueError as exc:
-        raise BadRequest(f"query parameter {name}: {exc}", "gpu_tenancy.invalid_query") from None
-
-
-def parse_body_time(field: str, value: str | None) -> int | None:
-    """An RFC 3339 time from a request body, as epoch seconds; None when absent."""
-    if value is None:
-        return None
-    try:
-        return parse_time(value)
-    except ValueError as exc:
-        raise BadRequest(f"{field}: {exc}", "gpu_tenancy.bad_time") from None
+    return time_field(f"query parameter {name}", raw, codes.INVALID_QUERY)
 
 
 def query_window(*, max_span: int | None = None, default_span: int | None = None,
@@ -175,12 +163,12 @@ def query_window(*, max_span: int | None = None, default_span: int | None = None
     elif start is None and end is None:
         return None
     elif start is None or end is None:
-        raise BadRequest("give both start and end, or neither", "gpu_tenancy.invalid_query")
+        raise BadRequest("give both start and end, or neither", codes.INVALID_QUERY)
     if end <= start:
-        raise BadRequest("end must be after start", "gpu_tenancy.invalid_query")
+        raise BadRequest("end must be after start", codes.INVALID_QUERY)
     if max_span is not None and end - start > max_span:
         raise BadRequest(f"end may be at most {max_span // 86400} days after start",
-                         "gpu_tenancy.invalid_query")
+                         codes.INVALID_QUERY)
     return start, end
 
 
@@ -188,5 +176,5 @@ def check_identifier(what: str, value: str, max_length: int = 64) -> str:
     """An id from the URL: printable, without '/', and no longer than its column."""
     if not 0 < len(value) <= max_length or any(ord(c) < 0x20 or c == "/" for c in value):
         raise BadRequest(f"{what} must be 1 to {max_length} printable characters without '/'",
-                         "gpu_tenancy.invalid_identifier")
+                         codes.INVALID_IDENTIFIER)
     return value

@@ -2,6 +2,7 @@
 asks the state machine first."""
 from __future__ import annotations
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
@@ -22,3 +23,8 @@ def record_transition(session: Session, row: m.Lease, target: LeaseState, now: i
 
 def record_event(session: Session, row: m.Lease, kind: str, message: str, now: int, actor: str) -> None:
     session.add(m.Event(lease=row, at=utcnow_naive(now), actor=actor, kind=kind, message=message))
+
+
+def of_lease(session: Session, lease_id: str) -> list[m.Event]:
+    """The lease's history, oldest first."""
+    return list(session.scalars(select(m.Event).where(m.Event.lease_id == lease_id).order_by(m.Event.id)))

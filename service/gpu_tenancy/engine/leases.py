@@ -9,6 +9,7 @@ from datetime import timedelta
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
+from gpu_tenancy import error_codes as codes
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import ledger_lock, to_epoch, utcnow_naive
 from gpu_tenancy.domain import planner
@@ -17,13 +18,14 @@ from gpu_tenancy.domain.planner import PlannerSettings
 from gpu_tenancy.domain.states import FINAL, HOLDING, LeaseState
 from gpu_tenancy.domain.budget import Span
 from gpu_tenancy.domain.extension import window_refusal
+from gpu_tenancy.domain.lease_ask import Boot, EndChange, LeaseAsk, VolumeAsk
 from gpu_tenancy.engine import budgets, ledger
 from gpu_tenancy.engine.decision_hook import DecisionHook
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.engine.limits import Limits
 from gpu_tenancy.engine.readiness import new_token as new_readiness_token
 from gpu_tenancy.errors import BadRequest, Conflict, Forbidden
-from gpu_tenancy.timeutil import parse_duration, parse_time, rfc3339, spoken_duration
+from gpu_tenancy.timeutil import rfc3339, spoken_duration
 
 S = LeaseState
 START_SLACK = 300  # a start this far in the past still counts as "now" (clock skew)
@@ -36,36 +38,31 @@ class Caller:
     is_admin: bool = False
 
 
-def build_request(session: Session, now: int, limits: Limits, caller: Caller, body: dict,
+def build_request(session: Session, now: int, limits: Limits, caller: Caller, ask: LeaseAsk,
                   lease_id: str) -> tuple[LeaseRequest, dict]:
     """Check a lease request against the service's limits, the catalog, the quota and the
     cloud's size; returns the planner's view of it and the columns to store."""
-    shape = session.get(m.Shape, body["shape"])
+    shape = session.get(m.Shape, ask.shape)
     if shape is None or shape.retired_at is not None:
         names = ", ".join(s.name for s in session.scalars(
             select(m.Shape).where(m.Shape.retired_at.is_(None)).order_by(m.Shape.name)))
-        raise BadRequest(f"unknown shape '{body['shape']}'; the shapes offered are: {names or 'none'}",
-                         "gpu_tenancy.unknown_shape")
-    boot = body.get("boot", "service")
-    if boot == "tenant":
-        check_tenant_boot(body)
-    image = resolve_image(session, body.get("image")) if boot == "service" else None
-    try:
-        duration = parse_duration(body["duration"])
-    except ValueError as exc:
-        raise BadRequest(f"duration: {exc}", "gpu_tenancy.bad_duration") from None
-    start = resolve_start(body.get("start", "now"), now)
+        raise BadRequest(f"unknown shape '{ask.shape}'; the shapes offered are: {names or 'none'}",
+                         codes.UNKNOWN_SHAPE)
+    if ask.boot is Boot.TENANT:
+        check_tenant_boot(ask)
+    image = resolve_image(session, ask.image) if ask.boot is Boot.SERVICE else None
+    duration = ask.duration
+    start = resolve_start(ask.start, now)
     limits.check_ahead("start", start, now)   # the service's bounds come before the quota's
-    latest = None
-    if body.get("latest_start") is not None:
-        latest = parse_field_time("latest_start", body["latest_start"])
+    latest = ask.latest_start
+    if latest is not None:
         if latest < start:
             raise BadRequest(f"latest_start {rfc3339(latest)} is before start {rfc3339(start)}",
-                             "gpu_tenancy.bad_latest_start")
+                             codes.BAD_LATEST_START)
         limits.check_ahead("latest_start", latest, now)
-    instances = body.get("instances", 1)
+    instances = ask.instances
     limits.check_waiting(session, caller.project_id, caller.user_id)
-    priority, class_name, preemptible = resolve_priority(session, caller, body)
+    priority, class_name, preemptible = resolve_priority(session, caller, ask)
     # The cloud's size before the quota: "the cloud has 32" says more than "may hold 16 (+8)".
     # "Ever" counts hosts that are down or drained too: they come back, and the lease waits for them.
     hosts = [Host(name, gpu_model, gpus) for name, gpu_model, gpus in session.execute(
@@ -76,57 +73,53 @@ def build_request(session: Session, now: int, limits: Limits, caller: Caller, bo
         raise BadRequest(
             f"{instances} x {shape.name} needs {instances * shape.gpus} {shape.gpu_model} GPUs, "
             f"{shape.gpus} on one host; the cloud has {total}, at most {largest} on one host",
-            "gpu_tenancy.never_fits")
+            codes.NEVER_FITS)
     check_quota(session, limits, caller.project_id, shape, instances, duration, any_size=preemptible)
-    volume = body.get("volume") or {}
-    if volume.get("id"):
-        check_volume_free(session, caller.project_id, volume["id"])
+    volume = ask.volume or VolumeAsk()
+    if volume.id:
+        check_volume_free(session, caller.project_id, volume.id)
     request = LeaseRequest(lease_id=lease_id, project_id=caller.project_id, gpu_model=shape.gpu_model,
                            gpus_per_vm=shape.gpus, instances=instances, duration=duration,
                            earliest_start=start, latest_start=latest, created_at=now,
-                           priority=priority, name=body.get("name", ""), preemptible=preemptible)
+                           priority=priority, name=ask.name or "", preemptible=preemptible)
     budgets.check(session, now, caller.project_id, shape.gpu_model,
                   Span(instances * shape.gpus, start, start + duration))
-    columns = dict(name=body.get("name") or f"lease-{lease_id[:8]}", shape=shape.name, image=image,
-                   volume_size_gb=volume.get("size_gb"), volume_id=volume.get("id"),
-                   key_name=body.get("key_name"), user_data=body.get("user_data"),
+    columns = dict(name=ask.name or f"lease-{lease_id[:8]}", shape=shape.name, image=image,
+                   volume_size_gb=volume.size_gb, volume_id=volume.id,
+                   key_name=ask.key_name, user_data=ask.user_data,
                    priority_class=class_name, preemptible=preemptible,
-                   readiness_probe=bool(body.get("readiness_probe")), boot=boot)
+                   readiness_probe=ask.readiness_probe, boot=ask.boot.value)
     return request, columns
 
 
-# what the service's own boots use; a lease the tenant boots has none of it
-SERVICE_BOOT_ONLY = ("image", "volume", "key_name", "user_data", "readiness_probe", "network", "floating_ip")
-
-
-def check_tenant_boot(body: dict) -> None:
-    given = [k for k in SERVICE_BOOT_ONLY if k in body and body[k] not in (None, False)]
+def check_tenant_boot(ask: LeaseAsk) -> None:
+    given = ask.service_boot_fields_given()
     if given:
         raise BadRequest(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to a lease with "
                          '"boot": "tenant": the tenant boots its servers with the lease\'s flavor and its own '
                          "image, volume, key pair, user data and network; ask without "
-                         + ", ".join(given), "gpu_tenancy.not_for_tenant_boot")
+                         + ", ".join(given), codes.NOT_FOR_TENANT_BOOT)
 
 
-def resolve_priority(session: Session, caller: Caller, body: dict) -> tuple[int, str | None, bool]:
-    """(priority, class name, preemptible) from the body's priority_class, or its bare
+def resolve_priority(session: Session, caller: Caller, ask: LeaseAsk) -> tuple[int, str | None, bool]:
+    """(priority, class name, preemptible) from the ask's priority_class, or its bare
     priority (admins only above 0)."""
-    name = body.get("priority_class")
+    name = ask.priority_class
     if name is None:
-        priority = body.get("priority", 0)
+        priority = ask.priority or 0
         if priority > 0 and not caller.is_admin:
-            raise Forbidden("only an admin may give a lease a priority above 0", "gpu_tenancy.priority")
+            raise Forbidden("only an admin may give a lease a priority above 0", codes.PRIORITY)
         return priority, None, False
-    if "priority" in body:
-        raise BadRequest("give priority_class or priority, not both", "gpu_tenancy.bad_priority")
+    if ask.priority is not None:
+        raise BadRequest("give priority_class or priority, not both", codes.BAD_PRIORITY)
     row = session.get(m.PriorityClass, name)
     if row is None:
         names = ", ".join(session.scalars(select(m.PriorityClass.name).order_by(m.PriorityClass.priority.desc())))
         raise BadRequest(f"unknown priority class '{name}'; the classes are: {names or 'none'}",
-                         "gpu_tenancy.unknown_priority_class")
+                         codes.UNKNOWN_PRIORITY_CLASS)
     if row.projects is not None and caller.project_id not in row.projects and not caller.is_admin:
         raise Forbidden(f"project {caller.project_id} may not use priority class {name}; it is for "
-                        f"{', '.join(row.projects) or 'no project'}", "gpu_tenancy.priority_class_not_allowed")
+                        f"{', '.join(row.projects) or 'no project'}", codes.PRIORITY_CLASS_NOT_ALLOWED)
     return row.priority, row.name, row.preemptible
 
 
@@ -135,30 +128,23 @@ def resolve_image(session: Session, name: str | None) -> str:
                                    .order_by(m.Image.created_at, m.Image.name)))
     if not catalog:
         raise Conflict("the standard image catalog is empty; an admin must add an image first",
-                       "gpu_tenancy.no_images")
+                       codes.NO_IMAGES)
     if name is None:
         return catalog[0].name  # the catalog's first entry is the default
     if name not in {i.name for i in catalog}:
         raise BadRequest(f"unknown image '{name}'; the standard images are: "
-                         + ", ".join(i.name for i in catalog), "gpu_tenancy.unknown_image")
+                         + ", ".join(i.name for i in catalog), codes.UNKNOWN_IMAGE)
     return name
 
 
-def resolve_start(value: str, now: int) -> int:
-    if value == "now":
+def resolve_start(start: int | None, now: int) -> int:
+    """The asked start (None: now), refused when past."""
+    if start is None:
         return now
-    start = parse_field_time("start", value)
     if start < now - START_SLACK:
         raise BadRequest(f"start {rfc3339(start)} is in the past (now is {rfc3339(now)}); "
-                         "give a later time or \"now\"", "gpu_tenancy.start_in_past")
+                         "give a later time or \"now\"", codes.START_IN_PAST)
     return max(start, now)
-
-
-def parse_field_time(field: str, value: str) -> int:
-    try:
-        return parse_time(value)
-    except ValueError as exc:
-        raise BadRequest(f"{field}: {exc}", "gpu_tenancy.bad_time") from None
 
 
 def check_quota(session: Session, limits: Limits, project_id: str, shape: m.Shape, instances: int,
@@ -169,14 +155,14 @@ def check_quota(session: Session, limits: Limits, project_id: str, shape: m.Shap
     wanted = instances * shape.gpus
     if quota is None or quota.gpus + quota.borrow_gpus == 0:
         raise Forbidden(f"project {project_id} has no quota for {shape.gpu_model} GPUs; "
-                        "ask an admin to set one", "gpu_tenancy.no_quota")
+                        "ask an admin to set one", codes.NO_QUOTA)
     if wanted > quota.gpus + quota.borrow_gpus and not any_size:
         raise Forbidden(f"the lease needs {wanted} {shape.gpu_model} GPUs at once; project {project_id} "
-                        f"may hold {quota.gpus} (+{quota.borrow_gpus} borrowed)", "gpu_tenancy.over_quota")
+                        f"may hold {quota.gpus} (+{quota.borrow_gpus} borrowed)", codes.OVER_QUOTA)
     if quota.max_duration is not None and duration > quota.max_duration:
         raise BadRequest(f"duration {spoken_duration(duration)} is over project {project_id}'s maximum of "
                          f"{spoken_duration(quota.max_duration)} for {shape.gpu_model} leases",
-                         "gpu_tenancy.over_max_duration")
+                         codes.OVER_MAX_DURATION)
 
 
 def check_name_free(session: Session, project_id: str, name: str) -> None:
@@ -188,7 +174,7 @@ def check_name_free(session: Session, project_id: str, name: str) -> None:
         m.Lease.status.not_in([s.value for s in FINAL])).limit(1)).first()
     if other is not None:
         raise Conflict(f"project {project_id} already has a lease named '{name}' ({other.id}, {other.status}); "
-                       "choose another name, or cancel that one first", "gpu_tenancy.lease_name_taken")
+                       "choose another name, or cancel that one first", codes.LEASE_NAME_TAKEN)
 
 
 def finished_or_unknown(session: Session, lease_ids) -> dict[str, str | None]:
@@ -207,22 +193,22 @@ def check_volume_free(session: Session, project_id: str, volume_id: str) -> None
         m.Lease.status.not_in([s.value for s in FINAL])).limit(1))
     if busy:
         raise Conflict(f"volume {volume_id} is already the data volume of lease {busy}; "
-                       "a volume attaches to one lease at a time", "gpu_tenancy.volume_in_use")
+                       "a volume attaches to one lease at a time", codes.VOLUME_IN_USE)
 
 
 def preview(session: Session, now: int, settings: PlannerSettings, limits: Limits, caller: Caller,
-            body: dict) -> tuple[LeaseRequest, dict, PlannedLease]:
-    request, columns = build_request(session, now, limits, caller, body, "dry-run")
+            ask: LeaseAsk) -> tuple[LeaseRequest, dict, PlannedLease]:
+    request, columns = build_request(session, now, limits, caller, ask, "dry-run")
     return request, columns, ledger.dry_run(session, now, settings, request)
 
 
-def create(session: Session, now: int, limits: Limits, caller: Caller, body: dict,
+def create(session: Session, now: int, limits: Limits, caller: Caller, ask: LeaseAsk,
            hook: DecisionHook = DecisionHook(), lease_id: str | None = None) -> m.Lease:
     """Add the lease, queued. It is planned once this transaction has committed
     (ledger.plan_new, or else the engine's next replan), so that one replan can
     plan the leases of many requests. `lease_id`: the id the decision service was told."""
     lease_id = lease_id or ledger.new_lease_id()
-    request, columns = build_request(session, now, limits, caller, body, lease_id)
+    request, columns = build_request(session, now, limits, caller, ask, lease_id)
     check_name_free(session, caller.project_id, columns["name"])
     hook.ask("accept", {"id": lease_id, "project_id": caller.project_id, "user_id": caller.user_id,
                         "gpu_model": request.gpu_model, "gpus_per_instance": request.gpus_per_vm,
@@ -254,7 +240,7 @@ def cancel(session: Session, now: int, settings: PlannerSettings, row: m.Lease, 
     """Cancel a waiting lease, or end a running one now. The data volume stays."""
     status = S(row.status)
     if status in FINAL or status is S.ENDING:
-        raise Conflict(f"lease {row.id} is already {row.status}", "gpu_tenancy.lease_finished")
+        raise Conflict(f"lease {row.id} is already {row.status}", codes.LEASE_FINISHED)
     hook.ask("end", hook_view(row), actor)
     if status in (S.REQUESTED, S.QUEUED, S.SCHEDULED):
         session.execute(delete(m.Allocation).where(m.Allocation.lease_id == row.id))
@@ -290,27 +276,24 @@ def hook_view(row: m.Lease, **changes) -> dict:
     return {**view, **changes}
 
 
-def change_end(session: Session, now: int, settings: PlannerSettings, limits: Limits, row: m.Lease, body: dict,
+def change_end(session: Session, now: int, settings: PlannerSettings, limits: Limits, row: m.Lease, change: EndChange,
                actor: str, extension_window: int | None = None, hook: DecisionHook = DecisionHook()) -> m.Lease:
     """Extend or shrink. An extension is granted only if it delays nobody planned, within the
     maximum duration and the budget; with `extension_window`, only in the lease's last part."""
     status = S(row.status)
     if status not in (S.QUEUED, S.SCHEDULED, S.PROVISIONING, S.ACTIVE):
         raise Conflict(f"lease {row.id} is {row.status}; only a waiting or running lease can change "
-                       "its end", "gpu_tenancy.lease_finished")
-    if "duration" in body:
-        try:
-            duration = parse_duration(body["duration"])
-        except ValueError as exc:
-            raise BadRequest(f"duration: {exc}", "gpu_tenancy.bad_duration") from None
+                       "its end", codes.LEASE_FINISHED)
+    if change.duration is not None:
+        duration = change.duration
     else:
+        assert change.end is not None   # an EndChange has one or the other
         start = to_epoch(row.start_at) if status in HOLDING else to_epoch(row.earliest_start)
-        new_end_wanted = parse_field_time("end", body["end"])
-        duration = new_end_wanted - start
+        duration = change.end - start
         if duration <= 0:
-            raise BadRequest(f"end {body['end']} is not after the lease's start {rfc3339(start)}",
-                             "gpu_tenancy.bad_end")
-    check_not_shortened(row, duration, bool(body.get("shrink")))
+            raise BadRequest(f"end {rfc3339(change.end)} is not after the lease's start {rfc3339(start)}",
+                             codes.BAD_END)
+    check_not_shortened(row, duration, change.shrink)
     shape = session.get(m.Shape, row.shape)
     check_quota(session, limits, row.project_id, shape, row.instances, duration, any_size=row.preemptible)
     if status is S.QUEUED and duration > row.duration:
@@ -332,13 +315,13 @@ def change_end(session: Session, now: int, settings: PlannerSettings, limits: Li
     new_end = start + duration
     if new_end <= now:
         raise BadRequest(f"the new end {rfc3339(new_end)} has already passed; to end the lease now, "
-                         "DELETE it", "gpu_tenancy.end_passed")
+                         "DELETE it", codes.END_PASSED)
     if new_end > old_end:
         inputs = ledger.load_inputs(session, now, settings)
         conflicts = planner.extension_conflicts(
             now, inputs.hosts, inputs.holds, inputs.quotas, inputs.waiting, inputs.usage, row.id, new_end, settings)
         if conflicts:
-            raise Conflict("the extension is refused: " + "; ".join(conflicts), "gpu_tenancy.extension_refused")
+            raise Conflict("the extension is refused: " + "; ".join(conflicts), codes.EXTENSION_REFUSED)
         hook.ask("extend", hook_view(row, duration=duration, end=rfc3339(new_end)), actor)
     for alloc in row.allocations:
         alloc.end_at = utcnow_naive(new_end)
@@ -358,7 +341,7 @@ def check_not_shortened(row: m.Lease, duration: int, shrink: bool) -> None:
     if duration < row.duration and not shrink:
         raise Conflict(f"this would shorten lease {row.name} by {spoken_duration(row.duration - duration)} "
                        f"(from {spoken_duration(row.duration)} to {spoken_duration(duration)}); to shorten it, "
-                       'ask again with "shrink": true (openstack gpu lease shrink)', "gpu_tenancy.would_shorten")
+                       'ask again with "shrink": true (openstack gpu lease shrink)', codes.WOULD_SHORTEN)
 
 
 def check_extension_rules(session: Session, now: int, row: m.Lease, new_end: int, window: int | None) -> None:
@@ -369,9 +352,9 @@ def check_extension_rules(session: Session, now: int, row: m.Lease, new_end: int
         return
     if row.early_end_at is not None:
         raise Conflict(f"the extension is refused: the lease is {row.early_end_kind} and ends at "
-                       f"{rfc3339(to_epoch(row.early_end_at))}", "gpu_tenancy.extension_refused")
+                       f"{rfc3339(to_epoch(row.early_end_at))}", codes.EXTENSION_REFUSED)
     too_early = window_refusal(now, old_end, window)
     if too_early:
-        raise Conflict(f"the extension is refused: {too_early}", "gpu_tenancy.extension_refused")
+        raise Conflict(f"the extension is refused: {too_early}", codes.EXTENSION_REFUSED)
     budgets.check(session, now, row.project_id, row.gpu_model,
                   Span(row.gpus_per_vm * row.instances, old_end, new_end), except_lease=None)

@@ -52,8 +52,8 @@ class Choice:
 
 
 # --- at request time ------------------------------------------------------------------------
-def choose(cloud: CloudDriver, project_id: str, body: dict, operator: bool) -> Choice:
-    wanted, floating = body.get("network"), bool(body.get("floating_ip", False))
+def choose(cloud: CloudDriver, project_id: str, wanted: str | None, floating: bool, operator: bool) -> Choice:
+    """`wanted`: the network the lease asks for, if any; `floating`: whether it asks for floating IPs."""
     if not cloud.tenant_networks():
         if wanted is not None or floating:
             raise BadRequest("this cloud gives VMs no tenant networks: ask without network and floating_ip",

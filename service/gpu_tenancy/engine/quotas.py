@@ -12,7 +12,7 @@ from gpu_tenancy.db.session import utcnow_naive
 from gpu_tenancy.domain.planner import PlannerSettings
 from gpu_tenancy.engine import ledger
 from gpu_tenancy.errors import BadRequest
-from gpu_tenancy.timeutil import parse_duration
+from gpu_tenancy.timeutil import duration_field
 
 DEFAULTS = {"borrow_gpus": 0, "max_duration": None, "weight": 1.0}
 MAX_DURATION = 10 * 365 * 86400
@@ -65,10 +65,7 @@ def replace(session: Session, now: int, settings: PlannerSettings, project_id: s
 def max_duration_seconds(model: str, value: str | int | None) -> int | None:
     if value is None:
         return None
-    try:
-        seconds = parse_duration(value)
-    except ValueError as exc:
-        raise BadRequest(f"gpu_models/{model}/max_duration: {exc}", "gpu_tenancy.bad_duration") from None
+    seconds = duration_field(f"gpu_models/{model}/max_duration", value)
     if seconds > MAX_DURATION:   # as the schema bounds a number of seconds; the column is a 32-bit integer
         raise BadRequest(f"gpu_models/{model}/max_duration: at most {MAX_DURATION // 86400} days",
                          "gpu_tenancy.bad_duration")
