@@ -148,6 +148,7 @@ def new_lease():
                 return redirect(url_for("dashboard.lease", lease_id=created["id"]))
     return render_template("dashboard/new_lease.html", shapes=[s for s in shapes if not s.get("retired_at")],
                            images=[i for i in images if not i.get("retired_at")], form=form, preview=preview,
+                           default_image=next((i["name"] for i in images if i.get("default")), None),
                            error=error, now=rt.now()), 400 if error else 200
 
 
