@@ -57,3 +57,48 @@ def test_the_dashboard_preselects_the_image_the_api_boots_by_default(client, eng
     form = client.get("/dashboard/leases/new").text
     selected = re.findall(r'<option value="([^"]+)" selected>', form.split('id="image"')[1].split("</select>")[0])
     assert selected == defaults
+
+
+def test_the_new_lease_form_asks_for_boot_network_floating_ip_and_priority_class(client):
+    """The form could not ask for a priority class (preemptible), a network, a floating IP, or
+    a tenant boot: each goes to the API under its own name."""
+    csrf = login(client)
+    form = client.get("/dashboard/leases/new").text
+    for field in ('name="boot" value="service"', 'name="boot" value="tenant"', 'name="network"',
+                  'name="floating_ip"', 'name="priority_class"', '<option value="preemptible"'):
+        assert field in form, field
+    made = ask(client, csrf, name="cheap", priority_class="preemptible", network="ml-vision-net",
+               floating_ip="yes")
+    assert made.status_code == 302, made.text
+    lease = api_lease(client, made.headers["Location"].rsplit("/", 1)[1])
+    assert lease["priority_class"] == "preemptible" and lease["preemptible"] is True
+    assert lease["network"]["name"] == "ml-vision-net" and lease["network"]["chosen_by"] == "request"
+    assert lease["floating_ip"] is True and lease["boot"] == "service"
+
+    made = ask(client, csrf, name="own-boot", boot="tenant", image="rocky-9-cuda-12")
+    assert made.status_code == 302, made.text
+    lease = api_lease(client, made.headers["Location"].rsplit("/", 1)[1])
+    assert lease["boot"] == "tenant" and lease["image"] is None and lease["network"] is None
+
+    refused = ask(client, csrf, name="mixed", boot="tenant", key_name="mine", floating_ip="yes")
+    assert refused.status_code == 400
+    assert "a key pair, a floating IP only apply when the service boots the VMs" in refused.text
+    assert 'value="tenant" id="boot-tenant" checked' in refused.text   # the form keeps what was asked
+
+
+def test_the_preview_shows_the_network_and_either_starts_now_or_waits_never_both(client):
+    csrf = login(client)
+    now = ask(client, csrf, action="preview", shape="a100.x8", instances="2", hours="6", floating_ip="yes")
+    box = now.text.split('id="preview"')[1].split("</div>")[0]
+    assert 'id="preview-start"' in box and "It would start <strong>now</strong>" in box
+    assert "position" not in box and "wait" not in box
+    assert re.search(r'Network: <strong>ml-vision-net</strong> <span class="muted">\(the project&#39;s only '
+                     r'network\)</span>, with a floating IP for each VM', box), box
+    assert ask(client, csrf, shape="a100.x8", instances="2", hours="6").status_code == 302   # 16 of 32 A100
+    other = login(client, project="nlp-lab", user="bob")
+    assert ask(client, other, shape="a100.x8", instances="2", hours="3").status_code == 302  # the other 16
+    csrf = login(client)
+    later = ask(client, csrf, action="preview", shape="a100.x4", name="later")
+    box = later.text.split('id="preview"')[1].split("</div>")[0]
+    assert "It would wait at position 1 and start" in box and "(in 6 h)" in box
+    assert 'id="preview-start"' not in box and "now" not in box.replace("Network", "")

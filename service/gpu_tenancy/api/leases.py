@@ -77,7 +77,7 @@ UPDATE = {
 STATUSES = [s.value for s in LeaseState]
 
 
-def render_preview(request_, columns, planned, now: int) -> dict:
+def render_preview(request_, columns, planned, now: int, network: networking.Choice) -> dict:
     place = planned.placement
     starts_now = place is not None and place.start <= now   # it would be scheduled, not queued: no place
     return {
@@ -91,6 +91,7 @@ def render_preview(request_, columns, planned, now: int) -> dict:
                   "eta": None if starts_now else rfc3339(planned.eta),
                   "reasons": [{"code": r.code, "message": r.message} for r in planned.reasons]},
         "allocations": [{"instance": i, "host": h} for i, h in enumerate(place.hosts)] if place else [],
+        "boot": columns["boot"], "network": network.render(), "floating_ip": network.floating_ip,
     }
 
 
@@ -133,7 +134,7 @@ def create():
         with rt.transaction() as session:
             req, columns, planned = leases.preview(session, rt.now(), rt.planner_settings(), rt.limits(),
                                                    rt.caller(), body)
-            return {"lease": render_preview(req, columns, planned, rt.now())}, 200
+            return {"lease": render_preview(req, columns, planned, rt.now(), network)}, 200
     lease_id = ledger.new_lease_id()   # the same in the question to the decision service and in the lease
 
     def make(session, hook):

@@ -107,6 +107,30 @@ def lease_body(form) -> dict:
         if not form.get("start_at"):
             raise ValueError("give the start time, or choose 'as soon as possible'")
         body["start"] = form["start_at"] + (":00Z" if len(form["start_at"]) == 16 else "Z")
+    if form.get("priority_class"):
+        body["priority_class"] = form["priority_class"]
+    if form.get("boot", "service") == "tenant":
+        return tenant_boot(form, body)
+    body.update(service_boot(form))
+    return body
+
+
+def tenant_boot(form, body: dict) -> dict:
+    """The tenant boots its own servers: what only a service boot uses is refused in words
+    (the image list always has a choice, so the image alone is left out quietly)."""
+    given = [label for label, set_ in (("a data volume", form.get("volume_mode", "none") != "none"),
+                                       ("a key pair", form.get("key_name", "").strip()),
+                                       ("a network", form.get("network", "").strip()),
+                                       ("a floating IP", form.get("floating_ip"))) if set_]
+    if given:
+        raise ValueError(f"{', '.join(given)} only apply when the service boots the VMs: with 'the project "
+                         "boots its own servers' each server takes its own; clear them or let the service boot")
+    return {**body, "boot": "tenant"}
+
+
+def service_boot(form) -> dict:
+    """What the service boots the VMs with: image, volume, key pair, network, floating IP."""
+    body: dict = {}
     if form.get("image"):
         body["image"] = form["image"]
     volume = form.get("volume_mode", "none")
@@ -119,6 +143,10 @@ def lease_body(form) -> dict:
         body["volume"] = {"id": form.get("volume_id", "").strip()}
     if form.get("key_name", "").strip():
         body["key_name"] = form["key_name"].strip()
+    if form.get("network", "").strip():
+        body["network"] = form["network"].strip()
+    if form.get("floating_ip"):
+        body["floating_ip"] = True
     return body
 
 
@@ -127,9 +155,12 @@ def new_lease():
     client = api()
     shapes = client.get("/v1/shapes")["shapes"]
     images = client.get("/v1/images")["images"]
+    project = g.login.project_id
+    classes = [c for c in client.get("/v1/priority_classes")["priority_classes"]
+               if c["projects"] is None or project in c["projects"]]   # those this project may ask for
     preview = error = None
     form = request.form if request.method == "POST" else {"instances": "1", "hours": "4", "start_mode": "now",
-                                                          "volume_mode": "none"}
+                                                          "volume_mode": "none", "boot": "service"}
     if request.method == "POST":
         try:
             body = lease_body(request.form)
@@ -149,6 +180,7 @@ def new_lease():
     return render_template("dashboard/new_lease.html", shapes=[s for s in shapes if not s.get("retired_at")],
                            images=[i for i in images if not i.get("retired_at")], form=form, preview=preview,
                            default_image=next((i["name"] for i in images if i.get("default")), None),
+                           priority_classes=classes,
                            error=error, now=rt.now()), 400 if error else 200
 
 
