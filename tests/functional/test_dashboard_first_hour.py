@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import re
 
+from gpu_tenancy.timeutil import parse_time, rfc3339
 from tests.conftest import headers
-from tests.functional.test_dashboard import ask, csrf_of, login
+from tests.functional.test_dashboard import ask, login
 
 
 def api_lease(client, lease_id: str) -> dict:
@@ -102,3 +103,35 @@ def test_the_preview_shows_the_network_and_either_starts_now_or_waits_never_both
     box = later.text.split('id="preview"')[1].split("</div>")[0]
     assert "It would wait at position 1 and start" in box and "(in 6 h)" in box
     assert 'id="preview-start"' not in box and "now" not in box.replace("Network", "")
+
+
+def test_shorten_asks_on_its_own_page_first_then_shortens(client, engine_tick):
+    """Extend never shortens; the dashboard had no way to shorten a lease. Now "Shorten…" asks on
+    the confirmation page End-it-now and Drain use, and only the confirmed ask changes the end."""
+    csrf = login(client)
+    made = ask(client, csrf, name="trim", hours="6")
+    lease_id = made.headers["Location"].rsplit("/", 1)[1]
+    engine_tick(60)
+    before = api_lease(client, lease_id)
+    page = client.get(f"/dashboard/leases/{lease_id}").text
+    assert f'action="/dashboard/leases/{lease_id}/shrink"' in page and 'id="shrink"' in page
+    asked = client.post(f"/dashboard/leases/{lease_id}/shrink", data={"csrf_token": csrf, "hours": "2"})
+    assert asked.status_code == 200 and "Shorten lease trim by 2 h?" in asked.text
+    old_end, new_end = (before["end"].replace("T", " ")[:16],
+                        rfc3339(parse_time(before["end"]) - 7200).replace("T", " ")[:16])
+    assert f"It then ends {new_end} UTC instead of {old_end} UTC" in asked.text
+    assert 'name="confirmed" value="yes"' in asked.text and 'name="hours" value="2"' in asked.text
+    assert f'href="/dashboard/leases/{lease_id}" id="back"' in asked.text     # a way back, unchanged
+    assert api_lease(client, lease_id)["end"] == before["end"]
+    done = client.post(f"/dashboard/leases/{lease_id}/shrink", data={"csrf_token": csrf, "hours": "2",
+                                                                     "confirmed": "yes"})
+    assert done.status_code == 302
+    after = api_lease(client, lease_id)
+    assert after["duration"] == before["duration"] - 7200
+    assert parse_time(after["end"]) == parse_time(before["end"]) - 7200
+    assert "shortened by 2 h" in client.get(done.headers["Location"]).text
+
+    too_much = client.post(f"/dashboard/leases/{lease_id}/shrink", data={"csrf_token": csrf, "hours": "4",
+                                                                         "confirmed": "yes"})
+    assert "is not less than the lease" in client.get(too_much.headers["Location"]).text
+    assert api_lease(client, lease_id)["duration"] == after["duration"]

@@ -38,7 +38,12 @@ def when(value: str | None) -> Markup:
     datetime static/localtime.js reads to add the reader's local time beside it."""
     if not value:
         return Markup("—")
-    return Markup('<time datetime="{}">{} UTC</time>').format(value, value.replace("T", " ")[:16])
+    return Markup('<time datetime="{}">{}</time>').format(value, utc_text(value))
+
+
+def utc_text(value: str) -> str:
+    """An RFC 3339 time as 'YYYY-MM-DD HH:MM UTC', plain (in a sentence)."""
+    return value.replace("T", " ")[:16] + " UTC"
 
 
 @bp.app_template_filter("from_now")

@@ -11,6 +11,7 @@ from flask import g, redirect, render_template, request, url_for
 
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.dashboard import bp
+from gpu_tenancy.dashboard.formatting import span, utc_text
 from gpu_tenancy.dashboard.login import api, flash
 from gpu_tenancy.timeutil import parse_time, rfc3339
 
@@ -51,13 +52,19 @@ def lease(lease_id: str):
                            refresh=row["status"] in REFRESHING, can_change=row["status"] in WAITING + HOLDING)
 
 
-@bp.post("/leases/<lease_id>/extend")
-def extend(lease_id: str):
+def form_hours() -> float | None:
+    """The hours of an extend or shrink form: above 0, at most a year; None if not."""
     try:
         hours = float(request.form.get("hours", ""))
-        if not 0 < hours <= 24 * 365:
-            raise ValueError
     except ValueError:
+        return None
+    return hours if 0 < hours <= 24 * 365 else None
+
+
+@bp.post("/leases/<lease_id>/extend")
+def extend(lease_id: str):
+    hours = form_hours()
+    if hours is None:
         flash("give the hours to add as a number above 0", "error")
         return redirect(url_for("dashboard.lease", lease_id=lease_id))
     client = api()
@@ -69,6 +76,41 @@ def extend(lease_id: str):
     else:
         flash(f"not extended: {reply.error}", "error")
     return redirect(url_for("dashboard.lease", lease_id=lease_id))
+
+
+@bp.post("/leases/<lease_id>/shrink")
+def shrink(lease_id: str):
+    """Shortening is its own ask (extend never shortens), and the VMs go at the new end:
+    the first click only asks, on a page of its own, as ending a lease now does."""
+    hours = form_hours()
+    back = url_for("dashboard.lease", lease_id=lease_id)
+    if hours is None:
+        flash("give the hours to take off as a number above 0", "error")
+        return redirect(back)
+    client = api()
+    row = client.get(lease_path(lease_id))["lease"]
+    duration = row["duration"] - int(round(hours * 3600))
+    if duration < 60:
+        flash(f"not shortened: {hours:g} h is not less than the lease's {span(row['duration'])}; "
+              "to end it, use End it now (or Cancel)", "error")
+        return redirect(back)
+    if request.form.get("confirmed") != "yes":
+        new_end = utc_text(rfc3339(parse_time(row["end"]) - int(round(hours * 3600)))) if row["end"] else None
+        return render_template(
+            "dashboard/confirm.html", title=f"Shorten lease {row['name']} by {hours:g} h?",
+            consequence=(f"It then ends {new_end} instead of {utc_text(row['end'])}" if new_end else
+                         f"It then lasts {span(duration)} instead of {span(row['duration'])}")
+                        + ": at its end its VMs are deleted, with all that is not on the data volume; the data "
+                          "volume is kept.",
+            action=url_for("dashboard.shrink", lease_id=lease_id), fields={"hours": f"{hours:g}"},
+            confirm_label=f"Yes, shorten it by {hours:g} h", back=back, back_label="No, keep its end")
+    reply = client.call("PATCH", lease_path(lease_id), body={"duration": duration, "shrink": True})
+    if reply.ok:
+        flash(f"shortened by {hours:g} h: the lease now ends {reply.body['lease']['end'] or 'after its new duration'}",
+              "ok")
+    else:
+        flash(f"not shortened: {reply.error}", "error")
+    return redirect(back)
 
 
 @bp.post("/leases/<lease_id>/cancel")
