@@ -61,6 +61,11 @@ def form_hours() -> float | None:
     return hours if 0 < hours <= 24 * 365 else None
 
 
+def ends(lease: dict) -> str:
+    """When a changed lease ends, in words for a notice."""
+    return f"ends {utc_text(lease['end'])}" if lease["end"] else f"lasts {span(lease['duration'])} once it starts"
+
+
 @bp.post("/leases/<lease_id>/extend")
 def extend(lease_id: str):
     hours = form_hours()
@@ -71,8 +76,7 @@ def extend(lease_id: str):
     row = client.get(lease_path(lease_id))["lease"]
     reply = client.call("PATCH", lease_path(lease_id), body={"duration": row["duration"] + int(hours * 3600)})
     if reply.ok:
-        flash(f"extended by {hours:g} h: the lease now ends {reply.body['lease']['end'] or 'after its new duration'}",
-              "ok")
+        flash(f"extended by {hours:g} h: the lease now {ends(reply.body['lease'])}", "ok")
     else:
         flash(f"not extended: {reply.error}", "error")
     return redirect(url_for("dashboard.lease", lease_id=lease_id))
@@ -106,8 +110,7 @@ def shrink(lease_id: str):
             confirm_label=f"Yes, shorten it by {hours:g} h", back=back, back_label="No, keep its end")
     reply = client.call("PATCH", lease_path(lease_id), body={"duration": duration, "shrink": True})
     if reply.ok:
-        flash(f"shortened by {hours:g} h: the lease now ends {reply.body['lease']['end'] or 'after its new duration'}",
-              "ok")
+        flash(f"shortened by {hours:g} h: the lease now {ends(reply.body['lease'])}", "ok")
     else:
         flash(f"not shortened: {reply.error}", "error")
     return redirect(back)
