@@ -30,9 +30,15 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def demo(tmp_path_factory):
+def demo_workdir(tmp_path_factory):
+    """Where the demo runs; its output (the banner a newcomer reads) is service.log there."""
+    return tmp_path_factory.mktemp("browser-demo")
+
+
+@pytest.fixture(scope="session")
+def demo(demo_workdir):
     """The demo in a process of its own; yields its base URL."""
-    workdir = tmp_path_factory.mktemp("browser-demo")
+    workdir = demo_workdir
     port = free_port(PORTS)
     argv = [sys.executable, "-m", "gpu_tenancy.cli", "demo", "--port", str(port),
             "--db", f"sqlite:///{workdir / 'demo.db'}"]

@@ -43,7 +43,7 @@ def test_log_in_ask_see_it_queued_with_its_eta_and_cancel_it(page, demo, artifac
     new_lease(page, demo, "a100.x8", 2, 4, "alice-run")              # the other 16
     new_lease(page, demo, "a100.x4", 1, 2, "alice-next", action="#preview-button")
     preview = page.inner_text("#preview")
-    assert "It would start" in preview and "position 1" in preview
+    assert "It would wait at position 1 and start" in preview
     page.screenshot(path=artifacts / "03-new-lease-preview.png", full_page=True)
     page.click("#create-button")
     assert re.search(r"/dashboard/leases/[0-9a-f-]{36}$", page.url)

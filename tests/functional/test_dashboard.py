@@ -135,7 +135,7 @@ def test_preview_shows_the_eta_and_creates_nothing_then_create_queues_it(client,
     assert "lease later is queued" in page                       # the notice after the redirect, once
     assert "lease later is queued" not in client.get(created.headers["Location"]).text
     listing = client.get("/dashboard/leases").text
-    assert "later" in listing and "starts 2026-12-01 14:00 UTC" in listing and "holds 16 of 16" in listing
+    assert "later" in listing and re.search(r'starts <time datetime="2026-12-01T14:00[^"]*">2026-12-01 14:00 UTC', listing) and "holds 16 of 16" in listing
 
 
 def test_an_invalid_form_keeps_the_values_and_says_why(client, sessions):
@@ -361,13 +361,16 @@ def test_admin_drains_and_undrains_a_host_from_the_hosts_page(client):
     assert "<strong>drained</strong>" not in client.get("/dashboard/admin/hosts").text
 
 
-def test_pages_forbid_framing_and_scripts_and_are_not_cached(client):
+def test_pages_forbid_framing_and_all_but_their_own_script_file_and_are_not_cached(client):
     login(client)
     for path in ("/dashboard/leases", "/dashboard/login"):
         reply = client.get(path)
         assert reply.headers["X-Frame-Options"] == "DENY"
         csp = reply.headers["Content-Security-Policy"]
-        assert "default-src 'none'" in csp and "frame-ancestors 'none'" in csp and "script" not in csp
+        assert "default-src 'none'" in csp and "frame-ancestors 'none'" in csp
+        assert re.search(r"(^|; )script-src 'self'(;|$)", csp)   # no inline script, nothing from elsewhere
+        assert re.findall(r"<script[^>]*>", reply.text) == [
+            '<script src="/dashboard/static/localtime.js" defer>']
         assert reply.headers["Cache-Control"] == "no-store"
 
 

@@ -14,4 +14,5 @@ def test_relative_times_read_as_people_say_them():
 def test_durations_and_times():
     assert span(3600 * 26 + 1800) == "1 d 2 h 30 min"
     assert span(45) == "45 s" and span(None) == ""
-    assert when("2026-12-01T14:00:00Z") == "2026-12-01 14:00 UTC" and when(None) == "—"
+    assert when("2026-12-01T14:00:00Z") == '<time datetime="2026-12-01T14:00:00Z">2026-12-01 14:00 UTC</time>'
+    assert when(None) == "—"

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 from flask import Blueprint, url_for
+from sqlalchemy.orm import object_session
 
 from gpu_tenancy.api.catalog import ENTRY_NAME, CatalogEndpoints
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch
+from gpu_tenancy.engine import catalog
 from gpu_tenancy.timeutil import rfc3339
 
 bp = Blueprint("images", __name__, url_prefix="/v1/images")
@@ -25,6 +27,7 @@ CREATE = {
 
 def render(row: m.Image) -> dict:
     return {"name": row.name, "cloud_ref": row.cloud_ref, "description": row.description,
+            "default": row.name == catalog.default_image(object_session(row)),
             "created_at": rfc3339(to_epoch(row.created_at)), "retired_at": rfc3339(to_epoch(row.retired_at)),
             "links": [{"rel": "self", "href": url_for("images.show", name=row.name, _external=True)}]}
 

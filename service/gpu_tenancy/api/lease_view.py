@@ -22,6 +22,8 @@ from gpu_tenancy.errors import BadRequest
 from gpu_tenancy.timeutil import rfc3339_stored as stamp
 
 WAITING = (LeaseState.REQUESTED.value, LeaseState.QUEUED.value)
+# final states reached only from waiting or scheduled (domain/states.py)
+NEVER_RAN = (LeaseState.CANCELLED.value, LeaseState.EXPIRED.value)
 # what render_view() reads of a lease row
 SHOWN = ("id", "name", "project_id", "user_id", "status", "shape", "gpu_model", "gpus_per_vm", "instances",
          "earliest_start", "latest_start", "duration", "start_at", "end_at", "priority", "priority_class",
@@ -32,8 +34,8 @@ SHOWN = ("id", "name", "project_id", "user_id", "status", "shape", "gpu_model", 
 # the keys render_view() answers, in order: the Lease schema of /v1/openapi.json is built
 # from this list (api/response_schemas.py), so the two cannot drift apart unnoticed
 FIELDS = ("id", "name", "project_id", "user_id", "status", "shape", "gpu_model", "gpus_per_instance", "instances",
-          "requested_start", "latest_start", "duration", "start", "end", "priority", "priority_class",
-          "preemptible", "borrowing", "early_end", "boot", "flavor", "vms_free", "image", "volume", "key_name",
+          "requested_start", "latest_start", "duration", "start", "end", "cancelled_at", "priority",
+          "priority_class", "preemptible", "borrowing", "early_end", "boot", "flavor", "vms_free", "image", "volume", "key_name",
           "queue", "allocations", "servers", "ready", "readiness", "failure", "failures", "created_at", "updated_at",
           "links", "network", "floating_ip")
 
@@ -65,6 +67,7 @@ def render_view(row, allocations, servers, failures, href: str, operator: bool =
     servers and failures, each in their order (VM index; VM index; id). `operator`:
     failures with the cloud's text (else as for_tenant shows them)."""
     text = (lambda message: message) if operator else for_tenant
+    never_ran = row.status in NEVER_RAN
     return {
         "id": row.id,
         "name": row.name,
@@ -78,8 +81,10 @@ def render_view(row, allocations, servers, failures, href: str, operator: bool =
         "requested_start": stamp(row.earliest_start),
         "latest_start": stamp(row.latest_start),
         "duration": row.duration,
-        "start": stamp(row.start_at),
-        "end": stamp(row.end_at),
+        # a cancelled or expired lease ended while it waited: the start and end it was planned for never came
+        "start": None if never_ran else stamp(row.start_at),
+        "end": None if never_ran else stamp(row.end_at),
+        "cancelled_at": stamp(row.updated_at) if row.status == LeaseState.CANCELLED.value else None,
         "priority": row.priority,
         "priority_class": row.priority_class,
         "preemptible": row.preemptible,

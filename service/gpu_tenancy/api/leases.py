@@ -11,7 +11,7 @@ from gpu_tenancy.api.validation import json_body, query_bool, query_int
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.engine import events as lease_events, leases, new_lease
+from gpu_tenancy.engine import events as lease_events, leases, networking, new_lease
 from gpu_tenancy.engine.decision_hook import DecisionHook, decide
 from gpu_tenancy.errors import BadRequest, NotFound
 from gpu_tenancy.guest.readiness_probe import readiness_url
@@ -23,7 +23,7 @@ __all__ = ["CREATE", "UPDATE", "bp"]   # the request schemas, for the OpenAPI do
 STATUSES = [s.value for s in LeaseState]
 
 
-def render_preview(request_, columns, planned, now: int) -> dict:
+def render_preview(request_, columns, planned, now: int, network: networking.Choice) -> dict:
     place = planned.placement
     starts_now = place is not None and place.start <= now   # it would be scheduled, not queued: no place
     return {
@@ -37,6 +37,7 @@ def render_preview(request_, columns, planned, now: int) -> dict:
                   "eta": None if starts_now else rfc3339(planned.eta),
                   "reasons": [{"code": r.code, "message": r.message} for r in planned.reasons]},
         "allocations": [{"instance": i, "host": h} for i, h in enumerate(place.hosts)] if place else [],
+        "boot": columns["boot"], "network": network.render(), "floating_ip": network.floating_ip,
     }
 
 
@@ -68,7 +69,7 @@ def create():
         with rt.transaction() as session:
             req, columns, planned = leases.preview(session, rt.now(), rt.planner_settings(), rt.limits(),
                                                    caller, ask)
-            return {"lease": render_preview(req, columns, planned, rt.now())}, 200
+            return {"lease": render_preview(req, columns, planned, rt.now(), network)}, 200
     made = new_lease.make_and_plan(
         rt.transaction, rt.now, cfg, rt.planner_settings(), rt.limits(), caller, ask, network,
         DecisionHook.from_config(cfg), render,

@@ -73,6 +73,8 @@ LEASE = {
     "shape": STRING, "gpu_model": STRING, "gpus_per_instance": INTEGER, "instances": INTEGER,
     "requested_start": TIME, "latest_start": nullable(TIME),
     "duration": {"type": "integer", "description": "seconds"}, "start": nullable(TIME), "end": nullable(TIME),
+    "cancelled_at": nullable({**TIME, "description": "when it was cancelled; a cancelled lease never started, "
+                                                     "so its start and end are null"}),
     "priority": INTEGER, "priority_class": nullable(STRING), "preemptible": BOOLEAN, "borrowing": BOOLEAN,
     "early_end": nullable(closed(
         {"kind": STRING, "at": nullable(TIME), "for_lease": nullable(STRING), "reason": nullable(STRING)},
@@ -176,14 +178,17 @@ SCHEMAS = {
         "duration": {"type": "integer", "description": "seconds"}, "image": nullable(STRING),
         "start": nullable(TIME), "end": nullable(TIME), "borrowing": BOOLEAN,
         "queue": closed({"position": nullable(INTEGER), "eta": nullable(TIME), "reasons": REASONS}),
-        "allocations": {"type": "array", "items": closed({"instance": INTEGER, "host": STRING})}},
+        "allocations": {"type": "array", "items": closed({"instance": INTEGER, "host": STRING})},
+        "boot": LEASE["boot"], "network": LEASE["network"], "floating_ip": LEASE["floating_ip"]},
         description="what POST /v1/leases?dry_run=true would give; nothing is created"),
     "Readiness": closed(READINESS),
     "NewReadiness": closed({**READINESS, **READINESS_SECRET}),
     "Event": closed({"at": TIME, "actor": STRING, "kind": STRING, "from": nullable(STRING), "to": nullable(STRING),
                      "message": STRING}),
     "Shape": closed({**shapes.CREATE["properties"], **RETIREMENT}),
-    "Image": closed({**images.CREATE["properties"], **RETIREMENT}),
+    "Image": closed({**images.CREATE["properties"], **RETIREMENT,
+                     "default": {"type": "boolean", "description": "the image a lease boots when it names none "
+                                                                   "(the oldest one not retired)"}}),
     "Webhook": closed(WEBHOOK),
     "NewWebhook": closed({**WEBHOOK, "secret": {"type": "string", "description": "shown this once"}}),
     "Quota": closed({"project_id": STRING, "gpu_models": {"type": "object", "additionalProperties": closed({

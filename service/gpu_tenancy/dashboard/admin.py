@@ -12,13 +12,14 @@ from oslo_context.context import RequestContext
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.csv_cells import safe_cell
 from gpu_tenancy.dashboard import bp, charts
+from gpu_tenancy.dashboard.formatting import span
 from gpu_tenancy.dashboard.login import api, flash
 from gpu_tenancy.engine import reports
 from gpu_tenancy.timeutil import rfc3339
 
 DAY = 86400
 PERCENT = lambda v: f"{v * 100:.0f}%"  # noqa: E731
-MINUTES = lambda v: f"{v / 60:.0f} min"  # noqa: E731
+WAIT = lambda v: span(round(v)) or "0 s"  # noqa: E731
 SHORT_DAY = lambda v: v[5:]  # noqa: E731
 SHORT_HOUR = lambda v: v[5:13].replace("T", " ") + "h"  # noqa: E731
 
@@ -27,7 +28,7 @@ FIGURES = {
     "wait_by_day": ("Wait: P50 and P90 by day",
                     "From the requested start to the start, for leases given GPUs, by day of the requested start.",
                     lambda rows: charts.bars(rows, "day", [("p50_wait_seconds", "P50"), ("p90_wait_seconds", "P90")],
-                                             MINUTES, SHORT_DAY)),
+                                             WAIT, SHORT_DAY, seconds=True)),
     "on_time_share": ("Running within 10 minutes of the requested start",
                       "Share of leases active by their requested start + 10 min (owner cancellations before "
                       "then left out), by day.",

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 from markupsafe import Markup
 
@@ -17,6 +18,26 @@ def _scale(top: float) -> float:
         return 1
     magnitude = 10 ** math.floor(math.log10(top))
     return next(nice * magnitude for nice in (1, 2, 2.5, 5, 10) if top <= nice * magnitude)
+
+
+# a duration axis counts in the largest unit it spans twice, so its five ticks differ and read
+# as people say them (0, 15, 30, 45, 60 min; 0, 12, 24, 36, 48 h), not as "0 min" five times
+DURATION_UNITS = ((86400, "d"), (3600, "h"), (60, "min"), (1, "s"))
+
+
+def duration_axis(longest: float) -> tuple[float, Callable[[float], str]]:
+    """The axis maximum (seconds) at or above `longest` seconds, and its tick labels."""
+    size, unit = next(((size, unit) for size, unit in DURATION_UNITS if longest >= 2 * size), (1, "s"))
+    step = _scale(longest / size / 4)   # four round steps (never 6.25), none below a second
+    step = max(step, 1) if size == 1 else step
+    return 4 * step * size, lambda seconds: f"{seconds / size:g} {unit}"
+
+
+def _axis(values: list[float], fmt, seconds: bool, top: float | None = None):
+    """The axis maximum and the tick labels' format."""
+    if seconds:
+        return duration_axis(max(values, default=0))
+    return top or _scale(max(values, default=0)), fmt
 
 
 def _frame(parts: list[str], top: float, fmt) -> None:
@@ -44,12 +65,13 @@ def _legend(parts: list[str], series: list[tuple[str, str]]) -> None:
 
 
 def bars(rows: list[dict], x_key: str, series: list[tuple[str, str]], fmt=lambda v: f"{v:g}",
-         label=lambda v: str(v)) -> Markup:
-    """Grouped bars: one group per row, one bar per series (key, legend)."""
+         label=lambda v: str(v), seconds: bool = False) -> Markup:
+    """Grouped bars: one group per row, one bar per series (key, legend). `seconds`: the values
+    are durations, and the axis counts them in a unit that suits their size."""
     values = [row.get(k) or 0 for row in rows for k, _ in series]
-    top = _scale(max(values, default=0))
+    top, tick = _axis(values, fmt, seconds)
     parts: list[str] = []
-    _frame(parts, top, fmt)
+    _frame(parts, top, tick)
     group = (W - 8 - LEFT) / max(len(rows), 1)
     width = min(28, group * 0.8 / len(series))
     centres = []
@@ -67,12 +89,12 @@ def bars(rows: list[dict], x_key: str, series: list[tuple[str, str]], fmt=lambda
 
 
 def lines(rows: list[dict], x_key: str, series: list[tuple[str, str]], fmt=lambda v: f"{v:g}",
-          label=lambda v: str(v), top: float | None = None) -> Markup:
-    """One line per series; a point per row (missing values leave a gap)."""
+          label=lambda v: str(v), top: float | None = None, seconds: bool = False) -> Markup:
+    """One line per series; a point per row (missing values leave a gap). `seconds`: as for bars."""
     values = [row.get(k) or 0 for row in rows for k, _ in series]
-    top = top or _scale(max(values, default=0))
+    top, tick = _axis(values, fmt, seconds, top)
     parts: list[str] = []
-    _frame(parts, top, fmt)
+    _frame(parts, top, tick)
     step = (W - 8 - LEFT) / max(len(rows) - 1, 1)
     xs = [LEFT + i * step for i in range(len(rows))]
     for j, (key, name) in enumerate(series):

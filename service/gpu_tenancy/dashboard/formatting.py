@@ -1,6 +1,8 @@
 """Template filters: times and durations as people read them."""
 from __future__ import annotations
 
+from markupsafe import Markup
+
 from gpu_tenancy.dashboard import bp
 from gpu_tenancy.timeutil import parse_time
 
@@ -31,10 +33,16 @@ def span(seconds: int | None) -> str:
 
 
 @bp.app_template_filter("when")
-def when(value: str | None) -> str:
-    """An RFC 3339 time from the API as 'YYYY-MM-DD HH:MM UTC'."""
+def when(value: str | None) -> Markup:
+    """An RFC 3339 time from the API as 'YYYY-MM-DD HH:MM UTC', in a <time> element whose
+    datetime static/localtime.js reads to add the reader's local time beside it."""
     if not value:
-        return "—"
+        return Markup("—")
+    return Markup('<time datetime="{}">{}</time>').format(value, utc_text(value))
+
+
+def utc_text(value: str) -> str:
+    """An RFC 3339 time as 'YYYY-MM-DD HH:MM UTC', plain (in a sentence)."""
     return value.replace("T", " ")[:16] + " UTC"
 
 

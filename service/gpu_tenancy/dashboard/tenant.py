@@ -11,6 +11,7 @@ from flask import g, redirect, render_template, request, url_for
 
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.dashboard import bp
+from gpu_tenancy.dashboard.formatting import span, utc_text
 from gpu_tenancy.dashboard.login import api, flash
 from gpu_tenancy.timeutil import parse_time, rfc3339
 
@@ -51,24 +52,68 @@ def lease(lease_id: str):
                            refresh=row["status"] in REFRESHING, can_change=row["status"] in WAITING + HOLDING)
 
 
-@bp.post("/leases/<lease_id>/extend")
-def extend(lease_id: str):
+def form_hours() -> float | None:
+    """The hours of an extend or shrink form: above 0, at most a year; None if not."""
     try:
         hours = float(request.form.get("hours", ""))
-        if not 0 < hours <= 24 * 365:
-            raise ValueError
     except ValueError:
+        return None
+    return hours if 0 < hours <= 24 * 365 else None
+
+
+def ends(lease: dict) -> str:
+    """When a changed lease ends, in words for a notice."""
+    return f"ends {utc_text(lease['end'])}" if lease["end"] else f"lasts {span(lease['duration'])} once it starts"
+
+
+@bp.post("/leases/<lease_id>/extend")
+def extend(lease_id: str):
+    hours = form_hours()
+    if hours is None:
         flash("give the hours to add as a number above 0", "error")
         return redirect(url_for("dashboard.lease", lease_id=lease_id))
     client = api()
     row = client.get(lease_path(lease_id))["lease"]
     reply = client.call("PATCH", lease_path(lease_id), body={"duration": row["duration"] + int(hours * 3600)})
     if reply.ok:
-        flash(f"extended by {hours:g} h: the lease now ends {reply.body['lease']['end'] or 'after its new duration'}",
-              "ok")
+        flash(f"extended by {hours:g} h: the lease now {ends(reply.body['lease'])}", "ok")
     else:
         flash(f"not extended: {reply.error}", "error")
     return redirect(url_for("dashboard.lease", lease_id=lease_id))
+
+
+@bp.post("/leases/<lease_id>/shrink")
+def shrink(lease_id: str):
+    """Shortening is its own ask (extend never shortens), and the VMs go at the new end:
+    the first click only asks, on a page of its own, as ending a lease now does."""
+    hours = form_hours()
+    back = url_for("dashboard.lease", lease_id=lease_id)
+    if hours is None:
+        flash("give the hours to take off as a number above 0", "error")
+        return redirect(back)
+    client = api()
+    row = client.get(lease_path(lease_id))["lease"]
+    duration = row["duration"] - int(round(hours * 3600))
+    if duration < 60:
+        flash(f"not shortened: {hours:g} h is not less than the lease's {span(row['duration'])}; "
+              "to end it, use End it now (or Cancel)", "error")
+        return redirect(back)
+    if request.form.get("confirmed") != "yes":
+        new_end = utc_text(rfc3339(parse_time(row["end"]) - int(round(hours * 3600)))) if row["end"] else None
+        return render_template(
+            "dashboard/confirm.html", title=f"Shorten lease {row['name']} by {hours:g} h?",
+            consequence=(f"It then ends {new_end} instead of {utc_text(row['end'])}" if new_end else
+                         f"It then lasts {span(duration)} instead of {span(row['duration'])}")
+                        + ": at its end its VMs are deleted, with all that is not on the data volume; the data "
+                          "volume is kept.",
+            action=url_for("dashboard.shrink", lease_id=lease_id), fields={"hours": f"{hours:g}"},
+            confirm_label=f"Yes, shorten it by {hours:g} h", back=back, back_label="No, keep its end")
+    reply = client.call("PATCH", lease_path(lease_id), body={"duration": duration, "shrink": True})
+    if reply.ok:
+        flash(f"shortened by {hours:g} h: the lease now {ends(reply.body['lease'])}", "ok")
+    else:
+        flash(f"not shortened: {reply.error}", "error")
+    return redirect(back)
 
 
 @bp.post("/leases/<lease_id>/cancel")
@@ -107,6 +152,30 @@ def lease_body(form) -> dict:
         if not form.get("start_at"):
             raise ValueError("give the start time, or choose 'as soon as possible'")
         body["start"] = form["start_at"] + (":00Z" if len(form["start_at"]) == 16 else "Z")
+    if form.get("priority_class"):
+        body["priority_class"] = form["priority_class"]
+    if form.get("boot", "service") == "tenant":
+        return tenant_boot(form, body)
+    body.update(service_boot(form))
+    return body
+
+
+def tenant_boot(form, body: dict) -> dict:
+    """The tenant boots its own servers: what only a service boot uses is refused in words
+    (the image list always has a choice, so the image alone is left out quietly)."""
+    given = [label for label, set_ in (("a data volume", form.get("volume_mode", "none") != "none"),
+                                       ("a key pair", form.get("key_name", "").strip()),
+                                       ("a network", form.get("network", "").strip()),
+                                       ("a floating IP", form.get("floating_ip"))) if set_]
+    if given:
+        raise ValueError(f"{', '.join(given)} only apply when the service boots the VMs: with 'the project "
+                         "boots its own servers' each server takes its own; clear them or let the service boot")
+    return {**body, "boot": "tenant"}
+
+
+def service_boot(form) -> dict:
+    """What the service boots the VMs with: image, volume, key pair, network, floating IP."""
+    body: dict = {}
     if form.get("image"):
         body["image"] = form["image"]
     volume = form.get("volume_mode", "none")
@@ -119,6 +188,10 @@ def lease_body(form) -> dict:
         body["volume"] = {"id": form.get("volume_id", "").strip()}
     if form.get("key_name", "").strip():
         body["key_name"] = form["key_name"].strip()
+    if form.get("network", "").strip():
+        body["network"] = form["network"].strip()
+    if form.get("floating_ip"):
+        body["floating_ip"] = True
     return body
 
 
@@ -127,9 +200,12 @@ def new_lease():
     client = api()
     shapes = client.get("/v1/shapes")["shapes"]
     images = client.get("/v1/images")["images"]
+    project = g.login.project_id
+    classes = [c for c in client.get("/v1/priority_classes")["priority_classes"]
+               if c["projects"] is None or project in c["projects"]]   # those this project may ask for
     preview = error = None
     form = request.form if request.method == "POST" else {"instances": "1", "hours": "4", "start_mode": "now",
-                                                          "volume_mode": "none"}
+                                                          "volume_mode": "none", "boot": "service"}
     if request.method == "POST":
         try:
             body = lease_body(request.form)
@@ -148,6 +224,8 @@ def new_lease():
                 return redirect(url_for("dashboard.lease", lease_id=created["id"]))
     return render_template("dashboard/new_lease.html", shapes=[s for s in shapes if not s.get("retired_at")],
                            images=[i for i in images if not i.get("retired_at")], form=form, preview=preview,
+                           default_image=next((i["name"] for i in images if i.get("default")), None),
+                           priority_classes=classes,
                            error=error, now=rt.now()), 400 if error else 200
 
 

@@ -19,7 +19,7 @@ from gpu_tenancy.domain.states import FINAL, HOLDING, LeaseState
 from gpu_tenancy.domain.budget import Span
 from gpu_tenancy.domain.extension import window_refusal
 from gpu_tenancy.domain.lease_ask import Boot, EndChange, LeaseAsk, VolumeAsk
-from gpu_tenancy.engine import budgets, ledger
+from gpu_tenancy.engine import budgets, catalog, ledger
 from gpu_tenancy.engine.decision_hook import DecisionHook
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.engine.limits import Limits
@@ -124,16 +124,16 @@ def resolve_priority(session: Session, caller: Caller, ask: LeaseAsk) -> tuple[i
 
 
 def resolve_image(session: Session, name: str | None) -> str:
-    catalog = list(session.scalars(select(m.Image).where(m.Image.retired_at.is_(None))
-                                   .order_by(m.Image.created_at, m.Image.name)))
-    if not catalog:
+    default = catalog.default_image(session)
+    if default is None:
         raise Conflict("the standard image catalog is empty; an admin must add an image first",
                        codes.NO_IMAGES)
     if name is None:
-        return catalog[0].name  # the catalog's first entry is the default
-    if name not in {i.name for i in catalog}:
-        raise BadRequest(f"unknown image '{name}'; the standard images are: "
-                         + ", ".join(i.name for i in catalog), codes.UNKNOWN_IMAGE)
+        return default
+    offered = [i.name for i in catalog.entries(session, m.Image)]
+    if name not in offered:
+        raise BadRequest(f"unknown image '{name}'; the standard images are: " + ", ".join(offered),
+                         codes.UNKNOWN_IMAGE)
     return name
 
 

@@ -45,6 +45,12 @@ class Choice:
     network_name: str | None = None
     floating_ip: bool = False
 
+    def render(self) -> dict | None:
+        """As the API shows a lease's network (a preview's too, which has no lease row)."""
+        if self.via is None:
+            return None
+        return {"id": self.network_id, "name": self.network_name, "chosen_by": self.via}
+
     def apply(self, row: m.Lease) -> None:
         """Onto the new lease, in the transaction that makes it."""
         row.network_via, row.network_id, row.network_name = self.via, self.network_id, self.network_name
@@ -208,9 +214,7 @@ def reconcile(lifecycle) -> None:
 
 # --- what the lease shows ---------------------------------------------------------------------
 def render_network(row) -> dict | None:
-    if row.network_via is None:
-        return None
-    return {"id": row.network_id, "name": row.network_name, "chosen_by": row.network_via}
+    return Choice(row.network_via, row.network_id, row.network_name).render()
 
 
 def ssh_line(ssh_user: str | None, addresses: list | None) -> str | None:

@@ -17,9 +17,9 @@ log = logging.getLogger(__name__)
 
 # the lease's fields as the API names them, in the order `show` prints them
 FIELDS = ("id", "name", "status", "project_id", "user_id", "shape", "gpu_model", "gpus_per_instance",
-          "instances", "requested_start", "latest_start", "duration", "start", "end", "priority", "priority_class",
-          "preemptible", "borrowing", "boot", "flavor", "vms_free", "image", "volume", "key_name", "network",
-          "floating_ip", "queue", "allocations", "servers", "ssh", "failure", "created_at", "updated_at")
+          "instances", "requested_start", "latest_start", "duration", "start", "end", "cancelled_at", "priority",
+          "priority_class", "preemptible", "borrowing", "boot", "flavor", "vms_free", "image", "volume", "key_name",
+          "network", "floating_ip", "queue", "allocations", "servers", "ssh", "failure", "created_at", "updated_at")
 FORMATTERS = {"queue": QueueColumn, "allocations": RecordsColumn, "servers": ServersColumn,
               "volume": RecordColumn, "failure": RecordColumn, "flavor": RecordColumn, "network": RecordColumn}
 FINAL_STATES = {state.value for state in FINAL}
@@ -34,6 +34,13 @@ def show_lease(lease: dict) -> tuple[tuple, tuple]:
         lease = {**lease, "ssh": "\n".join(s["ssh"] for s in lease["servers"] if s.get("ssh")) or None}
     fields = tuple(f for f in FIELDS if f in lease)
     return fields, tuple(FORMATTERS[f](lease[f]) if f in FORMATTERS else lease[f] for f in fields)
+
+
+def list_cell(lease: dict, column: str):
+    """A cancelled lease has no end (it never started): its End cell says when it was cancelled."""
+    if column == "end" and lease.get("cancelled_at"):
+        return f"cancelled at {lease['cancelled_at']}"
+    return lease[column]
 
 
 def duration(value: str) -> int | str:
@@ -186,8 +193,9 @@ class ListLease(command.Lister):
             columns += ["project_id", "gpu_model", "duration"]
             headers += ["Project", "GPU Model", "Duration"]
         headers += ["Queue Position", "ETA"]
-        rows = [[lease[c] for c in columns] + [(lease.get("queue") or {}).get("position"),
-                                                (lease.get("queue") or {}).get("eta")] for lease in leases]
+        rows = [[list_cell(lease, c) for c in columns] + [(lease.get("queue") or {}).get("position"),
+                                                          (lease.get("queue") or {}).get("eta")]
+                for lease in leases]
         return headers, rows
 
 
