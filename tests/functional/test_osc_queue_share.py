@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.functional.test_osc_plugin import ADMIN, cli, demo, pytestmark  # noqa: F401  (fixtures, skip mark)
 
+ROOT = Path(__file__).resolve().parents[2]
 SERVER_SIDE = ("flask", "sqlalchemy", "werkzeug", "alembic", "apscheduler", "jsonschema", "oslo_policy",
                "keystonemiddleware", "gpu_tenancy.api", "gpu_tenancy.engine", "gpu_tenancy.db")
 
@@ -62,3 +64,31 @@ def test_loading_the_cli_plugin_imports_nothing_of_the_server_side():
             + f"or m.startswith({SERVER_SIDE!r})))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_no_gpu_command_reads_every_installed_distribution_for_its_help_epilog():
+    """cliff's default epilog looks up the plugin's distribution with
+    importlib.metadata.packages_distributions() (every installed file list, on every
+    command); each `openstack gpu` command (every one setup.cfg registers) names it without."""
+    code = """
+import configparser, importlib, types
+import cliff.command
+def forbidden():
+    raise AssertionError("packages_distributions() was called")
+cliff.command.packages_distributions = forbidden
+config = configparser.ConfigParser()
+config.read("setup.cfg")
+entries = config["options.entry_points"]["openstack.gpu.v1"].split()
+names = []
+for entry in entries:
+    if "=" in entry or ":" not in entry:
+        continue
+    module, cls = entry.split(":")
+    command = getattr(importlib.import_module(module), cls)(types.SimpleNamespace(), None)
+    assert "provided by the gpu-tenancy plugin" in command.get_parser("openstack gpu").epilog
+    names.append(cls)
+print(len(names))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) >= 11   # every command registered, queue and share among them

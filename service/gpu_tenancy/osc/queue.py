@@ -1,7 +1,7 @@
 """openstack gpu queue: everyone's waiting leases in planned order (Slurm's squeue)."""
 from __future__ import annotations
 
-from osc_lib.command import command
+from gpu_tenancy.osc import command
 
 HEADERS = ("Position", "GPU Model", "Project", "Lease", "Shape", "GPUs", "Status", "Waiting Since", "ETA",
            "Reason")

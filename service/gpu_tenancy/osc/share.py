@@ -1,7 +1,7 @@
 """openstack gpu share: fair-share standing per project and GPU model (Slurm's sshare)."""
 from __future__ import annotations
 
-from osc_lib.command import command
+from gpu_tenancy.osc import command
 
 COLUMNS = (("rank", "Rank"), ("gpu_model", "GPU Model"), ("project", "Project"), ("nominal_gpus", "Quota GPUs"),
            ("in_use_gpus", "In Use"), ("borrowed_gpus", "Borrowed"), ("decayed_gpu_hours", "Decayed GPU-hours"),
