@@ -62,6 +62,7 @@ ENTRY = path_param("name", "the entry's name")
 BUDGET_ID = path_param("budget_id", "the budget's id")
 PROJECT_ID = path_param("project_id", "a Keystone project id")
 PROJECT_FILTER = param("project_id", "query", "one project (another project than one's own: admins only)")
+GPU_MODEL_FILTER = param("gpu_model", "query", "only this GPU model", {"type": "string", "maxLength": 64})
 WINDOW = [param("start", "query", "RFC 3339 time", TIME), param("end", "query", "RFC 3339 time, after start", TIME)]
 
 
@@ -264,6 +265,21 @@ PATHS = {
                          params=[PROJECT_FILTER], errors=(503,),
                          description="Those free for a lease can be named in a new lease's volume.id. "
                                      "503 when the cloud does not answer."),
+    },
+    "/v1/queue": {
+        "get": operation("Everyone's waiting leases, in planned order per GPU model", "queue:show", 200,
+                         wrapped("queue", "Queue"), params=[GPU_MODEL_FILTER],
+                         description="Each waiting lease with its place, ETA and the reason that holds it back "
+                                     "the most. Another project's leases show no project, id or name unless "
+                                     "queue:show:all_projects allows (admins)."),
+    },
+    "/v1/share": {
+        "get": operation("Fair-share standing per project and GPU model", "share:show", 200,
+                         wrapped("share", "Share"), params=[GPU_MODEL_FILTER],
+                         description="Quota, GPUs held and borrowed now, decayed use, weight and the rank the "
+                                     "planner gives equal-priority leases (computed as the planner does, with "
+                                     "its half-life). Another project's row shows no name unless "
+                                     "share:show:all_projects allows (admins)."),
     },
     "/v1/hosts": {
         "get": operation("The GPU hosts, their state and GPUs in use", "host:list", 200,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import fields
 
-from gpu_tenancy.api import audit, images, lease_view, priority_classes, quotas, shapes
+from gpu_tenancy.api import audit, images, lease_view, priority_classes, queue, quotas, share, shapes
 from gpu_tenancy.domain.failures import FailureClass, Retry
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import capacity, webhooks
@@ -163,6 +163,46 @@ CALENDAR = {"type": "array", "items": closed({
                               "planned": {"type": "integer", "description": "planned for waiting leases"}})}},
     keys_of(capacity.HostCalendar))}
 
+HIDDEN_IF_OTHERS = "null for another project's when the caller may not see them (queue:show:all_projects)"
+QUEUE_ENTRY = {
+    "position": nullable({"type": "integer", "description": "1-based, among the leases waiting for the same GPU "
+                                                            "model, in the planner's order; null until planned"}),
+    "gpu_model": STRING,
+    "status": {"type": "string", "enum": ["requested", "queued"]},
+    "project": {"type": "string", "description": "the project's id, or 'another project'"},
+    "project_id": nullable({"type": "string", "description": HIDDEN_IF_OTHERS}),
+    "lease_id": nullable({"type": "string", "description": HIDDEN_IF_OTHERS}),
+    "name": nullable({"type": "string", "description": HIDDEN_IF_OTHERS}),
+    "hidden": {"type": "boolean", "description": "another project's lease whose project, id and name are left out"},
+    "shape": STRING, "gpus_per_instance": INTEGER, "instances": INTEGER,
+    "gpus": {"type": "integer", "description": "GPUs per VM times VMs"},
+    "priority": INTEGER, "preemptible": BOOLEAN,
+    "requested_start": TIME,
+    "waiting_since": {**TIME, "description": "when it was asked for"},
+    "eta": nullable({**TIME, "description": "its planned start; null when it has no slot"}),
+    "reason": nullable(closed({"code": STRING, "message": STRING},
+                              description="the reason that holds it back the most; for a hidden lease, in "
+                                          "words that name no project")),
+}
+SHARE_ROW = {
+    "rank": {"type": "integer", "description": "per GPU model: 1 goes first in fair share; equal scores share "
+                                               "a rank (priority and the wait bound come before fair share)"},
+    "gpu_model": STRING,
+    "project": {"type": "string", "description": "the project's id, or 'another project'"},
+    "project_id": nullable({"type": "string", "description": "null for another project's row when the caller "
+                                                             "may not see it (share:show:all_projects)"}),
+    "hidden": {"type": "boolean", "description": "another project's row whose name is left out"},
+    "nominal_gpus": {"type": "integer", "description": "its quota: GPUs it may hold at any instant"},
+    "borrow_gpus": {"type": "integer", "description": "more it may hold on idle capacity"},
+    "in_use_gpus": {"type": "integer", "description": "GPUs it holds now"},
+    "borrowed_gpus": {"type": "integer", "description": "of those, beyond its quota"},
+    "decayed_gpu_hours": {"type": "number", "description": "recent use, each hour counting half as much per "
+                                                           "half_life of age"},
+    "weight": {"type": "number", "description": "fair-share weight of its quota (1 without one)"},
+    "score": nullable({"type": "number", "description": "decayed_gpu_hours / weight: lower goes first"}),
+    "waiting_leases": INTEGER,
+}
+
 SCHEMAS = {
     "Error": closed({"errors": {"type": "array", "minItems": 1, "items": closed({
         "status": INTEGER, "code": STRING, "title": STRING, "detail": STRING,
@@ -235,6 +275,14 @@ SCHEMAS = {
     "PriorityClass": closed({"name": STRING, **priority_classes.FIELDS["properties"], "updated_at": TIME,
                              "links": LINKS}),
     "BudgetUse": BUDGET_USE,
+    "QueueEntry": closed(QUEUE_ENTRY, queue.FIELDS),
+    "Queue": closed({"now": TIME, "gpu_model": nullable({"type": "string", "description": "the filter, if given"}),
+                     "leases": {"type": "array", "items": ref("QueueEntry")}}),
+    "ShareRow": closed(SHARE_ROW, share.FIELDS),
+    "Share": closed({"now": TIME, "gpu_model": nullable({"type": "string", "description": "the filter, if given"}),
+                     "half_life": {"type": "integer", "description": "seconds in which past use counts half as "
+                                                                     "much: the planner's"},
+                     "projects": {"type": "array", "items": ref("ShareRow")}}),
     "Budget": closed({
         "id": STRING, "project_id": STRING, "gpu_model": STRING, "gpu_hours": NUMBER,
         "period": {"type": "string", "enum": ["month", "range"]},

@@ -1,7 +1,7 @@
 """openstack gpu capacity: GPUs per model now, or each host's free GPUs over a window."""
 from __future__ import annotations
 
-from osc_lib.command import command
+from gpu_tenancy.osc import command
 
 NOW = (("gpu_model", "GPU Model"), ("hosts", "Hosts"), ("hosts_in_service", "Hosts In Service"),
        ("gpus", "GPUs"), ("in_use", "In Use"), ("free", "Free"), ("largest_free_block", "Largest Free Block"),

@@ -123,3 +123,10 @@ class GpuClient:
     def capacity(self, start: str | None = None, end: str | None = None) -> dict:
         params = {"start": start, "end": end} if start or end else None
         return self.request("GET", "/v1/capacity", params=params)["capacity"]
+
+    # everyone's queue and fair share
+    def queue(self, gpu_model: str | None = None) -> dict:
+        return self.request("GET", "/v1/queue", params={"gpu_model": gpu_model} if gpu_model else None)["queue"]
+
+    def share(self, gpu_model: str | None = None) -> dict:
+        return self.request("GET", "/v1/share", params={"gpu_model": gpu_model} if gpu_model else None)["share"]

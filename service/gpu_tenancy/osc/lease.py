@@ -6,9 +6,9 @@ import logging
 import time
 
 from osc_lib import exceptions
-from osc_lib.command import command
 
 from gpu_tenancy.domain.states import FINAL, LeaseState
+from gpu_tenancy.osc import command
 from gpu_tenancy.osc.client import ApiError
 from gpu_tenancy.osc.columns import QueueColumn, RecordColumn, RecordsColumn, ServersColumn
 from gpu_tenancy.timeutil import parse_duration

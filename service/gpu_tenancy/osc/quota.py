@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from osc_lib import exceptions
-from osc_lib.command import command
 
+from gpu_tenancy.osc import command
 from gpu_tenancy.osc.lease import duration
 from gpu_tenancy.timeutil import spoken_duration
 

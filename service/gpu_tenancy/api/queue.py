@@ -1,0 +1,74 @@
+"""/v1/queue: everyone's waiting leases (Slurm's squeue), in planned order per GPU model.
+
+Every reader sees the whole queue, so that "how many are ahead of me, and when do I
+start" has an answer; another project's entries show their shape, place, ETA and
+reason, but not the project, the lease's name or id (`queue:show:all_projects`,
+admins by default, see everything)."""
+from __future__ import annotations
+
+import re
+
+from flask import Blueprint, request
+
+from gpu_tenancy.api import runtime as rt
+from gpu_tenancy.api.catalog import GPU_MODEL
+from gpu_tenancy.domain.queue_reasons import anonymous, short_reason
+from gpu_tenancy.engine import queue
+from gpu_tenancy.errors import BadRequest
+from gpu_tenancy.timeutil import rfc3339, rfc3339_stored as stamp
+
+bp = Blueprint("queue", __name__, url_prefix="/v1/queue")
+
+OTHER_PROJECT = "another project"
+# the keys of an entry, in order: the QueueEntry schema of /v1/openapi.json is built from it
+FIELDS = ("position", "gpu_model", "status", "project", "project_id", "lease_id", "name", "hidden", "shape",
+          "gpus_per_instance", "instances", "gpus", "priority", "preemptible", "requested_start",
+          "waiting_since", "eta", "reason")
+
+
+def query_gpu_model() -> str | None:
+    """?gpu_model=, when given: a GPU model as the hosts name it."""
+    model = request.args.get("gpu_model")
+    if model is not None and not re.fullmatch(GPU_MODEL["pattern"], model):
+        raise BadRequest("query parameter gpu_model must be a GPU model such as A100 (up to 64 letters, digits, "
+                         "'.', '_' or '-')", "gpu_tenancy.invalid_query")
+    return model
+
+
+def render_entry(row, shown: bool) -> dict:
+    """`shown`: the caller may see whose lease it is (its project's own, or an admin)."""
+    reason = short_reason(row.queue_reasons or [])
+    if reason is not None:
+        reason = {"code": reason["code"], "message": reason["message"] if shown else anonymous(reason["code"])}
+    return {
+        "position": row.queue_position,
+        "gpu_model": row.gpu_model,
+        "status": row.status,
+        "project": row.project_id if shown else OTHER_PROJECT,
+        "project_id": row.project_id if shown else None,
+        "lease_id": row.id if shown else None,
+        "name": row.name if shown else None,
+        "hidden": not shown,
+        "shape": row.shape,
+        "gpus_per_instance": row.gpus_per_vm,
+        "instances": row.instances,
+        "gpus": row.gpus_per_vm * row.instances,
+        "priority": row.priority,
+        "preemptible": row.preemptible,
+        "requested_start": stamp(row.earliest_start),
+        "waiting_since": stamp(row.created_at),
+        "eta": stamp(row.queue_eta),
+        "reason": reason,
+    }
+
+
+@bp.get("")
+def show():
+    rt.authorize("queue:show")
+    model = query_gpu_model()
+    everyone = rt.allowed("queue:show:all_projects")
+    own = rt.context().project_id
+    with rt.transaction() as session:
+        rows = queue.waiting(session, model)
+    return {"queue": {"now": rfc3339(rt.now()), "gpu_model": model,
+                      "leases": [render_entry(row, everyone or row.project_id == own) for row in rows]}}

@@ -1,0 +1,56 @@
+"""/v1/share: fair-share standing (Slurm's sshare) per project and GPU model, ranked as
+the planner orders equal-priority leases (engine/share.py).
+
+Every reader sees every row, so that "why is the other lab first" has an answer (it
+used fewer GPU-hours per unit of weight lately); another project's row keeps its
+figures and rank but not its name (`share:show:all_projects`, admins by default,
+see every name). Rows rather than only one's own rank: a rank alone does not say by
+how much, nor how long until the others' use decays."""
+from __future__ import annotations
+
+import math
+
+from flask import Blueprint
+
+from gpu_tenancy.api import runtime as rt
+from gpu_tenancy.api.queue import OTHER_PROJECT, query_gpu_model
+from gpu_tenancy.domain.standing import Standing
+from gpu_tenancy.engine import share
+from gpu_tenancy.timeutil import rfc3339
+
+bp = Blueprint("share", __name__, url_prefix="/v1/share")
+
+# the keys of a row, in order: the ShareRow schema of /v1/openapi.json is built from it
+FIELDS = ("rank", "gpu_model", "project", "project_id", "hidden", "nominal_gpus", "borrow_gpus", "in_use_gpus",
+          "borrowed_gpus", "decayed_gpu_hours", "weight", "score", "waiting_leases")
+
+
+def render_row(row: Standing, shown: bool) -> dict:
+    return {
+        "rank": row.rank,
+        "gpu_model": row.gpu_model,
+        "project": row.project_id if shown else OTHER_PROJECT,
+        "project_id": row.project_id if shown else None,
+        "hidden": not shown,
+        "nominal_gpus": row.nominal,
+        "borrow_gpus": row.borrow_limit,
+        "in_use_gpus": row.in_use,
+        "borrowed_gpus": row.borrowed,
+        "decayed_gpu_hours": round(row.decayed_gpu_hours, 3),
+        "weight": row.weight,
+        "score": round(row.score, 6) if math.isfinite(row.score) else None,
+        "waiting_leases": row.waiting,
+    }
+
+
+@bp.get("")
+def show():
+    rt.authorize("share:show")
+    model = query_gpu_model()
+    everyone = rt.allowed("share:show:all_projects")
+    own = rt.context().project_id
+    now, settings = rt.now(), rt.planner_settings()
+    with rt.transaction() as session:
+        rows = share.standings(session, now, settings, model)
+    return {"share": {"now": rfc3339(now), "gpu_model": model, "half_life": settings.fairshare_half_life,
+                      "projects": [render_row(row, everyone or row.project_id == own) for row in rows]}}

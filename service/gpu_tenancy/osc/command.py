@@ -1,0 +1,32 @@
+"""The base classes of every `openstack gpu` command: osc_lib's, with the epilog named
+here. cliff's own epilog ("This command is provided by the ... plugin") finds the
+plugin's distribution with importlib.metadata.packages_distributions(), which reads
+the file list of every installed distribution: a tenth of a second or more on each
+command, the largest part of what `openstack gpu ...` took beyond OSC's own start."""
+from __future__ import annotations
+
+from osc_lib.command import command
+
+EPILOG = "This command is provided by the gpu-tenancy plugin."
+
+
+class _Epilog:
+    _epilog: str | None
+    _hooks: list
+
+    def get_epilog(self) -> str:
+        parts = [self._epilog or ""]
+        parts += [text for hook in self._hooks if hook.obj is not None and (text := hook.obj.get_epilog())]
+        return "\n\n".join([*parts, EPILOG])
+
+
+class Command(_Epilog, command.Command):
+    pass
+
+
+class Lister(_Epilog, command.Lister):
+    pass
+
+
+class ShowOne(_Epilog, command.ShowOne):
+    pass

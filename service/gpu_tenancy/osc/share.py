@@ -1,0 +1,23 @@
+"""openstack gpu share: fair-share standing per project and GPU model (Slurm's sshare)."""
+from __future__ import annotations
+
+from gpu_tenancy.osc import command
+
+COLUMNS = (("rank", "Rank"), ("gpu_model", "GPU Model"), ("project", "Project"), ("nominal_gpus", "Quota GPUs"),
+           ("in_use_gpus", "In Use"), ("borrowed_gpus", "Borrowed"), ("decayed_gpu_hours", "Decayed GPU-hours"),
+           ("weight", "Weight"), ("score", "Score"), ("waiting_leases", "Waiting Leases"))
+
+
+class ShowShare(command.Lister):
+    _description = ("Fair-share standing per project and GPU model: quota, GPUs in use and borrowed, recent "
+                    "use decayed with the planner's half-life, weight, and the rank the planner gives "
+                    "equal-priority leases (1 goes first; other projects without their names)")
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument("--gpu-model", metavar="<model>", help="only this GPU model, e.g. A100")
+        return parser
+
+    def take_action(self, args):
+        share = self.app.client_manager.gpu.share(args.gpu_model)
+        return [h for _, h in COLUMNS], [[row[k] for k, _ in COLUMNS] for row in share["projects"]]

@@ -1,0 +1,148 @@
+"""Everyone's queue (/v1/queue) and fair-share standing (/v1/share) through the API:
+what a member sees of other projects (no names), what an admin sees, the answers
+against the OpenAPI document, and that the share rank is the order the planner
+starts leases in."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import headers
+from tests.functional.test_openapi import response_validator
+
+HOUR = 3600
+ADMIN = headers("ops", "admin", user="operator")
+VISION = headers("ml-vision", "member", user="alice")
+NLP = headers("nlp-lab", "member", user="bob")
+
+
+def ok(response, status=200):
+    assert response.status_code == status, response.get_json()
+    return response.get_json()
+
+
+def ask(client, who, shape="a100.x8", instances=1, duration="PT1H", **body):
+    return ok(client.post("/v1/leases", json={"shape": shape, "instances": instances, "duration": duration, **body},
+                          headers=who), 201)["lease"]
+
+
+@pytest.fixture
+def document(client):
+    return client.get("/v1/openapi.json").get_json()
+
+
+@pytest.fixture
+def contended(client):
+    """Both demo projects hold their 16 A100 (the cloud's 32), and each has one more waiting."""
+    for who in (VISION, NLP):
+        assert ask(client, who, instances=2, duration="PT2H")["status"] == "scheduled"
+    vision = ask(client, VISION, name="vision-next")
+    nlp = ask(client, NLP, name="nlp-secret-run")
+    assert vision["status"] == nlp["status"] == "queued"
+    return vision, nlp
+
+
+def test_a_member_sees_every_waiting_lease_in_order_and_no_other_projects_names(client, contended, document):
+    vision, nlp = contended
+    body = ok(client.get("/v1/queue", headers=VISION))
+    response_validator(document, "/v1/queue", "get", 200).validate(body)
+    leases = body["queue"]["leases"]
+    assert [(e["gpu_model"], e["position"]) for e in leases] == [("A100", 1), ("A100", 2)]
+    mine = [e for e in leases if not e["hidden"]]
+    theirs = [e for e in leases if e["hidden"]]
+    assert len(mine) == len(theirs) == 1
+    assert (mine[0]["lease_id"], mine[0]["name"], mine[0]["project"]) == (vision["id"], "vision-next", "ml-vision")
+    assert (theirs[0]["lease_id"], theirs[0]["name"], theirs[0]["project_id"]) == (None, None, None)
+    assert theirs[0]["project"] == "another project"
+    assert (theirs[0]["shape"], theirs[0]["gpus"]) == ("a100.x8", 8) and theirs[0]["eta"] is not None
+    # each waits for its own project's quota: the member reads its own reason in full, the other's unnamed
+    assert mine[0]["reason"]["code"] == "quota" and "ml-vision" in mine[0]["reason"]["message"]
+    assert theirs[0]["reason"] == {"code": "quota", "message": "waits for its project's quota"}
+    text = json.dumps(body)
+    assert "nlp-lab" not in text and nlp["id"] not in text and "nlp-secret-run" not in text
+    # the positions and ETAs are the ones each lease shows itself
+    own = ok(client.get(f"/v1/leases/{vision['id']}", headers=VISION))["lease"]["queue"]
+    assert (mine[0]["position"], mine[0]["eta"]) == (own["position"], own["eta"])
+
+
+def test_an_admin_sees_every_project_and_name(client, contended, document):
+    vision, nlp = contended
+    body = ok(client.get("/v1/queue", headers=ADMIN))
+    response_validator(document, "/v1/queue", "get", 200).validate(body)
+    leases = body["queue"]["leases"]
+    assert not any(e["hidden"] for e in leases)
+    assert {(e["lease_id"], e["name"], e["project"]) for e in leases} == {
+        (vision["id"], "vision-next", "ml-vision"), (nlp["id"], "nlp-secret-run", "nlp-lab")}
+    assert "nlp-lab" in {e["project_id"] for e in leases}
+
+
+def test_the_queue_filters_by_gpu_model_and_refuses_a_malformed_one(client, contended):
+    assert ok(client.get("/v1/queue?gpu_model=H100", headers=VISION))["queue"] == {
+        "now": "2026-12-01T08:00:00Z", "gpu_model": "H100", "leases": []}
+    assert len(ok(client.get("/v1/queue?gpu_model=A100", headers=VISION))["queue"]["leases"]) == 2
+    for bad in ("A 100", "x" * 65, "../A100"):
+        reply = client.get("/v1/queue", query_string={"gpu_model": bad}, headers=VISION)
+        assert reply.status_code == 400 and reply.get_json()["errors"][0]["code"] == "gpu_tenancy.invalid_query"
+        reply = client.get("/v1/share", query_string={"gpu_model": bad}, headers=VISION)
+        assert reply.status_code == 400
+
+
+def test_both_views_need_a_token(client):
+    for path in ("/v1/queue", "/v1/share"):
+        assert client.get(path).status_code == 401
+
+
+def test_share_shows_a_member_its_row_and_the_others_unnamed(client, contended, document):
+    body = ok(client.get("/v1/share", headers=VISION))
+    response_validator(document, "/v1/share", "get", 200).validate(body)
+    share = body["share"]
+    assert share["half_life"] == 7 * 86400
+    a100 = [r for r in share["projects"] if r["gpu_model"] == "A100"]
+    mine = [r for r in a100 if not r["hidden"]]
+    assert len(a100) == 2 and len(mine) == 1
+    assert mine[0]["project"] == "ml-vision"
+    assert (mine[0]["nominal_gpus"], mine[0]["borrow_gpus"], mine[0]["in_use_gpus"], mine[0]["borrowed_gpus"],
+            mine[0]["waiting_leases"]) == (16, 8, 16, 0, 1)
+    other = [r for r in a100 if r["hidden"]][0]
+    assert (other["project"], other["project_id"], other["in_use_gpus"]) == ("another project", None, 16)
+    assert "nlp-lab" not in json.dumps(body)
+    admin = ok(client.get("/v1/share?gpu_model=A100", headers=ADMIN))["share"]
+    response_validator(document, "/v1/share", "get", 200).validate({"share": admin})
+    assert {r["project"] for r in admin["projects"]} == {"ml-vision", "nlp-lab"}
+    assert not any(r["hidden"] for r in admin["projects"])
+
+
+def test_decayed_use_and_weight_rank_projects_as_the_planner_starts_their_leases(client, engine_tick):
+    """Three labs with different recent use and weights each queue a lease needing the whole
+    A100 pool behind a blocker, in the opposite of their fair-share order: /v1/share's rank is
+    the order they then start in, and not the order they were asked in or their raw use."""
+    labs = ("lab-a", "lab-b", "lab-c")
+    for project, weight in (("lab-a", 4.0), ("lab-b", 1.0), ("lab-c", 1.0), ("blocker", 1.0)):
+        ok(client.put(f"/v1/quotas/{project}", json={"quota": {"gpu_models": {
+            "A100": {"gpus": 32, "weight": weight}}}}, headers=ADMIN))
+    who = {lab: headers(lab, "member") for lab in labs}
+    ask(client, who["lab-a"], duration="PT2H")     # 16 GPU-hours, over weight 4: score 4
+    ask(client, who["lab-b"], duration="PT1H")     # 8 GPU-hours, over weight 1: score 8; lab-c: none
+    for _ in range(13):                            # both run and end
+        engine_tick(600)
+    ask(client, headers("blocker", "member"), instances=4, duration="PT1H")
+    engine_tick()
+    waiting = {lab: ask(client, who[lab], instances=4, duration="PT1H") for lab in ("lab-b", "lab-a", "lab-c")}
+    assert all(lease["status"] == "queued" for lease in waiting.values())
+
+    share = ok(client.get("/v1/share?gpu_model=A100", headers=ADMIN))["share"]["projects"]
+    rank = {r["project"]: r["rank"] for r in share}
+    used = {r["project"]: r["decayed_gpu_hours"] for r in share}
+    assert used["lab-a"] > used["lab-b"] > used["lab-c"] == 0      # raw use alone would put lab-a last
+    by_share = sorted(labs, key=lambda lab: rank[lab])
+    assert by_share == ["lab-c", "lab-a", "lab-b"] and len({rank[lab] for lab in labs}) == 3
+    queue = ok(client.get("/v1/queue?gpu_model=A100", headers=ADMIN))["queue"]["leases"]
+    assert [e["project"] for e in queue] == by_share
+
+    for _ in range(30):                            # the blocker ends; each lab's lease runs in turn
+        engine_tick(600)
+    starts = {lab: ok(client.get(f"/v1/leases/{lease['id']}", headers=who[lab]))["lease"]["start"]
+              for lab, lease in waiting.items()}
+    assert all(starts.values())
+    assert sorted(labs, key=lambda lab: starts[lab]) == by_share
