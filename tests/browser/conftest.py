@@ -29,13 +29,14 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.skip(reason=why))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def demo_workdir(tmp_path_factory):
-    """Where the demo runs; its output (the banner a newcomer reads) is service.log there."""
+    """Where the demo runs; its output (the banner a newcomer reads) is service.log there.
+    One demo per test module: a module's leases (a full H100 pool, say) never meet another's."""
     return tmp_path_factory.mktemp("browser-demo")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def demo(demo_workdir):
     """The demo in a process of its own; yields its base URL."""
     workdir = demo_workdir
