@@ -49,3 +49,37 @@ def test_an_end_before_the_lease_starts_is_a_400_in_rfc3339(client):
     assert error["detail"] == "end 2026-12-02T23:00:00Z is not after the lease's start 2026-12-03T00:00:00Z"
     assert api_error(client.patch(f"/v1/leases/{lease['id']}", json={"duration": "2 days"}, headers=headers()),
                      400)["code"] == "gpu_tenancy.bad_duration"
+
+
+def test_every_field_a_lease_is_asked_with_shows_in_its_answer(client, runtime):
+    """The add-a-lease-field checklist's last place: the engine keeps what the ask carries.
+    A lease asked with every field the answer shows differs, in each of those keys, from a
+    lease asked with none of them (a field read into LeaseAsk but not stored answers its default)."""
+    from tests.unit.test_lease_ask import KEPT_AND_SHOWN
+
+    runtime.config.readiness_url = "http://127.0.0.1:8779"   # only read into the probe's address
+    admin = headers(roles="admin")
+    image = [i["name"] for i in client.get("/v1/images", headers=admin).get_json()["images"]
+             if not i.get("default")][0]
+    priority_class = client.get("/v1/priority_classes", headers=admin).get_json()["priority_classes"][0]["name"]
+    every = {"name": "every-field", "shape": "a100.x1", "instances": 2, "duration": "PT3H",
+             "start": "2026-12-01T12:00:00Z", "latest_start": "2026-12-01T13:00:00Z", "image": image,
+             "volume": {"size_gb": 20}, "key_name": "mine", "user_data": "#cloud-config",
+             "priority_class": priority_class, "readiness_probe": True, "network": "ml-vision-net",
+             "floating_ip": True,}
+    shown_by_service_boot = {name: shown for name, (_, shown) in KEPT_AND_SHOWN.items()
+                             if shown is not None and name != "boot"}
+    bare = {"shape": "a100.x1", "duration": "PT2H"}
+    asks = [every, {**bare, "priority": 7}]   # a priority is given without a class, not with one
+    assert set(shown_by_service_boot) <= set(every) | set(asks[1]), "a field the answer shows is not asked here"
+
+    def made(body: dict) -> dict:
+        reply = client.post("/v1/leases", json=body, headers=admin)
+        assert reply.status_code == 201, reply.get_json()
+        return reply.get_json()["lease"]
+    default = made(bare)
+    for ask in asks:
+        lease = made(ask)
+        for name, shown in shown_by_service_boot.items():
+            if name in ask and name not in bare:
+                assert lease[shown] != default[shown], f"{name} asked for but not kept: {shown}={lease[shown]!r}"
