@@ -59,14 +59,18 @@ class GpuTenancy(Scheduler):
         self.plans = 0
         self.plan_seconds = 0.0
         self.skipped = 0
+        self.eta_only = 0   # plans run on a full cluster only to give new leases their ETA
         self.hosts = None
         self.starts_at: dict[str, int] = {}
         self.borrowing: set[str] = set()
+        self.first_eta: dict[str, int] = {}   # the ETA of each lease's first plan (the API's answer)
+        self.unplanned: set[str] = set()      # submitted, not planned yet
 
     def submit(self, job, now):
         if self.t0 is None:
             self.t0 = now
         self.waiting[job.jid] = job
+        self.unplanned.add(job.jid)
         self.requests[job.jid] = LeaseRequest(job.jid, job.tenant, MODEL, job.gpus_per_vm, job.vms,
                                               job.duration, job.arrival, None, job.arrival)
 
@@ -91,12 +95,13 @@ class GpuTenancy(Scheduler):
         return next(iter(self.waiting.values()), None)
 
     def stats(self):
-        return {"plans": self.plans, "plan_seconds": self.plan_seconds, "skipped_full": self.skipped}
+        return {"plans": self.plans, "plan_seconds": self.plan_seconds, "skipped_full": self.skipped,
+                "eta_only_plans": self.eta_only}
 
     def schedule(self, now, cluster, running):
         if not self.waiting:
             return [], None
-        if cluster.free_total == 0:
+        if cluster.free_total == 0 and not self.unplanned:
             self.skipped += 1   # nothing can start now whatever the plan says
             return [], None
         if self.hosts is None:
@@ -115,6 +120,14 @@ class GpuTenancy(Scheduler):
         self.plan_seconds += time.perf_counter() - t
         self.plans += 1
         starts, wake = [], None
+        for jid in self.unplanned:   # the API plans a lease when it is created: that plan's start is its ETA
+            eta = p.leases[jid].eta
+            if eta is not None:
+                self.first_eta[jid] = eta
+        self.unplanned.clear()
+        if cluster.free_total == 0:
+            self.eta_only += 1
+            return [], None   # planned only for the ETAs: as when skipped, nothing starts and no wake-up
         for pl in p.leases.values():
             if pl.placement is None:
                 continue
