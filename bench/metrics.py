@@ -102,6 +102,7 @@ def summarize(out, jobs, shares: dict[str, float], capacity: int) -> dict:
         r["plans"] = plans
         r["replans_per_s"] = plans / out.wall_seconds
         r["ms_per_plan"] = 1000 * out.extra["plan_seconds"] / plans
+        r["eta_only_plans"] = out.extra.get("eta_only_plans", 0)
     return r
 
 

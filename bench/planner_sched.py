@@ -42,13 +42,17 @@ def quota_limits(shares: dict[str, float], capacity: int, mode: str) -> dict[tup
 class GpuTenancy(Scheduler):
     def __init__(self, quotas, half_life: int = 7 * 24 * 3600, name: str = "gpu-tenancy",
                  fairshare: bool = True, aging: int | None = None,
-                 settings: PlannerSettings = PlannerSettings()):
+                 settings: PlannerSettings = PlannerSettings(), promise: bool = False):
         self.name = name
         # the planner's settings (the wait bound among them); the service's defaults unless given
         self.settings = replace(settings, fairshare_half_life=half_life)
         # aging (an earlier prototype, for comparison only): a lease waiting longer
         # than `aging` seconds is planned at priority 1
         self.aging = aging
+        # prototype (off by default): a lease told an ETA goes before every lease not yet told one
+        # (priority 1), so a later arrival only fits around the promises; fair share still
+        # orders the promised leases among themselves
+        self.promise = promise
         self.fairshare = fairshare   # False (diagnosis only): no usage, so the order is priority then age
         self.quotas = quotas
         self.lam = math.log(2) / half_life
@@ -63,14 +67,18 @@ class GpuTenancy(Scheduler):
         self.hosts = None
         self.starts_at: dict[str, int] = {}
         self.borrowing: set[str] = set()
-        self.first_eta: dict[str, int] = {}   # the ETA of each lease's first plan (the API's answer)
+        # the ETA of each lease's first plan (the API's answer). Measuring it costs a plan for
+        # every lease that arrives while the cluster is full (otherwise skipped: nothing can
+        # start); first_eta = None (replay.py --no-etas) skips them, the outcome the same
+        self.first_eta: dict[str, int] | None = {}
         self.unplanned: set[str] = set()      # submitted, not planned yet
 
     def submit(self, job, now):
         if self.t0 is None:
             self.t0 = now
         self.waiting[job.jid] = job
-        self.unplanned.add(job.jid)
+        if self.first_eta is not None:
+            self.unplanned.add(job.jid)
         self.requests[job.jid] = LeaseRequest(job.jid, job.tenant, MODEL, job.gpus_per_vm, job.vms,
                                               job.duration, job.arrival, None, job.arrival)
 
@@ -114,6 +122,8 @@ class GpuTenancy(Scheduler):
         waiting = [self.requests[jid] for jid in self.waiting]
         if self.aging is not None:
             waiting = [replace(r, priority=1) if now - r.created_at >= self.aging else r for r in waiting]
+        if self.promise:
+            waiting = [replace(r, priority=1) if r.lease_id in (self.first_eta or ()) else r for r in waiting]
         t = time.perf_counter()
         p = plan(now, self.hosts, holds, self.quotas, waiting,
                  self.usage(now, running) if self.fairshare else None, self.settings)
@@ -122,7 +132,7 @@ class GpuTenancy(Scheduler):
         starts, wake = [], None
         for jid in self.unplanned:   # the API plans a lease when it is created: that plan's start is its ETA
             eta = p.leases[jid].eta
-            if eta is not None:
+            if eta is not None and self.first_eta is not None:
                 self.first_eta[jid] = eta
         self.unplanned.clear()
         if cluster.free_total == 0:
