@@ -24,6 +24,7 @@ from gpu_tenancy.domain.planner import PlannerSettings, plan  # noqa: E402
 from event_loop import Scheduler  # noqa: E402
 
 MODEL = "GPU"
+PROMISED = 2 ** 31   # promise='eta': priority PROMISED - ETA, so the earliest ETA goes first
 
 
 def quota_limits(shares: dict[str, float], capacity: int, mode: str) -> dict[tuple[str, str], QuotaLimit]:
@@ -42,16 +43,16 @@ def quota_limits(shares: dict[str, float], capacity: int, mode: str) -> dict[tup
 class GpuTenancy(Scheduler):
     def __init__(self, quotas, half_life: int = 7 * 24 * 3600, name: str = "gpu-tenancy",
                  fairshare: bool = True, aging: int | None = None,
-                 settings: PlannerSettings = PlannerSettings(), promise: bool = False):
+                 settings: PlannerSettings = PlannerSettings(), promise: str | None = None):
         self.name = name
         # the planner's settings (the wait bound among them); the service's defaults unless given
         self.settings = replace(settings, fairshare_half_life=half_life)
         # aging (an earlier prototype, for comparison only): a lease waiting longer
         # than `aging` seconds is planned at priority 1
         self.aging = aging
-        # prototype (off by default): a lease told an ETA goes before every lease not yet told one
-        # (priority 1), so a later arrival only fits around the promises; fair share still
-        # orders the promised leases among themselves
+        # prototypes (off by default): a lease told an ETA goes before every lease not yet told
+        # one, so a later arrival only fits around the promises; the promised leases among
+        # themselves by fair share ('fairshare') or by the ETA they were told ('eta')
         self.promise = promise
         self.fairshare = fairshare   # False (diagnosis only): no usage, so the order is priority then age
         self.quotas = quotas
@@ -122,8 +123,11 @@ class GpuTenancy(Scheduler):
         waiting = [self.requests[jid] for jid in self.waiting]
         if self.aging is not None:
             waiting = [replace(r, priority=1) if now - r.created_at >= self.aging else r for r in waiting]
-        if self.promise:
-            waiting = [replace(r, priority=1) if r.lease_id in (self.first_eta or ()) else r for r in waiting]
+        if self.promise and self.first_eta is not None:
+            told = self.first_eta
+            waiting = [r if r.lease_id not in told else replace(r, priority=1 if self.promise == "fairshare"
+                                                                 else PROMISED - told[r.lease_id])
+                       for r in waiting]
         t = time.perf_counter()
         p = plan(now, self.hosts, holds, self.quotas, waiting,
                  self.usage(now, running) if self.fairshare else None, self.settings)

@@ -132,7 +132,9 @@ def make(name: str, cfg: dict, shares, capacity: int):
         return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name,
                           settings=bound_settings(name.split("@", 1)[1]))
     if name == "gpu-tenancy-promise":   # prototype: promised leases first, later arrivals fit around them
-        return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name, promise=True)
+        return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name, promise="fairshare")
+    if name == "gpu-tenancy-promise-eta":   # the same, the promised leases in the order of their ETAs
+        return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name, promise="eta")
     if name == "gpu-tenancy-aging":   # earlier prototype: priority 1 once a lease waited aging_seconds
         return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name, aging=cfg["aging_seconds"])
     if name == "EASY":
