@@ -36,6 +36,12 @@ CREATE_REPLANS = CounterMetric(
     labelnames=["outcome"], registry=None)
 
 
+def cumulative(values, bounds) -> tuple[list[tuple[str, int]], float]:
+    """A histogram sample's buckets (values at or below each bound, then +Inf) and sum."""
+    buckets = [(floatToGoString(b), sum(1 for v in values if v <= b)) for b in bounds]
+    return buckets + [("+Inf", len(values))], sum(values)
+
+
 class LeaseCollector:
     def __init__(self, sessions, clock, floor: int):
         self.sessions, self.clock, self.floor = sessions, clock, floor
@@ -81,9 +87,7 @@ class LeaseCollector:
         for model, earliest, start in rows:
             waits.setdefault(model, []).append(max(0, to_epoch(start) - to_epoch(earliest)))
         for model, values in sorted(waits.items()):
-            buckets = [(floatToGoString(b), sum(1 for v in values if v <= b)) for b in WAIT_BUCKETS]
-            buckets.append(("+Inf", len(values)))
-            family.add_metric([model], buckets, sum(values))
+            family.add_metric([model], *cumulative(values, WAIT_BUCKETS))
         return family
 
     def _eta_honesty(self, session, now: int):
@@ -107,10 +111,7 @@ class LeaseCollector:
                                          "How long past the ETA they were first given leases that waited started "
                                          "(0: on time or early).", labels=["gpu_model"])
         for model, values in sorted(pairs.items()):
-            late = eta_honesty(values).lateness
-            buckets = [(floatToGoString(b), sum(1 for v in late if v <= b)) for b in LATENESS_BUCKETS]
-            buckets.append(("+Inf", len(late)))
-            lateness.add_metric([model], buckets, sum(late))
+            lateness.add_metric([model], *cumulative(eta_honesty(values).lateness, LATENESS_BUCKETS))
         yield lateness
 
     def _gpus(self, session, now: int):
