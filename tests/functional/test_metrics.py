@@ -5,7 +5,9 @@ from datetime import datetime
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpu_tenancy.db.session import session_scope
 from gpu_tenancy.domain.failures import FailureClass
+from gpu_tenancy.engine import reports
 from tests.conftest import headers
 
 
@@ -79,7 +81,7 @@ def test_metrics_are_kept_for_admins(config, clock, cloud):
 
 
 
-def test_eta_honesty_holds_each_started_lease_to_its_first_eta(client, clock, engine_tick):
+def test_eta_honesty_holds_each_started_lease_to_its_first_eta(client, clock, engine_tick, sessions):
     """Two leases wait behind the whole A100 pool. The first starts at its first ETA; the
     second an hour past it (the hosts it was promised were drained after it was told)."""
     t0 = clock.now()
@@ -130,6 +132,12 @@ def test_eta_honesty_holds_each_started_lease_to_its_first_eta(client, clock, en
     assert value(samples, "gpu_tenancy_eta_lateness_seconds_bucket", gpu_model="A100", le="600.0") == 1
     assert value(samples, "gpu_tenancy_eta_lateness_seconds_bucket", gpu_model="A100", le="10800.0") == 2
     assert value(samples, "gpu_tenancy_eta_lateness_seconds_sum", gpu_model="A100") == sum(late)
+    # the admin figures page's rows: the same two leases, by the day they started
+    with session_scope(sessions) as session:
+        figures = reports.all_figures(session, t0 - 86400, clock.now() + 3600, clock.now(), 0)
+    assert figures["eta_kept"] == figures["eta_lateness"] == [
+        {"day": "2026-12-01", "leases": 2, "kept": 1, "share": 0.5,
+         "p50_lateness_seconds": min(late), "p90_lateness_seconds": max(late)}]
 
 
 def epoch(stamp: str) -> int:
