@@ -6,7 +6,9 @@ cluster (see README: gpu-tenancy is run both with and without quotas).
 - EASY backfill: FIFO, plus a reservation for the head of the queue at the
   earliest time it fits once running jobs end (their asked durations); a later
   job may start now if it fits and either ends by that time or leaves the
-  head still fitting at that time (one reservation, Lifka 1995).
+  head still fitting at that time (one reservation, Lifka 1995). Its only
+  ETA is the head's reservation: a job that is the head when it is
+  submitted (and cannot start) is told it; later jobs are told nothing.
 - Refuse-when-busy (Blazar-like): a request that does not fit at once is
   refused; the user asks again every `retry` seconds until it fits.
 """
@@ -53,6 +55,10 @@ class FIFO(Scheduler):
 class EASY(FIFO):
     name = "EASY"
 
+    def __init__(self):
+        super().__init__()
+        self.first_eta: dict[str, int] = {}
+
     def schedule(self, now, cluster, running):
         starts, _ = super().schedule(now, cluster, running)
         if not self.queue:
@@ -79,6 +85,8 @@ class EASY(FIFO):
                 break
         if shadow is None:   # cannot happen while the head fits an empty cluster
             raise AssertionError(f"EASY: head {head.jid} never fits")
+        if head.arrival == now and head.jid not in self.first_eta:
+            self.first_eta[head.jid] = shadow   # submitted as the head: its reservation is its ETA
         G = cluster.host_gpus
         chosen = []
         it = iter(self.queue.values())

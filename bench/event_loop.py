@@ -29,11 +29,15 @@ class Outcome:
     wall_seconds: float = 0.0
     decisions: int = 0                         # schedule() calls
     extra: dict = field(default_factory=dict)  # scheduler-specific figures (plans run, ...)
+    first_eta: dict[str, int] | None = None    # jid -> the ETA given when it was submitted (None: none given)
 
 
 class Scheduler:
-    """What the loop needs from a scheduler."""
+    """What the loop needs from a scheduler. One that tells a waiting job when it
+    will start sets first_eta to a dict and records there, jid -> start, the
+    ETA it gave each job when the job was submitted (its decision right after)."""
     name = "scheduler"
+    first_eta: dict[str, int] | None = None
 
     def submit(self, job, now: int) -> None: ...
     def finished(self, job, now: int) -> None: ...
@@ -94,6 +98,7 @@ def simulate(jobs, n_hosts: int, sched: Scheduler, progress: float | None = None
     out.wall_seconds = time.perf_counter() - wall0
     out.span = (jobs[0].arrival, t_prev) if jobs else (0, 0)
     out.extra = sched.stats()
+    out.first_eta = sched.first_eta
     missing = [j.jid for j in jobs if j.jid not in out.start]
     if missing:
         raise AssertionError(f"{sched.name}: {len(missing)} jobs never started, e.g. {missing[:3]}")

@@ -2,9 +2,14 @@
 fragmentation, fairness across tenants."""
 from __future__ import annotations
 
+import os
+import sys
 from collections import defaultdict
 
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "service"))
+from gpu_tenancy.domain.eta_honesty import eta_honesty  # noqa: E402
 
 HOUR = 3600
 TAU = 600   # bounded slowdown: run times under 10 minutes count as 10 minutes
@@ -91,9 +96,23 @@ def summarize(out, jobs, shares: dict[str, float], capacity: int) -> dict:
         if len(c) >= 2:
             vals.append(jain(c))
     r["jain_quota"] = float(np.mean(vals)) if vals else 1.0
+    r.update(eta_figures(out, jobs))
     plans = out.extra.get("plans")
     if plans:
         r["plans"] = plans
         r["replans_per_s"] = plans / out.wall_seconds
         r["ms_per_plan"] = 1000 * out.extra["plan_seconds"] / plans
+        r["eta_only_plans"] = out.extra.get("eta_only_plans", 0)
     return r
+
+
+def eta_figures(out, jobs) -> dict:
+    """ETA honesty (domain/eta_honesty.py) over the jobs that waited: the share that
+    started by their first ETA + 10 min, P50/P90 lateness, and how many of them were
+    given an ETA at all (EASY tells only the head). None where the scheduler gives no ETA."""
+    waited = [j for j in jobs if out.start[j.jid] > j.arrival]
+    if out.first_eta is None:
+        return {"n_waited": len(waited), "n_eta": None, "eta_kept": None, "late_p50": None, "late_p90": None}
+    h = eta_honesty((out.first_eta[j.jid], out.start[j.jid]) for j in waited if j.jid in out.first_eta)
+    return {"n_waited": len(waited), "n_eta": h.leases, "eta_kept": h.kept_ratio,
+            "late_p50": h.lateness_percentile(50), "late_p90": h.lateness_percentile(90)}

@@ -24,6 +24,7 @@ from gpu_tenancy.domain.planner import PlannerSettings, plan  # noqa: E402
 from event_loop import Scheduler  # noqa: E402
 
 MODEL = "GPU"
+PROMISED = 2 ** 31   # promise='eta': priority PROMISED - ETA, so the earliest ETA goes first
 
 
 def quota_limits(shares: dict[str, float], capacity: int, mode: str) -> dict[tuple[str, str], QuotaLimit]:
@@ -42,13 +43,17 @@ def quota_limits(shares: dict[str, float], capacity: int, mode: str) -> dict[tup
 class GpuTenancy(Scheduler):
     def __init__(self, quotas, half_life: int = 7 * 24 * 3600, name: str = "gpu-tenancy",
                  fairshare: bool = True, aging: int | None = None,
-                 settings: PlannerSettings = PlannerSettings()):
+                 settings: PlannerSettings = PlannerSettings(), promise: str | None = None):
         self.name = name
         # the planner's settings (the wait bound among them); the service's defaults unless given
         self.settings = replace(settings, fairshare_half_life=half_life)
         # aging (an earlier prototype, for comparison only): a lease waiting longer
         # than `aging` seconds is planned at priority 1
         self.aging = aging
+        # prototypes (off by default): a lease told an ETA goes before every lease not yet told
+        # one, so a later arrival only fits around the promises; the promised leases among
+        # themselves by fair share ('fairshare') or by the ETA they were told ('eta')
+        self.promise = promise
         self.fairshare = fairshare   # False (diagnosis only): no usage, so the order is priority then age
         self.quotas = quotas
         self.lam = math.log(2) / half_life
@@ -59,14 +64,22 @@ class GpuTenancy(Scheduler):
         self.plans = 0
         self.plan_seconds = 0.0
         self.skipped = 0
+        self.eta_only = 0   # plans run on a full cluster only to give new leases their ETA
         self.hosts = None
         self.starts_at: dict[str, int] = {}
         self.borrowing: set[str] = set()
+        # the ETA of each lease's first plan (the API's answer). Measuring it costs a plan for
+        # every lease that arrives while the cluster is full (otherwise skipped: nothing can
+        # start); first_eta = None (replay.py --no-etas) skips them, the outcome the same
+        self.first_eta: dict[str, int] | None = {}
+        self.unplanned: set[str] = set()      # submitted, not planned yet
 
     def submit(self, job, now):
         if self.t0 is None:
             self.t0 = now
         self.waiting[job.jid] = job
+        if self.first_eta is not None:
+            self.unplanned.add(job.jid)
         self.requests[job.jid] = LeaseRequest(job.jid, job.tenant, MODEL, job.gpus_per_vm, job.vms,
                                               job.duration, job.arrival, None, job.arrival)
 
@@ -91,12 +104,13 @@ class GpuTenancy(Scheduler):
         return next(iter(self.waiting.values()), None)
 
     def stats(self):
-        return {"plans": self.plans, "plan_seconds": self.plan_seconds, "skipped_full": self.skipped}
+        return {"plans": self.plans, "plan_seconds": self.plan_seconds, "skipped_full": self.skipped,
+                "eta_only_plans": self.eta_only}
 
     def schedule(self, now, cluster, running):
         if not self.waiting:
             return [], None
-        if cluster.free_total == 0:
+        if cluster.free_total == 0 and not self.unplanned:
             self.skipped += 1   # nothing can start now whatever the plan says
             return [], None
         if self.hosts is None:
@@ -109,12 +123,25 @@ class GpuTenancy(Scheduler):
         waiting = [self.requests[jid] for jid in self.waiting]
         if self.aging is not None:
             waiting = [replace(r, priority=1) if now - r.created_at >= self.aging else r for r in waiting]
+        if self.promise and self.first_eta is not None:
+            told = self.first_eta
+            waiting = [r if r.lease_id not in told else replace(r, priority=1 if self.promise == "fairshare"
+                                                                 else PROMISED - told[r.lease_id])
+                       for r in waiting]
         t = time.perf_counter()
         p = plan(now, self.hosts, holds, self.quotas, waiting,
                  self.usage(now, running) if self.fairshare else None, self.settings)
         self.plan_seconds += time.perf_counter() - t
         self.plans += 1
         starts, wake = [], None
+        for jid in self.unplanned:   # the API plans a lease when it is created: that plan's start is its ETA
+            eta = p.leases[jid].eta
+            if eta is not None and self.first_eta is not None:
+                self.first_eta[jid] = eta
+        self.unplanned.clear()
+        if cluster.free_total == 0:
+            self.eta_only += 1
+            return [], None   # planned only for the ETAs: as when skipped, nothing starts and no wake-up
         for pl in p.leases.values():
             if pl.placement is None:
                 continue

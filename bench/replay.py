@@ -3,17 +3,21 @@
     export GT_TRACES_DIR=<directory of the trace CSVs>   # or --traces DIR
     python bench/replay.py --trace philly-final --load 0.8
     python bench/replay.py --trace openb --load 0.95 --overask
+    python bench/replay.py --trace philly-oct --load 0.8 --overask 2x
     python bench/replay.py --trace philly-oct --load 0.95 --days 7
 
 Jobs become leases (tenant = Philly VC or openb qos; GPUs; duration = run
-time, known exactly, or with --overask the next whole hour, the lease then
-being cancelled at the real end). The cluster is hosts of 8 GPUs, as many as
+time, known exactly, or with --overask the next whole hour, or with
+--overask 2x twice the run time rounded up to the hour (at most 7 days), the
+lease then being cancelled at the real end). The cluster is hosts of 8 GPUs, as many as
 make the offered load (GPU-time asked inside the submission window / (GPUs x
 window)) equal --load; or a fixed number of hosts (--hosts, or `hosts:` in
 replay.yaml) with the arrivals' spacing scaled to make that load.
 gpu-tenancy is the service's planner with the engine's semantics
 (planner_sched.py); the baselines are in baselines.py; the mean-wait lower
-bound in lower_bound.py. Writes bench/results/<trace>-<load>[-overask].md
+bound in lower_bound.py. ETA honesty (for the jobs that waited, their ETA
+at submission against their real start) is in metrics.eta_figures; n/a for
+a scheduler that tells no ETA. Writes bench/results/<trace>-<load>[-overask|-overask2x].md
 and PNG plots there.
 """
 from __future__ import annotations
@@ -45,7 +49,22 @@ from report import hms, plots, table  # noqa: E402
 SCHEDULERS = ("gpu-tenancy", "gpu-tenancy+quota", "gpu-tenancy-bound", "EASY", "FIFO", "refuse+retry")
 
 
-def load_jobs(cfg: dict, trace: str, traces_dir: str, days: float | None, overask: bool):
+WEEK = 7 * 86400
+
+
+def over_asked(runtime: int, model: str) -> int:
+    """The duration a lease asks for a job of `runtime` seconds: 'hour', the run time rounded
+    up to the hour; '2x', twice it rounded up to the hour, at most a week (but never less
+    than the hour-rounded run time: the lease must cover the job; Philly has few such)."""
+    hour = -(-runtime // 3600) * 3600
+    if model == "hour":
+        return hour
+    if model == "2x":
+        return max(hour, min(WEEK, -(-2 * runtime // 3600) * 3600))
+    raise ValueError(model)
+
+
+def load_jobs(cfg: dict, trace: str, traces_dir: str, days: float | None, overask: str | None):
     spec = cfg["traces"][trace]
     path = os.path.join(traces_dir, spec["file"])
     if spec["kind"] == "philly":
@@ -61,7 +80,7 @@ def load_jobs(cfg: dict, trace: str, traces_dir: str, days: float | None, overas
         for j in jobs:
             sizes[j.tenant] = sizes.get(j.tenant, 0) + j.gpu_time
     if overask:
-        jobs = [dataclasses.replace(j, asked=-(-j.runtime // 3600) * 3600) for j in jobs]
+        jobs = [dataclasses.replace(j, asked=over_asked(j.runtime, overask)) for j in jobs]
     return jobs, quota_shares((j.tenant for j in jobs), sizes)
 
 
@@ -77,6 +96,8 @@ def compress_to_load(jobs, load: float, n_gpus: int):
     return jobs, total
 
 
+OVERASK = {"hour": ("-overask", "over-asked (next hour), cancelled at the real end"),
+           "2x": ("-overask2x", "over-asked (2x, next hour, at most 7 days), cancelled at the real end")}
 NO_BOUND = PlannerSettings(wait_bound=None)
 
 
@@ -110,6 +131,10 @@ def make(name: str, cfg: dict, shares, capacity: int):
     if name.startswith("gpu-tenancy@"):
         return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name,
                           settings=bound_settings(name.split("@", 1)[1]))
+    if name == "gpu-tenancy-promise":   # prototype: promised leases first, later arrivals fit around them
+        return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name, promise="fairshare")
+    if name == "gpu-tenancy-promise-eta":   # the same, the promised leases in the order of their ETAs
+        return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name, promise="eta")
     if name == "gpu-tenancy-aging":   # earlier prototype: priority 1 once a lease waited aging_seconds
         return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name, aging=cfg["aging_seconds"])
     if name == "EASY":
@@ -125,7 +150,10 @@ def write_report(out_dir: str, tag: str, head: str, results: dict, with_plots: b
     """<tag>.md (the table) and <tag>.json in out_dir, and the PNG plots if asked."""
     md = table(results)
     os.makedirs(out_dir, exist_ok=True)
-    made = plots(results, tag, os.path.join(out_dir, tag)) if with_plots else []
+    try:
+        made = plots(results, tag, os.path.join(out_dir, tag)) if with_plots else []
+    except ImportError:   # matplotlib is an extra: the table is the result, the plots an aid
+        made = []
     plan_line = "; ".join(f"{k}: {v['plans']} plans, {v['replans_per_s']:.0f} replans/s of wall time, "
                           f"{v['ms_per_plan']:.1f} ms per plan" for k, v in results.items() if "plans" in v)
     text = f"{head}\n\n{md}\n\n{plan_line}\n\nplots: {', '.join(os.path.basename(m) for m in made)}\n"
@@ -166,9 +194,14 @@ def main(argv=None) -> int:
     ap.add_argument("--config", default=os.path.join(HERE, "replay.yaml"))
     ap.add_argument("--hosts", type=int, help="this many hosts, the arrivals' spacing scaled to make --load")
     ap.add_argument("--days", type=float, help="only the first DAYS days of submissions")
-    ap.add_argument("--overask", action="store_true",
-                    help="leases ask for the run time rounded up to the hour and are cancelled at the real end")
+    ap.add_argument("--overask", nargs="?", const="hour", choices=OVERASK,
+                    help="leases ask for more than the run time and are cancelled at the real end: "
+                         "'hour' (the flag alone) the run time rounded up to the hour, '2x' twice it rounded "
+                         "up to the hour, at most 7 days")
     ap.add_argument("--schedulers", default=",".join(SCHEDULERS))
+    ap.add_argument("--no-etas", action="store_true",
+                    help="faster: gpu-tenancy tells no ETA (ETA kept n/a), so it skips the plans it would run "
+                         "on a full cluster only to tell arriving leases their ETA; the waits are the same")
     ap.add_argument("--progress", type=float, default=60, help="print progress every this many wall seconds")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument("--merge", action="store_true",
@@ -186,11 +219,11 @@ def main(argv=None) -> int:
     win = window_of(jobs)
     n_hosts = fixed or hosts_for_load(jobs, a.load, win, cfg["host_gpus"])
     cap = n_hosts * cfg["host_gpus"]
-    tag = f"{a.trace}-{int(round(a.load * 100))}" + ("-overask" if a.overask else "") + (f"-{a.days:g}d" if a.days else "")
+    tag = f"{a.trace}-{int(round(a.load * 100))}" + (OVERASK[a.overask][0] if a.overask else "") + (f"-{a.days:g}d" if a.days else "")
     head = (f"trace {a.trace}: {len(jobs)} jobs, {len(shares)} tenants, {(win[1] - win[0]) / 86400:.1f} days; "
             f"cluster {n_hosts} hosts x {cfg['host_gpus']} = {cap} GPUs; offered load "
             f"{100 * offered_load(jobs, cap, win):.1f} %; durations "
-            f"{'over-asked (next hour), cancelled at the real end' if a.overask else 'exact (oracle)'}"
+            f"{OVERASK[a.overask][1] if a.overask else 'exact (oracle)'}"
             + (f"; arrival gaps x{squeeze:.3f} to make the load on a fixed cluster" if fixed else ""))
     print(head, flush=True)
     results = {}
@@ -201,13 +234,18 @@ def main(argv=None) -> int:
         return 0
     for name in a.schedulers.split(","):
         t = time.perf_counter()
-        out = simulate(jobs, n_hosts, make(name, cfg, shares, cap), progress=a.progress)
+        sched = make(name, cfg, shares, cap)
+        if a.no_etas and isinstance(sched, GpuTenancy):
+            sched.first_eta = None   # no plans on a full cluster only for the ETAs; the same outcome
+        out = simulate(jobs, n_hosts, sched, progress=a.progress)
         r = summarize(out, jobs, shares, cap)
         results[name] = r
         save_run(a.out, tag, name, r)
         extra = (f", {r['plans']} plans, {r['replans_per_s']:.0f} replans/s of wall time, "
                  f"{r['ms_per_plan']:.1f} ms/plan" if "plans" in r else "")
-        print(f"  {name}: P50 {hms(r['p50'])} P90 {hms(r['p90'])} >=8 P90 {hms(r['big_p90'])} "
+        eta = (f" ETA kept {100 * r['eta_kept']:.1f} % late P90 {hms(r['late_p90'])}"
+               if r.get("eta_kept") is not None else "")
+        print(f"  {name}: P50 {hms(r['p50'])} P90 {hms(r['p90'])} >=8 P90 {hms(r['big_p90'])}{eta} "
               f"({time.perf_counter() - t:.0f} s wall{extra})", flush=True)
         # the table so far, so that a long run that is stopped still leaves its finished rows
         text = write_report(a.out, tag, head, {**results, "lower bound (mean)": bound}, with_plots=False)

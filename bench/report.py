@@ -20,15 +20,28 @@ def ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}"
 
 
+def eta_cells(r: dict) -> str:
+    """ETA kept %, lateness P50 and P90, and the share of waiting jobs given an ETA at submission."""
+    if "n_eta" not in r:
+        return "– | – | – | –"            # a saved run from before ETAs were measured
+    if r["n_eta"] is None:
+        return "n/a | n/a | n/a | none"   # the scheduler tells no one when they will start
+    given = f"{r['n_eta']} of {r['n_waited']}"
+    if not r["n_eta"]:
+        return f"– | – | – | {given}"
+    return f"{100 * r['eta_kept']:.1f} % | {hms(r['late_p50'])} | {hms(r['late_p90'])} | {given}"
+
+
 def table(results: dict[str, dict], ref_easy: str = "EASY", ref_gt: str = "gpu-tenancy") -> str:
     """One row per scheduler; ratios of P50/P90/big-P90 against EASY and against gpu-tenancy."""
     e, g = results.get(ref_easy), results.get(ref_gt)
     head = ("| scheduler | P50 wait | P90 wait | P99 wait | mean wait | ≥8-GPU P50 | ≥8-GPU P90 | GPU use "
-            "| idle frag. | Jain slowdown | Jain use/quota | P50, P90, ≥8 P90 ÷ EASY | P50, P90, ≥8 P90 ÷ gpu-tenancy |")
-    lines = [head, "|" + "---|" * 13]
+            "| idle frag. | Jain slowdown | Jain use/quota | ETA kept | lateness P50 | lateness P90 | waiting given an ETA "
+            "| P50, P90, ≥8 P90 ÷ EASY | P50, P90, ≥8 P90 ÷ gpu-tenancy |")
+    lines = [head, "|" + "---|" * 17]
     for name, r in results.items():
         if r.get("bound_only"):
-            lines.append(f"| {name} | – | – | – | ≥ {hms(r['mean'])} | – | – | – | – | – | – | "
+            lines.append(f"| {name} | – | – | – | ≥ {hms(r['mean'])} | – | – | – | – | – | – | – | – | – | – | "
                          f"mean {ratio(r['mean'], e['mean']) if e else '-'} | "
                          f"mean {ratio(r['mean'], g['mean']) if g else '-'} |")
             continue
@@ -37,7 +50,7 @@ def table(results: dict[str, dict], ref_easy: str = "EASY", ref_gt: str = "gpu-t
         lines.append(
             f"| {name} | {hms(r['p50'])} | {hms(r['p90'])} | {hms(r['p99'])} | {hms(r['mean'])} "
             f"| {hms(r['big_p50'])} | {hms(r['big_p90'])} | {100 * r['use']:.1f} % | {100 * r['frag']:.1f} % "
-            f"| {r['jain_slowdown']:.2f} | {r['jain_quota']:.2f} | {re_} | {rg} |")
+            f"| {r['jain_slowdown']:.2f} | {r['jain_quota']:.2f} | {eta_cells(r)} | {re_} | {rg} |")
     return "\n".join(lines)
 
 

@@ -1,9 +1,13 @@
 """/metrics: the figures Prometheus scrapes, read back with prometheus_client's own parser."""
 from __future__ import annotations
 
+from datetime import datetime
+
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpu_tenancy.db.session import session_scope
 from gpu_tenancy.domain.failures import FailureClass
+from gpu_tenancy.engine import reports
 from tests.conftest import headers
 
 
@@ -73,3 +77,68 @@ def test_metrics_are_kept_for_admins(config, clock, cloud):
     assert client.get("/metrics").status_code == 401
     assert client.get("/metrics", headers=headers()).status_code == 403
     assert client.get("/metrics", headers=headers("admin", "admin")).status_code == 200
+
+
+
+
+def test_eta_honesty_holds_each_started_lease_to_its_first_eta(client, clock, engine_tick, sessions):
+    """Two leases wait behind the whole A100 pool. The first starts at its first ETA; the
+    second an hour past it (the hosts it was promised were drained after it was told)."""
+    t0 = clock.now()
+    blockers = {}
+    for project, duration in (("ml-vision", "PT2H"), ("nlp-lab", "PT3H")):   # 16 A100 each: the whole pool
+        reply = client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": duration},
+                            headers=headers(project))
+        assert reply.status_code == 201, reply.get_json()
+        blockers[project] = reply.get_json()["lease"]
+    engine_tick()
+    assert ("gpu_tenancy_eta_kept_ratio", ()) not in scrape(client)   # nobody has waited yet: no figure
+
+    def wait_for(project: str) -> dict:
+        reply = client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT1H"},
+                            headers=headers(project))
+        assert reply.status_code == 201, reply.get_json()
+        lease = reply.get_json()["lease"]
+        assert lease["status"] == "queued" and lease["queue"]["eta"]
+        return lease
+
+    def run_until_active(lease: dict, project: str, until: int) -> dict:
+        engine_tick(advance=until - 120 - clock.now())
+        for _ in range(10):
+            engine_tick(advance=60)
+            now = client.get(f"/v1/leases/{lease['id']}", headers=headers(project)).get_json()["lease"]
+            if now["status"] == "active":
+                return now
+        raise AssertionError(f"{lease['id']} never started")
+
+    first = wait_for("ml-vision")                                     # told 2 h: ml-vision's pair ends
+    first_run = run_until_active(first, "ml-vision", t0 + 2 * 3600)
+    second = wait_for("nlp-lab")                                      # told 3 h: nlp-lab's pair ends
+    # the first is extended (it delays no one yet), then nlp-lab's hosts are drained: the
+    # second has to wait for the first's hosts, an hour past what it was told
+    reply = client.patch(f"/v1/leases/{first['id']}", json={"duration": "PT2H"}, headers=headers("ml-vision"))
+    assert reply.status_code == 200, reply.get_json()
+    for host in {a["host"] for a in blockers["nlp-lab"]["allocations"]}:
+        assert client.patch(f"/v1/hosts/{host}", json={"drained": True},
+                            headers=headers("admin", "admin")).status_code == 200
+    second_run = run_until_active(second, "nlp-lab", t0 + 4 * 3600)
+    late = [max(0, epoch(run["start"]) - epoch(told["queue"]["eta"]))
+            for told, run in ((first, first_run), (second, second_run))]
+    assert late[0] <= 600 < 3600 - 600 <= late[1] <= 3600 + 600   # kept; about an hour late
+
+    samples = scrape(client)
+    assert value(samples, "gpu_tenancy_eta_kept_ratio") == 0.5
+    assert value(samples, "gpu_tenancy_eta_lateness_seconds_count", gpu_model="A100") == 2
+    assert value(samples, "gpu_tenancy_eta_lateness_seconds_bucket", gpu_model="A100", le="600.0") == 1
+    assert value(samples, "gpu_tenancy_eta_lateness_seconds_bucket", gpu_model="A100", le="10800.0") == 2
+    assert value(samples, "gpu_tenancy_eta_lateness_seconds_sum", gpu_model="A100") == sum(late)
+    # the admin figures page's rows: the same two leases, by the day they started
+    with session_scope(sessions) as session:
+        figures = reports.all_figures(session, t0 - 86400, clock.now() + 3600, clock.now(), 0)
+    assert figures["eta_kept"] == figures["eta_lateness"] == [
+        {"day": "2026-12-01", "leases": 2, "kept": 1, "share": 0.5,
+         "p50_lateness_seconds": min(late), "p90_lateness_seconds": max(late)}]
+
+
+def epoch(stamp: str) -> int:
+    return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp())

@@ -147,3 +147,29 @@ def test_lower_bound_counts_jobs_that_must_still_be_running():
     assert mean_wait_bound(jobs, 8) == pytest.approx(125 * 36 / 16)
     out = simulate(jobs, 1, EASY())
     assert sum(waits(out, jobs).values()) / 16 == pytest.approx(500.0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_telling_etas_changes_no_start_and_every_waiting_job_gets_one(seed):
+    """Planning on a full cluster only to tell arriving leases their ETA starts nothing:
+    the same starts as without; every job that waited was told an ETA, none in the past."""
+    rng = random.Random(seed)
+    jobs = random_trace(rng, n=60, hosts=2)
+    shares = {"a": 0.5, "b": 0.3, "c": 0.2}
+    told = simulate(jobs, 2, GpuTenancy(quota_limits(shares, 16, "open")))
+    silent = GpuTenancy(quota_limits(shares, 16, "open"))
+    silent.first_eta = None
+    assert simulate(jobs, 2, silent).start == told.start
+    waited = [j for j in jobs if told.start[j.jid] > j.arrival]
+    assert waited and all(told.first_eta[j.jid] >= j.arrival for j in waited)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_promise_prototypes_overcommit_nothing_and_start_every_job(seed):
+    rng = random.Random(seed)
+    jobs = random_trace(rng, n=60, hosts=2)
+    shares = {"a": 0.5, "b": 0.3, "c": 0.2}
+    for promise in ("fairshare", "eta"):
+        out = simulate(jobs, 2, GpuTenancy(quota_limits(shares, 16, "open"), promise=promise))   # all start
+        assert per_host_peak(out.cluster) <= 8 and all(f == 8 for f in out.cluster.free)
+        assert all(out.start[j.jid] >= j.arrival for j in jobs)

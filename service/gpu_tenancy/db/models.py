@@ -97,6 +97,9 @@ class Lease(Base):
     queue_position: Mapped[int | None] = mapped_column(Integer, nullable=True)
     queue_eta: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
     queue_reasons: Mapped[list] = mapped_column(JSON, default=list)
+    # the first ETA its owner was shown (when it was created, unless it had no slot then):
+    # what ETA honesty (domain/eta_honesty.py) holds its real start against
+    first_eta: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
     priority_class: Mapped[str | None] = mapped_column(String(64), nullable=True)  # its name when asked for
     preemptible: Mapped[bool] = mapped_column(Boolean, default=False)
     # ended early with notice (reclaimed or preempted): when, why, and for which lease

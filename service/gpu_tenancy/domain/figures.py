@@ -38,6 +38,7 @@ class LeaseFacts:
     cancelled_at: int | None = None
     first_provisioning_outcome: str | None = None  # the state after its first provisioning
     failure_class: str | None = None
+    first_eta: int | None = None    # the ETA it was given when created, if it had to wait
 
 
 @dataclass(frozen=True)

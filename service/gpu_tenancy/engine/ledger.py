@@ -209,9 +209,10 @@ QUEUE_INFO = ("queue_position", "queue_eta", "queue_reasons", "start_at", "end_a
 
 
 def write_queue_info(row: m.Lease, planned: PlannedLease) -> None:
-    """A waiting lease's position, ETA, reasons and planned window. Unchanged, it is
-    not written; changed, it is written whole, so that the flush sends every changed
-    lease in one batch (rows of differing columns would each be a statement)."""
+    """A waiting lease's position, ETA, reasons and planned window, and its first ETA
+    if it has none yet. Unchanged, it is not written; changed, it is written whole, so
+    that the flush sends every changed lease in one batch (rows of differing columns
+    would each be a statement)."""
     place = planned.placement
     values = (planned.position, utcnow_naive(planned.eta) if planned.eta is not None else None,
               [{"code": r.code, "message": r.message} for r in planned.reasons],
@@ -221,6 +222,11 @@ def write_queue_info(row: m.Lease, planned: PlannedLease) -> None:
     for column, value in zip(QUEUE_INFO, values):
         setattr(row, column, value)
         flag_modified(row, column)
+    # the promise its real start will be held against, never moved; flagged on every
+    # changed row so that all of them still have the same columns (one batch)
+    if row.first_eta is None:
+        row.first_eta = values[1]
+    flag_modified(row, "first_eta")
 
 
 def clear_queue_info(row: m.Lease) -> None:

@@ -16,13 +16,16 @@ from prometheus_client.utils import floatToGoString
 from sqlalchemy import func, select
 
 from gpu_tenancy.db import models as m
-from gpu_tenancy.db.session import session_scope, to_epoch
+from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
+from gpu_tenancy.domain.eta_honesty import ETA_SLACK, eta_honesty
 from gpu_tenancy.domain.states import WAITING, LeaseState
 from gpu_tenancy.engine.held import allowance, held_between
 
 PREFIX = "gpu_tenancy_"
 # waits from seconds (started at once) to days (a week-long queue)
 WAIT_BUCKETS = (1, 10, 60, 300, 600, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 3 * 86400, 7 * 86400)
+# lateness past the first ETA: 0 (on time or early), the slack ETA kept allows, then up to a week
+LATENESS_BUCKETS = (0, ETA_SLACK, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 3 * 86400, 7 * 86400)
 
 PLANNER_SECONDS = Histogram(
     PREFIX + "planner_duration_seconds", "Time to plan every waiting lease once (a full replan).",
@@ -31,6 +34,12 @@ CREATE_REPLANS = CounterMetric(
     PREFIX + "lease_create_replans", "Lease creations by how their lease was planned: by a replan of their "
     "own (replanned), or by one another request ran after they were committed (shared).",
     labelnames=["outcome"], registry=None)
+
+
+def cumulative(values, bounds) -> tuple[list[tuple[str, int]], float]:
+    """A histogram sample's buckets (values at or below each bound, then +Inf) and sum."""
+    buckets = [(floatToGoString(b), sum(1 for v in values if v <= b)) for b in bounds]
+    return buckets + [("+Inf", len(values))], sum(values)
 
 
 class LeaseCollector:
@@ -43,6 +52,7 @@ class LeaseCollector:
             yield self._leases(session)
             yield self._pending(session)
             yield self._admission_wait(session)
+            yield from self._eta_honesty(session, now)
             yield from self._gpus(session, now)
             yield self._failures(session)
 
@@ -77,10 +87,32 @@ class LeaseCollector:
         for model, earliest, start in rows:
             waits.setdefault(model, []).append(max(0, to_epoch(start) - to_epoch(earliest)))
         for model, values in sorted(waits.items()):
-            buckets = [(floatToGoString(b), sum(1 for v in values if v <= b)) for b in WAIT_BUCKETS]
-            buckets.append(("+Inf", len(values)))
-            family.add_metric([model], buckets, sum(values))
+            family.add_metric([model], *cumulative(values, WAIT_BUCKETS))
         return family
+
+    def _eta_honesty(self, session, now: int):
+        """Leases that waited with a first ETA and have started: the share that started by
+        it + ETA_SLACK, and their lateness past it (domain/eta_honesty.py)."""
+        admitted = select(m.Event.lease_id).where(m.Event.to_state == LeaseState.SCHEDULED.value)
+        rows = session.execute(select(m.Lease.gpu_model, m.Lease.first_eta, m.Lease.start_at).where(
+            m.Lease.id.in_(admitted), m.Lease.first_eta.is_not(None), m.Lease.start_at.is_not(None),
+            m.Lease.start_at <= utcnow_naive(now)))
+        pairs: dict[str, list[tuple[int, int]]] = {}
+        for model, eta, start in rows:
+            pairs.setdefault(model, []).append((to_epoch(eta), to_epoch(start)))
+        ratio = GaugeMetricFamily(PREFIX + "eta_kept_ratio",
+                                  f"Of the leases that waited and have started, the share that started no later "
+                                  f"than the ETA they were first given + {ETA_SLACK // 60} min.")
+        everyone = eta_honesty(pair for values in pairs.values() for pair in values)
+        if everyone.kept_ratio is not None:
+            ratio.add_metric([], everyone.kept_ratio)
+        yield ratio
+        lateness = HistogramMetricFamily(PREFIX + "eta_lateness_seconds",
+                                         "How long past the ETA they were first given leases that waited started "
+                                         "(0: on time or early).", labels=["gpu_model"])
+        for model, values in sorted(pairs.items()):
+            lateness.add_metric([model], *cumulative(eta_honesty(values).lateness, LATENESS_BUCKETS))
+        yield lateness
 
     def _gpus(self, session, now: int):
         in_use = GaugeMetricFamily(PREFIX + "gpus_in_use", "GPUs held by leases now (until the cloud has "

@@ -10,13 +10,14 @@ from sqlalchemy.orm import Session
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch, utcnow_naive
 from gpu_tenancy.domain import figures
+from gpu_tenancy.domain.eta_honesty import eta_kept_by_day
 from gpu_tenancy.domain.states import WAITING, LeaseState
 from gpu_tenancy.engine.capacity import calendar
 from gpu_tenancy.engine.usage import gpu_hours, used_between
 from gpu_tenancy.timeutil import rfc3339
 
-FIGURES = ("wait_by_day", "on_time_share", "first_try_success", "failures_by_class", "hourly_gpu_use",
-           "idle_fragmentation", "cancel_ratio")
+FIGURES = ("wait_by_day", "on_time_share", "eta_kept", "eta_lateness", "first_try_success", "failures_by_class",
+           "hourly_gpu_use", "idle_fragmentation", "cancel_ratio")
 EXPORTS = ("leases", "events", "usage")
 
 
@@ -51,7 +52,8 @@ def _facts(row: m.Lease, events: list[m.Event]) -> figures.LeaseFacts:
         lease_id=row.id, project_id=row.project_id, gpu_model=row.gpu_model, gpus=row.gpus_per_vm * row.instances,
         status=row.status, created_at=to_epoch(row.created_at), requested_start=to_epoch(row.earliest_start),
         start=to_epoch(row.start_at) if admitted else None, active_at=active_at, cancelled_at=cancelled_at,
-        first_provisioning_outcome=outcome, failure_class=row.failure_class)
+        first_provisioning_outcome=outcome, failure_class=row.failure_class,
+        first_eta=to_epoch(row.first_eta))
 
 
 def hosts_now(session: Session, now: int, floor: int) -> list[figures.HostNow]:
@@ -68,9 +70,12 @@ def all_figures(session: Session, start: int, end: int, now: int, floor: int) ->
     capacity = sum(h.gpus for h in session.scalars(select(m.Host)))
     waiting = session.execute(select(m.Lease.gpu_model, m.Lease.gpus_per_vm).where(
         m.Lease.status.in_([s.value for s in WAITING])))
+    eta_rows = eta_kept_by_day(facts, now)
     return {
         "wait_by_day": figures.wait_by_day(facts),
         "on_time_share": figures.on_time_share(facts, now),
+        "eta_kept": eta_rows,
+        "eta_lateness": eta_rows,
         "first_try_success": figures.first_try_success(facts),
         "failures_by_class": figures.failures_by_class(facts),
         "hourly_gpu_use": figures.hourly_gpu_use(holds, capacity, start, until) if until > start else [],
