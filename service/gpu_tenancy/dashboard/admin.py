@@ -41,7 +41,8 @@ FIGURES = {
                      "How long past the ETA they were first given the leases that waited started (0: on time "
                      "or early), by day of the start.",
                      lambda rows: charts.bars(rows, "day", [("p50_lateness_seconds", "P50"),
-                                                            ("p90_lateness_seconds", "P90")], MINUTES, SHORT_DAY)),
+                                                            ("p90_lateness_seconds", "P90")], WAIT, SHORT_DAY,
+                                                 seconds=True)),
     "first_try_success": ("First-try start success",
                           "Share of first provisioning attempts that went straight to active, by day.",
                           lambda rows: charts.lines(rows, "day", [("share", "first try")], PERCENT, SHORT_DAY,

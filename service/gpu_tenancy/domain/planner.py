@@ -44,7 +44,7 @@ __all__ = [
 
 # Off by default: on Philly at 80 % and 95 % load a 4 h bound kept the P90 wait of
 # the big leases at EASY backfill's but made the P50 and P90 of all leases worse
-# than EASY's (README, "Performance"); an operator may trade that way.
+# than EASY's (docs/performance.md); an operator may trade that way.
 DEFAULT_WAIT_BOUND: int | None = None
 DEFAULT_WAIT_BOUND_GPU_HOURS: float | None = None
 DEFAULT_WAIT_BOUND_LEASES: int | None = None
