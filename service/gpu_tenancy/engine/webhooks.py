@@ -124,8 +124,8 @@ def record_attempt(sessions, clock, config, delivery_id: int, lease_id: str, att
                    dropped: bool = False) -> int:
     now = clock.now()
     with session_scope(sessions) as session:
-        delivery = session.get(m.WebhookDelivery, delivery_id)
-        lease = session.get(m.Lease, lease_id)
+        delivery = session.get_one(m.WebhookDelivery, delivery_id)
+        lease = session.get_one(m.Lease, lease_id)
         delivery.attempts, delivery.last_error = attempt, error
         if error is None:
             delivery.status, delivery.delivered_at = "delivered", utcnow_naive(now)
