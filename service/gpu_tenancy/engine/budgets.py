@@ -80,9 +80,8 @@ def uses(session: Session, row: m.Budget, now: int) -> budget.BudgetUse | None:
     b = domain_budget(row)
     if b.period == budget.MONTH:
         period = budget.month_of(now)
-    elif b.end <= now:
-        return budget.use(b, (b.start, b.end), spans(session, b.project_id, b.gpu_model, b.start, b.end), now)
-    else:
+    else:   # a range: its own, begun, over or not
+        assert b.start is not None and b.end is not None   # a range has both
         period = (b.start, b.end)
     return budget.use(b, period, spans(session, b.project_id, b.gpu_model, *period), now)
 

@@ -36,7 +36,7 @@ def replan(session: Session, clock, config: Config, planner_settings: planner.Pl
 
 
 def plan_new(session: Session, now: int, config: Config, planner_settings: planner.PlannerSettings,
-             lease_id: str) -> m.Lease | None:
+             lease_id: str) -> m.Lease:
     """ledger.plan_new with the engine's whole replan, early ends and their reasons included: a
     new lease is answered with the reasons and ETA the engine's next pass gives it."""
     def whole(session: Session, now: int, settings: planner.PlannerSettings, actor: str) -> Plan:

@@ -160,7 +160,7 @@ def replan_locked(session: Session, now: int, settings: planner.PlannerSettings,
 
 
 def plan_new(session: Session, now: int, settings: planner.PlannerSettings, lease_id: str,
-             replan: Callable[[Session, int, planner.PlannerSettings, str], Plan] | None = None) -> m.Lease | None:
+             replan: Callable[[Session, int, planner.PlannerSettings, str], Plan] | None = None) -> m.Lease:
     """Plan a lease that another transaction has just committed queued, and return it.
 
     Under the ledger lock: if a replan that loaded the queue after that commit has
@@ -173,9 +173,9 @@ def plan_new(session: Session, now: int, settings: planner.PlannerSettings, leas
     (default: replan_locked; the engine's adds its early ends: early_ends.plan_new). The caller commits."""
     ledger_lock(session)
     # with what the API shows of it, in the same query (a new lease has none of them, or its new allocations)
-    row = session.get(m.Lease, lease_id, populate_existing=True, options=[
+    row = session.get_one(m.Lease, lease_id, populate_existing=True, options=[
         joinedload(m.Lease.allocations), joinedload(m.Lease.servers), joinedload(m.Lease.failures)])
-    if row is not None and row.status == S.QUEUED.value and row.queue_position is None:
+    if row.status == S.QUEUED.value and row.queue_position is None:
         (replan or replan_locked)(session, now, settings, "planner")
         CREATE_REPLANS.labels("replanned").inc()
     else:

@@ -150,7 +150,7 @@ def before_boot(lifecycle, lease_id: str, project_id: str, extra: dict, image_re
     extra["security_group"] = cloud.ensure_security_group(project_id)
     user = cloud.image_login_user(image_ref) or cloud.network_policy.ssh_user
     with session_scope(lifecycle.sessions) as session:
-        session.get(m.Lease, lease_id).ssh_user = user
+        session.get_one(m.Lease, lease_id).ssh_user = user
 
 
 def on_active(lifecycle, lease_id: str, states: dict, waited: int) -> bool:

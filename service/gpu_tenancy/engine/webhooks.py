@@ -107,6 +107,7 @@ def attempt(sessions, clock, config, notice: Due, send) -> int:
     if notice.url is None:
         return record_attempt(sessions, clock, config, notice.id, notice.lease_id, notice.attempts + 1,
                               "the project's webhook was removed", dropped=True)
+    assert notice.secret is not None   # the webhook's, with its url
     body = notice.body.encode()
     stamp = clock.now()
     headers = {"Content-Type": "application/json", SIGNATURE_HEADER: sign(notice.secret, stamp, body),
