@@ -33,7 +33,7 @@ def create_app(config: Config | None = None, *, clock=None, cloud=None, start_en
     sessions = make_sessionmaker(make_engine(config.database_url))
     app = Flask("gpu_tenancy")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
-    app.json.sort_keys = False
+    app.json.sort_keys = False  # type: ignore[attr-defined]  # Flask's DefaultJSONProvider has it
     runtime = Runtime(config=config, sessions=sessions, clock=clock, enforcer=make_enforcer(config.policy_file))
     app.extensions["gpu_tenancy"] = runtime
 
@@ -77,11 +77,12 @@ def create_app(config: Config | None = None, *, clock=None, cloud=None, start_en
     # unconfirmed identities so that every 401 is in the API's error form.
     if config.auth_strategy == "noauth2":
         log.warning("auth_strategy noauth2: identity headers are trusted as given; demo and tests only")
-        app.wsgi_app = auth.NoAuth2(app.wsgi_app)
+        app.wsgi_app = auth.NoAuth2(app.wsgi_app)  # type: ignore[method-assign]  # Flask's way to add middleware
     else:
-        app.wsgi_app = auth.keystone(app.wsgi_app, config.keystone_authtoken)
+        app.wsgi_app = auth.keystone(app.wsgi_app, config.keystone_authtoken)  # type: ignore[method-assign]
     if config.trusted_proxies:  # else X-Forwarded-* are anyone's words: the peer's address is the client's
-        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=config.trusted_proxies, x_proto=config.trusted_proxies)
+        app.wsgi_app = ProxyFix(  # type: ignore[method-assign]
+            app.wsgi_app, x_for=config.trusted_proxies, x_proto=config.trusted_proxies)
     return app
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta, timezone
+from typing import overload
 
 import isodate
 
@@ -14,6 +15,12 @@ from gpu_tenancy.errors import BadRequest
 # after 9999 cannot be written back as RFC 3339.
 EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
 LATEST = datetime(9999, 1, 1, tzinfo=timezone.utc)
+
+
+@overload
+def rfc3339(epoch: int) -> str: ...
+@overload
+def rfc3339(epoch: int | None) -> str | None: ...
 
 
 def rfc3339(epoch: int | None) -> str | None:

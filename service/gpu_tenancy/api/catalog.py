@@ -3,7 +3,7 @@ entries that everyone may read and admins add to and retire."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.api.validation import json_body, query_bool
@@ -20,7 +20,7 @@ class CatalogEndpoints:
     "shape:manage"), in bodies ({"shape": ...}, {"shapes": [...]}) and in messages."""
     kind: str
     model: type
-    render: Callable[[object], dict]
+    render: Callable[[Any], dict]   # the model's row
     create_schema: dict
     defaults: dict
 

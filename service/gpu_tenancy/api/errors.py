@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from flask import Flask, g, jsonify
-from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+from werkzeug.exceptions import HTTPException, MethodNotAllowed, RequestEntityTooLarge
 
 from gpu_tenancy.errors import ServiceError
 
@@ -39,7 +39,7 @@ def register(app: Flask) -> None:
         detail = exc.description or exc.name
         response = respond(exc.code or 500, f"gpu_tenancy.{(exc.name or 'error').lower().replace(' ', '_')}",
                            exc.name, detail)
-        if exc.code == 405 and exc.valid_methods:
+        if isinstance(exc, MethodNotAllowed) and exc.valid_methods:
             response.headers["Allow"] = ", ".join(exc.valid_methods)
         return response
 

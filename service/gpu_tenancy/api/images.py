@@ -1,6 +1,8 @@
 """/v1/images: the standard image catalog leases boot from; admins add and retire entries."""
 from __future__ import annotations
 
+from typing import Any
+
 from flask import Blueprint, url_for
 from sqlalchemy.orm import object_session
 
@@ -12,7 +14,7 @@ from gpu_tenancy.timeutil import rfc3339
 
 bp = Blueprint("images", __name__, url_prefix="/v1/images")
 
-CREATE = {
+CREATE: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
     "required": ["name", "cloud_ref"],
@@ -26,8 +28,10 @@ CREATE = {
 
 
 def render(row: m.Image) -> dict:
+    session = object_session(row)
+    assert session is not None   # rendered while loaded
     return {"name": row.name, "cloud_ref": row.cloud_ref, "description": row.description,
-            "default": row.name == catalog.default_image(object_session(row)),
+            "default": row.name == catalog.default_image(session),
             "created_at": rfc3339(to_epoch(row.created_at)), "retired_at": rfc3339(to_epoch(row.retired_at)),
             "links": [{"rel": "self", "href": url_for("images.show", name=row.name, _external=True)}]}
 

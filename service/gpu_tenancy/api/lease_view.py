@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
 from urllib.parse import quote
 
 from flask import url_for
-from sqlalchemy import bindparam, select, tuple_
+from sqlalchemy import Row, bindparam, select, tuple_
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.api import runtime as rt
@@ -202,7 +204,7 @@ def page(session: Session, project: str | None, statuses: list[str], marker: str
                         f"{base}/{quote(r.id, safe='')}", operator) for r in rows], more
 
 
-def page_leases(project: str | None, statuses: list[str], rows: list) -> tuple[tuple, dict]:
+def page_leases(project: str | None, statuses: list[str], rows: Sequence[Row[Any]]) -> tuple[tuple, dict]:
     """The queries of the page's children, and their parameters. Unfiltered by status,
     the page is every lease of the listing from its first to its last: bounds that
     never change, in statements whose text is the same for every page (not rendered

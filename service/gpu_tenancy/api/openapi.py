@@ -5,6 +5,8 @@ api/response_schemas.py. Public: no token needed to read it."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
+from typing import Any
 
 from flask import Blueprint
 
@@ -67,7 +69,7 @@ WINDOW = [param("start", "query", "RFC 3339 time", TIME), param("end", "query", 
 
 
 def operation(summary: str, policy: str | None, ok: int, ok_schema: dict | None, *,
-              params: list[dict] = (), body: str | None = None, errors: tuple[int, ...] = (),
+              params: Sequence[dict] = (), body: str | None = None, errors: tuple[int, ...] = (),
               description: str | None = None) -> dict:
     """One operation; `policy` None is public. 401 and 403 follow from the policy,
     400 from parameters or a body, 413 from a body."""
@@ -78,10 +80,10 @@ def operation(summary: str, policy: str | None, ok: int, ok_schema: dict | None,
         codes.add(400)
     if body:
         codes.add(413)
-    ok_response = {"description": "success"}
+    ok_response: dict[str, Any] = {"description": "success"}
     if ok_schema is not None:
         ok_response["content"] = {"application/json": {"schema": ok_schema}}
-    op = {"summary": summary, "operationId": None, "parameters": list(params),
+    op: dict[str, Any] = {"summary": summary, "operationId": None, "parameters": list(params),
           "responses": {str(ok): ok_response,
                         **{str(c): {"$ref": f"#/components/responses/{c}"} for c in sorted(codes)}}}
     if description or policy:

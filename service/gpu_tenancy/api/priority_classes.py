@@ -2,6 +2,7 @@
 or not, and who may use it); everyone reads them, admins manage them."""
 from __future__ import annotations
 
+from typing import Any
 import re
 
 from flask import Blueprint, url_for
@@ -18,7 +19,7 @@ from gpu_tenancy.timeutil import rfc3339
 bp = Blueprint("priority_classes", __name__, url_prefix="/v1/priority_classes")
 
 PROJECT = {"type": "string", "minLength": 1, "maxLength": 64, "pattern": r"^[^\x00-\x1f/]*$"}
-FIELDS = {
+FIELDS: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
     "required": ["priority"],

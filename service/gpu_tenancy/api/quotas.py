@@ -1,6 +1,8 @@
 """/v1/quotas: per project and GPU model, the GPUs it may hold, borrow, for how long, and its fair-share weight."""
 from __future__ import annotations
 
+from typing import Any
+
 from flask import Blueprint
 
 from gpu_tenancy.api import runtime as rt
@@ -15,7 +17,7 @@ bp = Blueprint("quotas", __name__, url_prefix="/v1/quotas")
 
 GPU_COUNT = {"type": "integer", "minimum": 0, "maximum": 100000}
 
-LIMITS = {
+LIMITS: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
     "required": ["gpus"],

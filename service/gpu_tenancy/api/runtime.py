@@ -80,6 +80,7 @@ def context() -> RequestContext:
 
 def caller() -> Caller:
     ctx = context()
+    assert ctx.user_id is not None and ctx.project_id is not None   # project-scoped (app.py refuses others)
     return Caller(user_id=ctx.user_id, project_id=ctx.project_id, is_admin=is_admin())
 
 

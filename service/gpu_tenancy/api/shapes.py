@@ -1,6 +1,8 @@
 """/v1/shapes: the GPU VM sizes on offer; admins add and retire them."""
 from __future__ import annotations
 
+from typing import Any
+
 from flask import Blueprint, url_for
 
 from gpu_tenancy.api.catalog import ENTRY_NAME, GPU_MODEL, CatalogEndpoints
@@ -10,7 +12,7 @@ from gpu_tenancy.timeutil import rfc3339
 
 bp = Blueprint("shapes", __name__, url_prefix="/v1/shapes")
 
-CREATE = {
+CREATE: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
     "required": ["name", "gpu_model", "gpus", "vcpus", "ram_mb", "disk_gb", "pci_alias"],

@@ -158,6 +158,7 @@ def query_window(*, max_span: int | None = None, default_span: int | None = None
     the end; without it, both or neither must be given (neither: None)."""
     start, end = query_time("start", now), query_time("end", now)
     if default_span is not None:
+        assert now is not None   # the default end
         end = now if end is None else end
         start = end - default_span if start is None else start
     elif start is None and end is None:

@@ -6,6 +6,7 @@ import dataclasses
 import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpu_tenancy.cloud.registry import Driver
 
@@ -25,6 +26,11 @@ class NetworkOptions:
         ssh_cidrs: tuple = ()                SSH is open from these CIDRs only; none (the default): SSH stays closed
         ssh_user: str = "ubuntu"             the login shown when the image has no os_admin_user property
     """
+
+    if TYPE_CHECKING:   # the fields each driver's options declare
+        default_network: str | None
+        ssh_cidrs: tuple
+        ssh_user: str
 
     def check_network_options(self, owner: str) -> None:
         if self.default_network is not None and (not isinstance(self.default_network, str)

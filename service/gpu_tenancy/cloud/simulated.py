@@ -202,7 +202,8 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
         """server id -> (host, GPUs) held now, as Placement would show."""
         with self._lock:
             now = self.clock.now()
-            return {s.id: (s.host, s.gpus) for s in self._servers.values() if self._holds(s, now)}
+            return {s.id: (s.host, s.gpus) for s in self._servers.values()
+                    if self._holds(s, now) and s.host is not None}   # only a placed server holds GPUs
 
     def free_gpus(self) -> dict[str, int]:
         with self._lock:

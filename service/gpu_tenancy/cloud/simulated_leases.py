@@ -18,16 +18,37 @@ under its lock.
 from __future__ import annotations
 
 import uuid
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
 from gpu_tenancy.cloud.driver import (
     CloudError, LeaseFlavor, ServerState, ShapeSpec, lease_flavor_name, lease_resource_class)
 from gpu_tenancy.domain.failures import FailureClass as F
+
+if TYPE_CHECKING:
+    from gpu_tenancy.cloud.driver import HostInfo
+    from gpu_tenancy.cloud.simulated import _Server
 
 NO_VALID_HOST = "No valid host was found. There are not enough hosts available."
 
 
 class LeaseFlavors:
     """Mixin: needs SimulatedCloud's _lock, _flavors, _servers, _hosts, clock, _holds, _fits."""
+
+    if TYPE_CHECKING:   # what SimulatedCloud provides
+        clock: Any
+        _lock: AbstractContextManager[Any]
+        _flavors: dict[str, dict]
+        _servers: dict[str, _Server]
+        _hosts: dict[str, HostInfo]
+        _lease_classes: list[str]
+        _lease_inventory: dict[str, dict[str, int]]
+
+        def _maybe_fail(self, operation: str) -> None: ...
+        def _fits(self, host_name: str, flavor: dict, now: int) -> bool: ...
+        def _holds(self, server: _Server, now: int) -> bool: ...
+        def _status(self, server: _Server, now: int) -> str: ...
+        def _fault(self, server: _Server, now: int) -> str | None: ...
 
     # --- test hooks -------------------------------------------------------------------------
     def tenant_boot(self, project_id: str, flavor_id: str, name: str | None = None) -> str:

@@ -19,9 +19,15 @@ from __future__ import annotations
 
 import ipaddress
 import uuid
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
 from gpu_tenancy.cloud.driver import Address, CloudError, NetworkInfo
 from gpu_tenancy.domain.failures import FailureClass
+
+if TYPE_CHECKING:
+    from gpu_tenancy.cloud.driver import NetworkPolicy
+    from gpu_tenancy.cloud.simulated import _Server
 
 F = FailureClass
 AUTO_NETWORK = "auto_allocated_network"   # Neutron's name for it
@@ -30,6 +36,15 @@ AUTO_CIDRS = "10.200.0.0/16"              # /24s of auto-allocated networks come
 
 class SimulatedNetworks:
     """Mixed into SimulatedCloud: uses its lock, clock, _servers and _maybe_fail."""
+
+    if TYPE_CHECKING:   # what SimulatedCloud provides
+        SECURITY_GROUP: str
+        network_policy: NetworkPolicy
+        _lock: AbstractContextManager[Any]
+        _servers: dict[str, _Server]
+        _images: list[dict]
+
+        def _maybe_fail(self, operation: str) -> None: ...
 
     def _init_networks(self, config: dict) -> None:
         self._networking = "networks" in config
@@ -145,6 +160,7 @@ class SimulatedNetworks:
         """Give a new server its port on the lease's network, as Nova and Neutron would."""
         if not self._networking or network_id is None:
             return
+        network: dict | None
         if network_id == "auto":
             network = self._auto_network(server.project_id)
         else:

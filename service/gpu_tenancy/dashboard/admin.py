@@ -156,7 +156,7 @@ def drain(name: str):
 def quota_limits(form) -> dict:
     """One model's limits from the form; ValueError in words."""
     try:
-        limits = {"gpus": int(form.get("gpus", "")), "borrow_gpus": int(form.get("borrow_gpus") or 0),
+        limits: dict[str, float | None] = {"gpus": int(form.get("gpus", "")), "borrow_gpus": int(form.get("borrow_gpus") or 0),
                   "weight": float(form.get("weight") or 1)}
         hours = form.get("max_hours", "").strip()
         limits["max_duration"] = int(float(hours) * 3600) if hours else None

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flask import current_app, request
+from werkzeug.datastructures import Headers
 from werkzeug.test import EnvironBuilder, run_wsgi_app
 
 
@@ -43,10 +44,10 @@ class ApiClient:
     def call(self, method: str, path: str, *, query: dict | None = None, body: Any = None) -> Reply:
         # The browser's address (as the trusted proxies gave it) and host carry over: the audit
         # record names the real client, and links in the API's answers point where the browser can follow.
-        builder = EnvironBuilder(path=path, method=method, query_string=query, json=body, headers=self.headers,
+        builder = EnvironBuilder(path=path, method=method, query_string=query, json=body, headers=Headers(self.headers),
                                  base_url=request.host_url, environ_overrides={"REMOTE_ADDR": request.remote_addr})
         environ = builder.get_environ()
-        app = current_app._get_current_object()
+        app = current_app._get_current_object()  # type: ignore[attr-defined]  # the proxy's own method
         # A fresh app context: the API request's g (request id, identity) stays its own.
         with app.app_context():
             chunks, status, headers = run_wsgi_app(app.wsgi_app, environ, buffered=True)

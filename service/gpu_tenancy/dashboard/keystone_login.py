@@ -49,6 +49,9 @@ def password_login(auth_url: str, username: str, password: str, domain: str) -> 
         raise LoginFailed("the user name or the password is wrong") from None
     except ks_exc.ClientException as exc:
         raise LoginFailed(f"Keystone could not be reached: {type(exc).__name__}") from None
+    # a token Keystone issued has these
+    assert access.auth_token is not None and access.user_id is not None and access.username is not None
+    assert access.expires is not None
     projects = sorted(({"id": p["id"], "name": p["name"]} for p in listed if p.get("enabled", True)),
                       key=lambda p: p["name"])
     return Unscoped(access.auth_token, access.user_id, access.username, projects, int(access.expires.timestamp()))
@@ -62,6 +65,9 @@ def scope_to(auth_url: str, unscoped_token: str, project_id: str) -> Scoped:
         raise LoginFailed("Keystone gives no token for that project: the user has no role there") from None
     except ks_exc.ClientException as exc:
         raise LoginFailed(f"Keystone could not be reached: {type(exc).__name__}") from None
+    # a project-scoped token Keystone issued has these
+    assert access.auth_token is not None and access.project_id is not None and access.project_name is not None
+    assert access.role_names is not None and access.expires is not None
     return Scoped(access.auth_token, access.project_id, access.project_name, list(access.role_names),
                   int(access.expires.timestamp()))
 

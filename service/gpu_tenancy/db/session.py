@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import contextlib
 from datetime import datetime, timezone
-from typing import Iterator
+from typing import Iterator, overload
 
 from sqlalchemy import create_engine, event, select, text
 from sqlalchemy.engine import Engine
@@ -76,6 +76,12 @@ def ledger_lock(session: Session) -> None:
 
 def utcnow_naive(epoch: int) -> datetime:
     return datetime.fromtimestamp(epoch, tz=timezone.utc).replace(tzinfo=None)
+
+
+@overload
+def to_epoch(dt: datetime) -> int: ...
+@overload
+def to_epoch(dt: datetime | None) -> int | None: ...
 
 
 def to_epoch(dt: datetime | None) -> int | None:

@@ -26,10 +26,9 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from .capacity import INF
 from .model import Hold, Host, LeaseRequest, Plan, QuotaLimit, Reason
 from .planner import PlannerSettings, _dur, fmt_time, plan
-from .profile import StepProfile
+from .profile import INF, StepProfile
 
 __all__ = ["ReclaimSettings", "EarlyEnd", "EarlyEndPlan", "early_ends"]
 
@@ -113,14 +112,18 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
         if q is None or not _within_nominal(holds, p, m, q, need, deadline, lr.duration):
             continue
         wait = eta - now
-        eligible, blocked = [], []
+        eligible: list[tuple[str, str | None]] = []
+        blocked: list[tuple[str, str]] = []
         for vid in candidates[m]:
             if vid in taken:
                 continue
             h0 = by_lease[vid][0]
             why_not = None if h0.preemptible else _why_not_reclaim(
                 now, h0, p, wait, settings, yielded)
-            (blocked if why_not else eligible).append((vid, why_not))
+            if why_not:
+                blocked.append((vid, why_not))
+            else:
+                eligible.append((vid, why_not))
         out.notes[lid] = [Reason("borrowing", _borrowing_note(by_lease[vid], why)) for vid, why in blocked]
 
         def start_if_ended(victims: list[str], at: int) -> int | None:
@@ -233,12 +236,12 @@ def _borrowing_note(hs: list[Hold], why: str) -> str:
     return f"project {h0.project_id} is borrowing {gpus} {h0.gpu_model} until {until}; {why}"
 
 
-def _victim_order(h: Hold):
+def _victim_order(h: Hold) -> tuple[bool, int, int, str]:
     """Preemptible first, then lowest priority, newest first."""
     return (not h.preemptible, h.priority, -h.start, h.lease_id)
 
 
-def _fewest(ordered: list[str], fits) -> list[str] | None:
+def _fewest(ordered: list[str], fits: Callable[[list[str]], bool]) -> list[str] | None:
     """The fewest leases, taken in `ordered`'s preference, whose end lets the lease start:
     one lease if one will do; else the first that together will, less any not needed."""
     if not ordered or not fits(ordered):

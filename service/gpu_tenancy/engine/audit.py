@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import select, update
+from typing import cast
+
+from sqlalchemy import String, select, update
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
@@ -53,7 +55,7 @@ def fit(column: str, value: str | None) -> str | None:
     if value is None:
         return None
     value = "".join(c for c in value if c.isprintable())
-    return value[:m.AuditRecord.__table__.c[column].type.length]
+    return value[:cast(String, m.AuditRecord.__table__.c[column].type).length]
 
 
 def query(action: list[str] | None = None, user_id: str | None = None, project_id: str | None = None,

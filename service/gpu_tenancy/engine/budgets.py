@@ -75,14 +75,13 @@ def spans(session: Session, project_id: str, gpu_model: str, start: int, end: in
 
 
 def uses(session: Session, row: m.Budget, now: int) -> budget.BudgetUse | None:
-    """The budget's figures for the period that holds `now` (a range not yet begun: its
-    own; one that is over: None)."""
+    """The budget's figures for the period that holds `now` (a range, begun, over or not:
+    its own)."""
     b = domain_budget(row)
     if b.period == budget.MONTH:
         period = budget.month_of(now)
-    elif b.end <= now:
-        return budget.use(b, (b.start, b.end), spans(session, b.project_id, b.gpu_model, b.start, b.end), now)
     else:
+        assert b.start is not None and b.end is not None   # a range has both
         period = (b.start, b.end)
     return budget.use(b, period, spans(session, b.project_id, b.gpu_model, *period), now)
 

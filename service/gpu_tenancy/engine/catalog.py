@@ -3,6 +3,8 @@ stops new leases from choosing it; leases that already use it keep it until
 they end (the engine still finds a retired entry by name)."""
 from __future__ import annotations
 
+from typing import cast
+
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -44,7 +46,7 @@ def get(session: Session, model: Entry, name: str):
 
 def add(session: Session, model: Entry, now: int, fields: dict):
     kind = KINDS[model][0]
-    existing = session.get(model, fields["name"])
+    existing = cast("m.Shape | m.Image | None", session.get(model, fields["name"]))
     if existing is not None:
         state = "a retired" if existing.retired_at is not None else "an"
         raise Conflict(f"there is already {state} {kind} named '{fields['name']}'; names are never reused, "
@@ -62,6 +64,6 @@ def retire(session: Session, model: Entry, name: str, now: int) -> tuple[object,
     if row.retired_at is not None:
         raise Conflict(f"{kind} '{name}' is already retired", f"gpu_tenancy.{kind}_retired")
     row.retired_at = utcnow_naive(now)
-    in_use = session.scalar(select(func.count()).select_from(m.Lease).where(
-        lease_column == name, m.Lease.status.not_in([s.value for s in FINAL])))
+    in_use = session.scalars(select(func.count()).select_from(m.Lease).where(
+        lease_column == name, m.Lease.status.not_in([s.value for s in FINAL]))).one()
     return row, in_use

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable, ContextManager, TypeVar
+from typing import Any, Callable, ContextManager, TypeVar
 
 import requests
 
@@ -50,7 +50,7 @@ class DecisionHook:
             return
         if action not in ACTIONS:
             raise ValueError(f"unknown decision action {action!r}")
-        body = {"action": action, "lease": lease, "requested_by": {"user_id": user_id}}
+        body: dict[str, Any] = {"action": action, "lease": lease, "requested_by": {"user_id": user_id}}
         try:
             response = requests.post(self.url, json=body, timeout=self.timeout)
         except requests.RequestException as exc:

@@ -36,7 +36,7 @@ def replan(session: Session, clock, config: Config, planner_settings: planner.Pl
 
 
 def plan_new(session: Session, now: int, config: Config, planner_settings: planner.PlannerSettings,
-             lease_id: str) -> m.Lease | None:
+             lease_id: str) -> m.Lease:
     """ledger.plan_new with the engine's whole replan, early ends and their reasons included: a
     new lease is answered with the reasons and ETA the engine's next pass gives it."""
     def whole(session: Session, now: int, settings: planner.PlannerSettings, actor: str) -> Plan:
@@ -69,14 +69,15 @@ def replan_locked(session: Session, now: int, config: Config, planner_settings: 
             plan = ledger.replan(session, now, planner_settings, actor)
         etas = decided.etas
         for lease_id, notes in decided.notes.items():
-            row = session.get(m.Lease, lease_id)
+            noted = session.get_one(m.Lease, lease_id)
             for note in notes:
                 if note.code == "reclaim":      # told once, as an event; the pending ends say the rest
-                    record_event(session, row, "reclaim", note.message, now, actor)
+                    record_event(session, noted, "reclaim", note.message, now, actor)
                 else:
                     reasons.setdefault(lease_id, []).append({"code": note.code, "message": note.message})
     for victim in session.scalars(select(m.Lease).where(m.Lease.status == S.ACTIVE.value,
                                                         m.Lease.early_end_at.is_not(None))):
+        assert victim.early_end_for is not None and victim.early_end_at is not None   # set together
         what = "is borrowing" if victim.early_end_kind == RECLAIMED else "runs preemptible"
         reasons.setdefault(victim.early_end_for, []).append({"code": "reclaim", "message": (
             f"project {victim.project_id} {what} {victim.gpus_per_vm * victim.instances} {victim.gpu_model} "
@@ -105,6 +106,7 @@ def call_off_unneeded(session: Session, now: int, planner_settings: planner.Plan
                                        m.Lease.early_end_from.is_not(None), beneficiary.c.status.in_(gone))))
     for row in rows:
         inputs = ledger.load_inputs(session, now, planner_settings)
+        assert row.early_end_from is not None   # as selected
         own_end = to_epoch(row.early_end_from)
         if planner.extension_conflicts(now, inputs.hosts, inputs.holds, inputs.quotas, inputs.waiting,
                                        inputs.usage, row.id, own_end, planner_settings):
@@ -129,12 +131,12 @@ def yielded_pairs(session: Session) -> frozenset[tuple[str, str]]:
         select(m.Lease.project_id, m.Lease.early_end_for_project)
         .join(beneficiary, beneficiary.c.id == m.Lease.early_end_for)
         .where(m.Lease.early_end_kind == RECLAIMED, beneficiary.c.status.not_in(final)))
-    return frozenset((p, other) for p, other in rows)
+    return frozenset((p, other) for p, other in rows if other is not None)   # always set with the kind
 
 
 def apply(session: Session, now: int, end: reclaim.EarlyEnd, actor: str) -> None:
     """Warn the lease and cut its hold at the deadline, so the plan counts on its GPUs then."""
-    row = session.get(m.Lease, end.lease_id)
+    row = session.get_one(m.Lease, end.lease_id)
     stamp = utcnow_naive(end.at)
     for alloc in row.allocations:
         if alloc.end_at > stamp:

@@ -32,7 +32,7 @@ def record_release(session: Session, now: int, seconds: int) -> None:
     """A lease's VMs, deleted `seconds` ago, have released their GPUs."""
     session.add(m.ReleaseTime(kind="measured", at=utcnow_naive(now), seconds=max(0, seconds)))
     session.flush()
-    newest = session.scalar(select(m.ReleaseTime.id).order_by(m.ReleaseTime.id.desc()).limit(1))
+    newest = session.scalars(select(m.ReleaseTime.id).order_by(m.ReleaseTime.id.desc()).limit(1)).one()
     session.execute(delete(m.ReleaseTime).where(m.ReleaseTime.kind == "measured",
                                                 m.ReleaseTime.id <= newest - KEPT))
 

@@ -52,6 +52,7 @@ def set_drained(session: Session, row: m.Host, drained: bool, now: int, settings
     moved = list(session.scalars(select(m.Lease).where(m.Lease.status == LeaseState.SCHEDULED.value,
                                                       m.Lease.id.in_(planned_here)).order_by(m.Lease.start_at)))
     for lease in moved:
+        assert lease.start_at is not None   # a scheduled lease has its start
         start = max(to_epoch(lease.start_at), now)
         retry.replace(session, lease, now, start, avoid=[row.name], settings=settings, actor=actor,
                       duration=lease.duration)

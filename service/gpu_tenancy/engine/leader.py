@@ -11,7 +11,7 @@ from gpu_tenancy.db.session import utcnow_naive
 
 def try_lead(session: Session, holder: str, now: int, lease_seconds: int) -> bool:
     """Take or renew the leadership; False while another live engine holds it."""
-    row = session.scalar(select(Lock).where(Lock.name == "engine").with_for_update())
+    row = session.scalars(select(Lock).where(Lock.name == "engine").with_for_update()).one()
     stamp = utcnow_naive(now)
     if row.holder not in (None, holder) and row.expires_at is not None and row.expires_at > stamp:
         return False
@@ -20,6 +20,6 @@ def try_lead(session: Session, holder: str, now: int, lease_seconds: int) -> boo
 
 
 def step_down(session: Session, holder: str) -> None:
-    row = session.scalar(select(Lock).where(Lock.name == "engine").with_for_update())
+    row = session.scalars(select(Lock).where(Lock.name == "engine").with_for_update()).one()
     if row.holder == holder:
         row.holder, row.expires_at = None, None

@@ -46,7 +46,7 @@ def prepare(lc, lease_id: str) -> str | None:
         row = session.get(m.Lease, lease_id)
         if row is None or row.status != S.PROVISIONING.value:
             return None
-        shape = session.get(m.Shape, row.shape)
+        shape = session.get_one(m.Shape, row.shape)
         spec = ShapeSpec(shape.name, shape.gpu_model, shape.gpus, shape.vcpus, shape.ram_mb, shape.disk_gb,
                          shape.pci_alias)
         project, hosts = row.project_id, vms_per_host(row)
@@ -56,7 +56,7 @@ def prepare(lc, lease_id: str) -> str | None:
     crash_point("inventory_set")
     flavor = lc.cloud.ensure_lease_flavor(lease_id, project, spec)
     with session_scope(lc.sessions) as session:
-        row = session.get(m.Lease, lease_id)
+        row = session.get_one(m.Lease, lease_id)
         if (row.flavor_id, row.flavor_name) != (flavor.id, flavor.name):
             row.flavor_id, row.flavor_name = flavor.id, flavor.name
             record_event(session, row, "progress", f"flavor {flavor.name} ({flavor.id}) ready: one unit of "
@@ -76,7 +76,7 @@ def activate(lc, lease_id: str, why: str) -> None:
     lc.cloud.grant_lease_flavor(lease_id, project)
     crash_point("access_granted")
     with session_scope(lc.sessions) as session:
-        row = session.get(m.Lease, lease_id)
+        row = session.get_one(m.Lease, lease_id)
         if row.status == S.PROVISIONING.value:
             record_transition(session, row, S.ACTIVE, lc.clock.now(), ACTOR, why)
 

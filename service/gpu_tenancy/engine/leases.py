@@ -288,20 +288,20 @@ def change_end(session: Session, now: int, settings: PlannerSettings, limits: Li
         duration = change.duration
     else:
         assert change.end is not None   # an EndChange has one or the other
-        start = to_epoch(row.start_at) if status in HOLDING else to_epoch(row.earliest_start)
+        start = committed_window(row)[0] if status in HOLDING else to_epoch(row.earliest_start)
         duration = change.end - start
         if duration <= 0:
             raise BadRequest(f"end {rfc3339(change.end)} is not after the lease's start {rfc3339(start)}",
                              codes.BAD_END)
     check_not_shortened(row, duration, change.shrink)
-    shape = session.get(m.Shape, row.shape)
+    shape = session.get_one(m.Shape, row.shape)
     check_quota(session, limits, row.project_id, shape, row.instances, duration, any_size=row.preemptible)
     if status is S.QUEUED and duration > row.duration:
         start = to_epoch(row.start_at or row.earliest_start)
         budgets.check(session, now, row.project_id, row.gpu_model,
                       Span(row.gpus_per_vm * row.instances, start + row.duration, start + duration))
     elif status is not S.QUEUED:
-        check_extension_rules(session, now, row, to_epoch(row.start_at) + duration, extension_window)
+        check_extension_rules(session, now, row, committed_window(row)[0] + duration, extension_window)
     ledger_lock(session)
     if status is S.QUEUED:
         if duration > row.duration:
@@ -311,7 +311,7 @@ def change_end(session: Session, now: int, settings: PlannerSettings, limits: Li
         session.flush()
         ledger.replan(session, now, settings)
         return row
-    start, old_end = to_epoch(row.start_at), to_epoch(row.end_at)
+    start, old_end = committed_window(row)
     new_end = start + duration
     if new_end <= now:
         raise BadRequest(f"the new end {rfc3339(new_end)} has already passed; to end the lease now, "
@@ -335,6 +335,12 @@ def change_end(session: Session, now: int, settings: PlannerSettings, limits: Li
     return row
 
 
+def committed_window(row: m.Lease) -> tuple[int, int]:
+    """A holding lease's committed start and end (both set when it is scheduled)."""
+    assert row.start_at is not None and row.end_at is not None
+    return to_epoch(row.start_at), to_epoch(row.end_at)
+
+
 def check_not_shortened(row: m.Lease, duration: int, shrink: bool) -> None:
     """An extension never shortens: a mistyped one (--duration P1D on a lease of 30 h) would cut
     a training run. Shortening is its own explicit ask, `"shrink": true`."""
@@ -347,7 +353,7 @@ def check_not_shortened(row: m.Lease, duration: int, shrink: bool) -> None:
 def check_extension_rules(session: Session, now: int, row: m.Lease, new_end: int, window: int | None) -> None:
     """The rules an extension of a holding lease meets before the planner is asked:
     not under notice of an early end, in the extension window, within the budget."""
-    old_end = to_epoch(row.end_at)
+    old_end = committed_window(row)[1]
     if new_end <= old_end:
         return
     if row.early_end_at is not None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import Row, select
 from sqlalchemy.orm import Session, joinedload
 from sqlalchemy.orm.attributes import flag_modified
 
@@ -40,13 +41,13 @@ class PlannerInputs:
     allowance: int = 0   # the release allowance the holds were read with (engine/held.py)
 
 
-def host_from_row(row: m.Host) -> Host:
+def host_from_row(row: m.Host | Row[Any]) -> Host:   # an ORM object or a row of its table
     # a down, disabled or drained host takes nothing new
     return Host(row.name, row.gpu_model, row.gpus, enabled=row.enabled and row.up and not row.drained,
                 aggregate=row.aggregate)
 
 
-def quota_from_row(row: m.Quota) -> QuotaLimit:
+def quota_from_row(row: m.Quota | Row[Any]) -> QuotaLimit:
     return QuotaLimit(row.project_id, row.gpu_model, row.gpus, row.borrow_gpus, row.max_duration, row.weight)
 
 
@@ -111,7 +112,7 @@ def load_allocations(session: Session, now: int, half_life: int,
 
 
 def run_planner(inputs: PlannerInputs, now: int, settings: planner.PlannerSettings,
-                extra: list[LeaseRequest] = ()) -> Plan:
+                extra: Sequence[LeaseRequest] = ()) -> Plan:
     return planner.plan(now, inputs.hosts, inputs.holds, inputs.quotas, [*inputs.waiting, *extra],
                         inputs.usage, settings_for(inputs, settings))
 
@@ -133,7 +134,8 @@ def replan(session: Session, now: int, settings: planner.PlannerSettings, actor:
 
 def replan_locked(session: Session, now: int, settings: planner.PlannerSettings, actor: str) -> Plan:
     limits.fail_unplannable(session, now, actor)
-    rows = {}
+    rows: dict[str, m.Lease] = {}
+    row: m.Lease | None   # a queued row, then the row of a planned lease
     for row in load_queued(session):
         if row.latest_start is not None and row.latest_start < utcnow_naive(now):
             expire(session, row, now, actor)
@@ -158,7 +160,7 @@ def replan_locked(session: Session, now: int, settings: planner.PlannerSettings,
 
 
 def plan_new(session: Session, now: int, settings: planner.PlannerSettings, lease_id: str,
-             replan: Callable[[Session, int, planner.PlannerSettings, str], Plan] | None = None) -> m.Lease | None:
+             replan: Callable[[Session, int, planner.PlannerSettings, str], Plan] | None = None) -> m.Lease:
     """Plan a lease that another transaction has just committed queued, and return it.
 
     Under the ledger lock: if a replan that loaded the queue after that commit has
@@ -171,9 +173,9 @@ def plan_new(session: Session, now: int, settings: planner.PlannerSettings, leas
     (default: replan_locked; the engine's adds its early ends: early_ends.plan_new). The caller commits."""
     ledger_lock(session)
     # with what the API shows of it, in the same query (a new lease has none of them, or its new allocations)
-    row = session.get(m.Lease, lease_id, populate_existing=True, options=[
+    row = session.get_one(m.Lease, lease_id, populate_existing=True, options=[
         joinedload(m.Lease.allocations), joinedload(m.Lease.servers), joinedload(m.Lease.failures)])
-    if row is not None and row.status == S.QUEUED.value and row.queue_position is None:
+    if row.status == S.QUEUED.value and row.queue_position is None:
         (replan or replan_locked)(session, now, settings, "planner")
         CREATE_REPLANS.labels("replanned").inc()
     else:
@@ -188,6 +190,7 @@ def expire(session: Session, row: m.Lease, now: int, actor: str) -> None:
 
 def commit_allocation(session: Session, row: m.Lease, planned: PlannedLease, now: int, actor: str) -> None:
     place = planned.placement
+    assert place is not None   # only placed leases are committed
     start, end = utcnow_naive(place.start), utcnow_naive(place.end)
     for index, host_name in enumerate(place.hosts):
         # through the relationship: a loaded allocations list gets it too, an unloaded one is not loaded

@@ -166,6 +166,7 @@ class Lifecycle:
             extra = dict(key_name=row.key_name, user_id=row.user_id)
             extra.update(networking.boot_fields(row))
             name = row.name
+            assert row.start_at is not None   # committed when it was scheduled
             started = to_epoch(row.start_at)
         if tenant:
             if lease_flavor.prepare(self, lease_id):
@@ -177,28 +178,30 @@ class Lifecycle:
             if flavor_id is None:
                 return
             self.cloud.check_image(image.cloud_ref if image else "")
+            assert image is not None   # the cloud refuses no image (an image failure)
             networking.before_boot(self, lease_id, project, extra, image.cloud_ref)
             if volume_id or size:
                 volume_id = self.cloud.ensure_volume(project, lease_id, VolumeRequest(size, volume_id))
                 crash_point("volume_made")
                 self._note(lease_id, "progress", f"data volume {volume_id} ready", volume_id=volume_id)
-        for vm_index, host, user_data in pending:
-            server_id = self.cloud.boot(BootRequest(project, lease_id, vm_index, host, flavor_id,
-                                                    image.cloud_ref, None, name=f"{name}-{vm_index}",
-                                                    user_data=user_data, **extra))
-            crash_point("boot_requested")
-            self._set_server(lease_id, vm_index, cloud_id=server_id, status="BUILD")
-            self._note(lease_id, "progress", f"VM {vm_index} requested on {host} (server {server_id})")
+            for vm_index, host, user_data in pending:
+                server_id = self.cloud.boot(BootRequest(project, lease_id, vm_index, host, flavor_id,
+                                                        image.cloud_ref, None, name=f"{name}-{vm_index}",
+                                                        user_data=user_data, **extra))
+                crash_point("boot_requested")
+                self._set_server(lease_id, vm_index, cloud_id=server_id, status="BUILD")
+                self._note(lease_id, "progress", f"VM {vm_index} requested on {host} (server {server_id})")
         self._watch(lease_id, started)
 
     def _watch(self, lease_id: str, started: int) -> None:
         now = self.clock.now()
         with session_scope(self.sessions) as session:
-            row = session.get(m.Lease, lease_id)
+            row = session.get_one(m.Lease, lease_id)
             servers = [(s.vm_index, s.cloud_id, s.status) for s in row.servers]
             volume_id = row.volume_id
         states = {}
         for vm_index, cloud_id, old in servers:
+            assert cloud_id is not None   # every VM is booted before they are watched
             state = self.cloud.server_state(cloud_id)
             states[vm_index] = state
             if state.status != old:
@@ -220,7 +223,7 @@ class Lifecycle:
             if not networking.on_active(self, lease_id, states, now - started):
                 return
             with session_scope(self.sessions) as session:
-                row = session.get(m.Lease, lease_id)
+                row = session.get_one(m.Lease, lease_id)
                 why = (f"all {len(states)} VM(s) active; ends at {rfc3339(to_epoch(row.end_at))}"
                        + ("; ready once each VM reports its GPUs usable" if row.readiness_probe else ""))
             lease_flavor.activate(self, lease_id, why)
@@ -284,7 +287,7 @@ class Lifecycle:
             return  # the next tick looks again
         now = self.clock.now()
         with session_scope(self.sessions) as session:
-            row = session.get(m.Lease, lease_id)
+            row = session.get_one(m.Lease, lease_id)
             if row.status == S.ENDING.value:
                 if any(s.cloud_id for s in row.servers):   # VMs were deleted: how long it took
                     held.record_release(session, now, now - self._ending_since(session, lease_id, now))
@@ -312,6 +315,8 @@ class Lifecycle:
             log.warning("reconcile: listing cloud objects failed: %s", exc)
             return
         for flavor in (o for o in objects if o.kind == "flavor" and not o.lease_id and o.attrs.get("shape")):
+            if flavor.project_id is None:   # not one of ours: each was made for a project
+                continue
             log.info("reconcile: removing per-project flavor %s (%s)", flavor.id, flavor.attrs.get("name"))
             try:
                 self.cloud.retire_flavor(flavor.project_id, flavor.attrs["shape"])
@@ -329,15 +334,15 @@ class Lifecycle:
     # --- small writes -----------------------------------------------------------------------
     def _note(self, lease_id: str, kind: str, message: str, **columns) -> None:
         with session_scope(self.sessions) as session:
-            row = session.get(m.Lease, lease_id)
+            row = session.get_one(m.Lease, lease_id)
             for key, value in columns.items():
                 setattr(row, key, value)
             record_event(session, row, kind, message, self.clock.now(), ACTOR)
 
     def _set_server(self, lease_id: str, vm_index: int, **columns) -> None:
         with session_scope(self.sessions) as session:
-            server = session.scalar(select(m.Server).where(m.Server.lease_id == lease_id,
-                                                           m.Server.vm_index == vm_index))
+            server = session.scalars(select(m.Server).where(m.Server.lease_id == lease_id,
+                                                            m.Server.vm_index == vm_index)).one()
             for key, value in columns.items():
                 setattr(server, key, value)
             server.updated_at = utcnow_naive(self.clock.now())

@@ -150,7 +150,7 @@ def before_boot(lifecycle, lease_id: str, project_id: str, extra: dict, image_re
     extra["security_group"] = cloud.ensure_security_group(project_id)
     user = cloud.image_login_user(image_ref) or cloud.network_policy.ssh_user
     with session_scope(lifecycle.sessions) as session:
-        session.get(m.Lease, lease_id).ssh_user = user
+        session.get_one(m.Lease, lease_id).ssh_user = user
 
 
 def on_active(lifecycle, lease_id: str, states: dict, waited: int) -> bool:
@@ -158,7 +158,7 @@ def on_active(lifecycle, lease_id: str, states: dict, waited: int) -> bool:
     while a VM shows no address yet (the cloud writes it shortly): the engine looks again,
     up to ADDRESS_GRACE seconds after the lease began starting."""
     with session_scope(lifecycle.sessions) as session:
-        row = session.get(m.Lease, lease_id)
+        row = session.get_one(m.Lease, lease_id)
         if row.network_via is None:
             return True
         project, floating = row.project_id, row.floating_ip
@@ -183,7 +183,7 @@ def release(lifecycle, lease_id: str) -> bool:
     """After the servers' delete: release the lease's floating IPs. False if the cloud
     failed (the next pass tries again)."""
     with session_scope(lifecycle.sessions) as session:
-        if not session.get(m.Lease, lease_id).floating_ip:
+        if not session.get_one(m.Lease, lease_id).floating_ip:
             return True
     try:
         lifecycle.cloud.release_floating_ips(lease_id)

@@ -21,6 +21,7 @@ import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from gpu_tenancy.engine import webhook_targets, webhooks
 from gpu_tenancy.engine.webhook_targets import Target
@@ -139,6 +140,10 @@ class Pinned:
     """Connects to the target's checked addresses only; `abandon` (the deadline) shuts
     the connection down under whatever read or write is waiting on it."""
 
+    if TYPE_CHECKING:   # from the http.client connection it is mixed into
+        port: int
+        timeout: float | None
+
     def _setup(self, target: Target) -> None:
         self.addresses = target.addresses
         self.abandoned = False
@@ -179,7 +184,7 @@ class Pinned:
     def close(self) -> None:
         with self._guard:   # the descriptor may be reused once closed: abandon must not reach it
             self._fd = None
-        super().close()
+        super().close()   # type: ignore[misc]   # the connection class mixed in after this one
 
 
 class PinnedHTTP(Pinned, http.client.HTTPConnection):

@@ -12,7 +12,7 @@ from gpu_tenancy.db.session import utcnow_naive
 from gpu_tenancy.errors import NotFound
 
 # the demo's and a new cloud's classes: (priority, preemptible, projects (None: all), description)
-DEFAULTS = {
+DEFAULTS: dict[str, tuple[int, bool, list[str] | None, str]] = {
     "high": (10, False, [], "before normal leases; an admin lists the projects that may use it"),
     "normal": (0, False, None, "the usual class"),
     "low": (-10, False, None, "after normal leases"),

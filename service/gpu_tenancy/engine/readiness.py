@@ -41,6 +41,7 @@ def user_data(row: m.Lease, vm_index: int, base_url: str | None) -> str | None:
     """The user data of one VM: the user's own, plus the probe when the lease asks for it."""
     if not row.readiness_probe or not base_url:
         return row.user_data
+    assert row.readiness_token is not None   # made with the lease that asks for the probe
     probe = probe_script(readiness_url(base_url, row.id), row.readiness_token, row.gpus_per_vm, vm_index)
     return with_probe(row.user_data, probe)
 

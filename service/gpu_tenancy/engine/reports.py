@@ -79,7 +79,7 @@ def all_figures(session: Session, start: int, end: int, now: int, floor: int) ->
         "first_try_success": figures.first_try_success(facts),
         "failures_by_class": figures.failures_by_class(facts),
         "hourly_gpu_use": figures.hourly_gpu_use(holds, capacity, start, until) if until > start else [],
-        "idle_fragmentation": figures.idle_fragmentation(hosts_now(session, now, floor), [tuple(w) for w in waiting]),
+        "idle_fragmentation": figures.idle_fragmentation(hosts_now(session, now, floor), [(w[0], w[1]) for w in waiting]),
         "cancel_ratio": figures.cancel_ratio(facts),
     }
 

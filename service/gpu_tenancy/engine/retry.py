@@ -142,6 +142,7 @@ def remaining_seconds(row: m.Lease, now: int) -> int:
 def describe_placement(row: m.Lease, now: int) -> str:
     """Where a lease stands after replace(), in words for its owner."""
     if row.status == S.SCHEDULED.value:
+        assert row.start_at is not None   # a scheduled lease has its start
         start = to_epoch(row.start_at)
         hosts = ", ".join(sorted({a.host for a in row.allocations}))
         return f"re-placed on {hosts}, starting {'now' if start <= now else 'at ' + rfc3339(start)}"

@@ -81,7 +81,7 @@ def resolved(host: str) -> list:
         infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
     except socket.gaierror as exc:
         raise TargetRefused(f"{host} does not resolve: {exc.strerror}") from None
-    return [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
+    return [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
 
 
 def refusal(address, allowed_networks: list[str]) -> str | None:

@@ -107,6 +107,7 @@ def attempt(sessions, clock, config, notice: Due, send) -> int:
     if notice.url is None:
         return record_attempt(sessions, clock, config, notice.id, notice.lease_id, notice.attempts + 1,
                               "the project's webhook was removed", dropped=True)
+    assert notice.secret is not None   # the webhook's, with its url
     body = notice.body.encode()
     stamp = clock.now()
     headers = {"Content-Type": "application/json", SIGNATURE_HEADER: sign(notice.secret, stamp, body),
@@ -124,8 +125,8 @@ def record_attempt(sessions, clock, config, delivery_id: int, lease_id: str, att
                    dropped: bool = False) -> int:
     now = clock.now()
     with session_scope(sessions) as session:
-        delivery = session.get(m.WebhookDelivery, delivery_id)
-        lease = session.get(m.Lease, lease_id)
+        delivery = session.get_one(m.WebhookDelivery, delivery_id)
+        lease = session.get_one(m.Lease, lease_id)
         delivery.attempts, delivery.last_error = attempt, error
         if error is None:
             delivery.status, delivery.delivered_at = "delivered", utcnow_naive(now)

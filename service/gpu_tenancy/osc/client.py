@@ -81,9 +81,10 @@ class GpuClient:
     # leases
     def leases(self, *, limit: int | None = None, **filters) -> list[dict]:
         """Every lease that matches (following the next links), or the first `limit`."""
-        params = {k: v for k, v in filters.items() if v not in (None, [], False)}
+        first = {k: v for k, v in filters.items() if v not in (None, [], False)}
         if limit:
-            params["limit"] = limit
+            first["limit"] = limit
+        params: dict[str, Any] | None = first
         out: list[dict] = []
         path: str | None = "/v1/leases"
         while path:

@@ -5,14 +5,16 @@ the file list of every installed distribution: a tenth of a second or more on ea
 command, the largest part of what `openstack gpu ...` took beyond OSC's own start."""
 from __future__ import annotations
 
+from typing import Any
+
 from osc_lib.command import command
 
 EPILOG = "This command is provided by the gpu-tenancy plugin."
 
 
 class _Epilog:
-    _epilog: str | None
-    _hooks: list
+    _epilog: Any   # cliff's Command has them (a str or None; hooks)
+    _hooks: Any
 
     def get_epilog(self) -> str:
         parts = [self._epilog or ""]

@@ -216,7 +216,8 @@ class ExtendLease(command.ShowOne):
                     "see lease shrink)")
 
     # what lease shrink (osc/lease_shrink.py) changes: the direction of --by, the words, and the ask
-    sign, asks = 1, {}
+    sign = 1
+    asks: dict = {}
     helps = ("the new end, RFC 3339", "the new duration from the lease's start: 24h, 7d, PT24H, 1-00:00:00",
              "longer by this much: 2h, 1d, PT2H")
 

@@ -48,7 +48,7 @@ class GpuInventory:
             if model:
                 gpus[names.get(rp.root_provider_id, rp.root_provider_id)][model] += units
         nodes = {h["hypervisor_hostname"]: h for h in hypervisors(conn)}
-        aggregates = {}
+        aggregates: dict[str, str] = {}
         for agg in conn.compute.aggregates():
             for host in agg.hosts or []:
                 aggregates.setdefault(host, agg.name)
@@ -83,7 +83,8 @@ HYPERVISOR_MICROVERSION = "2.53"
 
 def hypervisors(conn) -> list[dict]:
     """Every hypervisor with its service, following Nova's pages."""
-    found, url = [], "/os-hypervisors/detail"
+    found: list[dict] = []
+    url: str | None = "/os-hypervisors/detail"
     while url:
         response = conn.compute.get(url, microversion=HYPERVISOR_MICROVERSION)
         sdk.raise_from_response(response)

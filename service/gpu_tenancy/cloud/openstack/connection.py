@@ -54,8 +54,10 @@ class Connections:
         return conn
 
     def _grant(self, project_id: str) -> None:
+        assert self.project_role is not None   # granted only when one is configured
         identity = self.service.identity
         role = identity.find_role(self.project_role, ignore_missing=False)
         user_id = self.service.current_user_id
         log.info("granting role %s on project %s to the service user %s", self.project_role, project_id, user_id)
-        identity.assign_project_role_to_user(project_id, user_id, role)
+        # Keystone v3 (v2 has no project roles); openstacksdk types the proxy and the role as either
+        identity.assign_project_role_to_user(project_id, user_id, role)  # type: ignore[union-attr, arg-type]

@@ -21,10 +21,11 @@ def cloud_message(exc: Exception) -> str:
 
 def is_unauthorized(exc: BaseException) -> bool:
     """Keystone refused the credentials or the scope (openstacksdk wraps keystoneauth's 401)."""
-    while exc is not None:
-        if isinstance(exc, ksa.Unauthorized) or getattr(exc, "status_code", None) == 401:
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ksa.Unauthorized) or getattr(cause, "status_code", None) == 401:
             return True
-        exc = exc.__cause__ or exc.__context__
+        cause = cause.__cause__ or cause.__context__
     return False
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from typing import TYPE_CHECKING, Any
 
 from openstack import exceptions as sdk
 
@@ -21,12 +22,23 @@ from gpu_tenancy.cloud.driver import Address, CloudError, NetworkInfo
 from gpu_tenancy.cloud.openstack.errors import CALL_ERRORS, wrap
 from gpu_tenancy.domain.failures import FailureClass
 
+if TYPE_CHECKING:
+    from gpu_tenancy.cloud.driver import NetworkPolicy
+
 F = FailureClass
 FIP_DESCRIPTION = "gpu-tenancy lease {lease} server {server}"
 FIP_LEASE = re.compile(r"^gpu-tenancy lease (\S+) server ")
 
 
 class OpenStackNetworks:
+    if TYPE_CHECKING:   # what OpenStackCloud provides
+        network: str
+        SECURITY_GROUP: str
+        network_policy: NetworkPolicy
+
+        @property
+        def admin(self) -> Any: ...
+
     def tenant_networks(self) -> bool:
         return self.network != "none"   # the operator's "none": VMs get no network
 
@@ -60,7 +72,7 @@ class OpenStackNetworks:
                     description="gpu-tenancy: SSH from the operator's networks, and ICMP, into leased VMs")
             have = {(r.protocol, r.port_range_min, r.remote_ip_prefix, r.ether_type)
                     for r in net.security_group_rules(security_group_id=group.id) if r.direction == "ingress"}
-            wanted = [("icmp", None, "0.0.0.0/0", "IPv4")] + [
+            wanted: list[tuple[str, int | None, str, str]] = [("icmp", None, "0.0.0.0/0", "IPv4")] + [
                 ("tcp", 22, cidr, f"IPv{ipaddress.ip_network(cidr).version}")
                 for cidr in self.network_policy.ssh_cidrs]
             for protocol, port, cidr, ether_type in wanted:
@@ -137,7 +149,7 @@ class OpenStackNetworks:
     # --- used by OpenStackCloud ----------------------------------------------------------------
     def _boot_networks(self, request) -> dict:
         """create_server's networks and security groups for the request."""
-        attrs = {"networks": self.network}
+        attrs: dict[str, Any] = {"networks": self.network}
         if request.network_id == "auto":
             attrs["networks"] = "auto"
         elif request.network_id:

@@ -16,7 +16,9 @@ def run_migrations_online() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    engine = create_engine(config.get_main_option("sqlalchemy.url"), poolclass=pool.NullPool)
+    url = config.get_main_option("sqlalchemy.url")
+    assert url is not None   # db/migrate.py sets it
+    engine = create_engine(url, poolclass=pool.NullPool)
     with engine.connect() as connection:
         # render_as_batch: SQLite can only alter tables by copying them
         context.configure(connection=connection, target_metadata=target_metadata,
