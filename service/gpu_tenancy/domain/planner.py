@@ -152,23 +152,29 @@ class QuotaBook:
         self.now = now
         self.quotas = quotas
         self.profs: dict[tuple[str, str], StepProfile] = {}
-        # lowest remaining quota anywhere in the profile: while it covers a
-        # lease, the lease fits at once without walking the profile
+        # at most the lowest remaining quota anywhere in the profile: while it covers a
+        # lease, the lease fits at once without walking the profile (a reserve lowers it
+        # by its GPUs; the true lowest is read again only when it no longer covers one)
         self.floor: dict[tuple[str, str], int] = {}
+        # the holds' quota use, made into a profile only for the (project, model) a lease asks about
+        self.held: dict[tuple[str, str], list[tuple[int, int, int]]] = defaultdict(list)
         for h in holds:
             if h.end > now and h.gpus > 0 and not h.preemptible:   # preemptible leases use no quota
-                self.reserve(h.project_id, h.gpu_model, max(h.start, now), h.end, h.gpus)
+                self.held[(h.project_id, h.gpu_model)].append((h.start, h.end, -h.gpus))
 
     def _prof(self, p: str, m: str) -> StepProfile:
         pr = self.profs.get((p, m))
         if pr is None:
             q = self.quotas.get((p, m))
-            pr = self.profs[(p, m)] = StepProfile(self.now, q.gpus if q else 0)
-            self.floor[(p, m)] = pr.vals[0]
+            pr = self.profs[(p, m)] = StepProfile.of_spans(self.now, q.gpus if q else 0,
+                                                           self.held.pop((p, m), ()))
+            self.floor[(p, m)] = min(pr.vals)
         return pr
 
     def earliest(self, p: str, m: str, t: int, d: int, need: int) -> int | None:
         prof = self._prof(p, m)
+        if self.floor[(p, m)] < need:
+            self.floor[(p, m)] = min(prof.vals)
         if self.floor[(p, m)] >= need:
             return t if t > self.now else self.now
         return prof.earliest_fit(t, d, need)
@@ -177,12 +183,9 @@ class QuotaBook:
         return self._prof(p, m).min_on(a, b)
 
     def reserve(self, p: str, m: str, a: int, b: int, need: int) -> None:
-        prof = self._prof(p, m)
-        prof.add(a, b, -need)
+        self._prof(p, m).add(a, b, -need)
         if b > max(a, self.now):
-            low = prof.min_on(max(a, self.now), b)
-            if low < self.floor[(p, m)]:
-                self.floor[(p, m)] = low
+            self.floor[(p, m)] -= need
 
 
 def _fast_capacity(now: int, hosts: Sequence[Host], holds: Sequence[Hold]) -> dict[str, ModelIndex]:
@@ -191,12 +194,14 @@ def _fast_capacity(now: int, hosts: Sequence[Host], holds: Sequence[Hold]) -> di
         if h.enabled:
             by_model[h.gpu_model].append(h)
     idx = {m: ModelIndex(m, hs, now) for m, hs in by_model.items()}
+    spans: dict[str, dict[str, list[tuple[int, int, int]]]] = {m: defaultdict(list) for m in idx}
     for hd in holds:
         if hd.end > now and hd.gpus > 0:
-            mi = idx.get(hd.gpu_model)
-            if mi is not None:
-                mi.apply_hold(hd.host, max(hd.start, now), hd.end, hd.gpus)
-    for mi in idx.values():
+            on = spans.get(hd.gpu_model)
+            if on is not None:
+                on[hd.host].append((hd.start, hd.end, -hd.gpus))
+    for m, mi in idx.items():
+        mi.apply_holds(spans[m])
         mi.build()
     return idx
 
@@ -215,13 +220,17 @@ FAST = Backend()
 def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
          quotas: Mapping[tuple[str, str], QuotaLimit], waiting: Sequence[LeaseRequest],
          usage: Mapping[tuple[str, str], float] | None = None,
-         settings: PlannerSettings = PlannerSettings(), *, _backend: Backend = FAST) -> Plan:
+         settings: PlannerSettings = PlannerSettings(), *, explain: bool = True,
+         _backend: Backend = FAST) -> Plan:
     """Plan every waiting lease: a placement (start now or later) or reasons.
 
     In planner order, each lease: the first reason it can never be planned, if any;
     else the earliest start within its nominal quota and the capacity left; else, or
     sooner, a borrowed start on capacity idle now; why it starts no earlier; and that
-    placement reserved for the leases after it."""
+    placement reserved for the leases after it.
+
+    explain=False leaves out the reasons why a lease starts later than now (the
+    placements are the same): for callers that read placements only, such as the replay."""
     run = _Run(now, hosts, holds, quotas, usage, settings, _backend, bound_protected(waiting, now, settings))
     ordered = sorted(waiting, key=lambda lr: order_key(lr, quotas, usage, now, settings, run.protected))
     order = _Order()
@@ -244,7 +253,8 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
             if slot.start is None:
                 pl.reasons.append(_no_slot_reason(lr, q))
                 continue
-            run.explain(lr, q, slot, ahead, aged, pl)
+            if explain:
+                run.explain(lr, q, slot, ahead, aged, pl)
             if lr.latest_start is not None and slot.start > lr.latest_start:
                 pl.reasons.append(Reason("latest_start", f"the earliest slot is {fmt_time(slot.start)}, after "
                                                          f"its latest start {fmt_time(lr.latest_start)}"))
