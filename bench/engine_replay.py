@@ -52,7 +52,9 @@ def run_engine(jobs, n_hosts: int, limits, host_gpus: int, half_life: int, workd
     }, clock)
     config = Config.load(database_url=url, auth_strategy="noauth2", run_engine=True,
                          fairshare_half_life_seconds=half_life, host_refresh_seconds=10 ** 9,
-                         warn_before_end_seconds=0)
+                         warn_before_end_seconds=0,
+                         # a trace's tenant may have any number of jobs waiting
+                         max_waiting_leases_per_project=10 ** 6, max_waiting_leases_per_user=10 ** 6)
     app = create_app(config, clock=clock, cloud=cloud, start_engine=False)
     rt = app.extensions["gpu_tenancy"]
     now = clock.now()
@@ -96,7 +98,7 @@ def run_engine(jobs, n_hosts: int, limits, host_gpus: int, half_life: int, workd
         while i < len(jobs) and jobs[i].arrival == t:
             j = jobs[i]
             r = client.post("/v1/leases", json={"name": j.jid, "shape": f"gpu.x{j.gpus_per_vm}",
-                                                "instances": j.vms, "duration": j.duration},
+                                                "instances": j.vms, "duration": f"PT{j.duration}S"},
                             headers={"X-Project-Id": j.tenant, "X-User-Id": "u", "X-Roles": "member"})
             assert r.status_code == 201, r.get_json()
             by_lease[r.get_json()["lease"]["id"]] = j

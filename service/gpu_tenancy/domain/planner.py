@@ -232,6 +232,8 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
     explain=False leaves out the reasons why a lease starts later than now (the
     placements are the same): for callers that read placements only, such as the replay."""
     run = _Run(now, hosts, holds, quotas, usage, settings, _backend, bound_protected(waiting, now, settings))
+    if not explain:
+        run.skip_unbinding_quotas(holds, quotas)
     ordered = sorted(waiting, key=lambda lr: order_key(lr, quotas, usage, now, settings, run.protected))
     order = _Order()
     out: dict[str, PlannedLease] = {}
@@ -379,6 +381,27 @@ class _Run:
         self.book: QuotaBook = backend.quota(now, quotas, holds)
         self.hosts = HostProfiles(hosts)
         self.bound_text = _bound_text(settings)   # once: it goes into the reasons of every lease behind the bound
+        self.unbinding: set[tuple[str, str]] = set()   # quotas never read (skip_unbinding_quotas)
+
+    def skip_unbinding_quotas(self, holds: Sequence[Hold], quotas: Mapping[tuple[str, str], QuotaLimit]) -> None:
+        """Leave out the quotas that can never bind: where the hosts fit a lease, its project
+        is within quota too, so the start and hosts are capacity's alone (only the why-later
+        reasons, which tell when the quota would have let it in, read them).
+
+        At an instant where the chosen hosts have `need` free, the project holds at most the
+        model's GPUs C less `need`, plus its holds the index cannot count against C: on hosts
+        outside it, or on hosts its holds over-commit (nothing is reserved where free is below
+        zero). So a quota of C plus those holds, with nothing to borrow, never binds."""
+        outside: dict[tuple[str, str], int] = defaultdict(int)
+        for h in holds:
+            if h.end > self.now and h.gpus > 0 and not h.preemptible:
+                mi = self.indexes.get(h.gpu_model)
+                hs = mi.hosts.get(h.host) if mi is not None else None
+                if hs is None or min(hs.prof.vals) < 0:
+                    outside[(h.project_id, h.gpu_model)] += h.gpus
+        size = {m: sum(hs.gpus for hs in mi.hosts.values()) for m, mi in self.indexes.items()}
+        self.unbinding = {key for key, q in quotas.items()
+                          if q.borrow_gpus == 0 and q.gpus >= size.get(key[1], 0) + outside[key]}
 
     def first_unplaceable_reason(self, lr: LeaseRequest, q: QuotaLimit | None) -> Reason | None:
         """Why the lease can never be planned as asked: no GPUs or time, more than the
@@ -412,7 +435,7 @@ class _Run:
         t = max(self.now, lr.earliest_start)
         pushed_to = None   # capacity's answer when it pushed t later
         while True:
-            tq = self.book.earliest(p, m, t, d, need)
+            tq = t if (p, m) in self.unbinding else self.book.earliest(p, m, t, d, need)
             if tq is None:
                 return slot
             if tq > t and slot.quota_at is None:
@@ -500,7 +523,8 @@ class _Run:
         mi = self.indexes[lr.gpu_model]
         for h in hosts:
             mi.reserve(h, T, end, lr.gpus_per_vm)
-        self.book.reserve(lr.project_id, lr.gpu_model, T, end, lr.gpus_per_vm * lr.instances)
+        if (lr.project_id, lr.gpu_model) not in self.unbinding:
+            self.book.reserve(lr.project_id, lr.gpu_model, T, end, lr.gpus_per_vm * lr.instances)
         pl.placement = Placement(T, T + lr.duration, tuple(hosts))
         pl.borrowing = slot.borrowing
 
