@@ -393,11 +393,16 @@ class _Run:
         outside it, or on hosts its holds over-commit (nothing is reserved where free is below
         zero). So a quota of C plus those holds, with nothing to borrow, never binds."""
         outside: dict[tuple[str, str], int] = defaultdict(int)
+        uncounted: dict[tuple[str, str], bool] = {}   # (model, host): outside the index or over-committed
         for h in holds:
             if h.end > self.now and h.gpus > 0 and not h.preemptible:
-                mi = self.indexes.get(h.gpu_model)
-                hs = mi.hosts.get(h.host) if mi is not None else None
-                if hs is None or min(hs.prof.vals) < 0:
+                key = (h.gpu_model, h.host)
+                out = uncounted.get(key)
+                if out is None:
+                    mi = self.indexes.get(h.gpu_model)
+                    hs = mi.hosts.get(h.host) if mi is not None else None
+                    out = uncounted[key] = hs is None or min(hs.prof.vals) < 0
+                if out:
                     outside[(h.project_id, h.gpu_model)] += h.gpus
         size = {m: sum(hs.gpus for hs in mi.hosts.values()) for m, mi in self.indexes.items()}
         self.unbinding = {key for key, q in quotas.items()
