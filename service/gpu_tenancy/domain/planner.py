@@ -234,14 +234,18 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
     run = _Run(now, hosts, holds, quotas, usage, settings, _backend, bound_protected(waiting, now, settings))
     if not explain:
         run.skip_unbinding_quotas(holds, quotas)
-    ordered = sorted(waiting, key=lambda lr: order_key(lr, quotas, usage, now, settings, run.protected))
+    scores = _Scores(quotas, usage)
+    if settings.bounded:
+        ordered = sorted(waiting, key=lambda lr: order_key(lr, quotas, usage, now, settings, run.protected))
+    else:   # order_key without a wait bound, each project's score computed once
+        ordered = sorted(waiting, key=lambda lr: (-lr.priority, 1, scores.of(lr.project_id, lr.gpu_model),
+                                                  lr.created_at, lr.arrival, lr.lease_id))
     order = _Order()
     out: dict[str, PlannedLease] = {}
     for lr in ordered:
         q = quotas.get((lr.project_id, lr.gpu_model))
         aged = lr.lease_id in run.protected
-        ahead = order.next(lr, aged, None if aged else share_score(usage, lr.project_id, lr.gpu_model,
-                                                                    q.weight if q else 1.0))
+        ahead = order.next(lr, aged, None if aged else scores.of(lr.project_id, lr.gpu_model))
         pl = out[lr.lease_id] = PlannedLease(lr.lease_id, ahead.position, None, [])
         never = run.first_unplaceable_reason(lr, q)
         if never is not None:
@@ -263,6 +267,20 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
                 continue
             run.reserve(lr, slot, pl)
     return Plan(now, out)
+
+
+class _Scores:
+    """Fair-share scores (share_score) per (project, GPU model), each computed once per plan."""
+
+    def __init__(self, quotas: Mapping[tuple[str, str], QuotaLimit], usage: Mapping[tuple[str, str], float] | None):
+        self.quotas, self.usage = quotas, usage
+        self.known: dict[tuple[str, str], float] = {}
+
+    def of(self, p: str, m: str) -> float:
+        s = self.known.get((p, m))
+        if s is None:
+            s = self.known[(p, m)] = share_score(self.usage, p, m, _weight(self.quotas, p, m))
+        return s
 
 
 @dataclass
