@@ -73,6 +73,10 @@ class GpuTenancy(Scheduler):
         # start); first_eta = None (replay.py --no-etas) skips them, the outcome the same
         self.first_eta: dict[str, int] | None = {}
         self.unplanned: set[str] = set()      # submitted, not planned yet
+        # the waiting leases' shapes (GPUs per VM, VMs): how many of each
+        self.shapes: dict[tuple[int, int], int] = {}
+        self.holds: dict[str, list[Hold]] = {}   # a running job's holds, made once
+        self.e_start: dict[str, float] = {}      # a running job's exp(lam (start - t0)), for usage()
 
     def submit(self, job, now):
         if self.t0 is None:
@@ -82,9 +86,13 @@ class GpuTenancy(Scheduler):
             self.unplanned.add(job.jid)
         self.requests[job.jid] = LeaseRequest(job.jid, job.tenant, MODEL, job.gpus_per_vm, job.vms,
                                               job.duration, job.arrival, None, job.arrival)
+        shape = (job.gpus_per_vm, job.vms)
+        self.shapes[shape] = self.shapes.get(shape, 0) + 1
 
     def finished(self, job, now):
         s = self.starts_at.pop(job.jid)
+        self.holds.pop(job.jid, None)
+        self.e_start.pop(job.jid, None)
         self.done_usage[job.tenant] = self.done_usage.get(job.tenant, 0.0) + job.gpus * self._integral(s, now)
         self.borrowing.discard(job.jid)
 
@@ -94,10 +102,16 @@ class GpuTenancy(Scheduler):
 
     def usage(self, now, running) -> dict:
         """The engine's fairshare.decayed_gpu_hours, kept incrementally."""
-        scale = math.exp(-self.lam * (now - self.t0)) / 3600.0
+        lam, t0 = self.lam, self.t0
+        scale = math.exp(-lam * (now - t0)) / 3600.0
         acc = dict(self.done_usage)
+        e_now, e_start = math.exp(lam * (now - t0)), self.e_start
         for job, _hosts, st in running.values():
-            acc[job.tenant] = acc.get(job.tenant, 0.0) + job.gpus * self._integral(st, now)
+            e_st = e_start.get(job.jid)
+            if e_st is None:
+                e_st = e_start[job.jid] = math.exp(lam * (st - t0))
+            # job.gpus * self._integral(st, now), its start's exponential computed once
+            acc[job.tenant] = acc.get(job.tenant, 0.0) + job.gpus * ((e_now - e_st) / lam)
         return {(t, MODEL): v * scale for t, v in acc.items()}
 
     def oldest_waiting(self):
@@ -110,16 +124,23 @@ class GpuTenancy(Scheduler):
     def schedule(self, now, cluster, running):
         if not self.waiting:
             return [], None
-        if cluster.free_total == 0 and not self.unplanned:
-            self.skipped += 1   # nothing can start now whatever the plan says
+        if not self.unplanned and not any(cluster.usable_by(g, n) for g, n in self.shapes):
+            # Nothing can start now whatever the plan says: no waiting lease fits even in the
+            # GPUs free now, and none will until a running job ends, which is an event that
+            # asks again (so the wake-up the plan would give changes nothing either). A lease
+            # not planned yet is planned all the same, for the ETA it is told on arrival.
+            self.skipped += 1
             return [], None
         if self.hosts is None:
             self.hosts = [Host(n, MODEL, cluster.host_gpus) for n in cluster.names]
         holds = []
         for job, hosts, st in running.values():
-            for h in hosts:
-                holds.append(Hold(job.jid, job.tenant, cluster.names[h], MODEL, job.gpus_per_vm,
-                                  st, max(st + job.duration, now + 1), job.jid in self.borrowing))
+            mine = self.holds.get(job.jid)
+            if mine is None or mine[0].end <= now:   # an end past now: held one second more
+                mine = self.holds[job.jid] = [
+                    Hold(job.jid, job.tenant, cluster.names[h], MODEL, job.gpus_per_vm, st,
+                         max(st + job.duration, now + 1), job.jid in self.borrowing) for h in hosts]
+            holds += mine
         waiting = [self.requests[jid] for jid in self.waiting]
         if self.aging is not None:
             waiting = [replace(r, priority=1) if now - r.created_at >= self.aging else r for r in waiting]
@@ -130,7 +151,7 @@ class GpuTenancy(Scheduler):
                        for r in waiting]
         t = time.perf_counter()
         p = plan(now, self.hosts, holds, self.quotas, waiting,
-                 self.usage(now, running) if self.fairshare else None, self.settings)
+                 self.usage(now, running) if self.fairshare else None, self.settings, explain=False)
         self.plan_seconds += time.perf_counter() - t
         self.plans += 1
         starts, wake = [], None
@@ -148,6 +169,10 @@ class GpuTenancy(Scheduler):
             if pl.placement.start <= now:
                 job = self.waiting.pop(pl.lease_id)
                 del self.requests[pl.lease_id]
+                shape = (job.gpus_per_vm, job.vms)
+                self.shapes[shape] -= 1
+                if not self.shapes[shape]:
+                    del self.shapes[shape]
                 self.starts_at[job.jid] = now
                 if pl.borrowing:
                     self.borrowing.add(job.jid)

@@ -20,13 +20,13 @@ host's current runs. A reservation updates only what its window touched.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from .model import Hold, Host
 from .free_levels import FreeLevels, indexed_segments
 from .host_runs import HostState
 from .idle_hosts import IdleHosts
-from .profile import INF, NCLS, StepProfile, length_class  # noqa: F401  (StepProfile: re-exported)
+from .profile import INF, NCLS, StepProfile, length_class
 
 
 class ModelIndex:
@@ -58,6 +58,14 @@ class ModelIndex:
         hs = self.hosts.get(host)
         if hs is not None:
             hs.prof.add(start, end, -gpus)
+
+    def apply_holds(self, by_host: Mapping[str, Iterable[tuple[int, int, int]]]) -> None:
+        """Before build(), on hosts with no hold yet: each host's holds as (start, end, -gpus),
+        its profile built at once."""
+        for name, spans in by_host.items():
+            hs = self.hosts.get(name)
+            if hs is not None:
+                hs.prof = StepProfile.of_spans(self.origin, hs.gpus, spans)
 
     def build(self) -> None:
         for hs in self.hosts.values():

@@ -44,8 +44,9 @@ class HostState:
         self.aggregate = host.aggregate
         self.prof = StepProfile(origin, host.gpus)
         # runs[g]: the set of g-runs (liveness checks); run_lists[g]: the same, in order
-        self.runs: list[set[Run]] = [set() for _ in range(host.gpus + 1)]
-        self.run_lists: list[list[Run]] = [[] for _ in range(host.gpus + 1)]
+        # (untracked g share one empty set and list: track() gives a g its own before anything is added)
+        self.runs: list[set[Run]] = [set()] * (host.gpus + 1)
+        self.run_lists: list[list[Run]] = [[]] * (host.gpus + 1)
         self.idle_from = origin    # from here on the host is entirely free
 
     def compute_idle_from(self) -> int:

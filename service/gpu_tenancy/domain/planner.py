@@ -152,23 +152,29 @@ class QuotaBook:
         self.now = now
         self.quotas = quotas
         self.profs: dict[tuple[str, str], StepProfile] = {}
-        # lowest remaining quota anywhere in the profile: while it covers a
-        # lease, the lease fits at once without walking the profile
+        # at most the lowest remaining quota anywhere in the profile: while it covers a
+        # lease, the lease fits at once without walking the profile (a reserve lowers it
+        # by its GPUs; the true lowest is read again only when it no longer covers one)
         self.floor: dict[tuple[str, str], int] = {}
+        # the holds' quota use, made into a profile only for the (project, model) a lease asks about
+        self.held: dict[tuple[str, str], list[tuple[int, int, int]]] = defaultdict(list)
         for h in holds:
             if h.end > now and h.gpus > 0 and not h.preemptible:   # preemptible leases use no quota
-                self.reserve(h.project_id, h.gpu_model, max(h.start, now), h.end, h.gpus)
+                self.held[(h.project_id, h.gpu_model)].append((h.start, h.end, -h.gpus))
 
     def _prof(self, p: str, m: str) -> StepProfile:
         pr = self.profs.get((p, m))
         if pr is None:
             q = self.quotas.get((p, m))
-            pr = self.profs[(p, m)] = StepProfile(self.now, q.gpus if q else 0)
-            self.floor[(p, m)] = pr.vals[0]
+            pr = self.profs[(p, m)] = StepProfile.of_spans(self.now, q.gpus if q else 0,
+                                                           self.held.pop((p, m), ()))
+            self.floor[(p, m)] = min(pr.vals)
         return pr
 
     def earliest(self, p: str, m: str, t: int, d: int, need: int) -> int | None:
         prof = self._prof(p, m)
+        if self.floor[(p, m)] < need:
+            self.floor[(p, m)] = min(prof.vals)
         if self.floor[(p, m)] >= need:
             return t if t > self.now else self.now
         return prof.earliest_fit(t, d, need)
@@ -177,12 +183,9 @@ class QuotaBook:
         return self._prof(p, m).min_on(a, b)
 
     def reserve(self, p: str, m: str, a: int, b: int, need: int) -> None:
-        prof = self._prof(p, m)
-        prof.add(a, b, -need)
+        self._prof(p, m).add(a, b, -need)
         if b > max(a, self.now):
-            low = prof.min_on(max(a, self.now), b)
-            if low < self.floor[(p, m)]:
-                self.floor[(p, m)] = low
+            self.floor[(p, m)] -= need
 
 
 def _fast_capacity(now: int, hosts: Sequence[Host], holds: Sequence[Hold]) -> dict[str, ModelIndex]:
@@ -191,12 +194,14 @@ def _fast_capacity(now: int, hosts: Sequence[Host], holds: Sequence[Hold]) -> di
         if h.enabled:
             by_model[h.gpu_model].append(h)
     idx = {m: ModelIndex(m, hs, now) for m, hs in by_model.items()}
+    spans: dict[str, dict[str, list[tuple[int, int, int]]]] = {m: defaultdict(list) for m in idx}
     for hd in holds:
         if hd.end > now and hd.gpus > 0:
-            mi = idx.get(hd.gpu_model)
-            if mi is not None:
-                mi.apply_hold(hd.host, max(hd.start, now), hd.end, hd.gpus)
-    for mi in idx.values():
+            on = spans.get(hd.gpu_model)
+            if on is not None:
+                on[hd.host].append((hd.start, hd.end, -hd.gpus))
+    for m, mi in idx.items():
+        mi.apply_holds(spans[m])
         mi.build()
     return idx
 
@@ -215,22 +220,32 @@ FAST = Backend()
 def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
          quotas: Mapping[tuple[str, str], QuotaLimit], waiting: Sequence[LeaseRequest],
          usage: Mapping[tuple[str, str], float] | None = None,
-         settings: PlannerSettings = PlannerSettings(), *, _backend: Backend = FAST) -> Plan:
+         settings: PlannerSettings = PlannerSettings(), *, explain: bool = True,
+         _backend: Backend = FAST) -> Plan:
     """Plan every waiting lease: a placement (start now or later) or reasons.
 
     In planner order, each lease: the first reason it can never be planned, if any;
     else the earliest start within its nominal quota and the capacity left; else, or
     sooner, a borrowed start on capacity idle now; why it starts no earlier; and that
-    placement reserved for the leases after it."""
+    placement reserved for the leases after it.
+
+    explain=False leaves out the reasons why a lease starts later than now (the
+    placements are the same): for callers that read placements only, such as the replay."""
     run = _Run(now, hosts, holds, quotas, usage, settings, _backend, bound_protected(waiting, now, settings))
-    ordered = sorted(waiting, key=lambda lr: order_key(lr, quotas, usage, now, settings, run.protected))
+    if not explain:
+        run.skip_unbinding_quotas(holds, quotas)
+    scores = _Scores(quotas, usage)
+    if settings.bounded:
+        ordered = sorted(waiting, key=lambda lr: order_key(lr, quotas, usage, now, settings, run.protected))
+    else:   # order_key without a wait bound, each project's score computed once
+        ordered = sorted(waiting, key=lambda lr: (-lr.priority, 1, scores.of(lr.project_id, lr.gpu_model),
+                                                  lr.created_at, lr.arrival, lr.lease_id))
     order = _Order()
     out: dict[str, PlannedLease] = {}
     for lr in ordered:
         q = quotas.get((lr.project_id, lr.gpu_model))
         aged = lr.lease_id in run.protected
-        ahead = order.next(lr, aged, None if aged else share_score(usage, lr.project_id, lr.gpu_model,
-                                                                    q.weight if q else 1.0))
+        ahead = order.next(lr, aged, None if aged else scores.of(lr.project_id, lr.gpu_model))
         pl = out[lr.lease_id] = PlannedLease(lr.lease_id, ahead.position, None, [])
         never = run.first_unplaceable_reason(lr, q)
         if never is not None:
@@ -244,13 +259,28 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
             if slot.start is None:
                 pl.reasons.append(_no_slot_reason(lr, q))
                 continue
-            run.explain(lr, q, slot, ahead, aged, pl)
+            if explain:
+                run.explain(lr, q, slot, ahead, aged, pl)
             if lr.latest_start is not None and slot.start > lr.latest_start:
                 pl.reasons.append(Reason("latest_start", f"the earliest slot is {fmt_time(slot.start)}, after "
                                                          f"its latest start {fmt_time(lr.latest_start)}"))
                 continue
             run.reserve(lr, slot, pl)
     return Plan(now, out)
+
+
+class _Scores:
+    """Fair-share scores (share_score) per (project, GPU model), each computed once per plan."""
+
+    def __init__(self, quotas: Mapping[tuple[str, str], QuotaLimit], usage: Mapping[tuple[str, str], float] | None):
+        self.quotas, self.usage = quotas, usage
+        self.known: dict[tuple[str, str], float] = {}
+
+    def of(self, p: str, m: str) -> float:
+        s = self.known.get((p, m))
+        if s is None:
+            s = self.known[(p, m)] = share_score(self.usage, p, m, _weight(self.quotas, p, m))
+        return s
 
 
 @dataclass
@@ -370,6 +400,32 @@ class _Run:
         self.book: QuotaBook = backend.quota(now, quotas, holds)
         self.hosts = HostProfiles(hosts)
         self.bound_text = _bound_text(settings)   # once: it goes into the reasons of every lease behind the bound
+        self.unbinding: set[tuple[str, str]] = set()   # quotas never read (skip_unbinding_quotas)
+
+    def skip_unbinding_quotas(self, holds: Sequence[Hold], quotas: Mapping[tuple[str, str], QuotaLimit]) -> None:
+        """Leave out the quotas that can never bind: where the hosts fit a lease, its project
+        is within quota too, so the start and hosts are capacity's alone (only the why-later
+        reasons, which tell when the quota would have let it in, read them).
+
+        At an instant where the chosen hosts have `need` free, the project holds at most the
+        model's GPUs C less `need`, plus its holds the index cannot count against C: on hosts
+        outside it, or on hosts its holds over-commit (nothing is reserved where free is below
+        zero). So a quota of C plus those holds, with nothing to borrow, never binds."""
+        outside: dict[tuple[str, str], int] = defaultdict(int)
+        uncounted: dict[tuple[str, str], bool] = {}   # (model, host): outside the index or over-committed
+        for h in holds:
+            if h.end > self.now and h.gpus > 0 and not h.preemptible:
+                key = (h.gpu_model, h.host)
+                out = uncounted.get(key)
+                if out is None:
+                    mi = self.indexes.get(h.gpu_model)
+                    hs = mi.hosts.get(h.host) if mi is not None else None
+                    out = uncounted[key] = hs is None or min(hs.prof.vals) < 0
+                if out:
+                    outside[(h.project_id, h.gpu_model)] += h.gpus
+        size = {m: sum(hs.gpus for hs in mi.hosts.values()) for m, mi in self.indexes.items()}
+        self.unbinding = {key for key, q in quotas.items()
+                          if q.borrow_gpus == 0 and q.gpus >= size.get(key[1], 0) + outside[key]}
 
     def first_unplaceable_reason(self, lr: LeaseRequest, q: QuotaLimit | None) -> Reason | None:
         """Why the lease can never be planned as asked: no GPUs or time, more than the
@@ -403,7 +459,7 @@ class _Run:
         t = max(self.now, lr.earliest_start)
         pushed_to = None   # capacity's answer when it pushed t later
         while True:
-            tq = self.book.earliest(p, m, t, d, need)
+            tq = t if (p, m) in self.unbinding else self.book.earliest(p, m, t, d, need)
             if tq is None:
                 return slot
             if tq > t and slot.quota_at is None:
@@ -492,7 +548,8 @@ class _Run:
         mi = self.indexes[lr.gpu_model]
         for h in hosts:
             mi.reserve(h, T, end, lr.gpus_per_vm)
-        self.book.reserve(lr.project_id, lr.gpu_model, T, end, lr.gpus_per_vm * lr.instances)
+        if (lr.project_id, lr.gpu_model) not in self.unbinding:
+            self.book.reserve(lr.project_id, lr.gpu_model, T, end, lr.gpus_per_vm * lr.instances)
         pl.placement = Placement(T, T + lr.duration, tuple(hosts))
         pl.borrowing = slot.borrowing
 
