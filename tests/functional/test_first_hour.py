@@ -60,6 +60,19 @@ def test_an_extension_never_shortens_shortening_is_its_own_ask(client, engine_ti
         assert client.patch(f"/v1/leases/{lease['id']}", json=bad, headers=headers()).status_code == 400
 
 
+def test_a_waiting_leases_new_duration_is_told_in_hours_not_seconds(client):
+    """The lease's events spoke in seconds ("duration set to 10800 s") where a person reads them."""
+    for project in ("ml-vision", "ml-vision", "nlp-lab", "nlp-lab"):   # the demo cloud's 32 A100, all taken
+        client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT2H"}, headers=headers(project))
+    waiting = client.post("/v1/leases", json={"shape": "a100.x1", "duration": "2h"}, headers=headers()).get_json()
+    assert waiting["lease"]["status"] == "queued"
+    lease_id = waiting["lease"]["id"]
+    assert client.patch(f"/v1/leases/{lease_id}", json={"duration": "PT3H30M"}, headers=headers()).status_code == 200
+    events = client.get(f"/v1/leases/{lease_id}/events", headers=headers()).get_json()["events"]
+    said = [e["message"] for e in events if e["kind"] == "change"]
+    assert said == ["duration set to 3 h 30 min"], events
+
+
 def test_asking_for_more_gpus_than_the_cloud_has_says_what_the_cloud_has(client):
     """Trap 9: 5 x a100.x8 (40 GPUs) on a cloud of 32 A100 got the quota's "may hold 16 (+8)";
     the cloud's size is what rules it out."""

@@ -307,7 +307,7 @@ def change_end(session: Session, now: int, settings: PlannerSettings, limits: Li
         if duration > row.duration:
             hook.ask("extend", hook_view(row, duration=duration), actor)
         row.duration = duration
-        record_event(session, row, "change", f"duration set to {duration} s", now, actor)
+        record_event(session, row, "change", f"duration set to {spoken_duration(duration)}", now, actor)
         session.flush()
         ledger.replan(session, now, settings)
         return row
