@@ -135,3 +135,17 @@ def test_shorten_asks_on_its_own_page_first_then_shortens(client, engine_tick):
                                                                          "confirmed": "yes"})
     assert "is not less than the lease" in client.get(too_much.headers["Location"]).text
     assert api_lease(client, lease_id)["duration"] == after["duration"]
+
+
+def test_a_queued_leases_reasons_give_their_times_for_the_local_clock_too(client):
+    """Queue reasons carried raw RFC 3339 times ("until 2026-12-01T10:00:05Z") where every
+    other time on the page is written for the reader's zone."""
+    for project in ("ml-vision", "ml-vision", "nlp-lab", "nlp-lab"):   # the demo cloud's 32 A100, all taken
+        client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT2H"}, headers=headers(project))
+    waiting = client.post("/v1/leases", json={"shape": "a100.x1", "duration": "2h"}, headers=headers()).get_json()
+    assert waiting["lease"]["status"] == "queued"
+    assert any(re.search(r"\dT\d", r["message"]) for r in waiting["lease"]["queue"]["reasons"])
+    login(client)
+    page = client.get(f"/dashboard/leases/{waiting['lease']['id']}").text
+    reasons = re.search(r'<ul class="reasons">.*?</ul>', page, re.DOTALL).group(0)
+    assert "<time datetime=" in reasons and not re.search(r">[^<]*\d{4}-\d\d-\d\dT\d\d:\d\d", reasons)

@@ -1,7 +1,9 @@
 """Template filters: times and durations as people read them."""
 from __future__ import annotations
 
-from markupsafe import Markup
+import re
+
+from markupsafe import Markup, escape
 
 from gpu_tenancy.dashboard import bp
 from gpu_tenancy.timeutil import parse_time
@@ -39,6 +41,23 @@ def when(value: str | None) -> Markup:
     if not value:
         return Markup("—")
     return Markup('<time datetime="{}">{}</time>').format(value, utc_text(value))
+
+
+RFC3339_IN_TEXT = re.compile(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
+
+
+@bp.app_template_filter("times_in")
+def times_in(text: str | None) -> Markup:
+    """A sentence from the API (a queue reason) with each RFC 3339 time in it written as
+    `when` writes one, so the reader sees its local time too; the rest escaped."""
+    if not text:
+        return Markup("")
+    parts, last = [], 0
+    for found in RFC3339_IN_TEXT.finditer(text):
+        parts += [escape(text[last:found.start()]), when(found.group(0))]
+        last = found.end()
+    parts.append(escape(text[last:]))
+    return Markup("").join(parts)
 
 
 def utc_text(value: str) -> str:
