@@ -1,6 +1,8 @@
 """A newcomer's first hour (issue 19): each trap a new user hit, as a test that failed before."""
 from __future__ import annotations
 
+import pytest
+
 from gpu_tenancy.timeutil import parse_time, rfc3339
 from tests.conftest import headers
 
@@ -134,6 +136,41 @@ def test_a_new_lease_is_told_at_once_what_the_engine_tells_it_and_its_eta_counts
     engine_tick(advance=5)                                            # 09:15:05: its GPUs are back
     assert client.get(f"/v1/leases/{answered['id']}", headers=nlp).get_json()["lease"]["start"] == (
         "2026-12-01T09:15:05Z")
+
+
+@pytest.mark.parametrize("act", ["cancel", "extend", "quota"])
+def test_a_replan_the_api_runs_keeps_the_reclaim_a_waiting_lease_was_told_of_and_its_eta(client, engine_tick, act):
+    """Trap 5, the other replans: a cancel, a change of end or a quota change replanned without
+    reclaim and preemption, so a waiting lease lost its borrowing reason and the ETA counting on
+    the reclaim until the engine's next pass gave them back. The case of the test above; then
+    nlp-lab's unrelated H100 lease is cancelled or extended, or an admin sets a quota: at once,
+    with no engine pass, the A100 lease still says what it was told, as the next pass does."""
+    vision, nlp = headers("ml-vision"), headers("nlp-lab")
+    client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT10H"}, headers=vision)
+    client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT10H"}, headers=vision)
+    engine_tick()
+    engine_tick(advance=30 * 60)                                      # 08:30
+    other = client.post("/v1/leases", json={"shape": "h100.x1", "duration": "PT1H"}, headers=nlp)
+    waits = client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT4H"},
+                        headers=nlp).get_json()["lease"]
+    assert waits["queue"]["eta"] == "2026-12-01T09:15:05Z"
+    assert "borrowing" in [r["code"] for r in waits["queue"]["reasons"]]
+    other_id = other.get_json()["lease"]["id"]
+    if act == "cancel":
+        done = client.delete(f"/v1/leases/{other_id}", headers=nlp)
+    elif act == "extend":
+        done = client.patch(f"/v1/leases/{other_id}", json={"duration": "PT2H"}, headers=nlp)
+    else:
+        done = client.put("/v1/quotas/nlp-lab", json={"quota": {"gpu_models": {"H100": {"gpus": 4, "borrow_gpus": 2}}}},
+                          headers=headers("nlp-lab", "admin"))
+    assert done.status_code in (200, 204), done.get_json()
+
+    def now_shown() -> tuple[dict, str]:
+        shown = client.get(f"/v1/leases/{waits['id']}", headers=nlp).get_json()["lease"]
+        return shown["queue"], shown["start"]
+    assert now_shown() == (waits["queue"], waits["start"])           # right after the call
+    engine_tick()                                                     # the engine's next pass says the same
+    assert now_shown() == (waits["queue"], waits["start"])
 
 
 def test_the_capacity_calendar_does_not_offer_gpus_a_queued_lease_is_planned_on(client, clock):
