@@ -197,3 +197,35 @@ def test_the_capacity_calendar_does_not_offer_gpus_a_queued_lease_is_planned_on(
     assert at("2026-12-01T11:00:00Z") == (8, 8)     # 16 of ml-vision's back; 8 of them planned for "waits"
     assert at("2026-12-01T12:30:00Z") == (24, 8)    # nlp-lab's back too
     assert at("2026-12-01T13:30:00Z") == (32, 0)
+
+
+def test_the_capacity_calendar_plans_once_per_replan_and_still_counts_a_new_lease(client, clock, monkeypatch):
+    """Trap 9's calendar planned every waiting lease on each call: a tenant reading it in a loop
+    cost a full plan a call. It now plans once per replan of the ledger (or once the engine's
+    tick has passed): five calls in a row cost one plan, and a lease made between two calls is
+    counted at once, since making it replanned."""
+    from gpu_tenancy.domain import planner
+    plans = []
+    real_plan = planner.plan
+
+    def counted(*args, **kwargs):
+        plans.append(1)
+        return real_plan(*args, **kwargs)
+    monkeypatch.setattr(planner, "plan", counted)
+    vision, nlp = headers("ml-vision"), headers("nlp-lab")
+    for who, hours in ((vision, 2), (nlp, 4)):                        # the A100 hosts full until 10:00 and 12:00
+        client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": f"{hours}h"}, headers=who)
+    end = rfc3339(clock.now() + 6 * 3600)
+
+    def planned_at(t: str) -> int:
+        body = client.get(f"/v1/capacity?start=now&end={end}", headers=headers("nlp-lab")).get_json()["capacity"]
+        return sum(s["planned"] for h in body["calendar"] if h["gpu_model"] == "A100" for s in h["free"]
+                   if s["from"] <= t < s["to"])
+    assert planned_at("2026-12-01T11:00:00Z") == 0
+    waits = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "3h"}, headers=vision)
+    assert waits.get_json()["lease"]["start"] == "2026-12-01T10:00:05Z"
+    plans.clear()
+    assert [planned_at("2026-12-01T11:00:00Z") for _ in range(5)] == [8] * 5   # planned for 10:00:05-13:00:05
+    assert len(plans) == 1
+    clock.advance(5)                                                  # the engine's tick: time moved the plan
+    assert planned_at("2026-12-01T11:00:00Z") == 8 and len(plans) == 2
