@@ -1,6 +1,8 @@
 """A newcomer's first hour (issue 19): each trap a new user hit, as a test that failed before."""
 from __future__ import annotations
 
+import pytest
+
 from gpu_tenancy.timeutil import parse_time, rfc3339
 from tests.conftest import headers
 
@@ -149,6 +151,41 @@ def test_a_new_lease_is_told_at_once_what_the_engine_tells_it_and_its_eta_counts
         "2026-12-01T09:15:05Z")
 
 
+@pytest.mark.parametrize("act", ["cancel", "extend", "quota"])
+def test_a_replan_the_api_runs_keeps_the_reclaim_a_waiting_lease_was_told_of_and_its_eta(client, engine_tick, act):
+    """Trap 5, the other replans: a cancel, a change of end or a quota change replanned without
+    reclaim and preemption, so a waiting lease lost its borrowing reason and the ETA counting on
+    the reclaim until the engine's next pass gave them back. The case of the test above; then
+    nlp-lab's unrelated H100 lease is cancelled or extended, or an admin sets a quota: at once,
+    with no engine pass, the A100 lease still says what it was told, as the next pass does."""
+    vision, nlp = headers("ml-vision"), headers("nlp-lab")
+    client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT10H"}, headers=vision)
+    client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT10H"}, headers=vision)
+    engine_tick()
+    engine_tick(advance=30 * 60)                                      # 08:30
+    other = client.post("/v1/leases", json={"shape": "h100.x1", "duration": "PT1H"}, headers=nlp)
+    waits = client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT4H"},
+                        headers=nlp).get_json()["lease"]
+    assert waits["queue"]["eta"] == "2026-12-01T09:15:05Z"
+    assert "borrowing" in [r["code"] for r in waits["queue"]["reasons"]]
+    other_id = other.get_json()["lease"]["id"]
+    if act == "cancel":
+        done = client.delete(f"/v1/leases/{other_id}", headers=nlp)
+    elif act == "extend":
+        done = client.patch(f"/v1/leases/{other_id}", json={"duration": "PT2H"}, headers=nlp)
+    else:
+        done = client.put("/v1/quotas/nlp-lab", json={"quota": {"gpu_models": {"H100": {"gpus": 4, "borrow_gpus": 2}}}},
+                          headers=headers("nlp-lab", "admin"))
+    assert done.status_code in (200, 204), done.get_json()
+
+    def now_shown() -> tuple[dict, str]:
+        shown = client.get(f"/v1/leases/{waits['id']}", headers=nlp).get_json()["lease"]
+        return shown["queue"], shown["start"]
+    assert now_shown() == (waits["queue"], waits["start"])           # right after the call
+    engine_tick()                                                     # the engine's next pass says the same
+    assert now_shown() == (waits["queue"], waits["start"])
+
+
 def test_the_capacity_calendar_does_not_offer_gpus_a_queued_lease_is_planned_on(client, clock):
     """Trap 9: /v1/capacity?start&end showed GPUs as free where a queued lease was already planned.
     The A100 hosts are full until 10:00 (ml-vision's 16) and 12:00 (nlp-lab's 16); ml-vision's third
@@ -173,3 +210,35 @@ def test_the_capacity_calendar_does_not_offer_gpus_a_queued_lease_is_planned_on(
     assert at("2026-12-01T11:00:00Z") == (8, 8)     # 16 of ml-vision's back; 8 of them planned for "waits"
     assert at("2026-12-01T12:30:00Z") == (24, 8)    # nlp-lab's back too
     assert at("2026-12-01T13:30:00Z") == (32, 0)
+
+
+def test_the_capacity_calendar_plans_once_per_replan_and_still_counts_a_new_lease(client, clock, monkeypatch):
+    """Trap 9's calendar planned every waiting lease on each call: a tenant reading it in a loop
+    cost a full plan a call. It now plans once per replan of the ledger (or once the engine's
+    tick has passed): five calls in a row cost one plan, and a lease made between two calls is
+    counted at once, since making it replanned."""
+    from gpu_tenancy.domain import planner
+    plans = []
+    real_plan = planner.plan
+
+    def counted(*args, **kwargs):
+        plans.append(1)
+        return real_plan(*args, **kwargs)
+    monkeypatch.setattr(planner, "plan", counted)
+    vision, nlp = headers("ml-vision"), headers("nlp-lab")
+    for who, hours in ((vision, 2), (nlp, 4)):                        # the A100 hosts full until 10:00 and 12:00
+        client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": f"{hours}h"}, headers=who)
+    end = rfc3339(clock.now() + 6 * 3600)
+
+    def planned_at(t: str) -> int:
+        body = client.get(f"/v1/capacity?start=now&end={end}", headers=headers("nlp-lab")).get_json()["capacity"]
+        return sum(s["planned"] for h in body["calendar"] if h["gpu_model"] == "A100" for s in h["free"]
+                   if s["from"] <= t < s["to"])
+    assert planned_at("2026-12-01T11:00:00Z") == 0
+    waits = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "3h"}, headers=vision)
+    assert waits.get_json()["lease"]["start"] == "2026-12-01T10:00:05Z"
+    plans.clear()
+    assert [planned_at("2026-12-01T11:00:00Z") for _ in range(5)] == [8] * 5   # planned for 10:00:05-13:00:05
+    assert len(plans) == 1
+    clock.advance(5)                                                  # the engine's tick: time moved the plan
+    assert planned_at("2026-12-01T11:00:00Z") == 8 and len(plans) == 2

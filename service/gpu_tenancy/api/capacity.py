@@ -32,7 +32,7 @@ def show():
         by_model = capacity.now_by_model(session, now, settings.release_floor)
         body = {"now": rfc3339(now), "gpu_models": {model: asdict(figures) for model, figures in by_model.items()}}
         if window is not None:
-            planned = capacity.planned_for_waiting(session, now, settings)
+            planned = rt.runtime().planned.planned_for_waiting(session, now, settings)
             body["calendar"] = [render_host(h) for h in capacity.calendar(session, *window, settings.release_floor,
                                                                           now=now, planned=planned)]
     return {"capacity": body}

@@ -132,8 +132,8 @@ def update(lease_id: str):
         row = load(session, lease_id)
         rt.authorize("lease:update", row.project_id)
         before = render(row)
-        leases.change_end(session, rt.now(), rt.planner_settings(), rt.limits(), row, change_asked, rt.context().user_id,
-                          cfg.extension_window_seconds, hook)
+        leases.change_end(session, rt.now(), cfg, rt.planner_settings(), rt.limits(), row, change_asked,
+                          rt.context().user_id, cfg.extension_window_seconds, hook)
         rendered = render(row)
         rt.audit(session, "lease.update", row.id, row.project_id, before, rendered)
         return rendered
@@ -150,7 +150,7 @@ def cancel(lease_id: str):
         row = load(session, lease_id)
         rt.authorize("lease:delete", row.project_id)
         before = render(row)
-        leases.cancel(session, rt.now(), rt.planner_settings(), row, rt.context().user_id, hook)
+        leases.cancel(session, rt.now(), cfg, rt.planner_settings(), row, rt.context().user_id, hook)
         rt.audit(session, "lease.delete", row.id, row.project_id, before, render(row))
     decide(DecisionHook.from_config(cfg), rt.transaction, end)
     rt.runtime().wake_engine()

@@ -253,7 +253,8 @@ PATHS = {
                          params=WINDOW,
                          description=f"start and end come together; at most {MAX_CALENDAR_SPAN // 86400} days "
                                      "apart; start may be 'now'. Free GPUs are those neither held nor planned "
-                                     "for a waiting lease; each step says apart how many are planned."),
+                                     "for a waiting lease; each step says apart how many are planned, as planned "
+                                     "at the last replan (at most one engine tick old)."),
     },
     "/v1/usage": {
         "get": operation("GPU-hours per project and GPU model", "usage:show", 200, wrapped("usage", "Usage"),

@@ -17,6 +17,7 @@ from gpu_tenancy.db.models import AuditRecord
 from gpu_tenancy.db.session import session_scope
 from gpu_tenancy.domain.planner import PlannerSettings
 from gpu_tenancy.engine import audit as audit_log
+from gpu_tenancy.engine.capacity import PlannedCache
 from gpu_tenancy.engine import planner_settings as planner_settings_
 from gpu_tenancy.engine.leases import Caller
 from gpu_tenancy.engine.limits import Limits
@@ -36,10 +37,12 @@ class Runtime:
     # read from `config` once; each app its own (two apps in one process do not share them)
     planner_settings: PlannerSettings = field(init=False)
     limits: Limits = field(init=False)
+    planned: PlannedCache = field(init=False)    # the calendar's planned GPUs, made once per replan
 
     def __post_init__(self) -> None:
         self.planner_settings = planner_settings_.from_config(self.config)
         self.limits = Limits.from_config(self.config)
+        self.planned = PlannedCache(max_age=self.config.engine_tick_seconds)
 
     def wake_engine(self) -> None:
         if self.engine is not None:

@@ -269,12 +269,15 @@ class Event(Base):
 
 
 class Lock(Base):
-    """Named database locks: 'ledger' serialises allocation decisions;
+    """Named database locks: 'ledger' serialises allocation decisions (and counts replans);
     'engine' is the leader lease (holder + expiry)."""
     __tablename__ = "locks"
     name: Mapped[str] = mapped_column(String(32), primary_key=True)
     holder: Mapped[str | None] = mapped_column(String(128), nullable=True)
     expires_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
+    # 'ledger': bumped by every replan (ledger.replan_locked), so that what is read from a plan
+    # can be kept until the plan may have moved (engine/capacity.py: PlannedCache)
+    generation: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class AuditRecord(Base):

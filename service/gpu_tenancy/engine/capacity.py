@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -19,6 +19,7 @@ from gpu_tenancy.domain.model import Hold
 from gpu_tenancy.domain.planner import PlannerSettings
 from gpu_tenancy.domain.states import HOLDING, WAITING, LeaseState
 from gpu_tenancy.engine.held import allowance, held_between
+from gpu_tenancy.engine import ledger
 from gpu_tenancy.engine.ledger import host_from_row, load_inputs, run_planner
 
 
@@ -118,3 +119,24 @@ def planned_for_waiting(session: Session, now: int, settings: PlannerSettings) -
                      place.end + inputs.allowance, planned.borrowing, lr.preemptible, lr.priority, inputs.allowance)
                 for host in place.hosts]
     return out
+
+
+@dataclass
+class PlannedCache:
+    """planned_for_waiting, made once per replan: kept while the ledger has not replanned since
+    (its generation) and for less than `max_age` s (time moving on moves the plan too), so a
+    tenant reading the calendar in a loop costs one plan per engine pass, not one per call.
+    Each app its own; one per process."""
+    max_age: int
+    # (generation, made at, holds), swapped whole: threads of a worker share it
+    last: tuple[int | None, int, list[Hold]] | None = field(default=None)
+
+    def planned_for_waiting(self, session: Session, now: int, settings: PlannerSettings) -> list[Hold]:
+        # read before the plan's inputs: a replan committed between the two only makes the next call plan again
+        generation = ledger.generation(session)
+        last = self.last
+        if last is not None and last[0] == generation and 0 <= now - last[1] < self.max_age:
+            return last[2]
+        holds = planned_for_waiting(session, now, settings)
+        self.last = (generation, now, holds)
+        return holds

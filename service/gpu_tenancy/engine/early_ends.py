@@ -35,6 +35,15 @@ def replan(session: Session, clock, config: Config, planner_settings: planner.Pl
     return replan_locked(session, clock.now(), config, planner_settings, actor)
 
 
+def replan_at(session: Session, now: int, config: Config, planner_settings: planner.PlannerSettings,
+              actor: str = "planner") -> Plan:
+    """ledger.replan made the engine's whole replan, at the caller's `now`: the replans the API
+    runs (a cancel, a change of end, a quota) leave waiting leases the reclaims and ETAs the
+    engine's next pass gives them, not without them for one pass. The caller commits."""
+    ledger_lock(session)
+    return replan_locked(session, now, config, planner_settings, actor)
+
+
 def plan_new(session: Session, now: int, config: Config, planner_settings: planner.PlannerSettings,
              lease_id: str) -> m.Lease:
     """ledger.plan_new with the engine's whole replan, early ends and their reasons included: a

@@ -10,6 +10,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from gpu_tenancy import error_codes as codes
+from gpu_tenancy.config import Config
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import ledger_lock, to_epoch, utcnow_naive
 from gpu_tenancy.domain import planner
@@ -19,7 +20,7 @@ from gpu_tenancy.domain.states import FINAL, HOLDING, LeaseState
 from gpu_tenancy.domain.budget import Span
 from gpu_tenancy.domain.extension import window_refusal
 from gpu_tenancy.domain.lease_ask import Boot, EndChange, LeaseAsk, VolumeAsk
-from gpu_tenancy.engine import budgets, catalog, ledger
+from gpu_tenancy.engine import budgets, catalog, early_ends, ledger
 from gpu_tenancy.engine.decision_hook import DecisionHook
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.engine.limits import Limits
@@ -235,7 +236,7 @@ def create(session: Session, now: int, limits: Limits, caller: Caller, ask: Leas
     return row
 
 
-def cancel(session: Session, now: int, settings: PlannerSettings, row: m.Lease, actor: str,
+def cancel(session: Session, now: int, config: Config, settings: PlannerSettings, row: m.Lease, actor: str,
            hook: DecisionHook = DecisionHook()) -> m.Lease:
     """Cancel a waiting lease, or end a running one now. The data volume stays."""
     status = S(row.status)
@@ -251,7 +252,7 @@ def cancel(session: Session, now: int, settings: PlannerSettings, row: m.Lease, 
         end_allocations_at(session, row, now)
         record_transition(session, row, S.ENDING, now, actor, "ended early by the user")
     session.flush()
-    ledger.replan(session, now, settings)
+    early_ends.replan_at(session, now, config, settings)
     return row
 
 
@@ -276,8 +277,8 @@ def hook_view(row: m.Lease, **changes) -> dict:
     return {**view, **changes}
 
 
-def change_end(session: Session, now: int, settings: PlannerSettings, limits: Limits, row: m.Lease, change: EndChange,
-               actor: str, extension_window: int | None = None, hook: DecisionHook = DecisionHook()) -> m.Lease:
+def change_end(session: Session, now: int, config: Config, settings: PlannerSettings, limits: Limits, row: m.Lease,
+               change: EndChange, actor: str, extension_window: int | None = None, hook: DecisionHook = DecisionHook()) -> m.Lease:
     """Extend or shrink. An extension is granted only if it delays nobody planned, within the
     maximum duration and the budget; with `extension_window`, only in the lease's last part."""
     status = S(row.status)
@@ -309,7 +310,7 @@ def change_end(session: Session, now: int, settings: PlannerSettings, limits: Li
         row.duration = duration
         record_event(session, row, "change", f"duration set to {spoken_duration(duration)}", now, actor)
         session.flush()
-        ledger.replan(session, now, settings)
+        early_ends.replan_at(session, now, config, settings)
         return row
     start, old_end = committed_window(row)
     new_end = start + duration
@@ -331,7 +332,7 @@ def change_end(session: Session, now: int, settings: PlannerSettings, limits: Li
     verb = "extended" if new_end > old_end else "shortened"
     record_event(session, row, "change", f"{verb} to end at {rfc3339(new_end)}", now, actor)
     session.flush()
-    ledger.replan(session, now, settings)
+    early_ends.replan_at(session, now, config, settings)
     return row
 
 

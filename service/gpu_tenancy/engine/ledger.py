@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from dataclasses import dataclass
 
-from sqlalchemy import Row, select
+from sqlalchemy import Row, select, update
 from sqlalchemy.orm import Session, joinedload
 from sqlalchemy.orm.attributes import flag_modified
 
@@ -134,6 +134,8 @@ def replan(session: Session, now: int, settings: planner.PlannerSettings, actor:
 
 def replan_locked(session: Session, now: int, settings: planner.PlannerSettings, actor: str) -> Plan:
     limits.fail_unplannable(session, now, actor)
+    # under the lock already held: one more statement on its row
+    session.execute(update(m.Lock).where(m.Lock.name == "ledger").values(generation=m.Lock.generation + 1))
     rows: dict[str, m.Lease] = {}
     row: m.Lease | None   # a queued row, then the row of a planned lease
     for row in load_queued(session):
@@ -157,6 +159,12 @@ def replan_locked(session: Session, now: int, settings: planner.PlannerSettings,
         else:
             write_queue_info(row, planned)
     return plan
+
+
+def generation(session: Session) -> int | None:
+    """How many replans the ledger has seen: what is read from a plan made at one generation
+    holds until the next (or until time has moved the plan on)."""
+    return session.scalar(select(m.Lock.generation).where(m.Lock.name == "ledger"))
 
 
 def plan_new(session: Session, now: int, settings: planner.PlannerSettings, lease_id: str,

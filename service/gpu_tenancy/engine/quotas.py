@@ -7,10 +7,11 @@ from collections import defaultdict
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from gpu_tenancy.config import Config
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import utcnow_naive
 from gpu_tenancy.domain.planner import PlannerSettings
-from gpu_tenancy.engine import ledger
+from gpu_tenancy.engine import early_ends
 from gpu_tenancy.errors import BadRequest
 from gpu_tenancy.timeutil import duration_field
 
@@ -35,7 +36,7 @@ def known_gpu_models(session: Session) -> set[str]:
     return set(session.scalars(select(m.Host.gpu_model))) | set(session.scalars(select(m.Shape.gpu_model)))
 
 
-def replace(session: Session, now: int, settings: PlannerSettings, project_id: str,
+def replace(session: Session, now: int, config: Config, settings: PlannerSettings, project_id: str,
             limits: dict[str, dict]) -> list[m.Quota]:
     """Set the project's limits for each GPU model given (omitted fields take
     their defaults; models not given are untouched), then replan: a raised
@@ -58,7 +59,7 @@ def replace(session: Session, now: int, settings: PlannerSettings, project_id: s
         row.gpus, row.borrow_gpus, row.weight = values["gpus"], values["borrow_gpus"], float(values["weight"])
         row.max_duration, row.updated_at = values["max_duration"], stamp
     session.flush()
-    ledger.replan(session, now, settings, actor="quota")
+    early_ends.replan_at(session, now, config, settings, actor="quota")
     return of_projects(session, project_id)[project_id]
 
 
