@@ -19,10 +19,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "service"))
 
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit  # noqa: E402
-from gpu_tenancy.domain.planner import PlannerSettings, plan  # noqa: E402
+from gpu_tenancy.domain.planner import PlannerSettings, order_key, plan  # noqa: E402
 
 from event_loop import Scheduler  # noqa: E402
-from promise import breaches, promised_ids, with_promises  # noqa: E402
+from promise import breaches, promised_ids, shape_order, with_promises  # noqa: E402
 
 MODEL = "GPU"
 BREACH_ROUNDS = 8   # promise='breach': plans made again at most this often in one decision
@@ -56,7 +56,7 @@ class GpuTenancy(Scheduler):
         # every lease not yet told one, so a later arrival only fits around the promises; the
         # promised leases among themselves by fair share ('fairshare') or by the ETA they were
         # told ('eta'); only those due within `horizon` seconds ('near'); only those fair share
-        # would start more than `horizon` seconds late ('breach')
+        # would start more than `horizon` seconds late ('breach'); by ETA within a shape ('shape')
         self.promise = promise
         self.horizon = horizon
         self.breached: set[str] = set()
@@ -155,7 +155,10 @@ class GpuTenancy(Scheduler):
         told = self.first_eta if self.promise and self.first_eta is not None else None
         asked = waiting
         for _ in range(BREACH_ROUNDS if self.promise == "breach" else 1):
-            if told is not None:
+            if told is not None and self.promise == "shape":
+                asked = shape_order(sorted(waiting, key=lambda lr: order_key(lr, self.quotas, usage, now,
+                                                                             self.settings)), told)
+            elif told is not None:
                 promised = promised_ids(self.promise, told, self.waiting, now, self.horizon, self.breached)
                 asked = with_promises(self.promise, waiting, told, promised)
             t = time.perf_counter()

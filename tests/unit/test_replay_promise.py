@@ -11,7 +11,7 @@ sys.path.insert(0, os.path.abspath(BENCH))
 
 from event_loop import simulate  # noqa: E402
 from planner_sched import GpuTenancy, quota_limits  # noqa: E402
-from promise import PROMISED, breaches, promised_ids, with_promises  # noqa: E402
+from promise import PROMISED, breaches, promised_ids, shape_order, with_promises  # noqa: E402
 from traces import Job  # noqa: E402
 
 from gpu_tenancy.domain.model import LeaseRequest, Placement, PlannedLease  # noqa: E402
@@ -75,3 +75,14 @@ def test_breach_rule_keeps_it_and_tells_the_later_lease_where_it_fits():
     eta, start = run("breach")
     assert (eta["j1"], start["j1"]) == (100, 100)
     assert (eta["j2"], start["j2"]) == (200, 200)   # its ETA is the one it keeps
+
+
+def test_shape_order_sorts_by_eta_only_within_a_shape_in_its_own_places():
+    def r(i: str, g: int) -> LeaseRequest:
+        return LeaseRequest(i, "p", "GPU", g, 1, 60, 0, None, 0)
+    # fair-share order: a(1 GPU, ETA 300), x(8, ETA 100), b(1, ETA 200), n(1, not told), y(8, ETA 50)
+    ordered = [r("a", 1), r("x", 8), r("b", 1), r("n", 1), r("y", 8)]
+    told = {"a": 300, "x": 100, "b": 200, "y": 50}
+    out = shape_order(ordered, told)
+    assert [q.lease_id for q in out] == ["b", "y", "a", "n", "x"]   # 1-GPU places 0, 2; 8-GPU 1, 4
+    assert [q.priority for q in out] == [5, 4, 3, 2, 1]             # the planner keeps that order
