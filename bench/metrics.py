@@ -103,6 +103,7 @@ def summarize(out, jobs, shares: dict[str, float], capacity: int) -> dict:
         r["replans_per_s"] = plans / out.wall_seconds
         r["ms_per_plan"] = 1000 * out.extra["plan_seconds"] / plans
         r["eta_only_plans"] = out.extra.get("eta_only_plans", 0)
+        r["promise_replans"] = out.extra.get("promise_replans", 0)   # plans made again to keep an ETA
     return r
 
 

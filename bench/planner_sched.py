@@ -19,12 +19,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "service"))
 
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit  # noqa: E402
-from gpu_tenancy.domain.planner import PlannerSettings, plan  # noqa: E402
+from gpu_tenancy.domain.planner import PlannerSettings, order_key, plan  # noqa: E402
 
 from event_loop import Scheduler  # noqa: E402
+from promise import breaches, promised_ids, shape_order, with_promises  # noqa: E402
 
 MODEL = "GPU"
-PROMISED = 2 ** 31   # promise='eta': priority PROMISED - ETA, so the earliest ETA goes first
+BREACH_ROUNDS = 8   # promise='breach': plans made again at most this often in one decision
 
 
 def quota_limits(shares: dict[str, float], capacity: int, mode: str) -> dict[tuple[str, str], QuotaLimit]:
@@ -43,17 +44,23 @@ def quota_limits(shares: dict[str, float], capacity: int, mode: str) -> dict[tup
 class GpuTenancy(Scheduler):
     def __init__(self, quotas, half_life: int = 7 * 24 * 3600, name: str = "gpu-tenancy",
                  fairshare: bool = True, aging: int | None = None,
-                 settings: PlannerSettings = PlannerSettings(), promise: str | None = None):
+                 settings: PlannerSettings = PlannerSettings(), promise: str | None = None,
+                 horizon: int = 0):
         self.name = name
         # the planner's settings (the wait bound among them); the service's defaults unless given
         self.settings = replace(settings, fairshare_half_life=half_life)
         # aging (an earlier prototype, for comparison only): a lease waiting longer
         # than `aging` seconds is planned at priority 1
         self.aging = aging
-        # prototypes (off by default): a lease told an ETA goes before every lease not yet told
-        # one, so a later arrival only fits around the promises; the promised leases among
-        # themselves by fair share ('fairshare') or by the ETA they were told ('eta')
+        # prototypes (off by default; the rules in promise.py): a lease told an ETA goes before
+        # every lease not yet told one, so a later arrival only fits around the promises; the
+        # promised leases among themselves by fair share ('fairshare') or by the ETA they were
+        # told ('eta'); only those due within `horizon` seconds ('near'); only those fair share
+        # would start more than `horizon` seconds late ('breach'); by ETA within a shape ('shape')
         self.promise = promise
+        self.horizon = horizon
+        self.breached: set[str] = set()
+        self.replans = 0   # promise='breach': plans made again because one broke a promise
         self.fairshare = fairshare   # False (diagnosis only): no usage, so the order is priority then age
         self.quotas = quotas
         self.lam = math.log(2) / half_life
@@ -119,7 +126,7 @@ class GpuTenancy(Scheduler):
 
     def stats(self):
         return {"plans": self.plans, "plan_seconds": self.plan_seconds, "skipped_full": self.skipped,
-                "eta_only_plans": self.eta_only}
+                "eta_only_plans": self.eta_only, "promise_replans": self.replans}
 
     def schedule(self, now, cluster, running):
         if not self.waiting:
@@ -144,16 +151,27 @@ class GpuTenancy(Scheduler):
         waiting = [self.requests[jid] for jid in self.waiting]
         if self.aging is not None:
             waiting = [replace(r, priority=1) if now - r.created_at >= self.aging else r for r in waiting]
-        if self.promise and self.first_eta is not None:
-            told = self.first_eta
-            waiting = [r if r.lease_id not in told else replace(r, priority=1 if self.promise == "fairshare"
-                                                                 else PROMISED - told[r.lease_id])
-                       for r in waiting]
-        t = time.perf_counter()
-        p = plan(now, self.hosts, holds, self.quotas, waiting,
-                 self.usage(now, running) if self.fairshare else None, self.settings, explain=False)
-        self.plan_seconds += time.perf_counter() - t
-        self.plans += 1
+        usage = self.usage(now, running) if self.fairshare else None
+        told = self.first_eta if self.promise and self.first_eta is not None else None
+        asked = waiting
+        for _ in range(BREACH_ROUNDS if self.promise == "breach" else 1):
+            if told is not None and self.promise == "shape":
+                asked = shape_order(sorted(waiting, key=lambda lr: order_key(lr, self.quotas, usage, now,
+                                                                             self.settings)), told)
+            elif told is not None:
+                promised = promised_ids(self.promise, told, self.waiting, now, self.horizon, self.breached)
+                asked = with_promises(self.promise, waiting, told, promised)
+            t = time.perf_counter()
+            p = plan(now, self.hosts, holds, self.quotas, asked, usage, self.settings, explain=False)
+            self.plan_seconds += time.perf_counter() - t
+            self.plans += 1
+            if told is None or self.promise != "breach":
+                break
+            late = breaches(p.leases, told, promised, self.horizon)
+            if not late:
+                break
+            self.breached |= late   # promised from now on: its ETA may only move earlier
+            self.replans += 1
         starts, wake = [], None
         for jid in self.unplanned:   # the API plans a lease when it is created: that plan's start is its ETA
             eta = p.leases[jid].eta
@@ -169,6 +187,7 @@ class GpuTenancy(Scheduler):
             if pl.placement.start <= now:
                 job = self.waiting.pop(pl.lease_id)
                 del self.requests[pl.lease_id]
+                self.breached.discard(job.jid)
                 shape = (job.gpus_per_vm, job.vms)
                 self.shapes[shape] -= 1
                 if not self.shapes[shape]:

@@ -135,6 +135,15 @@ def make(name: str, cfg: dict, shares, capacity: int):
         return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name, promise="fairshare")
     if name == "gpu-tenancy-promise-eta":   # the same, the promised leases in the order of their ETAs
         return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name, promise="eta")
+    if name.startswith("gpu-tenancy-promise-near@"):   # only the ETAs due within <hours> are kept first
+        return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name, promise="near",
+                          horizon=round(float(name.split("@", 1)[1].rstrip("h")) * 3600))
+    if name == "gpu-tenancy-promise-shape":   # fair share; ETA order only among leases of one shape
+        return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name, promise="shape")
+    if name.split("@")[0] == "gpu-tenancy-promise-breach":   # fair share, unless it would start a lease
+        slack = name.split("@", 1)[1].rstrip("m") if "@" in name else "0"   # more than <minutes> after its ETA
+        return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name, promise="breach",
+                          horizon=round(float(slack) * 60))
     if name == "gpu-tenancy-aging":   # earlier prototype: priority 1 once a lease waited aging_seconds
         return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name, aging=cfg["aging_seconds"])
     if name == "EASY":
