@@ -113,6 +113,19 @@ def test_share_shows_a_member_its_row_and_the_others_unnamed(client, contended, 
     assert not any(r["hidden"] for r in admin["projects"])
 
 
+def test_projects_of_one_rank_are_not_listed_to_a_member_in_the_order_of_their_ids(client):
+    """Unnamed rows that tie were listed by project id, which told a member the ids' order."""
+    for project, gpus in (("aaa-lab", 2), ("zzz-lab", 6)):   # unused, so both rank with ml-vision and nlp-lab
+        ok(client.put(f"/v1/quotas/{project}", json={"quota": {"gpu_models": {"A100": {"gpus": gpus}}}},
+                      headers=ADMIN))
+    admin = ok(client.get("/v1/share?gpu_model=A100", headers=ADMIN))["share"]["projects"]
+    assert len({r["rank"] for r in admin}) == 1 and [r["project"] for r in admin][:1] == ["aaa-lab"]
+    rows = ok(client.get("/v1/share?gpu_model=A100", headers=VISION))["share"]["projects"]
+    assert rows[0]["project"] == "ml-vision"
+    others = [r["nominal_gpus"] for r in rows if r["hidden"]]
+    assert others == sorted(others, reverse=True) and others[-1] == 2   # by figures: aaa-lab's 2 GPUs come last
+
+
 def test_decayed_use_and_weight_rank_projects_as_the_planner_starts_their_leases(client, engine_tick):
     """Three labs with different recent use and weights each queue a lease needing the whole
     A100 pool behind a blocker, in the opposite of their fair-share order: /v1/share's rank is

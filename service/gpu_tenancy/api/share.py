@@ -52,5 +52,8 @@ def show():
     now, settings = rt.now(), rt.planner_settings()
     with rt.transaction() as session:
         rows = share.standings(session, now, settings, model)
+    if not everyone:   # rows of one rank in the order of their figures: by project id would tell the ids' order
+        rows.sort(key=lambda row: (row.gpu_model, row.rank, row.project_id != own, -row.nominal, -row.in_use,
+                                   -row.decayed_gpu_hours, row.waiting))
     return {"share": {"now": rfc3339(now), "gpu_model": model, "half_life": settings.fairshare_half_life,
                       "projects": [render_row(row, everyone or row.project_id == own) for row in rows]}}
