@@ -20,6 +20,11 @@ from gpu_tenancy.timeutil import rfc3339, rfc3339_stored as stamp
 bp = Blueprint("queue", __name__, url_prefix="/v1/queue")
 
 OTHER_PROJECT = "another project"
+
+
+def whose(project_id: str, shown: bool) -> dict:
+    """The project keys of a queue or share row: named to those who may see it, else unnamed."""
+    return {"project": project_id if shown else OTHER_PROJECT, "project_id": project_id if shown else None}
 # the keys of an entry, in order: the QueueEntry schema of /v1/openapi.json is built from it
 FIELDS = ("position", "gpu_model", "status", "project", "project_id", "lease_id", "name", "hidden", "shape",
           "gpus_per_instance", "instances", "gpus", "priority", "preemptible", "requested_start",
@@ -44,8 +49,7 @@ def render_entry(row, shown: bool) -> dict:
         "position": row.queue_position,
         "gpu_model": row.gpu_model,
         "status": row.status,
-        "project": row.project_id if shown else OTHER_PROJECT,
-        "project_id": row.project_id if shown else None,
+        **whose(row.project_id, shown),
         "lease_id": row.id if shown else None,
         "name": row.name if shown else None,
         "hidden": not shown,

@@ -13,7 +13,7 @@ import math
 from flask import Blueprint
 
 from gpu_tenancy.api import runtime as rt
-from gpu_tenancy.api.queue import OTHER_PROJECT, query_gpu_model
+from gpu_tenancy.api.queue import query_gpu_model, whose
 from gpu_tenancy.domain.standing import Standing
 from gpu_tenancy.engine import share
 from gpu_tenancy.timeutil import rfc3339
@@ -29,8 +29,7 @@ def render_row(row: Standing, shown: bool) -> dict:
     return {
         "rank": row.rank,
         "gpu_model": row.gpu_model,
-        "project": row.project_id if shown else OTHER_PROJECT,
-        "project_id": row.project_id if shown else None,
+        **whose(row.project_id, shown),
         "hidden": not shown,
         "nominal_gpus": row.nominal,
         "borrow_gpus": row.borrow_limit,
