@@ -17,7 +17,7 @@ from __future__ import annotations
 import heapq
 from collections import OrderedDict
 
-from event_loop import Scheduler
+from gpu_tenancy.whatif.event_loop import Scheduler
 
 
 def _fits_fast(cluster, job, maxfree: int, whole: int) -> bool:

@@ -35,9 +35,9 @@ from gpu_tenancy.engine import quotas as quota_api  # noqa: E402
 
 import replay  # noqa: E402
 import traces  # noqa: E402
-from cluster_model import hosts_for_load, offered_load, window_of  # noqa: E402
-from event_loop import simulate  # noqa: E402
-from planner_sched import MODEL, GpuTenancy, quota_limits  # noqa: E402
+from gpu_tenancy.whatif.cluster_model import hosts_for_load, offered_load, window_of  # noqa: E402
+from gpu_tenancy.whatif.event_loop import simulate  # noqa: E402
+from gpu_tenancy.whatif.planner_sched import MODEL, GpuTenancy, quota_limits  # noqa: E402
 
 
 def run_engine(jobs, n_hosts: int, limits, host_gpus: int, half_life: int, workdir: str

@@ -14,7 +14,7 @@ make the offered load (GPU-time asked inside the submission window / (GPUs x
 window)) equal --load; or a fixed number of hosts (--hosts, or `hosts:` in
 replay.yaml) with the arrivals' spacing scaled to make that load.
 gpu-tenancy is the service's planner with the engine's semantics
-(planner_sched.py); the baselines are in baselines.py; the mean-wait lower
+(gpu_tenancy/whatif/planner_sched.py); the baselines are in baselines.py; the mean-wait lower
 bound in lower_bound.py. ETA honesty (for the jobs that waited, their ETA
 at submission against their real start) is in metrics.eta_figures; n/a for
 a scheduler that tells no ETA. Writes bench/results/<trace>-<load>[-overask|-overask2x].md
@@ -31,17 +31,18 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "service"))
 REPO = os.path.dirname(HERE)
 
 import yaml  # noqa: E402
 
 import traces  # noqa: E402
 from baselines import EASY, FIFO, RefuseRetry  # noqa: E402
-from cluster_model import hosts_for_load, offered_load, quota_shares, window_of  # noqa: E402
-from event_loop import simulate  # noqa: E402
+from gpu_tenancy.whatif.cluster_model import hosts_for_load, offered_load, quota_shares, window_of  # noqa: E402
+from gpu_tenancy.whatif.event_loop import simulate  # noqa: E402
 from lower_bound import mean_wait_bound  # noqa: E402
 from metrics import summarize  # noqa: E402
-from planner_sched import GpuTenancy, PlannerSettings, quota_limits  # noqa: E402
+from gpu_tenancy.whatif.planner_sched import GpuTenancy, PlannerSettings, quota_limits  # noqa: E402
 from report import hms, plots, table  # noqa: E402
 
 # gpu-tenancy is the service's default planner; gpu-tenancy-bound the same with the wait bound of

@@ -27,11 +27,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def child(bench_dir: str, trace: str, load: float, days: float | None, overask: bool, traces_dir: str) -> None:
     """One replay in this process with the bench (and its planner) of bench_dir; prints a JSON line."""
-    sys.path.insert(0, bench_dir)
+    sys.path[:0] = [bench_dir, os.path.join(bench_dir, "..", "service")]
     import yaml
     import replay
-    from cluster_model import hosts_for_load, window_of
-    from event_loop import simulate
+    try:   # the replay's core moved from bench/ into the service (gpu_tenancy.whatif)
+        from gpu_tenancy.whatif.cluster_model import hosts_for_load, window_of
+        from gpu_tenancy.whatif.event_loop import simulate
+    except ImportError:
+        from cluster_model import hosts_for_load, window_of
+        from event_loop import simulate
     cfg = yaml.safe_load(open(os.path.join(bench_dir, "replay.yaml")))
     jobs, shares = replay.load_jobs(cfg, trace, traces_dir, days, overask)
     n_hosts = hosts_for_load(jobs, load, window_of(jobs), cfg["host_gpus"])

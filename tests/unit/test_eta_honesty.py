@@ -14,7 +14,7 @@ from gpu_tenancy.domain.figures import LeaseFacts
 BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
 sys.path.insert(0, os.path.abspath(BENCH))
 
-from event_loop import Outcome  # noqa: E402
+from gpu_tenancy.whatif.event_loop import Outcome  # noqa: E402
 from metrics import eta_figures  # noqa: E402
 from traces import Job  # noqa: E402
 

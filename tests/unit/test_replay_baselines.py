@@ -12,10 +12,10 @@ BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
 sys.path.insert(0, os.path.abspath(BENCH))
 
 from baselines import EASY, FIFO, RefuseRetry  # noqa: E402
-from cluster_model import hosts_for_load, offered_load  # noqa: E402
-from event_loop import simulate  # noqa: E402
+from gpu_tenancy.whatif.cluster_model import hosts_for_load, offered_load  # noqa: E402
+from gpu_tenancy.whatif.event_loop import simulate  # noqa: E402
 from lower_bound import mean_wait_bound  # noqa: E402
-from planner_sched import GpuTenancy, quota_limits  # noqa: E402
+from gpu_tenancy.whatif.planner_sched import GpuTenancy, quota_limits  # noqa: E402
 from traces import Job, shape  # noqa: E402
 
 

@@ -11,8 +11,8 @@ import pytest
 BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
 sys.path.insert(0, os.path.abspath(BENCH))
 
-from cluster_model import Cluster, demand, offered_load  # noqa: E402
-from event_loop import Outcome  # noqa: E402
+from gpu_tenancy.whatif.cluster_model import Cluster, demand, offered_load  # noqa: E402
+from gpu_tenancy.whatif.event_loop import Outcome  # noqa: E402
 from metrics import hourly, jain, summarize  # noqa: E402
 from planner_scale import growth_exponent  # noqa: E402
 from report import hms, ratio, table  # noqa: E402

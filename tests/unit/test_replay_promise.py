@@ -1,4 +1,4 @@
-"""The replay's promise rules (bench/promise.py and GpuTenancy's promise
+"""The replay's promise rules (gpu_tenancy/whatif/promise.py and GpuTenancy's promise
 option): which leases told an ETA go before fair share, and that a rule that
 keeps promises does keep one that fair share breaks."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ import sys
 BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
 sys.path.insert(0, os.path.abspath(BENCH))
 
-from event_loop import simulate  # noqa: E402
-from planner_sched import GpuTenancy, quota_limits  # noqa: E402
-from promise import PROMISED, breaches, promised_ids, shape_order, with_promises  # noqa: E402
+from gpu_tenancy.whatif.event_loop import simulate  # noqa: E402
+from gpu_tenancy.whatif.planner_sched import GpuTenancy, quota_limits  # noqa: E402
+from gpu_tenancy.whatif.promise import PROMISED, breaches, promised_ids, shape_order, with_promises  # noqa: E402
 from traces import Job  # noqa: E402
 
 from gpu_tenancy.domain.model import LeaseRequest, Placement, PlannedLease  # noqa: E402

@@ -13,7 +13,7 @@ import heapq
 import time
 from dataclasses import dataclass, field
 
-from cluster_model import Cluster
+from gpu_tenancy.whatif.cluster_model import Cluster
 
 END, ARRIVE, WAKE = 0, 1, 2
 

@@ -9,20 +9,14 @@ what each tenant held, against its quota weight.
 from __future__ import annotations
 
 import math
-import os
-import sys
 import time
 from collections import OrderedDict
 from dataclasses import replace
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "service"))
-
-from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit  # noqa: E402
-from gpu_tenancy.domain.planner import PlannerSettings, order_key, plan  # noqa: E402
-
-from event_loop import Scheduler  # noqa: E402
-from promise import breaches, promised_ids, shape_order, with_promises  # noqa: E402
+from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit
+from gpu_tenancy.domain.planner import PlannerSettings, order_key, plan
+from gpu_tenancy.whatif.event_loop import Scheduler
+from gpu_tenancy.whatif.promise import breaches, promised_ids, shape_order, with_promises
 
 MODEL = "GPU"
 BREACH_ROUNDS = 8   # promise='breach': plans made again at most this often in one decision
