@@ -361,3 +361,23 @@ class DashboardSession(Base):
     notices: Mapped[list] = mapped_column(JSON, default=list)  # [[kind, message]] for the next page
     created_at: Mapped[datetime] = mapped_column(UTC)
     expires_at: Mapped[datetime] = mapped_column(UTC, index=True)
+
+
+class WhatIfJob(Base):
+    """A policy what-if an admin asked for (gpu_tenancy/whatif): the history's days, the
+    proposed changes, its progress while a thread replays it, and its figures once done.
+    `running` is "running" while it runs and null after: unique, so one runs at a time."""
+    __tablename__ = "whatif_jobs"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    status: Mapped[str] = mapped_column(String(16))   # running, done, failed
+    running: Mapped[str | None] = mapped_column(String(8), nullable=True, unique=True)
+    days: Mapped[float] = mapped_column(Float)
+    changes: Mapped[list] = mapped_column(JSON, default=list)
+    leases: Mapped[int] = mapped_column(Integer)
+    progress: Mapped[float] = mapped_column(Float, default=0.0)
+    result: Mapped[dict | None] = mapped_column(JSON(none_as_null=True), nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_by: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTC, index=True)
+    updated_at: Mapped[datetime] = mapped_column(UTC)
+    finished_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)

@@ -60,7 +60,7 @@ class GpuTenancy(Scheduler):
         self.lam = math.log(2) / half_life
         self.waiting: OrderedDict[str, object] = OrderedDict()
         self.requests: dict[str, LeaseRequest] = {}
-        self.done_usage: dict[str, float] = {}   # sum of g * (e^{lam e} - e^{lam s}) / lam, times from t0
+        self.done_usage: dict[tuple[str, str], float] = {}   # (tenant, model): sum of g * (e^{lam e} - e^{lam s}) / lam, times from t0
         self.t0 = None
         self.plans = 0
         self.plan_seconds = 0.0
@@ -85,17 +85,26 @@ class GpuTenancy(Scheduler):
         self.waiting[job.jid] = job
         if self.first_eta is not None:
             self.unplanned.add(job.jid)
-        self.requests[job.jid] = LeaseRequest(job.jid, job.tenant, MODEL, job.gpus_per_vm, job.vms,
-                                              job.duration, job.arrival, None, job.arrival)
+        self.requests[job.jid] = self.request(job)
         shape = (job.gpus_per_vm, job.vms)
         self.shapes[shape] = self.shapes.get(shape, 0) + 1
+
+    def request(self, job) -> LeaseRequest:
+        """The lease the planner sees for a job."""
+        return LeaseRequest(job.jid, job.tenant, MODEL, job.gpus_per_vm, job.vms, job.duration, job.arrival,
+                            None, job.arrival)
 
     def finished(self, job, now):
         s = self.starts_at.pop(job.jid)
         self.holds.pop(job.jid, None)
         self.e_start.pop(job.jid, None)
-        self.done_usage[job.tenant] = self.done_usage.get(job.tenant, 0.0) + job.gpus * self._integral(s, now)
+        key = self.usage_key(job)
+        self.done_usage[key] = self.done_usage.get(key, 0.0) + job.gpus * self._integral(s, now)
         self.borrowing.discard(job.jid)
+
+    def usage_key(self, job) -> tuple[str, str]:
+        """Whose fair share a job's GPU-hours count in: (project, GPU model)."""
+        return job.tenant, MODEL
 
     def _integral(self, s: int, e: int) -> float:
         lam, t0 = self.lam, self.t0
@@ -112,8 +121,9 @@ class GpuTenancy(Scheduler):
             if e_st is None:
                 e_st = e_start[job.jid] = math.exp(lam * (st - t0))
             # job.gpus * self._integral(st, now), its start's exponential computed once
-            acc[job.tenant] = acc.get(job.tenant, 0.0) + job.gpus * ((e_now - e_st) / lam)
-        return {(t, MODEL): v * scale for t, v in acc.items()}
+            key = self.usage_key(job)
+            acc[key] = acc.get(key, 0.0) + job.gpus * ((e_now - e_st) / lam)
+        return {k: v * scale for k, v in acc.items()}
 
     def oldest_waiting(self):
         return next(iter(self.waiting.values()), None)
@@ -139,7 +149,7 @@ class GpuTenancy(Scheduler):
             mine = self.holds.get(job.jid)
             if mine is None or mine[0].end <= now:   # an end past now: held one second more
                 mine = self.holds[job.jid] = [
-                    Hold(job.jid, job.tenant, cluster.names[h], MODEL, job.gpus_per_vm, st,
+                    Hold(job.jid, job.tenant, cluster.names[h], self.usage_key(job)[1], job.gpus_per_vm, st,
                          max(st + job.duration, now + 1), job.jid in self.borrowing) for h in hosts]
             holds += mine
         waiting = [self.requests[jid] for jid in self.waiting]

@@ -1,0 +1,129 @@
+"""The settings an operator proposes, as `key=value` changes, and what they do to a
+history and the planner's settings. Every key names what it changes:
+
+    quota.<project>.<model>.gpus=16          nominal GPUs (a new quota if the project had none)
+    quota.<project>.<model>.borrow_gpus=8    the borrow limit
+    quota.<project>.<model>.weight=2         the fair-share weight for one model
+    quota.<project>.<model>.max_duration=P7D the longest lease (seconds or ISO 8601; none)
+    weight.<project>=2                       the fair-share weight for every model it has a quota for
+    priority_class.<name>.priority=10        the priority of the leases asked with that class
+    planner.wait_bound=PT8H                  a planner option: wait_bound, wait_bound_gpu_hours,
+                                             wait_bound_leases, fairshare_half_life (none: off)
+
+A change that cannot apply raises BadChange, naming the key."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gpu_tenancy.domain.model import QuotaLimit
+from gpu_tenancy.domain.planner import PlannerSettings
+from gpu_tenancy.timeutil import parse_duration
+from gpu_tenancy.whatif.history import History
+
+QUOTA_FIELDS = ("gpus", "borrow_gpus", "weight", "max_duration")
+PLANNER_FIELDS = ("wait_bound", "wait_bound_gpu_hours", "wait_bound_leases", "fairshare_half_life")
+MAX_CHANGES = 100
+
+
+class BadChange(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Change:
+    key: str
+    value: str
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}"
+
+
+def parse(items: Iterable[str]) -> list[Change]:
+    """'key=value' strings as changes (the CLI's --set, the API's `changes`)."""
+    out = []
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip() or not value.strip():
+            raise BadChange(f"'{item}' is not a change: give key=value, such as weight.<project>=2")
+        out.append(Change(key.strip(), value.strip()))
+    if len(out) > MAX_CHANGES:
+        raise BadChange(f"{len(out)} changes: at most {MAX_CHANGES}")
+    return out
+
+
+def _number(c: Change, kind: type, low: float, none_ok: bool = False) -> float | int | None:
+    if none_ok and c.value.lower() in ("none", "null", "off"):
+        return None
+    try:
+        v = kind(c.value)
+    except ValueError:
+        raise BadChange(f"{c.key}: '{c.value}' is not {'an integer' if kind is int else 'a number'}") from None
+    if not math.isfinite(v) or v < low or v > 10 ** 9:
+        raise BadChange(f"{c.key}: {c.value} is out of range (at least {low:g})")
+    return v
+
+
+def _seconds(c: Change, none_ok: bool = True) -> int | None:
+    if none_ok and c.value.lower() in ("none", "null", "off"):
+        return None
+    try:
+        v = parse_duration(int(c.value) if c.value.isdigit() else c.value)
+    except ValueError as exc:
+        raise BadChange(f"{c.key}: {exc}") from None
+    if v < 1:
+        raise BadChange(f"{c.key}: a duration of at least one second, or none")
+    return v
+
+
+def apply(history: History, settings: PlannerSettings, changes: Iterable[Change]
+          ) -> tuple[History, PlannerSettings]:
+    """The history and settings as the changes make them (each applied in turn)."""
+    quotas = dict(history.quotas)
+    classes = dict(history.priority_classes)
+    for c in changes:
+        parts = c.key.split(".")
+        kind = parts[0]
+        if kind == "quota" and len(parts) >= 4 and parts[-1] in QUOTA_FIELDS:
+            project, model, name = ".".join(parts[1:-2]), parts[-2], parts[-1]
+            q = quotas.get((project, model)) or QuotaLimit(project, model, 0)
+            value = (_number(c, float, 1e-6) if name == "weight" else
+                     _seconds(c) if name == "max_duration" else _number(c, int, 0))
+            quotas[(project, model)] = dataclasses.replace(q, **{name: value})
+        elif kind == "weight" and len(parts) >= 2:
+            project = ".".join(parts[1:])
+            mine = [k for k in quotas if k[0] == project]
+            if not mine:
+                raise BadChange(f"{c.key}: project {project} has no quota to weigh (set quota.{project}.<model>.gpus)")
+            weight = _number(c, float, 1e-6)
+            for k in mine:
+                quotas[k] = dataclasses.replace(quotas[k], weight=weight)
+        elif kind == "priority_class" and len(parts) >= 3 and parts[-1] == "priority":
+            name = ".".join(parts[1:-1])
+            if name not in classes:
+                raise BadChange(f"{c.key}: no priority class {name} (there are: {', '.join(sorted(classes)) or 'none'})")
+            classes[name] = int(_number(c, int, -100) or 0)
+            if classes[name] > 100:
+                raise BadChange(f"{c.key}: a priority is from -100 to 100")
+        elif kind == "planner" and len(parts) == 2 and parts[1] in PLANNER_FIELDS:
+            name = parts[1]
+            value: float | int | None
+            if name == "wait_bound_gpu_hours":
+                value = _number(c, float, 1e-6, none_ok=True)
+            elif name == "wait_bound_leases":
+                value = _number(c, int, 1, none_ok=True)
+            else:
+                value = _seconds(c, none_ok=name != "fairshare_half_life")
+            settings = dataclasses.replace(settings, **{name: value})
+        else:
+            raise BadChange(f"{c.key}: not a setting the what-if knows; give quota.<project>.<model>."
+                            f"{{{','.join(QUOTA_FIELDS)}}}, weight.<project>, priority_class.<name>.priority "
+                            f"or planner.{{{','.join(PLANNER_FIELDS)}}}")
+    leases = history.leases
+    if classes != history.priority_classes:   # a lease of a changed class takes its new priority
+        leases = tuple(dataclasses.replace(x, priority=classes[x.priority_class])
+                       if x.priority_class in classes and classes[x.priority_class] != history.priority_classes.get(x.priority_class)
+                       else x for x in leases)
+    return dataclasses.replace(history, quotas=quotas, priority_classes=classes, leases=leases), settings
