@@ -89,9 +89,9 @@ def create_app(config: Config | None = None, *, clock=None, cloud=None, start_en
 def register_blueprints(app: Flask) -> None:
     from gpu_tenancy.api import (audit, budgets, capacity, hosts, images, leases, metrics, openapi,
                                  priority_classes, queue, quotas, readiness, share, shapes, usage, volumes,
-                                 webhooks)
+                                 webhooks, whatif)
     for module in (leases, readiness, shapes, images, quotas, priority_classes, budgets, capacity, usage, hosts,
-                   audit, openapi, metrics, webhooks, volumes, queue, share):
+                   audit, openapi, metrics, webhooks, volumes, queue, share, whatif):
         app.register_blueprint(module.bp)
     from gpu_tenancy.dashboard import bp as dashboard
     app.register_blueprint(dashboard)

@@ -12,10 +12,11 @@ from flask import Blueprint
 
 from gpu_tenancy import __version__
 from gpu_tenancy.api import (audit, budgets, hosts, images, leases, priority_classes, quotas, readiness,
-                             response_schemas, shapes, webhooks)
+                             response_schemas, shapes, webhooks, whatif)
 from gpu_tenancy.api.capacity import MAX_CALENDAR_SPAN
 from gpu_tenancy.api.response_schemas import LINKS, TIME, closed, free_form, ref
 from gpu_tenancy.api.usage import DEFAULT_SPAN
+from gpu_tenancy.engine import whatif_history
 
 bp = Blueprint("openapi", __name__, url_prefix="/v1")
 
@@ -34,6 +35,7 @@ REQUEST_SCHEMAS = {
     "HostUpdate": hosts.UPDATE,
     "PriorityClassUpdate": priority_classes.UPDATE,
     "BudgetCreate": budgets.CREATE,
+    "WhatIfCreate": whatif.CREATE,
 }
 SCHEMAS = {**REQUEST_SCHEMAS, **response_schemas.SCHEMAS}
 
@@ -298,6 +300,25 @@ PATHS = {
                                        "(each told in its events). Waiting leases are replanned at once."),
     },
     "/v1/audit": {"get": audit_operation()},
+    "/v1/whatif": {
+        "get": operation("The last what-ifs, newest first (without their figures)", "whatif:show", 200,
+                         wrapped("whatifs", "WhatIf", many=True)),
+        "post": operation("Replay the lease history under the current and proposed settings", "whatif:run", 202,
+                          wrapped("whatif", "WhatIf"), body="WhatIfCreate", errors=(409,),
+                          description="A job: the answer comes at once with its id; GET /v1/whatif/{job_id} "
+                                      "shows its progress, then the figures of both replays (waits per project "
+                                      "and GPU model, 8+ GPU P90, ETA kept, GPU use, Jain's fairness, who gains "
+                                      "or loses). The replay is the service's planner with the engine's "
+                                      "semantics, on the hosts in service now; it changes nothing. 400 for a "
+                                      "change it does not know or cannot apply, or a window of more than "
+                                      f"{whatif_history.MAX_LEASES} leases; 409 while another what-if runs "
+                                      "(one at a time)."),
+    },
+    "/v1/whatif/{job_id}": {
+        "get": operation("A what-if's progress and, once done, its figures", "whatif:show", 200,
+                         wrapped("whatif", "WhatIf"), params=[path_param("job_id", "the what-if's id")],
+                         errors=(404,)),
+    },
     "/v1/openapi.json": {
         "get": operation("This document", None, 200, free_form("this OpenAPI document")),
     },

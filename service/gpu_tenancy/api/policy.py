@@ -44,6 +44,8 @@ RULES = [
     policy.RuleDefault("audit:list", ADMIN, "The audit record of changes made through the API."),
     policy.RuleDefault("webhook:show", f"{READER} or {ADMIN}", "Show where a project's lease notices go."),
     policy.RuleDefault("webhook:update", f"{MEMBER} or {ADMIN}", "Set or remove a project's webhook."),
+    policy.RuleDefault("whatif:run", ADMIN, "Replay the lease history under proposed settings (policy what-if)."),
+    policy.RuleDefault("whatif:show", ADMIN, "A policy what-if's progress and figures."),
     # metrics_scrape_token: set when the request carries the config's scrape token (api/metrics.py)
     policy.RuleDefault("metrics:show", f"{ADMIN} or metrics_scrape_token:valid",
                        "Prometheus metrics (every project's GPU use), unless metrics_public is on."),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import fields
 
-from gpu_tenancy.api import audit, images, lease_view, priority_classes, queue, quotas, share, shapes
+from gpu_tenancy.api import audit, images, lease_view, priority_classes, queue, quotas, share, shapes, whatif
 from gpu_tenancy.domain.failures import FailureClass, Retry
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import capacity, webhooks
@@ -163,6 +163,35 @@ CALENDAR = {"type": "array", "items": closed({
                               "planned": {"type": "integer", "description": "planned for waiting leases"}})}},
     keys_of(capacity.HostCalendar))}
 
+SECONDS = nullable({"type": "integer", "description": "seconds; null when no lease of it started"})
+WHATIF_WAITS = {"leases": {"type": "integer", "description": "that started"}, "p50": SECONDS, "p90": SECONDS}
+WHATIF_SIDE = closed({
+    "leases": {"type": "integer", "description": "leases that started in the replay"},
+    "never_started": {"type": "integer", "description": "leases no host or quota could take"},
+    "p50": SECONDS, "p90": SECONDS,
+    "big_leases": {"type": "integer", "description": "leases of 8 GPUs or more that started"},
+    "big_p90": SECONDS,
+    "eta_kept": nullable({"type": "number", "description": "share of the leases that waited which started by "
+                                                          "their first ETA + 10 min"}),
+    "gpu_use": nullable({"type": "number", "description": "GPU-time held in the window over the GPUs in service"}),
+    "jain": {"type": "number", "description": "Jain's index over projects of their mean bounded slowdown"},
+    "groups": {"type": "array", "items": closed({"project_id": STRING, "gpu_model": STRING, **WHATIF_WAITS})},
+    "projects": {"type": "array", "items": closed({"project_id": STRING, **WHATIF_WAITS})},
+    "cdf": {"type": "array", "description": "the wait CDF: [seconds, share of leases that waited at most that]",
+            "items": {"type": "array", "items": NUMBER, "minItems": 2, "maxItems": 2}},
+}, description="one replay's figures; a wait is from the start a lease asked for to its start")
+WHATIF_RESULT = closed({
+    "window": closed({"start": TIME, "end": TIME, "days": NUMBER}),
+    "leases": {"type": "integer", "description": "leases of the history (asked for in the window, held GPUs)"},
+    "gpus": {"type": "integer", "description": "GPUs on the hosts in service"},
+    "changes": {"type": "array", "items": STRING},
+    "current": WHATIF_SIDE, "proposed": WHATIF_SIDE,
+    "projects": {"type": "array", "items": closed({
+        "project_id": STRING, "p90_current": SECONDS, "p90_proposed": SECONDS,
+        "verdict": {"type": "string", "enum": ["gains", "loses", "same"],
+                    "description": "gains: its P90 falls by more than a minute; loses: rises by more"}})},
+    "replay_seconds": NUMBER})
+
 HIDDEN_IF_OTHERS = "null for another project's when the caller may not see them (queue:show:all_projects)"
 QUEUE_ENTRY = {
     "position": nullable({"type": "integer", "description": "1-based, among the leases waiting for the same GPU "
@@ -259,6 +288,16 @@ SCHEMAS = {
         "before": nullable(free_form("the resource as the API showed it before")),
         "after": nullable(free_form("the resource as the API showed it after")),
         "outcome": STRING}, audit.FIELDS),
+    "WhatIf": closed({
+        "id": STRING, "status": {"type": "string", "enum": ["running", "done", "failed"]},
+        "days": NUMBER, "changes": {"type": "array", "items": STRING},
+        "leases": {"type": "integer", "description": "leases in the history it replays"},
+        "progress": {"type": "number", "description": "0 to 1"},
+        "created_by": nullable(STRING), "created_at": TIME, "updated_at": TIME, "finished_at": nullable(TIME),
+        "error": nullable({"type": "string", "description": "why it failed"}),
+        "result": nullable({**WHATIF_RESULT, "description": "once done; null while it runs, if it failed, and "
+                                                             "in the listing"}),
+        "links": LINKS}, whatif.FIELDS),
     "Volume": closed({
         "id": STRING, "name": STRING, "size_gb": INTEGER,
         "status": {"type": "string", "description": "Cinder's: available, in-use, creating, error, ..."},
