@@ -1,4 +1,4 @@
-"""gpu-tenancy: demo, db upgrade, engine."""
+"""gpu-tenancy: demo, db upgrade, engine, whatif."""
 from __future__ import annotations
 
 import argparse
@@ -24,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--insecure-public", action="store_true",
                       help="listen on a non-loopback address although noauth2 lets anyone act as anyone")
     demo.add_argument("--db", default=DEMO_DB, help=f"database URL (default {DEMO_DB})")
+    demo.add_argument("--history-days", type=float, default=0,
+                      help="first give the demo this many days of past leases (for whatif and the figures)")
 
     db = sub.add_parser("db", help="database schema")
     db.add_argument("action", choices=["upgrade", "current"])
@@ -33,11 +35,26 @@ def main(argv: list[str] | None = None) -> int:
     engine = sub.add_parser("engine", help="run the lifecycle engine (leader or standby)")
     engine.add_argument("--config", help="config file (YAML)")
 
+    whatif = sub.add_parser("whatif", help="replay the lease history under the current and proposed settings",
+                            description="Replay the cloud's own lease history (the last DAYS days from the "
+                                        "database, or a file --export wrote) under the current settings and "
+                                        "with the --set changes, and print both side by side. Changes nothing.")
+    whatif.add_argument("--config", help="config file (YAML): the database and the planner's settings")
+    whatif.add_argument("--db", help="database URL (default: from the config)")
+    whatif.add_argument("--days", type=float, default=30, help="the history: leases asked for in the last DAYS days")
+    whatif.add_argument("--set", dest="changes", action="append", default=[], metavar="KEY=VALUE",
+                        help="a proposed change (repeatable): quota.<project>.<model>.{gpus,borrow_gpus,weight,"
+                             "max_duration}, weight.<project>, priority_class.<name>.priority, planner.{wait_bound,"
+                             "wait_bound_gpu_hours,wait_bound_leases,fairshare_half_life}")
+    whatif.add_argument("--history", help="replay this file (written by --export) instead of the database")
+    whatif.add_argument("--export", metavar="FILE", help="write the history to FILE (JSON) and replay nothing")
+    whatif.add_argument("--json", action="store_true", help="print the figures as JSON")
+
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for chatty in ("apscheduler", "alembic.runtime.plugins", "werkzeug"):
         logging.getLogger(chatty).setLevel(logging.WARNING)
-    return {"demo": run_demo, "db": run_db, "engine": run_engine}[args.command](args)
+    return {"demo": run_demo, "db": run_db, "engine": run_engine, "whatif": run_whatif}[args.command](args)
 
 
 def run_db(args) -> int:
@@ -80,6 +97,11 @@ def run_demo(args) -> int:
     with session_scope(runtime.sessions) as session:
         seed(session, runtime.clock.now(), runtime.cloud.images())
     runtime.engine.lifecycle.refresh_hosts()
+    if args.history_days:
+        from gpu_tenancy.demo.history import seed_history
+        with session_scope(runtime.sessions) as session:
+            n = seed_history(session, runtime.clock.now(), args.history_days, settings=runtime.planner_settings)
+        print(f"gave the demo {n} past leases over {args.history_days:g} days")
     base = f"http://{args.host}:{args.port}"
     print(f"""
 gpu-tenancy demo: the embedded default (SQLite at {redact(config.database_url)},
@@ -134,6 +156,45 @@ def run_engine(args) -> int:
         pass
     finally:
         runner.stop()
+    return 0
+
+
+def run_whatif(args) -> int:
+    import json
+
+    from gpu_tenancy.db.session import make_engine, make_sessionmaker, session_scope
+    from gpu_tenancy.engine import whatif_history
+    from gpu_tenancy.engine.planner_settings import from_config
+    from gpu_tenancy.whatif import changes, report
+    from gpu_tenancy.whatif.compare import what_if
+    from gpu_tenancy.whatif.history import from_json, to_json
+
+    config = Config.load(args.config)
+    settings = from_config(config)
+    try:
+        proposed = changes.parse(args.changes)
+        if args.history:
+            with open(args.history) as f:
+                history = from_json(json.load(f))
+        else:
+            engine = make_engine(args.db or config.database_url)
+            with session_scope(make_sessionmaker(engine)) as session:
+                from gpu_tenancy.clock import SystemClock
+                history = whatif_history.load(session, SystemClock().now(), args.days)
+            engine.dispose()
+        if args.export:
+            with open(args.export, "w") as f:
+                json.dump(to_json(history), f)
+            print(f"wrote {len(history.leases)} leases to {args.export}")
+            return 0
+        if not proposed:
+            print("gpu-tenancy whatif: give at least one --set KEY=VALUE", file=sys.stderr)
+            return 2
+        result = what_if(history, settings, proposed)
+    except (ValueError, OSError) as exc:   # a bad change, too long a window, an unreadable file
+        print(f"gpu-tenancy whatif: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=2) if args.json else report.text(result))
     return 0
 
 
