@@ -131,3 +131,24 @@ def test_one_what_if_at_a_time_until_a_dead_one_goes_stale(client, runtime):
     assert finished(client, r.get_json()["whatif"]["id"])["status"] == "done"
     listed = client.get("/v1/whatif", headers=ADMIN).get_json()["whatifs"]
     assert [j["status"] for j in listed] == ["done", "failed"] and listed[0]["result"] is None
+
+
+def test_the_dashboard_page_starts_one_and_draws_both_wait_cdfs(client, runtime):
+    from tests.functional.test_dashboard import csrf_of, login
+    with session_scope(runtime.sessions) as s:
+        seed_history(s, runtime.clock.now(), days=5, per_day=40, seed=2, settings=runtime.planner_settings)
+    login(client, project="admin-project", user="root", roles=("admin",))
+    page = client.get("/dashboard/admin/whatif")
+    assert page.status_code == 200 and "Policy what-if" in page.text
+    r = client.post("/dashboard/admin/whatif", data={"csrf_token": csrf_of(page.text), "days": "5",
+                                                     "changes": "weight.nlp-lab=3\nplanner.wait_bound=PT4H"})
+    assert r.status_code == 302
+    listed = client.get("/v1/whatif", headers=ADMIN).get_json()["whatifs"]
+    assert listed[0]["changes"] == ["weight.nlp-lab=3", "planner.wait_bound=PT4H"]
+    assert finished(client, listed[0]["id"])["status"] == "done"
+    page = client.get("/dashboard/admin/whatif").text
+    assert page.count("<polyline") == 2 and "wait CDF: current, proposed" in page
+    assert 'id="whatif-projects"' in page and "nlp-lab" in page
+    bad = client.post("/dashboard/admin/whatif", data={"csrf_token": csrf_of(page), "days": "5",
+                                                       "changes": "colour.x=1"}, follow_redirects=True)
+    assert "not started" in bad.text and "colour.x" in bad.text

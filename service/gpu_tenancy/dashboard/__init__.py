@@ -8,4 +8,4 @@ from flask import Blueprint
 bp = Blueprint("dashboard", __name__, url_prefix="/dashboard",
                template_folder="templates", static_folder="static", static_url_path="/static")
 
-from gpu_tenancy.dashboard import admin, calendar_page, formatting, login, queue_page, tenant  # noqa: E402,F401  (routes, filters)
+from gpu_tenancy.dashboard import admin, calendar_page, formatting, login, queue_page, tenant, whatif_page  # noqa: E402,F401  (routes, filters)

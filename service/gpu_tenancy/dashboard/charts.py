@@ -116,3 +116,23 @@ def lines(rows: list[dict], x_key: str, series: list[tuple[str, str]], fmt=lambd
     _labels(parts, [label(r[x_key]) for r in rows], xs)
     _legend(parts, series)
     return svg.document(W, H, parts, ", ".join(name for _, name in series))
+
+
+def cdf(series: list[tuple[str, list[list[float]]]]) -> Markup:
+    """Cumulative distributions of waits, one line per series of [seconds, share] points (a
+    what-if's current and proposed): the share of leases that waited at most each wait."""
+    longest = max((p[0] for _, points in series for p in points), default=0)
+    right, tick = duration_axis(longest)
+    parts: list[str] = []
+    _frame(parts, 1, lambda v: f"{v * 100:.0f}%")
+    span_x = W - 8 - LEFT
+    for i in range(5):
+        parts.append(svg.text(LEFT + span_x * i / 4, H - BOTTOM + 14, tick(right * i / 4), class_="axis",
+                              text_anchor="middle"))
+    for j, (_name, points) in enumerate(series):
+        xy = [(LEFT + span_x * s / right, H - BOTTOM - (H - BOTTOM - TOP) * share) for s, share in points]
+        if xy:
+            steps = [xy[0]] + [q for a, b in zip(xy, xy[1:]) for q in ((b[0], a[1]), b)]
+            parts.append(svg.polyline(steps, fill="none", stroke=PALETTE[j % len(PALETTE)], stroke_width="2"))
+    _legend(parts, [(name, name) for name, _ in series])
+    return svg.document(W, H, parts, "wait CDF: " + ", ".join(name for name, _ in series))
