@@ -17,6 +17,7 @@ import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from gpu_tenancy.domain.model import QuotaLimit
 from gpu_tenancy.domain.planner import PlannerSettings
@@ -54,7 +55,7 @@ def parse(items: Iterable[str]) -> list[Change]:
     return out
 
 
-def _number(c: Change, kind: type, low: float, none_ok: bool = False) -> float | int | None:
+def _number(c: Change, kind: type, low: float, none_ok: bool = False) -> Any:
     if none_ok and c.value.lower() in ("none", "null", "off"):
         return None
     try:
@@ -89,7 +90,7 @@ def apply(history: History, settings: PlannerSettings, changes: Iterable[Change]
         if kind == "quota" and len(parts) >= 4 and parts[-1] in QUOTA_FIELDS:
             project, model, name = ".".join(parts[1:-2]), parts[-2], parts[-1]
             q = quotas.get((project, model)) or QuotaLimit(project, model, 0)
-            value = (_number(c, float, 1e-6) if name == "weight" else
+            value: Any = (_number(c, float, 1e-6) if name == "weight" else
                      _seconds(c) if name == "max_duration" else _number(c, int, 0))
             quotas[(project, model)] = dataclasses.replace(q, **{name: value})
         elif kind == "weight" and len(parts) >= 2:
@@ -109,7 +110,6 @@ def apply(history: History, settings: PlannerSettings, changes: Iterable[Change]
                 raise BadChange(f"{c.key}: a priority is from -100 to 100")
         elif kind == "planner" and len(parts) == 2 and parts[1] in PLANNER_FIELDS:
             name = parts[1]
-            value: float | int | None
             if name == "wait_bound_gpu_hours":
                 value = _number(c, float, 1e-6, none_ok=True)
             elif name == "wait_bound_leases":

@@ -61,12 +61,12 @@ class GpuTenancy(Scheduler):
         self.waiting: OrderedDict[str, object] = OrderedDict()
         self.requests: dict[str, LeaseRequest] = {}
         self.done_usage: dict[tuple[str, str], float] = {}   # (tenant, model): sum of g * (e^{lam e} - e^{lam s}) / lam, times from t0
-        self.t0 = None
+        self.t0: int | None = None
         self.plans = 0
         self.plan_seconds = 0.0
         self.skipped = 0
         self.eta_only = 0   # plans run on a full cluster only to give new leases their ETA
-        self.hosts = None
+        self.hosts: list[Host] | None = None
         self.starts_at: dict[str, int] = {}
         self.borrowing: set[str] = set()
         # the ETA of each lease's first plan (the API's answer). Measuring it costs a plan for
@@ -107,12 +107,12 @@ class GpuTenancy(Scheduler):
         return job.tenant, MODEL
 
     def _integral(self, s: int, e: int) -> float:
-        lam, t0 = self.lam, self.t0
+        lam, t0 = self.lam, self.t0 or 0   # set by the first submit, before any finish
         return (math.exp(lam * (e - t0)) - math.exp(lam * (s - t0))) / lam
 
     def usage(self, now, running) -> dict:
         """The engine's fairshare.decayed_gpu_hours, kept incrementally."""
-        lam, t0 = self.lam, self.t0
+        lam, t0 = self.lam, self.t0 or 0   # set by the first submit, before any finish
         scale = math.exp(-lam * (now - t0)) / 3600.0
         acc = dict(self.done_usage)
         e_now, e_start = math.exp(lam * (now - t0)), self.e_start
