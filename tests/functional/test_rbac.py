@@ -78,6 +78,9 @@ TABLE = [
     ("PUT", "/v1/webhooks/ml-vision", WEBHOOK, (403, 200, 200, 403, 401)),
     ("DELETE", "/v1/webhooks/ml-vision", None, (403, 404, 404, 403, 401)),
     ("GET", "/v1/openapi.json", None, (200, 200, 200, 200, 200)),
+    ("POST", "/v1/whatif", {"days": 1, "changes": ["weight.ml-vision=2"]}, (403, 403, 202, 403, 401)),
+    ("GET", "/v1/whatif", None, (403, 403, 200, 403, 401)),
+    ("GET", "/v1/whatif/nope", None, (403, 403, 404, 403, 401)),   # no such what-if
 ]
 CASES = [pytest.param(method, path, body, persona, expected, id=f"{method} {path} as {persona}")
          for method, path, body, statuses in TABLE
@@ -116,7 +119,8 @@ def test_the_table_covers_every_endpoint_and_method(app):
     covered = {(method, path.split("?")[0].replace("{lease}", "<lease_id>").replace("{budget}", "<budget_id>")
                 .replace("/high", "/<name>").replace("/low", "/<name>")) for method, path, _, _ in TABLE}
     covered = {(method, path.replace("/a100.x1", "/<name>").replace("/rocky-9-cuda-12", "/<name>")
-                .replace("/gpu-a100-1", "/<name>").replace("/ml-vision", "/<project_id>")) for method, path in covered}
+                .replace("/gpu-a100-1", "/<name>").replace("/ml-vision", "/<project_id>")
+                .replace("/whatif/nope", "/whatif/<job_id>")) for method, path in covered}
     routes = {(method, rule.rule) for rule in app.url_map.iter_rules() if rule.rule.startswith("/v1")
               for method in rule.methods - {"HEAD", "OPTIONS"}}
     assert routes - covered == set()
