@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     whatif.add_argument("--config", help="config file (YAML): the database and the planner's settings")
     whatif.add_argument("--db", help="database URL (default: from the config)")
     whatif.add_argument("--days", type=float, default=30, help="the history: leases asked for in the last DAYS days")
+    whatif.add_argument("--until", help="the history's end (RFC 3339; default now)")
     whatif.add_argument("--set", dest="changes", action="append", default=[], metavar="KEY=VALUE",
                         help="a proposed change (repeatable): quota.<project>.<model>.{gpus,borrow_gpus,weight,"
                              "max_duration}, weight.<project>, priority_class.<name>.priority, planner.{wait_bound,"
@@ -177,10 +178,12 @@ def run_whatif(args) -> int:
             with open(args.history) as f:
                 history = from_json(json.load(f))
         else:
+            from gpu_tenancy.clock import SystemClock
+            from gpu_tenancy.timeutil import parse_time
+            until = parse_time(args.until) if args.until else SystemClock().now()
             engine = make_engine(args.db or config.database_url)
             with session_scope(make_sessionmaker(engine)) as session:
-                from gpu_tenancy.clock import SystemClock
-                history = whatif_history.load(session, SystemClock().now(), args.days)
+                history = whatif_history.load(session, until, args.days)
             engine.dispose()
         if args.export:
             with open(args.export, "w") as f:

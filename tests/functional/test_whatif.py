@@ -4,12 +4,14 @@ same history gives; and every bad ask is a 400 that makes nothing."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import time
 
 import pytest
 from sqlalchemy import func, select
 
+from gpu_tenancy.api.openapi import build
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, utcnow_naive
 from gpu_tenancy.demo.history import seed_history
@@ -17,6 +19,7 @@ from gpu_tenancy.engine import whatif_history
 from gpu_tenancy.whatif.event_loop import simulate
 from gpu_tenancy.whatif.replay import CloudCluster, CloudTenancy
 from tests.conftest import headers
+from tests.functional.test_openapi import response_validator
 
 ADMIN = headers("admin-project", "admin")
 
@@ -64,6 +67,7 @@ def direct(runtime, weight: dict[str, float]) -> dict[str, list[int]]:
 def test_raising_a_weight_lowers_that_projects_p90_and_raises_the_others(client, runtime, history):
     r = client.post("/v1/whatif", json={"days": 30, "changes": ["weight.ml-vision=4"]}, headers=ADMIN)
     assert r.status_code == 202, r.get_json()
+    response_validator(build(), "/v1/whatif", "post", 202).validate(r.get_json())
     job = finished(client, r.get_json()["whatif"]["id"])
     assert job["status"] == "done", job["error"]
     assert job["progress"] == 1.0 and job["leases"] == history
@@ -146,9 +150,39 @@ def test_the_dashboard_page_starts_one_and_draws_both_wait_cdfs(client, runtime)
     listed = client.get("/v1/whatif", headers=ADMIN).get_json()["whatifs"]
     assert listed[0]["changes"] == ["weight.nlp-lab=3", "planner.wait_bound=PT4H"]
     assert finished(client, listed[0]["id"])["status"] == "done"
+    # every answer is the documented one
+    document = build()
+    response_validator(document, "/v1/whatif", "get", 200).validate(client.get("/v1/whatif", headers=ADMIN).get_json())
+    done = client.get(f"/v1/whatif/{listed[0]['id']}", headers=ADMIN).get_json()
+    assert done["whatif"]["result"]["current"]["cdf"]
+    response_validator(document, "/v1/whatif/{job_id}", "get", 200).validate(done)
     page = client.get("/dashboard/admin/whatif").text
     assert page.count("<polyline") == 2 and "wait CDF: current, proposed" in page
     assert 'id="whatif-projects"' in page and "nlp-lab" in page
     bad = client.post("/dashboard/admin/whatif", data={"csrf_token": csrf_of(page), "days": "5",
                                                        "changes": "colour.x=1"}, follow_redirects=True)
     assert "not started" in bad.text and "colour.x" in bad.text
+
+
+def test_the_cli_exports_the_history_and_replays_it_as_the_api_does(runtime, config, tmp_path, capsys):
+    from gpu_tenancy.cli import main
+    from gpu_tenancy.timeutil import rfc3339
+    from gpu_tenancy.whatif import changes as ch
+    from gpu_tenancy.whatif.compare import what_if
+    with session_scope(runtime.sessions) as s:
+        n = seed_history(s, runtime.clock.now(), days=5, per_day=40, seed=4, settings=runtime.planner_settings)
+    path = tmp_path / "history.json"
+    until = rfc3339(runtime.clock.now())
+    assert main(["whatif", "--db", config.database_url, "--until", until, "--days", "5", "--export", str(path)]) == 0
+    assert f"wrote {n} leases" in capsys.readouterr().out
+    assert main(["whatif", "--history", str(path), "--set", "weight.nlp-lab=3", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    with session_scope(runtime.sessions) as s:
+        h = whatif_history.load(s, runtime.clock.now(), 5)
+    direct_result = what_if(h, runtime.planner_settings, ch.parse(["weight.nlp-lab=3"]))
+    for side in ("current", "proposed"):
+        assert shown[side] == direct_result[side]
+    assert main(["whatif", "--history", str(path), "--set", "weight.nlp-lab=3"]) == 0
+    assert "who gains or loses" in capsys.readouterr().out
+    assert main(["whatif", "--history", str(path), "--set", "quota.nlp-lab.A100.colour=3"]) == 2
+    assert "not a setting" in capsys.readouterr().err
