@@ -43,6 +43,7 @@ def main(argv=None) -> int:
     ap.add_argument("--days", type=float, default=3)
     ap.add_argument("--per-day", type=float, default=40)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--no-borrow", action="store_true", help="quotas without borrowing (so no reclaim)")
     a = ap.parse_args(argv)
     asked = requests(sorted(PROJECTS), T0, a.days, a.per_day, random.Random(a.seed))
     with tempfile.TemporaryDirectory() as d:
@@ -64,6 +65,9 @@ def main(argv=None) -> int:
         rt = app.extensions["gpu_tenancy"]
         with session_scope(rt.sessions) as s:
             seed(s, clock.now(), cloud.images())
+            if a.no_borrow:
+                for q in s.scalars(select(m.Quota)):
+                    q.borrow_gpus = 0
         rt.engine.lifecycle.refresh_hosts()
         client = app.test_client()
         ends: dict[str, int] = {}
@@ -99,6 +103,7 @@ def main(argv=None) -> int:
         wall = time.perf_counter() - wall
         with session_scope(rt.sessions) as s:
             history = whatif_history.load(s, clock.now(), a.days + 30)
+            early = set(s.scalars(select(m.Lease.id).where(m.Lease.early_end_kind.is_not(None))))
         t = time.perf_counter()
         out = replay(history, rt.planner_settings)
         fast = time.perf_counter() - t
@@ -108,6 +113,8 @@ def main(argv=None) -> int:
     print(f"{len(asked)} leases asked over {a.days:g} days on the demo's hosts (32 A100, 8 H100), {waited} waited; "
           f"{len(history.leases)} in the history read back")
     print(f"same start in the engine and the what-if replay: {same} of {len(history.leases)}")
+    with_notice = sum(1 for x in history.leases if x.jid in early)
+    print(f"leases the engine ended early with notice (reclaim, preemption; the replay has none): {with_notice}")
     print(f"wall: engine {wall:.0f} s, what-if replay {fast:.2f} s")
     for x in history.leases:
         if out.start.get(x.jid) != history.actual_starts[x.jid]:
