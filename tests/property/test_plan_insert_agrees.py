@@ -11,7 +11,8 @@ What "agree" means:
 - a new lease that goes before some leases of its model: its position is plan()'s, and
   plan() of the exact plan it was fitted into and it starts it no later (it would take
   capacity before the leases behind it do); its answer carries a `provisional` reason,
-  as does every lease fitted in once its model's plan is no longer exact;
+  as does every lease fitted in once its model's plan is no longer exact, and only those
+  (a lease that agrees has plan()'s reasons exactly);
 - always: no host holds more GPUs than it has at any instant, no project more than its
   quota (and what it may borrow) at any instant, each lease within its asked window."""
 from __future__ import annotations
