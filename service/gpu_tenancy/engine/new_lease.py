@@ -1,7 +1,7 @@
 """A tenant's ask for a new lease, end to end: the checks the cloud answers (before any
 transaction is open), then the lease made queued, with its audit record, in one
-transaction (engine/leases.py: create), then planned in a second: fitted into the current
-plan (engine/plan_insert.py) when the queue is long, else by a replan
+transaction (engine/leases.py: create), fitted into the current plan (engine/plan_insert.py) when
+the queue is long, or else planned in a second transaction by a replan
 (early_ends.plan_new), so that one replan can plan the leases of many requests. The API renders and audits;
 these functions take its renderer and its audit call, and do the rest."""
 from __future__ import annotations
@@ -59,40 +59,29 @@ def make_and_plan(transaction: Transaction, clock: Callable[[], int], config: Co
                   audit: Callable[[Session, m.Lease, dict], m.AuditRecord],
                   fits: plan_insert.InsertCache | None = None) -> Made:
     """Make the lease, queued, with its audit record (`audit(session, row, rendered)`) in one
-    transaction, so that no lease is ever without its record; then plan it: fitted into the
-    current plan (fit_created, with `fits`: this process's copy of the plan) if it can be,
-    else by a replan (plan_created)."""
+    transaction, so that no lease is ever without its record, and, when the queue is long,
+    fitted into the current plan in that same transaction (plan_insert.fit_made, with `fits`:
+    this process's copy of the plan); if it was not, planned after by a replan (plan_created)."""
     lease_id = ledger.new_lease_id()   # the same in the question to the decision service and in the lease
+    fitted: list[plan_insert.Snapshot] = []   # the plan with the lease, once fitted into it
 
     def make(session: Session, asked: DecisionHook) -> tuple[m.Lease, dict, m.AuditRecord]:
         row = create(session, clock(), limits, caller, ask, asked, lease_id)
         network.apply(row)
+        fitted.clear()
+        if fits is not None:
+            snapshot = plan_insert.fit_made(session, clock(), settings, row, fits)
+            if snapshot is not None:
+                fitted.append(snapshot)
         rendered = render(row)
         return row, rendered, audit(session, row, rendered)
     row, rendered, record = decide(hook, transaction, make)
-    planned = None if fits is None else fit_created(transaction, clock, settings, row.id, record.id, render, fits)
-    if planned is None:
-        planned = plan_created(transaction, clock, config, settings, row.id, record.id, render)  # the record's id: once committed
+    if fitted:   # planned in the same transaction: the answer and its record already say where
+        assert fits is not None
+        fits.confirm(fitted[0])
+        return Made(row, rendered)
+    planned = plan_created(transaction, clock, config, settings, row.id, record.id, render)  # the record's id: once committed
     return Made(row, planned or rendered)
-
-
-def fit_created(transaction: Transaction, clock: Callable[[], int], settings: PlannerSettings, lease_id: str,
-                record_id: int, render: Callable[[m.Lease], dict], fits: plan_insert.InsertCache) -> dict | None:
-    """The committed lease fitted into the current plan (plan_insert.fit_new), as the answer
-    shows it, its audit record brought up to that; None if it was not (the queue is short,
-    the lease would start now, or fitting failed): plan_created plans it then."""
-    try:
-        with transaction() as session:
-            fitted = plan_insert.fit_new(session, clock(), settings, lease_id, fits)
-            if fitted is None:
-                return None
-    except Exception:
-        log.exception("fitting lease %s into the plan failed; it is planned by a replan", lease_id)
-        return None
-    row, snapshot = fitted
-    if snapshot is not None:
-        fits.confirm(snapshot)
-    return amended(transaction, render(row), lease_id, record_id)
 
 
 def plan_created(transaction: Transaction, clock: Callable[[], int], config: Config, settings: PlannerSettings,
@@ -112,11 +101,7 @@ def plan_created(transaction: Transaction, clock: Callable[[], int], config: Con
     except Exception:
         log.exception("planning lease %s failed; it waits for the engine's replan", lease_id)
         return None
-    return amended(transaction, render(planned), lease_id, record_id)
-
-
-def amended(transaction: Transaction, rendered: dict, lease_id: str, record_id: int) -> dict:
-    """The audit record of a lease just planned brought up to `rendered`, in a transaction of its own."""
+    rendered = render(planned)
     try:
         with transaction() as session:
             audit_log.amend_after(session, record_id, rendered)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Row, select, update
-from sqlalchemy.orm import Session, joinedload
+from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import ledger_lock, to_epoch
@@ -57,26 +57,27 @@ class InsertCache:
         self.last = snapshot
 
 
-def fit_new(session: Session, now: int, settings: PlannerSettings, lease_id: str,
-            cache: InsertCache) -> tuple[m.Lease, Snapshot | None] | None:
-    """Under the ledger lock: the committed lease, planned, with the snapshot to confirm once
-    the caller has committed (None: nothing to confirm, another request's replan planned it);
-    or None: a full replan must plan it (the plan is short, unknown here, or has the lease
-    start now, which commits GPUs: only the full replan does that)."""
-    generation, inserted = lock_ledger(session)
-    row = session.get_one(m.Lease, lease_id, populate_existing=True, options=[
-        joinedload(m.Lease.allocations), joinedload(m.Lease.servers), joinedload(m.Lease.failures)])
-    if not (row.status == S.QUEUED.value and row.queue_position is None):
-        CREATE_REPLANS.labels("shared").inc()
-        return row, None
+def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease,
+             cache: InsertCache) -> Snapshot | None:
+    """In the transaction that makes `row` (queued, flushed, not yet committed: no replan can
+    have planned it), under the ledger lock taken here: the lease fitted into the current
+    plan, its queue information written; the snapshot to confirm once that transaction has
+    committed. None: a full replan must plan it once committed (the plan is short or not
+    known here, a wait bound is set, or the lease would start now or exactly when asked,
+    which commits GPUs: only the full replan does that)."""
     if settings.bounded:
         return None
+    generation, inserted = lock_ledger(session)
     snapshot, cache.last = cache.last, None   # until this fit commits, the plan here is not known
     snapshot = current(session, now, settings, cache, snapshot, generation, inserted)
     if snapshot is None:
         return None
     lr = ledger.request_from_row(row)
-    fitted = snapshot.book.insert(now, lr)
+    try:
+        fitted = snapshot.book.insert(now, lr)
+    except Exception:   # the lease is made all the same; the full replan plans it
+        log.exception("fitting lease %s into the plan failed", row.id)
+        return None
     place = fitted.planned.placement
     if place is not None and (place.start <= now or place.start == lr.earliest_start):
         return None   # the full replan commits it (and is the one to decide reclaims)
@@ -85,7 +86,7 @@ def fit_new(session: Session, now: int, settings: PlannerSettings, lease_id: str
     row.plan_seq = snapshot.inserted
     session.execute(update(m.Lock).where(m.Lock.name == "ledger").values(inserted=snapshot.inserted))
     CREATE_REPLANS.labels("fitted").inc()
-    return row, snapshot
+    return snapshot
 
 
 def lock_ledger(session: Session) -> tuple[int, int]:
