@@ -67,9 +67,17 @@ def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease
     which commits GPUs: only the full replan does that)."""
     if settings.bounded:
         return None
-    generation, inserted = lock_ledger(session)
     snapshot, cache.last = cache.last, None   # until this fit commits, the plan here is not known
-    snapshot = current(session, now, settings, cache, snapshot, generation, inserted)
+    # Built again (after a replan, or when old) before the lock, so that no create waits on it;
+    # the fits committed meanwhile are added under the lock.
+    generation, inserted = session.execute(COUNTS).one()
+    if not fresh(snapshot, now, cache, generation, inserted):
+        snapshot = build(session, now, settings, cache, generation, inserted)
+        if snapshot is None:
+            return None
+    assert snapshot is not None
+    generation, inserted = lock_ledger(session)
+    snapshot = catch_up(session, now, settings, cache, snapshot, generation, inserted)
     if snapshot is None:
         return None
     lr = ledger.request_from_row(row)
@@ -89,32 +97,49 @@ def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease
     return snapshot
 
 
+COUNTS = select(m.Lock.generation, m.Lock.inserted).where(m.Lock.name == "ledger")
+
+
 def lock_ledger(session: Session) -> tuple[int, int]:
     """db.session.ledger_lock, and the ledger's replans and fits so far: on PostgreSQL in the
     one statement that takes the row lock (a create's round trips are most of its time)."""
-    counts = select(m.Lock.generation, m.Lock.inserted).where(m.Lock.name == "ledger")
     if session.get_bind().dialect.name == "postgresql":
-        generation, inserted = session.execute(counts.with_for_update()).one()
+        generation, inserted = session.execute(COUNTS.with_for_update()).one()
     else:
         ledger_lock(session)
-        generation, inserted = session.execute(counts).one()
+        generation, inserted = session.execute(COUNTS).one()
     return generation, inserted
 
 
-def current(session: Session, now: int, settings: PlannerSettings, cache: InsertCache,
-            snapshot: Snapshot | None, generation: int, inserted: int) -> Snapshot | None:
-    """The ledger's current plan as a snapshot: `snapshot` with the fits made since, or built
-    afresh when the ledger has replanned (or it is old); None when the plan is too short to
-    be worth it, or not all written yet (rows planned before their hosts were kept)."""
-    if (snapshot is not None and snapshot.generation == generation and snapshot.inserted <= inserted
-            and 0 <= now - snapshot.made_at < cache.max_age):
-        if snapshot.inserted < inserted:
-            for r in session.execute(select(*COLUMNS).where(L.plan_seq > snapshot.inserted, L.plan_seq <= inserted)
-                                     .order_by(L.plan_seq)):
-                snapshot.book.add(planned(r))
-            snapshot.inserted = inserted
-        return snapshot if len(snapshot.book) >= cache.min_waiting else None
-    rows = list(session.execute(select(*COLUMNS).where(L.status == S.QUEUED.value, L.queue_position.is_not(None))))
+def fresh(snapshot: Snapshot | None, now: int, cache: InsertCache, generation: int, inserted: int) -> bool:
+    """The snapshot is the ledger's plan but for fits made since (no replan since, not old)."""
+    return (snapshot is not None and snapshot.generation == generation and snapshot.inserted <= inserted
+            and 0 <= now - snapshot.made_at < cache.max_age)
+
+
+def catch_up(session: Session, now: int, settings: PlannerSettings, cache: InsertCache, snapshot: Snapshot,
+             generation: int, inserted: int) -> Snapshot | None:
+    """Under the lock: the snapshot with the fits made since it was read, or built again if the
+    ledger replanned meanwhile; None when the plan is too short to be worth it."""
+    if not fresh(snapshot, now, cache, generation, inserted):
+        return build(session, now, settings, cache, generation, inserted)
+    if snapshot.inserted < inserted:
+        for r in session.execute(select(*COLUMNS).where(L.plan_seq > snapshot.inserted, L.plan_seq <= inserted)
+                                 .order_by(L.plan_seq)):
+            snapshot.book.add(planned(r))
+        snapshot.inserted = inserted
+    return snapshot if len(snapshot.book) >= cache.min_waiting else None
+
+
+def build(session: Session, now: int, settings: PlannerSettings, cache: InsertCache, generation: int,
+          inserted: int) -> Snapshot | None:
+    """The ledger's plan as of `generation` and the first `inserted` fits, from the rows; None
+    when it is too short to be worth it, or not all written yet (rows planned before their
+    hosts were kept). Read with or without the lock: fits committed after `inserted` was read
+    are left out (catch_up adds them), and a replan meanwhile shows in the generation."""
+    rows = list(session.execute(select(*COLUMNS).where(
+        L.status == S.QUEUED.value, L.queue_position.is_not(None),
+        L.plan_seq.is_(None) | (L.plan_seq <= inserted))))
     if len(rows) < cache.min_waiting or any(r.start_at is not None and r.planned_hosts is None for r in rows):
         return None
     inputs = ledger.load_inputs(session, now, settings, queued=[])
