@@ -4,6 +4,12 @@ workers) on PostgreSQL, side by side with a bare Flask endpoint
 the same gunicorn. Prints figures; asserts nothing.
 
     python bench/api_load.py [--port 0] [--seconds 20] [--clients 8]
+    python bench/api_load.py --waiting 1000,10000 --against main [--seconds 20]
+
+With --waiting, the create phase alone, once per queue length: each starts from a
+database with that many leases waiting (cloned in SQL from one made through the API, then
+planned by one full replan, untimed), and with --against the same with a git ref's code
+(its own database and gunicorn), one after the other in one run, beside the bare INSERT.
 
 It starts its own throwaway PostgreSQL (as scripts/run-tests does; initdb
 must be installed) and two gunicorns on 127.0.0.1, and stops them by PID.
@@ -21,6 +27,7 @@ full page.
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import random
 import shutil
@@ -35,7 +42,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "service"))
+# the service's code: this tree's, or (GT_BENCH_SERVICE) a git ref's exported for --against
+SERVICE = os.environ.get("GT_BENCH_SERVICE", os.path.join(HERE, "..", "service"))
+sys.path.insert(0, SERVICE)
 
 import requests  # noqa: E402
 import yaml  # noqa: E402
@@ -94,6 +103,48 @@ def prepare_service_db(url: str, workdir: str, n_hosts: int, projects: list[str]
     rt.engine.lifecycle.refresh_hosts()
     rt.sessions.kw["bind"].dispose()
     return config_file
+
+
+def clone_waiting(url: str, config_file: str, n_hosts: int, n_projects: int, waiting: int) -> dict:
+    """`waiting` leases queued behind a full cluster: one lease made through the API, cloned in
+    SQL (n_hosts of 8 GPUs for 24 h first, which the replan starts, then shapes and durations
+    in turn over the projects), then one full replan, as the engine would run. Untimed."""
+    from gpu_tenancy.app import create_app
+    from gpu_tenancy.config import Config
+    from gpu_tenancy.db import models as m
+    from gpu_tenancy.db.session import session_scope
+    from gpu_tenancy.engine import ledger
+
+    app = create_app(Config.load(config_file, run_engine=True), start_engine=False)
+    rt = app.extensions["gpu_tenancy"]
+    made = app.test_client().post("/v1/leases", json={"name": "template", "shape": "a100.x8", "duration": 3600},
+                                  headers={"X-Project-Id": "bench-0", "X-User-Id": "u0", "X-Roles": "member"})
+    assert made.status_code == 201, made.get_data(as_text=True)
+    template = made.get_json()["lease"]["id"]
+    engine = rt.sessions.kw["bind"]
+    with engine.begin() as conn:
+        columns = [c for (c,) in conn.execute(text(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'leases' ORDER BY ordinal_position"))]
+        fill = n_hosts   # whole hosts for a day: the cluster is full, the rest waits
+        over = {
+            "id": "md5(random()::text || g::text)::uuid::text", "name": "'fill-' || g", "status": "'queued'",
+            "project_id": f"'bench-' || (g % {n_projects})",
+            "shape": f"CASE WHEN g <= {fill} THEN 'a100.x8' ELSE (ARRAY['a100.x1','a100.x2','a100.x4','a100.x8'])"
+                     "[1 + g % 4] END",
+            "gpus_per_vm": f"CASE WHEN g <= {fill} THEN 8 ELSE (ARRAY[1,2,4,8])[1 + g % 4] END",
+            "duration": f"CASE WHEN g <= {fill} THEN 86400 ELSE 3600 * (1 + (g * 7) % 24) END",
+            "arrival": "arrival + g", "start_at": "NULL", "end_at": "NULL", "queue_position": "NULL",
+            "queue_eta": "NULL", "queue_reasons": "'[]'", "first_eta": "NULL", "planned_hosts": "NULL",
+            "plan_seq": "NULL", "readiness_token": "NULL"}
+        picks = ", ".join(over.get(c, c) for c in columns)
+        conn.execute(text(f"INSERT INTO leases ({', '.join(columns)}) SELECT {picks} FROM leases, "
+                          f"generate_series(1, {fill + waiting}) AS g WHERE id = :template"), {"template": template})
+    t = time.perf_counter()
+    with session_scope(rt.sessions) as session:
+        ledger.replan(session, rt.clock.now(), rt.planner_settings)
+        by_status = dict(session.execute(select(m.Lease.status, func.count()).group_by(m.Lease.status)).all())
+    engine.dispose()
+    return {"by_status": by_status, "replan_s": time.perf_counter() - t}
 
 
 def start_gunicorn(app: str, port: int, env: dict, workers: int, log: str,
@@ -155,6 +206,16 @@ def hammer(make_request, seconds: float, clients: int) -> dict:
             "mean": statistics.fmean(lat) if lat else float("nan")}
 
 
+def create_outcomes(metrics_dir: str) -> dict:
+    """create_replans with the creates fitted into the plan (none with code from before that)."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.multiprocess import MultiProcessCollector
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=metrics_dir)
+    return {outcome: registry.get_sample_value("gpu_tenancy_lease_create_replans_total", {"outcome": outcome}) or 0
+            for outcome in ("fitted", "replanned", "shared")}
+
+
 def create_replans(metrics_dir: str) -> dict:
     """gpu_tenancy_lease_create_replans_total of every worker (prometheus_client's multiprocess files)."""
     from prometheus_client import CollectorRegistry
@@ -163,6 +224,112 @@ def create_replans(metrics_dir: str) -> dict:
     MultiProcessCollector(registry, path=metrics_dir)
     return {outcome: registry.get_sample_value("gpu_tenancy_lease_create_replans_total", {"outcome": outcome}) or 0
             for outcome in ("replanned", "shared")}
+
+
+def export_ref(ref: str, workdir: str) -> str:
+    """The service's code at git ref `ref`, exported (git archive) under workdir; its service/ directory."""
+    root = subprocess.run(["git", "-C", HERE, "rev-parse", "--show-toplevel"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+    out = os.path.join(workdir, "ref")
+    os.makedirs(out)
+    archive = subprocess.run(["git", "-C", root, "archive", ref, "service"], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", out], input=archive, check=True)
+    return os.path.join(out, "service")
+
+
+def prepare_waiting(code: str, url: str, workdir: str, a, projects: list[str], waiting: int) -> tuple[str, dict]:
+    """In a process of `code`'s service (its migrations, its replan): a database with `waiting`
+    leases waiting; returns its config file and what clone_waiting says."""
+    env = {**os.environ, "GT_BENCH_SERVICE": code, "PYTHONPATH": code}
+    out = subprocess.run([sys.executable, __file__, "--prepare", url, "--prepare-dir", workdir, "--hosts", str(a.hosts),
+                          "--projects", str(len(projects)), "--waiting", str(waiting)],
+                         env=env, check=True, capture_output=True, text=True)
+    config_file, figures = out.stdout.strip().splitlines()[-2:]
+    return config_file, ast.literal_eval(figures)   # a dict this script printed
+
+
+def prepare_main(a) -> int:
+    """--prepare: run in a process of the code measured (see prepare_waiting)."""
+    projects = [f"bench-{i}" for i in range(a.projects)]
+    config_file = prepare_service_db(a.prepare, a.prepare_dir, a.hosts, projects)
+    figures = clone_waiting(a.prepare, config_file, a.hosts, len(projects), int(a.waiting))
+    print(config_file)
+    print(repr(figures))
+    return 0
+
+
+def waiting_main(a, ports: list[int], projects: list[str], workdir: str) -> int:
+    """--waiting: the create phase with each queue length, this tree's code and --against's, beside the bare INSERT."""
+    codes = [("new", os.path.abspath(SERVICE))]
+    if a.against:
+        codes.insert(0, (f"{a.against}", export_ref(a.against, workdir)))
+    rows = []
+    with ThrowawayPostgres(ports[0], a.pg_bin) as pg:
+        procs: list[subprocess.Popen] = []
+        try:
+            db = create_engine(pg.url, isolation_level="AUTOCOMMIT")
+            with db.connect() as conn:
+                conn.execute(text(BARE_SCHEMA))
+            bare = start_gunicorn("bare_app:application", ports[2], {"BENCH_BARE_DB": pg.url}, a.workers,
+                                  os.path.join(workdir, "bare.log"))
+            procs.append(bare)
+
+            def headers(k):
+                return {"X-Project-Id": projects[k % len(projects)], "X-User-Id": f"u{k}", "X-Roles": "member"}
+
+            def bare_insert(session, rng, k, i):
+                return session.post(f"http://127.0.0.1:{ports[2]}/bare", headers=headers(k), json={
+                    "name": f"bench-{k}-{i}", "shape": rng.choice(SHAPES), "duration": rng.randint(1, 24) * 3600})
+
+            r = hammer(bare_insert, a.seconds, a.clients)
+            rows.append(("bare INSERT", "", "", r, None))
+            print(f"  bare INSERT: {r['rps']:.1f} req/s, p99 {1000 * r['p99']:.0f} ms", flush=True)
+            for n in [int(x) for x in a.waiting.split(",")]:
+                for label, code in codes:
+                    name = f"db_{label.replace('-', '_').replace('/', '_')}_{n}".lower()
+                    with db.connect() as conn:
+                        conn.execute(text(f"CREATE DATABASE {name}"))
+                    url = pg.url.rsplit("/", 1)[0] + "/" + name
+                    phase_dir = os.path.join(workdir, name)
+                    os.makedirs(os.path.join(phase_dir, "metrics"))
+                    config_file, figures = prepare_waiting(code, url, phase_dir, a, projects, n)
+                    svc = start_gunicorn("gpu_tenancy.wsgi:application", ports[1],
+                                         {"GPU_TENANCY_CONFIG": config_file, "PYTHONPATH": code,
+                                          "PROMETHEUS_MULTIPROC_DIR": os.path.join(phase_dir, "metrics")},
+                                         a.workers, os.path.join(phase_dir, "service.log"))
+                    procs.append(svc)
+
+                    def lease_create(session, rng, k, i):
+                        return session.post(f"http://127.0.0.1:{ports[1]}/v1/leases", headers=headers(k), json={
+                            "name": f"bench-{k}-{i}", "shape": rng.choice(SHAPES),
+                            "duration": rng.randint(1, 24) * 3600})
+
+                    r = hammer(lease_create, a.seconds, a.clients)
+                    stop(svc)
+                    procs.remove(svc)
+                    outcomes = create_outcomes(os.path.join(phase_dir, "metrics"))
+                    rows.append((label, n, figures, r, outcomes))
+                    print(f"  {label}, {n} waiting (set up: {figures['by_status']}, replan {figures['replan_s']:.1f} s): "
+                          f"{r['rps']:.1f} req/s, p50 {1000 * r['p50']:.0f} ms, p99 {1000 * r['p99']:.0f} ms, "
+                          f"{r['ok']} ok, {r['bad']} failed {r['first_bad']}; {outcomes}", flush=True)
+            db.dispose()
+        except BaseException:
+            print(f"the gunicorn logs are kept in {workdir}", file=sys.stderr)
+            raise
+        finally:
+            for p in procs:
+                stop(p)
+    shutil.rmtree(workdir, ignore_errors=True)
+    bare_rps = rows[0][3]["rps"]
+    print()
+    print("| code | waiting | POST /v1/leases req/s | p50 | p99 | ÷ bare INSERT | creates fitted / replanned / shared |")
+    print("|---|---|---|---|---|---|---|")
+    for label, n, _figures, r, outcomes in rows[1:]:
+        print(f"| {label} | {n:,} | {r['rps']:.1f} | {1000 * r['p50']:.0f} ms | {1000 * r['p99']:.0f} ms "
+              f"| {r['rps'] / bare_rps:.2f} | {outcomes['fitted']:.0f} / {outcomes['replanned']:.0f} / "
+              f"{outcomes['shared']:.0f} |")
+    print(f"\nbare INSERT: {bare_rps:.1f} req/s (p99 {1000 * rows[0][3]['p99']:.0f} ms)")
+    return 0
 
 
 def main(argv=None) -> int:
@@ -175,7 +342,13 @@ def main(argv=None) -> int:
     ap.add_argument("--hosts", type=int, default=100, help="simulated hosts of 8 A100")
     ap.add_argument("--projects", type=int, default=8)
     ap.add_argument("--page", type=int, default=50, help="page size of the list phases")
+    ap.add_argument("--waiting", help="comma-separated queue lengths: the create phase alone, with that many waiting")
+    ap.add_argument("--against", help="with --waiting: also measure this git ref's code (e.g. main), in the same run")
+    ap.add_argument("--prepare", help=argparse.SUPPRESS)       # internal: prepare_waiting's subprocess
+    ap.add_argument("--prepare-dir", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    if a.prepare:
+        return prepare_main(a)
     ports = [a.port, a.port + 1, a.port + 2] if a.port else [free_port(), free_port(), free_port()]
     projects = [f"bench-{i}" for i in range(a.projects)]
     workdir = tempfile.mkdtemp(prefix="gt-bench-api-")
@@ -183,6 +356,8 @@ def main(argv=None) -> int:
     print(f"gunicorn {a.workers} sync workers each; {a.clients} client threads in one process; "
           f"{a.seconds:g} s per phase; PostgreSQL (fsync off) on 127.0.0.1; simulated cloud {a.hosts} x 8 A100",
           flush=True)
+    if a.waiting:
+        return waiting_main(a, ports, projects, workdir)
     procs = []
     with ThrowawayPostgres(ports[0], a.pg_bin) as pg:
         try:

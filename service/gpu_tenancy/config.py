@@ -43,6 +43,9 @@ class Config:
     readiness_url: str | None = None
     run_engine: bool = True          # run the engine in this process (the demo does)
     engine_tick_seconds: int = 5
+    # with at least this many leases waiting, a create fits its lease into the current plan instead
+    # of replanning them all (engine/plan_insert.py; the engine's next replan plans it in full)
+    plan_insert_min_waiting: int = 100
     provisioning_poll_seconds: float = 0.25  # while a VM boots or is deleted (openstacksdk's own wait: 2 s)
     host_refresh_seconds: int = 60
     leader_lease_seconds: int = 30

@@ -73,7 +73,8 @@ def create():
     made = new_lease.make_and_plan(
         rt.transaction, rt.now, cfg, rt.planner_settings(), rt.limits(), caller, ask, network,
         DecisionHook.from_config(cfg), render,
-        lambda session, row, rendered: rt.audit(session, "lease.create", row.id, row.project_id, None, rendered))
+        lambda session, row, rendered: rt.audit(session, "lease.create", row.id, row.project_id, None, rendered),
+        rt.runtime().fits)
     rendered = made.rendered
     if made.row.readiness_probe:  # shown this once (not in the audit record), for VMs made by hand or Heat
         rendered = {**rendered, "readiness": {**rendered["readiness"], "token": made.row.readiness_token,

@@ -18,6 +18,7 @@ from gpu_tenancy.db.session import session_scope
 from gpu_tenancy.domain.planner import PlannerSettings
 from gpu_tenancy.engine import audit as audit_log
 from gpu_tenancy.engine.capacity import PlannedCache
+from gpu_tenancy.engine.plan_insert import InsertCache
 from gpu_tenancy.engine import planner_settings as planner_settings_
 from gpu_tenancy.engine.leases import Caller
 from gpu_tenancy.engine.limits import Limits
@@ -38,11 +39,13 @@ class Runtime:
     planner_settings: PlannerSettings = field(init=False)
     limits: Limits = field(init=False)
     planned: PlannedCache = field(init=False)    # the calendar's planned GPUs, made once per replan
+    fits: InsertCache = field(init=False)        # the plan new leases are fitted into (engine/plan_insert.py)
 
     def __post_init__(self) -> None:
         self.planner_settings = planner_settings_.from_config(self.config)
         self.limits = Limits.from_config(self.config)
         self.planned = PlannedCache(max_age=self.config.engine_tick_seconds)
+        self.fits = InsertCache(min_waiting=self.config.plan_insert_min_waiting)
 
     def wake_engine(self) -> None:
         if self.engine is not None:

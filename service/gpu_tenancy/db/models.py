@@ -100,6 +100,11 @@ class Lease(Base):
     # the first ETA its owner was shown (when it was created, unless it had no slot then):
     # what ETA honesty (domain/eta_honesty.py) holds its real start against
     first_eta: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
+    # a waiting lease's planned hosts, one per VM (with start_at/end_at: its place in the plan),
+    # and, when a create fitted it into the plan, the ledger's count of such fits then: what the
+    # other processes read to fit the next lease around it (engine/plan_insert.py)
+    planned_hosts: Mapped[list | None] = mapped_column(JSON, nullable=True)
+    plan_seq: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
     priority_class: Mapped[str | None] = mapped_column(String(64), nullable=True)  # its name when asked for
     preemptible: Mapped[bool] = mapped_column(Boolean, default=False)
     # ended early with notice (reclaimed or preempted): when, why, and for which lease
@@ -278,6 +283,8 @@ class Lock(Base):
     # 'ledger': bumped by every replan (ledger.replan_locked), so that what is read from a plan
     # can be kept until the plan may have moved (engine/capacity.py: PlannedCache)
     generation: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # 'ledger': leases a create fitted into the plan (engine/plan_insert.py), counted for good
+    inserted: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class AuditRecord(Base):

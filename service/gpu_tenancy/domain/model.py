@@ -66,7 +66,8 @@ class LeaseRequest:
 class Reason:
     """Why a lease waits, in words a user can act on. `code` is one of
     quota, capacity, priority, fairshare, order, duration, latest_start,
-    unplaceable, borrowing, preemptible; reclaim (the engine's: GPUs freed for it with notice)."""
+    unplaceable, borrowing, preemptible; reclaim (the engine's: GPUs freed for it with notice);
+    provisional (a create fitted it into the plan out of order: domain/plan_insert.py)."""
     code: str
     message: str
 

@@ -136,6 +136,8 @@ def replan_locked(session: Session, now: int, settings: planner.PlannerSettings,
     limits.fail_unplannable(session, now, actor)
     # under the lock already held: one more statement on its row
     session.execute(update(m.Lock).where(m.Lock.name == "ledger").values(generation=m.Lock.generation + 1))
+    # every lease is planned in full again: none is one a create fitted in (engine/plan_insert.py)
+    session.execute(update(m.Lease).where(m.Lease.plan_seq.is_not(None)).values(plan_seq=None))
     rows: dict[str, m.Lease] = {}
     row: m.Lease | None   # a queued row, then the row of a planned lease
     for row in load_queued(session):
@@ -216,18 +218,19 @@ def commit_allocation(session: Session, row: m.Lease, planned: PlannedLease, now
     clear_queue_info(row)
 
 
-QUEUE_INFO = ("queue_position", "queue_eta", "queue_reasons", "start_at", "end_at")
+QUEUE_INFO = ("queue_position", "queue_eta", "queue_reasons", "start_at", "end_at", "planned_hosts")
 
 
 def write_queue_info(row: m.Lease, planned: PlannedLease) -> None:
-    """A waiting lease's position, ETA, reasons and planned window, and its first ETA
+    """A waiting lease's position, ETA, reasons and planned window and hosts, and its first ETA
     if it has none yet. Unchanged, it is not written; changed, it is written whole, so
     that the flush sends every changed lease in one batch (rows of differing columns
     would each be a statement)."""
     place = planned.placement
     values = (planned.position, utcnow_naive(planned.eta) if planned.eta is not None else None,
               [{"code": r.code, "message": r.message} for r in planned.reasons],
-              utcnow_naive(place.start) if place else None, utcnow_naive(place.end) if place else None)
+              utcnow_naive(place.start) if place else None, utcnow_naive(place.end) if place else None,
+              list(place.hosts) if place else None)
     if tuple(getattr(row, column) for column in QUEUE_INFO) == values:
         return
     for column, value in zip(QUEUE_INFO, values):
@@ -241,7 +244,7 @@ def write_queue_info(row: m.Lease, planned: PlannedLease) -> None:
 
 
 def clear_queue_info(row: m.Lease) -> None:
-    row.queue_position, row.queue_eta, row.queue_reasons = None, None, []
+    row.queue_position, row.queue_eta, row.queue_reasons, row.planned_hosts = None, None, [], None
 
 
 def dry_run(session: Session, now: int, settings: planner.PlannerSettings, request: LeaseRequest) -> PlannedLease:

@@ -32,7 +32,8 @@ PLANNER_SECONDS = Histogram(
     buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=None)
 CREATE_REPLANS = CounterMetric(
     PREFIX + "lease_create_replans", "Lease creations by how their lease was planned: by a replan of their "
-    "own (replanned), or by one another request ran after they were committed (shared).",
+    "own (replanned), by one another request ran after they were committed (shared), or fitted into the "
+    "current plan without a replan (fitted).",
     labelnames=["outcome"], registry=None)
 
 

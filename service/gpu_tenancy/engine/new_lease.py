@@ -1,7 +1,8 @@
 """A tenant's ask for a new lease, end to end: the checks the cloud answers (before any
 transaction is open), then the lease made queued, with its audit record, in one
-transaction (engine/leases.py: create), then planned in a second (early_ends.plan_new), so
-that one replan can plan the leases of many requests. The API renders and audits;
+transaction (engine/leases.py: create), fitted into the current plan (engine/plan_insert.py) when
+the queue is long, or else planned in a second transaction by a replan
+(early_ends.plan_new), so that one replan can plan the leases of many requests. The API renders and audits;
 these functions take its renderer and its audit call, and do the rest."""
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from gpu_tenancy.config import Config
 from gpu_tenancy.db import models as m
 from gpu_tenancy.domain.lease_ask import Boot, LeaseAsk
 from gpu_tenancy.domain.planner import PlannerSettings
-from gpu_tenancy.engine import audit as audit_log, early_ends, ledger, networking, volumes
+from gpu_tenancy.engine import audit as audit_log, early_ends, ledger, networking, plan_insert, volumes
 from gpu_tenancy.engine.decision_hook import DecisionHook, decide
 from gpu_tenancy.engine.leases import Caller, check_tenant_boot, create
 from gpu_tenancy.engine.limits import Limits
@@ -55,17 +56,30 @@ def make_and_plan(transaction: Transaction, clock: Callable[[], int], config: Co
                   limits: Limits,
                   caller: Caller, ask: LeaseAsk, network: networking.Choice, hook: DecisionHook,
                   render: Callable[[m.Lease], dict],
-                  audit: Callable[[Session, m.Lease, dict], m.AuditRecord]) -> Made:
+                  audit: Callable[[Session, m.Lease, dict], m.AuditRecord],
+                  fits: plan_insert.InsertCache | None = None) -> Made:
     """Make the lease, queued, with its audit record (`audit(session, row, rendered)`) in one
-    transaction, so that no lease is ever without its record; then plan it (plan_created)."""
+    transaction, so that no lease is ever without its record, and, when the queue is long,
+    fitted into the current plan in that same transaction (plan_insert.fit_made, with `fits`:
+    this process's copy of the plan); if it was not, planned after by a replan (plan_created)."""
     lease_id = ledger.new_lease_id()   # the same in the question to the decision service and in the lease
+    fitted: list[plan_insert.Snapshot] = []   # the plan with the lease, once fitted into it
 
     def make(session: Session, asked: DecisionHook) -> tuple[m.Lease, dict, m.AuditRecord]:
         row = create(session, clock(), limits, caller, ask, asked, lease_id)
         network.apply(row)
+        fitted.clear()
+        if fits is not None:
+            snapshot = plan_insert.fit_made(session, clock(), settings, row, fits)
+            if snapshot is not None:
+                fitted.append(snapshot)
         rendered = render(row)
         return row, rendered, audit(session, row, rendered)
     row, rendered, record = decide(hook, transaction, make)
+    if fitted:   # planned in the same transaction: the answer and its record already say where
+        assert fits is not None
+        fits.confirm(fitted[0])
+        return Made(row, rendered)
     planned = plan_created(transaction, clock, config, settings, row.id, record.id, render)  # the record's id: once committed
     return Made(row, planned or rendered)
 

@@ -1,0 +1,152 @@
+"""Incremental planning: a new lease fitted into the current plan, without planning again
+the leases already in it. Pure, deterministic; see docs/design.md, "Incremental create".
+
+The current plan's placements stay where they are; they are reserved, beside the holds,
+as the full planner (planner.plan) reserves the leases it has placed, and the new lease
+is then placed by the planner's own steps (`_Run`: earliest start within quota and
+capacity, borrowing, reasons, reserve), as if it came after every lease of the plan.
+Its position and the counts in its reasons are those of its place in the planner's
+order among the plan's leases (a bisection of their order keys).
+
+When the new lease is last in its GPU model's planner order, and the plan it is fitted
+into is the full plan of the same inputs, this is exactly what plan() would give it
+(tests/property/test_plan_insert.py); the plan with it then is still that full plan.
+When it is not last, plan() would place it before some leases, on capacity they have
+not taken yet, so no later than here; the answer says its ETA is provisional.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from .model import Hold, Host, LeaseRequest, Placement, PlannedLease, QuotaLimit, Reason
+from .planner import (FAST, PlannerSettings, _Ahead, _n, _no_slot_reason, _place_preemptible, _Run, _Scores,
+                      fmt_time)
+
+OrderKey = tuple[int, int, float, int, int, str]
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A lease of the current plan: what it asked for, and where the plan has it (None: nowhere)."""
+    request: LeaseRequest
+    placement: Placement | None
+    borrowing: bool = False
+
+
+@dataclass(frozen=True)
+class Inserted:
+    planned: PlannedLease   # position, placement, reasons: as the answer shows them
+    last: bool              # last of its GPU model in the planner's order
+    exact: bool             # the plan with it is the full plan of the same inputs (so is its placement)
+
+
+class PlanBook:
+    """The current plan, as capacity and quota left over time and the planner's order of
+    its leases, per GPU model; each insert() adds one lease to it.
+
+    `exact`: the plan handed in is what plan() gives for these inputs (the engine's last
+    full plan, with only in-order insertions since); it stays exact per GPU model while
+    every lease inserted is last in its model's order."""
+
+    def __init__(self, now: int, hosts: Sequence[Host], holds: Sequence[Hold],
+                 quotas: Mapping[tuple[str, str], QuotaLimit], planned: Sequence[Planned],
+                 usage: Mapping[tuple[str, str], float] | None, settings: PlannerSettings,
+                 exact: Mapping[str, bool] | None = None):
+        if settings.bounded:   # a wait bound moves leases in the order as time passes: only plan() knows it
+            raise ValueError("incremental planning does not take a wait bound")
+        self.quotas, self.settings = quotas, settings
+        reserved = [hold for p in planned for hold in _holds(p, settings.release_allowance)]
+        self._run = _Run(now, hosts, [*holds, *reserved], quotas, usage, settings, FAST, set())
+        self._scores = _Scores(quotas, usage)
+        self._keys: dict[str, list[OrderKey]] = defaultdict(list)
+        for p in planned:
+            self._keys[p.request.gpu_model].append(self._key(p.request))
+        for keys in self._keys.values():
+            keys.sort()
+        self.exact: dict[str, bool] = defaultdict(lambda: True, exact or {})
+
+    def __len__(self) -> int:
+        return sum(len(keys) for keys in self._keys.values())
+
+    def _key(self, lr: LeaseRequest) -> OrderKey:
+        # planner.order_key without a wait bound
+        return (-lr.priority, 1, self._scores.of(lr.project_id, lr.gpu_model), lr.created_at, lr.arrival,
+                lr.lease_id)
+
+    def add(self, p: Planned) -> None:
+        """A lease another process inserted: reserved where it was placed, and in the order."""
+        run = self._run
+        mi = run.indexes.get(p.request.gpu_model)
+        for hold in _holds(p, self.settings.release_allowance):
+            if mi is not None and hold.host in mi.hosts:
+                mi.reserve(hold.host, hold.start, hold.end, hold.gpus)
+        lr = p.request
+        if p.placement is not None and not lr.preemptible and (lr.project_id, lr.gpu_model) not in run.unbinding:
+            end = p.placement.end + self.settings.release_allowance
+            run.book.reserve(lr.project_id, lr.gpu_model, p.placement.start, end, lr.gpus_per_vm * lr.instances)
+        keys, key = self._keys[lr.gpu_model], self._key(lr)
+        self.exact[lr.gpu_model] = self.exact[lr.gpu_model] and (not keys or keys[-1] < key)
+        insort(keys, key)
+
+    def insert(self, now: int, lr: LeaseRequest) -> Inserted:
+        """Place `lr` around the plan (the steps of planner.plan's loop, for one lease) and
+        reserve it there; `now` may be later than the plan's (never earlier)."""
+        run = self._run
+        run.now = run.book.now = max(now, run.now)   # nothing starts before it
+        now = run.now
+        m, keys = lr.gpu_model, self._keys[lr.gpu_model]
+        key = self._key(lr)
+        i = bisect_left(keys, key)
+        higher = bisect_left(keys, (-lr.priority,))
+        own_tier = bisect_left(keys, (-lr.priority, 1))
+        own_score = bisect_left(keys, (-lr.priority, 1, key[2]))
+        ahead = _Ahead(i + 1, higher, own_tier - higher, own_score - own_tier, i - own_score)
+        q = self.quotas.get((lr.project_id, m))
+        pl = PlannedLease(lr.lease_id, ahead.position, None, [])
+        never = run.first_unplaceable_reason(lr, q)
+        if never is not None:
+            pl.reasons.append(never)
+        elif lr.preemptible:
+            _place_preemptible(now, lr, pl, run.indexes[m], ahead.total, self.settings.release_allowance)
+        else:
+            assert q is not None   # first_unplaceable_reason: a lease within quota has one
+            slot = run.earliest_nominal_start(lr, q)
+            run.borrow(lr, q, slot, pl)
+            if slot.start is None:
+                pl.reasons.append(_no_slot_reason(lr, q))
+            else:
+                run.explain(lr, q, slot, ahead, False, pl)
+                if lr.latest_start is not None and slot.start > lr.latest_start:
+                    pl.reasons.append(Reason("latest_start", f"the earliest slot is {fmt_time(slot.start)}, "
+                                                             f"after its latest start {fmt_time(lr.latest_start)}"))
+                else:
+                    run.reserve(lr, slot, pl)
+        last = i == len(keys)
+        was_exact = self.exact[m]
+        insort(keys, key)
+        self.exact[m] = was_exact and last
+        if not self.exact[m]:
+            pl.reasons.append(provisional(len(keys) - 1 - i, was_exact))
+        return Inserted(pl, last, self.exact[m])
+
+
+def provisional(behind: int, was_exact: bool) -> Reason:
+    """Why the ETA of a lease fitted in may still move (it moves at the engine's next full plan)."""
+    if behind and was_exact:
+        return Reason("provisional", f"fitted in after every waiting lease, though it goes before "
+                                     f"{_n(behind, 'lease')} of its GPU model: the next full plan, within "
+                                     f"seconds, may start it earlier, not later (unless what runs or waits changes)")
+    return Reason("provisional", "fitted in around leases that were themselves fitted in out of order: the next "
+                                 "full plan, within seconds, may move its start")
+
+
+def _holds(p: Planned, allowance: int) -> list[Hold]:
+    """A placement of the plan as holds, one per VM: what planner.plan reserves for it."""
+    lr, place = p.request, p.placement
+    if place is None:
+        return []
+    return [Hold(lr.lease_id, lr.project_id, host, lr.gpu_model, lr.gpus_per_vm, place.start, place.end + allowance,
+                 p.borrowing, lr.preemptible, lr.priority, allowance) for host in place.hosts]

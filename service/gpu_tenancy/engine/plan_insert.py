@@ -1,0 +1,166 @@
+"""A new lease fitted into the current plan (domain/plan_insert.py), under the ledger lock,
+instead of a full replan: what lets `POST /v1/leases` keep its pace with thousands waiting.
+The engine's replan (each tick, and woken after creates: one replan for many) then plans
+every lease again in full. See docs/design.md, "Incremental create".
+
+The plan lives in the rows: each waiting lease's start_at, end_at and planned_hosts (written
+by every replan, ledger.write_queue_info, and by each fit here). Each process keeps the
+plan built as a PlanBook (Snapshot) while the ledger has not replanned since (its
+`generation`); leases other processes fitted in meanwhile (the ledger's `inserted` count,
+their `plan_seq`) are read and added to it, so a create reads a few rows, not the queue."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from typing import Any
+
+from sqlalchemy import Row, select, update
+from sqlalchemy.orm import Session
+
+from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import ledger_lock, to_epoch
+from gpu_tenancy.domain.model import LeaseRequest, Placement
+from gpu_tenancy.domain.plan_insert import Planned, PlanBook
+from gpu_tenancy.domain.planner import PlannerSettings
+from gpu_tenancy.domain.states import LeaseState
+from gpu_tenancy.engine import ledger
+from gpu_tenancy.engine.metrics import CREATE_REPLANS
+
+S = LeaseState
+log = logging.getLogger(__name__)
+L = m.Lease
+# what a lease of the plan is read with: its ask, and where the plan has it
+COLUMNS = (L.id, L.project_id, L.gpu_model, L.gpus_per_vm, L.instances, L.duration, L.earliest_start,
+           L.latest_start, L.created_at, L.priority, L.name, L.preemptible, L.arrival, L.start_at, L.end_at,
+           L.planned_hosts, L.borrowing, L.plan_seq)
+
+
+@dataclass
+class Snapshot:
+    generation: int
+    inserted: int     # the ledger's count of fits it holds
+    made_at: int
+    allowance: int
+    book: PlanBook
+
+
+@dataclass
+class InsertCache:
+    """One per app (each process its own): the plan as last built or fitted into here."""
+    min_waiting: int   # with fewer leases in the plan, a create replans in full (cheap then, and exact)
+    max_age: int = 60  # s: time moving on moves the plan (holds past their end, starts come)
+    last: Snapshot | None = field(default=None)
+
+    def confirm(self, snapshot: Snapshot) -> None:
+        """The fit's transaction committed: the snapshot (with it) is the plan again."""
+        self.last = snapshot
+
+
+def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease,
+             cache: InsertCache) -> Snapshot | None:
+    """In the transaction that makes `row` (queued, flushed, not yet committed: no replan can
+    have planned it), under the ledger lock taken here: the lease fitted into the current
+    plan, its queue information written; the snapshot to confirm once that transaction has
+    committed. None: a full replan must plan it once committed (the plan is short or not
+    known here, a wait bound is set, or the lease would start now or exactly when asked,
+    which commits GPUs: only the full replan does that)."""
+    if settings.bounded:
+        return None
+    snapshot, cache.last = cache.last, None   # until this fit commits, the plan here is not known
+    # Built again (after a replan, or when old) before the lock, so that no create waits on it;
+    # the fits committed meanwhile are added under the lock.
+    generation, inserted = session.execute(COUNTS).one()
+    if not fresh(snapshot, now, cache, generation, inserted):
+        snapshot = build(session, now, settings, cache, generation, inserted)
+        if snapshot is None:
+            return None
+    assert snapshot is not None
+    generation, inserted = lock_ledger(session)
+    snapshot = catch_up(session, now, settings, cache, snapshot, generation, inserted)
+    if snapshot is None:
+        return None
+    lr = ledger.request_from_row(row)
+    try:
+        fitted = snapshot.book.insert(now, lr)
+    except Exception:   # the lease is made all the same; the full replan plans it
+        log.exception("fitting lease %s into the plan failed", row.id)
+        return None
+    place = fitted.planned.placement
+    if place is not None and (place.start <= now or place.start == lr.earliest_start):
+        return None   # the full replan commits it (and is the one to decide reclaims)
+    ledger.write_queue_info(row, fitted.planned)
+    snapshot.inserted += 1
+    row.plan_seq = snapshot.inserted
+    session.execute(update(m.Lock).where(m.Lock.name == "ledger").values(inserted=snapshot.inserted))
+    CREATE_REPLANS.labels("fitted").inc()
+    return snapshot
+
+
+COUNTS = select(m.Lock.generation, m.Lock.inserted).where(m.Lock.name == "ledger")
+
+
+def lock_ledger(session: Session) -> tuple[int, int]:
+    """db.session.ledger_lock, and the ledger's replans and fits so far: on PostgreSQL in the
+    one statement that takes the row lock (a create's round trips are most of its time)."""
+    if session.get_bind().dialect.name == "postgresql":
+        generation, inserted = session.execute(COUNTS.with_for_update()).one()
+    else:
+        ledger_lock(session)
+        generation, inserted = session.execute(COUNTS).one()
+    return generation, inserted
+
+
+def fresh(snapshot: Snapshot | None, now: int, cache: InsertCache, generation: int, inserted: int) -> bool:
+    """The snapshot is the ledger's plan but for fits made since (no replan since, not old)."""
+    return (snapshot is not None and snapshot.generation == generation and snapshot.inserted <= inserted
+            and 0 <= now - snapshot.made_at < cache.max_age)
+
+
+def catch_up(session: Session, now: int, settings: PlannerSettings, cache: InsertCache, snapshot: Snapshot,
+             generation: int, inserted: int) -> Snapshot | None:
+    """Under the lock: the snapshot with the fits made since it was read, or built again if the
+    ledger replanned meanwhile; None when the plan is too short to be worth it."""
+    if not fresh(snapshot, now, cache, generation, inserted):
+        return build(session, now, settings, cache, generation, inserted)
+    if snapshot.inserted < inserted:
+        for r in session.execute(select(*COLUMNS).where(L.plan_seq > snapshot.inserted, L.plan_seq <= inserted)
+                                 .order_by(L.plan_seq)):
+            snapshot.book.add(planned(r))
+        snapshot.inserted = inserted
+    return snapshot if len(snapshot.book) >= cache.min_waiting else None
+
+
+def build(session: Session, now: int, settings: PlannerSettings, cache: InsertCache, generation: int,
+          inserted: int) -> Snapshot | None:
+    """The ledger's plan as of `generation` and the first `inserted` fits, from the rows; None
+    when it is too short to be worth it, or not all written yet (rows planned before their
+    hosts were kept). Read with or without the lock: fits committed after `inserted` was read
+    are left out (catch_up adds them), and a replan meanwhile shows in the generation."""
+    rows = list(session.execute(select(*COLUMNS).where(
+        L.status == S.QUEUED.value, L.queue_position.is_not(None),
+        L.plan_seq.is_(None) | (L.plan_seq <= inserted))))
+    if len(rows) < cache.min_waiting or any(r.start_at is not None and r.planned_hosts is None for r in rows):
+        return None
+    inputs = ledger.load_inputs(session, now, settings, queued=[])
+    # the last replan's leases (a replan clears plan_seq), then those fitted in since, in their
+    # order: PlanBook.add tells whether each went last, so whether the plan is still plan()'s
+    book = PlanBook(now, inputs.hosts, inputs.holds, inputs.quotas,
+                    [planned(r) for r in rows if r.plan_seq is None], inputs.usage,
+                    ledger.settings_for(inputs, settings))
+    for r in sorted((r for r in rows if r.plan_seq is not None), key=lambda r: r.plan_seq):
+        book.add(planned(r))
+    return Snapshot(generation, inserted, now, inputs.allowance, book)
+
+
+def planned(r: Row[Any]) -> Planned:
+    """A row of COLUMNS as a lease of the plan."""
+    request = LeaseRequest(
+        lease_id=r.id, project_id=r.project_id, gpu_model=r.gpu_model, gpus_per_vm=r.gpus_per_vm,
+        instances=r.instances, duration=r.duration, earliest_start=to_epoch(r.earliest_start),
+        latest_start=to_epoch(r.latest_start), created_at=to_epoch(r.created_at),
+        priority=r.priority, name=r.name, preemptible=r.preemptible, arrival=r.arrival or 0)
+    place = None
+    if r.start_at is not None and r.planned_hosts:
+        place = Placement(to_epoch(r.start_at), to_epoch(r.end_at), tuple(r.planned_hosts))
+    return Planned(request, place, bool(r.borrowing))

@@ -1,0 +1,110 @@
+"""Creates with a long queue fit their lease into the current plan (engine/plan_insert.py)
+instead of replanning every lease: the answer still carries position, ETA and reasons; a
+lease last in the planner's order keeps that ETA through the engine's next full replan, one
+that goes before others is told its ETA is provisional and the replan moves it no later;
+processes that each keep their own copy of the plan never plan two leases onto the same GPUs."""
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from gpu_tenancy.app import create_app
+from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
+from gpu_tenancy.engine import early_ends
+from tests.conftest import headers
+from tests.functional.test_metrics import scrape, value
+
+
+def fitted(client) -> float:
+    return value(scrape(client), "gpu_tenancy_lease_create_replans_total", outcome="fitted")
+
+
+def fill(client) -> None:
+    """The demo cloud's 32 A100, all taken for 2 h, by both projects (so both have used GPUs)."""
+    for project in ("ml-vision", "ml-vision", "nlp-lab", "nlp-lab"):
+        reply = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT2H"}, headers=headers(project))
+        assert reply.get_json()["lease"]["status"] == "scheduled"
+
+
+def create(client, project: str, shape: str, hours: int) -> dict:
+    reply = client.post("/v1/leases", json={"shape": shape, "duration": f"PT{hours}H"}, headers=headers(project))
+    assert reply.status_code == 201, reply.get_json()
+    return reply.get_json()["lease"]
+
+
+def replan(runtime) -> None:
+    with session_scope(runtime.sessions) as session:
+        early_ends.replan(session, runtime.clock, runtime.config, runtime.planner_settings, "planner")
+
+
+def queue(runtime) -> dict[str, tuple[int | None, int | None]]:
+    with session_scope(runtime.sessions) as session:
+        return {r.id: (r.queue_position, to_epoch(r.queue_eta))
+                for r in session.scalars(select(m.Lease).where(m.Lease.status == "queued"))}
+
+
+def test_a_fitted_lease_last_in_order_keeps_its_eta_through_the_full_replan(client, runtime):
+    runtime.fits.min_waiting = 0
+    fill(client)
+    before = fitted(client)
+    made = [create(client, "ml-vision", shape, hours)
+            for shape, hours in (("a100.x8", 3), ("a100.x4", 1), ("a100.x2", 5), ("a100.x1", 2), ("a100.x8", 1))]
+    assert fitted(client) == before + len(made)
+    for k, lease in enumerate(made):   # one project, asked in turn: each is last in the order
+        assert lease["status"] == "queued" and lease["queue"]["position"] == k + 1 and lease["queue"]["eta"]
+        assert lease["queue"]["reasons"] and all(r["code"] != "provisional" for r in lease["queue"]["reasons"])
+    told = queue(runtime)
+    replan(runtime)
+    assert queue(runtime) == told   # the full plan is the one the creates fitted
+
+
+def test_a_fitted_lease_that_goes_before_others_is_provisional_and_moves_no_later(client, runtime, clock):
+    runtime.fits.min_waiting = 0
+    fill(client)
+    first = create(client, "ml-vision", "a100.x8", 4)
+    with session_scope(runtime.sessions) as session:   # ml-vision has used more: nlp-lab's leases go first
+        session.add(m.SpentAllocation(lease_id=first["id"], project_id="ml-vision", host="gpu-a100-01",
+                                      gpu_model="A100", gpus=8, start_at=utcnow_naive(clock.now() - 7200),
+                                      end_at=utcnow_naive(clock.now() - 600)))
+    replan(runtime)
+    heavy = [create(client, "ml-vision", "a100.x8", 3) for _ in range(2)]
+    light = create(client, "nlp-lab", "a100.x8", 1)
+    assert all(r["code"] != "provisional" for lease in heavy for r in lease["queue"]["reasons"])
+    codes = [r["code"] for r in light["queue"]["reasons"]]
+    assert "provisional" in codes and "fairshare" not in codes and light["queue"]["position"] == 1
+    eta = light["queue"]["eta"]
+    replan(runtime)
+    with session_scope(runtime.sessions) as session:
+        row = session.get_one(m.Lease, light["id"])
+        assert row.queue_position == 1 and row.queue_eta.strftime("%Y-%m-%dT%H:%M:%SZ") <= eta
+        assert all(r["code"] != "provisional" for r in row.queue_reasons)
+
+
+def test_processes_with_their_own_plan_never_plan_two_leases_on_the_same_gpus(client, runtime, config, clock, cloud):
+    runtime.fits.min_waiting = 0
+    other = create_app(config, clock=clock, cloud=cloud, start_engine=False)
+    other.extensions["gpu_tenancy"].fits.min_waiting = 0
+    clients = [client, other.test_client()]
+    fill(client)
+    for k in range(12):   # each app fits around what the other fitted meanwhile
+        create(clients[k % 2], ["ml-vision", "nlp-lab"][k // 3 % 2], ["a100.x8", "a100.x4", "a100.x2"][k % 3],
+               1 + k % 4)
+    with session_scope(runtime.sessions) as session:
+        rows = list(session.scalars(select(m.Lease).where(m.Lease.status == "queued")))
+        hosts = {h.name: h.gpus for h in session.scalars(select(m.Host))}
+        allocs = list(session.scalars(select(m.Allocation)))
+    assert len(rows) == 12 and all(r.planned_hosts for r in rows)
+    spans = [(to_epoch(a.start_at), to_epoch(a.end_at), a.host, a.gpus) for a in allocs]
+    spans += [(to_epoch(r.start_at), to_epoch(r.end_at), h, r.gpus_per_vm) for r in rows for h in r.planned_hosts]
+    for t in {s[0] for s in spans}:
+        for host, gpus in hosts.items():
+            assert sum(g for a, b, h, g in spans if h == host and a <= t < b) <= gpus, (t, host)
+    other.extensions["gpu_tenancy"].sessions.kw["bind"].dispose()
+
+
+def test_a_lease_that_could_start_now_is_planned_by_the_full_replan(client, runtime):
+    runtime.fits.min_waiting = 0
+    before = fitted(client)
+    lease = create(client, "ml-vision", "a100.x1", 1)
+    assert lease["status"] == "scheduled" and lease["allocations"]
+    assert fitted(client) == before
