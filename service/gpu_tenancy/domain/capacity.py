@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import compress
 
 from .model import Hold, Host
 from .free_levels import FreeLevels, indexed_segments
@@ -102,32 +103,33 @@ class ModelIndex:
         runs that meet it (the rest of the host's runs stay as they are)."""
         hs = self.hosts[host]
         prof = hs.prof
-        lo = max(start, self.origin)   # add() clips to the origin
+        lo = start if start > self.origin else self.origin   # add() clips to the origin
         if end <= lo or gpus == 0:
             return
-        before_now = prof.vals[0]
         times, vals = prof.times, prof.vals
+        before_now = vals[0]
         k = bisect_right(times, lo) - 1
         # free just before lo (0 at the origin): a g-run holding the window
         # and g up to this started before lo, and keeps its ends and its start
         left = vals[k] if times[k] < lo else (vals[k - 1] if k > 0 else 0)
-        old_segs = indexed_segments(prof, hs.gpus, lo, end)
-        span = prof.values_on(lo, end)
+        span = vals[k:bisect_left(times, end, k)] if end < INF else vals[k:]   # the values on [lo, end)
         least_before, most_before = min(span), max(span)
+        G, name = hs.gpus, hs.name
+        old_segs = indexed_segments(prof, G, lo, end)
         prof.add(start, end, -gpus)
-        self.levels.replace(hs.name, old_segs, indexed_segments(prof, hs.gpus, lo, end))
-        after_now = prof.vals[0]
+        self.levels.replace(name, old_segs, indexed_segments(prof, G, lo, end))
+        after_now = vals[0]
         if before_now != after_now:
             self.now_count[self._clamp(before_now)] -= 1
             self.now_count[self._clamp(after_now)] += 1
-        idle = hs.compute_idle_from()
+        idle = times[-1] if vals[-1] >= G else INF
         if idle != hs.idle_from:
-            self.idle.set_idle_from(hs.name, idle)
+            self.idle.set_idle_from(name, idle)
             hs.idle_from = idle
         # g above the most free in the window: no run meets it
-        top = min(hs.gpus, most_before)
+        top = G if G < most_before else most_before
         least_after = least_before - gpus
-        name = hs.name
+        heaps = self.heaps
         for g in self.tracked:
             if g > top:
                 break
@@ -135,9 +137,10 @@ class ModelIndex:
                 continue
             added = hs.after_reserve(g, lo, end, least_after)
             if added:   # the entries of dropped runs die lazily
-                heap_g = self.heaps[g]
+                heap_g = heaps[g]
                 for (s, e, f) in added:
-                    insort(heap_g[length_class(e - s)], (s, f, name, e))
+                    c = ((e - s) >> 6).bit_length()   # length_class, inline: it runs for every new run
+                    insort(heap_g[c if c < NCLS else NCLS - 1], (s, f, name, e))
 
     def largest_free_now(self) -> int:
         for f in range(self.max_gpus, -1, -1):
@@ -177,10 +180,8 @@ class ModelIndex:
         # best of them bounds the scan of d's own class (most of its runs are
         # too short)
         cd = length_class(d)
-        for c in (*range(cd + 1, NCLS), cd):
+        for c in (*compress(range(cd + 1, NCLS), lists[cd + 1:]), cd):   # skipping empty classes in C
             L = lists[c]
-            if not L:
-                continue
             i = bisect_left(L, first) if first else 0
             n = len(L)
             while i < n:
