@@ -51,6 +51,8 @@ class ModelIndex:
         # every other profile segment, by free value: "who has v free at t"
         self.levels = FreeLevels(self.max_gpus)
         self.tracked: list[int] = []    # the g whose runs are kept, ascending
+        # floors[g]: what earlier questions about one VM of g GPUs proved about the next ones
+        self.floors = [StartFloor() for _ in range(self.max_gpus + 1)]
         self._built = False
 
     # -- building -----------------------------------------------------
@@ -166,7 +168,13 @@ class ModelIndex:
         the free levels); then runs starting after t, read per length class
         in (start, free, name) order: the first that holds d is the best of
         its list."""
-        if t > self.origin:
+        floor = self.floors[g]
+        lb = floor.bound(d)
+        if lb >= INF:
+            return None
+        if lb > t:   # nothing fits before lb: no host fits at t, and every fit from t on starts a run at or after lb
+            first: tuple[int] | None = (lb,)
+        elif t > self.origin:
             fit = self._fit_at(t, d, g)
             if fit is not None:
                 return t, (fit[1],)
@@ -201,6 +209,8 @@ class ModelIndex:
                     best = (s, f, name)
                     break
                 i += 1
+        if t == self.origin:
+            floor.learn(d, INF if best is None else best[0])
         if best is None:
             return None
         return best[0], (best[2],)
@@ -287,6 +297,40 @@ class ModelIndex:
         if r is not None and r[0] == t:
             return r[1]
         return None
+
+
+class StartFloor:
+    """Lower bounds on the earliest start of one VM of some g GPUs, learnt from the
+    answers given so far in this plan. Free GPUs only go down as leases are reserved,
+    and a longer lease fits nowhere a shorter one does not, so once the earliest start
+    from the origin for duration d was S, no lease of duration >= d starts before S
+    for the rest of the plan. Kept as a staircase: durations ascending, bounds strictly
+    ascending (an entry that a shorter duration's bound covers is dropped)."""
+
+    __slots__ = ("ds", "ss")
+
+    def __init__(self) -> None:
+        self.ds: list[int] = []
+        self.ss: list[int] = []
+
+    def bound(self, d: int) -> int:
+        """No VM of duration d starts before this (-INF: nothing known)."""
+        i = bisect_right(self.ds, d) - 1
+        return self.ss[i] if i >= 0 else -INF
+
+    def learn(self, d: int, start: int) -> None:
+        """The earliest start from the origin for duration d is `start` (INF: never)."""
+        ds, ss = self.ds, self.ss
+        i = bisect_right(ds, d)
+        if i and ss[i - 1] >= start:
+            return
+        j = i
+        while j < len(ds) and ss[j] <= start:
+            j += 1
+        if i and ds[i - 1] == d:   # the same duration again: its bound rose
+            i -= 1
+        ds[i:j] = [d]
+        ss[i:j] = [start]
 
 
 def select_gang_hosts(cands: Sequence[tuple[int, str, str | None, int]], n: int) -> tuple[str, ...]:
