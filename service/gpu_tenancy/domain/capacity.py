@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import compress
 
 from .model import Hold, Host
 from .free_levels import FreeLevels, indexed_segments
@@ -50,6 +51,8 @@ class ModelIndex:
         # every other profile segment, by free value: "who has v free at t"
         self.levels = FreeLevels(self.max_gpus)
         self.tracked: list[int] = []    # the g whose runs are kept, ascending
+        # floors[g]: what earlier questions about one VM of g GPUs proved about the next ones
+        self.floors = [StartFloor() for _ in range(self.max_gpus + 1)]
         self._built = False
 
     # -- building -----------------------------------------------------
@@ -102,32 +105,33 @@ class ModelIndex:
         runs that meet it (the rest of the host's runs stay as they are)."""
         hs = self.hosts[host]
         prof = hs.prof
-        lo = max(start, self.origin)   # add() clips to the origin
+        lo = start if start > self.origin else self.origin   # add() clips to the origin
         if end <= lo or gpus == 0:
             return
-        before_now = prof.vals[0]
         times, vals = prof.times, prof.vals
+        before_now = vals[0]
         k = bisect_right(times, lo) - 1
         # free just before lo (0 at the origin): a g-run holding the window
         # and g up to this started before lo, and keeps its ends and its start
         left = vals[k] if times[k] < lo else (vals[k - 1] if k > 0 else 0)
-        old_segs = indexed_segments(prof, hs.gpus, lo, end)
-        span = prof.values_on(lo, end)
+        span = vals[k:bisect_left(times, end, k)] if end < INF else vals[k:]   # the values on [lo, end)
         least_before, most_before = min(span), max(span)
+        G, name = hs.gpus, hs.name
+        old_segs = indexed_segments(prof, G, lo, end)
         prof.add(start, end, -gpus)
-        self.levels.replace(hs.name, old_segs, indexed_segments(prof, hs.gpus, lo, end))
-        after_now = prof.vals[0]
+        self.levels.replace(name, old_segs, indexed_segments(prof, G, lo, end))
+        after_now = vals[0]
         if before_now != after_now:
             self.now_count[self._clamp(before_now)] -= 1
             self.now_count[self._clamp(after_now)] += 1
-        idle = hs.compute_idle_from()
+        idle = times[-1] if vals[-1] >= G else INF
         if idle != hs.idle_from:
-            self.idle.set_idle_from(hs.name, idle)
+            self.idle.set_idle_from(name, idle)
             hs.idle_from = idle
         # g above the most free in the window: no run meets it
-        top = min(hs.gpus, most_before)
+        top = G if G < most_before else most_before
         least_after = least_before - gpus
-        name = hs.name
+        heaps = self.heaps
         for g in self.tracked:
             if g > top:
                 break
@@ -135,9 +139,10 @@ class ModelIndex:
                 continue
             added = hs.after_reserve(g, lo, end, least_after)
             if added:   # the entries of dropped runs die lazily
-                heap_g = self.heaps[g]
+                heap_g = heaps[g]
                 for (s, e, f) in added:
-                    insort(heap_g[length_class(e - s)], (s, f, name, e))
+                    c = ((e - s) >> 6).bit_length()   # length_class, inline: it runs for every new run
+                    insort(heap_g[c if c < NCLS else NCLS - 1], (s, f, name, e))
 
     def largest_free_now(self) -> int:
         for f in range(self.max_gpus, -1, -1):
@@ -163,7 +168,13 @@ class ModelIndex:
         the free levels); then runs starting after t, read per length class
         in (start, free, name) order: the first that holds d is the best of
         its list."""
-        if t > self.origin:
+        floor = self.floors[g]
+        lb = floor.bound(d)
+        if lb >= INF:
+            return None
+        if lb > t:   # nothing fits before lb: no host fits at t, and every fit from t on starts a run at or after lb
+            first: tuple[int] | None = (lb,)
+        elif t > self.origin:
             fit = self._fit_at(t, d, g)
             if fit is not None:
                 return t, (fit[1],)
@@ -177,10 +188,8 @@ class ModelIndex:
         # best of them bounds the scan of d's own class (most of its runs are
         # too short)
         cd = length_class(d)
-        for c in (*range(cd + 1, NCLS), cd):
+        for c in (*compress(range(cd + 1, NCLS), lists[cd + 1:]), cd):   # skipping empty classes in C
             L = lists[c]
-            if not L:
-                continue
             i = bisect_left(L, first) if first else 0
             n = len(L)
             while i < n:
@@ -200,6 +209,8 @@ class ModelIndex:
                     best = (s, f, name)
                     break
                 i += 1
+        if t == self.origin:
+            floor.learn(d, INF if best is None else best[0])
         if best is None:
             return None
         return best[0], (best[2],)
@@ -286,6 +297,40 @@ class ModelIndex:
         if r is not None and r[0] == t:
             return r[1]
         return None
+
+
+class StartFloor:
+    """Lower bounds on the earliest start of one VM of some g GPUs, learnt from the
+    answers given so far in this plan. Free GPUs only go down as leases are reserved,
+    and a longer lease fits nowhere a shorter one does not, so once the earliest start
+    from the origin for duration d was S, no lease of duration >= d starts before S
+    for the rest of the plan. Kept as a staircase: durations ascending, bounds strictly
+    ascending (an entry that a shorter duration's bound covers is dropped)."""
+
+    __slots__ = ("ds", "ss")
+
+    def __init__(self) -> None:
+        self.ds: list[int] = []
+        self.ss: list[int] = []
+
+    def bound(self, d: int) -> int:
+        """No VM of duration d starts before this (-INF: nothing known)."""
+        i = bisect_right(self.ds, d) - 1
+        return self.ss[i] if i >= 0 else -INF
+
+    def learn(self, d: int, start: int) -> None:
+        """The earliest start from the origin for duration d is `start` (INF: never)."""
+        ds, ss = self.ds, self.ss
+        i = bisect_right(ds, d)
+        if i and ss[i - 1] >= start:
+            return
+        j = i
+        while j < len(ds) and ss[j] <= start:
+            j += 1
+        if i and ds[i - 1] == d:   # the same duration again: its bound rose
+            i -= 1
+        ds[i:j] = [d]
+        ss[i:j] = [start]
 
 
 def select_gang_hosts(cands: Sequence[tuple[int, str, str | None, int]], n: int) -> tuple[str, ...]:

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Callable
+from itertools import compress
 
 from .profile import INF, NCLS, StepProfile, length_class
 
 TOP = NCLS - 1
+CLASSES = range(NCLS)
 
 Segment = tuple[int, int, int]   # (start, end, free GPUs)
 
@@ -89,9 +91,9 @@ class FreeLevels:
         fits(name, segment_end) holds (it is asked only for names that
         would improve the answer)."""
         best = None
-        for c, L in enumerate(self.lists[v]):
-            if not L:
-                continue
+        per_class = self.lists[v]
+        for c in compress(CLASSES, per_class):   # the non-empty classes only (most are empty)
+            L = per_class[c]
             k = bisect_left(L, (t - (64 << c) + 1,)) if c < TOP else 0
             n = len(L)
             while k < n:   # a walk, not a second bisect: the slice is short

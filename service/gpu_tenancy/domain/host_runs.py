@@ -68,11 +68,21 @@ class HostState:
             # the one run holding the window keeps its ends; only a run that
             # starts at lo sees its free-at-start drop
             i = bisect_right(L, (lo, INF + 1)) - 1
-            s, e, f = L[i]
+            old = L[i]
+            s, e, f = old
             if s < lo:
                 return []
             v = self.prof.value_at(s)
-            return self._swap(g, i, i + 1, [(s, e, v if v < self.gpus else self.gpus)])
+            run = (s, e, v if v < self.gpus else self.gpus)
+            if run == old:
+                return []
+            L[i] = run
+            live = self.runs[g]
+            live.discard(old)
+            if run in live:   # pragma: no cover - runs of one g never overlap
+                return []
+            live.add(run)
+            return [run]
         i = bisect_left(L, (lo,))
         if i > 0 and L[i - 1][1] > lo:
             i -= 1

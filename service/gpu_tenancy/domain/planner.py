@@ -73,9 +73,20 @@ class PlannerSettings:
         return self.wait_bound is not None or self.wait_bound_gpu_hours is not None
 
 
+_DAYS: dict[int, str] = {}   # day number -> "YYYY-MM-DD": a plan formats thousands of times on few days
+
+
 def fmt_time(t: int) -> str:
     """RFC 3339 UTC, e.g. 2026-12-01T14:20:00Z."""
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    day, s = divmod(int(t), 86400)
+    date = _DAYS.get(day)
+    if date is None:
+        if len(_DAYS) > 4096:
+            _DAYS.clear()
+        date = _DAYS[day] = datetime.fromtimestamp(day * 86400, timezone.utc).strftime("%Y-%m-%d")
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    return f"{date}T{h:02d}:{m:02d}:{s:02d}Z"
 
 
 def _n(k: int, word: str) -> str:
@@ -401,6 +412,7 @@ class _Run:
         self.hosts = HostProfiles(hosts)
         self.bound_text = _bound_text(settings)   # once: it goes into the reasons of every lease behind the bound
         self.unbinding: set[tuple[str, str]] = set()   # quotas never read (skip_unbinding_quotas)
+        self.used_text: dict[tuple[str, str], str] = {}   # explain(): each project's use, in words
 
     def skip_unbinding_quotas(self, holds: Sequence[Hold], quotas: Mapping[tuple[str, str], QuotaLimit]) -> None:
         """Leave out the quotas that can never bind: where the hosts fit a lease, its project
@@ -514,14 +526,17 @@ class _Run:
         elif ahead.bound:
             out.append(Reason("order", f"leases that have waited {self.bound_text} go before fair share; "
                                        f"{ahead.bound} of them {'is' if ahead.bound == 1 else 'are'} ahead"))
-        if not aged and past_wait_bound(lr, now, settings):
+        if not aged and settings.bounded and past_wait_bound(lr, now, settings):
             out.append(Reason("order", f"has waited {self.bound_text}, but only "
                                        f"{_first(settings.wait_bound_leases)} before fair share; "
                                        f"its turn comes as those start"))
         if ahead.fairshare:
-            u = self.usage.get((p, m), 0.0) if self.usage else 0.0
-            out.append(Reason("fairshare", f"project {p} has used {_gh(u)} {m} GPU-hours recently against weight "
-                                           f"{q.weight:g}; {_n(ahead.fairshare, 'lease')} of projects that used "
+            used = self.used_text.get((p, m))
+            if used is None:   # once per project: thousands of its leases repeat it
+                u = self.usage.get((p, m), 0.0) if self.usage else 0.0
+                used = self.used_text[(p, m)] = (f"project {p} has used {_gh(u)} {m} GPU-hours recently "
+                                                 f"against weight {q.weight:g}; ")
+            out.append(Reason("fairshare", f"{used}{_n(ahead.fairshare, 'lease')} of projects that used "
                                            f"less go first"))
         if ahead.order and not aged:
             out.append(Reason("order", f"behind {_n(ahead.order, 'lease')} submitted earlier"))
