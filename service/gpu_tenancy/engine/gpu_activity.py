@@ -54,7 +54,8 @@ def record(session: Session, now: int, row: m.Lease, report: Report, idle_percen
                               f"report at most every {MIN_SPACING} s", wait, codes.TOO_MANY_REQUESTS)
     stamp = utcnow_naive(now)
     if activity is None:
-        activity = m.LeaseActivity(lease_id=row.id, first_report_at=stamp, reported={}, latest={})
+        activity = m.LeaseActivity(lease_id=row.id, first_report_at=stamp, last_report_at=stamp, reported={},
+                                   latest={})
         session.add(activity)
     seconds = ga.credited_seconds(previous, now, to_epoch(row.start_at) or now)
     add_use(session, row, now - seconds, now, report.gpus)
