@@ -267,7 +267,8 @@ PATHS = {
                          wrapped("webhook", "Webhook"), params=[PROJECT_ID], errors=(404,)),
         "put": operation("Set a project's webhook", "webhook:update", 200, wrapped("webhook", "NewWebhook"),
                          params=[PROJECT_ID], body="WebhookUpdate",
-                         description="Notices: lease.ending_soon, warn_before_end_seconds before a lease's end. "
+                         description="Notices: lease.ending_soon, warn_before_end_seconds before a lease's end; "
+                                     "lease.idle, when a lease's GPUs have been idle past the operator's rule. "
                                      "Each POST carries X-GPU-Tenancy-Signature: sha256=<HMAC-SHA256 of "
                                      "'<X-GPU-Tenancy-Timestamp>.<body>' with the secret>; failed deliveries "
                                      "are retried with a doubling backoff, and not redirected. A URL whose host is a loopback, "

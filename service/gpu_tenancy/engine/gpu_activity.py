@@ -45,7 +45,10 @@ def record(session: Session, now: int, row: m.Lease, report: Report, idle_percen
     if len(report.gpus) > row.gpus_per_vm:
         raise BadRequest(f"a VM of lease {row.id} has {row.gpus_per_vm} GPUs; the report names "
                          f"{len(report.gpus)}", codes.TOO_MANY_GPUS)
-    activity = session.get(m.LeaseActivity, row.id, with_for_update=True)
+    # one lease's reports one at a time (its VMs' agents start together): the first ones would
+    # both make the activity row and the hour's cell (SQLite's transactions are serial already)
+    session.execute(select(m.Lease.id).where(m.Lease.id == row.id).with_for_update())
+    activity = session.get(m.LeaseActivity, row.id)
     key = str(report.instance)
     previous = activity.reported.get(key) if activity is not None else None
     if previous is not None and now - previous < MIN_SPACING:
