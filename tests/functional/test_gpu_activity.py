@@ -246,3 +246,25 @@ def test_the_real_agent_reports_and_gpu_done_ends_the_lease(client, runtime, eng
     assert lease_now["status"] == "ending"
     events = client.get(f"/v1/leases/{lease}/events", headers=headers()).get_json()["events"]
     assert events[-1]["message"] == "the work is done, said VM 0: exit 0 quotedtab"
+
+
+def test_the_first_reports_of_two_vms_at_once_are_both_kept(app, client, runtime, engine_tick):
+    """A gang's agents start together: their first reports make the lease's activity row and
+    the hour's cell at the same moment (run on PostgreSQL too, where they are concurrent)."""
+    lease, token = active(client, engine_tick, instances=2)
+    barrier = threading.Barrier(8)
+    answers: list[int] = []
+
+    def send(instance):
+        own = app.test_client()
+        barrier.wait()
+        answers.append(report(own, lease, token, [50, 50], instance=instance % 2).status_code)
+    threads = [threading.Thread(target=send, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(answers) == [200, 200] + [429] * 6     # one per VM; the rest too soon after it
+    with session_scope(runtime.sessions) as session:
+        assert set(session.get(m.LeaseActivity, lease).reported) == {"0", "1"}
+        assert sum(c.measured_gpu_seconds for c in session.query(m.GpuUseHour)) == 2 * 2 * 30
