@@ -22,8 +22,10 @@ from gpu_tenancy.errors import Unauthorized
 
 log = logging.getLogger(__name__)
 
-# readiness.report: the guest has no token; it shows the lease's secret instead (api/readiness.py)
-PUBLIC_ENDPOINTS = {"root", "healthz", "openapi.document", "readiness.report"}
+# readiness.report, lease_agent.*: the guest has no token; it shows the lease's secret instead
+# (api/readiness.py, api/lease_agent.py: done also takes a token, and checks which it got)
+PUBLIC_ENDPOINTS = {"root", "healthz", "openapi.document", "readiness.report", "lease_agent.done",
+                    "lease_agent.utilization"}
 MAX_BODY = 1024 * 1024
 
 
@@ -87,11 +89,11 @@ def create_app(config: Config | None = None, *, clock=None, cloud=None, start_en
 
 
 def register_blueprints(app: Flask) -> None:
-    from gpu_tenancy.api import (audit, budgets, capacity, hosts, images, leases, metrics, openapi,
+    from gpu_tenancy.api import (audit, budgets, capacity, hosts, images, lease_agent, leases, metrics, openapi,
                                  priority_classes, queue, quotas, readiness, share, shapes, usage, volumes,
                                  webhooks, whatif)
-    for module in (leases, readiness, shapes, images, quotas, priority_classes, budgets, capacity, usage, hosts,
-                   audit, openapi, metrics, webhooks, volumes, queue, share, whatif):
+    for module in (leases, readiness, lease_agent, shapes, images, quotas, priority_classes, budgets, capacity,
+                   usage, hosts, audit, openapi, metrics, webhooks, volumes, queue, share, whatif):
         app.register_blueprint(module.bp)
     from gpu_tenancy.dashboard import bp as dashboard
     app.register_blueprint(dashboard)

@@ -12,6 +12,7 @@ from cryptography.fernet import Fernet
 
 from gpu_tenancy.cloud import registry
 from gpu_tenancy.cloud.builtin import DEMO_CLOUD  # noqa: F401  (the demo's cloud, imported from here)
+from gpu_tenancy.domain.gpu_activity import IdleRule
 from gpu_tenancy.domain.planner import DEFAULT_WAIT_BOUND, DEFAULT_WAIT_BOUND_GPU_HOURS, DEFAULT_WAIT_BOUND_LEASES
 
 OLD_CLOUD_SPELLING = ("cloud_driver", "simulated_cloud", "clouds_yaml_cloud", "clouds_yaml_file", "cloud_network",
@@ -61,6 +62,13 @@ class Config:
     # networks webhooks may be sent to although not global (loopback, private, ...): see engine/webhook_targets.py
     webhook_allowed_networks: list = field(default_factory=list)
     boot_timeout_seconds: int = 1800
+    # GPUs held but idle (README "Idle GPUs"): a GPU under this utilisation is idle; a lease idle
+    # this long counts as idle now in the figures; and the operator's rules, each
+    # {project_id | priority_class (or neither: the default), warn_after_minutes, then: none | end,
+    # then_after_minutes}
+    idle_utilization_percent: float = 5.0
+    idle_minutes: int = 30
+    idle_rules: list = field(default_factory=list)
     # the least time planned between a lease's end and the next use of its GPUs (the cloud's
     # delete-to-release time); the engine measures the cloud's own and plans with more if it is slower
     release_allowance_seconds: int = 0
@@ -108,10 +116,15 @@ class Config:
 
     # the driver's options dataclass (cloud/builtin.py, ...), from either spelling
     cloud_options: Any = field(init=False, repr=False, compare=False, default=None)
+    # idle_rules, read
+    idle_rule_set: tuple = field(init=False, repr=False, compare=False, default=())
 
     def __post_init__(self):
         old = {name: getattr(self, name) for name in OLD_CLOUD_SPELLING if getattr(self, name) is not None}
         self.cloud_driver, self.cloud_options = registry.resolve(self.cloud, old)
+        self.idle_rule_set = idle_rules(self.idle_rules)
+        if not 0 < self.idle_utilization_percent <= 100 or not 1 <= self.idle_minutes <= 10080:
+            raise ValueError("idle_utilization_percent must be in (0, 100] and idle_minutes from 1 to 10080")
 
     @classmethod
     def load(cls, path: str | None = None, **overrides) -> "Config":
@@ -164,6 +177,33 @@ class Config:
                 raise ValueError(f"webhook_allowed_networks: {exc}") from None
         check_exposure(values)
         return cls(**values)
+
+
+RULE_KEYS = {"project_id", "priority_class", "warn_after_minutes", "then", "then_after_minutes"}
+
+
+def idle_rules(rules) -> tuple[IdleRule, ...]:
+    """The idle_rules option as IdleRules; a ValueError names the rule that is wrong."""
+    if not isinstance(rules, list):
+        raise ValueError("idle_rules must be a list of rules")
+    out: list[IdleRule] = []
+    for n, rule in enumerate(rules):
+        try:
+            if not isinstance(rule, dict) or set(rule) - RULE_KEYS:
+                raise ValueError(f"a rule is a mapping of {', '.join(sorted(RULE_KEYS))}")
+            minutes = [rule.get("warn_after_minutes"), rule.get("then_after_minutes", 0)]
+            if any(isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 10080 for v in minutes):
+                raise ValueError("the minutes are whole numbers up to 10080 (a week)")
+            then_after = rule.get("then_after_minutes")
+            made = IdleRule(rule["warn_after_minutes"] * 60, rule.get("then", "none"),
+                            then_after * 60 if then_after is not None else None,
+                            rule.get("project_id"), rule.get("priority_class"))
+        except ValueError as exc:
+            raise ValueError(f"idle_rules[{n}]: {exc}") from None
+        if any((r.project_id, r.priority_class) == (made.project_id, made.priority_class) for r in out):
+            raise ValueError(f"idle_rules[{n}]: a second rule for the same project or priority class")
+        out.append(made)
+    return tuple(out)
 
 
 def check_exposure(values: dict) -> None:

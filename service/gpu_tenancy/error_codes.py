@@ -44,6 +44,7 @@ UNKNOWN_GPU_MODEL = "gpu_tenancy.unknown_gpu_model"
 UNKNOWN_PRIORITY_CLASS = "gpu_tenancy.unknown_priority_class"
 UNKNOWN_VOLUME = "gpu_tenancy.unknown_volume"
 UNKNOWN_INSTANCE = "gpu_tenancy.unknown_instance"
+TOO_MANY_GPUS = "gpu_tenancy.too_many_gpus"          # a report of more GPUs than the VM has
 UNKNOWN_NETWORK = "gpu_tenancy.unknown_network"
 AMBIGUOUS_NETWORK = "gpu_tenancy.ambiguous_network"
 NETWORK_REQUIRED = "gpu_tenancy.network_required"
@@ -64,6 +65,7 @@ NO_QUOTA = "gpu_tenancy.no_quota"
 OVER_QUOTA = "gpu_tenancy.over_quota"
 OVER_BUDGET = "gpu_tenancy.over_budget"
 NO_LEASE_TOKEN = "gpu_tenancy.no_lease_token"
+TOO_MANY_REQUESTS = "gpu_tenancy.too_many_requests"      # 429: sent again too soon
 REFUSED_BY_DECISION_SERVICE = "gpu_tenancy.refused_by_decision_service"
 
 # --- not found (404) --------------------------------------------------------------------

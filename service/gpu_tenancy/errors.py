@@ -37,3 +37,16 @@ class Conflict(ServiceError):
 
 class ServiceUnavailable(ServiceError):
     status, title, code = 503, "Service Unavailable", "gpu_tenancy.cloud_unavailable"
+
+
+class PayloadTooLarge(ServiceError):
+    status, title, code = 413, "Request Entity Too Large", "gpu_tenancy.request_too_large"
+
+
+class TooManyRequests(ServiceError):
+    """Sent again too soon; `retry_after`: the seconds to wait (the Retry-After header)."""
+    status, title, code = 429, "Too Many Requests", "gpu_tenancy.too_many_requests"
+
+    def __init__(self, detail: str, retry_after: int, code: str | None = None):
+        super().__init__(detail, code)
+        self.retry_after = retry_after

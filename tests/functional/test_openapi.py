@@ -67,7 +67,7 @@ def test_security_and_error_responses(document):
         "type": "apiKey", "in": "header", "name": "X-Auth-Token", "description": "a project-scoped Keystone token"}
     error = document["components"]["schemas"]["Error"]["properties"]["errors"]["items"]
     assert set(error["required"]) == {"status", "code", "title", "detail", "request_id"}
-    assert set(document["components"]["responses"]) == {"400", "401", "403", "404", "409", "413", "503"}
+    assert set(document["components"]["responses"]) == {"400", "401", "403", "404", "409", "413", "429", "503"}
     for path, ops in document["paths"].items():
         for method, op in ops.items():
             if op.get("security") == []:

@@ -36,6 +36,9 @@ TABLE = [
     ("DELETE", "/v1/leases/{lease}", None, (403, 204, 204, 404, 401)),
     # the guest's report needs the lease's secret (X-Lease-Token), which no Keystone identity is
     ("POST", "/v1/leases/{lease}/readiness", {"instance": 0, "ok": True}, (401, 401, 401, 401, 401)),
+    ("POST", "/v1/leases/{lease}/utilization", {"instance": 0, "gpus": []}, (401, 401, 401, 401, 401)),
+    # done: the lease's secret, or a member's token; this lease is not running yet (409)
+    ("POST", "/v1/leases/{lease}/done", None, (403, 409, 409, 404, 401)),
     ("GET", "/v1/shapes", None, (200, 200, 200, 200, 401)),
     ("GET", "/v1/shapes?include_retired=true", None, (403, 403, 200, 403, 401)),
     ("POST", "/v1/shapes", NEW_SHAPE, (403, 403, 201, 403, 401)),
@@ -112,7 +115,8 @@ def test_each_persona_gets_the_right_status(client, lease_of_a, budget_of_a, met
         assert error["status"] == expected and error["request_id"] == response.headers["X-OpenStack-Request-Id"]
         assert error["detail"]
         if expected == 401:
-            assert ("X-Lease-Token" if path.endswith("/readiness") else "X-Auth-Token") in error["detail"]
+            assert ("X-Lease-Token" if path.endswith(("/readiness", "/utilization")) else "X-Auth-Token") \
+                in error["detail"]
 
 
 def test_the_table_covers_every_endpoint_and_method(app):

@@ -146,6 +146,11 @@ def fake_gpus(tmp_path, count: int, working: bool):
     return pci, bin_dir
 
 
+def guest_dirs(tmp_path) -> dict:
+    """Where the probe installs the lease's commands, here, and no agent started."""
+    return {"GT_ETC": str(tmp_path / "etc"), "GT_BIN": str(tmp_path / "guest-bin"), "AGENT_START": "no"}
+
+
 @pytest.mark.parametrize("working", [True, False])
 def test_the_real_probe_script_reports_to_the_service(app, client, engine_tick, boots, tmp_path, working):
     port = free_port(PORT_RANGE)
@@ -161,7 +166,7 @@ def test_the_real_probe_script_reports_to_the_service(app, client, engine_tick, 
     thread.start()
     try:
         env = {**os.environ, "PCI_DEVICES": str(pci), "PATH": f"{bin_dir}:{os.environ['PATH']}",
-               "WAIT_SECONDS": "0"}
+               "WAIT_SECONDS": "0", **guest_dirs(tmp_path)}
         done = subprocess.run(["sh", str(script)], env=env, capture_output=True, text=True, timeout=60)
     finally:
         server.shutdown()

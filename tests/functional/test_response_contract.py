@@ -115,6 +115,10 @@ def test_every_form_of_every_renderer_matches_its_documented_schema(client, engi
            {"instance": 0, "ok": True, "detail": "2 GPUs"}, who={"X-Lease-Token": lease["readiness"]["token"]})
     answer("patch", f"/v1/leases/{lease['id']}", "/v1/leases/{lease_id}", 200, {"duration": "PT1H", "shrink": True})
     answer("get", f"/v1/leases/{lease['id']}/events", "/v1/leases/{lease_id}/events", 200)
+    guest = {"X-Lease-Token": lease["readiness"]["token"]}
+    use = {"instance": 0, "gpus": [{"index": 0, "utilization": 40, "memory_used_mib": 512}]}
+    answer("post", f"/v1/leases/{lease['id']}/utilization", "/v1/leases/{lease_id}/utilization", 200, use, who=guest)
+    answer("post", f"/v1/leases/{lease['id']}/done", "/v1/leases/{lease_id}/done", 200, {"instance": 0}, who=guest)
     preview = answer("post", "/v1/leases?dry_run=true", "/v1/leases", 200,
                      {"shape": "a100.x8", "duration": "P1D", "name": "what if"})
     assert preview["lease"]["queue"]["reasons"]

@@ -7,7 +7,7 @@ import logging
 from flask import Flask, g, jsonify
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, RequestEntityTooLarge
 
-from gpu_tenancy.errors import ServiceError
+from gpu_tenancy.errors import ServiceError, TooManyRequests
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,10 @@ def respond(status: int, code: str, title: str, detail: str):
 def register(app: Flask) -> None:
     @app.errorhandler(ServiceError)
     def _service_error(exc: ServiceError):
-        return respond(exc.status, exc.code, exc.title, exc.detail)
+        response = respond(exc.status, exc.code, exc.title, exc.detail)
+        if isinstance(exc, TooManyRequests):
+            response.headers["Retry-After"] = str(exc.retry_after)
+        return response
 
     @app.errorhandler(RequestEntityTooLarge)
     def _too_large(exc: RequestEntityTooLarge):

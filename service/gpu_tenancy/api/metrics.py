@@ -38,5 +38,6 @@ def show():
     registry = runtime.extras.get("metrics")
     if registry is None:
         registry = runtime.extras["metrics"] = registry_for(runtime.sessions, runtime.clock,
-                                                             runtime.planner_settings.release_floor)
+                                                             runtime.planner_settings.release_floor,
+                                                             runtime.config.idle_minutes)
     return Response(generate_latest(registry), mimetype=CONTENT_TYPE_LATEST)

@@ -11,23 +11,26 @@ from typing import Any
 from flask import Blueprint
 
 from gpu_tenancy import __version__
-from gpu_tenancy.api import (audit, budgets, hosts, images, leases, priority_classes, quotas, readiness,
-                             response_schemas, shapes, webhooks, whatif)
+from gpu_tenancy.api import (audit, budgets, hosts, images, lease_agent, leases, priority_classes, quotas,
+                             readiness, response_schemas, shapes, webhooks, whatif)
 from gpu_tenancy.api.capacity import MAX_CALENDAR_SPAN
 from gpu_tenancy.api.response_schemas import LINKS, TIME, closed, free_form, ref
 from gpu_tenancy.api.usage import DEFAULT_SPAN
-from gpu_tenancy.engine import whatif_history
+from gpu_tenancy.engine import gpu_activity, whatif_history
 
 bp = Blueprint("openapi", __name__, url_prefix="/v1")
 
 ERROR_STATUSES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
-                  409: "Conflict", 413: "Content Too Large", 503: "Service Unavailable"}
+                  409: "Conflict", 413: "Content Too Large", 429: "Too Many Requests",
+                  503: "Service Unavailable"}
 
 
 REQUEST_SCHEMAS = {
     "LeaseCreate": leases.CREATE,
     "LeaseUpdate": leases.UPDATE,
     "ReadinessReport": readiness.REPORT,
+    "DoneReport": lease_agent.DONE,
+    "UtilizationReport": lease_agent.UTILIZATION,
     "ShapeCreate": shapes.CREATE,
     "ImageCreate": images.CREATE,
     "QuotaUpdate": quotas.UPDATE,
@@ -147,6 +150,30 @@ def readiness_operation() -> dict:
     return op
 
 
+def done_operation() -> dict:
+    op = operation("End a running lease: its work is done", "lease:done", 200, wrapped("lease", "LeaseDone"),
+                   params=[LEASE_ID], body="DoneReport", errors=(404, 409),
+                   description="Sent by gpu-done in a lease's VM, with the lease's secret (X-Lease-Token) "
+                   "instead of a Keystone token, or by a member with a token. The lease ends now and its GPUs go "
+                   "back to the queue; the data volume is kept. The body is optional. 409 unless the lease is "
+                   "provisioning or active.")
+    op["requestBody"]["required"] = False
+    op["security"] = [{"lease_token": []}, {"keystone": []}]
+    return op
+
+
+def utilization_operation() -> dict:
+    op = operation("A lease's VM reports its GPUs' utilisation", "lease:utilization:report", 200,
+                   wrapped("utilization", "UtilizationReceipt"), params=[LEASE_ID], body="UtilizationReport",
+                   errors=(404, 409, 429),
+                   description="Sent every minute by the guest agent (the readiness probe's) with the lease's "
+                   f"secret. At most {lease_agent.MAX_REPORT_BYTES} bytes; a VM's reports at least "
+                   f"{gpu_activity.MIN_SPACING} s apart (429 with Retry-After otherwise); at most as many GPUs as "
+                   "the VM has, each once. 409 unless the lease is active.")
+    op["security"] = [{"lease_token": []}]
+    return op
+
+
 def catalog_paths(kind: str, title: str) -> dict:
     """/v1/shapes and /v1/images have the same form."""
     cap = kind.capitalize()
@@ -196,6 +223,8 @@ PATHS = {
                          params=[LEASE_ID], errors=(404,)),
     },
     "/v1/leases/{lease_id}/readiness": {"post": readiness_operation()},
+    "/v1/leases/{lease_id}/done": {"post": done_operation()},
+    "/v1/leases/{lease_id}/utilization": {"post": utilization_operation()},
     **catalog_paths("shape", "shapes on offer"),
     **catalog_paths("image", "standard image catalog"),
     "/v1/quotas": {
@@ -239,7 +268,8 @@ PATHS = {
                          wrapped("webhook", "Webhook"), params=[PROJECT_ID], errors=(404,)),
         "put": operation("Set a project's webhook", "webhook:update", 200, wrapped("webhook", "NewWebhook"),
                          params=[PROJECT_ID], body="WebhookUpdate",
-                         description="Notices: lease.ending_soon, warn_before_end_seconds before a lease's end. "
+                         description="Notices: lease.ending_soon, warn_before_end_seconds before a lease's end; "
+                                     "lease.idle, when a lease's GPUs have been idle past the operator's rule. "
                                      "Each POST carries X-GPU-Tenancy-Signature: sha256=<HMAC-SHA256 of "
                                      "'<X-GPU-Tenancy-Timestamp>.<body>' with the secret>; failed deliveries "
                                      "are retried with a doubling backoff, and not redirected. A URL whose host is a loopback, "

@@ -20,6 +20,11 @@ RULES = [
     policy.RuleDefault("lease:delete", f"{MEMBER} or {ADMIN}", "Cancel or end a lease."),
     policy.RuleDefault("lease:readiness:report", "lease_token_sha256:%(lease_token_sha256)s",
                        "A lease's VM reports its GPU readiness, with the lease's secret (X-Lease-Token)."),
+    policy.RuleDefault("lease:utilization:report", "lease_token_sha256:%(lease_token_sha256)s",
+                       "A lease's VM reports its GPUs' utilisation, with the lease's secret (X-Lease-Token)."),
+    policy.RuleDefault("lease:done", f"lease_token_sha256:%(lease_token_sha256)s or {MEMBER} or {ADMIN}",
+                       "End a running lease because its work is done: from its VM with the lease's secret "
+                       "(gpu-done), or by a member."),
     policy.RuleDefault("shape:list", ANY_READER, "List the shapes on offer."),
     policy.RuleDefault("shape:manage", ADMIN, "Create and retire shapes."),
     policy.RuleDefault("image:list", ANY_READER, "List the standard images."),

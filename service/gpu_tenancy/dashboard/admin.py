@@ -59,6 +59,18 @@ FIGURES = {
                                                                         ("stranded_gpus", "stranded")])),
     "cancel_ratio": ("Cancel ratio", "Share of the leases created each day that were cancelled.",
                      lambda rows: charts.lines(rows, "day", [("ratio", "cancelled")], PERCENT, SHORT_DAY, top=1)),
+    "gpu_hours_used": ("GPU-hours allocated and used",
+                       "Per project and GPU model: GPU-hours held by leases, those their guest agents reported "
+                       "on, and those used (each reported GPU counted by its utilisation).",
+                       lambda rows: charts.bars([{**r, "of": f"{r['project_id']} {r['gpu_model']}"} for r in rows],
+                                                "of", [("allocated_gpu_hours", "allocated"),
+                                                       ("measured_gpu_hours", "reported"),
+                                                       ("used_gpu_hours", "used")])),
+    "idle_leases": ("Idle leases (now)",
+                    "Active leases whose every GPU has been idle for at least the configured idle minutes, as "
+                    "their agents report; longest idle first.",
+                    lambda rows: charts.bars([{**r, "of": r["lease_id"][:8]} for r in rows], "of",
+                                             [("idle_minutes", "idle minutes"), ("gpus", "GPUs")])),
 }
 
 
@@ -99,7 +111,8 @@ def figures():
     require_admin()
     start, end, days = window()
     with rt.transaction() as session:
-        data = reports.all_figures(session, start, end, rt.now(), rt.planner_settings().release_floor)
+        data = reports.all_figures(session, start, end, rt.now(), rt.planner_settings().release_floor,
+                                   rt.runtime().config.idle_minutes)
     panels = [{"name": name, "title": title, "about": about, "rows": data[name],
                "chart": chart(data[name]) if data[name] else None}
               for name, (title, about, chart) in FIGURES.items()]
@@ -114,7 +127,8 @@ def figure_download(name: str, form: str):
         abort(404, "no such figure or format")
     start, end, days = window()
     with rt.transaction() as session:
-        rows = reports.all_figures(session, start, end, rt.now(), rt.planner_settings().release_floor)[name]
+        rows = reports.all_figures(session, start, end, rt.now(), rt.planner_settings().release_floor,
+                                   rt.runtime().config.idle_minutes)[name]
     return download(name, rows, form, {"figure": name, "title": FIGURES[name][0], "start": rfc3339(start),
                                        "end": rfc3339(end)})
 

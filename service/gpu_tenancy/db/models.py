@@ -259,6 +259,32 @@ class Server(Base):
     __table_args__ = (UniqueConstraint("lease_id", "vm_index", name="uq_servers_lease_vm"),)
 
 
+class LeaseActivity(Base):
+    """What a lease's guest agent last told of its GPUs (engine/gpu_activity.py): one row per
+    lease that reports. The hours' figures are in GpuUseHour."""
+    __tablename__ = "lease_activity"
+    lease_id: Mapped[str] = mapped_column(ForeignKey("leases.id", ondelete="CASCADE"), primary_key=True)
+    first_report_at: Mapped[datetime] = mapped_column(UTC)
+    last_report_at: Mapped[datetime] = mapped_column(UTC)
+    busy_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)   # last report with a GPU in use
+    idle_warned_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
+    # {"<vm index>": epoch of its last report}, and {"<vm index>": [[utilization %, memory used MiB], ...]}
+    reported: Mapped[dict] = mapped_column(JSON, default=dict)
+    latest: Mapped[dict] = mapped_column(JSON, default=dict)
+
+
+class GpuUseHour(Base):
+    """A lease's measured and used GPU-seconds in one hour (compact: a row per lease and
+    hour, whatever the number of reports)."""
+    __tablename__ = "gpu_use_hours"
+    lease_id: Mapped[str] = mapped_column(ForeignKey("leases.id", ondelete="CASCADE"), primary_key=True)
+    hour: Mapped[datetime] = mapped_column(UTC, primary_key=True, index=True)
+    project_id: Mapped[str] = mapped_column(String(64))
+    gpu_model: Mapped[str] = mapped_column(String(64))
+    measured_gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)   # GPUs reported x seconds
+    used_gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)       # ... weighted by utilisation
+
+
 class Event(Base):
     """A lease's history: transitions, progress, warnings, failures."""
     __tablename__ = "events"

@@ -256,6 +256,22 @@ def cancel(session: Session, now: int, config: Config, settings: PlannerSettings
     return row
 
 
+def done(session: Session, now: int, config: Config, settings: PlannerSettings, row: m.Lease, actor: str,
+         why: str, hook: DecisionHook = DecisionHook()) -> m.Lease:
+    """The work in a running lease is done: end it now and give its GPUs back (the data
+    volume stays). Unlike a cancel, a lease that is not running is refused: a job script
+    that says it is done has run."""
+    if S(row.status) not in (S.PROVISIONING, S.ACTIVE):
+        raise Conflict(f"lease {row.id} is {row.status}; only a running lease can be done (DELETE cancels "
+                       "a waiting one)", codes.LEASE_NOT_RUNNING)
+    hook.ask("end", hook_view(row), actor)
+    end_allocations_at(session, row, now)
+    record_transition(session, row, S.ENDING, now, actor, why)
+    session.flush()
+    early_ends.replan_at(session, now, config, settings)
+    return row
+
+
 def end_allocations_at(session: Session, row: m.Lease, now: int) -> None:
     """Shorten the lease's planned end to now (usage counts what was held). No allocation is
     removed: one that began this very second has a VM booting on its GPUs, and the lease holds

@@ -20,8 +20,8 @@ from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.domain.planner import PlannerSettings
 from gpu_tenancy.domain.failures import FailureClass, classify_fault, rule
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.engine import (early_ends, held, host_failure, lease_flavor, networking, planner_settings,
-                                readiness, releasing, retry, webhooks)
+from gpu_tenancy.engine import (early_ends, gpu_activity, held, host_failure, lease_flavor, networking,
+                                planner_settings, readiness, releasing, retry, webhooks)
 from gpu_tenancy.engine.crashpoints import crash_point
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.engine.leases import end_allocations_at, finished_or_unknown
@@ -53,6 +53,7 @@ class Lifecycle:
         host_failure.handle_down_hosts(self)
         # Ends first: GPUs of a lease that is over come back before the plan hands them on.
         early_ends.end_due(self)
+        gpu_activity.apply_rules(self)   # idle leases warned, or ended, by the operator's rules
         for lease_id in self._ids(S.ACTIVE, end_by=self.clock.now()):
             self.begin_end(lease_id, "its time is up")
         for lease_id in self._ids(S.ENDING):

@@ -44,8 +44,8 @@ def cumulative(values, bounds) -> tuple[list[tuple[str, int]], float]:
 
 
 class LeaseCollector:
-    def __init__(self, sessions, clock, floor: int):
-        self.sessions, self.clock, self.floor = sessions, clock, floor
+    def __init__(self, sessions, clock, floor: int, idle_minutes: int = 30):
+        self.sessions, self.clock, self.floor, self.idle_minutes = sessions, clock, floor, idle_minutes
 
     def collect(self):
         now = self.clock.now()
@@ -55,6 +55,7 @@ class LeaseCollector:
             yield self._admission_wait(session)
             yield from self._eta_honesty(session, now)
             yield from self._gpus(session, now)
+            yield from self._gpu_use(session, now)
             yield self._failures(session)
 
     def _leases(self, session):
@@ -132,6 +133,43 @@ class LeaseCollector:
             total.add_metric([model], int(gpus))
         yield total
 
+    def _gpu_use(self, session, now: int):
+        """GPU-hours allocated (the ledger's) against measured and used (the guest agents'
+        reports, engine/gpu_activity.py), and the leases idle now."""
+        # here, not at the top: the ledger imports this module, and usage imports the ledger's users
+        from gpu_tenancy.engine import gpu_activity
+        from gpu_tenancy.engine.usage import gpu_hours
+        labels = ["gpu_model", "project_id"]
+        allocated = CounterMetricFamily(PREFIX + "gpu_hours_allocated", "GPU-hours held by leases, ever.",
+                                        labels=labels)
+        for project, models in gpu_hours(session, 0, now, now).items():
+            for model, hours in models.items():
+                allocated.add_metric([model, project], hours)
+        yield allocated
+        measured = CounterMetricFamily(PREFIX + "gpu_hours_measured", "GPU-hours the leases' guest agents "
+                                       "reported on, ever.", labels=labels)
+        used = CounterMetricFamily(PREFIX + "gpu_hours_used", "GPU-hours used, ever: each reported GPU counted by "
+                                   "its utilisation (one GPU at 50 % for an hour is 0.5).", labels=labels)
+        for (project, model), (seconds_measured, seconds_used) in sorted(gpu_activity.all_use(session).items()):
+            measured.add_metric([model, project], seconds_measured / 3600)
+            used.add_metric([model, project], seconds_used / 3600)
+        yield measured
+        yield used
+        idle_leases = GaugeMetricFamily(PREFIX + "idle_leases", f"Active leases whose every GPU has been idle "
+                                        f"for at least {self.idle_minutes} min, as their agents report.",
+                                        labels=labels)
+        idle_gpus = GaugeMetricFamily(PREFIX + "idle_gpus", "GPUs of those leases.", labels=labels)
+        counts: Counter = Counter()
+        gpus: Counter = Counter()
+        for row in gpu_activity.idle_now(session, now, self.idle_minutes):
+            counts[(row["gpu_model"], row["project_id"])] += 1
+            gpus[(row["gpu_model"], row["project_id"])] += row["gpus"]
+        for key in sorted(counts):
+            idle_leases.add_metric(list(key), counts[key])
+            idle_gpus.add_metric(list(key), gpus[key])
+        yield idle_leases
+        yield idle_gpus
+
     def _failures(self, session):
         family = CounterMetricFamily(PREFIX + "lease_failures", "Failed lease attempts (retried, re-placed or "
                                      "final), by failure class.", labels=["failure_class"])
@@ -142,10 +180,11 @@ class LeaseCollector:
         return family
 
 
-def registry_for(sessions, clock, floor: int) -> CollectorRegistry:
-    """`floor`: the least release allowance (PlannerSettings.release_floor), for the GPUs held now."""
+def registry_for(sessions, clock, floor: int, idle_minutes: int = 30) -> CollectorRegistry:
+    """`floor`: the least release allowance (PlannerSettings.release_floor), for the GPUs held now;
+    `idle_minutes`: how long a lease's GPUs are idle before it counts as idle (config idle_minutes)."""
     registry = CollectorRegistry()
-    registry.register(LeaseCollector(sessions, clock, floor))
+    registry.register(LeaseCollector(sessions, clock, floor, idle_minutes))
     registry.register(PLANNER_SECONDS)
     registry.register(CREATE_REPLANS)
     return registry

@@ -12,12 +12,13 @@ from gpu_tenancy.db.session import to_epoch, utcnow_naive
 from gpu_tenancy.domain import figures
 from gpu_tenancy.domain.eta_honesty import eta_kept_by_day
 from gpu_tenancy.domain.states import WAITING, LeaseState
+from gpu_tenancy.engine import gpu_activity
 from gpu_tenancy.engine.capacity import calendar
 from gpu_tenancy.engine.usage import gpu_hours, used_between
 from gpu_tenancy.timeutil import rfc3339
 
 FIGURES = ("wait_by_day", "on_time_share", "eta_kept", "eta_lateness", "first_try_success", "failures_by_class",
-           "hourly_gpu_use", "idle_fragmentation", "cancel_ratio")
+           "hourly_gpu_use", "idle_fragmentation", "cancel_ratio", "gpu_hours_used", "idle_leases")
 EXPORTS = ("leases", "events", "usage")
 
 
@@ -61,9 +62,11 @@ def hosts_now(session: Session, now: int, floor: int) -> list[figures.HostNow]:
             for h in calendar(session, now, now + 1, floor)]
 
 
-def all_figures(session: Session, start: int, end: int, now: int, floor: int) -> dict[str, list[dict]]:
-    """Every figure over [start, end); idle fragmentation is of `now` (`floor`: the least
-    release allowance, PlannerSettings.release_floor)."""
+def all_figures(session: Session, start: int, end: int, now: int, floor: int,
+                idle_minutes: int = 30) -> dict[str, list[dict]]:
+    """Every figure over [start, end); idle fragmentation and idle leases are of `now` (`floor`:
+    the least release allowance, PlannerSettings.release_floor; `idle_minutes`: how long a
+    lease's GPUs are idle before it counts as idle, config idle_minutes)."""
     facts = lease_facts(session, start, end)
     until = min(end, now)
     holds = [(h.start, h.end, h.gpus) for h in used_between(session, start, until)] if until > start else []
@@ -81,6 +84,8 @@ def all_figures(session: Session, start: int, end: int, now: int, floor: int) ->
         "hourly_gpu_use": figures.hourly_gpu_use(holds, capacity, start, until) if until > start else [],
         "idle_fragmentation": figures.idle_fragmentation(hosts_now(session, now, floor), [(w[0], w[1]) for w in waiting]),
         "cancel_ratio": figures.cancel_ratio(facts),
+        "gpu_hours_used": gpu_activity.use_by_project(session, start, end, now),
+        "idle_leases": gpu_activity.idle_now(session, now, idle_minutes),
     }
 
 

@@ -27,7 +27,8 @@ from gpu_tenancy.timeutil import rfc3339
 
 log = logging.getLogger(__name__)
 ENDING_SOON = "lease.ending_soon"
-EVENTS = (ENDING_SOON,)
+IDLE = "lease.idle"   # its GPUs idle past the operator's rule (engine/gpu_activity.py)
+EVENTS = (ENDING_SOON, IDLE)
 SIGNATURE_HEADER = "X-GPU-Tenancy-Signature"
 TIMESTAMP_HEADER = "X-GPU-Tenancy-Timestamp"
 EVENT_HEADER = "X-GPU-Tenancy-Event"
@@ -70,6 +71,12 @@ def ending_soon_payload(lease: m.Lease, now: int) -> dict:
         "end": rfc3339(to_epoch(lease.end_at)), "href": f"/v1/leases/{lease.id}"},
         "message": f"lease {lease.name} ends at {rfc3339(to_epoch(lease.end_at))}; its VMs will be deleted then "
                    "and the data volume kept. Extend it with PATCH /v1/leases/{id} if the GPUs are free"}
+
+
+def idle_payload(lease: m.Lease, now: int, idle_seconds: int, message: str) -> dict:
+    return {"at": rfc3339(now), "idle_seconds": idle_seconds, "lease": {
+        "id": lease.id, "name": lease.name, "project_id": lease.project_id, "status": lease.status,
+        "end": rfc3339(to_epoch(lease.end_at)), "href": f"/v1/leases/{lease.id}"}, "message": message}
 
 
 @dataclass(frozen=True)

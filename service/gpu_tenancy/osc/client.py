@@ -112,6 +112,10 @@ class GpuClient:
     def cancel_lease(self, lease_id: str) -> None:
         self.request("DELETE", f"/v1/leases/{quote(lease_id, safe='')}")
 
+    def lease_done(self, lease_id: str, detail: str | None = None) -> dict:
+        body = {"detail": detail} if detail else {}
+        return self.request("POST", f"/v1/leases/{quote(lease_id, safe='')}/done", body)["lease"]
+
     # quotas
     def quota(self, project_id: str) -> dict:
         return self.request("GET", f"/v1/quotas/{quote(project_id, safe='')}")["quota"]

@@ -1,0 +1,91 @@
+"""POST /v1/leases/{id}/done: a running lease ends when its work does, from its VM with
+the lease's secret (gpu-done) or by a member with a token, and its GPUs go to the queue."""
+from __future__ import annotations
+
+import pytest
+
+from gpu_tenancy.config import Config
+from gpu_tenancy.timeutil import rfc3339
+from tests.conftest import headers
+
+
+@pytest.fixture
+def config(db_url):
+    return Config.load(database_url=db_url, auth_strategy="noauth2", run_engine=True,
+                       readiness_url="http://127.0.0.1:8779")
+
+
+def active(client, engine_tick, project="ml-vision", shape="h100.x4", probe=True):
+    made = client.post("/v1/leases", json={"shape": shape, "duration": "PT4H", "readiness_probe": probe},
+                       headers=headers(project)).get_json()["lease"]
+    engine_tick()
+    engine_tick(advance=30)
+    lease = client.get(f"/v1/leases/{made['id']}", headers=headers(project)).get_json()["lease"]
+    assert lease["status"] == "active"
+    return made["id"], (made["readiness"] or {}).get("token")
+
+
+def status(client, lease_id, project="ml-vision"):
+    return client.get(f"/v1/leases/{lease_id}", headers=headers(project)).get_json()["lease"]["status"]
+
+
+def test_done_from_the_vm_ends_the_lease_and_its_gpus_go_to_the_waiting_lease(client, engine_tick):
+    first, token = active(client, engine_tick, "nlp-lab")
+    active(client, engine_tick, "ml-vision")          # every H100 is held now
+    waiting = client.post("/v1/leases", json={"shape": "h100.x4", "duration": "PT1H"},
+                          headers=headers("nlp-lab")).get_json()["lease"]
+    engine_tick()
+    assert status(client, waiting["id"], "nlp-lab") == "queued"
+    answer = client.post(f"/v1/leases/{first}/done", json={"instance": 0, "detail": "exit 0"},
+                         headers={"X-Lease-Token": token})
+    assert answer.status_code == 200, answer.get_json()
+    assert answer.get_json()["lease"]["status"] == "ending"
+    engine_tick(advance=10)
+    engine_tick(advance=10)
+    assert status(client, first, "nlp-lab") == "ended"
+    engine_tick(advance=10)
+    assert status(client, waiting["id"], "nlp-lab") in ("scheduled", "provisioning", "active")
+    events = client.get(f"/v1/leases/{first}/events", headers=headers("nlp-lab")).get_json()["events"]
+    ending = next(e for e in events if e["to"] == "ending")
+    assert (ending["actor"], ending["message"]) == ("guest", "the work is done, said VM 0: exit 0")
+
+
+def test_a_member_may_say_done_with_a_token_and_an_empty_body(client, engine_tick):
+    lease, _ = active(client, engine_tick, probe=False)
+    answer = client.post(f"/v1/leases/{lease}/done", headers=headers())
+    assert answer.status_code == 200
+    assert answer.get_json()["lease"]["status"] == "ending"
+    again = client.post(f"/v1/leases/{lease}/done", headers=headers())
+    assert again.status_code == 409 and again.get_json()["errors"][0]["code"] == "gpu_tenancy.lease_not_running"
+
+
+def test_who_may_not_say_done(client, engine_tick):
+    lease, token = active(client, engine_tick)
+    url = f"/v1/leases/{lease}/done"
+    assert client.post(url).status_code == 401
+    assert client.post(url, headers={"X-Lease-Token": token + "x"}).status_code == 403
+    assert client.post(url, headers=headers(roles="reader")).status_code == 403
+    assert client.post(url, headers=headers("nlp-lab")).status_code == 404   # another project's lease
+    assert client.post("/v1/leases/nope/done", headers={"X-Lease-Token": token}).status_code == 404
+    # another lease's secret is no secret of this one
+    other, other_token = active(client, engine_tick, "nlp-lab")
+    assert client.post(url, headers={"X-Lease-Token": other_token}).status_code == 403
+    assert status(client, lease) == "active"
+
+
+@pytest.mark.parametrize("body", [{"instance": -1}, {"instance": 1000}, {"detail": "x" * 1025},
+                                  {"instance": 0, "extra": 1}, [], {"detail": 5}])
+def test_bad_bodies_are_refused_and_change_nothing(client, engine_tick, body):
+    lease, token = active(client, engine_tick)
+    answer = client.post(f"/v1/leases/{lease}/done", json=body, headers={"X-Lease-Token": token})
+    assert answer.status_code == 400
+    assert status(client, lease) == "active"
+
+
+def test_a_waiting_lease_is_not_done(client, runtime):
+    start = rfc3339(runtime.clock.now() + 86400)
+    made = client.post("/v1/leases", json={"shape": "h100.x4", "duration": "PT1H", "start": start},
+                       headers=headers()).get_json()["lease"]
+    answer = client.post(f"/v1/leases/{made['id']}/done", headers=headers())
+    assert answer.status_code == 409
+    assert answer.get_json()["errors"][0]["code"] == "gpu_tenancy.lease_not_running"
