@@ -17,7 +17,7 @@ from tests.conftest import headers
 PAGES = ["/dashboard/leases", "/dashboard/leases?show=all", "/dashboard/leases/new", "/dashboard/capacity",
          "/dashboard/capacity?days=7", "/dashboard/quota", "/dashboard/volumes"]
 ADMIN_PAGES = ["/dashboard/admin/figures", "/dashboard/admin/figures?days=1", "/dashboard/admin/quotas",
-               "/dashboard/admin/hosts"]
+               "/dashboard/admin/hosts", "/dashboard/admin/whatif"]
 
 
 def csrf_of(page: str) -> str:
