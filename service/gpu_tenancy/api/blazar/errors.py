@@ -11,6 +11,7 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from gpu_tenancy.errors import ServiceError
 
 log = logging.getLogger(__name__)
+PREFIX = "/reservation/"   # its routes' prefix (leases.py): a URL or method none of them takes answers here too
 
 
 def blazar_error(status: int, message: str):
@@ -19,17 +20,19 @@ def blazar_error(status: int, message: str):
     return response
 
 
+def http_error(exc: HTTPException):
+    response = blazar_error(exc.code or 500, exc.description or exc.name)
+    if isinstance(exc, MethodNotAllowed) and exc.valid_methods:
+        response.headers["Allow"] = ", ".join(exc.valid_methods)
+    return response
+
+
 def register(bp: Blueprint) -> None:
     @bp.errorhandler(ServiceError)
     def _service_error(exc: ServiceError):
         return blazar_error(exc.status, exc.detail)
 
-    @bp.errorhandler(HTTPException)
-    def _http_error(exc: HTTPException):
-        response = blazar_error(exc.code or 500, exc.description or exc.name)
-        if isinstance(exc, MethodNotAllowed) and exc.valid_methods:
-            response.headers["Allow"] = ", ".join(exc.valid_methods)
-        return response
+    bp.register_error_handler(HTTPException, http_error)
 
     @bp.errorhandler(Exception)
     def _unexpected(exc: Exception):
