@@ -9,24 +9,23 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-import json
 import os
 import time
 import types
 import unittest
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.blazar_cli import SHOWN_FORM, created, in_api_form, updated
 from tests.conftest import PG_URL
 from tests.demo_process import demo_process
 from tests.openstack_cli import OpenStackCLI, require_openstack_client
 
 pytestmark = pytest.mark.skipif(bool(PG_URL), reason="the demo runs on its own SQLite file; "
                                                      "once per suite is enough")
-API_FORM = "%Y-%m-%d %H:%M"
 
 
 def require(module: str, extra: str) -> None:
@@ -50,26 +49,6 @@ def blazar_cli(demo: str, home: Path, token: str) -> OpenStackCLI:
     return OpenStackCLI(home, OS_AUTH_TYPE="admin_token", OS_ENDPOINT=demo + "/reservation/v1", OS_TOKEN=token)
 
 
-def created(cli: OpenStackCLI, *args: str) -> dict:
-    """`lease create -f json`: the client prints "Created a new lease:" before the JSON."""
-    result = cli.run("reservation", "lease", "create", *args, "-f", "json")
-    assert result.returncode == 0, result.stderr
-    first, _, rest = result.stdout.partition("\n")
-    assert first == "Created a new lease:", result.stdout
-    return json.loads(rest)
-
-
-def updated(cli: OpenStackCLI, lease_id: str, *args: str) -> dict:
-    """`lease set` (the client's update) prints "Updated lease: <id>" only: the lease as shown after."""
-    result = cli.run("reservation", "lease", "set", *args, lease_id)
-    assert result.returncode == 0 and result.stdout.strip() == f"Updated lease: {lease_id}", result.stderr
-    return cli.json("reservation", "lease", "show", lease_id)
-
-
-def in_api_form(delta: timedelta) -> str:
-    return (datetime.now(timezone.utc) + delta).strftime(API_FORM)
-
-
 def test_lease_create_list_show_update_delete_with_a_flavor_reservation(demo, tmp_path):
     cli = blazar_cli(demo, tmp_path, "ml-vision:alice")
     lease = created(cli, "--reservation",
@@ -91,9 +70,9 @@ def test_lease_create_list_show_update_delete_with_a_flavor_reservation(demo, tm
     by_name = cli.json("reservation", "lease", "show", "blazar-first")    # the client finds it by name
     assert by_name["id"] == lease["id"]
 
-    end = datetime.strptime(lease["end_date"], "%Y-%m-%dT%H:%M:%S.%f")
+    end = datetime.strptime(lease["end_date"], SHOWN_FORM)
     longer = updated(cli, lease["id"], "--prolong-for", "1d")
-    assert datetime.strptime(longer["end_date"], "%Y-%m-%dT%H:%M:%S.%f") == end.replace(second=0) + timedelta(days=1)
+    assert datetime.strptime(longer["end_date"], SHOWN_FORM) == end.replace(second=0) + timedelta(days=1)
     shorter = updated(cli, lease["id"], "--end-date", in_api_form(timedelta(hours=12)))
     assert shorter["end_date"] < lease["end_date"]
     refused = cli.run("reservation", "lease", "set", "--defer-by", "1h", lease["id"])
