@@ -207,3 +207,24 @@ def test_pending_mode_a_lease_that_would_queue_is_accepted_pending_with_the_star
 def test_the_option_is_checked():
     with pytest.raises(ValueError, match="blazar_when_queued must be refuse or pending"):
         Config.load(database_url="sqlite://", blazar_when_queued="queue")
+
+
+def test_answers_match_the_openapi_document(client, engine_tick):
+    from jsonschema import Draft202012Validator
+    document = client.get("/v1/openapi.json").get_json()
+
+    def check(path: str, method: str, status: int, response) -> None:
+        assert response.status_code == status, response.get_json()
+        schema = document["paths"][path][method]["responses"][str(status)]["content"]["application/json"]["schema"]
+        Draft202012Validator({**document, **schema}).validate(response.get_json())
+    one = "/reservation/v1/leases/{lease_id}"
+    made = client.post(URL, json=flavor_lease(), headers=MEMBER)
+    check("/reservation/v1/leases", "post", 201, made)
+    lease_id = made.get_json()["lease"]["id"]
+    engine_tick()
+    engine_tick(5)
+    check(one, "get", 200, client.get(f"{URL}/{lease_id}", headers=MEMBER))     # active: a flavor id
+    check("/reservation/v1/leases", "get", 200, client.get(URL, headers=MEMBER))
+    check(one, "put", 200, client.put(f"{URL}/{lease_id}", json={"end_date": at(30)}, headers=MEMBER))
+    check(one, "get", 404, client.get(f"{URL}/nope", headers=MEMBER))
+    check("/reservation/v1/leases", "post", 400, client.post(URL, json={}, headers=MEMBER))
