@@ -3,6 +3,7 @@ and error form on gpu-tenancy's leases, and what it refuses (tests/functional/
 test_blazar_clients.py drives the same routes with the real python-blazarclient)."""
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timezone
 
 import pytest
@@ -181,8 +182,8 @@ def test_refuse_mode_a_lease_that_would_queue_is_refused_like_blazar_and_nothing
     assert error(refused, 409).startswith("Not enough hosts available")
     later = client.post(URL, json=flavor_lease("after", at(25), 30, shape="h100.x1"), headers=MEMBER)
     assert later.status_code == 201 and later.get_json()["lease"]["gpu_tenancy_status"] == "scheduled"
-    names = [row["name"] for row in client.get("/v1/leases", headers=MEMBER).get_json()["leases"]]
-    assert names == ["full", "after"]
+    names = {row["name"] for row in client.get("/v1/leases", headers=MEMBER).get_json()["leases"]}
+    assert names == {"full", "after"}      # "more" was never made
 
 
 @pytest.fixture
@@ -228,3 +229,22 @@ def test_answers_match_the_openapi_document(client, engine_tick):
     check(one, "put", 200, client.put(f"{URL}/{lease_id}", json={"end_date": at(30)}, headers=MEMBER))
     check(one, "get", 404, client.get(f"{URL}/nope", headers=MEMBER))
     check("/reservation/v1/leases", "post", 400, client.post(URL, json={}, headers=MEMBER))
+
+
+def test_refuse_mode_a_lease_that_lost_the_gpus_after_the_preview_is_cancelled_and_refused(client, monkeypatch):
+    """Another request takes the GPUs between the preview and the plan: the lease made is
+    cancelled before the 409, so Blazar's listing never shows it (the native one does,
+    cancelled, with its audit record)."""
+    from gpu_tenancy.api.blazar import leases as blazar_leases
+    fill_h100(client)
+    real_preview = blazar_leases.leases.preview
+
+    def stale_preview(session, now, *args):   # the plan as it was before the GPUs were taken
+        request, columns, planned = real_preview(session, now, *args)
+        return request, columns, replace(planned, placement=replace(planned.placement, start=now))
+    monkeypatch.setattr(blazar_leases.leases, "preview", stale_preview)
+    assert error(client.post(URL, json=flavor_lease("raced", shape="h100.x1"), headers=MEMBER), 409).startswith(
+        "Not enough hosts available")
+    assert [row["name"] for row in client.get(URL, headers=MEMBER).get_json()["leases"]] == ["full"]
+    native = {row["name"]: row["status"] for row in client.get("/v1/leases", headers=MEMBER).get_json()["leases"]}
+    assert native == {"full": "scheduled", "raced": "cancelled"}
