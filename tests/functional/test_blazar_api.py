@@ -78,6 +78,12 @@ def test_update_extends_and_shortens_the_end_and_refuses_what_it_cannot_change(c
     shorter = client.put(f"{URL}/{lease['id']}", json={"end_date": at(12)}, headers=MEMBER)
     assert shorter.get_json()["lease"]["end_date"] == shown(12)
     assert client.get(f"/v1/leases/{lease['id']}", headers=MEMBER).get_json()["lease"]["duration"] == 12 * 3600
+    renamed = client.put(f"{URL}/{lease['id']}", json={"name": "b-renamed"}, headers=MEMBER)
+    assert renamed.status_code == 200 and renamed.get_json()["lease"]["name"] == "b-renamed"
+    client.post(URL, json=flavor_lease("taken", at(48), 50), headers=MEMBER)
+    assert "already has a lease named 'taken'" in error(client.put(f"{URL}/{lease['id']}", json={
+        "name": "taken", "end_date": at(20)}, headers=MEMBER), 409)
+    assert client.get(f"{URL}/{lease['id']}", headers=MEMBER).get_json()["lease"]["end_date"] == shown(12)
     assert "start_date cannot be updated" in error(
         client.put(f"{URL}/{lease['id']}", json={"start_date": at(2)}, headers=MEMBER), 409)
     assert "not yet supported" in error(client.put(f"{URL}/{lease['id']}", json={"reservations": [

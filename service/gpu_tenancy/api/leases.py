@@ -155,6 +155,17 @@ def change_end(lease_id: str, change_asked: EndChange) -> dict:
     return decide(DecisionHook.from_config(cfg), rt.transaction, change)
 
 
+def rename(lease_id: str, name: str) -> None:
+    """A lease's new name (authorized as an update, audited). The Blazar API's: Blazar renames
+    a lease in any state."""
+    with rt.transaction() as session:
+        row = load(session, lease_id)
+        rt.authorize("lease:update", row.project_id)
+        before = render(row)
+        leases.rename(session, rt.now(), row, name, rt.caller().user_id)
+        rt.audit(session, "lease.update", row.id, row.project_id, before, render(row))
+
+
 def end_lease(lease_id: str) -> None:
     """Cancel a waiting lease or end a running one (authorized, audited, asked of the
     decision service). Also the Blazar API's."""

@@ -190,12 +190,23 @@ def properties(value: object) -> tuple[str | None, str | None]:
                                            "'[\"==\", \"$gpu_model\", \"<model>\"]'")
 
 
-def end_change(body: dict, row: m.Lease, start: int, end: int, now: int, final: bool) -> EndChange | None:
-    """A PUT /leases/<id> body as the change of end it asks for (None: nothing to change).
-    `start`, `end`: the lease as the client was shown it (view.window)."""
+@dataclass(frozen=True)
+class Update:
+    """A PUT /leases/<id>: a new name and a new end, each None when unchanged."""
+    name: str | None
+    end: EndChange | None
+
+
+def update(body: dict, row: m.Lease, start: int, end: int, now: int, final: bool) -> Update:
+    """A PUT body as the changes it asks for. `start`, `end`: the lease as the client was
+    shown it (view.window)."""
     check_keys(body, UPDATE_KEYS, "lease")
-    if "name" in body and body["name"] != row.name:
-        raise Conflict("name cannot be updated", codes.BLAZAR_CANT_UPDATE)
+    name = name_of(body["name"]) if "name" in body and body["name"] != row.name else None
+    return Update(name, end_change(body, row, start, end, now, final))
+
+
+def end_change(body: dict, row: m.Lease, start: int, end: int, now: int, final: bool) -> EndChange | None:
+    """The change of end a PUT body asks for (None: none)."""
     unsupported_extras(body)
     if "reservations" in body:
         check_reservations_unchanged(body["reservations"], row)

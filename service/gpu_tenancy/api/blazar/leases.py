@@ -106,10 +106,14 @@ def update(lease_id: str):
         row = load(session, lease_id)
         rt.authorize("lease:update", row.project_id)
         start, end = view.window(row)
-        change = asks.end_change(given, row, start, end, rt.now(), LeaseState(row.status) in FINAL)
-    if change is not None:
-        native.change_end(lease_id, change)
+        changes = asks.update(given, row, start, end, rt.now(), LeaseState(row.status) in FINAL)
+        if changes.name is not None:   # a taken name refuses the whole update, before the end moves
+            leases.check_name_free(session, row.project_id, changes.name)
+    if changes.end is not None:
+        native.change_end(lease_id, changes.end)
         rt.runtime().wake_engine()
+    if changes.name is not None:
+        native.rename(lease_id, changes.name)
     with rt.transaction() as session:
         return {"lease": view.render_one(session, load(session, lease_id))}
 

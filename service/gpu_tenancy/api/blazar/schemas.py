@@ -39,7 +39,8 @@ UPDATE = {
     "type": "object",
     "properties": {
         "end_date": ASKED_TIME,
-        "name": {"type": "string", "description": "only the lease's own (a new one is refused: 409)"},
+        "name": {"type": "string", "minLength": 1, "maxLength": asks.MAX_NAME,
+                 "description": "a new name, free among the project's unfinished leases"},
         "start_date": {**ASKED_TIME, "description": "only the lease's own (a new one is refused: 409)"},
         "reservations": {"type": "array", "description": "only their ids (a change is refused: 409, as Blazar "
                                                          "refuses it for flavor:instance)"},
