@@ -75,6 +75,7 @@ def test_lease_create_list_show_update_delete_with_a_flavor_reservation(demo, tm
     assert datetime.strptime(longer["end_date"], SHOWN_FORM) == end.replace(second=0) + timedelta(days=1)
     shorter = updated(cli, lease["id"], "--end-date", in_api_form(timedelta(hours=12)))
     assert shorter["end_date"] < lease["end_date"]
+    assert updated(cli, lease["id"], "--name", "blazar-renamed")["name"] == "blazar-renamed"
     refused = cli.run("reservation", "lease", "set", "--defer-by", "1h", lease["id"])
     assert refused.returncode != 0 and "start_date cannot be updated" in refused.stderr
 
