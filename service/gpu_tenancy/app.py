@@ -95,6 +95,8 @@ def register_blueprints(app: Flask) -> None:
     for module in (leases, readiness, lease_agent, shapes, images, quotas, priority_classes, budgets, capacity,
                    usage, hosts, audit, openapi, metrics, webhooks, volumes, queue, share, whatif):
         app.register_blueprint(module.bp)
+    from gpu_tenancy.api.blazar import bp as blazar
+    app.register_blueprint(blazar)
     from gpu_tenancy.dashboard import bp as dashboard
     app.register_blueprint(dashboard)
 

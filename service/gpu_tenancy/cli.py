@@ -1,4 +1,4 @@
-"""gpu-tenancy: demo, db upgrade, engine, whatif."""
+"""gpu-tenancy: demo, db upgrade, engine, whatif, reservation-endpoint."""
 from __future__ import annotations
 
 import argparse
@@ -51,11 +51,23 @@ def main(argv: list[str] | None = None) -> int:
     whatif.add_argument("--export", metavar="FILE", help="write the history to FILE (JSON) and replay nothing")
     whatif.add_argument("--json", action="store_true", help="print the figures as JSON")
 
+    endpoint = sub.add_parser("reservation-endpoint",
+                              help="put the Blazar-compatible API (/reservation/v1) in the Keystone catalog as "
+                                   "type reservation, or take it out")
+    endpoint.add_argument("action", choices=["register", "unregister"])
+    endpoint.add_argument("--url", help="the API's public URL ending in /reservation/v1 (register)")
+    endpoint.add_argument("--region", default="RegionOne")
+    endpoint.add_argument("--interface", action="append", choices=["public", "internal", "admin"],
+                          help="repeatable (default: all three)")
+    endpoint.add_argument("--os-cloud", required=True, help="an admin's cloud in clouds.yaml")
+    endpoint.add_argument("--clouds-yaml", help="the clouds.yaml file (default: the usual places)")
+
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for chatty in ("apscheduler", "alembic.runtime.plugins", "werkzeug"):
         logging.getLogger(chatty).setLevel(logging.WARNING)
-    return {"demo": run_demo, "db": run_db, "engine": run_engine, "whatif": run_whatif}[args.command](args)
+    return {"demo": run_demo, "db": run_db, "engine": run_engine, "whatif": run_whatif,
+            "reservation-endpoint": run_reservation_endpoint}[args.command](args)
 
 
 def run_db(args) -> int:
@@ -134,6 +146,27 @@ Ask for two A100 GPUs for a day:
     finally:
         server.shutdown()
         runtime.engine.stop()
+    return 0
+
+
+def run_reservation_endpoint(args) -> int:
+    from gpu_tenancy.cloud.openstack import reservation_catalog as catalog
+    from gpu_tenancy.cloud.openstack.connection import connect
+    conn = connect(args.os_cloud, args.clouds_yaml)
+    if args.action == "unregister":
+        removed = catalog.unregister(conn, args.region)
+        print(f"removed {removed} endpoint(s) of {catalog.SERVICE_NAME} in {args.region}")
+        return 0
+    if not args.url or not args.url.rstrip("/").endswith("/reservation/v1"):
+        print("--url must be the service's URL ending in /reservation/v1", file=sys.stderr)
+        return 2
+    try:
+        made = catalog.register(conn, args.url.rstrip("/"), args.region, tuple(args.interface or catalog.INTERFACES))
+    except catalog.CatalogConflict as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    print(f"{catalog.SERVICE_NAME} ({made.service_id}), type {catalog.SERVICE_TYPE}, in {made.region}: "
+          + ", ".join(f"{i} {u}" for i, u in made.endpoints.items()))
     return 0
 
 

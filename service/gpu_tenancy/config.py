@@ -17,6 +17,7 @@ from gpu_tenancy.domain.planner import DEFAULT_WAIT_BOUND, DEFAULT_WAIT_BOUND_GP
 
 OLD_CLOUD_SPELLING = ("cloud_driver", "simulated_cloud", "clouds_yaml_cloud", "clouds_yaml_file", "cloud_network",
                       "cloud_project_role", "gpu_resource_classes", "flavor_extra_specs")
+BLAZAR_WHEN_QUEUED = ("refuse", "pending")
 
 
 @dataclass
@@ -93,6 +94,10 @@ class Config:
     decision_hook_timeout_seconds: float = 5.0
     decision_hook_default: str = "allow"     # when the hook times out or fails: allow or deny
     max_page_size: int = 1000
+    # the Blazar-compatible API (/reservation/v1, README "Blazar clients"): a lease that cannot start at
+    # its asked start is refused as Blazar refuses it (refuse), or accepted and shown PENDING until the
+    # queue starts it (pending)
+    blazar_when_queued: str = "refuse"
     # limits a tenant cannot pass (README: Security)
     max_lease_duration_days: int = 90        # the longest lease, whatever the project's quota says
     max_start_ahead_days: int = 365          # how far ahead a lease's start (or latest start) may be
@@ -150,6 +155,8 @@ class Config:
             raise ValueError("auth_strategy must be keystone or noauth2")
         if values.get("decision_hook_default", "allow") not in ("allow", "deny"):
             raise ValueError("decision_hook_default must be allow or deny")
+        if values.get("blazar_when_queued", "refuse") not in BLAZAR_WHEN_QUEUED:
+            raise ValueError("blazar_when_queued must be " + " or ".join(BLAZAR_WHEN_QUEUED))
         bound = values.get("planner_wait_bound_seconds")
         if bound is not None and (not isinstance(bound, int) or bound < 0):
             raise ValueError("planner_wait_bound_seconds must be a whole number of seconds >= 0, or null")

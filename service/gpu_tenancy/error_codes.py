@@ -67,6 +67,10 @@ OVER_BUDGET = "gpu_tenancy.over_budget"
 NO_LEASE_TOKEN = "gpu_tenancy.no_lease_token"
 TOO_MANY_REQUESTS = "gpu_tenancy.too_many_requests"      # 429: sent again too soon
 REFUSED_BY_DECISION_SERVICE = "gpu_tenancy.refused_by_decision_service"
+# the Blazar-compatible API (api/blazar/): what Blazar's lease asks say that gpu-tenancy cannot do
+BLAZAR_MISSING_PARAMETER = "gpu_tenancy.blazar_missing_parameter"
+BLAZAR_BAD_RESERVATION = "gpu_tenancy.blazar_bad_reservation"
+BLAZAR_UNSUPPORTED = "gpu_tenancy.blazar_unsupported"
 
 # --- not found (404) --------------------------------------------------------------------
 NOT_FOUND = "gpu_tenancy.not_found"
@@ -90,6 +94,8 @@ TOO_MANY_WAITING = "gpu_tenancy.too_many_waiting"
 NO_IMAGES = "gpu_tenancy.no_images"
 NO_READINESS_PROBE = "gpu_tenancy.no_readiness_probe"
 CHANGED_DURING_DECISION = "gpu_tenancy.changed_during_decision"
+NOT_ENOUGH_CAPACITY = "gpu_tenancy.not_enough_capacity"   # Blazar API, refuse mode: it would have queued
+BLAZAR_CANT_UPDATE = "gpu_tenancy.blazar_cant_update"
 
 # --- the service (500, 503) -------------------------------------------------------------
 BAD_REQUEST = "gpu_tenancy.bad_request"          # BadRequest's default; every raise names its own

@@ -4,17 +4,13 @@ Every command runs as a subprocess and is judged by its JSON and exit code."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from datetime import datetime, timezone
-import urllib.request
 
 import pytest
 
 from tests.conftest import PG_URL
-from tests.ports import free_port
+from tests.demo_process import demo_process
 from tests.openstack_cli import OpenStackCLI, require_openstack_client
 
 pytestmark = pytest.mark.skipif(bool(PG_URL), reason="the demo runs on its own SQLite file; "
@@ -24,26 +20,8 @@ pytestmark = pytest.mark.skipif(bool(PG_URL), reason="the demo runs on its own S
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     require_openstack_client()
-    tmp = tmp_path_factory.mktemp("osc-demo")
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "gpu_tenancy.cli", "demo", "--port", str(port),
-                             "--db", f"sqlite:///{tmp / 'demo.db'}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(base + "/healthz", timeout=1)
-            break
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                pytest.fail("the demo did not answer on /healthz")
-            time.sleep(0.2)
-    yield base
-    proc.terminate()
-    proc.wait(timeout=30)
+    with demo_process(tmp_path_factory.mktemp("osc-demo")) as base:
+        yield base
 
 
 @pytest.fixture

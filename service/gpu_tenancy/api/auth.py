@@ -18,12 +18,21 @@ def expand_roles(roles: list[str]) -> list[str]:
 
 
 class NoAuth2:
-    """Trust the identity headers as given (as Placement's noauth2 does). Never in production."""
+    """Trust the identity headers as given (as Placement's noauth2 does). Never in production.
+
+    A client that can send only a token (python-blazarclient with auth type admin_token)
+    gives the same identity as the token "<project>:<user>[:<role>,<role>...]"."""
 
     def __init__(self, app):
         self.app = app
 
     def __call__(self, environ, start_response):
+        token = environ.get("HTTP_X_AUTH_TOKEN", "")
+        if not environ.get("HTTP_X_PROJECT_ID") and token.count(":") in (1, 2):
+            project, user, *roles = token.split(":")
+            if project and user:
+                environ.update(HTTP_X_PROJECT_ID=project, HTTP_X_USER_ID=user,
+                               HTTP_X_ROLES=roles[0] if roles else "member")
         if environ.get("HTTP_X_PROJECT_ID"):
             roles = expand_roles(environ.get("HTTP_X_ROLES", "").split(","))
             environ["HTTP_X_ROLES"] = ",".join(roles)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 
-from flask import Flask, g, jsonify
+from flask import Flask, g, jsonify, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, RequestEntityTooLarge
 
+from gpu_tenancy.api.blazar import errors as blazar_errors
 from gpu_tenancy.errors import ServiceError, TooManyRequests
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,8 @@ def register(app: Flask) -> None:
 
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException):
+        if request.path.startswith(blazar_errors.PREFIX):   # no route matched, so no blueprint's handler
+            return blazar_errors.http_error(exc)
         detail = exc.description or exc.name
         response = respond(exc.code or 500, f"gpu_tenancy.{(exc.name or 'error').lower().replace(' ', '_')}",
                            exc.name, detail)

@@ -10,6 +10,7 @@ from gpu_tenancy.api.lease_view import for_tenant, page, render
 from gpu_tenancy.api.validation import json_body, query_bool, query_int
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch
+from gpu_tenancy.domain.lease_ask import EndChange
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import events as lease_events, leases, networking, new_lease
 from gpu_tenancy.engine.decision_hook import DecisionHook, decide
@@ -126,7 +127,21 @@ def events(lease_id: str):
 
 @bp.patch("/<lease_id>")
 def update(lease_id: str):
-    change_asked = end_change(json_body(UPDATE))
+    rendered = change_end(lease_id, end_change(json_body(UPDATE)))
+    rt.runtime().wake_engine()
+    return {"lease": rendered}
+
+
+@bp.delete("/<lease_id>")
+def cancel(lease_id: str):
+    end_lease(lease_id)
+    rt.runtime().wake_engine()
+    return "", 204
+
+
+def change_end(lease_id: str, change_asked: EndChange) -> dict:
+    """A lease's new end (authorized, audited, asked of the decision service); the lease
+    as rendered after. Also the Blazar API's (api/blazar/leases.py)."""
     cfg = rt.runtime().config
 
     def change(session, hook):
@@ -138,13 +153,23 @@ def update(lease_id: str):
         rendered = render(row)
         rt.audit(session, "lease.update", row.id, row.project_id, before, rendered)
         return rendered
-    rendered = decide(DecisionHook.from_config(cfg), rt.transaction, change)
-    rt.runtime().wake_engine()
-    return {"lease": rendered}
+    return decide(DecisionHook.from_config(cfg), rt.transaction, change)
 
 
-@bp.delete("/<lease_id>")
-def cancel(lease_id: str):
+def rename(lease_id: str, name: str) -> None:
+    """A lease's new name (authorized as an update, audited). The Blazar API's: Blazar renames
+    a lease in any state."""
+    with rt.transaction() as session:
+        row = load(session, lease_id)
+        rt.authorize("lease:update", row.project_id)
+        before = render(row)
+        leases.rename(session, rt.now(), row, name, rt.caller().user_id)
+        rt.audit(session, "lease.update", row.id, row.project_id, before, render(row))
+
+
+def end_lease(lease_id: str) -> None:
+    """Cancel a waiting lease or end a running one (authorized, audited, asked of the
+    decision service). Also the Blazar API's."""
     cfg = rt.runtime().config
 
     def end(session, hook):
@@ -154,5 +179,3 @@ def cancel(lease_id: str):
         leases.cancel(session, rt.now(), cfg, rt.planner_settings(), row, rt.context().user_id, hook)
         rt.audit(session, "lease.delete", row.id, row.project_id, before, render(row))
     decide(DecisionHook.from_config(cfg), rt.transaction, end)
-    rt.runtime().wake_engine()
-    return "", 204

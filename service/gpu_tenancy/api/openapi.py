@@ -13,6 +13,7 @@ from flask import Blueprint
 from gpu_tenancy import __version__
 from gpu_tenancy.api import (audit, budgets, hosts, images, lease_agent, leases, priority_classes, quotas,
                              readiness, response_schemas, shapes, webhooks, whatif)
+from gpu_tenancy.api.blazar import schemas as blazar_schemas
 from gpu_tenancy.api.capacity import MAX_CALENDAR_SPAN
 from gpu_tenancy.api.response_schemas import LINKS, TIME, closed, free_form, ref
 from gpu_tenancy.api.usage import DEFAULT_SPAN
@@ -40,7 +41,7 @@ REQUEST_SCHEMAS = {
     "BudgetCreate": budgets.CREATE,
     "WhatIfCreate": whatif.CREATE,
 }
-SCHEMAS = {**REQUEST_SCHEMAS, **response_schemas.SCHEMAS}
+SCHEMAS = {**REQUEST_SCHEMAS, **response_schemas.SCHEMAS, **blazar_schemas.SCHEMAS}
 
 
 def wrapped(key: str, schema_name: str, many: bool = False, extra: dict | None = None) -> dict:
@@ -355,10 +356,42 @@ PATHS = {
 }
 
 
+def blazar_operation(summary: str, policy: str, ok: int, ok_schema: dict | None, *, lease_id: bool = False,
+                     body: str | None = None, errors: tuple[int, ...] = ()) -> dict:
+    """An operation of the Blazar-compatible API: its errors are in Blazar's form."""
+    op = operation(summary, policy, ok, ok_schema, params=[LEASE_ID] if lease_id else [], body=body,
+                   errors=errors, description="Blazar-compatible (python-blazarclient, Heat's OS::Blazar::Lease).")
+    blazar_error = {"application/json": {"schema": ref("BlazarError")}}
+    for code in op["responses"]:
+        if code != str(ok):
+            op["responses"][code] = {"description": ERROR_STATUSES[int(code)], "content": blazar_error}
+    return op
+
+
+BLAZAR_PATHS = {
+    "/reservation/v1/leases": {
+        "get": blazar_operation("List leases (an admin: every project's)", "lease:list", 200,
+                                wrapped("leases", "BlazarLease", many=True)),
+        "post": blazar_operation("Make a lease with one flavor:instance or virtual:instance reservation",
+                                 "lease:create", 201, wrapped("lease", "BlazarLease"), body="BlazarLeaseCreate",
+                                 errors=(409,)),
+    },
+    "/reservation/v1/leases/{lease_id}": {
+        "get": blazar_operation("Show a lease", "lease:show", 200, wrapped("lease", "BlazarLease"), lease_id=True,
+                                errors=(404,)),
+        "put": blazar_operation("Move a lease's end", "lease:update", 200, wrapped("lease", "BlazarLease"),
+                                lease_id=True, body="BlazarLeaseUpdate", errors=(404, 409)),
+        "delete": blazar_operation("Cancel a waiting lease, or end a running one now", "lease:delete", 204, None,
+                                   lease_id=True, errors=(404, 409)),
+    },
+}
+PATHS.update(BLAZAR_PATHS)
+
+
 def with_operation_ids(paths: dict) -> dict:
     for path, methods in paths.items():
         for method, op in methods.items():
-            words = [w.strip("{}").replace(".", "_") for w in path.split("/")[2:]]
+            words = [w.strip("{}").replace(".", "_") for w in path.split("/")[1:] if w != "v1"]
             op["operationId"] = "_".join([method, *words])
     return paths
 

@@ -10,6 +10,8 @@ READER = "role:reader and project_id:%(project_id)s"
 MEMBER = "role:member and project_id:%(project_id)s"
 ANY_READER = "role:reader or role:admin"
 
+# The Blazar-compatible API (api/blazar/) acts on the same leases under the same lease:* rules:
+# one lease, one rule, whichever API it is asked through.
 RULES = [
     policy.RuleDefault("admin", ADMIN, "Cloud admin."),
     policy.RuleDefault("lease:create", MEMBER, "Ask for a lease in one's project."),

@@ -178,6 +178,17 @@ def check_name_free(session: Session, project_id: str, name: str) -> None:
                        "choose another name, or cancel that one first", codes.LEASE_NAME_TAKEN)
 
 
+def rename(session: Session, now: int, row: m.Lease, name: str, actor: str) -> None:
+    """A lease's new name (the Blazar API's `lease set --name`), free among the project's
+    unfinished leases; an event tells the old one."""
+    if name == row.name:
+        return
+    check_name_free(session, row.project_id, name)
+    record_event(session, row, "renamed", f"renamed from '{row.name}' to '{name}'", now, actor)
+    row.name, row.updated_at = name, utcnow_naive(now)
+    session.flush()
+
+
 def finished_or_unknown(session: Session, lease_ids) -> dict[str, str | None]:
     """Of these lease ids, those whose lease is over or that no lease has (reconcile removes what
     they left in the cloud), each with its project (None when unknown)."""

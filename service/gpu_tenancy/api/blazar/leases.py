@@ -1,0 +1,127 @@
+"""/reservation/v1/leases: Blazar's lease calls on gpu-tenancy's leases. The handlers
+read Blazar's body (asks.py), call what the native API calls (engine/new_lease.py,
+api/leases.py's change_end and end_lease, under the same policy rules), and answer
+in Blazar's form (view.py).
+
+Where Blazar would refuse and gpu-tenancy would queue (no GPUs free for the asked
+window), `blazar_when_queued` chooses: `refuse` (the default) answers 409 "Not enough
+hosts available", as Blazar refuses such a lease (its own answer is a 500 with these
+words), because Blazar's clients take a lease for its asked window; `pending` accepts
+it, shown PENDING with the start the queue plans (`gpu_tenancy_status`: queued)."""
+from __future__ import annotations
+
+from flask import Blueprint, request
+
+from gpu_tenancy import error_codes as codes
+from gpu_tenancy.api import leases as native, runtime as rt
+from gpu_tenancy.api.blazar import asks, errors, view
+from gpu_tenancy.api.lease_view import render as render_native
+from gpu_tenancy.db import models as m
+from gpu_tenancy.domain.lease_ask import LeaseAsk
+from gpu_tenancy.domain.states import FINAL, LeaseState
+from gpu_tenancy.engine import leases, new_lease
+from gpu_tenancy.engine.decision_hook import DecisionHook
+from gpu_tenancy.errors import BadRequest, Conflict, NotFound
+
+bp = Blueprint("blazar", __name__, url_prefix="/reservation/v1")
+errors.register(bp)
+
+NOT_ENOUGH = "Not enough hosts available"
+
+
+def body() -> dict:
+    parsed = request.get_json(silent=True)
+    if not isinstance(parsed, dict):
+        raise BadRequest("Malformed parameter body: a JSON object is expected", codes.MALFORMED_JSON)
+    return parsed
+
+
+def load(session, lease_id: str) -> m.Lease:
+    """A lease the caller may see, as Blazar finds one: a cancelled (deleted) lease is gone."""
+    try:
+        row = native.load(session, lease_id)
+    except NotFound:
+        row = None
+    if row is None or not view.visible(row):
+        raise NotFound(f"Object with {{'lease_id': '{lease_id[:36]}'}} not found", codes.LEASE_NOT_FOUND)
+    return row
+
+
+@bp.get("/leases")
+def index():
+    rt.authorize("lease:list")
+    everyone = rt.is_admin()   # Blazar lists every project's leases to an admin
+    with rt.transaction() as session:
+        return {"leases": view.listing(session, None if everyone else rt.context().project_id)}
+
+
+@bp.get("/leases/<lease_id>")
+def show(lease_id: str):
+    with rt.transaction() as session:
+        return {"lease": view.render_one(session, load(session, lease_id))}
+
+
+@bp.post("/leases")
+def create():
+    rt.authorize("lease:create")
+    cfg, caller = rt.runtime().config, rt.caller()
+    given = body()
+    with rt.transaction() as session:
+        asked = asks.create_ask(session, given, rt.now())
+    refuse = cfg.blazar_when_queued == "refuse"
+    if refuse:   # no lease is made when the plan already says it would wait
+        with rt.transaction() as session:
+            _, _, planned = leases.preview(session, rt.now(), rt.planner_settings(), rt.limits(), caller,
+                                           asked.ask)
+        if planned.placement is None or planned.placement.start > start_of(asked, rt.now()):
+            raise Conflict(not_enough(asked.ask), codes.NOT_ENOUGH_CAPACITY)
+    network = new_lease.check_with_cloud(rt.runtime().cloud_driver, caller, asked.ask, bool(cfg.readiness_url))
+    made = new_lease.make_and_plan(
+        rt.transaction, rt.now, cfg, rt.planner_settings(), rt.limits(), caller, asked.ask, network,
+        DecisionHook.from_config(cfg), render_native,
+        lambda session, row, rendered: rt.audit(session, "lease.create", row.id, row.project_id, None, rendered))
+    if refuse and made.rendered["status"] in (LeaseState.REQUESTED.value, LeaseState.QUEUED.value):
+        # another request took the GPUs between the preview and the plan: undo, as Blazar refuses
+        native.end_lease(made.row.id)
+        raise Conflict(not_enough(asked.ask), codes.NOT_ENOUGH_CAPACITY)
+    rt.runtime().wake_engine()
+    with rt.transaction() as session:
+        return {"lease": view.render_one(session, session.get_one(m.Lease, made.row.id))}, 201
+
+
+def start_of(asked: asks.Asked, now: int) -> int:
+    return now if asked.start is None else asked.start
+
+
+def not_enough(ask: LeaseAsk) -> str:
+    return (f"{NOT_ENOUGH}: {ask.instances} x {ask.shape} cannot start at the asked start date (the GPUs are "
+            "taken or over the project's quota then); ask for a later window, or ask the native API "
+            "(/v1/leases), which queues it")
+
+
+@bp.put("/leases/<lease_id>")
+def update(lease_id: str):
+    given = body()
+    with rt.transaction() as session:
+        row = load(session, lease_id)
+        rt.authorize("lease:update", row.project_id)
+        start, end = view.window(row)
+        changes = asks.update(given, row, start, end, rt.now(), LeaseState(row.status) in FINAL)
+        if changes.name is not None:   # a taken name refuses the whole update, before the end moves
+            leases.check_name_free(session, row.project_id, changes.name)
+    if changes.end is not None:
+        native.change_end(lease_id, changes.end)
+        rt.runtime().wake_engine()
+    if changes.name is not None:
+        native.rename(lease_id, changes.name)
+    with rt.transaction() as session:
+        return {"lease": view.render_one(session, load(session, lease_id))}
+
+
+@bp.delete("/leases/<lease_id>")
+def delete(lease_id: str):
+    with rt.transaction() as session:
+        load(session, lease_id)
+    native.end_lease(lease_id)
+    rt.runtime().wake_engine()
+    return "", 204

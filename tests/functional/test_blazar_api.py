@@ -1,0 +1,256 @@
+"""/reservation/v1/leases, the Blazar-compatible API, in process: Blazar's bodies, dates
+and error form on gpu-tenancy's leases, and what it refuses (tests/functional/
+test_blazar_clients.py drives the same routes with the real python-blazarclient)."""
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timezone
+
+import pytest
+
+from gpu_tenancy.app import create_app
+from gpu_tenancy.config import Config
+from tests.conftest import T0, headers
+
+MEMBER = headers("ml-vision", "member", "alice")
+READER = headers("ml-vision", "reader", "rita")
+OTHER = headers("nlp-lab", "member", "nina")
+ADMIN = headers("ml-vision", "admin", "root")
+URL = "/reservation/v1/leases"
+SHOWN = "%Y-%m-%dT%H:%M:%S.%f"
+
+
+def at(hours: float) -> str:
+    """T0 + hours in Blazar's request form."""
+    return datetime.fromtimestamp(T0 + int(hours * 3600), timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def shown(hours: float) -> str:
+    return datetime.fromtimestamp(T0 + int(hours * 3600), timezone.utc).strftime(SHOWN)
+
+
+def flavor_lease(name="b", start="now", end_hours=24.0, shape="a100.x2", amount=1, **extra) -> dict:
+    return {"name": name, "start_date": start, "end_date": at(end_hours), "events": [], "before_end_date": None,
+            "reservations": [{"resource_type": "flavor:instance", "flavor_id": shape, "amount": amount,
+                              "affinity": "None"}], **extra}
+
+
+def error(response, status: int) -> str:
+    body = response.get_json()
+    assert response.status_code == status, body
+    assert body == {"error_code": status, "error_message": body["error_message"], "error_name": status}
+    return body["error_message"]
+
+
+def test_a_flavor_lease_is_made_shown_listed_and_its_reservation_names_the_flavor_once_it_starts(
+        client, engine_tick):
+    made = client.post(URL, json=flavor_lease(amount=2), headers=MEMBER)
+    assert made.status_code == 201, made.get_json()
+    lease = made.get_json()["lease"]
+    assert (lease["name"], lease["status"], lease["project_id"], lease["user_id"]) == \
+        ("b", "PENDING", "ml-vision", "alice")
+    assert (lease["start_date"], lease["end_date"]) == (shown(0), shown(24))
+    [reservation] = lease["reservations"]
+    assert reservation["resource_type"] == "flavor:instance" and reservation["amount"] == 2
+    assert (reservation["vcpus"], reservation["memory_mb"], reservation["disk_gb"]) == (24, 240 * 1024, 100)
+    assert reservation["flavor_id"] is None        # the lease's flavor is made at its start
+    assert [e["event_type"] for e in lease["events"]] == ["start_lease", "end_lease"]
+    native = client.get(f"/v1/leases/{lease['id']}", headers=MEMBER).get_json()["lease"]
+    assert native["boot"] == "tenant" and native["instances"] == 2 and native["shape"] == "a100.x2"
+
+    engine_tick()
+    engine_tick(5)
+    now = client.get(f"{URL}/{lease['id']}", headers=MEMBER).get_json()["lease"]
+    native = client.get(f"/v1/leases/{lease['id']}", headers=MEMBER).get_json()["lease"]
+    assert now["status"] == "ACTIVE" and native["status"] == "active"
+    assert now["reservations"][0]["flavor_id"] == native["flavor"]["id"] is not None
+    assert now["reservations"][0]["id"] == reservation["id"]       # the same in every answer
+    assert [e["status"] for e in now["events"]] == ["DONE", "UNDONE"]
+    assert [row["id"] for row in client.get(URL, headers=READER).get_json()["leases"]] == [lease["id"]]
+    assert client.get(URL, headers=OTHER).get_json()["leases"] == []
+    assert "not found" in error(client.get(f"{URL}/{lease['id']}", headers=OTHER), 404)
+
+
+def test_update_extends_and_shortens_the_end_and_refuses_what_it_cannot_change(client):
+    lease = client.post(URL, json=flavor_lease(), headers=MEMBER).get_json()["lease"]
+    longer = client.put(f"{URL}/{lease['id']}", json={"end_date": at(30)}, headers=MEMBER)
+    assert longer.status_code == 200 and longer.get_json()["lease"]["end_date"] == shown(30)
+    shorter = client.put(f"{URL}/{lease['id']}", json={"end_date": at(12)}, headers=MEMBER)
+    assert shorter.get_json()["lease"]["end_date"] == shown(12)
+    assert client.get(f"/v1/leases/{lease['id']}", headers=MEMBER).get_json()["lease"]["duration"] == 12 * 3600
+    renamed = client.put(f"{URL}/{lease['id']}", json={"name": "b-renamed"}, headers=MEMBER)
+    assert renamed.status_code == 200 and renamed.get_json()["lease"]["name"] == "b-renamed"
+    client.post(URL, json=flavor_lease("taken", at(48), 50), headers=MEMBER)
+    assert "already has a lease named 'taken'" in error(client.put(f"{URL}/{lease['id']}", json={
+        "name": "taken", "end_date": at(20)}, headers=MEMBER), 409)
+    assert client.get(f"{URL}/{lease['id']}", headers=MEMBER).get_json()["lease"]["end_date"] == shown(12)
+    assert "start_date cannot be updated" in error(
+        client.put(f"{URL}/{lease['id']}", json={"start_date": at(2)}, headers=MEMBER), 409)
+    assert "not yet supported" in error(client.put(f"{URL}/{lease['id']}", json={"reservations": [
+        {"id": lease["reservations"][0]["id"], "amount": 3}]}, headers=MEMBER), 409)
+    assert "Invalid reservation IDs are: nope" in error(client.put(f"{URL}/{lease['id']}", json={
+        "reservations": [{"id": "nope"}]}, headers=MEMBER), 400)
+    assert "later than current and start date" in error(
+        client.put(f"{URL}/{lease['id']}", json={"end_date": at(-1)}, headers=MEMBER), 400)
+    assert error(client.put(f"{URL}/{lease['id']}", json={"end_date": at(40)}, headers=READER), 403)
+    assert client.get(f"/v1/leases/{lease['id']}", headers=MEMBER).get_json()["lease"]["duration"] == 12 * 3600
+
+
+def test_delete_ends_the_lease_and_a_deleted_waiting_lease_is_gone(client):
+    later = client.post(URL, json=flavor_lease("later", at(48), 60), headers=MEMBER).get_json()["lease"]
+    assert later["status"] == "PENDING" and later["start_date"] == shown(48)
+    assert client.delete(f"{URL}/{later['id']}", headers=READER).status_code == 403
+    assert client.delete(f"{URL}/{later['id']}", headers=MEMBER).status_code == 204
+    assert "not found" in error(client.get(f"{URL}/{later['id']}", headers=MEMBER), 404)
+    assert client.get(URL, headers=MEMBER).get_json()["leases"] == []
+    assert client.get(f"/v1/leases/{later['id']}", headers=MEMBER).get_json()["lease"]["status"] == "cancelled"
+
+
+@pytest.mark.parametrize("body, status, words", [
+    ({"name": "x", "start_date": "2050-11-13 13:13", "end_date": "2050-11-13 12:13"}, 400,
+     "End date must be later than start date."),
+    ({"name": "x", "start_date": "Bogus-date 13:13", "end_date": "2050-11-13 12:13"}, 400,
+     "Bogus-date 13:13 is an invalid date. Required format: %Y-%m-%d %H:%M"),
+    ({"name": "x", "start_date": "now"}, 400, "Missing parameter end_date"),
+    ({"start_date": "now", "end_date": at(2)}, 400, "Missing parameter name"),
+    ({"name": "x", "start_date": at(-2), "end_date": at(2)}, 400, "Start date must be later than current date"),
+    ({"name": "x", "start_date": "2026-12-01T09:00:00Z", "end_date": at(2)}, 400, "is an invalid date"),
+    ({"name": "x", "start_date": "now", "end_date": at(2)}, 400, "give one reservation of resource_type"),
+    (flavor_lease(reservations=[{"resource_type": "physical:host", "min": 1, "max": 1,
+                                 "hypervisor_properties": "[]", "resource_properties": "[]"}]), 400,
+     "physical:host reservations are not offered here"),
+    (flavor_lease(reservations=[{"resource_type": "virtual:floatingip", "amount": 1, "network_id": "n"}]), 400,
+     "virtual:floatingip reservations are not offered"),
+    (flavor_lease(reservations=[{"resource_type": "storage:disk"}]), 400,
+     "The storage:disk resource type is not supported"),
+    (flavor_lease(reservations=[{"flavor_id": "a100.x1", "amount": 1}]), 400, "Missing parameter resource_type"),
+    (flavor_lease(reservations=[{"resource_type": "flavor:instance", "amount": 1}]), 400,
+     "Missing parameter flavor_id"),
+    (flavor_lease(amount=0), 400, "Malformed parameter amount"),
+    (flavor_lease(amount="two"), 400, "Malformed parameter amount"),
+    (flavor_lease(shape="nope"), 400, "unknown shape 'nope'"),
+    (flavor_lease(reservations=[{"resource_type": "flavor:instance", "flavor_id": "a100.x1", "amount": 1,
+                                 "affinity": True}]), 400, "affinity is not supported"),
+    (flavor_lease(reservations=[{"resource_type": "flavor:instance", "flavor_id": "a100.x1", "amount": 1}] * 2),
+     400, "one instance reservation"),
+    (flavor_lease(events=[{"event_type": "notification", "event_date": at(2)}]), 400, "events of the client's own"),
+    (flavor_lease(before_end_date=at(20)), 400, "before_end_date is not supported"),
+    (flavor_lease(extra_key=1), 400, "unknown lease parameters: extra_key"),
+    (flavor_lease(name="x" * 81), 400, "Malformed parameter name"),
+    ([1, 2], 400, "Malformed parameter body"),
+])
+def test_bad_asks_are_refused_in_blazar_words_and_make_nothing(client, body, status, words):
+    assert words in error(client.post(URL, json=body, headers=MEMBER), status)
+    assert client.get("/v1/leases?all_projects=1", headers=ADMIN).get_json()["leases"] == []
+
+
+def test_a_virtual_instance_reservation_becomes_the_shape_with_its_sizes(client):
+    def ask(**reservation):
+        body = flavor_lease(reservations=[{"resource_type": "virtual:instance", "amount": 1, "affinity": "None",
+                                           "vcpus": 48, "memory_mb": 480 * 1024, "disk_gb": 200,
+                                           "resource_properties": "", **reservation}])
+        return client.post(URL, json=body, headers=MEMBER)
+    assert "several shapes have vcpus=48" in error(ask(), 400)    # a100.x4 and h100.x2
+    made = ask(resource_properties='["==", "$gpu_model", "H100"]')
+    assert made.status_code == 201, made.get_json()
+    assert client.get(f"/v1/leases/{made.get_json()['lease']['id']}",
+                      headers=MEMBER).get_json()["lease"]["shape"] == "h100.x2"
+    assert "no shape on offer has vcpus=47" in error(ask(vcpus=47), 400)
+    assert "Malformed parameter resource_properties" in error(ask(resource_properties='["<", "$gpus", 2]'), 400)
+
+
+def test_unauthenticated_and_unauthorized_answers_are_in_blazar_form(client):
+    assert "X-Auth-Token" in error(client.get(URL), 401)
+    assert error(client.post(URL, json=flavor_lease(), headers=READER), 403)
+    assert "not found" in error(client.get(f"{URL}/{'x' * 80}", headers=MEMBER), 404)
+    assert error(client.patch(f"{URL}/abc", json={}, headers=MEMBER), 405)
+
+
+def test_a_noauth2_token_stands_for_the_identity_headers(client):
+    """python-blazarclient sends only X-Auth-Token (auth type admin_token) to the demo."""
+    made = client.post(URL, json=flavor_lease(), headers={"X-Auth-Token": "ml-vision:alice"})
+    assert made.status_code == 201 and made.get_json()["lease"]["user_id"] == "alice"
+    assert client.get(URL, headers={"X-Auth-Token": "nlp-lab:nina"}).get_json()["leases"] == []
+    assert client.get(URL, headers={"X-Auth-Token": "ml-vision:root:admin"}).status_code == 200
+    assert client.get(URL, headers={"X-Auth-Token": "no-colon"}).status_code == 401
+
+
+def fill_h100(client) -> str:
+    """ml-vision's whole H100 quota (4) for the next 24 hours."""
+    full = client.post(URL, json=flavor_lease("full", shape="h100.x4"), headers=MEMBER)
+    assert full.status_code == 201, full.get_json()
+    return full.get_json()["lease"]["id"]
+
+
+def test_refuse_mode_a_lease_that_would_queue_is_refused_like_blazar_and_nothing_is_made(client):
+    fill_h100(client)
+    refused = client.post(URL, json=flavor_lease("more", shape="h100.x1"), headers=MEMBER)
+    assert error(refused, 409).startswith("Not enough hosts available")
+    later = client.post(URL, json=flavor_lease("after", at(25), 30, shape="h100.x1"), headers=MEMBER)
+    assert later.status_code == 201 and later.get_json()["lease"]["gpu_tenancy_status"] == "scheduled"
+    names = {row["name"] for row in client.get("/v1/leases", headers=MEMBER).get_json()["leases"]}
+    assert names == {"full", "after"}      # "more" was never made
+
+
+@pytest.fixture
+def pending_client(db_url, clock, cloud, app):   # `app` seeds the catalog into db_url
+    config = Config.load(database_url=db_url, auth_strategy="noauth2", run_engine=True,
+                         blazar_when_queued="pending")
+    return create_app(config, clock=clock, cloud=cloud, start_engine=False).test_client()
+
+
+def test_pending_mode_a_lease_that_would_queue_is_accepted_pending_with_the_start_the_queue_plans(
+        pending_client):
+    fill_h100(pending_client)
+    queued = pending_client.post(URL, json=flavor_lease("more", shape="h100.x1", end_hours=2), headers=MEMBER)
+    assert queued.status_code == 201, queued.get_json()
+    lease = queued.get_json()["lease"]
+    assert (lease["status"], lease["gpu_tenancy_status"]) == ("PENDING", "queued")
+    start, end = (datetime.strptime(lease[k], SHOWN) for k in ("start_date", "end_date"))
+    assert shown(24) <= lease["start_date"] < shown(25)       # once the full lease has ended
+    assert (end - start).total_seconds() == 2 * 3600          # for as long as asked
+
+
+def test_the_option_is_checked():
+    with pytest.raises(ValueError, match="blazar_when_queued must be refuse or pending"):
+        Config.load(database_url="sqlite://", blazar_when_queued="queue")
+
+
+def test_answers_match_the_openapi_document(client, engine_tick):
+    from jsonschema import Draft202012Validator
+    document = client.get("/v1/openapi.json").get_json()
+
+    def check(path: str, method: str, status: int, response) -> None:
+        assert response.status_code == status, response.get_json()
+        schema = document["paths"][path][method]["responses"][str(status)]["content"]["application/json"]["schema"]
+        Draft202012Validator({**document, **schema}).validate(response.get_json())
+    one = "/reservation/v1/leases/{lease_id}"
+    made = client.post(URL, json=flavor_lease(), headers=MEMBER)
+    check("/reservation/v1/leases", "post", 201, made)
+    lease_id = made.get_json()["lease"]["id"]
+    engine_tick()
+    engine_tick(5)
+    check(one, "get", 200, client.get(f"{URL}/{lease_id}", headers=MEMBER))     # active: a flavor id
+    check("/reservation/v1/leases", "get", 200, client.get(URL, headers=MEMBER))
+    check(one, "put", 200, client.put(f"{URL}/{lease_id}", json={"end_date": at(30)}, headers=MEMBER))
+    check(one, "get", 404, client.get(f"{URL}/nope", headers=MEMBER))
+    check("/reservation/v1/leases", "post", 400, client.post(URL, json={}, headers=MEMBER))
+
+
+def test_refuse_mode_a_lease_that_lost_the_gpus_after_the_preview_is_cancelled_and_refused(client, monkeypatch):
+    """Another request takes the GPUs between the preview and the plan: the lease made is
+    cancelled before the 409, so Blazar's listing never shows it (the native one does,
+    cancelled, with its audit record)."""
+    from gpu_tenancy.api.blazar import leases as blazar_leases
+    fill_h100(client)
+    real_preview = blazar_leases.leases.preview
+
+    def stale_preview(session, now, *args):   # the plan as it was before the GPUs were taken
+        request, columns, planned = real_preview(session, now, *args)
+        return request, columns, replace(planned, placement=replace(planned.placement, start=now))
+    monkeypatch.setattr(blazar_leases.leases, "preview", stale_preview)
+    assert error(client.post(URL, json=flavor_lease("raced", shape="h100.x1"), headers=MEMBER), 409).startswith(
+        "Not enough hosts available")
+    assert [row["name"] for row in client.get(URL, headers=MEMBER).get_json()["leases"]] == ["full"]
+    native = {row["name"]: row["status"] for row in client.get("/v1/leases", headers=MEMBER).get_json()["leases"]}
+    assert native == {"full": "scheduled", "raced": "cancelled"}
