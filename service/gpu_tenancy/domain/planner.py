@@ -38,7 +38,7 @@ from .profile import INF, StepProfile
 __all__ = [
     "PlannerSettings", "plan", "extension_conflicts", "can_ever_fit", "largest_free_block",
     "order_key", "fmt_time", "DEFAULT_WAIT_BOUND", "DEFAULT_WAIT_BOUND_GPU_HOURS", "DEFAULT_WAIT_BOUND_LEASES",
-    "past_wait_bound", "bound_reached_at", "bound_protected", "waiting_since",
+    "past_wait_bound", "bound_reached_at", "bound_protected", "waiting_since", "Trials", "trials_after",
 ]
 
 
@@ -231,6 +231,14 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
 
     explain=False leaves out the reasons why a lease starts later than now (the
     placements are the same): for callers that read placements only, such as the replay."""
+    return _plan_run(now, hosts, holds, quotas, waiting, usage, settings, explain, _backend)[0]
+
+
+def _plan_run(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
+              quotas: Mapping[tuple[str, str], QuotaLimit], waiting: Sequence[LeaseRequest],
+              usage: Mapping[tuple[str, str], float] | None, settings: PlannerSettings, explain: bool,
+              _backend: Backend) -> tuple[Plan, _Run]:
+    """plan(), and its state once every lease is reserved (what Trials reads)."""
     run = _Run(now, hosts, holds, quotas, usage, settings, _backend, bound_protected(waiting, now, settings))
     if not explain:
         run.skip_unbinding_quotas(holds, quotas)
@@ -266,7 +274,40 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
                                                          f"its latest start {fmt_time(lr.latest_start)}"))
                 continue
             run.reserve(lr, slot, pl)
-    return Plan(now, out)
+    return Plan(now, out), run
+
+
+class Trials:
+    """Where a new lease would be placed after the leases a plan has reserved, each asked
+    alone: its steps in plan() (never placeable, within quota, borrowed, its latest start),
+    nothing reserved for it. One trial is one insertion (a few index queries), not a replan."""
+
+    def __init__(self, run: _Run, quotas: Mapping[tuple[str, str], QuotaLimit]):
+        self._run, self._quotas = run, quotas
+
+    def place(self, lr: LeaseRequest) -> PlannedLease:
+        run, q = self._run, self._quotas.get((lr.project_id, lr.gpu_model))
+        pl = PlannedLease(lr.lease_id, 0, None, [])
+        never = run.first_unplaceable_reason(lr, q)
+        if never is not None or lr.preemptible:   # a preemptible lease is not tried: it takes any idle GPUs
+            pl.reasons += [never] if never is not None else []
+            return pl
+        assert q is not None   # first_unplaceable_reason: a lease within quota has one
+        slot = run.earliest_nominal_start(lr, q)
+        run.borrow(lr, q, slot, pl)
+        if slot.start is None or slot.hosts is None or (lr.latest_start is not None and slot.start > lr.latest_start):
+            return pl
+        pl.placement, pl.borrowing = Placement(slot.start, slot.start + lr.duration, tuple(slot.hosts)), slot.borrowing
+        return pl
+
+
+def trials_after(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
+                 quotas: Mapping[tuple[str, str], QuotaLimit], ahead: Sequence[LeaseRequest],
+                 usage: Mapping[tuple[str, str], float] | None = None,
+                 settings: PlannerSettings = PlannerSettings()) -> Trials:
+    """Trials of new leases placed after `ahead`, the leases the planner order puts before
+    them (a new lease's placement depends on those only: the leases after it never move it)."""
+    return Trials(_plan_run(now, hosts, holds, quotas, ahead, usage, settings, False, FAST)[1], quotas)
 
 
 class _Scores:
