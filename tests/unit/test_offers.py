@@ -24,7 +24,8 @@ def ask(**kw) -> LeaseRequest:
 
 def offered(request: LeaseRequest, holds=HOLDS, hosts=HOSTS, quotas=QUOTAS, waiting=(), rules=RULES,
             shape=SHAPES[0]) -> list[Offer]:
-    return offers(NOW, hosts, holds, quotas, list(waiting), None, PlannerSettings(), request, shape, SHAPES, rules)
+    return offers(NOW, hosts, holds, quotas, list(waiting), None, PlannerSettings(), request, shape, SHAPES,
+                  rules).offers
 
 
 def test_a_full_a100_model_offers_h100_now_a_6_hour_a100_now_and_a100_at_the_end_of_the_first_lease():

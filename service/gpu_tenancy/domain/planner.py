@@ -38,7 +38,7 @@ from .profile import INF, StepProfile
 __all__ = [
     "PlannerSettings", "plan", "extension_conflicts", "can_ever_fit", "largest_free_block",
     "order_key", "fmt_time", "DEFAULT_WAIT_BOUND", "DEFAULT_WAIT_BOUND_GPU_HOURS", "DEFAULT_WAIT_BOUND_LEASES",
-    "past_wait_bound", "bound_reached_at", "bound_protected", "waiting_since", "Trials", "trials_after",
+    "past_wait_bound", "bound_reached_at", "bound_protected", "waiting_since", "Trials", "trials_after", "Turn", "plan_with_turns", "OrderKey",
 ]
 
 
@@ -234,23 +234,50 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
     return _plan_run(now, hosts, holds, quotas, waiting, usage, settings, explain, _backend)[0]
 
 
+OrderKey = tuple[int, int, float, int, int, str]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """Trials taken in the middle of a plan: `then` is called with the plan's Trials right
+    before the first lease whose order key is `key` or later (at the end if none is), so
+    that a new lease of that key is tried after exactly the leases the order puts before it."""
+    key: OrderKey
+    then: Callable[[Trials], None]
+
+
+def plan_with_turns(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
+                    quotas: Mapping[tuple[str, str], QuotaLimit], waiting: Sequence[LeaseRequest],
+                    usage: Mapping[tuple[str, str], float] | None, settings: PlannerSettings,
+                    turns: Sequence[Turn]) -> Plan:
+    """plan(), taking `turns` on the way: the trials cost a few insertions, not a plan each."""
+    return _plan_run(now, hosts, holds, quotas, waiting, usage, settings, True, FAST, turns)[0]
+
+
 def _plan_run(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
               quotas: Mapping[tuple[str, str], QuotaLimit], waiting: Sequence[LeaseRequest],
               usage: Mapping[tuple[str, str], float] | None, settings: PlannerSettings, explain: bool,
-              _backend: Backend) -> tuple[Plan, _Run]:
+              _backend: Backend, turns: Sequence[Turn] = ()) -> tuple[Plan, _Run]:
     """plan(), and its state once every lease is reserved (what Trials reads)."""
     run = _Run(now, hosts, holds, quotas, usage, settings, _backend, bound_protected(waiting, now, settings))
     if not explain:
         run.skip_unbinding_quotas(holds, quotas)
     scores = _Scores(quotas, usage)
-    if settings.bounded:
-        ordered = sorted(waiting, key=lambda lr: order_key(lr, quotas, usage, now, settings, run.protected))
-    else:   # order_key without a wait bound, each project's score computed once
-        ordered = sorted(waiting, key=lambda lr: (-lr.priority, 1, scores.of(lr.project_id, lr.gpu_model),
-                                                  lr.created_at, lr.arrival, lr.lease_id))
+
+    def key(lr: LeaseRequest) -> OrderKey:
+        if settings.bounded:
+            return order_key(lr, quotas, usage, now, settings, run.protected)
+        # order_key without a wait bound, each project's score computed once
+        return -lr.priority, 1, scores.of(lr.project_id, lr.gpu_model), lr.created_at, lr.arrival, lr.lease_id
+    ordered = sorted(waiting, key=key)
+    pending = sorted(turns, key=lambda t: t.key)
     order = _Order()
     out: dict[str, PlannedLease] = {}
     for lr in ordered:
+        if pending:
+            k = key(lr)
+            while pending and pending[0].key <= k:
+                pending.pop(0).then(Trials(run, quotas))
         q = quotas.get((lr.project_id, lr.gpu_model))
         aged = lr.lease_id in run.protected
         ahead = order.next(lr, aged, None if aged else scores.of(lr.project_id, lr.gpu_model))
@@ -274,6 +301,8 @@ def _plan_run(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
                                                          f"its latest start {fmt_time(lr.latest_start)}"))
                 continue
             run.reserve(lr, slot, pl)
+    for turn in pending:
+        turn.then(Trials(run, quotas))
     return Plan(now, out), run
 
 

@@ -96,11 +96,10 @@ def preview(session: Session, now: int, settings: PlannerSettings, limits: Limit
         ask = applied(ask, open_offer(offer_settings, ask.accept_offer, caller.project_id, now).offer)
     request, columns = build_request(session, now, limits, caller, ask, "dry-run")
     inputs = ledger.load_inputs(session, now, settings)
-    planned = ledger.dry_run_on(inputs, now, settings, request)
-    found = []
-    if waits(planned, request, now) and ask.accept_offer is None:
-        found = alternatives(session, now, settings, offer_settings, inputs, request, columns["shape"],
-                             caller.project_id, None)
+    if request.preemptible or ask.accept_offer is not None:   # nothing to offer: the plain dry run
+        return Preview(request, columns, ledger.dry_run_on(inputs, now, settings, request), [])
+    planned, found = alternatives(session, now, settings, offer_settings, inputs, request, columns["shape"],
+                                  caller.project_id, None)
     return Preview(request, columns, planned, found)
 
 
@@ -116,31 +115,28 @@ def for_waiting(transaction: Transaction, now: int, settings: PlannerSettings, o
             inputs.waiting = [w for w in inputs.waiting if w.lease_id != row.id]   # instead of it
             request = replace(ledger.request_from_row(row), created_at=now)
             return alternatives(session, now, settings, offer_settings, inputs, request, row.shape,
-                                row.project_id, row.id)
+                                row.project_id, row.id)[1]
     except Exception:
         log.exception("the offers for lease %s could not be computed", row.id)
         return []
 
 
-def waits(planned: PlannedLease, request: LeaseRequest, now: int) -> bool:
-    place = planned.placement
-    return not request.preemptible and (place is None or place.start > max(now, request.earliest_start))
-
-
 def alternatives(session: Session, now: int, settings: PlannerSettings, offer_settings: OfferSettings,
                  inputs: ledger.PlannerInputs, request: LeaseRequest, shape_name: str, project_id: str,
-                 replaces: str | None) -> list[Signed]:
+                 replaces: str | None) -> tuple[PlannedLease, list[Signed]]:
+    """The dry run of `request` (asked now, after every lease), and its offers, signed, from one plan."""
     shapes = [domain.ShapeOption(s.name, s.gpu_model, s.gpus) for s in session.scalars(
         select(m.Shape).where(m.Shape.retired_at.is_(None)).order_by(m.Shape.name))]
     shape = next((s for s in shapes if s.name == shape_name), None)
-    if shape is None:   # retired meanwhile: nothing of its own to offer
-        return []
     asked = ledger.newest(request)
-    found = domain.offers(now, inputs.hosts, inputs.holds, inputs.quotas, inputs.waiting, inputs.usage,
-                          ledger.settings_for(inputs, settings), asked, shape, shapes, offer_settings.rules)
+    if shape is None:   # retired meanwhile: nothing of its own to offer
+        return ledger.dry_run_on(inputs, now, settings, request), []
+    offered = domain.offers(now, inputs.hosts, inputs.holds, inputs.quotas, inputs.waiting, inputs.usage,
+                            ledger.settings_for(inputs, settings), asked, shape, shapes, offer_settings.rules)
     expires = now + offer_settings.valid_seconds
-    return [Signed(o, sign(offer_settings.key, project_id, o, expires, replaces), expires, o.words(now, asked))
-            for o in found]
+    return offered.plan.leases[request.lease_id], [
+        Signed(o, sign(offer_settings.key, project_id, o, expires, replaces), expires, o.words(now, asked))
+        for o in offered.offers]
 
 
 def applied(ask: LeaseAsk, offer: domain.Offer) -> LeaseAsk:
