@@ -1,6 +1,11 @@
 """Counter-offers (domain/offers.py): the issue's case, and what each kind offers."""
 from __future__ import annotations
 
+import pytest
+from cryptography.fernet import Fernet
+
+from gpu_tenancy.config import Config
+from gpu_tenancy.engine.offers import OfferSettings
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit
 from gpu_tenancy.domain.offers import Kind, Offer, OfferRules, ShapeOption, offers
 from gpu_tenancy.domain.planner import PlannerSettings, plan
@@ -81,3 +86,17 @@ def test_at_most_five_offers_and_the_reserved_start_last():
     rules = OfferRules(gpu_memory_gb={"A100": 80, "H100": 80}, most=2)
     got = offered(ask(), rules=rules)
     assert [o.kind for o in got] == [Kind.GPU_MODEL, Kind.LATER]
+
+
+def test_the_offer_settings_are_checked_and_the_key_is_shared_by_every_process_given_one():
+    for bad in ({"gpu_memory_gb": {"A100": "80"}}, {"gpu_memory_gb": ["A100"]}, {"offer_valid_seconds": 5},
+                {"offer_secret": "short"}):
+        with pytest.raises(ValueError):
+            Config.load(**bad)
+    fernet = Fernet.generate_key().decode()
+    assert (OfferSettings.from_config(Config.load(dashboard_token_keys=[fernet])).key
+            == OfferSettings.from_config(Config.load(dashboard_token_keys=[fernet])).key)
+    assert OfferSettings.from_config(Config.load(offer_secret="s" * 16)).key == b"s" * 16
+    assert OfferSettings.from_config(Config.load()).key != OfferSettings.from_config(Config.load()).key
+    rules = OfferSettings.from_config(Config.load(gpu_memory_gb={"A100": 80})).rules
+    assert rules.gpu_memory_gb == {"A100": 80}
