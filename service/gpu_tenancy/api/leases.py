@@ -71,17 +71,12 @@ def create():
                                    caller, ask)
             return {"lease": render_preview(shown.request, shown.columns, shown.planned, rt.now(), network),
                     "offers": offer_view.render_all(shown.offers)}, 200
-    hook, settings = DecisionHook.from_config(cfg), rt.planner_settings()
 
     def audit(session, row, rendered):
         return rt.audit(session, "lease.create", row.id, row.project_id, None, rendered)
-    if ask.accept_offer is None:
-        made = new_lease.make_and_plan(rt.transaction, rt.now, cfg, settings, rt.limits(), caller, ask, network,
-                                       hook, render, audit)
-    else:   # made and planned under the ledger lock, or a 409 and nothing made
-        made = offers.take(rt.transaction, rt.now, cfg, settings, rt.limits(), rt.runtime().offers, caller, ask,
-                           network, hook, render, audit)
-    alternatives = offers.for_waiting(rt.transaction, rt.now(), settings, rt.runtime().offers, made.row)
+    made, alternatives = offers.make(rt.transaction, rt.now, cfg, rt.planner_settings(), rt.limits(),
+                                     rt.runtime().offers, caller, ask, network, DecisionHook.from_config(cfg),
+                                     render, audit)
     rendered = made.rendered
     if made.row.readiness_probe:  # shown this once (not in the audit record), for VMs made by hand or Heat
         rendered = {**rendered, "readiness": {**rendered["readiness"], "token": made.row.readiness_token,

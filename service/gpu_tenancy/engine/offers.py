@@ -32,7 +32,7 @@ from gpu_tenancy.domain.lease_ask import LeaseAsk
 from gpu_tenancy.domain.model import LeaseRequest, PlannedLease
 from gpu_tenancy.domain.planner import PlannerSettings
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.engine import early_ends, ledger, networking
+from gpu_tenancy.engine import early_ends, ledger, networking, new_lease
 from gpu_tenancy.engine.decision_hook import DecisionHook, decide
 from gpu_tenancy.engine.events import record_transition
 from gpu_tenancy.engine.leases import Caller, build_request, create
@@ -92,15 +92,30 @@ def preview(session: Session, now: int, settings: PlannerSettings, limits: Limit
             caller: Caller, ask: LeaseAsk) -> Preview:
     """The dry run, and the offers when the lease would wait, from the same inputs; with
     accept_offer, the dry run of the lease that offer makes."""
+    taking = ask.accept_offer is not None
     if ask.accept_offer is not None:
         ask = applied(ask, open_offer(offer_settings, ask.accept_offer, caller.project_id, now).offer)
     request, columns = build_request(session, now, limits, caller, ask, "dry-run")
     inputs = ledger.load_inputs(session, now, settings)
-    if request.preemptible or ask.accept_offer is not None:   # nothing to offer: the plain dry run
+    if request.preemptible or taking:   # nothing to offer: the plain dry run
         return Preview(request, columns, ledger.dry_run_on(inputs, now, settings, request), [])
     planned, found = alternatives(session, now, settings, offer_settings, inputs, request, columns["shape"],
                                   caller.project_id, None)
     return Preview(request, columns, planned, found)
+
+
+def make(transaction: Transaction, clock: Callable[[], int], config: Config, settings: PlannerSettings,
+         limits: Limits, offer_settings: OfferSettings, caller: Caller, ask: LeaseAsk, network: networking.Choice,
+         hook: DecisionHook, render: Callable[[m.Lease], dict],
+         audit: Callable[[Session, m.Lease, dict], m.AuditRecord]) -> tuple[Made, list[Signed]]:
+    """A create: the lease made and planned (new_lease.make_and_plan) with the offers when it
+    waits, or the lease an offer makes (take: ask.accept_offer), offered nothing again."""
+    if ask.accept_offer is not None:
+        return take(transaction, clock, config, settings, limits, offer_settings, caller, ask, network, hook,
+                    render, audit), []
+    made = new_lease.make_and_plan(transaction, clock, config, settings, limits, caller, ask, network, hook,
+                                   render, audit)
+    return made, for_waiting(transaction, clock(), settings, offer_settings, made.row)
 
 
 def for_waiting(transaction: Transaction, now: int, settings: PlannerSettings, offer_settings: OfferSettings,
