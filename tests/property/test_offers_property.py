@@ -9,6 +9,7 @@ import random
 import pytest
 
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit
+from gpu_tenancy.domain import offers as offers_module
 from gpu_tenancy.domain.offers import Kind, OfferRules, ShapeOption, offers
 from gpu_tenancy.domain.planner import PlannerSettings, plan
 
@@ -44,7 +45,14 @@ def world(rng: random.Random):
     # every lease past the bound at once: a reserved start is not, so it is tried out of the plan's turn
     PlannerSettings(wait_bound=0, wait_bound_leases=1), PlannerSettings(wait_bound_gpu_hours=0)],
     ids=["no-bound", "bound", "bound-0", "gpu-hours-0"])
-def test_each_offer_starts_where_the_whole_plan_puts_it(settings):
+def test_each_offer_starts_where_the_whole_plan_puts_it(settings, monkeypatch):
+    tried = [0]
+    place = offers_module._Places.place
+
+    def counted(self, lr):
+        tried[0] += 1
+        return place(self, lr)
+    monkeypatch.setattr(offers_module._Places, "place", counted)
     zero_bound = 0 in (settings.wait_bound, settings.wait_bound_gpu_hours)
     kinds, checked = set(), 0
     for seed in range(300):
@@ -53,7 +61,9 @@ def test_each_offer_starts_where_the_whole_plan_puts_it(settings):
         shape = rng.choice(SHAPES)
         ask = LeaseRequest("ask", "p", shape.gpu_model, shape.gpus, rng.choice((1, 2, 3)), rng.randint(2, 30) * H,
                            NOW + rng.choice((0, 0, 2 * H)), None, NOW, arrival=2 ** 62)
+        tried[0] = 0
         offered = offers(NOW, hosts, holds, quotas, waiting, usage, settings, ask, shape, SHAPES, RULES)
+        assert tried[0] <= RULES.most_trials(ask.duration), (seed, tried[0])   # the work is bounded
         got = offered.offers
         assert len(got) <= RULES.most
         dry_run = plan(NOW, hosts, holds, quotas, [*waiting, ask], usage, settings)

@@ -56,11 +56,11 @@ class OfferRules:
     sizes: int = 3                 # smaller sizes tried at most
     models: int = 3                # other GPU models tried at most
 
-    @property
-    def most_trials(self) -> int:
-        """Bound on the insertions one ask costs: models, sizes, a binary search of the
-        shorter durations (at most 2^40 steps long), the borrow and the later start."""
-        return self.models + self.sizes + 42 + 2
+    def most_trials(self, duration: int) -> int:
+        """Bound on the insertions one ask of `duration` costs: the ask itself, the other
+        models, the smaller sizes, a binary search of the shorter durations, the borrow (a
+        trial and its offer) and the reserved start."""
+        return 1 + self.models + self.sizes + 1 + max(1, duration // self.step).bit_length() + 2 + 1
 
 
 @dataclass(frozen=True)
