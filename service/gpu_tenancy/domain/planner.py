@@ -38,7 +38,8 @@ from .profile import INF, StepProfile
 __all__ = [
     "PlannerSettings", "plan", "extension_conflicts", "can_ever_fit", "largest_free_block",
     "order_key", "fmt_time", "DEFAULT_WAIT_BOUND", "DEFAULT_WAIT_BOUND_GPU_HOURS", "DEFAULT_WAIT_BOUND_LEASES",
-    "past_wait_bound", "bound_reached_at", "bound_protected", "waiting_since", "Trials", "trials_after", "Turn", "plan_with_turns", "OrderKey",
+    "past_wait_bound", "bound_reached_at", "bound_protected", "waiting_since",
+    "OrderKey", "Trials", "Turn", "plan_with_turns", "trials_after",
 ]
 
 
