@@ -125,7 +125,8 @@ def create_lease_operation() -> dict:
     op = operation("Ask for a lease", "lease:create", 201, wrapped("lease", "NewLease", extra=offers),
                    body="LeaseCreate",
                    params=[param("dry_run", "query", "plan without creating: answers 200 with a "
-                                                     "preview of position, ETA and reasons", BOOL)],
+                                                     "preview of position, ETA and reasons, and the offers "
+                                                     "when it would wait", BOOL)],
                    errors=(409, 503),
                    description="The service's limits come before the quota (README: Security): a duration "
                                "of at most max_lease_duration_days (90 by default), a start and latest_start "
