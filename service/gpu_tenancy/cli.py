@@ -102,8 +102,9 @@ def run_demo(args) -> int:
     from gpu_tenancy.db.session import session_scope
     from gpu_tenancy.demo.seed import seed
 
+    from gpu_tenancy.demo.seed import GPU_MEMORY_GB
     config = Config.load(database_url=args.db, auth_strategy="noauth2", cloud_driver="simulated",
-                         run_engine=True, engine_tick_seconds=2)
+                         run_engine=True, engine_tick_seconds=2, gpu_memory_gb=GPU_MEMORY_GB)
     migrate.upgrade(config.database_url)
     app = create_app(config)
     runtime = app.extensions["gpu_tenancy"]

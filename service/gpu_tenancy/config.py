@@ -110,6 +110,13 @@ class Config:
     dashboard_keystone_url: str | None = None
     dashboard_session_seconds: int = 8 * 3600
     dashboard_cookie_secure: bool = False
+    # counter-offers (engine/offers.py): how long an offer may be taken, the GPU memory per model
+    # that says which models stand in for which (a model with at least the asked one's memory;
+    # none: no other model is offered), and the key offers are signed with (none: derived from
+    # dashboard_token_keys, else one per process, which a single process serves with)
+    offer_valid_seconds: int = 300
+    gpu_memory_gb: dict | None = None
+    offer_secret: str | None = None
     # secrets, proxies and exposure (README: Security)
     # Fernet keys sealing the dashboard's Keystone tokens in the database: the first seals, any opens
     # (rotate: put a new key first, drop the old one later); none: no Keystone logins to the dashboard
@@ -177,6 +184,7 @@ class Config:
         floor = values.get("release_allowance_seconds", 0)
         if isinstance(floor, bool) or not isinstance(floor, int) or not 0 <= floor <= 86400:
             raise ValueError("release_allowance_seconds must be a whole number of seconds from 0 to 86400")
+        check_offers(values)
         for net in values.get("webhook_allowed_networks") or []:
             try:
                 ipaddress.ip_network(net, strict=False)
@@ -211,6 +219,20 @@ def idle_rules(rules) -> tuple[IdleRule, ...]:
             raise ValueError(f"idle_rules[{n}]: a second rule for the same project or priority class")
         out.append(made)
     return tuple(out)
+
+
+def check_offers(values: dict) -> None:
+    valid = values.get("offer_valid_seconds", 300)
+    if isinstance(valid, bool) or not isinstance(valid, int) or not 10 <= valid <= 86400:
+        raise ValueError("offer_valid_seconds must be a whole number of seconds from 10 to 86400")
+    memory = values.get("gpu_memory_gb")
+    if memory is not None and (not isinstance(memory, dict) or not all(
+            isinstance(k, str) and not isinstance(v, bool) and isinstance(v, (int, float)) and v > 0
+            for k, v in memory.items())):
+        raise ValueError("gpu_memory_gb must map each GPU model to its memory in GB (a number > 0)")
+    secret = values.get("offer_secret")
+    if secret is not None and (not isinstance(secret, str) or len(secret) < 16):
+        raise ValueError("offer_secret must be a string of at least 16 characters")
 
 
 def check_exposure(values: dict) -> None:

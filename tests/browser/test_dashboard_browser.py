@@ -44,6 +44,9 @@ def test_log_in_ask_see_it_queued_with_its_eta_and_cancel_it(page, demo, artifac
     new_lease(page, demo, "a100.x4", 1, 2, "alice-next", action="#preview-button")
     preview = page.inner_text("#preview")
     assert "It would wait at position 1 and start" in preview
+    # the demo lets an H100 stand in for an A100 (the same memory): offered now, beside the A100s reserved
+    offers = page.inner_text("#offers")
+    assert "H100 instead of A100 (1 x 4 H100), now" in offers and "A100 reserved at 20" in offers, offers
     page.screenshot(path=artifacts / "03-new-lease-preview.png", full_page=True)
     page.click("#create-button")
     assert re.search(r"/dashboard/leases/[0-9a-f-]{36}$", page.url)
@@ -61,6 +64,12 @@ def test_log_in_ask_see_it_queued_with_its_eta_and_cancel_it(page, demo, artifac
     assert "cancelled" in page.inner_text("h1")
     assert "queued → cancelled" in page.inner_text("#events")
     page.screenshot(path=artifacts / "06-lease-cancelled.png", full_page=True)
+    new_lease(page, demo, "a100.x4", 1, 2, "alice-h100", action="#preview-button")
+    page.click("li.offer[data-kind='gpu_model'] button")             # one click takes the offer
+    assert "lease alice-h100 is scheduled" in page.inner_text(".notice.ok")
+    assert "1 x h100.x4 (4 H100)" in page.inner_text("main")
+    page.screenshot(path=artifacts / "07-offer-taken.png", full_page=True)
+    page.click("#cancel")
     assert page.console.errors == []
 
 

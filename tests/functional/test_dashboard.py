@@ -138,6 +138,24 @@ def test_preview_shows_the_eta_and_creates_nothing_then_create_queues_it(client,
     assert "later" in listing and re.search(r'starts <time datetime="2026-12-01T14:00[^"]*">2026-12-01 14:00 UTC', listing) and "holds 16 of 16" in listing
 
 
+def test_the_preview_offers_alternatives_and_one_click_takes_one(client, sessions):
+    csrf = login(client)
+    assert ask(client, csrf, shape="a100.x8", instances="2", hours="6").status_code == 302  # 16 of 32 A100
+    other = login(client, project="nlp-lab", user="bob")
+    assert ask(client, other, shape="a100.x8", instances="2", hours="3").status_code == 302  # the other 16
+    csrf = login(client)
+    preview = ask(client, csrf, action="preview", shape="a100.x4", name="later")
+    box = preview.text.split('id="offers"')[1].split("</ul>")[0]
+    offers = re.findall(r'name="accept_offer" value="([^"]+)"', box)
+    assert len(offers) == 1 and 'data-kind="later"' in box   # no other model is set to stand in for A100
+    # its own leases' end, and the cloud's 5 s release
+    assert re.search(r"A100 reserved at <time datetime=\"2026-12-01T14:00:05Z\">2026-12-01 14:00 UTC</time>", box)
+    taken = ask(client, csrf, shape="a100.x4", name="later", accept_offer=offers[0])
+    assert taken.status_code == 302
+    page = client.get(taken.headers["Location"]).text
+    assert "lease later is scheduled" in page and "2026-12-01 14:00 UTC" in page
+
+
 def test_an_invalid_form_keeps_the_values_and_says_why(client, sessions):
     csrf = login(client)
     reply = ask(client, csrf, hours="0", name="keep-me")

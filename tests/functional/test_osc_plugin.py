@@ -182,3 +182,22 @@ def test_lease_show_gives_the_network_addresses_and_a_ready_to_copy_ssh_line(cli
                       "--network", "nlp-lab-net")
     assert refused.returncode == 1 and "nlp-lab-net" in refused.stderr and "HTTP 400" in refused.stderr
     assert cli.run("gpu", "lease", "cancel", lease["id"]).returncode == 0
+
+
+def test_a_dry_run_that_would_wait_shows_offers_and_accept_offer_takes_one(cli):
+    project = {"OS_GPU_NOAUTH_PROJECT": "cli-offers"}
+    for model in ("A100", "H100"):
+        assert cli.run("gpu", "quota", "set", "cli-offers", "--gpu-model", model, "--gpus", "4",
+                       **ADMIN).returncode == 0
+    first = cli.json("gpu", "lease", "create", "--shape", "a100.x4", "--duration", "1d", **project)
+    preview = cli.json("gpu", "lease", "create", "--shape", "a100.x4", "--duration", "12h", "--dry-run", **project)
+    assert preview["queue"]["eta"] is not None   # waits for the project's A100 quota
+    kinds = [o["kind"] for o in preview["offers"]]
+    assert kinds[0] == "gpu_model" and kinds[-1] == "later", preview["offers"]
+    table = cli.run("gpu", "lease", "create", "--shape", "a100.x4", "--duration", "12h", "--dry-run", **project)
+    assert f"take it: --accept-offer {preview['offers'][0]['id'][:20]}" in table.stdout
+    taken = cli.json("gpu", "lease", "create", "--shape", "a100.x4", "--duration", "12h",
+                     "--accept-offer", preview["offers"][0]["id"], **project)
+    assert (taken["shape"], taken["status"], taken["offers"]) == ("h100.x4", "scheduled", [])
+    for lease in (first, taken):
+        cli.run("gpu", "lease", "cancel", lease["id"], **project)

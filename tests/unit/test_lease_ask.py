@@ -16,7 +16,7 @@ EVERY_FIELD = {
     "name": "train", "shape": "a100.x8", "instances": 3, "start": "2026-12-01T10:00:00Z", "duration": "PT2H",
     "latest_start": "2026-12-01T12:00:00Z", "image": "ubuntu-22.04-cuda", "volume": {"size_gb": 100},
     "key_name": "mine", "user_data": "#cloud-config", "priority": -5, "priority_class": "batch",
-    "readiness_probe": True, "boot": "tenant", "network": "private", "floating_ip": True,
+    "readiness_probe": True, "boot": "tenant", "network": "private", "floating_ip": True, "accept_offer": "o1.x.y",
 }
 
 
@@ -40,7 +40,7 @@ def test_every_field_of_a_body_is_read_into_the_ask():
         shape="a100.x8", duration=7200, name="train", instances=3, start=1796119200, latest_start=1796126400,
         image="ubuntu-22.04-cuda", volume=VolumeAsk(size_gb=100), key_name="mine", user_data="#cloud-config",
         priority=-5, priority_class="batch", readiness_probe=True, boot=Boot.TENANT, network="private",
-        floating_ip=True)
+        floating_ip=True, accept_offer="o1.x.y")
 
 
 def test_a_bare_body_asks_with_the_defaults():
@@ -95,6 +95,7 @@ KEPT_AND_SHOWN = {
     "boot": (("boot",), "boot"),
     "network": (("network_id", "network_name"), "network"),
     "floating_ip": (("floating_ip",), "floating_ip"),
+    "accept_offer": ((), None),   # how the lease is made (its fields replace others), not kept
 }
 
 

@@ -44,6 +44,12 @@ CREATE = {
                     "description": "id or name of a network the project can use (default: its only "
                                    "network, else the operator's default, else one made for it)"},
         "floating_ip": {"type": "boolean", "description": "each VM gets a floating IP from the external network"},
+        "accept_offer": {"type": "string", "minLength": 1, "maxLength": 1024,
+                         "description": "take an alternative: the id of one of the `offers` a dry run or a "
+                                        "create answered (valid offer_valid_seconds). Its shape, instances, "
+                                        "duration and start replace the body's; the rest of the body is the "
+                                        "lease's. Checked under the ledger lock: 409 (offer_gone) and nothing "
+                                        "made if the plan no longer gives its start"},
     },
 }
 
@@ -73,7 +79,8 @@ def lease_ask(body: dict) -> LeaseAsk:
         key_name=body.get("key_name"), user_data=body.get("user_data"),
         priority=body.get("priority"), priority_class=body.get("priority_class"),
         readiness_probe=bool(body.get("readiness_probe")), boot=Boot(body.get("boot", Boot.SERVICE)),
-        network=body.get("network"), floating_ip=bool(body.get("floating_ip")))
+        network=body.get("network"), floating_ip=bool(body.get("floating_ip")),
+        accept_offer=body.get("accept_offer"))
 
 
 def end_change(body: dict) -> EndChange:

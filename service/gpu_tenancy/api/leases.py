@@ -4,7 +4,7 @@ from __future__ import annotations
 from flask import Blueprint, request, url_for
 
 from gpu_tenancy import error_codes as codes
-from gpu_tenancy.api import runtime as rt
+from gpu_tenancy.api import offer_view, runtime as rt
 from gpu_tenancy.api.lease_commands import CREATE, UPDATE, end_change, lease_ask
 from gpu_tenancy.api.lease_view import for_tenant, page, render
 from gpu_tenancy.api.validation import json_body, query_bool, query_int
@@ -12,7 +12,7 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch
 from gpu_tenancy.domain.lease_ask import EndChange
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.engine import events as lease_events, leases, networking, new_lease
+from gpu_tenancy.engine import events as lease_events, leases, networking, new_lease, offers
 from gpu_tenancy.engine.decision_hook import DecisionHook, decide
 from gpu_tenancy.errors import BadRequest, NotFound
 from gpu_tenancy.guest.readiness_probe import readiness_url
@@ -68,20 +68,23 @@ def create():
     network = new_lease.check_with_cloud(rt.runtime().cloud_driver, caller, ask, bool(cfg.readiness_url))
     if dry_run:
         with rt.transaction() as session:
-            req, columns, planned = leases.preview(session, rt.now(), rt.planner_settings(), rt.limits(),
-                                                   caller, ask)
-            return {"lease": render_preview(req, columns, planned, rt.now(), network)}, 200
-    made = new_lease.make_and_plan(
-        rt.transaction, rt.now, cfg, rt.planner_settings(), rt.limits(), caller, ask, network,
-        DecisionHook.from_config(cfg), render,
-        lambda session, row, rendered: rt.audit(session, "lease.create", row.id, row.project_id, None, rendered),
-        rt.runtime().fits)
+            shown = offers.preview(session, rt.now(), rt.planner_settings(), rt.limits(), rt.runtime().offers,
+                                   caller, ask)
+            return {"lease": render_preview(shown.request, shown.columns, shown.planned, rt.now(), network),
+                    "offers": offer_view.render_all(shown.offers)}, 200
+
+    def audit(session, row, rendered):
+        return rt.audit(session, "lease.create", row.id, row.project_id, None, rendered)
+    made, alternatives = offers.make(rt.transaction, rt.now, cfg, rt.planner_settings(), rt.limits(),
+                                     rt.runtime().offers, caller, ask, network, DecisionHook.from_config(cfg),
+                                     render, audit, rt.runtime().fits)
     rendered = made.rendered
     if made.row.readiness_probe:  # shown this once (not in the audit record), for VMs made by hand or Heat
         rendered = {**rendered, "readiness": {**rendered["readiness"], "token": made.row.readiness_token,
                                               "url": readiness_url(cfg.readiness_url, made.row.id)}}
     rt.runtime().wake_engine()
-    return {"lease": rendered}, 201, {"Location": rendered["links"][0]["href"]}
+    return ({"lease": rendered, "offers": offer_view.render_all(alternatives)}, 201,
+            {"Location": rendered["links"][0]["href"]})
 
 
 @bp.get("")

@@ -125,18 +125,28 @@ def audit_operation() -> dict:
 
 
 def create_lease_operation() -> dict:
-    op = operation("Ask for a lease", "lease:create", 201, wrapped("lease", "NewLease"), body="LeaseCreate",
+    offers = {"offers": {"type": "array", "maxItems": 5, "items": ref("Offer"),
+                         "description": "when the lease would wait (or waits): the alternatives, soonest first, "
+                                        "the planned start reserved last; empty otherwise"}}
+    op = operation("Ask for a lease", "lease:create", 201, wrapped("lease", "NewLease", extra=offers),
+                   body="LeaseCreate",
                    params=[param("dry_run", "query", "plan without creating: answers 200 with a "
-                                                     "preview of position, ETA and reasons", BOOL)],
+                                                     "preview of position, ETA and reasons, and the offers "
+                                                     "when it would wait", BOOL)],
                    errors=(409, 503),
                    description="The service's limits come before the quota (README: Security): a duration "
                                "of at most max_lease_duration_days (90 by default), a start and latest_start "
                                "at most max_start_ahead_days ahead (365); 403 with the count when the project "
                                "or the user has max_waiting_leases_per_project or _per_user leases waiting "
                                "(100, 30). A volume.id must be one of the project's volumes (GET /v1/volumes), "
-                               "asked of the cloud: 503 when it does not answer.")
+                               "asked of the cloud: 503 when it does not answer. With accept_offer: an "
+                               "offer's shape, instances, duration and start replace the body's; 400 "
+                               "bad_offer (not made for the project), 409 offer_expired, 409 offer_gone (the "
+                               "plan, under the ledger lock, no longer starts it by the offer's start: nothing "
+                               "is made); an offer made for a waiting lease cancels that lease when taken.")
     op["responses"] = {"200": {"description": "with dry_run: the preview",
-                               "content": {"application/json": {"schema": wrapped("lease", "LeasePreview")}}},
+                               "content": {"application/json": {
+                                   "schema": wrapped("lease", "LeasePreview", extra=offers)}}},
                        **op["responses"]}
     return op
 

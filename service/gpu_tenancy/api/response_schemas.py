@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import fields
 
-from gpu_tenancy.api import audit, images, lease_view, priority_classes, queue, quotas, share, shapes, whatif
+from gpu_tenancy.api import (audit, images, lease_view, offer_view, priority_classes, queue, quotas, share, shapes,
+                             whatif)
 from gpu_tenancy.domain.failures import FailureClass, Retry
+from gpu_tenancy.domain.offers import Kind as OfferKind
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import capacity, webhooks
 
@@ -250,6 +252,20 @@ SCHEMAS = {
         "allocations": {"type": "array", "items": closed({"instance": INTEGER, "host": STRING})},
         "boot": LEASE["boot"], "network": LEASE["network"], "floating_ip": LEASE["floating_ip"]},
         description="what POST /v1/leases?dry_run=true would give; nothing is created"),
+    "Offer": closed({
+        "id": {"type": "string", "description": "give it as accept_offer to POST /v1/leases to take the offer"},
+        "kind": {"type": "string", "enum": [k.value for k in OfferKind],
+                 "description": "gpu_model: another model with enough memory; fewer_gpus, fewer_instances: a "
+                                "smaller lease; shorter: the longest that fits a gap; borrow: now, beyond the "
+                                "quota on idle GPUs; later: the planned start, reserved (the GPUs are held)"},
+        "summary": STRING, "shape": STRING, "gpu_model": STRING, "gpus_per_instance": INTEGER,
+        "instances": INTEGER, "duration": {"type": "integer", "description": "seconds"},
+        "start": {**TIME, "description": "its exact planned start, from the same plan as the lease's"},
+        "end": TIME,
+        "reserved": {"type": "boolean", "description": "taken, it asks to start exactly at start"},
+        "borrowing": {"type": "boolean", "description": "beyond the quota on idle GPUs: it may be reclaimed"},
+        "expires_at": {**TIME, "description": "taken later: 409 offer_expired"}}, offer_view.FIELDS,
+        description="an alternative to a lease that would wait"),
     "Readiness": closed(READINESS),
     "LeaseDone": closed({"id": STRING, "status": {"type": "string", "enum": [s.value for s in LeaseState]},
                          "end": TIME}, description="the lease, ending"),

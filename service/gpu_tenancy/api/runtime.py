@@ -22,6 +22,7 @@ from gpu_tenancy.engine.plan_insert import InsertCache
 from gpu_tenancy.engine import planner_settings as planner_settings_
 from gpu_tenancy.engine.leases import Caller
 from gpu_tenancy.engine.limits import Limits
+from gpu_tenancy.engine.offers import OfferSettings
 from gpu_tenancy.errors import Forbidden
 
 
@@ -40,12 +41,14 @@ class Runtime:
     limits: Limits = field(init=False)
     planned: PlannedCache = field(init=False)    # the calendar's planned GPUs, made once per replan
     fits: InsertCache = field(init=False)        # the plan new leases are fitted into (engine/plan_insert.py)
+    offers: OfferSettings = field(init=False)    # its key made once: an offer is taken from the app that made it
 
     def __post_init__(self) -> None:
         self.planner_settings = planner_settings_.from_config(self.config)
         self.limits = Limits.from_config(self.config)
         self.planned = PlannedCache(max_age=self.config.engine_tick_seconds)
         self.fits = InsertCache(min_waiting=self.config.plan_insert_min_waiting)
+        self.offers = OfferSettings.from_config(self.config)
 
     def wake_engine(self) -> None:
         if self.engine is not None:

@@ -154,6 +154,8 @@ def lease_body(form) -> dict:
         body["start"] = form["start_at"] + (":00Z" if len(form["start_at"]) == 16 else "Z")
     if form.get("priority_class"):
         body["priority_class"] = form["priority_class"]
+    if form.get("accept_offer"):   # a preview's offer: its shape, VMs, duration and start replace the form's
+        body["accept_offer"] = form["accept_offer"]
     if form.get("boot", "service") == "tenant":
         return tenant_boot(form, body)
     body.update(service_boot(form))
@@ -204,6 +206,7 @@ def new_lease():
     classes = [c for c in client.get("/v1/priority_classes")["priority_classes"]
                if c["projects"] is None or project in c["projects"]]   # those this project may ask for
     preview = error = None
+    offers: list[dict] = []
     form = request.form if request.method == "POST" else {"instances": "1", "hours": "4", "start_mode": "now",
                                                           "volume_mode": "none", "boot": "service"}
     if request.method == "POST":
@@ -217,13 +220,14 @@ def new_lease():
             if not reply.ok:
                 error = reply.error
             elif dry_run:
-                preview = reply.body["lease"]
+                preview, offers = reply.body["lease"], reply.body["offers"]
             else:
                 created = reply.body["lease"]
                 flash(f"lease {created['name']} is {created['status']}", "ok")
                 return redirect(url_for("dashboard.lease", lease_id=created["id"]))
     return render_template("dashboard/new_lease.html", shapes=[s for s in shapes if not s.get("retired_at")],
                            images=[i for i in images if not i.get("retired_at")], form=form, preview=preview,
+                           offers=offers,
                            default_image=next((i["name"] for i in images if i.get("default")), None),
                            priority_classes=classes,
                            error=error, now=rt.now()), 400 if error else 200

@@ -21,6 +21,9 @@ SHAPES = {
     "h100.x4": ("H100", 4, 96, 960 * 1024, 400, "h100"),
 }
 
+# GB per GPU, the demo's gpu_memory_gb setting: an A100 lease that waits is offered H100s (counter-offers)
+GPU_MEMORY_GB = {"A100": 80, "H100": 80}
+
 # project: {gpu model: (nominal GPUs, borrowable, max duration s, weight)}
 PROJECTS = {
     "ml-vision": {"A100": (16, 8, 7 * 86400, 1.0), "H100": (4, 0, 2 * 86400, 1.0)},

@@ -43,6 +43,7 @@ class LeaseAsk:
     boot: Boot = Boot.SERVICE
     network: str | None = None          # id or name; None: the service chooses
     floating_ip: bool = False
+    accept_offer: str | None = None     # an offer's id (engine/offers.py): it replaces shape, VMs, duration, start
 
     def service_boot_fields_given(self) -> list[str]:
         """The fields given that only the service's own boots use (a lease the tenant

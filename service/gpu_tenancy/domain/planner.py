@@ -39,6 +39,7 @@ __all__ = [
     "PlannerSettings", "plan", "extension_conflicts", "can_ever_fit", "largest_free_block",
     "order_key", "fmt_time", "DEFAULT_WAIT_BOUND", "DEFAULT_WAIT_BOUND_GPU_HOURS", "DEFAULT_WAIT_BOUND_LEASES",
     "past_wait_bound", "bound_reached_at", "bound_protected", "waiting_since",
+    "OrderKey", "Trials", "Turn", "plan_with_turns", "trials_after",
 ]
 
 
@@ -242,18 +243,53 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
 
     explain=False leaves out the reasons why a lease starts later than now (the
     placements are the same): for callers that read placements only, such as the replay."""
+    return _plan_run(now, hosts, holds, quotas, waiting, usage, settings, explain, _backend)[0]
+
+
+OrderKey = tuple[int, int, float, int, int, str]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """Trials taken in the middle of a plan: `then` is called with the plan's Trials right
+    before the first lease whose order key is `key` or later (at the end if none is), so
+    that a new lease of that key is tried after exactly the leases the order puts before it."""
+    key: OrderKey
+    then: Callable[[Trials], None]
+
+
+def plan_with_turns(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
+                    quotas: Mapping[tuple[str, str], QuotaLimit], waiting: Sequence[LeaseRequest],
+                    usage: Mapping[tuple[str, str], float] | None, settings: PlannerSettings,
+                    turns: Sequence[Turn]) -> Plan:
+    """plan(), taking `turns` on the way: the trials cost a few insertions, not a plan each."""
+    return _plan_run(now, hosts, holds, quotas, waiting, usage, settings, True, FAST, turns)[0]
+
+
+def _plan_run(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
+              quotas: Mapping[tuple[str, str], QuotaLimit], waiting: Sequence[LeaseRequest],
+              usage: Mapping[tuple[str, str], float] | None, settings: PlannerSettings, explain: bool,
+              _backend: Backend, turns: Sequence[Turn] = ()) -> tuple[Plan, _Run]:
+    """plan(), and its state once every lease is reserved (what Trials reads)."""
     run = _Run(now, hosts, holds, quotas, usage, settings, _backend, bound_protected(waiting, now, settings))
     if not explain:
         run.skip_unbinding_quotas(holds, quotas)
     scores = _Scores(quotas, usage)
-    if settings.bounded:
-        ordered = sorted(waiting, key=lambda lr: order_key(lr, quotas, usage, now, settings, run.protected))
-    else:   # order_key without a wait bound, each project's score computed once
-        ordered = sorted(waiting, key=lambda lr: (-lr.priority, 1, scores.of(lr.project_id, lr.gpu_model),
-                                                  lr.created_at, lr.arrival, lr.lease_id))
+
+    def key(lr: LeaseRequest) -> OrderKey:
+        if settings.bounded:
+            return order_key(lr, quotas, usage, now, settings, run.protected)
+        # order_key without a wait bound, each project's score computed once
+        return -lr.priority, 1, scores.of(lr.project_id, lr.gpu_model), lr.created_at, lr.arrival, lr.lease_id
+    ordered = sorted(waiting, key=key)
+    pending = sorted(turns, key=lambda t: t.key)
     order = _Order()
     out: dict[str, PlannedLease] = {}
     for lr in ordered:
+        if pending:
+            k = key(lr)
+            while pending and pending[0].key <= k:
+                pending.pop(0).then(Trials(run, quotas))
         q = quotas.get((lr.project_id, lr.gpu_model))
         aged = lr.lease_id in run.protected
         ahead = order.next(lr, aged, None if aged else scores.of(lr.project_id, lr.gpu_model))
@@ -277,7 +313,42 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
                                                          f"its latest start {fmt_time(lr.latest_start)}"))
                 continue
             run.reserve(lr, slot, pl)
-    return Plan(now, out)
+    for turn in pending:
+        turn.then(Trials(run, quotas))
+    return Plan(now, out), run
+
+
+class Trials:
+    """Where a new lease would be placed after the leases a plan has reserved, each asked
+    alone: its steps in plan() (never placeable, within quota, borrowed, its latest start),
+    nothing reserved for it. One trial is one insertion (a few index queries), not a replan."""
+
+    def __init__(self, run: _Run, quotas: Mapping[tuple[str, str], QuotaLimit]):
+        self._run, self._quotas = run, quotas
+
+    def place(self, lr: LeaseRequest) -> PlannedLease:
+        run, q = self._run, self._quotas.get((lr.project_id, lr.gpu_model))
+        pl = PlannedLease(lr.lease_id, 0, None, [])
+        never = run.first_unplaceable_reason(lr, q)
+        if never is not None or lr.preemptible:   # a preemptible lease is not tried: it takes any idle GPUs
+            pl.reasons += [never] if never is not None else []
+            return pl
+        assert q is not None   # first_unplaceable_reason: a lease within quota has one
+        slot = run.earliest_nominal_start(lr, q)
+        run.borrow(lr, q, slot, pl)
+        if slot.start is None or slot.hosts is None or (lr.latest_start is not None and slot.start > lr.latest_start):
+            return pl
+        pl.placement, pl.borrowing = Placement(slot.start, slot.start + lr.duration, tuple(slot.hosts)), slot.borrowing
+        return pl
+
+
+def trials_after(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
+                 quotas: Mapping[tuple[str, str], QuotaLimit], ahead: Sequence[LeaseRequest],
+                 usage: Mapping[tuple[str, str], float] | None = None,
+                 settings: PlannerSettings = PlannerSettings()) -> Trials:
+    """Trials of new leases placed after `ahead`, the leases the planner order puts before
+    them (a new lease's placement depends on those only: the leases after it never move it)."""
+    return Trials(_plan_run(now, hosts, holds, quotas, ahead, usage, settings, False, FAST)[1], quotas)
 
 
 class _Scores:

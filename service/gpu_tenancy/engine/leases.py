@@ -14,7 +14,7 @@ from gpu_tenancy.config import Config
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import ledger_lock, to_epoch, utcnow_naive
 from gpu_tenancy.domain import planner
-from gpu_tenancy.domain.model import Host, LeaseRequest, PlannedLease
+from gpu_tenancy.domain.model import Host, LeaseRequest
 from gpu_tenancy.domain.planner import PlannerSettings
 from gpu_tenancy.domain.states import FINAL, HOLDING, LeaseState
 from gpu_tenancy.domain.budget import Span
@@ -206,12 +206,6 @@ def check_volume_free(session: Session, project_id: str, volume_id: str) -> None
     if busy:
         raise Conflict(f"volume {volume_id} is already the data volume of lease {busy}; "
                        "a volume attaches to one lease at a time", codes.VOLUME_IN_USE)
-
-
-def preview(session: Session, now: int, settings: PlannerSettings, limits: Limits, caller: Caller,
-            ask: LeaseAsk) -> tuple[LeaseRequest, dict, PlannedLease]:
-    request, columns = build_request(session, now, limits, caller, ask, "dry-run")
-    return request, columns, ledger.dry_run(session, now, settings, request)
 
 
 def create(session: Session, now: int, limits: Limits, caller: Caller, ask: LeaseAsk,

@@ -249,9 +249,18 @@ def clear_queue_info(row: m.Lease) -> None:
 
 def dry_run(session: Session, now: int, settings: planner.PlannerSettings, request: LeaseRequest) -> PlannedLease:
     """Where a lease would land if it were asked for now; writes nothing."""
-    inputs = load_inputs(session, now, settings)
-    newest = dataclasses.replace(request, arrival=LAST_ARRIVAL)   # it would be asked after every lease
-    return run_planner(inputs, now, settings, extra=[newest]).leases[request.lease_id]
+    return dry_run_on(load_inputs(session, now, settings), now, settings, request)
+
+
+def dry_run_on(inputs: PlannerInputs, now: int, settings: planner.PlannerSettings,
+               request: LeaseRequest) -> PlannedLease:
+    """dry_run on inputs loaded already (the counter-offers read the same)."""
+    return run_planner(inputs, now, settings, extra=[newest(request)]).leases[request.lease_id]
+
+
+def newest(request: LeaseRequest) -> LeaseRequest:
+    """A lease as if asked for now: after every lease asked so far."""
+    return dataclasses.replace(request, arrival=LAST_ARRIVAL)
 
 
 def new_lease_id() -> str:

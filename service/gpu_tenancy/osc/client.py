@@ -103,8 +103,10 @@ class GpuClient:
         return self.request("GET", f"/v1/leases/{quote(lease_id, safe='')}/events")["events"]
 
     def create_lease(self, body: dict, dry_run: bool = False) -> dict:
+        """The lease (or its preview), with the offers the answer lists when it would wait."""
         params = {"dry_run": "true"} if dry_run else None
-        return self.request("POST", "/v1/leases", body, params=params)["lease"]
+        answer = self.request("POST", "/v1/leases", body, params=params)
+        return {**answer["lease"], "offers": answer.get("offers", [])}
 
     def update_lease(self, lease_id: str, body: dict) -> dict:
         return self.request("PATCH", f"/v1/leases/{quote(lease_id, safe='')}", body)["lease"]

@@ -54,3 +54,14 @@ class ServersColumn(columns.FormattableColumn):
 
     def machine_readable(self):
         return self._value
+
+
+class OffersColumn(columns.FormattableColumn):
+    """A waiting lease's counter-offers: each in words, then how to take it."""
+
+    def human_readable(self) -> str:
+        return "\n".join(f"{n}. {offer['summary']} (until {offer['expires_at']})\n"
+                         f"   take it: --accept-offer {offer['id']}" for n, offer in enumerate(self._value or [], 1))
+
+    def machine_readable(self):
+        return self._value

@@ -10,7 +10,7 @@ from osc_lib import exceptions
 from gpu_tenancy.domain.states import FINAL, LeaseState
 from gpu_tenancy.osc import command
 from gpu_tenancy.osc.client import ApiError
-from gpu_tenancy.osc.columns import QueueColumn, RecordColumn, RecordsColumn, ServersColumn
+from gpu_tenancy.osc.columns import OffersColumn, QueueColumn, RecordColumn, RecordsColumn, ServersColumn
 from gpu_tenancy.timeutil import parse_duration
 
 log = logging.getLogger(__name__)
@@ -19,8 +19,9 @@ log = logging.getLogger(__name__)
 FIELDS = ("id", "name", "status", "project_id", "user_id", "shape", "gpu_model", "gpus_per_instance",
           "instances", "requested_start", "latest_start", "duration", "start", "end", "cancelled_at", "priority",
           "priority_class", "preemptible", "borrowing", "boot", "flavor", "vms_free", "image", "volume", "key_name",
-          "network", "floating_ip", "queue", "allocations", "servers", "ssh", "failure", "created_at", "updated_at")
-FORMATTERS = {"queue": QueueColumn, "allocations": RecordsColumn, "servers": ServersColumn,
+          "network", "floating_ip", "queue", "offers", "allocations", "servers", "ssh", "failure", "created_at",
+          "updated_at")
+FORMATTERS = {"queue": QueueColumn, "offers": OffersColumn, "allocations": RecordsColumn, "servers": ServersColumn,
               "volume": RecordColumn, "failure": RecordColumn, "flavor": RecordColumn, "network": RecordColumn}
 FINAL_STATES = {state.value for state in FINAL}
 # how --wait reports a lease that did not become active
@@ -135,7 +136,11 @@ class CreateLease(command.ShowOne):
         priority.add_argument("--priority", metavar="<number>", type=int,
                               help="a bare priority number, -100 to 100 (admins)")
         parser.add_argument("--dry-run", action="store_true",
-                            help="show the answer (start or queue place and ETA) without asking")
+                            help="show the answer (start or queue place and ETA, and the offers when it "
+                                 "would wait) without asking")
+        parser.add_argument("--accept-offer", metavar="<offer-id>",
+                            help="take an offer a dry run or a create showed: its shape, instances, duration "
+                                 "and start replace those given (a lease it was made for is cancelled)")
         parser.add_argument("--wait", action="store_true",
                             help="follow the lease's events until it is active (exit 0) or it fails, "
                                  "is cancelled or expires (exit 1)")
@@ -145,7 +150,7 @@ class CreateLease(command.ShowOne):
         client = self.app.client_manager.gpu
         body = {"shape": args.shape, "duration": args.duration}
         for field in ("name", "instances", "start", "latest_start", "boot", "image", "key_name", "priority",
-                      "priority_class", "network", "floating_ip"):
+                      "priority_class", "network", "floating_ip", "accept_offer"):
             if getattr(args, field) is not None:
                 body[field] = getattr(args, field)
         if args.volume_size is not None:

@@ -1,0 +1,140 @@
+"""Counter-offers through the API (issue 20): the A100 model full, an H100 host free and a
+6-hour A100 gap; a 2 x A100 lease of 12 h is offered exactly "H100 now", "A100 for 6 h now"
+and "A100 at the end of the first lease", and taking one gives that start. An offer is
+signed (changed: 400), short-lived (409), re-checked under the ledger lock (409, nothing
+made), and one made for a waiting lease replaces it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpu_tenancy.cloud.simulated import SimulatedCloud
+from gpu_tenancy.config import DEMO_CLOUD, Config
+from gpu_tenancy.db import models as m
+from gpu_tenancy.timeutil import rfc3339
+from tests.conftest import T0, headers
+from tests.functional.test_errors import api_error
+
+H = 3600
+ASK = {"shape": "a100.x2", "duration": "12h"}
+
+
+@pytest.fixture
+def cloud(clock):
+    demo = yaml.safe_load(Path(DEMO_CLOUD).read_text())
+    demo["delete_seconds"] = 0   # no release allowance: the gap is 6 hours exactly
+    demo["hosts"] = [{"prefix": "gpu-a100-", "count": 2, "gpu_model": "A100", "gpus": 2},
+                     {"prefix": "gpu-h100-", "count": 1, "gpu_model": "H100", "gpus": 2}]
+    return SimulatedCloud(demo, clock)
+
+
+@pytest.fixture
+def config(db_url):
+    return Config.load(database_url=db_url, auth_strategy="noauth2", run_engine=True,
+                       gpu_memory_gb={"A100": 80, "H100": 80})
+
+
+@pytest.fixture
+def full(client, engine_tick):
+    """The first lease on one A100 host until +10 h; a reservation on the other from +6 h."""
+    other = headers("nlp-lab")
+    first = client.post("/v1/leases", json={"shape": "a100.x2", "duration": "10h"}, headers=other)
+    later = client.post("/v1/leases", json={"shape": "a100.x2", "duration": "24h",
+                                            "start": rfc3339(T0 + 6 * H)}, headers=other)
+    assert first.status_code == later.status_code == 201
+    assert later.get_json()["lease"]["status"] == "scheduled"
+    engine_tick()
+    return first.get_json()["lease"]
+
+
+def preview(client, body=ASK, project="ml-vision"):
+    reply = client.post("/v1/leases?dry_run=true", json=body, headers=headers(project))
+    assert reply.status_code == 200, reply.get_json()
+    return reply.get_json()
+
+
+def lease_count(sessions) -> int:
+    with sessions() as session:
+        return session.query(m.Lease).count()
+
+
+def test_the_offers_are_h100_now_a100_for_6_hours_now_and_a100_at_the_end_of_the_first_lease(client, full):
+    shown = preview(client)
+    assert shown["lease"]["queue"]["eta"] == full["end"] == rfc3339(T0 + 10 * H)
+    offers = shown["offers"]
+    assert [(o["kind"], o["shape"], o["duration"], o["start"], o["reserved"], o["borrowing"]) for o in offers] == [
+        ("gpu_model", "h100.x2", 12 * H, rfc3339(T0), False, False),
+        ("shorter", "a100.x2", 6 * H, rfc3339(T0), False, False),
+        ("later", "a100.x2", 12 * H, full["end"], True, False)]
+    assert offers[0]["summary"] == "H100 instead of A100 (1 x 2 H100), now"
+    assert all(o["expires_at"] == rfc3339(T0 + 300) for o in offers)
+
+
+@pytest.mark.parametrize("index, start, status", [(0, T0, "scheduled"), (1, T0, "scheduled"),
+                                                  (2, T0 + 10 * H, "scheduled")])
+def test_taking_an_offer_gives_its_start(client, full, index, start, status):
+    offer = preview(client)["offers"][index]
+    reply = client.post("/v1/leases", json={**ASK, "name": "taken", "accept_offer": offer["id"]},
+                        headers=headers())
+    assert reply.status_code == 201, reply.get_json()
+    lease = reply.get_json()["lease"]
+    assert (lease["status"], lease["start"], lease["shape"], lease["duration"], lease["name"]) == (
+        status, rfc3339(start), offer["shape"], offer["duration"], "taken")
+    assert reply.get_json()["offers"] == []
+
+
+def test_an_offer_taken_with_dry_run_previews_the_lease_it_makes(client, full):
+    for offer in preview(client)["offers"]:
+        shown = preview(client, {**ASK, "accept_offer": offer["id"]})
+        assert (shown["lease"]["start"], shown["lease"]["shape"], shown["offers"]) == (
+            offer["start"], offer["shape"], [])
+
+
+def test_an_offer_that_no_longer_holds_is_a_409_and_makes_nothing(client, full, sessions):
+    h100 = preview(client)["offers"][0]
+    assert client.post("/v1/leases", json={"shape": "h100.x2", "duration": "1h"},
+                       headers=headers("nlp-lab")).get_json()["lease"]["status"] == "scheduled"   # took the H100s
+    before = lease_count(sessions)
+    error = api_error(client.post("/v1/leases", json={**ASK, "accept_offer": h100["id"]}, headers=headers()), 409)
+    assert error["code"] == "gpu_tenancy.offer_gone"
+    assert error["detail"].startswith("the offer no longer holds: it started now, and the plan now gives a start at ")
+    assert lease_count(sessions) == before
+
+
+def test_an_expired_offer_is_a_409(client, full, runtime):
+    offer = preview(client)["offers"][0]
+    runtime.clock.advance(301)
+    error = api_error(client.post("/v1/leases", json={**ASK, "accept_offer": offer["id"]}, headers=headers()), 409)
+    assert error["code"] == "gpu_tenancy.offer_expired"
+
+
+def test_a_changed_or_another_projects_offer_is_a_400(client, full, sessions):
+    offer = preview(client)["offers"][0]["id"]
+    version, payload, mac = offer.split(".")
+    changed = f"{version}.{payload[:-2]}{'A' if payload[-2] != 'A' else 'B'}{payload[-1]}.{mac}"
+    before = lease_count(sessions)
+    for token, project in ((changed, "ml-vision"), (offer, "nlp-lab"), ("not-an-offer", "ml-vision")):
+        error = api_error(client.post("/v1/leases", json={**ASK, "accept_offer": token},
+                                      headers=headers(project)), 400)
+        assert error["code"] == "gpu_tenancy.bad_offer"
+    assert lease_count(sessions) == before
+
+
+def test_a_lease_that_waits_is_answered_with_offers_that_replace_it(client, full, sessions):
+    reply = client.post("/v1/leases", json=ASK, headers=headers())
+    waiting = reply.get_json()["lease"]
+    assert (reply.status_code, waiting["status"]) == (201, "queued")
+    offers = reply.get_json()["offers"]
+    assert [o["kind"] for o in offers] == ["gpu_model", "shorter", "later"]
+    taken = client.post("/v1/leases", json={**ASK, "accept_offer": offers[0]["id"]}, headers=headers())
+    assert taken.status_code == 201 and taken.get_json()["lease"]["status"] == "scheduled"
+    assert client.get(f"/v1/leases/{waiting['id']}", headers=headers()).get_json()["lease"]["status"] == "cancelled"
+    again = api_error(client.post("/v1/leases", json={**ASK, "accept_offer": offers[1]["id"]}, headers=headers()),
+                      409)
+    assert again["code"] == "gpu_tenancy.offer_gone" and waiting["id"] in again["detail"]
+
+
+def test_a_lease_that_starts_as_asked_has_no_offers(client):
+    assert preview(client)["offers"] == []
