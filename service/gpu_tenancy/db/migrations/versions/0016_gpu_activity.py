@@ -1,14 +1,14 @@
 """GPU activity: the guest agent's last utilisation report per lease, and measured and used GPU-seconds per lease and hour
 
-Revision ID: 0014_gpu_activity
-Revises: 0013_ledger_generation
+Revision ID: 0016_gpu_activity
+Revises: 0015_plan_insert
 """
 from alembic import op
 import sqlalchemy as sa
 
 
-revision = '0014_gpu_activity'
-down_revision = '0013_ledger_generation'
+revision = '0016_gpu_activity'
+down_revision = '0015_plan_insert'
 branch_labels = None
 depends_on = None
 

@@ -1,14 +1,14 @@
 """incremental create: a waiting lease's planned hosts, and the order leases were fitted into the plan
 
-Revision ID: 0014_plan_insert
-Revises: 0013_ledger_generation
+Revision ID: 0015_plan_insert
+Revises: 0014_whatif_jobs
 """
 from alembic import op
 import sqlalchemy as sa
 
 
-revision = '0014_plan_insert'
-down_revision = '0013_ledger_generation'
+revision = '0015_plan_insert'
+down_revision = '0014_whatif_jobs'
 branch_labels = None
 depends_on = None
 
