@@ -100,6 +100,8 @@ class Lease(Base):
     # the first ETA its owner was shown (when it was created, unless it had no slot then):
     # what ETA honesty (domain/eta_honesty.py) holds its real start against
     first_eta: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
+    # with the planner's keep_etas: a plan once broke that ETA, so the lease goes by it until it starts
+    eta_guarded: Mapped[bool] = mapped_column(Boolean, default=False)
     priority_class: Mapped[str | None] = mapped_column(String(64), nullable=True)  # its name when asked for
     preemptible: Mapped[bool] = mapped_column(Boolean, default=False)
     # ended early with notice (reclaimed or preempted): when, why, and for which lease
