@@ -29,9 +29,10 @@ ETA later than that ETA (or not at all). That lease is then *guarded*: it goes
 before fair share (after higher priorities), among guarded leases by that ETA,
 and the plan is made again, a few rounds at most, so that the plan returned
 keeps it; it stays guarded until it starts (the caller keeps `Plan.guarded`
-and hands it back as `LeaseRequest.guarded`). A guarded lease's start can only
-move earlier, later arrivals fit around it, and leases no promise is at stake
-in keep their fair-share order.
+and hands it back as `LeaseRequest.guarded`). Later arrivals fit around a
+guarded lease (only a lease guarded after it with an earlier ETA can still push
+it back, where going first lands that one on its hosts), and leases no promise
+is at stake in keep their fair-share order.
 """
 from __future__ import annotations
 
@@ -59,8 +60,8 @@ __all__ = [
 DEFAULT_WAIT_BOUND: int | None = None
 DEFAULT_WAIT_BOUND_GPU_HOURS: float | None = None
 DEFAULT_WAIT_BOUND_LEASES: int | None = None
-# Off by default: on the Philly tuning slices it kept 98-100 % of ETAs but raised the P50 wait
-# towards EASY's (docs/performance.md, "Promise rules")
+# Off by default: on the Philly tuning slice it kept 97-100 % of ETAs but took the P50 wait from
+# 0.56-0.87x EASY's to 0.77-1.14x (docs/performance.md, "keep_etas")
 DEFAULT_KEEP_ETAS = False
 GUARD_ROUNDS = 8   # keep_etas: plans made at most, in one plan() call, to keep the ETAs
 
@@ -282,7 +283,7 @@ def _late(waiting: Sequence[LeaseRequest], p: Plan, guarded: AbstractSet[str]) -
     """The leases told an ETA, not guarded, that plan `p` starts later than that ETA or not at all."""
     out = []
     for lr in waiting:
-        if lr.first_eta is not None and lr.lease_id not in guarded and guardable(lr):
+        if lr.first_eta is not None and not lr.preemptible and lr.lease_id not in guarded:
             eta = p.leases[lr.lease_id].eta
             if eta is None or eta > lr.first_eta:
                 out.append(lr.lease_id)
