@@ -31,6 +31,7 @@ from gpu_tenancy.db import migrate  # noqa: E402
 from gpu_tenancy.db import models as m  # noqa: E402
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive  # noqa: E402
 from gpu_tenancy.demo.seed import seed  # noqa: E402
+from gpu_tenancy.domain.planner import PlannerSettings  # noqa: E402
 from gpu_tenancy.engine import quotas as quota_api  # noqa: E402
 
 import replay  # noqa: E402
@@ -40,7 +41,7 @@ from gpu_tenancy.whatif.event_loop import simulate  # noqa: E402
 from gpu_tenancy.whatif.planner_sched import MODEL, GpuTenancy, quota_limits  # noqa: E402
 
 
-def run_engine(jobs, n_hosts: int, limits, host_gpus: int, half_life: int, workdir: str
+def run_engine(jobs, n_hosts: int, limits, host_gpus: int, half_life: int, workdir: str, keep_etas: bool = False
                ) -> tuple[dict, dict, float]:
     """Each job's start and first ETA (leases.first_eta, None if it never waited), and the wall time."""
     url = f"sqlite:///{os.path.join(workdir, 'replay.db')}"
@@ -56,7 +57,8 @@ def run_engine(jobs, n_hosts: int, limits, host_gpus: int, half_life: int, workd
                          fairshare_half_life_seconds=half_life, host_refresh_seconds=10 ** 9,
                          warn_before_end_seconds=0,
                          # a trace tenant has hundreds waiting at once: the per-user and project limits off
-                         max_waiting_leases_per_project=10 ** 6, max_waiting_leases_per_user=10 ** 6)
+                         max_waiting_leases_per_project=10 ** 6, max_waiting_leases_per_user=10 ** 6,
+                         planner_keep_etas=keep_etas)
     app = create_app(config, clock=clock, cloud=cloud, start_engine=False)
     rt = app.extensions["gpu_tenancy"]
     now = clock.now()
@@ -124,6 +126,7 @@ def main(argv=None) -> int:
     ap.add_argument("--traces", default=traces.default_trace_dir(),
                     help=f"directory of the trace CSVs (default ${traces.TRACES_ENV})")
     ap.add_argument("--config", default=os.path.join(HERE, "replay.yaml"))
+    ap.add_argument("--keep-etas", action="store_true", help="both with the planner's keep_etas on")
     a = ap.parse_args(argv)
     if not a.traces:
         ap.error(f"give --traces or set {traces.TRACES_ENV} to the directory of the trace CSVs")
@@ -139,16 +142,17 @@ def main(argv=None) -> int:
     limits = quota_limits(shares, cap, a.quota)
     hl = cfg["fairshare_half_life_seconds"]
     t = time.perf_counter()
-    fast = simulate(jobs, n_hosts, GpuTenancy(limits, hl))
+    fast = simulate(jobs, n_hosts, GpuTenancy(limits, hl, settings=PlannerSettings(keep_etas=a.keep_etas)))
     fast_wall = time.perf_counter() - t
     with tempfile.TemporaryDirectory() as d:
-        eng, eng_eta, eng_wall = run_engine(jobs, n_hosts, limits, cfg["host_gpus"], hl, d)
+        eng, eng_eta, eng_wall = run_engine(jobs, n_hosts, limits, cfg["host_gpus"], hl, d, a.keep_etas)
     same = sum(1 for j in jobs if eng.get(j.jid) == fast.start[j.jid])
     waited = sum(1 for j in jobs if fast.start[j.jid] > j.arrival)
     diffs = [(j.jid, fast.start[j.jid] - j.arrival, eng.get(j.jid, -1) - j.arrival)
              for j in jobs if eng.get(j.jid) != fast.start[j.jid]]
     print(f"{a.trace}, first {len(jobs)} jobs ({(jobs[-1].arrival - jobs[0].arrival) / 3600:.1f} h), "
-          f"{n_hosts} hosts x {cfg['host_gpus']}, offered load {load:.2f}, quotas {a.quota}: {waited} jobs waited")
+          f"{n_hosts} hosts x {cfg['host_gpus']}, offered load {load:.2f}, quotas {a.quota}"
+          f"{', keep_etas' if a.keep_etas else ''}: {waited} jobs waited")
     print(f"same start time in engine and fast replay: {same} of {len(jobs)}")
     # the ETA the API answered at creation (stored as first_eta) against the fast replay's first plan
     told = [j for j in jobs if fast.start[j.jid] > j.arrival]

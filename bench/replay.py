@@ -104,10 +104,13 @@ NO_BOUND = PlannerSettings(wait_bound=None)
 
 def bound_settings(spec: str) -> PlannerSettings:
     """Tuning: 'gpu-tenancy@<spec>', spec '+'-joined parts: '4' or '4h' a wait bound of 4 hours,
-    '16gh' one of 16 GPU-hours, '1l' at most 1 lease past it at a time (wait_bound_leases)."""
-    kw = {}
+    '16gh' one of 16 GPU-hours, '1l' at most 1 lease past it at a time (wait_bound_leases),
+    'keep' the first ETAs kept (keep_etas), 'fs' fair share alone (keep_etas off)."""
+    kw: dict = {}
     for part in spec.split("+"):
-        if part.endswith("gh"):
+        if part in ("keep", "fs"):
+            kw["keep_etas"] = part == "keep"
+        elif part.endswith("gh"):
             kw["wait_bound_gpu_hours"] = float(part[:-2])
         elif part.endswith("l"):
             kw["wait_bound_leases"] = int(part[:-1])
@@ -245,7 +248,7 @@ def main(argv=None) -> int:
     for name in a.schedulers.split(","):
         t = time.perf_counter()
         sched = make(name, cfg, shares, cap)
-        if a.no_etas and isinstance(sched, GpuTenancy):
+        if a.no_etas and isinstance(sched, GpuTenancy) and not sched.settings.keep_etas:   # it needs them
             sched.first_eta = None   # no plans on a full cluster only for the ETAs; the same outcome
         out = simulate(jobs, n_hosts, sched, progress=a.progress)
         r = summarize(out, jobs, shares, cap)

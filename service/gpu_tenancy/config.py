@@ -13,7 +13,8 @@ from cryptography.fernet import Fernet
 from gpu_tenancy.cloud import registry
 from gpu_tenancy.cloud.builtin import DEMO_CLOUD  # noqa: F401  (the demo's cloud, imported from here)
 from gpu_tenancy.domain.gpu_activity import IdleRule
-from gpu_tenancy.domain.planner import DEFAULT_WAIT_BOUND, DEFAULT_WAIT_BOUND_GPU_HOURS, DEFAULT_WAIT_BOUND_LEASES
+from gpu_tenancy.domain.planner import (DEFAULT_KEEP_ETAS, DEFAULT_WAIT_BOUND, DEFAULT_WAIT_BOUND_GPU_HOURS,
+                                        DEFAULT_WAIT_BOUND_LEASES)
 
 OLD_CLOUD_SPELLING = ("cloud_driver", "simulated_cloud", "clouds_yaml_cloud", "clouds_yaml_file", "cloud_network",
                       "cloud_project_role", "gpu_resource_classes", "flavor_extra_specs")
@@ -85,6 +86,9 @@ class Config:
     # at most this many leases past the bound go before fair share at a time, per GPU model, those
     # that reached it first (null: every one)
     planner_wait_bound_leases: int | None = DEFAULT_WAIT_BOUND_LEASES
+    # the ETA a lease is first told is kept against fair share: once a plan would start it later,
+    # it goes by that ETA, and later leases fit around it (docs/performance.md, "Promise rules")
+    planner_keep_etas: bool = DEFAULT_KEEP_ETAS
     # sharing rules (see README "Sharing rules")
     reclaim_after_seconds: int = 3600        # a lease within quota waits at most this for borrowed GPUs
     reclaim_notice_seconds: int = 900        # warning before a lease is reclaimed or preempted
@@ -174,6 +178,8 @@ class Config:
         most = values.get("planner_wait_bound_leases")
         if most is not None and (isinstance(most, bool) or not isinstance(most, int) or most < 1):
             raise ValueError("planner_wait_bound_leases must be a whole number >= 1, or null")
+        if not isinstance(values.get("planner_keep_etas", DEFAULT_KEEP_ETAS), bool):
+            raise ValueError("planner_keep_etas must be true or false")
         # a duration is stored in seconds as a 32-bit integer (PostgreSQL's): 10 years fit; and
         # both stay within the bound of engine/limits.py's guard (60 years)
         for name, ceiling in (("max_lease_duration_days", 3650), ("max_start_ahead_days", 18250),

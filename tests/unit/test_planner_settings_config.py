@@ -83,3 +83,15 @@ def test_wait_bound_leases_reaches_the_planner(monkeypatch):
 def test_bad_wait_bound_leases_are_refused(bad):
     with pytest.raises(ValueError, match="planner_wait_bound_leases"):
         Config.load(planner_wait_bound_leases=bad)
+
+
+def test_keep_etas_is_off_by_default_and_reaches_the_planner(monkeypatch):
+    assert planner_settings.from_config(Config.load()).keep_etas is False
+    monkeypatch.setenv("GPU_TENANCY_PLANNER_KEEP_ETAS", "true")
+    assert planner_settings.from_config(Config.load()).keep_etas is True
+
+
+@pytest.mark.parametrize("bad", [1, "yes", 0.5])
+def test_bad_keep_etas_is_refused(bad):
+    with pytest.raises(ValueError, match="planner_keep_etas"):
+        Config.load(planner_keep_etas=bad)

@@ -15,6 +15,7 @@ from gpu_tenancy.whatif.promise import PROMISED, breaches, promised_ids, shape_o
 from traces import Job  # noqa: E402
 
 from gpu_tenancy.domain.model import LeaseRequest, Placement, PlannedLease  # noqa: E402
+from gpu_tenancy.domain.planner import PlannerSettings  # noqa: E402
 
 H = 3600
 
@@ -86,3 +87,11 @@ def test_shape_order_sorts_by_eta_only_within_a_shape_in_its_own_places():
     out = shape_order(ordered, told)
     assert [q.lease_id for q in out] == ["b", "y", "a", "n", "x"]   # 1-GPU places 0, 2; 8-GPU 1, 4
     assert [q.priority for q in out] == [5, 4, 3, 2, 1]             # the planner keeps that order
+
+
+def test_the_planners_keep_etas_keeps_it_in_the_replay_as_the_breach_rule_does():
+    sched = GpuTenancy(quota_limits({"a": 0.5, "b": 0.5}, 8, "open"), settings=PlannerSettings(keep_etas=True))
+    out = simulate(TRACE, 1, sched)
+    assert (sched.first_eta["j1"], out.start["j1"]) == (100, 100)
+    assert (sched.first_eta["j2"], out.start["j2"]) == (200, 200)
+    assert sched.requests == {} and sched.guarded == frozenset()   # guarded until it started

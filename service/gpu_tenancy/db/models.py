@@ -105,6 +105,8 @@ class Lease(Base):
     # other processes read to fit the next lease around it (engine/plan_insert.py)
     planned_hosts: Mapped[list | None] = mapped_column(JSON, nullable=True)
     plan_seq: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
+    # with the planner's keep_etas: a plan once broke that ETA, so the lease goes by it until it starts
+    eta_guarded: Mapped[bool] = mapped_column(Boolean, default=False)
     priority_class: Mapped[str | None] = mapped_column(String(64), nullable=True)  # its name when asked for
     preemptible: Mapped[bool] = mapped_column(Boolean, default=False)
     # ended early with notice (reclaimed or preempted): when, why, and for which lease

@@ -60,6 +60,8 @@ class LeaseRequest:
     name: str = ""
     preemptible: bool = False     # any size, outside quota, only where idle; ended when needed
     arrival: int = 0              # the order it was asked in (a monotonic sequence): ties of created_at
+    first_eta: int | None = None  # the ETA it was told when it was first planned (None: not told one yet)
+    guarded: bool = False         # a plan once broke that ETA: it goes by it from then on (keep_etas)
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,9 @@ class PlannedLease:
 class Plan:
     now: int
     leases: dict[str, PlannedLease]  # in planner order
+    # keep_etas: the waiting leases that go by the ETA they were told (those given plus those this
+    # plan found it would otherwise start late); the caller keeps them for the next plan
+    guarded: frozenset[str] = frozenset()
 
     def startable(self) -> list[PlannedLease]:
         """Leases whose planned start has come."""

@@ -22,12 +22,23 @@ With `wait_bound_leases` set, only that many leases past the bound go before
 fair share at a time, per GPU model (those that reached it first): the rest
 keep their fair-share place until their turn, so a flood of a heavy tenant's
 small leases past the bound cannot turn the queue into a first-come one.
+
+With `keep_etas`, the ETA a lease was told when first planned (`first_eta`) is a
+promise: fair share decides the order until a plan would start a lease told an
+ETA later than that ETA (or not at all). That lease is then *guarded*: it goes
+before fair share (after higher priorities), among guarded leases by that ETA,
+and the plan is made again, a few rounds at most, so that the plan returned
+keeps it; it stays guarded until it starts (the caller keeps `Plan.guarded`
+and hands it back as `LeaseRequest.guarded`). Later arrivals fit around a
+guarded lease (only a lease guarded after it with an earlier ETA can still push
+it back, where going first lands that one on its hosts), and leases no promise
+is at stake in keep their fair-share order.
 """
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence, Set as AbstractSet
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 from .capacity import ModelIndex, can_ever_fit, largest_free_block
@@ -38,8 +49,8 @@ from .profile import INF, StepProfile
 __all__ = [
     "PlannerSettings", "plan", "extension_conflicts", "can_ever_fit", "largest_free_block",
     "order_key", "fmt_time", "DEFAULT_WAIT_BOUND", "DEFAULT_WAIT_BOUND_GPU_HOURS", "DEFAULT_WAIT_BOUND_LEASES",
-    "past_wait_bound", "bound_reached_at", "bound_protected", "waiting_since",
-    "OrderKey", "Trials", "Turn", "plan_with_turns", "trials_after",
+    "past_wait_bound", "bound_reached_at", "bound_protected", "waiting_since", "DEFAULT_KEEP_ETAS",
+    "guardable", "GUARD_ROUNDS", "OrderKey", "Trials", "Turn", "plan_with_turns", "trials_after",
 ]
 
 
@@ -49,6 +60,10 @@ __all__ = [
 DEFAULT_WAIT_BOUND: int | None = None
 DEFAULT_WAIT_BOUND_GPU_HOURS: float | None = None
 DEFAULT_WAIT_BOUND_LEASES: int | None = None
+# Off by default: on the Philly tuning slice it kept 97-100 % of ETAs but took the P50 wait from
+# 0.56-0.87x EASY's to 0.77-1.14x (docs/performance.md, "keep_etas")
+DEFAULT_KEEP_ETAS = False
+GUARD_ROUNDS = 8   # keep_etas: plans made at most, in one plan() call, to keep the ETAs
 
 
 @dataclass(frozen=True)
@@ -68,6 +83,8 @@ class PlannerSettings:
     release_allowance: int = 0
     # the operator's least release allowance: the engine's measured one is never below it (engine/held.py)
     release_floor: int = 0
+    # a lease's first ETA is kept against fair share: once a plan would break it, the lease goes by it
+    keep_etas: bool = DEFAULT_KEEP_ETAS
 
     @property
     def bounded(self) -> bool:
@@ -97,6 +114,10 @@ def _n(k: int, word: str) -> str:
 def _weight(quotas: Mapping[tuple[str, str], QuotaLimit], p: str, m: str) -> float:
     q = quotas.get((p, m))
     return q.weight if q is not None else 1.0
+
+
+# the tiers of the order within one priority: guarded (keep_etas), past the wait bound, fair share
+GUARDED, BOUND, FAIR = -1, 0, 1
 
 
 def waiting_since(lr: LeaseRequest) -> int:
@@ -139,19 +160,28 @@ def bound_protected(waiting: Sequence[LeaseRequest], now: int, settings: Planner
     return out
 
 
+def guardable(lr: LeaseRequest) -> bool:
+    """A lease whose ETA can be kept: told one, and not preemptible (those are ended anyway)."""
+    return lr.first_eta is not None and not lr.preemptible
+
+
 def order_key(lr: LeaseRequest, quotas: Mapping[tuple[str, str], QuotaLimit],
               usage: Mapping[tuple[str, str], float] | None, now: int = 0,
               settings: PlannerSettings = PlannerSettings(),
-              protected: set[str] | None = None) -> tuple[int, int, float, int, int, str]:
-    """Planner order: priority desc; then leases past the wait bound (those of
-    `protected`, by default every one), by when they reached it; then the rest
-    by fair share asc, created_at asc; then the order they were asked in (arrival: leases
-    asked in the same second), lease_id."""
+              protected: set[str] | None = None,
+              guarded: AbstractSet[str] | None = None) -> tuple[int, int, float, int, int, str]:
+    """Planner order: priority desc; then, with keep_etas, the guarded leases (those of
+    `guarded`, by default those marked so) by the ETA they were told; then leases past the
+    wait bound (those of `protected`, by default every one), by when they reached it; then
+    the rest by fair share asc, created_at asc; then the order they were asked in (arrival:
+    leases asked in the same second), lease_id."""
+    if settings.keep_etas and guardable(lr) and (lr.guarded if guarded is None else lr.lease_id in guarded):
+        return (-lr.priority, GUARDED, lr.first_eta or 0, lr.created_at, lr.arrival, lr.lease_id)
     at = bound_reached_at(lr, settings)
     if at is not None and now >= at and (protected is None or lr.lease_id in protected):
-        return (-lr.priority, 0, at, lr.created_at, lr.arrival, lr.lease_id)
+        return (-lr.priority, BOUND, at, lr.created_at, lr.arrival, lr.lease_id)
     score = share_score(usage, lr.project_id, lr.gpu_model, _weight(quotas, lr.project_id, lr.gpu_model))
-    return (-lr.priority, 1, score, lr.created_at, lr.arrival, lr.lease_id)
+    return (-lr.priority, FAIR, score, lr.created_at, lr.arrival, lr.lease_id)
 
 
 # --------------------------------------------------------------------------
@@ -242,8 +272,33 @@ def plan(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
     placement reserved for the leases after it.
 
     explain=False leaves out the reasons why a lease starts later than now (the
-    placements are the same): for callers that read placements only, such as the replay."""
-    return _plan_run(now, hosts, holds, quotas, waiting, usage, settings, explain, _backend)[0]
+    placements are the same): for callers that read placements only, such as the replay.
+
+    With settings.keep_etas: the leases guarded (given so, or found by this call) go by the
+    ETA they were told, and the plan returned says which they are (Plan.guarded)."""
+    if not settings.keep_etas:
+        return _plan_run(now, hosts, holds, quotas, waiting, usage, settings, explain, _backend)[0]
+    guarded = frozenset(lr.lease_id for lr in waiting if lr.guarded and guardable(lr))
+    for _ in range(GUARD_ROUNDS):
+        p = _plan_run(now, hosts, holds, quotas, waiting, usage, settings, explain, _backend, guarded=guarded)[0]
+        late = _late(waiting, p, guarded)
+        # guarded from now on, found in the last round too: the next plan keeps them
+        guarded |= late
+        if not late:
+            break
+    p.guarded = guarded
+    return p
+
+
+def _late(waiting: Sequence[LeaseRequest], p: Plan, guarded: AbstractSet[str]) -> frozenset[str]:
+    """The leases told an ETA, not guarded, that plan `p` starts later than that ETA or not at all."""
+    out = []
+    for lr in waiting:
+        if lr.first_eta is not None and not lr.preemptible and lr.lease_id not in guarded:
+            eta = p.leases[lr.lease_id].eta
+            if eta is None or eta > lr.first_eta:
+                out.append(lr.lease_id)
+    return frozenset(out)
 
 
 OrderKey = tuple[int, int, float, int, int, str]
@@ -262,15 +317,22 @@ def plan_with_turns(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
                     quotas: Mapping[tuple[str, str], QuotaLimit], waiting: Sequence[LeaseRequest],
                     usage: Mapping[tuple[str, str], float] | None, settings: PlannerSettings,
                     turns: Sequence[Turn]) -> Plan:
-    """plan(), taking `turns` on the way: the trials cost a few insertions, not a plan each."""
-    return _plan_run(now, hosts, holds, quotas, waiting, usage, settings, True, FAST, turns)[0]
+    """plan(), taking `turns` on the way: the trials cost a few insertions, not a plan each.
+    With keep_etas, the leases a plan guards are found first (a plan without turns)."""
+    guarded = frozenset(plan(now, hosts, holds, quotas, waiting, usage, settings, explain=False).guarded
+                        if settings.keep_etas else ())
+    p = _plan_run(now, hosts, holds, quotas, waiting, usage, settings, True, FAST, turns, guarded)[0]
+    p.guarded = guarded
+    return p
 
 
 def _plan_run(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
               quotas: Mapping[tuple[str, str], QuotaLimit], waiting: Sequence[LeaseRequest],
               usage: Mapping[tuple[str, str], float] | None, settings: PlannerSettings, explain: bool,
-              _backend: Backend, turns: Sequence[Turn] = ()) -> tuple[Plan, _Run]:
-    """plan(), and its state once every lease is reserved (what Trials reads)."""
+              _backend: Backend, turns: Sequence[Turn] = (),
+              guarded: frozenset[str] = frozenset()) -> tuple[Plan, _Run]:
+    """One plan in the planner's order (the `guarded` leases first, by their first ETA), and
+    its state once every lease is reserved (what Trials reads)."""
     run = _Run(now, hosts, holds, quotas, usage, settings, _backend, bound_protected(waiting, now, settings))
     if not explain:
         run.skip_unbinding_quotas(holds, quotas)
@@ -278,9 +340,11 @@ def _plan_run(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
 
     def key(lr: LeaseRequest) -> OrderKey:
         if settings.bounded:
-            return order_key(lr, quotas, usage, now, settings, run.protected)
+            return order_key(lr, quotas, usage, now, settings, run.protected, guarded)
         # order_key without a wait bound, each project's score computed once
-        return -lr.priority, 1, scores.of(lr.project_id, lr.gpu_model), lr.created_at, lr.arrival, lr.lease_id
+        if lr.lease_id in guarded:
+            return -lr.priority, GUARDED, lr.first_eta or 0, lr.created_at, lr.arrival, lr.lease_id
+        return -lr.priority, FAIR, scores.of(lr.project_id, lr.gpu_model), lr.created_at, lr.arrival, lr.lease_id
     ordered = sorted(waiting, key=key)
     pending = sorted(turns, key=lambda t: t.key)
     order = _Order()
@@ -291,8 +355,8 @@ def _plan_run(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
             while pending and pending[0].key <= k:
                 pending.pop(0).then(Trials(run, quotas))
         q = quotas.get((lr.project_id, lr.gpu_model))
-        aged = lr.lease_id in run.protected
-        ahead = order.next(lr, aged, None if aged else scores.of(lr.project_id, lr.gpu_model))
+        tier = GUARDED if lr.lease_id in guarded else BOUND if lr.lease_id in run.protected else FAIR
+        ahead = order.next(lr, tier, scores.of(lr.project_id, lr.gpu_model) if tier == FAIR else None)
         pl = out[lr.lease_id] = PlannedLease(lr.lease_id, ahead.position, None, [])
         never = run.first_unplaceable_reason(lr, q)
         if never is not None:
@@ -307,7 +371,7 @@ def _plan_run(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
                 pl.reasons.append(_no_slot_reason(lr, q))
                 continue
             if explain:
-                run.explain(lr, q, slot, ahead, aged, pl)
+                run.explain(lr, q, slot, ahead, tier, pl)
             if lr.latest_start is not None and slot.start > lr.latest_start:
                 pl.reasons.append(Reason("latest_start", f"the earliest slot is {fmt_time(slot.start)}, after "
                                                          f"its latest start {fmt_time(lr.latest_start)}"))
@@ -368,14 +432,16 @@ class _Scores:
 @dataclass
 class _Block:
     """For one GPU model: the positions where the current runs of the order began,
-    of one priority, then of leases past the wait bound or not, then of one fair-share
-    score. The leases of each part ahead of a lease are what its reasons count."""
+    of one priority, then of one tier (guarded, past the wait bound, fair share), then
+    of one fair-share score, and how many leases of each tier the priority's run has
+    had. The leases of each part ahead of a lease are what its reasons count."""
     priority: int
     priority_from: int
-    aged: bool
-    aged_from: int
+    tier: int
+    tier_from: int
     score: float | None
     score_from: int
+    tiers: dict[int, int] = field(default_factory=lambda: defaultdict(int))
 
 
 @dataclass(frozen=True)
@@ -383,9 +449,10 @@ class _Ahead:
     """How many leases of its GPU model are ahead of a lease, by which part of the order."""
     position: int      # 1-based
     priority: int      # of higher priority
-    bound: int         # past the wait bound while it is not (or reached it earlier)
+    bound: int         # past the wait bound while it is not
     fairshare: int     # of projects with a lower fair-share score
-    order: int         # of its own score, asked earlier
+    order: int         # of its own tier and score, asked earlier (guarded: told an earlier ETA)
+    guarded: int = 0   # keeping the ETA they were told while it is not
 
     @property
     def total(self) -> int:
@@ -399,19 +466,21 @@ class _Order:
         self.count: dict[str, int] = defaultdict(int)
         self.blocks: dict[str, _Block] = {}
 
-    def next(self, lr: LeaseRequest, aged: bool, score: float | None) -> _Ahead:
+    def next(self, lr: LeaseRequest, tier: int, score: float | None) -> _Ahead:
         m = lr.gpu_model
         i = self.count[m]
         self.count[m] = i + 1
         b = self.blocks.get(m)
         if b is None or b.priority != lr.priority:
-            b = self.blocks[m] = _Block(lr.priority, i, aged, i, score, i)
-        elif b.aged != aged:
-            b.aged, b.aged_from, b.score, b.score_from = aged, i, score, i
+            b = self.blocks[m] = _Block(lr.priority, i, tier, i, score, i)
+        elif b.tier != tier:
+            b.tier, b.tier_from, b.score, b.score_from = tier, i, score, i
         elif b.score != score:
             b.score, b.score_from = score, i
-        return _Ahead(i + 1, b.priority_from, b.aged_from - b.priority_from, b.score_from - b.aged_from,
-                      i - b.score_from)
+        ahead = _Ahead(i + 1, b.priority_from, b.tiers[BOUND] if tier == FAIR else 0,
+                       b.score_from - b.tier_from, i - b.score_from, b.tiers[GUARDED] if tier != GUARDED else 0)
+        b.tiers[tier] += 1
+        return ahead
 
 
 @dataclass
@@ -579,7 +648,7 @@ class _Run:
         pl.reasons.append(Reason("borrowing", f"runs beyond project {p}'s {m} quota on idle capacity: "
                                               f"{q.gpus - left + need} of {q.gpus} GPUs (may borrow {q.borrow_gpus})"))
 
-    def explain(self, lr: LeaseRequest, q: QuotaLimit, slot: _Slot, ahead: _Ahead, aged: bool,
+    def explain(self, lr: LeaseRequest, q: QuotaLimit, slot: _Slot, ahead: _Ahead, tier: int,
                 pl: PlannedLease) -> None:
         """Why a lease starts later than now (or than its latest start): the leases ahead,
         by which part of the order, its asked start, its quota, the capacity."""
@@ -589,15 +658,24 @@ class _Run:
             return
         p, m, need = lr.project_id, lr.gpu_model, lr.gpus_per_vm * lr.instances
         out = pl.reasons
+        aged = tier == BOUND
         if ahead.priority:
             out.append(Reason("priority", f"behind {_n(ahead.priority, 'lease')} of higher priority"))
+        if tier == GUARDED:
+            assert lr.first_eta is not None   # guardable
+            behind = f"; behind {_n(ahead.order, 'lease')} told an earlier ETA" if ahead.order else ""
+            out.append(Reason("order", f"keeps the ETA it was first told, {fmt_time(lr.first_eta)}, so it goes "
+                                       f"before fair share{behind}"))
+        elif ahead.guarded:
+            out.append(Reason("order", f"{_n(ahead.guarded, 'lease')} keeping the ETA "
+                                       f"{'it was' if ahead.guarded == 1 else 'they were'} first told go first"))
         if aged:
             behind = f"; behind {_n(ahead.order, 'lease')} that reached it earlier" if ahead.order else ""
             out.append(Reason("order", f"has waited {self.bound_text}, so it goes before fair share{behind}"))
         elif ahead.bound:
             out.append(Reason("order", f"leases that have waited {self.bound_text} go before fair share; "
                                        f"{ahead.bound} of them {'is' if ahead.bound == 1 else 'are'} ahead"))
-        if not aged and settings.bounded and past_wait_bound(lr, now, settings):
+        if tier == FAIR and settings.bounded and past_wait_bound(lr, now, settings):
             out.append(Reason("order", f"has waited {self.bound_text}, but only "
                                        f"{_first(settings.wait_bound_leases)} before fair share; "
                                        f"its turn comes as those start"))
@@ -609,7 +687,7 @@ class _Run:
                                                  f"against weight {q.weight:g}; ")
             out.append(Reason("fairshare", f"{used}{_n(ahead.fairshare, 'lease')} of projects that used "
                                            f"less go first"))
-        if ahead.order and not aged:
+        if ahead.order and tier == FAIR:
             out.append(Reason("order", f"behind {_n(ahead.order, 'lease')} submitted earlier"))
         t0 = max(now, lr.earliest_start)
         if t0 > now:

@@ -56,7 +56,8 @@ def request_from_row(row: m.Lease) -> LeaseRequest:
         lease_id=row.id, project_id=row.project_id, gpu_model=row.gpu_model, gpus_per_vm=row.gpus_per_vm,
         instances=row.instances, duration=row.duration, earliest_start=to_epoch(row.earliest_start),
         latest_start=to_epoch(row.latest_start), created_at=to_epoch(row.created_at),
-        priority=row.priority, name=row.name, preemptible=row.preemptible, arrival=row.arrival or 0)
+        priority=row.priority, name=row.name, preemptible=row.preemptible, arrival=row.arrival or 0,
+        first_eta=to_epoch(row.first_eta), guarded=bool(row.eta_guarded))
 
 
 def load_inputs(session: Session, now: int, settings: planner.PlannerSettings,
@@ -159,7 +160,7 @@ def replan_locked(session: Session, now: int, settings: planner.PlannerSettings,
                                                           and inputs.unreleased.isdisjoint(place.hosts))):
             commit_allocation(session, row, planned, now, actor)
         else:
-            write_queue_info(row, planned)
+            write_queue_info(row, planned, planned.lease_id in plan.guarded)
     return plan
 
 
@@ -218,19 +219,19 @@ def commit_allocation(session: Session, row: m.Lease, planned: PlannedLease, now
     clear_queue_info(row)
 
 
-QUEUE_INFO = ("queue_position", "queue_eta", "queue_reasons", "start_at", "end_at", "planned_hosts")
+QUEUE_INFO = ("queue_position", "queue_eta", "queue_reasons", "start_at", "end_at", "planned_hosts", "eta_guarded")
 
 
-def write_queue_info(row: m.Lease, planned: PlannedLease) -> None:
-    """A waiting lease's position, ETA, reasons and planned window and hosts, and its first ETA
-    if it has none yet. Unchanged, it is not written; changed, it is written whole, so
-    that the flush sends every changed lease in one batch (rows of differing columns
-    would each be a statement)."""
+def write_queue_info(row: m.Lease, planned: PlannedLease, guarded: bool = False) -> None:
+    """A waiting lease's position, ETA, reasons, planned window and hosts, whether it goes by
+    its first ETA (`guarded`: the planner's keep_etas), and its first ETA if it has none yet.
+    Unchanged, it is not written; changed, it is written whole, so that the flush sends
+    every changed lease in one batch (rows of differing columns would each be a statement)."""
     place = planned.placement
     values = (planned.position, utcnow_naive(planned.eta) if planned.eta is not None else None,
               [{"code": r.code, "message": r.message} for r in planned.reasons],
               utcnow_naive(place.start) if place else None, utcnow_naive(place.end) if place else None,
-              list(place.hosts) if place else None)
+              list(place.hosts) if place else None, guarded)
     if tuple(getattr(row, column) for column in QUEUE_INFO) == values:
         return
     for column, value in zip(QUEUE_INFO, values):

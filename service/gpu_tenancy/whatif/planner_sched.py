@@ -54,6 +54,7 @@ class GpuTenancy(Scheduler):
         self.promise = promise
         self.horizon = horizon
         self.breached: set[str] = set()
+        self.guarded: frozenset[str] = frozenset()   # settings.keep_etas: the last plan's Plan.guarded
         self.replans = 0   # promise='breach': plans made again because one broke a promise
         self.fairshare = fairshare   # False (diagnosis only): no usage, so the order is priority then age
         self.quotas = quotas
@@ -135,7 +136,9 @@ class GpuTenancy(Scheduler):
     def schedule(self, now, cluster, running):
         if not self.waiting:
             return [], None
-        if not self.unplanned and not any(cluster.usable_by(g, n) for g, n in self.shapes):
+        # (with keep_etas a plan also guards leases, which the engine keeps: none is skipped)
+        if not self.unplanned and not self.settings.keep_etas and not any(cluster.usable_by(g, n)
+                                                                           for g, n in self.shapes):
             # Nothing can start now whatever the plan says: no waiting lease fits even in the
             # GPUs free now, and none will until a running job ends, which is an event that
             # asks again (so the wake-up the plan would give changes nothing either). A lease
@@ -181,7 +184,11 @@ class GpuTenancy(Scheduler):
             eta = p.leases[jid].eta
             if eta is not None and self.first_eta is not None:
                 self.first_eta[jid] = eta
+                self.requests[jid] = replace(self.requests[jid], first_eta=eta)   # as the ledger keeps it
         self.unplanned.clear()
+        for jid in p.guarded - self.guarded:   # keep_etas: guarded until it starts, as the ledger keeps it
+            self.requests[jid] = replace(self.requests[jid], guarded=True)
+        self.guarded = p.guarded
         if cluster.free_total == 0:
             self.eta_only += 1
             return [], None   # planned only for the ETAs: as when skipped, nothing starts and no wake-up
