@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .model import Hold, Host, LeaseRequest, Placement, PlannedLease, QuotaLimit, Reason
-from .planner import (FAST, PlannerSettings, _Ahead, _n, _no_slot_reason, _place_preemptible, _Run, _Scores,
+from .planner import (FAIR, FAST, PlannerSettings, _Ahead, _n, _no_slot_reason, _place_preemptible, _Run, _Scores,
                       fmt_time)
 
 OrderKey = tuple[int, int, float, int, int, str]
@@ -55,8 +55,10 @@ class PlanBook:
                  quotas: Mapping[tuple[str, str], QuotaLimit], planned: Sequence[Planned],
                  usage: Mapping[tuple[str, str], float] | None, settings: PlannerSettings,
                  exact: Mapping[str, bool] | None = None):
-        if settings.bounded:   # a wait bound moves leases in the order as time passes: only plan() knows it
-            raise ValueError("incremental planning does not take a wait bound")
+        if settings.bounded or settings.keep_etas:
+            # a wait bound moves leases in the order as time passes, and keep_etas guards leases
+            # by what a whole plan finds: only plan() knows either
+            raise ValueError("incremental planning takes neither a wait bound nor keep_etas")
         self.quotas, self.settings = quotas, settings
         reserved = [hold for p in planned for hold in _holds(p, settings.release_allowance)]
         self._run = _Run(now, hosts, [*holds, *reserved], quotas, usage, settings, FAST, set())
@@ -118,7 +120,7 @@ class PlanBook:
             if slot.start is None:
                 pl.reasons.append(_no_slot_reason(lr, q))
             else:
-                run.explain(lr, q, slot, ahead, False, pl)
+                run.explain(lr, q, slot, ahead, FAIR, pl)
                 if lr.latest_start is not None and slot.start > lr.latest_start:
                     pl.reasons.append(Reason("latest_start", f"the earliest slot is {fmt_time(slot.start)}, "
                                                              f"after its latest start {fmt_time(lr.latest_start)}"))

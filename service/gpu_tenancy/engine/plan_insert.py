@@ -63,9 +63,9 @@ def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease
     have planned it), under the ledger lock taken here: the lease fitted into the current
     plan, its queue information written; the snapshot to confirm once that transaction has
     committed. None: a full replan must plan it once committed (the plan is short or not
-    known here, a wait bound is set, or the lease would start now or exactly when asked,
+    known here, a wait bound or keep_etas is set, or the lease would start now or exactly when asked,
     which commits GPUs: only the full replan does that)."""
-    if settings.bounded:
+    if settings.bounded or settings.keep_etas:
         return None
     snapshot, cache.last = cache.last, None   # until this fit commits, the plan here is not known
     # Built again (after a replan, or when old) before the lock, so that no create waits on it;
