@@ -31,7 +31,6 @@ from gpu_tenancy.domain.plan_insert import Planned, PlanBook  # noqa: E402
 from gpu_tenancy.domain.planner import PlannerSettings, plan  # noqa: E402
 
 CASES = 500
-SETTINGS = PlannerSettings(release_allowance=0)
 
 
 def new_lease(rng: random.Random, i: int, projects: list[str]) -> LeaseRequest:

@@ -102,6 +102,7 @@ def replan_locked(session: Session, now: int, config: Config, planner_settings: 
                                                                  or utcnow_naive(eta) < row.queue_eta):
             row.queue_eta = row.start_at = utcnow_naive(eta)
             row.end_at = utcnow_naive(eta + row.duration)
+            row.planned_hosts = None   # which hosts the reclaim frees is not known: no fit counts on them
     return plan
 
 

@@ -19,7 +19,7 @@ from sqlalchemy import Row, select, update
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
-from gpu_tenancy.db.session import ledger_lock, to_epoch
+from gpu_tenancy.db.session import to_epoch
 from gpu_tenancy.domain.model import LeaseRequest, Placement
 from gpu_tenancy.domain.plan_insert import Planned, PlanBook
 from gpu_tenancy.domain.planner import PlannerSettings
@@ -68,16 +68,14 @@ def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease
     if settings.bounded or settings.keep_etas:
         return None
     snapshot, cache.last = cache.last, None   # until this fit commits, the plan here is not known
-    # Built again (after a replan, or when old) before the lock, so that no create waits on it;
-    # the fits committed meanwhile are added under the lock.
+    # Before the lock, so that no create waits on it: the plan built again (after a replan, or
+    # when old), or the fits committed since added; under the lock, only those committed meanwhile.
     generation, inserted = session.execute(COUNTS).one()
-    if not fresh(snapshot, now, cache, generation, inserted):
-        snapshot = build(session, now, settings, cache, generation, inserted)
-        if snapshot is None:
-            return None
-    assert snapshot is not None
-    generation, inserted = lock_ledger(session)
     snapshot = catch_up(session, now, settings, cache, snapshot, generation, inserted)
+    if snapshot is None:
+        return None
+    generation, seq = claim(session)
+    snapshot = catch_up(session, now, settings, cache, snapshot, generation, seq - 1)
     if snapshot is None:
         return None
     lr = ledger.request_from_row(row)
@@ -90,9 +88,7 @@ def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease
     if place is not None and (place.start <= now or place.start == lr.earliest_start):
         return None   # the full replan commits it (and is the one to decide reclaims)
     ledger.write_queue_info(row, fitted.planned)
-    snapshot.inserted += 1
-    row.plan_seq = snapshot.inserted
-    session.execute(update(m.Lock).where(m.Lock.name == "ledger").values(inserted=snapshot.inserted))
+    row.plan_seq = snapshot.inserted = seq
     CREATE_REPLANS.labels("fitted").inc()
     return snapshot
 
@@ -100,15 +96,16 @@ def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease
 COUNTS = select(m.Lock.generation, m.Lock.inserted).where(m.Lock.name == "ledger")
 
 
-def lock_ledger(session: Session) -> tuple[int, int]:
-    """db.session.ledger_lock, and the ledger's replans and fits so far: on PostgreSQL in the
-    one statement that takes the row lock (a create's round trips are most of its time)."""
-    if session.get_bind().dialect.name == "postgresql":
-        generation, inserted = session.execute(COUNTS.with_for_update()).one()
-    else:
-        ledger_lock(session)
-        generation, inserted = session.execute(COUNTS).one()
-    return generation, inserted
+def claim(session: Session) -> tuple[int, int]:
+    """The ledger lock (as db.session.ledger_lock takes it: the row's lock on PostgreSQL, the
+    database's write lock on SQLite), taken by counting one more fit: the ledger's generation,
+    and this fit's number. One statement: a create's round trips under the lock are most of
+    its time. A fit that does not happen leaves its number unused (readers skip the gap)."""
+    lock = m.Lock
+    generation, seq = session.execute(update(lock).where(lock.name == "ledger")
+                                      .values(inserted=lock.inserted + 1)
+                                      .returning(lock.generation, lock.inserted)).one()
+    return generation, seq
 
 
 def fresh(snapshot: Snapshot | None, now: int, cache: InsertCache, generation: int, inserted: int) -> bool:
@@ -117,11 +114,11 @@ def fresh(snapshot: Snapshot | None, now: int, cache: InsertCache, generation: i
             and 0 <= now - snapshot.made_at < cache.max_age)
 
 
-def catch_up(session: Session, now: int, settings: PlannerSettings, cache: InsertCache, snapshot: Snapshot,
-             generation: int, inserted: int) -> Snapshot | None:
-    """Under the lock: the snapshot with the fits made since it was read, or built again if the
-    ledger replanned meanwhile; None when the plan is too short to be worth it."""
-    if not fresh(snapshot, now, cache, generation, inserted):
+def catch_up(session: Session, now: int, settings: PlannerSettings, cache: InsertCache,
+             snapshot: Snapshot | None, generation: int, inserted: int) -> Snapshot | None:
+    """The snapshot with the fits made since it was read (the first `inserted`), or built again
+    if the ledger replanned since (or it is old); None when the plan is too short to be worth it."""
+    if snapshot is None or not fresh(snapshot, now, cache, generation, inserted):
         return build(session, now, settings, cache, generation, inserted)
     if snapshot.inserted < inserted:
         for r in session.execute(select(*COLUMNS).where(L.plan_seq > snapshot.inserted, L.plan_seq <= inserted)
