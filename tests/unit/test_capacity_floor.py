@@ -10,10 +10,14 @@ import sys
 
 import pytest
 
-from gpu_tenancy.domain import capacity
-from gpu_tenancy.domain.capacity import ModelIndex, StartFloor
-from gpu_tenancy.domain.model import Host
-from gpu_tenancy.domain.profile import INF
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+from planner_scale import NOW as T0, plan_digest, workload  # noqa: E402
+
+from gpu_tenancy.domain import capacity  # noqa: E402
+from gpu_tenancy.domain.capacity import ModelIndex, StartFloor  # noqa: E402
+from gpu_tenancy.domain.model import Host  # noqa: E402
+from gpu_tenancy.domain.planner import plan  # noqa: E402
+from gpu_tenancy.domain.profile import INF  # noqa: E402
 
 NOW = 1_800_000_000
 
@@ -75,9 +79,6 @@ def test_floor_keeps_the_highest_bound_of_the_shorter_durations():
 def test_plans_with_and_without_floors_are_the_same(seed, monkeypatch):
     """Whole plans (placements, positions, reasons) on the scale benchmark's
     workload, with the floors on and off."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
-    from planner_scale import NOW as T0, plan_digest, workload
-    from gpu_tenancy.domain.planner import plan
     hosts, holds, quotas, waiting, usage = workload(150 + seed * 10, 300 + seed * 50, seed=seed + 1)
     got = {}
     for floors_from in (1, 10 ** 9):
