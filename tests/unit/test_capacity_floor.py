@@ -4,13 +4,20 @@ questions from the origin and later, of many durations, with reservations:
 the same start and the same host (least free at the start, then name)."""
 from __future__ import annotations
 
+import os
 import random
+import sys
 
 import pytest
 
-from gpu_tenancy.domain.capacity import ModelIndex, StartFloor
-from gpu_tenancy.domain.model import Host
-from gpu_tenancy.domain.profile import INF
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+from planner_scale import NOW as T0, plan_digest, workload  # noqa: E402
+
+from gpu_tenancy.domain import capacity  # noqa: E402
+from gpu_tenancy.domain.capacity import ModelIndex, StartFloor  # noqa: E402
+from gpu_tenancy.domain.model import Host  # noqa: E402
+from gpu_tenancy.domain.planner import plan  # noqa: E402
+from gpu_tenancy.domain.profile import INF  # noqa: E402
 
 NOW = 1_800_000_000
 
@@ -29,7 +36,9 @@ def scan(mi: ModelIndex, t: int, d: int, g: int):
 
 
 @pytest.mark.parametrize("chunk", range(8))
-def test_search_with_floors_matches_a_scan_of_every_host(chunk):
+def test_search_with_floors_matches_a_scan_of_every_host(chunk, monkeypatch):
+    monkeypatch.setattr(capacity, "FLOOR_HOSTS", 1)   # floors on these few hosts too
+    learnt = 0
     for seed in range(chunk * 40, chunk * 40 + 40):
         rng = random.Random(seed)
         hosts = [Host(f"h{i:02d}", "A100", rng.choice([2, 4, 8, 8])) for i in range(rng.randint(1, 12))]
@@ -47,7 +56,8 @@ def test_search_with_floors_matches_a_scan_of_every_host(chunk):
             assert got == scan(mi, t, d, g), (seed, t, d, g)
             if got is not None and rng.random() < .7:
                 mi.reserve(got[1][0], got[0], got[0] + d, g)
-
+        learnt += sum(len(f.ds) for f in mi.floors)
+    assert learnt > 100   # the floors were in use
 
 def test_floor_keeps_the_highest_bound_of_the_shorter_durations():
     f = StartFloor()
@@ -63,3 +73,15 @@ def test_floor_keeps_the_highest_bound_of_the_shorter_durations():
     assert [f.bound(d) for d in (300, 600, 1799, 1800, 10 ** 6)] == [-INF, NOW + 200, NOW + 200, NOW + 700, NOW + 700]
     f.learn(900, INF)                 # never: nothing longer fits either
     assert f.bound(5000) == INF and f.bound(600) == NOW + 200
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_plans_with_and_without_floors_are_the_same(seed, monkeypatch):
+    """Whole plans (placements, positions, reasons) on the scale benchmark's
+    workload, with the floors on and off."""
+    hosts, holds, quotas, waiting, usage = workload(150 + seed * 10, 300 + seed * 50, seed=seed + 1)
+    got = {}
+    for floors_from in (1, 10 ** 9):
+        monkeypatch.setattr(capacity, "FLOOR_HOSTS", floors_from)
+        got[floors_from] = plan_digest(plan(T0, hosts, holds, quotas, waiting, usage))
+    assert got[1] == got[10 ** 9]
