@@ -40,7 +40,6 @@ import itertools
 import logging
 import os
 import random
-import socket
 import subprocess
 import sys
 import tempfile
@@ -141,8 +140,8 @@ def gpu_tenancy(asks: list[Ask]) -> dict:
     runtime = app.extensions["gpu_tenancy"]
     with session_scope(runtime.sessions) as session:
         seed(session, runtime.clock.now(), runtime.cloud.images())
-        # Blazar has no quota: the bench project may hold every GPU of the cloud, for up to 2 days
-        for model, (_, gpus) in (("A100", HOSTS["gpu-a100-1"]), ("H100", HOSTS["gpu-h100-1"])):
+        # Blazar has no quota: each bench project may hold every GPU of the cloud, for up to 2 days
+        for model in ("A100", "H100"):
             total = sum(n for h, (mo, n) in HOSTS.items() if mo == model)
             for p in range(4):
                 session.add(m.Quota(project_id=f"bench-{p}", gpu_model=model, gpus=total, borrow_gpus=0,
