@@ -37,6 +37,7 @@ import argparse
 import concurrent.futures as cf
 import datetime as dt
 import itertools
+import json
 import logging
 import os
 import random
@@ -261,12 +262,7 @@ def blazar(asks: list[Ask]) -> dict:
             time.sleep(3)
         hosts = {h["id"]: h["hypervisor_hostname"] for h in sess.get(f"{endpoint}/os-hosts").json()["hosts"]}
         allocs = sess.get(f"{endpoint}/os-hosts/allocations").json()["allocations"]
-        shape_of = {fid: name for name, fid in flavors.items()}
-        res_shape = {}
-        for lz in leases.values():
-            for rsv in lz["reservations"]:
-                res_shape[rsv["id"]] = shape_of.get(rsv.get("flavor_id") or
-                                                    (rsv.get("resource_properties") or {}).get("id"), "a100.x1")
+        res_shape = reservation_shapes(leases)
         bookings = [(hosts[al["resource_id"]], ts(r["start_date"]), ts(r["end_date"]), SHAPES[res_shape[r["id"]]][1])
                     for al in allocs for r in al["reservations"] if r["id"] in res_shape]
         placement = blazar_placement(conn, leases, res_shape)
@@ -277,6 +273,19 @@ def blazar(asks: list[Ask]) -> dict:
             f = conn.compute.find_flavor(FLAVOR_PREFIX + name, ignore_missing=True)
             if f is not None:
                 conn.compute.delete_flavor(f)
+
+
+def reservation_shapes(leases: dict) -> dict[str, str]:
+    """reservation id -> the bench shape asked for. A flavor reservation's flavor_id is the flavor
+    Blazar made for it; the one asked for is in resource_properties (a JSON string)."""
+    out = {}
+    for lz in leases.values():
+        for rsv in lz["reservations"]:
+            props = rsv.get("resource_properties") or "{}"
+            name = (json.loads(props) if isinstance(props, str) else props).get("name", "")
+            if name.startswith(FLAVOR_PREFIX):
+                out[rsv["id"]] = name[len(FLAVOR_PREFIX):]
+    return out
 
 
 def blazar_placement(conn, leases, res_shape) -> dict[str, int]:

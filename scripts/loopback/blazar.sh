@@ -47,7 +47,6 @@ transport_url = rabbit://guest:guest@$LB_IP:5672/
 os_auth_protocol = http
 os_auth_host = $LB_IP
 os_auth_port = 5000
-os_auth_prefix = v3
 os_auth_version = v3
 os_admin_username = blazar
 os_admin_password = blazar
@@ -114,10 +113,7 @@ for interface in ("public", "internal", "admin"):
         idn.create_endpoint(service_id=svc.id, interface=interface, url=url, region_id="RegionOne")
     elif have[interface].url != url:
         idn.update_endpoint(have[interface], url=url)
-# Blazar looks its freepool aggregate up by name and never makes it
-if conn.compute.find_aggregate("freepool") is None:
-    conn.compute.create_aggregate(name="freepool")
-print(f"[blazar] user blazar (admin, service); reservation endpoint {url}; aggregate freepool")
+print(f"[blazar] user blazar (admin, service); reservation endpoint {url}")
 EOF
 }
 
@@ -153,6 +149,9 @@ osc() { bz openstack --os-cloud gt-admin "$@"; }
 
 hosts_add() {
     local spec host count product tries
+    # Blazar looks its freepool aggregate up by name and never makes it
+    "$LB_PY" -c 'import openstack; c = openstack.connect(cloud="gt-admin")
+c.compute.find_aggregate("freepool") or c.compute.create_aggregate(name="freepool")'
     for spec in $LB_COMPUTES; do
         IFS=: read -r host count product <<< "$spec"
         if osc reservation host show "$host" >/dev/null 2>&1; then continue; fi
@@ -172,18 +171,32 @@ hosts_add() {
 # aggregates and Placement inventory), hosts (freepool membership, reservation
 # providers), then the freepool aggregate itself.
 cleanup() {
-    local id host
-    if curl -s -o /dev/null --max-time 2 "$BZ_URL/"; then
-        for id in $(osc reservation lease list --all-projects -f value -c id 2>/dev/null || osc reservation lease list -f value -c id); do
-            osc reservation lease delete "$id" >/dev/null || say "lease $id: delete failed"
-        done
-        for host in $(osc reservation host list -f value -c hypervisor_hostname); do
-            osc reservation host delete "$host" || say "host $host: delete failed"
-        done
-    fi
-    "$LB_PY" - <<'EOF'
+    # through the REST API in one process: an `openstack` command per lease takes seconds to start
+    "$LB_PY" - "$BZ_URL" <<'EOF'
+import concurrent.futures as cf
+import sys
+import time
 import openstack
 conn = openstack.connect(cloud="gt-admin")
+sess, url = conn.session, sys.argv[1] + "/v1"
+try:
+    sess.get(url + "/leases", timeout=10)
+    up = True
+except Exception:
+    up = False
+if up:
+    leases = sess.get(url + "/leases").json()["leases"]
+    with cf.ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda lz: sess.delete(f"{url}/leases/{lz['id']}", raise_exc=False), leases))
+    deadline = time.time() + 1800   # the manager ends them one by one (flavor, aggregate, Placement)
+    while sess.get(url + "/leases").json()["leases"] and time.time() < deadline:
+        time.sleep(5)
+    left = sess.get(url + "/leases").json()["leases"]
+    if left:
+        sys.exit(f"[blazar] {len(left)} leases still there; hosts stay in Blazar")
+    for host in sess.get(url + "/os-hosts").json()["hosts"]:
+        sess.delete(f"{url}/os-hosts/{host['id']}")
+    print(f"[blazar] {len(leases)} leases deleted; hosts out of Blazar")
 agg = conn.compute.find_aggregate("freepool")
 if agg is not None:
     for host in agg.hosts or []:
