@@ -5,12 +5,15 @@
 #   bash scripts/loopback/blazar.sh install      # its own venv: $GT_LOOPBACK_DIR/blazar-venv
 #   bash scripts/loopback/blazar.sh start        # db, keystone user + endpoint, config, api + manager
 #   bash scripts/loopback/blazar.sh hosts-add    # the GPU hosts into Blazar (its freepool aggregate)
-#   bash scripts/loopback/blazar.sh stop         # leases and hosts out of Blazar again, then stop it
+#   bash scripts/loopback/blazar.sh cleanup      # every lease deleted, the hosts out of Blazar, freepool gone
+#   bash scripts/loopback/blazar.sh stop         # cleanup, then stop api and manager by their pids
 #
 # Blazar gets a venv of its own: the running services share the loopback's venv,
 # and Blazar's requirements must not move their pins. `hosts-add` changes the
 # shared cloud's aggregates (and adds Blazar's reservation providers in
-# Placement), so the bench calls it as late as it can and `stop` undoes it.
+# Placement), so the bench calls it as late as it can and `cleanup` (the
+# bench's last step, and `stop`'s first) undoes it. Deleting leases takes Blazar's
+# manager about 3 s each (flavor, aggregate, Placement inventory per reservation).
 # blazar-api (under gunicorn) listens on 127.0.0.1:1234, Blazar's default port.
 set -euo pipefail
 # shellcheck source=lib.sh
