@@ -6,7 +6,7 @@
 #   bash scripts/loopback/blazar.sh start        # db, keystone user + endpoint, config, api + manager
 #   bash scripts/loopback/blazar.sh hosts-add    # the GPU hosts into Blazar (its freepool aggregate)
 #   bash scripts/loopback/blazar.sh cleanup      # every lease deleted, the hosts out of Blazar, freepool gone
-#   bash scripts/loopback/blazar.sh stop         # cleanup, then stop api and manager by their pids
+#   bash scripts/loopback/blazar.sh stop         # cleanup, stop api and manager by their pids, endpoint out
 #
 # Blazar gets a venv of its own: the running services share the loopback's venv,
 # and Blazar's requirements must not move their pins. `hosts-add` changes the
@@ -212,6 +212,14 @@ EOF
 stop() {
     cleanup
     stop_group blazar-api blazar-manager
+    # the catalog's `reservation` entry too: nothing answers there now, and gpu-tenancy's own
+    # Blazar-compatible endpoint may be registered under that type
+    "$LB_PY" -c 'import openstack; idn = openstack.connect(cloud="gt-admin").identity
+for svc in idn.services(name="blazar"):
+    for ep in idn.endpoints(service_id=svc.id):
+        idn.delete_endpoint(ep)
+    idn.delete_service(svc)
+print("[blazar] reservation endpoint out of the catalog")'
 }
 
 case "${1:-}" in
