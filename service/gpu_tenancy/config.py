@@ -61,6 +61,7 @@ class Config:
     # an oslo.messaging transport URL (rabbit://user:pass@host:5672/) turns them on; unset, none is written
     notifications_transport_url: str | None = None
     notifications_topic: str = "notifications"
+    notifications_exchange: str = "openstack"     # oslo.messaging's control_exchange, Blazar's too
     notifications_publisher_id: str = "gpu-tenancy.lease"   # Blazar's is blazar.lease
     notifications_backoff_max_seconds: int = 300   # a failed send is retried, doubling from 1 s up to this
     # billing: a price per GPU-hour for each GPU model, giving /v1/usage a rated total; none: no rating

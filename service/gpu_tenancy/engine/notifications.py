@@ -157,7 +157,7 @@ def record_failure(sessions, clock, config, notice_id: int, attempt: int, error:
 
 
 class BusSender:
-    """Sends envelopes with oslo.messaging to `<topic>.info` on the configured transport.
+    """Sends envelopes with oslo.messaging to `<topic>.info` in the configured exchange.
 
     It hands the envelope to the transport itself rather than through oslo.messaging's
     Notifier: the Notifier's drivers log a failed send and return as if it had gone,
@@ -171,7 +171,8 @@ class BusSender:
         conf = cfg.ConfigOpts()
         conf([], project="gpu-tenancy", default_config_files=[], default_config_dirs=[])
         self.transport = oslo_messaging.get_notification_transport(conf, url=config.notifications_transport_url)
-        self.target = oslo_messaging.Target(topic=f"{config.notifications_topic}.info")
+        self.target = oslo_messaging.Target(topic=f"{config.notifications_topic}.info",
+                                            exchange=config.notifications_exchange)
 
     def __call__(self, envelope: dict) -> None:
         # retry=1: a broker that is down fails this attempt soon; the outbox retries it later
