@@ -86,3 +86,38 @@ def test_a_bad_format_or_price_is_refused(client):
     for prices in ({"A100": -1}, {"A100": "2"}, ["A100"], {"A100": float("inf")}, {"A100": True}):
         with pytest.raises(ValueError, match="usage_prices"):
             Config.load(database_url="sqlite://", usage_prices=prices)
+
+
+class FlaskAdapter:
+    """keystoneauth's Adapter, as GpuClient calls it, over the app's test client."""
+
+    def __init__(self, client, who):
+        self.client, self.who = client, who
+
+    def request(self, path, method, json=None, params=None, raise_exc=False, headers=None):
+        import types
+        reply = self.client.open(path, method=method, json=json, query_string=params or {},
+                                 headers={**self.who, **(headers or {})})
+        return types.SimpleNamespace(status_code=reply.status_code, content=reply.get_data(),
+                                     json=reply.get_json, headers=reply.headers, text=reply.get_data(as_text=True))
+
+
+def test_openstack_gpu_usage_lists_the_csv_rows(client, used):
+    """The command's rows are the API's CSV rows (`-f csv` prints them as such)."""
+    import types
+
+    from gpu_tenancy.osc.client import GpuClient
+    from gpu_tenancy.osc.usage import HEADERS, ShowUsage
+
+    app = types.SimpleNamespace(client_manager=types.SimpleNamespace(gpu=GpuClient(FlaskAdapter(client, ADMIN),
+                                                                                      "ml-vision")))
+    command = ShowUsage(app, None)
+    args = command.get_parser("openstack gpu usage").parse_args(
+        ["--start", rfc3339(T0), "--end", rfc3339(T0 + 10 * HOUR)])
+    headers_, rows = command.take_action(args)
+    assert headers_ == HEADERS
+    csv_rows = list(csv.reader(io.StringIO(client.get("/v1/usage" + WINDOW + "&format=csv", headers=ADMIN)
+                                           .get_data(as_text=True))))[1:]
+    assert [[str(c) if c is not None else "" for c in row] for row in rows] == [r[2:] for r in csv_rows]
+    mine = command.get_parser("x").parse_args(["--project", "nlp-lab", "--start", rfc3339(T0)])
+    assert {row[0] for row in command.take_action(mine)[1]} == {"nlp-lab"}
