@@ -242,3 +242,38 @@ def test_kill_9_of_the_engine_loses_no_notification(tmp_path, db_url, step):
     finally:
         runtime.engine.outbox.stop()
         runtime.sessions.kw["bind"].dispose()
+
+
+@pytest.mark.parametrize("step", __import__("gpu_tenancy.engine.crashpoints", fromlist=["STEPS"]).STEPS)
+def test_a_crash_at_each_step_loses_and_repeats_no_notification(client, runtime, cloud, bus, monkeypatch, step):
+    """The engine dies at each step of starting and ending a lease (the transaction in flight
+    rolled back), a fresh one takes over: the lease's notices are each there once, in order."""
+    from gpu_tenancy.engine import lease_flavor, lifecycle as lifecycle_module
+    from gpu_tenancy.engine.lifecycle import Lifecycle
+    from gpu_tenancy.engine.runner import EngineRunner
+
+    class Killed(BaseException):
+        pass
+    crashed = []
+
+    def crash_point(name):
+        if name == step and not crashed:
+            crashed.append(name)
+            raise Killed(name)
+    monkeypatch.setattr(lifecycle_module, "crash_point", crash_point)
+    monkeypatch.setattr(lease_flavor, "crash_point", crash_point)
+    lease = ask(client, shape="a100.x4", instances=2, duration=120, volume={"size_gb": 10})
+    engine = runtime.engine
+    for _ in range(12):
+        try:
+            engine.run_once()
+        except Killed:
+            engine = EngineRunner(Lifecycle(runtime.sessions, cloud, runtime.clock, runtime.config))
+            engine.outbox.bus = bus
+        engine.leading = True
+        engine.outbox.run_once()
+        assert engine.outbox.wait(30)
+        runtime.clock.advance(20)
+    assert crashed == [step]
+    kinds = [k for k in bus.of(lease["id"]) if k != n.BEFORE_END_LEASE]
+    assert kinds == [n.CREATE, n.QUEUED, n.START_LEASE, n.END_LEASE]
