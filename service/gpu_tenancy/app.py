@@ -32,7 +32,7 @@ MAX_BODY = 1024 * 1024
 def create_app(config: Config | None = None, *, clock=None, cloud=None, start_engine: bool | None = None) -> Flask:
     config = config or Config.load()
     clock = clock or SystemClock()
-    sessions = make_sessionmaker(make_engine(config.database_url))
+    sessions = make_sessionmaker(make_engine(config.database_url), bool(config.notifications_transport_url))
     app = Flask("gpu_tenancy")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
     app.json.sort_keys = False  # type: ignore[attr-defined]  # Flask's DefaultJSONProvider has it

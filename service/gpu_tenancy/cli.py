@@ -180,7 +180,8 @@ def run_engine(args) -> int:
 
     config = Config.load(args.config)
     clock = SystemClock()
-    runner = EngineRunner(Lifecycle(make_sessionmaker(make_engine(config.database_url)),
+    runner = EngineRunner(Lifecycle(make_sessionmaker(make_engine(config.database_url),
+                                                      bool(config.notifications_transport_url)),
                                     make_cloud(config, clock), clock, config))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -63,6 +63,16 @@ class Config:
     webhook_backoff_max_seconds: int = 600  # ... up to this
     # networks webhooks may be sent to although not global (loopback, private, ...): see engine/webhook_targets.py
     webhook_allowed_networks: list = field(default_factory=list)
+    # lease notifications on the message bus, with Blazar's event types and payload (engine/notifications.py):
+    # an oslo.messaging transport URL (rabbit://user:pass@host:5672/) turns them on; unset, none is written
+    notifications_transport_url: str | None = None
+    notifications_topic: str = "notifications"
+    notifications_exchange: str = "openstack"     # oslo.messaging's control_exchange, Blazar's too
+    notifications_publisher_id: str = "gpu-tenancy.lease"   # Blazar's is blazar.lease
+    notifications_backoff_max_seconds: int = 300   # a failed send is retried, doubling from 1 s up to this
+    # billing: a price per GPU-hour for each GPU model, giving /v1/usage a rated total; none: no rating
+    usage_prices: dict = field(default_factory=dict)
+    usage_currency: str | None = None
     boot_timeout_seconds: int = 1800
     # GPUs held but idle (README "Idle GPUs"): a GPU under this utilisation is idle; a lease idle
     # this long counts as idle now in the figures; and the operator's rules, each
@@ -196,6 +206,7 @@ class Config:
                 ipaddress.ip_network(net, strict=False)
             except ValueError as exc:   # a typo should not quietly allow nothing
                 raise ValueError(f"webhook_allowed_networks: {exc}") from None
+        check_usage_prices(values.get("usage_prices") or {})
         check_exposure(values)
         return cls(**values)
 
@@ -239,6 +250,16 @@ def check_offers(values: dict) -> None:
     secret = values.get("offer_secret")
     if secret is not None and (not isinstance(secret, str) or len(secret) < 16):
         raise ValueError("offer_secret must be a string of at least 16 characters")
+
+
+def check_usage_prices(prices) -> None:
+    """{GPU model: price per GPU-hour}: a price is a number >= 0 (a typo must not rate usage at nothing)."""
+    if not isinstance(prices, dict):
+        raise ValueError("usage_prices must be a mapping of GPU model to price per GPU-hour")
+    for model, price in prices.items():
+        if (not isinstance(model, str) or isinstance(price, bool) or not isinstance(price, (int, float))
+                or not 0 <= price < float("inf")):
+            raise ValueError(f"usage_prices[{model!r}] must be a price per GPU-hour >= 0")
 
 
 def check_exposure(values: dict) -> None:

@@ -295,8 +295,9 @@ def test_usage_counts_gpu_hours_held_up_to_now(client, engine_tick):
 
 def test_usage_defaults_to_the_last_30_days(client):
     body = ok(client.get("/v1/usage", headers=MEMBER))["usage"]
-    assert body == {"start": rfc3339(T0 - 30 * 86400), "end": rfc3339(T0),
-                    "projects": [{"project_id": "ml-vision", "gpu_models": {}, "budgets": []}]}
+    assert body == {"start": rfc3339(T0 - 30 * 86400), "end": rfc3339(T0), "currency": None, "rated_total": None,
+                    "projects": [{"project_id": "ml-vision", "gpu_models": {}, "rated_total": None, "users": [],
+                                  "budgets": []}]}
     body = ok(client.get(f"/v1/usage?end={rfc3339(T0 - 86400)}", headers=MEMBER))["usage"]
     assert body["start"] == rfc3339(T0 - 31 * 86400)
 

@@ -11,6 +11,7 @@ it before and after each test)."""
 from __future__ import annotations
 
 import base64
+import configparser
 import os
 import time
 
@@ -29,6 +30,8 @@ from gpu_tenancy.config import Config
 from gpu_tenancy.db.session import session_scope
 
 CLOUDS = os.environ.get("GT_LOOPBACK_CLOUDS")
+# the loopback cloud's state dir (scripts/loopback/lib.sh): where its config files are, beside its clouds.yaml
+LOOPBACK_DIR = os.environ.get("GT_LOOPBACK_DIR") or (os.path.dirname(os.path.abspath(CLOUDS)) if CLOUDS else None)
 KEYSTONE = "http://127.0.0.1:5000/v3"
 HOSTS = {"gpu-a100-1": ("A100", 4), "gpu-a100-2": ("A100", 4), "gpu-h100-1": ("H100", 2)}
 SHAPES = [("a100.x1", "A100", 1, "a100"), ("a100.x2", "A100", 2, "a100"), ("a100.x4", "A100", 4, "a100"),
@@ -93,6 +96,16 @@ def image_id(admin):
 
 # the GPU hosts' isolated aggregates require it (scripts/loopback/bootstrap.py isolation)
 ISOLATION_SPECS = {"trait:CUSTOM_GPU_TENANCY": "required"}
+
+
+@pytest.fixture(scope="session")
+def bus_url() -> str:
+    """The loopback cloud's RabbitMQ, as its Nova is configured with it (scripts/loopback/configure.sh)."""
+    parser = configparser.ConfigParser(interpolation=None, strict=False)   # multi-valued options ([pci])
+    path = os.path.join(LOOPBACK_DIR or "", "etc", "nova", "nova.conf")
+    if not parser.read(path) or not parser.get("DEFAULT", "transport_url", fallback=None):
+        pytest.fail(f"no transport_url in {path}: set GT_LOOPBACK_DIR to the loopback cloud's state dir")
+    return parser.get("DEFAULT", "transport_url")
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ from gpu_tenancy.api import (audit, budgets, hosts, images, lease_agent, leases,
 from gpu_tenancy.api.blazar import schemas as blazar_schemas
 from gpu_tenancy.api.capacity import MAX_CALENDAR_SPAN
 from gpu_tenancy.api.response_schemas import LINKS, TIME, closed, free_form, ref
-from gpu_tenancy.api.usage import DEFAULT_SPAN
+from gpu_tenancy.api.usage import CSV_FIELDS, DEFAULT_SPAN, FORMATS
 from gpu_tenancy.engine import gpu_activity, whatif_history
 
 bp = Blueprint("openapi", __name__, url_prefix="/v1")
@@ -120,6 +120,21 @@ def audit_operation() -> dict:
         description="Oldest first. Refused requests change nothing and are not recorded; the engine's own "
                     "lease actions are in each lease's events. With format=csv: a header row, before and "
                     "after as JSON text, and the next page in the Link header.")
+    op["responses"]["200"]["content"]["text/csv"] = {"schema": {"type": "string"}}
+    return op
+
+
+def usage_operation() -> dict:
+    op = operation("GPU-hours per project, user and GPU model, rated with the operator's prices",
+                   "usage:show", 200, wrapped("usage", "Usage"),
+                   params=[*WINDOW, PROJECT_FILTER,
+                           param("format", "query", "json (the default) or csv: a row per project, user "
+                                 "and GPU model (" + ", ".join(CSV_FIELDS) + ")",
+                                 {"type": "string", "enum": list(FORMATS)})],
+                   description=f"Default: the {DEFAULT_SPAN // 86400} days up to now; time after now "
+                               "does not count. Admins see every project unless they name one. A GPU "
+                               "model with a price per GPU-hour (the usage_prices setting) is rated; "
+                               "rated is null where none is set.")
     op["responses"]["200"]["content"]["text/csv"] = {"schema": {"type": "string"}}
     return op
 
@@ -300,10 +315,7 @@ PATHS = {
                                      "at the last replan (at most one engine tick old)."),
     },
     "/v1/usage": {
-        "get": operation("GPU-hours per project and GPU model", "usage:show", 200, wrapped("usage", "Usage"),
-                         params=[*WINDOW, PROJECT_FILTER],
-                         description=f"Default: the {DEFAULT_SPAN // 86400} days up to now; time after now "
-                                     "does not count. Admins see every project unless they name one."),
+        "get": usage_operation(),
     },
     "/v1/volumes": {
         "get": operation("A project's volumes, as the cloud has them", "volume:list", 200,

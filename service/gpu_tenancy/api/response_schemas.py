@@ -53,6 +53,7 @@ TIME = {"type": "string", "format": "date-time"}
 STRING = {"type": "string"}
 INTEGER = {"type": "integer"}
 NUMBER = {"type": "number"}
+RATED = nullable({"type": "number", "description": "GPU-hours times the price per GPU-hour; null where no price is set"})
 BOOLEAN = {"type": "boolean"}
 LINKS = {"type": "array", "items": closed({"rel": STRING, "href": STRING})}
 RETIREMENT = {"created_at": TIME, "retired_at": nullable(TIME), "links": LINKS}
@@ -329,12 +330,22 @@ SCHEMAS = {
         "made_by_lease": nullable({"type": "string", "description": "the lease that made it, if one did"}),
         "lease_id": nullable({"type": "string", "description": "the unfinished lease it is the data volume of"}),
         "free_for_a_lease": {"type": "boolean", "description": "available, and no unfinished lease names it"}}),
-    "Usage": closed({"start": TIME, "end": TIME, "projects": {"type": "array", "items": closed({
+    "Usage": closed({"start": TIME, "end": TIME, "currency": nullable(
+        {"type": "string", "description": "the operator's currency of the prices (usage_currency)"}),
+        "rated_total": RATED, "projects": {"type": "array", "items": closed({
         "project_id": STRING,
-        "gpu_models": {"type": "object", "additionalProperties": closed({"gpu_hours": NUMBER})},
+        "gpu_models": {"type": "object", "additionalProperties": ref("UsageFigures")},
+        "rated_total": RATED,
+        "users": {"type": "array", "items": closed({
+            "user_id": {"type": "string", "description": "who asked for the leases"},
+            "gpu_models": {"type": "object", "additionalProperties": ref("UsageFigures")},
+            "rated_total": RATED})},
         "budgets": {"type": "array", "items": closed({
             "id": STRING, "gpu_model": STRING, "gpu_hours": NUMBER, "period": STRING,
             "current": nullable(ref("BudgetUse"))})}})}}),
+    "UsageFigures": closed({"gpu_hours": NUMBER, "price_per_gpu_hour": nullable(
+        {"type": "number", "description": "the operator's price per GPU-hour of the model (usage_prices)"}),
+        "rated": RATED}),
     "PriorityClass": closed({"name": STRING, **priority_classes.FIELDS["properties"], "updated_at": TIME,
                              "links": LINKS}),
     "BudgetUse": BUDGET_USE,

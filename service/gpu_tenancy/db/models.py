@@ -377,6 +377,23 @@ class WebhookDelivery(Base):
     delivered_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
 
 
+class BusNotice(Base):
+    """The message-bus outbox (engine/notifications.py): a lease notification written in the
+    transaction of the change it tells of, sent to the bus after, in order, retried until sent.
+    Not tied to the lease row: a notice outlives a lease that is removed."""
+    __tablename__ = "bus_notices"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    lease_id: Mapped[str] = mapped_column(String(36), index=True)
+    event_type: Mapped[str] = mapped_column(String(64))
+    payload: Mapped[str] = mapped_column(Text)   # JSON
+    status: Mapped[str] = mapped_column(String(16), index=True)   # pending, sent
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(UTC)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTC)
+    sent_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
+
+
 class DashboardSession(Base):
     """A dashboard login, kept server side: the browser holds only a random id
     (its SHA-256 is the key here) in an httpOnly cookie. The Keystone tokens

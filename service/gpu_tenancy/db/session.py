@@ -38,8 +38,10 @@ def make_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True)
 
 
-def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
-    return sessionmaker(engine, expire_on_commit=False)
+def make_sessionmaker(engine: Engine, bus_notifications: bool = False) -> sessionmaker[Session]:
+    """`bus_notifications`: a lease change writes its message-bus notices (engine/notifications.py);
+    the flag rides on each session, as the engine code that writes them has only the session."""
+    return sessionmaker(engine, expire_on_commit=False, info={"bus_notifications": bus_notifications})
 
 
 @contextlib.contextmanager

@@ -1,5 +1,5 @@
 """A lease's history: every state change goes through record_transition, which
-asks the state machine first."""
+asks the state machine first, and writes the bus notifications it sends."""
 from __future__ import annotations
 
 from sqlalchemy import select
@@ -8,6 +8,7 @@ from sqlalchemy.orm import Session
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import utcnow_naive
 from gpu_tenancy.domain.states import LeaseState, transition
+from gpu_tenancy.engine import notifications
 
 
 def record_transition(session: Session, row: m.Lease, target: LeaseState, now: int, actor: str,
@@ -19,6 +20,7 @@ def record_transition(session: Session, row: m.Lease, target: LeaseState, now: i
     session.add(m.Event(lease=row, at=utcnow_naive(now), actor=actor, kind="transition",
                         from_state=change.from_state.value if change.from_state else None,
                         to_state=target.value, message=why))
+    notifications.on_transition(session, row, change.from_state, target, now)
 
 
 def record_event(session: Session, row: m.Lease, kind: str, message: str, now: int, actor: str) -> None:

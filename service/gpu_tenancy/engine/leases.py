@@ -20,7 +20,7 @@ from gpu_tenancy.domain.states import FINAL, HOLDING, LeaseState
 from gpu_tenancy.domain.budget import Span
 from gpu_tenancy.domain.extension import window_refusal
 from gpu_tenancy.domain.lease_ask import Boot, EndChange, LeaseAsk, VolumeAsk
-from gpu_tenancy.engine import budgets, catalog, early_ends, ledger
+from gpu_tenancy.engine import budgets, catalog, early_ends, ledger, notifications
 from gpu_tenancy.engine.decision_hook import DecisionHook
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.engine.limits import Limits
@@ -256,6 +256,7 @@ def cancel(session: Session, now: int, config: Config, settings: PlannerSettings
     else:
         end_allocations_at(session, row, now)
         record_transition(session, row, S.ENDING, now, actor, "ended early by the user")
+    notifications.enqueue(session, row, notifications.DELETE, now)
     session.flush()
     early_ends.replan_at(session, now, config, settings)
     return row
@@ -330,6 +331,7 @@ def change_end(session: Session, now: int, config: Config, settings: PlannerSett
             hook.ask("extend", hook_view(row, duration=duration), actor)
         row.duration = duration
         record_event(session, row, "change", f"duration set to {spoken_duration(duration)}", now, actor)
+        notifications.enqueue(session, row, notifications.UPDATE, now)
         session.flush()
         early_ends.replan_at(session, now, config, settings)
         return row
@@ -352,6 +354,7 @@ def change_end(session: Session, now: int, config: Config, settings: PlannerSett
         row.warned_at = None  # warn again before the new end
     verb = "extended" if new_end > old_end else "shortened"
     record_event(session, row, "change", f"{verb} to end at {rfc3339(new_end)}", now, actor)
+    notifications.enqueue(session, row, notifications.UPDATE, now)
     session.flush()
     early_ends.replan_at(session, now, config, settings)
     return row

@@ -21,7 +21,7 @@ from gpu_tenancy.domain.planner import PlannerSettings
 from gpu_tenancy.domain.failures import FailureClass, classify_fault, rule
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import (early_ends, gpu_activity, held, host_failure, lease_flavor, networking,
-                                planner_settings, readiness, releasing, retry, webhooks)
+                                notifications, planner_settings, readiness, releasing, retry, webhooks)
 from gpu_tenancy.engine.crashpoints import crash_point
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.engine.leases import end_allocations_at, finished_or_unknown
@@ -267,6 +267,7 @@ class Lifecycle:
                              f"the lease ends at {rfc3339(to_epoch(row.end_at))}; its VMs will be deleted then "
                              "and the data volume kept. Extend it with PATCH if the GPUs are free", now, ACTOR)
                 webhooks.enqueue(session, row, webhooks.ENDING_SOON, webhooks.ending_soon_payload(row, now), now)
+                notifications.enqueue(session, row, notifications.BEFORE_END_LEASE, now)
 
     def begin_end(self, lease_id: str, why: str) -> None:
         now = self.clock.now()

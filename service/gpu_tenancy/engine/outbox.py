@@ -9,7 +9,11 @@ Each POST has a total deadline, `webhook_timeout_seconds` from connecting to the
 answer's status line, not a time-out per read: a receiver that sends a byte every
 few seconds is cut off at the deadline, and the notice is retried with the usual
 backoff. The connection goes to the address the target check passed (pinned), the
-Host header and TLS (SNI, certificate) with the URL's name."""
+Host header and TLS (SNI, certificate) with the URL's name.
+
+The message-bus notices (engine/notifications.py) go out from here too, on a thread
+of their own, one at a time and in order, so a slow broker holds no webhook and a
+slow receiver no notification."""
 from __future__ import annotations
 
 import http.client
@@ -23,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from gpu_tenancy.engine import webhook_targets, webhooks
+from gpu_tenancy.engine import notifications, webhook_targets, webhooks
 from gpu_tenancy.engine.webhook_targets import Target
 
 log = logging.getLogger(__name__)
@@ -34,9 +38,16 @@ class DeadlinePassed(TimeoutError):
 
 
 class Outbox:
-    def __init__(self, sessions, clock, config, leading=lambda: True, send=None):
+    def __init__(self, sessions, clock, config, leading=lambda: True, send=None, bus=None):
         self.sessions, self.clock, self.config, self.leading = sessions, clock, config, leading
         self.send = send or post
+        # the bus sender, made here: oslo.messaging imported in another thread than the one
+        # that made the outbox keeps the process from exiting (its eventlet). It connects on
+        # its first send, so a broker down at start delays nothing.
+        self.bus_on = bus is not None or bool(config.notifications_transport_url)
+        self.bus: notifications.Send | None = bus or (notifications.BusSender(config) if self.bus_on else None)
+        self.bus_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox-bus")
+        self._bus_busy = False
         self.pool = ThreadPoolExecutor(max_workers=config.webhook_workers, thread_name_prefix="outbox")
         self._lock = threading.Condition()
         self._sending: dict[int, tuple[str, str]] = {}   # delivery id -> (project id, target key)
@@ -54,6 +65,7 @@ class Outbox:
         not wait for them)."""
         if not self.leading():
             return 0
+        self._hand_bus()
         per_target = self.config.webhook_workers_per_target
         with self._lock:
             if self._stopped:
@@ -79,6 +91,28 @@ class Outbox:
             handed += 1
         return handed
 
+    def _hand_bus(self) -> None:
+        with self._lock:
+            if not self.bus_on or self._bus_busy or self._stopped:
+                return
+            self._bus_busy = True
+            self.bus_pool.submit(self._send_bus)
+
+    def _send_bus(self) -> None:
+        try:
+            assert self.bus is not None   # bus_on
+            notifications.send_due(self.sessions, self.clock, self.config, self.bus,
+                                   keep_going=lambda: not self._stopped)
+        except Exception:
+            log.exception("bus notifications could not be sent; they are tried again")
+        finally:
+            with self._lock:
+                self._bus_busy = False
+                stopped = self._stopped
+                self._lock.notify_all()
+            if stopped:
+                self._close_bus()
+
     def _targets(self) -> Counter:
         return Counter(key for _project, key in self._sending.values())
 
@@ -95,7 +129,7 @@ class Outbox:
     def wait(self, timeout: float) -> bool:
         """Until no notice is being sent (for tests and a clean stop); False on time-out."""
         with self._lock:
-            return self._lock.wait_for(lambda: not self._sending, timeout)
+            return self._lock.wait_for(lambda: not self._sending and not self._bus_busy, timeout)
 
     def sending(self) -> int:
         with self._lock:
@@ -106,6 +140,19 @@ class Outbox:
         with self._lock:
             self._stopped = True
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.bus_pool.shutdown(wait=False)   # a send handed on runs, and stops after its notice
+        with self._lock:
+            idle = not self._bus_busy
+        if idle:   # else the send under way closes it when it ends
+            self._close_bus()
+
+    def _close_bus(self) -> None:
+        close = getattr(self.bus, "close", None)
+        if close is not None:
+            try:
+                close()
+            except Exception:
+                log.exception("closing the bus transport failed")
 
 
 def target_key(url: str | None) -> str:

@@ -1,4 +1,4 @@
-"""GPU-hours per project and GPU model, from the ledger. An allocation counts
+"""GPU-hours per project (and user) and GPU model, from the ledger. An allocation counts
 for the time it really held GPUs: the engine cuts the allocations of leases
 that end early, and nothing after `now` counts. A running lease moved off a
 host that went down keeps what it used there as spent allocations."""
@@ -33,6 +33,33 @@ def gpu_hours(session: Session, start: int, end: int, now: int,
         seconds.setdefault(project_id, defaultdict(int))
     return {project: {model: round(s / 3600, 4) for model, s in sorted(models.items())}
             for project, models in sorted(seconds.items())}
+
+
+def gpu_hours_by_user(session: Session, start: int, end: int, now: int,
+                      project_id: str | None = None) -> dict[str, dict[str, dict[str, float]]]:
+    """{project: {user: {gpu model: GPU-hours}}} over [start, min(end, now)): the user is the
+    one who asked for the lease. Each figure is rounded as gpu_hours rounds its own."""
+    until = min(end, now)
+    seconds: dict[tuple[str, str, str], int] = defaultdict(int)
+    if until > start:
+        holds = used_between(session, start, until, project_id)
+        owners = lease_users(session, {hold.lease_id for hold in holds})
+        for hold in holds:
+            seconds[hold.project_id, owners.get(hold.lease_id, ""), hold.gpu_model] += \
+                hold.gpus * overlap(hold.start, hold.end, start, until)
+    out: dict[str, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+    for (project, user, model), s in sorted(seconds.items()):
+        out[project][user][model] = round(s / 3600, 4)
+    return {project: dict(users) for project, users in out.items()}
+
+
+def lease_users(session: Session, lease_ids: set[str]) -> dict[str, str]:
+    ids = sorted(lease_ids)
+    found: dict[str, str] = {}
+    for i in range(0, len(ids), 500):   # bounded IN lists
+        rows = session.execute(select(m.Lease.id, m.Lease.user_id).where(m.Lease.id.in_(ids[i:i + 500])))
+        found.update((lease_id, user_id) for lease_id, user_id in rows)
+    return found
 
 
 def used_between(session: Session, start: int, end: int, project_id: str | None = None) -> list[Hold]:

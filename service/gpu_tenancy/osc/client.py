@@ -137,3 +137,8 @@ class GpuClient:
 
     def share(self, gpu_model: str | None = None) -> dict:
         return self.request("GET", "/v1/share", params={"gpu_model": gpu_model} if gpu_model else None)["share"]
+
+    # usage for billing
+    def usage(self, start: str | None = None, end: str | None = None, project_id: str | None = None) -> dict:
+        params = {k: v for k, v in (("start", start), ("end", end), ("project_id", project_id)) if v}
+        return self.request("GET", "/v1/usage", params=params or None)["usage"]
