@@ -124,3 +124,40 @@ def test_every_metric_the_dashboard_queries_is_exported(client, cloud, engine_ti
                 assert {label.strip() for label in clause.split(",")} <= labels, (clause, expr)
             for clause in re.findall(metric + r"\{([^}]*)\}", expr):
                 assert set(re.findall(r"([a-z_]+)\s*=", clause)) <= names[metric], (clause, expr)
+
+
+# Keys Grafana reads that its dashboard model leaves out: `__inputs`, the import form's
+# data source question (read by Grafana's import page, not stored), and a query
+# variable's `definition`, the query as its editor shows it.
+OUTSIDE_THE_MODEL = {"/__inputs", "/templating/list[]/definition"}
+
+
+def unknown_keys(ours, kept, path=""):
+    """The keys of `ours` that Grafana's model dropped when it read the dashboard."""
+    if isinstance(ours, dict):
+        for key, value in ours.items():
+            if not isinstance(kept, dict) or key not in kept:
+                yield f"{path}/{key}"
+            else:
+                yield from unknown_keys(value, kept[key], f"{path}/{key}")
+    elif isinstance(ours, list) and isinstance(kept, list):
+        for a, b in zip(ours, kept):
+            yield from unknown_keys(a, b, f"{path}[]")
+
+
+def as_plain(model) -> dict:
+    return json.loads(json.dumps(model.to_json(), default=lambda o: o.to_json() if hasattr(o, "to_json") else o))
+
+
+def test_grafanas_own_dashboard_model_reads_every_key():
+    """Read by the dashboard model Grafana generates from its schema (grafana-foundation-sdk,
+    Grafana 11.6): a misspelt or misplaced key would be dropped, and is reported."""
+    from grafana_foundation_sdk.models.dashboard import Dashboard
+
+    board = dashboard()
+    kept = as_plain(Dashboard.from_json(board))
+    assert set(unknown_keys(board, kept)) == OUTSIDE_THE_MODEL
+    assert len(kept["panels"]) == len(board["panels"])
+    # the check sees a misplaced key
+    misplaced = {**board, "panles": board["panels"]}
+    assert "/panles" in set(unknown_keys(misplaced, as_plain(Dashboard.from_json(misplaced))))
