@@ -243,12 +243,12 @@ def test_refuse_mode_a_lease_that_lost_the_gpus_after_the_preview_is_cancelled_a
     cancelled, with its audit record)."""
     from gpu_tenancy.api.blazar import leases as blazar_leases
     fill_h100(client)
-    real_preview = blazar_leases.leases.preview
+    real_dry_run = blazar_leases.dry_run
 
-    def stale_preview(session, now, *args):   # the plan as it was before the GPUs were taken
-        request, columns, planned = real_preview(session, now, *args)
-        return request, columns, replace(planned, placement=replace(planned.placement, start=now))
-    monkeypatch.setattr(blazar_leases.leases, "preview", stale_preview)
+    def stale_dry_run(session, now, *args):   # the plan as it was before the GPUs were taken
+        planned = real_dry_run(session, now, *args)
+        return replace(planned, placement=replace(planned.placement, start=now))
+    monkeypatch.setattr(blazar_leases, "dry_run", stale_dry_run)
     assert error(client.post(URL, json=flavor_lease("raced", shape="h100.x1"), headers=MEMBER), 409).startswith(
         "Not enough hosts available")
     assert [row["name"] for row in client.get(URL, headers=MEMBER).get_json()["leases"]] == ["full"]

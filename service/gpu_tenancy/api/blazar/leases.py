@@ -17,9 +17,10 @@ from gpu_tenancy.api import leases as native, runtime as rt
 from gpu_tenancy.api.blazar import asks, errors, view
 from gpu_tenancy.api.lease_view import render as render_native
 from gpu_tenancy.db import models as m
+from gpu_tenancy.domain.model import PlannedLease
 from gpu_tenancy.domain.lease_ask import LeaseAsk
 from gpu_tenancy.domain.states import FINAL, LeaseState
-from gpu_tenancy.engine import leases, new_lease
+from gpu_tenancy.engine import leases, ledger, new_lease
 from gpu_tenancy.engine.decision_hook import DecisionHook
 from gpu_tenancy.errors import BadRequest, Conflict, NotFound
 
@@ -71,15 +72,15 @@ def create():
     refuse = cfg.blazar_when_queued == "refuse"
     if refuse:   # no lease is made when the plan already says it would wait
         with rt.transaction() as session:
-            _, _, planned = leases.preview(session, rt.now(), rt.planner_settings(), rt.limits(), caller,
-                                           asked.ask)
+            planned = dry_run(session, rt.now(), caller, asked.ask)
         if planned.placement is None or planned.placement.start > start_of(asked, rt.now()):
             raise Conflict(not_enough(asked.ask), codes.NOT_ENOUGH_CAPACITY)
     network = new_lease.check_with_cloud(rt.runtime().cloud_driver, caller, asked.ask, bool(cfg.readiness_url))
     made = new_lease.make_and_plan(
         rt.transaction, rt.now, cfg, rt.planner_settings(), rt.limits(), caller, asked.ask, network,
         DecisionHook.from_config(cfg), render_native,
-        lambda session, row, rendered: rt.audit(session, "lease.create", row.id, row.project_id, None, rendered))
+        lambda session, row, rendered: rt.audit(session, "lease.create", row.id, row.project_id, None, rendered),
+        rt.runtime().fits)
     if refuse and made.rendered["status"] in (LeaseState.REQUESTED.value, LeaseState.QUEUED.value):
         # another request took the GPUs between the preview and the plan: undo, as Blazar refuses
         native.end_lease(made.row.id)
@@ -87,6 +88,12 @@ def create():
     rt.runtime().wake_engine()
     with rt.transaction() as session:
         return {"lease": view.render_one(session, session.get_one(m.Lease, made.row.id))}, 201
+
+
+def dry_run(session, now: int, caller, ask) -> PlannedLease:
+    """Where the plan would put the lease now (nothing made)."""
+    request, _ = leases.build_request(session, now, rt.limits(), caller, ask, "dry-run")
+    return ledger.dry_run(session, now, rt.planner_settings(), request)
 
 
 def start_of(asked: asks.Asked, now: int) -> int:
