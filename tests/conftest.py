@@ -44,6 +44,33 @@ def migrated(tmp_path_factory):
         yield str(path)
 
 
+@pytest.hookimpl(tryfirst=True)   # before pytest-xdist's own hook reads the xdist_group marks
+def pytest_collection_modifyitems(config, items):
+    """Mark `db` every test whose fixtures reach `migrated`, the one way to the test
+    database (it creates the PostgreSQL one). On PostgreSQL only those run (and any
+    marked `postgres`): the others open no database, so they ran in full on SQLite
+    and would repeat the same proof here. A new test that uses the database is
+    therefore in the PostgreSQL run by default, never dropped by a list.
+
+    Under pytest-xdist (scripts/run-tests: -n 2 --dist loadgroup) each module is one
+    group, so its module-scoped fixtures are set up once, on one worker; the browser
+    tests are one group (one Chromium, one artifacts folder)."""
+    for item in items:
+        if "migrated" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.db)
+        path = str(item.fspath).replace(os.sep, "/")
+        group = "browser" if "/tests/browser/" in path else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+    if not PG_URL:
+        return
+    keep, drop = [], []
+    for item in items:
+        (keep if item.get_closest_marker("db") or item.get_closest_marker("postgres") else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 def empty_database(migrated: str, directory, name: str = "test") -> str:
     """A database with the schema and nothing else: SQLite, a copy of the template in
     `directory`; PostgreSQL, the test database emptied."""

@@ -1,6 +1,7 @@
 """Ports for the processes tests start on 127.0.0.1."""
 from __future__ import annotations
 
+import os
 import socket
 
 
@@ -11,7 +12,11 @@ def free_port(ports: range | None = None) -> int:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             return s.getsockname()[1]
-    for port in ports:
+    # Under pytest-xdist each worker takes its own ports of a range (port % workers), so
+    # two workers never find the same one free at once and both start on it.
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:])
+    for port in (p for p in ports if p % workers == worker):
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
