@@ -44,23 +44,15 @@ def migrated(tmp_path_factory):
         yield str(path)
 
 
-@pytest.hookimpl(tryfirst=True)   # before pytest-xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     """Mark `db` every test whose fixtures reach `migrated`, the one way to the test
     database (it creates the PostgreSQL one). On PostgreSQL only those run (and any
     marked `postgres`): the others open no database, so they ran in full on SQLite
     and would repeat the same proof here. A new test that uses the database is
-    therefore in the PostgreSQL run by default, never dropped by a list.
-
-    Under pytest-xdist (scripts/run-tests: -n 2 --dist loadgroup) each module is one
-    group, so its module-scoped fixtures are set up once, on one worker; the browser
-    tests are one group (one Chromium, one artifacts folder)."""
+    therefore in the PostgreSQL run by default, never dropped by a list."""
     for item in items:
         if "migrated" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.db)
-        path = str(item.fspath).replace(os.sep, "/")
-        group = "browser" if "/tests/browser/" in path else item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(group))
     if not PG_URL:
         return
     keep, drop = [], []
@@ -69,6 +61,23 @@ def pytest_collection_modifyitems(config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+@pytest.hookimpl(optionalhook=True)   # pytest-xdist's hook: absent without it
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist (scripts/run-tests: -n 2), a module is one unit of work: its
+    module-scoped fixtures are set up once and its tests run in order, on one worker;
+    the browser tests are one unit (one Chromium, one artifacts folder, the ports of
+    one worker). xdist's own loadgroup cannot say this here: it renames the items,
+    which this pytest no longer lets a plugin do."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "tests/browser/" if "tests/browser/" in module else module
+
+    return ByModule(config, log)
 
 
 def empty_database(migrated: str, directory, name: str = "test") -> str:
