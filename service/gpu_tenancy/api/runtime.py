@@ -54,7 +54,7 @@ class Runtime:
         if self.engine is not None:
             self.engine.wake()
 
-    def cloud_driver(self):
+    def cloud_driver(self) -> Any:
         """The engine's driver, or (API-only worker) one of this process's own, made once."""
         if self.cloud is None and self.make_cloud is not None:
             self.cloud = self.make_cloud()

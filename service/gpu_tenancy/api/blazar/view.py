@@ -57,7 +57,8 @@ def render(row: m.Lease, shape: m.Shape | None) -> dict:
     }
 
 
-def render_reservation(row: m.Lease, shape: m.Shape | None, shown: BlazarStatus, created, updated) -> dict:
+def render_reservation(row: m.Lease, shape: m.Shape | None, shown: BlazarStatus, created: str | None,
+                       updated: str | None) -> dict:
     return {
         "id": reservation_id(row.id),
         "lease_id": row.id,
@@ -82,7 +83,8 @@ def render_reservation(row: m.Lease, shape: m.Shape | None, shown: BlazarStatus,
     }
 
 
-def render_event(row: m.Lease, kind: str, at: int, shown: BlazarStatus, created, updated) -> dict:
+def render_event(row: m.Lease, kind: str, at: int, shown: BlazarStatus, created: str | None,
+                 updated: str | None) -> dict:
     return {"id": event_id(row.id, kind), "lease_id": row.id, "event_type": kind, "time": blazar.date(at),
             "status": shown.event(kind), "created_at": created, "updated_at": updated}
 
