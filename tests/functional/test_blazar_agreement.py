@@ -9,9 +9,11 @@ import json
 from datetime import datetime, timedelta
 
 import pytest
+from jsonschema import Draft202012Validator
 from sqlalchemy import select
 
 from gpu_tenancy.api.blazar import view
+from gpu_tenancy.api.blazar.schemas import SCHEMAS
 from gpu_tenancy.config import Config
 from gpu_tenancy.db import models as m
 from gpu_tenancy.domain import blazar
@@ -54,6 +56,7 @@ def test_the_api_and_the_notice_agree_on_a_lease_in_every_state(state, committed
         assert state is LeaseState.CANCELLED and notice["status"] == "TERMINATED"   # its lease.delete
         return
     answer = view.render(row, None)
+    Draft202012Validator(SCHEMAS["BlazarLease"]).validate(answer)   # the OpenAPI document says what it shows
     assert agreed_part(answer) == agreed_part(notice)
     assert answer["created_at"] == "2026-12-01T08:00:00.123456"
     assert answer["start_date"] == ("2026-12-01T11:00:00.000000" if committed else "2026-12-01T10:00:00.000000")
