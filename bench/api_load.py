@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import os
 import random
 import shutil
@@ -40,6 +41,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -166,6 +168,31 @@ def start_gunicorn(app: str, port: int, env: dict, workers: int, log: str,
     raise SystemExit(f"gunicorn {app} did not answer; see {log}")
 
 
+@contextlib.contextmanager
+def gunicorns(workdir: str) -> Iterator[list[subprocess.Popen]]:
+    """A list to put the started gunicorns in: each is stopped at the end, however the run
+    ends; when it fails, their logs are kept in `workdir` (and said where)."""
+    procs: list[subprocess.Popen] = []
+    try:
+        yield procs
+    except BaseException:
+        print(f"the gunicorn logs are kept in {workdir}", file=sys.stderr)
+        raise
+    finally:
+        for p in procs:
+            stop(p)
+
+
+def identity(projects: list[str], k: int) -> dict:
+    """Client k's headers (noauth2): the projects in turn."""
+    return {"X-Project-Id": projects[k % len(projects)], "X-User-Id": f"u{k}", "X-Roles": "member"}
+
+
+def ask(rng: random.Random, k: int, i: int) -> dict:
+    """Client k's i-th lease: a random shape for 1 to 24 hours (the bare app takes the same body)."""
+    return {"name": f"bench-{k}-{i}", "shape": rng.choice(SHAPES), "duration": rng.randint(1, 24) * 3600}
+
+
 def stop(proc: subprocess.Popen) -> None:
     proc.send_signal(signal.SIGTERM)
     try:
@@ -265,63 +292,52 @@ def waiting_main(a, ports: list[int], projects: list[str], workdir: str) -> int:
     if a.against:
         codes.insert(0, (f"{a.against}", export_ref(a.against, workdir)))
     rows = []
-    with ThrowawayPostgres(ports[0], a.pg_bin) as pg:
-        procs: list[subprocess.Popen] = []
-        try:
-            db = create_engine(pg.url, isolation_level="AUTOCOMMIT")
-            with db.connect() as conn:
-                conn.execute(text(BARE_SCHEMA))
-            bare = start_gunicorn("bare_app:application", ports[2], {"BENCH_BARE_DB": pg.url}, a.workers,
-                                  os.path.join(workdir, "bare.log"))
-            procs.append(bare)
+    with ThrowawayPostgres(ports[0], a.pg_bin) as pg, gunicorns(workdir) as procs:
+        db = create_engine(pg.url, isolation_level="AUTOCOMMIT")
+        with db.connect() as conn:
+            conn.execute(text(BARE_SCHEMA))
+        bare = start_gunicorn("bare_app:application", ports[2], {"BENCH_BARE_DB": pg.url}, a.workers,
+                              os.path.join(workdir, "bare.log"))
+        procs.append(bare)
 
-            def headers(k):
-                return {"X-Project-Id": projects[k % len(projects)], "X-User-Id": f"u{k}", "X-Roles": "member"}
+        def headers(k):
+            return identity(projects, k)
 
-            def bare_insert(session, rng, k, i):
-                return session.post(f"http://127.0.0.1:{ports[2]}/bare", headers=headers(k), json={
-                    "name": f"bench-{k}-{i}", "shape": rng.choice(SHAPES), "duration": rng.randint(1, 24) * 3600})
+        def bare_insert(session, rng, k, i):
+            return session.post(f"http://127.0.0.1:{ports[2]}/bare", headers=headers(k), json=ask(rng, k, i))
 
-            r = hammer(bare_insert, a.seconds, a.clients)
-            rows.append(("bare INSERT", "", "", r, None))
-            print(f"  bare INSERT: {r['rps']:.1f} req/s, p99 {1000 * r['p99']:.0f} ms", flush=True)
-            for n in [int(x) for x in a.waiting.split(",")]:
-                for label, code in codes:
-                    name = f"db_{label.replace('-', '_').replace('/', '_')}_{n}".lower()
-                    with db.connect() as conn:
-                        conn.execute(text(f"CREATE DATABASE {name}"))
-                    url = pg.url.rsplit("/", 1)[0] + "/" + name
-                    phase_dir = os.path.join(workdir, name)
-                    os.makedirs(os.path.join(phase_dir, "metrics"))
-                    config_file, figures = prepare_waiting(code, url, phase_dir, a, projects, n)
-                    svc = start_gunicorn("gpu_tenancy.wsgi:application", ports[1],
-                                         {"GPU_TENANCY_CONFIG": config_file, "PYTHONPATH": code,
-                                          "PROMETHEUS_MULTIPROC_DIR": os.path.join(phase_dir, "metrics")},
-                                         a.workers, os.path.join(phase_dir, "service.log"))
-                    procs.append(svc)
+        r = hammer(bare_insert, a.seconds, a.clients)
+        rows.append(("bare INSERT", "", "", r, None))
+        print(f"  bare INSERT: {r['rps']:.1f} req/s, p99 {1000 * r['p99']:.0f} ms", flush=True)
+        for n in [int(x) for x in a.waiting.split(",")]:
+            for label, code in codes:
+                name = f"db_{label.replace('-', '_').replace('/', '_')}_{n}".lower()
+                with db.connect() as conn:
+                    conn.execute(text(f"CREATE DATABASE {name}"))
+                url = pg.url.rsplit("/", 1)[0] + "/" + name
+                phase_dir = os.path.join(workdir, name)
+                os.makedirs(os.path.join(phase_dir, "metrics"))
+                config_file, figures = prepare_waiting(code, url, phase_dir, a, projects, n)
+                svc = start_gunicorn("gpu_tenancy.wsgi:application", ports[1],
+                                     {"GPU_TENANCY_CONFIG": config_file, "PYTHONPATH": code,
+                                      "PROMETHEUS_MULTIPROC_DIR": os.path.join(phase_dir, "metrics")},
+                                     a.workers, os.path.join(phase_dir, "service.log"))
+                procs.append(svc)
 
-                    def lease_create(session, rng, k, i):
-                        return session.post(f"http://127.0.0.1:{ports[1]}/v1/leases", headers=headers(k), json={
-                            "name": f"bench-{k}-{i}", "shape": rng.choice(SHAPES),
-                            "duration": rng.randint(1, 24) * 3600})
+                def lease_create(session, rng, k, i):
+                    return session.post(f"http://127.0.0.1:{ports[1]}/v1/leases", headers=headers(k), json=ask(rng, k, i))
 
-                    # the bare INSERT again just before: the machine's load moves between phases
-                    b = hammer(bare_insert, a.seconds, a.clients)
-                    r = hammer(lease_create, a.seconds, a.clients)
-                    stop(svc)
-                    procs.remove(svc)
-                    outcomes = create_outcomes(os.path.join(phase_dir, "metrics"))
-                    rows.append((label, n, b, r, outcomes))
-                    print(f"  {label}, {n} waiting (set up: {figures['by_status']}, replan {figures['replan_s']:.1f} s): "
-                          f"{r['rps']:.1f} req/s, p50 {1000 * r['p50']:.0f} ms, p99 {1000 * r['p99']:.0f} ms, "
-                          f"{r['ok']} ok, {r['bad']} failed {r['first_bad']}; {outcomes}; bare INSERT just before {b['rps']:.1f} req/s", flush=True)
-            db.dispose()
-        except BaseException:
-            print(f"the gunicorn logs are kept in {workdir}", file=sys.stderr)
-            raise
-        finally:
-            for p in procs:
-                stop(p)
+                # the bare INSERT again just before: the machine's load moves between phases
+                b = hammer(bare_insert, a.seconds, a.clients)
+                r = hammer(lease_create, a.seconds, a.clients)
+                stop(svc)
+                procs.remove(svc)
+                outcomes = create_outcomes(os.path.join(phase_dir, "metrics"))
+                rows.append((label, n, b, r, outcomes))
+                print(f"  {label}, {n} waiting (set up: {figures['by_status']}, replan {figures['replan_s']:.1f} s): "
+                      f"{r['rps']:.1f} req/s, p50 {1000 * r['p50']:.0f} ms, p99 {1000 * r['p99']:.0f} ms, "
+                      f"{r['ok']} ok, {r['bad']} failed {r['first_bad']}; {outcomes}; bare INSERT just before {b['rps']:.1f} req/s", flush=True)
+        db.dispose()
     shutil.rmtree(workdir, ignore_errors=True)
     print()
     print("| code | waiting | POST /v1/leases req/s | p50 | p99 | bare INSERT just before, req/s | ÷ bare "
@@ -361,75 +377,65 @@ def main(argv=None) -> int:
           flush=True)
     if a.waiting:
         return waiting_main(a, ports, projects, workdir)
-    procs = []
-    with ThrowawayPostgres(ports[0], a.pg_bin) as pg:
-        try:
-            config_file = prepare_service_db(pg.url, workdir, a.hosts, projects)
-            db = create_engine(pg.url)
-            with db.begin() as conn:
-                conn.execute(text(BARE_SCHEMA))
-            svc = f"http://127.0.0.1:{ports[1]}"
-            bare = f"http://127.0.0.1:{ports[2]}"
-            metrics_dir = os.path.join(workdir, "metrics")   # the workers' counters, added up below
-            os.makedirs(metrics_dir)
-            procs.append(start_gunicorn("gpu_tenancy.wsgi:application", ports[1],
-                                        {"GPU_TENANCY_CONFIG": config_file, "PROMETHEUS_MULTIPROC_DIR": metrics_dir},
-                                        a.workers,
-                                        os.path.join(workdir, "service.log")))
-            procs.append(start_gunicorn("bare_app:application", ports[2], {"BENCH_BARE_DB": pg.url}, a.workers,
-                                        os.path.join(workdir, "bare.log")))
+    with ThrowawayPostgres(ports[0], a.pg_bin) as pg, gunicorns(workdir) as procs:
+        config_file = prepare_service_db(pg.url, workdir, a.hosts, projects)
+        db = create_engine(pg.url)
+        with db.begin() as conn:
+            conn.execute(text(BARE_SCHEMA))
+        svc = f"http://127.0.0.1:{ports[1]}"
+        bare = f"http://127.0.0.1:{ports[2]}"
+        metrics_dir = os.path.join(workdir, "metrics")   # the workers' counters, added up below
+        os.makedirs(metrics_dir)
+        procs.append(start_gunicorn("gpu_tenancy.wsgi:application", ports[1],
+                                    {"GPU_TENANCY_CONFIG": config_file, "PROMETHEUS_MULTIPROC_DIR": metrics_dir},
+                                    a.workers,
+                                    os.path.join(workdir, "service.log")))
+        procs.append(start_gunicorn("bare_app:application", ports[2], {"BENCH_BARE_DB": pg.url}, a.workers,
+                                    os.path.join(workdir, "bare.log")))
 
-            def headers(k):
-                return {"X-Project-Id": projects[k % len(projects)], "X-User-Id": f"u{k}", "X-Roles": "member"}
+        def headers(k):
+            return identity(projects, k)
 
-            def lease_create(session, rng, k, i):
-                return session.post(f"{svc}/v1/leases", headers=headers(k), json={
-                    "name": f"bench-{k}-{i}", "shape": rng.choice(SHAPES), "duration": rng.randint(1, 24) * 3600})
+        def lease_create(session, rng, k, i):
+            return session.post(f"{svc}/v1/leases", headers=headers(k), json=ask(rng, k, i))
 
-            def bare_insert(session, rng, k, i):
-                return session.post(f"{bare}/bare", headers=headers(k), json={
-                    "name": f"bench-{k}-{i}", "shape": rng.choice(SHAPES), "duration": rng.randint(1, 24) * 3600})
+        def bare_insert(session, rng, k, i):
+            return session.post(f"{bare}/bare", headers=headers(k), json=ask(rng, k, i))
 
-            def lease_list(session, rng, k, i):
-                return session.get(f"{svc}/v1/leases", params={"limit": a.page}, headers=headers(k))
+        def lease_list(session, rng, k, i):
+            return session.get(f"{svc}/v1/leases", params={"limit": a.page}, headers=headers(k))
 
-            def bare_list(session, rng, k, i):
-                return session.get(f"{bare}/bare", params={"limit": a.page}, headers=headers(k))
+        def bare_list(session, rng, k, i):
+            return session.get(f"{bare}/bare", params={"limit": a.page}, headers=headers(k))
 
-            def fill_pages():
-                """Untimed, before the list phases: every project gets a full page of leases, as
-                the bare SELECT reads a full page (the create phase leaves fewer per project)."""
-                session, rng = requests.Session(), random.Random(0)
-                for k in range(len(projects)):
-                    have = len(lease_list(session, rng, k, 0).json()["leases"])
-                    for i in range(have, a.page):
-                        made = lease_create(session, rng, k, 10**6 + i)
-                        if made.status_code != 201:
-                            raise SystemExit(f"filling the pages: {made.status_code} {made.text[:200]}")
+        def fill_pages():
+            """Untimed, before the list phases: every project gets a full page of leases, as
+            the bare SELECT reads a full page (the create phase leaves fewer per project)."""
+            session, rng = requests.Session(), random.Random(0)
+            for k in range(len(projects)):
+                have = len(lease_list(session, rng, k, 0).json()["leases"])
+                for i in range(have, a.page):
+                    made = lease_create(session, rng, k, 10**6 + i)
+                    if made.status_code != 201:
+                        raise SystemExit(f"filling the pages: {made.status_code} {made.text[:200]}")
 
-            from gpu_tenancy.db import models as m
-            rows = []
-            for label, fn in (("bare INSERT (POST /bare)", bare_insert),
-                              ("POST /v1/leases", lease_create),
-                              (f"bare SELECT page of {a.page} (GET /bare)", bare_list),
-                              (f"GET /v1/leases?limit={a.page}", lease_list)):
-                if fn is lease_list:   # what the create phase did, then the pages filled
-                    replans = create_replans(metrics_dir)
-                    with db.connect() as conn:
-                        by_status = dict(conn.execute(select(m.Lease.status, func.count())
-                                                      .group_by(m.Lease.status)).all())
-                    fill_pages()
-                r = hammer(fn, a.seconds, a.clients)
-                rows.append((label, r))
-                print(f"  {label}: {r['rps']:.1f} req/s, p50 {1000 * r['p50']:.0f} ms, p99 {1000 * r['p99']:.0f} ms, "
-                      f"{r['ok']} ok, {r['bad']} failed {r['first_bad']}", flush=True)
-            db.dispose()
-        except BaseException:
-            print(f"the gunicorn logs are kept in {workdir}", file=sys.stderr)
-            raise
-        finally:
-            for p in procs:
-                stop(p)
+        from gpu_tenancy.db import models as m
+        rows = []
+        for label, fn in (("bare INSERT (POST /bare)", bare_insert),
+                          ("POST /v1/leases", lease_create),
+                          (f"bare SELECT page of {a.page} (GET /bare)", bare_list),
+                          (f"GET /v1/leases?limit={a.page}", lease_list)):
+            if fn is lease_list:   # what the create phase did, then the pages filled
+                replans = create_replans(metrics_dir)
+                with db.connect() as conn:
+                    by_status = dict(conn.execute(select(m.Lease.status, func.count())
+                                                  .group_by(m.Lease.status)).all())
+                fill_pages()
+            r = hammer(fn, a.seconds, a.clients)
+            rows.append((label, r))
+            print(f"  {label}: {r['rps']:.1f} req/s, p50 {1000 * r['p50']:.0f} ms, p99 {1000 * r['p99']:.0f} ms, "
+                  f"{r['ok']} ok, {r['bad']} failed {r['first_bad']}", flush=True)
+        db.dispose()
     shutil.rmtree(workdir, ignore_errors=True)   # kept above only when the run failed
     print()
     print("| endpoint | req/s | p50 | p99 | ÷ bare req/s |")

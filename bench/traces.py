@@ -10,34 +10,16 @@ from __future__ import annotations
 import csv
 import math
 import os
-from dataclasses import dataclass
 from datetime import datetime, timezone
+
+from gpu_tenancy.whatif.history import Lease
 
 HOST_GPUS = 8
 
 
-@dataclass(frozen=True)
-class Job:
-    jid: str
-    tenant: str
-    arrival: int
-    runtime: int          # real run time, seconds (>= 1)
-    gpus_per_vm: int
-    vms: int
-    asked: int = 0        # requested duration (0: = runtime, the exact/oracle case)
-
-    @property
-    def gpus(self) -> int:
-        return self.gpus_per_vm * self.vms
-
-    @property
-    def duration(self) -> int:
-        """What the lease asks for: the run time, or the over-asked estimate."""
-        return self.asked or self.runtime
-
-    @property
-    def gpu_time(self) -> int:
-        return self.gpus * self.runtime
+# A job is the what-if's lease (its fields first: the rest default to one GPU model,
+# no priority, a start on arrival), so the bench and the what-if replay one kind of thing.
+Job = Lease
 
 
 def shape(gpus: int, host_gpus: int = HOST_GPUS) -> tuple[int, int]:

@@ -81,6 +81,9 @@ class Config:
     idle_utilization_percent: float = 5.0
     idle_minutes: int = 30
     idle_rules: list = field(default_factory=list)
+    # how long the agents' hourly GPU-use figures are kept (engine/housekeeping.py prunes older ones;
+    # /metrics' all-time counters keep counting them)
+    gpu_use_retention_days: int = 400
     # the least time planned between a lease's end and the next use of its GPUs (the cloud's
     # delete-to-release time); the engine measures the cloud's own and plans with more if it is slower
     release_allowance_seconds: int = 0
@@ -151,6 +154,9 @@ class Config:
         self.idle_rule_set = idle_rules(self.idle_rules)
         if not 0 < self.idle_utilization_percent <= 100 or not 1 <= self.idle_minutes <= 10080:
             raise ValueError("idle_utilization_percent must be in (0, 100] and idle_minutes from 1 to 10080")
+        if isinstance(self.gpu_use_retention_days, bool) or not isinstance(self.gpu_use_retention_days, int) \
+                or not 1 <= self.gpu_use_retention_days <= 36500:
+            raise ValueError("gpu_use_retention_days must be a whole number of days from 1 to 36500")
 
     @classmethod
     def load(cls, path: str | None = None, **overrides) -> "Config":

@@ -104,10 +104,9 @@ def time_field(where: str, text: str, code: str = codes.BAD_TIME) -> int:
         raise BadRequest(f"{where}: {exc}", code) from None
 
 
-# Blazar's request times: UTC without a zone, to the minute ("2026-12-24 18:00"), or "now";
-# and the form its answers give them in (oslo's PERFECT_TIME_FORMAT, which blazarclient parses back)
+# Blazar's request times: UTC without a zone, to the minute ("2026-12-24 18:00"), or "now"
+# (the form its answers and notices give them in is domain/blazar.py's)
 BLAZAR_ASKED = "%Y-%m-%d %H:%M"
-BLAZAR_SHOWN = "%Y-%m-%dT%H:%M:%S.%f"
 
 
 def blazar_time_field(where: str, text: object, code: str = codes.BAD_TIME) -> int:
@@ -121,17 +120,6 @@ def blazar_time_field(where: str, text: object, code: str = codes.BAD_TIME) -> i
         shown = str(text)[:64] if isinstance(text, (str, int, float)) else type(text).__name__
         raise BadRequest(f"{shown} is an invalid date. Required format: {BLAZAR_ASKED}", code)
     return int(parsed.replace(tzinfo=timezone.utc).timestamp())
-
-
-def blazar_stamp(value: datetime | int | None) -> str | None:
-    """A stored time (naive UTC) or epoch seconds as Blazar's answers write it."""
-    if value is None:
-        return None
-    if isinstance(value, int):
-        value = datetime.fromtimestamp(value, tz=timezone.utc)
-    if value.tzinfo is not None:
-        value = value.astimezone(timezone.utc).replace(tzinfo=None)
-    return value.strftime(BLAZAR_SHOWN)
 
 
 def duration_field(where: str, value: str | int) -> int:

@@ -5,11 +5,13 @@ signed (changed: 400), short-lived (409), re-checked under the ledger lock (409,
 made), and one made for a waiting lease replaces it."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
+from gpu_tenancy.app import create_app
 from gpu_tenancy.cloud.simulated import SimulatedCloud
 from gpu_tenancy.config import DEMO_CLOUD, Config
 from gpu_tenancy.db import models as m
@@ -138,3 +140,23 @@ def test_a_lease_that_waits_is_answered_with_offers_that_replace_it(client, full
 
 def test_a_lease_that_starts_as_asked_has_no_offers(client):
     assert preview(client)["offers"] == []
+
+
+def test_an_offer_made_by_one_worker_is_taken_by_another_on_the_same_database(client, full, config, clock, cloud):
+    """No offer_secret nor dashboard_token_keys: the workers share the key through the
+    database (one made it, the others read it), not one each."""
+    assert not (config.offer_secret or config.dashboard_token_keys)
+    other_worker = create_app(replace(config, run_engine=False), clock=clock, cloud=cloud, start_engine=False)
+    try:
+        assert other_worker.extensions["gpu_tenancy"].offers.key == client.application.extensions[
+            "gpu_tenancy"].offers.key
+        offer = preview(client)["offers"][0]
+        reply = other_worker.test_client().post("/v1/leases", json={**ASK, "accept_offer": offer["id"]},
+                                                headers=headers())
+        assert reply.status_code == 201, reply.get_json()
+        assert reply.get_json()["lease"]["shape"] == "h100.x2"
+        forged = other_worker.test_client().post("/v1/leases", json={**ASK, "accept_offer": offer["id"][:-2] + "xx"},
+                                                 headers=headers())
+        assert forged.status_code == 400, forged.get_json()
+    finally:
+        other_worker.extensions["gpu_tenancy"].sessions.kw["bind"].dispose()

@@ -1,4 +1,4 @@
-"""timeutil's readers and writers of Blazar's times: a time written as Blazar's answers
+"""Blazar's times, read (timeutil) and written (domain/blazar.py): a time written as Blazar's answers
 write it reads back (as blazarclient reads it) to the same instant, and a minute asked
 is that minute; what is not a time is a 400 in Blazar's words."""
 from __future__ import annotations
@@ -9,7 +9,8 @@ from datetime import datetime, timezone
 import pytest
 
 from gpu_tenancy.errors import BadRequest
-from gpu_tenancy.timeutil import LATEST, BLAZAR_ASKED, BLAZAR_SHOWN, blazar_stamp, blazar_time_field
+from gpu_tenancy.domain.blazar import SHOWN as BLAZAR_SHOWN, date as blazar_stamp
+from gpu_tenancy.timeutil import LATEST, BLAZAR_ASKED, blazar_time_field
 
 
 def test_asked_minutes_read_to_epoch_and_show_back_seeded():

@@ -2,12 +2,17 @@
 after; for admins, as JSON or as CSV for export."""
 from __future__ import annotations
 
+from typing import Any
+
+from sqlalchemy.orm import Session
+
 import csv
 import io
 import json
 import re
 
 from flask import Blueprint, Response, request, url_for
+from flask.typing import ResponseReturnValue
 
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.api.validation import check_identifier, query_int, query_time
@@ -38,7 +43,7 @@ def render(row: m.AuditRecord) -> dict:
 
 
 @bp.get("")
-def index():
+def index() -> ResponseReturnValue:
     rt.authorize("audit:list")
     form = request.args.get("format", "json")
     if form not in FORMATS:
@@ -58,7 +63,7 @@ def index():
         records = [render(r) for r in rows[:limit]]
     next_href = None
     if len(rows) > limit:
-        args = {k: v for k, v in request.args.to_dict(flat=False).items() if k != "marker"}
+        args: dict[str, Any] = {k: v for k, v in request.args.to_dict(flat=False).items() if k != "marker"}
         next_href = url_for("audit.index", marker=records[-1]["id"], _external=True, **args)
     if form == "csv":
         return as_csv(records, next_href)
@@ -68,7 +73,7 @@ def index():
     return body
 
 
-def marker_id(session) -> int | None:
+def marker_id(session: Session) -> int | None:
     marker = request.args.get("marker")
     if marker is None:
         return None

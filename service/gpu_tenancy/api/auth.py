@@ -4,6 +4,12 @@ X-Identity-Status headers; the app refuses unconfirmed identities itself, so
 every 401 is in the API's own error form."""
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+
 # Keystone's default implied roles: admin implies member, member implies reader.
 IMPLIED = {"admin": ("member", "reader"), "member": ("reader",)}
 
@@ -23,10 +29,10 @@ class NoAuth2:
     A client that can send only a token (python-blazarclient with auth type admin_token)
     gives the same identity as the token "<project>:<user>[:<role>,<role>...]"."""
 
-    def __init__(self, app):
+    def __init__(self, app: WSGIApplication) -> None:
         self.app = app
 
-    def __call__(self, environ, start_response):
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         token = environ.get("HTTP_X_AUTH_TOKEN", "")
         if not environ.get("HTTP_X_PROJECT_ID") and token.count(":") in (1, 2):
             project, user, *roles = token.split(":")
@@ -43,7 +49,7 @@ class NoAuth2:
         return self.app(environ, start_response)
 
 
-def keystone(app, options: dict):
+def keystone(app: WSGIApplication, options: dict) -> Any:
     """keystonemiddleware's auth_token, deciding late so the app answers 401 in its own form."""
     from keystonemiddleware import auth_token
     conf = {"delay_auth_decision": True, **options}

@@ -2,7 +2,10 @@
 calendar month, or a custom range), with what is used, planned and left now."""
 from __future__ import annotations
 
+from sqlalchemy.orm import Session
+
 from flask import Blueprint, url_for
+from flask.typing import ResponseReturnValue
 
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.api.catalog import GPU_MODEL
@@ -45,7 +48,7 @@ def render_use(use: BudgetUse | None) -> dict | None:
             "planned": round(use.planned, 4), "left": round(use.left, 4)}
 
 
-def render(session, row: m.Budget, now: int) -> dict:
+def render(session: Session, row: m.Budget, now: int) -> dict:
     return {"id": row.id, "project_id": row.project_id, "gpu_model": row.gpu_model, "gpu_hours": row.gpu_hours,
             "period": row.period, "start": rfc3339(to_epoch(row.start_at)), "end": rfc3339(to_epoch(row.end_at)),
             "created_at": rfc3339(to_epoch(row.created_at)),
@@ -54,14 +57,14 @@ def render(session, row: m.Budget, now: int) -> dict:
 
 
 @bp.get("")
-def index():
+def index() -> ResponseReturnValue:
     project = project_scope("budget:show", "budget:show:all_projects")
     with rt.transaction() as session:
         return {"budgets": [render(session, r, rt.now()) for r in budgets.listing(session, project)]}
 
 
 @bp.get("/<budget_id>")
-def show(budget_id: str):
+def show(budget_id: str) -> ResponseReturnValue:
     with rt.transaction() as session:
         row = budgets.get(session, budget_id)
         rt.authorize("budget:show", row.project_id)
@@ -69,7 +72,7 @@ def show(budget_id: str):
 
 
 @bp.post("")
-def create():
+def create() -> ResponseReturnValue:
     rt.authorize("budget:manage")
     body = json_body(CREATE)["budget"]
     start = None if body.get("start") is None else time_field("start", body["start"])
@@ -83,7 +86,7 @@ def create():
 
 
 @bp.delete("/<budget_id>")
-def delete(budget_id: str):
+def delete(budget_id: str) -> ResponseReturnValue:
     rt.authorize("budget:manage")
     with rt.transaction() as session:
         row = budgets.get(session, budget_id)

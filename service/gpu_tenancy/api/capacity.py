@@ -2,9 +2,12 @@
 (free: neither held nor planned for a waiting lease; planned: for waiting leases)."""
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import asdict
 
 from flask import Blueprint
+from flask.typing import ResponseReturnValue
 
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.api.validation import query_window
@@ -23,14 +26,14 @@ def render_host(entry: capacity.HostCalendar) -> dict:
 
 
 @bp.get("")
-def show():
+def show() -> ResponseReturnValue:
     rt.authorize("capacity:show")
     now = rt.now()
     window = query_window(max_span=MAX_CALENDAR_SPAN, now=now)
     with rt.transaction() as session:
         settings = rt.planner_settings()
         by_model = capacity.now_by_model(session, now, settings.release_floor)
-        body = {"now": rfc3339(now), "gpu_models": {model: asdict(figures) for model, figures in by_model.items()}}
+        body: dict[str, Any] = {"now": rfc3339(now), "gpu_models": {model: asdict(figures) for model, figures in by_model.items()}}
         if window is not None:
             planned = rt.runtime().planned.planned_for_waiting(session, now, settings)
             body["calendar"] = [render_host(h) for h in capacity.calendar(session, *window, settings.release_floor,

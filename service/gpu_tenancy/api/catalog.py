@@ -37,7 +37,7 @@ class CatalogEndpoints:
         with rt.transaction() as session:
             return {self.kind: self.render(catalog.get(session, self.model, name))}
 
-    def create(self):
+    def create(self) -> tuple[dict, int, dict[str, str]]:
         rt.authorize(f"{self.kind}:manage")
         body = json_body(self.create_schema)
         with rt.transaction() as session:

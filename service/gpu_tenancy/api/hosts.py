@@ -1,7 +1,10 @@
 """/v1/hosts: the GPU hosts, their state and GPUs in use; admins drain and undrain them."""
 from __future__ import annotations
 
+from sqlalchemy.orm import Session
+
 from flask import Blueprint
+from flask.typing import ResponseReturnValue
 
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.api.validation import check_identifier, json_body
@@ -31,21 +34,21 @@ def render(row: m.Host, in_use: dict[str, int], held_until: dict[str, int]) -> d
             "reported_at": rfc3339(to_epoch(row.updated_at))}
 
 
-def load(session, name: str) -> m.Host:
+def load(session: Session, name: str) -> m.Host:
     row = hosts.find(session, check_identifier("host name", name, 255))
     if row is None:
         raise NotFound(f"no GPU host named {name[:64]!r}", "gpu_tenancy.host_not_found")
     return row
 
 
-def in_use_and_held(session) -> tuple[dict[str, int], dict[str, int]]:
+def in_use_and_held(session: Session) -> tuple[dict[str, int], dict[str, int]]:
     """Each host's GPUs in use now, and when its last lease's GPUs are expected back."""
     now, floor = rt.now(), rt.planner_settings().release_floor
     return hosts.in_use_now(session, now, floor), hosts.held_until(session, now, floor)
 
 
 @bp.get("")
-def index():
+def index() -> ResponseReturnValue:
     rt.authorize("host:list")
     with rt.transaction() as session:
         in_use, held = in_use_and_held(session)
@@ -53,14 +56,14 @@ def index():
 
 
 @bp.get("/<name>")
-def show(name: str):
+def show(name: str) -> ResponseReturnValue:
     rt.authorize("host:list")
     with rt.transaction() as session:
         return {"host": render(load(session, name), *in_use_and_held(session))}
 
 
 @bp.patch("/<name>")
-def update(name: str):
+def update(name: str) -> ResponseReturnValue:
     rt.authorize("host:update")
     body = json_body(UPDATE)
     with rt.transaction() as session:

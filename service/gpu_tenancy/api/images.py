@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, url_for
+from flask.typing import ResponseReturnValue
 from sqlalchemy.orm import object_session
 
 from gpu_tenancy.api.catalog import ENTRY_NAME, CatalogEndpoints
@@ -40,21 +41,21 @@ images = CatalogEndpoints("image", m.Image, render, CREATE, defaults={"descripti
 
 
 @bp.get("")
-def index():
+def index() -> ResponseReturnValue:
     return images.index()
 
 
 @bp.get("/<name>")
-def show(name: str):
+def show(name: str) -> ResponseReturnValue:
     return images.show(name)
 
 
 @bp.post("")
-def create():
+def create() -> ResponseReturnValue:
     return images.create()
 
 
 @bp.delete("/<name>")
-def retire(name: str):
+def retire(name: str) -> ResponseReturnValue:
     """Retiring stops new leases from choosing the image; leases that chose it keep it."""
     return images.retire(name)

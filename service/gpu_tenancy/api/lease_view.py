@@ -5,6 +5,9 @@ statements whatever its size: the page, then its allocations, servers and
 failures."""
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from sqlalchemy.sql.elements import BindParameter, ColumnElement
+
 import re
 from collections import defaultdict
 from collections.abc import Sequence
@@ -64,7 +67,8 @@ def lease_href(lease_id: str) -> str:
     return url_for("leases.show", lease_id=lease_id, _external=True)
 
 
-def render_view(row, allocations, servers, failures, href: str, operator: bool = True) -> dict:
+def render_view(row: Any, allocations: Sequence[Any], servers: Sequence[Any], failures: Sequence[Any], href: str,
+                operator: bool = True) -> dict:
     """`row`: a lease, or a row of its SHOWN columns; the others: its allocations,
     servers and failures, each in their order (VM index; VM index; id). `operator`:
     failures with the cloud's text (else as for_tenant shows them)."""
@@ -126,14 +130,14 @@ def render_view(row, allocations, servers, failures, href: str, operator: bool =
 BOOTABLE = (LeaseState.PROVISIONING.value, LeaseState.ACTIVE.value)
 
 
-def vms_free(row, servers) -> int | None:
+def vms_free(row: Any, servers: Sequence[Any]) -> int | None:
     """How many more servers the lease's flavor can boot (None unless it can boot now)."""
     if row.status not in BOOTABLE:
         return None
     return max(row.instances - sum(1 for s in servers if s.status not in ("DELETED", "ERROR")), 0)
 
 
-def render_failure(entry, text=lambda message: message) -> dict:
+def render_failure(entry: Any, text: Callable[[Any], Any] = lambda message: message) -> dict:
     failure_rule = rule(FailureClass(entry.failure_class))
     return {"at": stamp(entry.at), "attempt": entry.attempt, "class": entry.failure_class,
             "message": text(entry.message), "user_message": failure_rule.user_message,
@@ -144,7 +148,7 @@ def render_failure(entry, text=lambda message: message) -> dict:
 LEASES, ALLOCATIONS, SERVERS, FAILURES = (t.__table__.c for t in (m.Lease, m.Allocation, m.Server, m.LeaseFailure))
 
 
-def param(name: str, column, **kw):
+def param(name: str, column: ColumnElement[Any], **kw: Any) -> BindParameter[Any]:
     return bindparam(name, type_=column.type, **kw)   # typed as the column (SQLite keeps times as text)
 
 
@@ -160,7 +164,7 @@ IN_ANY_PROJECT = select(LEASES.id).where(*BETWEEN)
 IDS = param("ids", LEASES.id, expanding=True)
 
 
-def children(among) -> tuple:
+def children(among: Any) -> tuple:
     """The queries of a page's allocations, servers and failures, each in its order."""
     a, s, f = ALLOCATIONS, SERVERS, FAILURES
     return (select(a.lease_id, a.vm_index, a.host, a.gpus, a.start_at, a.end_at)
@@ -219,7 +223,7 @@ def page_leases(project: str | None, statuses: list[str], rows: Sequence[Row[Any
     return CHILDREN["any project"], bounds
 
 
-def by_lease(rows) -> dict[str, list]:
+def by_lease(rows: Iterable[Any]) -> dict[str, list]:
     grouped: dict[str, list] = defaultdict(list)
     for r in rows:
         grouped[r.lease_id].append(r)

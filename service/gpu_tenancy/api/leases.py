@@ -1,7 +1,12 @@
 """/v1/leases: ask for GPUs, see where you stand in the queue, extend, cancel."""
 from __future__ import annotations
 
+from sqlalchemy.orm import Session
+
+from gpu_tenancy.domain.model import LeaseRequest, PlannedLease
+
 from flask import Blueprint, request, url_for
+from flask.typing import ResponseReturnValue
 
 from gpu_tenancy import error_codes as codes
 from gpu_tenancy.api import offer_view, runtime as rt
@@ -24,7 +29,8 @@ __all__ = ["CREATE", "UPDATE", "bp"]   # the request schemas, for the OpenAPI do
 STATUSES = [s.value for s in LeaseState]
 
 
-def render_preview(request_, columns, planned, now: int, network: networking.Choice) -> dict:
+def render_preview(request_: LeaseRequest, columns: dict, planned: PlannedLease, now: int,
+                   network: networking.Choice) -> dict:
     place = planned.placement
     starts_now = place is not None and place.start <= now   # it would be scheduled, not queued: no place
     return {
@@ -42,7 +48,7 @@ def render_preview(request_, columns, planned, now: int, network: networking.Cho
     }
 
 
-def load(session, lease_id: str) -> m.Lease:
+def load(session: Session, lease_id: str) -> m.Lease:
     """A lease the caller may see; another project's lease does not exist for it."""
     row = load_any(session, lease_id)
     if not rt.allowed("lease:show", row.project_id):
@@ -50,7 +56,7 @@ def load(session, lease_id: str) -> m.Lease:
     return row
 
 
-def load_any(session, lease_id: str) -> m.Lease:
+def load_any(session: Session, lease_id: str) -> m.Lease:
     """A lease by id, whoever asks (the caller's rights are checked after)."""
     # ids are uuids: anything longer or unprintable (PostgreSQL refuses NUL) names no lease
     row = session.get(m.Lease, lease_id) if len(lease_id) <= 36 and lease_id.isprintable() else None
@@ -60,7 +66,7 @@ def load_any(session, lease_id: str) -> m.Lease:
 
 
 @bp.post("")
-def create():
+def create() -> ResponseReturnValue:
     rt.authorize("lease:create")
     ask = lease_ask(json_body(CREATE))
     dry_run = query_bool("dry_run")
@@ -73,13 +79,14 @@ def create():
             return {"lease": render_preview(shown.request, shown.columns, shown.planned, rt.now(), network),
                     "offers": offer_view.render_all(shown.offers)}, 200
 
-    def audit(session, row, rendered):
+    def audit(session: Session, row: m.Lease, rendered: dict) -> m.AuditRecord:
         return rt.audit(session, "lease.create", row.id, row.project_id, None, rendered)
     made, alternatives = offers.make(rt.transaction, rt.now, cfg, rt.planner_settings(), rt.limits(),
                                      rt.runtime().offers, caller, ask, network, DecisionHook.from_config(cfg),
                                      render, audit, rt.runtime().fits)
     rendered = made.rendered
     if made.row.readiness_probe:  # shown this once (not in the audit record), for VMs made by hand or Heat
+        assert cfg.readiness_url is not None   # new_lease refuses a probe without it
         rendered = {**rendered, "readiness": {**rendered["readiness"], "token": made.row.readiness_token,
                                               "url": readiness_url(cfg.readiness_url, made.row.id)}}
     rt.runtime().wake_engine()
@@ -88,7 +95,7 @@ def create():
 
 
 @bp.get("")
-def index():
+def index() -> ResponseReturnValue:
     rt.authorize("lease:list")
     limit = query_int("limit", 100, 1, rt.runtime().config.max_page_size)
     status = request.args.getlist("status")
@@ -113,13 +120,13 @@ def index():
 
 
 @bp.get("/<lease_id>")
-def show(lease_id: str):
+def show(lease_id: str) -> ResponseReturnValue:
     with rt.transaction() as session:
         return {"lease": render(load(session, lease_id))}
 
 
 @bp.get("/<lease_id>/events")
-def events(lease_id: str):
+def events(lease_id: str) -> ResponseReturnValue:
     with rt.transaction() as session:
         load(session, lease_id)
         rows = lease_events.of_lease(session, lease_id)
@@ -129,14 +136,14 @@ def events(lease_id: str):
 
 
 @bp.patch("/<lease_id>")
-def update(lease_id: str):
+def update(lease_id: str) -> ResponseReturnValue:
     rendered = change_end(lease_id, end_change(json_body(UPDATE)))
     rt.runtime().wake_engine()
     return {"lease": rendered}
 
 
 @bp.delete("/<lease_id>")
-def cancel(lease_id: str):
+def cancel(lease_id: str) -> ResponseReturnValue:
     end_lease(lease_id)
     rt.runtime().wake_engine()
     return "", 204
@@ -147,12 +154,12 @@ def change_end(lease_id: str, change_asked: EndChange) -> dict:
     as rendered after. Also the Blazar API's (api/blazar/leases.py)."""
     cfg = rt.runtime().config
 
-    def change(session, hook):
+    def change(session: Session, hook: DecisionHook) -> dict:
         row = load(session, lease_id)
         rt.authorize("lease:update", row.project_id)
         before = render(row)
         leases.change_end(session, rt.now(), cfg, rt.planner_settings(), rt.limits(), row, change_asked,
-                          rt.context().user_id, cfg.extension_window_seconds, hook)
+                          rt.caller().user_id, cfg.extension_window_seconds, hook)
         rendered = render(row)
         rt.audit(session, "lease.update", row.id, row.project_id, before, rendered)
         return rendered
@@ -175,10 +182,10 @@ def end_lease(lease_id: str) -> None:
     decision service). Also the Blazar API's."""
     cfg = rt.runtime().config
 
-    def end(session, hook):
+    def end(session: Session, hook: DecisionHook) -> None:
         row = load(session, lease_id)
         rt.authorize("lease:delete", row.project_id)
         before = render(row)
-        leases.cancel(session, rt.now(), cfg, rt.planner_settings(), row, rt.context().user_id, hook)
+        leases.cancel(session, rt.now(), cfg, rt.planner_settings(), row, rt.caller().user_id, hook)
         rt.audit(session, "lease.delete", row.id, row.project_id, before, render(row))
     decide(DecisionHook.from_config(cfg), rt.transaction, end)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hmac
 
 from flask import Blueprint, Response, request
+from flask.typing import ResponseReturnValue
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gpu_tenancy.api import runtime as rt
@@ -25,7 +26,7 @@ def scrape_token_sent(expected: str | None) -> bool:
 
 
 @bp.get("/metrics")
-def show():
+def show() -> ResponseReturnValue:
     runtime = rt.runtime()
     if not runtime.config.metrics_public:
         if scrape_token_sent(runtime.config.metrics_scrape_token):

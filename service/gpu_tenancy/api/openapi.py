@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from flask import Blueprint
+from flask.typing import ResponseReturnValue
 
 from gpu_tenancy import __version__
 from gpu_tenancy.api import (audit, budgets, hosts, images, lease_agent, leases, priority_classes, quotas,
@@ -443,5 +444,5 @@ def build() -> dict:
 
 
 @bp.get("/openapi.json", endpoint="document")
-def document():
+def document() -> ResponseReturnValue:
     return build()

@@ -6,6 +6,7 @@ from typing import Any
 import re
 
 from flask import Blueprint, url_for
+from flask.typing import ResponseReturnValue
 
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.api.catalog import ENTRY_NAME
@@ -46,21 +47,21 @@ def render(row: m.PriorityClass) -> dict:
 
 
 @bp.get("")
-def index():
+def index() -> ResponseReturnValue:
     rt.authorize("priority_class:list")
     with rt.transaction() as session:
         return {"priority_classes": [render(r) for r in priority_classes.listing(session)]}
 
 
 @bp.get("/<name>")
-def show(name: str):
+def show(name: str) -> ResponseReturnValue:
     rt.authorize("priority_class:list")
     with rt.transaction() as session:
         return {"priority_class": render(priority_classes.get(session, name))}
 
 
 @bp.put("/<name>")
-def update(name: str):
+def update(name: str) -> ResponseReturnValue:
     rt.authorize("priority_class:manage")
     check_identifier("name", name)
     if not NAME_RE.fullmatch(name):
@@ -76,7 +77,7 @@ def update(name: str):
 
 
 @bp.delete("/<name>")
-def delete(name: str):
+def delete(name: str) -> ResponseReturnValue:
     """Leases already asked for keep the priority they copied."""
     rt.authorize("priority_class:manage")
     with rt.transaction() as session:

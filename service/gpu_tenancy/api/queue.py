@@ -6,9 +6,13 @@ reason, but not the project, the lease's name or id (`queue:show:all_projects`,
 admins by default, see everything)."""
 from __future__ import annotations
 
+from typing import Any
+
+
 import re
 
 from flask import Blueprint, request
+from flask.typing import ResponseReturnValue
 
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.api.catalog import GPU_MODEL
@@ -40,7 +44,7 @@ def query_gpu_model() -> str | None:
     return model
 
 
-def render_entry(row, shown: bool) -> dict:
+def render_entry(row: Any, shown: bool) -> dict:
     """`shown`: the caller may see whose lease it is (its project's own, or an admin)."""
     reason = short_reason(row.queue_reasons or [])
     if reason is not None:
@@ -67,7 +71,7 @@ def render_entry(row, shown: bool) -> dict:
 
 
 @bp.get("")
-def show():
+def show() -> ResponseReturnValue:
     rt.authorize("queue:show")
     model = query_gpu_model()
     everyone = rt.allowed("queue:show:all_projects")

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint
+from flask.typing import ResponseReturnValue
 
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.api.catalog import GPU_MODEL
@@ -60,21 +61,21 @@ def render(project_id: str, rows: list[m.Quota]) -> dict:
 
 
 @bp.get("")
-def index():
+def index() -> ResponseReturnValue:
     project = project_scope("quota:show", "admin")
     with rt.transaction() as session:
         return {"quotas": [render(p, rows) for p, rows in quotas.of_projects(session, project).items()]}
 
 
 @bp.get("/<project_id>")
-def show(project_id: str):
+def show(project_id: str) -> ResponseReturnValue:
     rt.authorize("quota:show", check_identifier("project_id", project_id))
     with rt.transaction() as session:
         return {"quota": render(project_id, quotas.of_projects(session, project_id)[project_id])}
 
 
 @bp.put("/<project_id>")
-def update(project_id: str):
+def update(project_id: str) -> ResponseReturnValue:
     rt.authorize("quota:update", check_identifier("project_id", project_id))
     body = json_body(UPDATE)["quota"]
     if body.get("project_id", project_id) != project_id:

@@ -7,6 +7,7 @@ admin report by hand, say) without touching the code."""
 from __future__ import annotations
 
 from flask import Blueprint, request
+from flask.typing import ResponseReturnValue
 
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.api.leases import load_any
@@ -33,7 +34,7 @@ REPORT = {
 
 
 @bp.post("/<lease_id>/readiness")
-def report(lease_id: str):
+def report(lease_id: str) -> ResponseReturnValue:
     token = request.headers.get(TOKEN_HEADER, "")
     if not token:
         raise Unauthorized(f"the lease's secret is required ({TOKEN_HEADER})", "gpu_tenancy.no_lease_token")

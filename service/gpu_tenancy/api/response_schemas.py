@@ -7,6 +7,8 @@ answers against this document (tests/functional/test_openapi.py, test_fuzz_api.p
 and a field list that names a key with no schema fails at import."""
 from __future__ import annotations
 
+from typing import Any
+
 from collections.abc import Iterable
 from dataclasses import fields
 
@@ -26,7 +28,7 @@ def nullable(schema: dict) -> dict:
     return {"oneOf": [schema, {"type": "null"}]}
 
 
-def closed(properties: dict, keys: Iterable[str] | None = None, **extra) -> dict:
+def closed(properties: dict, keys: Iterable[str] | None = None, **extra: Any) -> dict:
     """An object with exactly these properties, all present. With `keys` (a renderer's
     field list), the properties are put in its order and must be exactly its keys."""
     if keys is not None:
@@ -45,7 +47,7 @@ def free_form(description: str) -> dict:
     return {"type": "object", "additionalProperties": True, "description": description}
 
 
-def keys_of(dataclass_type) -> list[str]:
+def keys_of(dataclass_type: Any) -> list[str]:
     return [f.name for f in fields(dataclass_type)]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
 from flask import current_app, g, request
@@ -23,6 +23,7 @@ from gpu_tenancy.engine import planner_settings as planner_settings_
 from gpu_tenancy.engine.leases import Caller
 from gpu_tenancy.engine.limits import Limits
 from gpu_tenancy.engine.offers import OfferSettings
+from gpu_tenancy.engine.service_secrets import shared_secret
 from gpu_tenancy.errors import Forbidden
 
 
@@ -41,20 +42,30 @@ class Runtime:
     limits: Limits = field(init=False)
     planned: PlannedCache = field(init=False)    # the calendar's planned GPUs, made once per replan
     fits: InsertCache = field(init=False)        # the plan new leases are fitted into (engine/plan_insert.py)
-    offers: OfferSettings = field(init=False)    # its key made once: an offer is taken from the app that made it
+    _offers: OfferSettings | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.planner_settings = planner_settings_.from_config(self.config)
         self.limits = Limits.from_config(self.config)
         self.planned = PlannedCache(max_age=self.config.engine_tick_seconds)
         self.fits = InsertCache(min_waiting=self.config.plan_insert_min_waiting)
-        self.offers = OfferSettings.from_config(self.config)
+
+    @property
+    def offers(self) -> OfferSettings:
+        """Read once, on first use. With no key configured, the key every process shares
+        through the database: an offer one worker made is taken by another."""
+        if self._offers is None:
+            offers = OfferSettings.from_config(self.config)
+            if not (self.config.offer_secret or self.config.dashboard_token_keys):
+                offers = replace(offers, key=shared_secret(self.sessions, "offers", b"gpu-tenancy offers"))
+            self._offers = offers
+        return self._offers
 
     def wake_engine(self) -> None:
         if self.engine is not None:
             self.engine.wake()
 
-    def cloud_driver(self):
+    def cloud_driver(self) -> Any:
         """The engine's driver, or (API-only worker) one of this process's own, made once."""
         if self.cloud is None and self.make_cloud is not None:
             self.cloud = self.make_cloud()

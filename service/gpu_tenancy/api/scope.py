@@ -1,10 +1,18 @@
 """Which project a per-project listing covers for the caller."""
 from __future__ import annotations
 
+from typing import overload
+
 from flask import request
 
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.api.validation import check_identifier
+
+
+@overload
+def project_scope(show_action: str, all_projects_action: None) -> str: ...
+@overload
+def project_scope(show_action: str, all_projects_action: str) -> str | None: ...
 
 
 def project_scope(show_action: str, all_projects_action: str | None) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, url_for
+from flask.typing import ResponseReturnValue
 
 from gpu_tenancy.api.catalog import ENTRY_NAME, GPU_MODEL, CatalogEndpoints
 from gpu_tenancy.db import models as m
@@ -39,21 +40,21 @@ shapes = CatalogEndpoints("shape", m.Shape, render, CREATE, defaults={})
 
 
 @bp.get("")
-def index():
+def index() -> ResponseReturnValue:
     return shapes.index()
 
 
 @bp.get("/<name>")
-def show(name: str):
+def show(name: str) -> ResponseReturnValue:
     return shapes.show(name)
 
 
 @bp.post("")
-def create():
+def create() -> ResponseReturnValue:
     return shapes.create()
 
 
 @bp.delete("/<name>")
-def retire(name: str):
+def retire(name: str) -> ResponseReturnValue:
     """Retiring stops new leases from asking for the shape; running leases keep going."""
     return shapes.retire(name)

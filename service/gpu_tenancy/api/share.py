@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from flask import Blueprint
+from flask.typing import ResponseReturnValue
 
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.api.queue import query_gpu_model, whose
@@ -43,7 +44,7 @@ def render_row(row: Standing, shown: bool) -> dict:
 
 
 @bp.get("")
-def show():
+def show() -> ResponseReturnValue:
     rt.authorize("share:show")
     model = query_gpu_model()
     everyone = rt.allowed("share:show:all_projects")

@@ -2,10 +2,13 @@
 the operator's price per GPU-hour (usage_prices) when one is set; as JSON or CSV."""
 from __future__ import annotations
 
+from typing import Any
+
 import csv
 import io
 
 from flask import Blueprint, Response, request
+from flask.typing import ResponseReturnValue
 
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.api.budgets import render_use
@@ -26,7 +29,7 @@ CSV_FIELDS = ("start", "end", "project_id", "user_id", "gpu_model", "gpu_hours",
 
 
 @bp.get("")
-def show():
+def show() -> ResponseReturnValue:
     project = project_scope("usage:show", "usage:show:all_projects")
     form = request.args.get("format", "json")
     if form not in FORMATS:
@@ -41,7 +44,7 @@ def show():
     prices = cfg.usage_prices or {}
     if form == "csv":
         return as_csv(start, end, by_user, prices, cfg.usage_currency)
-    projects = [{"project_id": project_id,
+    projects: list[dict[str, Any]] = [{"project_id": project_id,
                  "gpu_models": {model: priced(h, prices, model) for model, h in models.items()},
                  "rated_total": rating.total(rating.rated(h, rating.price_of(prices, model))
                                              for model, h in models.items()),

@@ -1,6 +1,8 @@
 """Request bodies and query strings checked against JSON schemas, with messages a user can act on."""
 from __future__ import annotations
 
+from typing import Any, NoReturn, overload
+
 import json
 
 from flask import request
@@ -23,7 +25,7 @@ def json_body(schema: dict) -> dict:
     return whole_numbers(body)
 
 
-def parse_json():
+def parse_json() -> Any:
     """The request's JSON body. NaN and Infinity are not JSON (RFC 8259), though
     Python's parser reads them: no database column should ever see one."""
     malformed = BadRequest("the request body must be a JSON object (Content-Type: application/json)",
@@ -43,7 +45,7 @@ def parse_json():
     return body
 
 
-def refuse_constant(name: str):
+def refuse_constant(name: str) -> NoReturn:
     raise BadRequest(f"the request body holds {name}, which is not a JSON number; give a finite number",
                      codes.INVALID_INPUT)
 
@@ -53,7 +55,7 @@ def too_deep_error() -> BadRequest:
                       codes.INVALID_INPUT)
 
 
-def too_deep(value, limit: int) -> bool:
+def too_deep(value: Any, limit: int) -> bool:
     """Whether arrays and objects nest more than `limit` levels (walked without recursion)."""
     stack = [(value, 1)]
     while stack:
@@ -65,7 +67,7 @@ def too_deep(value, limit: int) -> bool:
     return False
 
 
-def whole_numbers(value):
+def whole_numbers(value: Any) -> Any:
     """JSON Schema counts 2.0 as an integer, so the schemas let it through; the code
     below them expects int, so such floats become ints here."""
     if isinstance(value, float) and value.is_integer():
@@ -77,7 +79,7 @@ def whole_numbers(value):
     return value
 
 
-def refuse_nul(value, where: str) -> None:
+def refuse_nul(value: Any, where: str) -> None:
     """No text may carry a NUL character (PostgreSQL cannot store one) or a lone UTF-16
     surrogate such as JSON's "\\ud83d" (no database can store it as UTF-8)."""
     if isinstance(value, str):
@@ -103,7 +105,7 @@ def refuse_nul_in_query() -> None:
         refuse_nul([name, *values], "the query string")
 
 
-def check(schema: dict, value) -> None:
+def check(schema: dict, value: Any) -> None:
     validator = Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(value), key=lambda e: (list(e.absolute_path), e.message))
     if errors:
@@ -149,6 +151,13 @@ def query_time(name: str, now: int | None = None) -> int | None:
     if raw == "now" and now is not None:
         return now
     return time_field(f"query parameter {name}", raw, codes.INVALID_QUERY)
+
+
+@overload
+def query_window(*, max_span: int | None = None, default_span: int, now: int) -> tuple[int, int]: ...
+@overload
+def query_window(*, max_span: int | None = None, default_span: None = None,
+                 now: int | None = None) -> tuple[int, int] | None: ...
 
 
 def query_window(*, max_span: int | None = None, default_span: int | None = None,

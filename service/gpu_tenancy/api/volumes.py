@@ -3,6 +3,7 @@ each; the ones free for a lease can be named in a new lease's "volume"."""
 from __future__ import annotations
 
 from flask import Blueprint
+from flask.typing import ResponseReturnValue
 
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.api.scope import project_scope
@@ -19,7 +20,7 @@ def render(entry: volumes.ProjectVolume) -> dict:
 
 
 @bp.get("")
-def index():
+def index() -> ResponseReturnValue:
     project = project_scope("volume:list", None)   # one project's volumes: the cloud lists by project
     with rt.transaction() as session:
         listed = volumes.listing(session, rt.runtime().cloud_driver(), project, rt.is_admin())

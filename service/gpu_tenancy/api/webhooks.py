@@ -2,7 +2,10 @@
 warning) are POSTed, signed with the project's secret (see engine/webhooks.py)."""
 from __future__ import annotations
 
+from sqlalchemy.orm import Session
+
 from flask import Blueprint
+from flask.typing import ResponseReturnValue
 from sqlalchemy import select
 
 from gpu_tenancy.api import runtime as rt
@@ -45,7 +48,7 @@ def render(row: m.ProjectWebhook, with_secret: bool = False) -> dict:
     return out
 
 
-def load(session, project_id: str) -> m.ProjectWebhook:
+def load(session: Session, project_id: str) -> m.ProjectWebhook:
     row = session.get(m.ProjectWebhook, project_id)
     if row is None:
         raise NotFound(f"project {project_id} has no webhook", "gpu_tenancy.webhook_not_found")
@@ -53,7 +56,7 @@ def load(session, project_id: str) -> m.ProjectWebhook:
 
 
 @bp.get("/<project_id>")
-def show(project_id: str):
+def show(project_id: str) -> ResponseReturnValue:
     rt.authorize("webhook:show", check_identifier("project_id", project_id))
     with rt.transaction() as session:
         shown = render(load(session, project_id))
@@ -67,7 +70,7 @@ def show(project_id: str):
 
 
 @bp.put("/<project_id>")
-def update(project_id: str):
+def update(project_id: str) -> ResponseReturnValue:
     rt.authorize("webhook:update", check_identifier("project_id", project_id))
     body = json_body(UPDATE)["webhook"]
     try:
@@ -84,7 +87,7 @@ def update(project_id: str):
 
 
 @bp.delete("/<project_id>")
-def delete(project_id: str):
+def delete(project_id: str) -> ResponseReturnValue:
     rt.authorize("webhook:update", check_identifier("project_id", project_id))
     with rt.transaction() as session:
         row = load(session, project_id)

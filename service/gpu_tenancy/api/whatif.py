@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, url_for
+from flask.typing import ResponseReturnValue
 
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.api.validation import check_identifier, json_body
@@ -44,7 +45,7 @@ def render(row: m.WhatIfJob, with_result: bool = True) -> dict:
 
 
 @bp.post("")
-def create():
+def create() -> ResponseReturnValue:
     rt.authorize("whatif:run")
     body = json_body(CREATE)
     run = rt.runtime()
@@ -55,14 +56,14 @@ def create():
 
 
 @bp.get("")
-def index():
+def index() -> ResponseReturnValue:
     rt.authorize("whatif:show")
     with rt.transaction() as session:
         return {"whatifs": [render(r, with_result=False) for r in whatif_jobs.recent(session)]}
 
 
 @bp.get("/<job_id>")
-def show(job_id: str):
+def show(job_id: str) -> ResponseReturnValue:
     rt.authorize("whatif:show")
     check_identifier("job_id", job_id)
     with rt.transaction() as session:

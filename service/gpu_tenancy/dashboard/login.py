@@ -247,6 +247,8 @@ def switch_project():
     wanted = request.form.get("project_id", "").strip()
     with rt.transaction() as session:
         row = web_sessions.find(session, rt.now(), request.cookies.get(COOKIE))
+        if row is None:   # it ended since this request's login check
+            return redirect(url_for("dashboard.login"))
         if row.dev_mode:
             try:
                 project = checked("project", wanted)

@@ -315,6 +315,25 @@ class Lock(Base):
     inserted: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
+class ServiceSecret(Base):
+    """A random secret the first process made and every process of the service reads
+    (engine/service_secrets.py): what they must agree on when the operator set nothing."""
+    __tablename__ = "service_secrets"
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    value: Mapped[str] = mapped_column(String(128))   # hex
+
+
+class MetricRollup(Base):
+    """An all-time counter of /metrics summed up to the watermark (the row named 'through',
+    its value in epoch seconds): engine/metric_rollups.py folds each closed stretch in once,
+    so a scrape reads these and what happened since, not all of history."""
+    __tablename__ = "metric_rollups"
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    project_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    gpu_model: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[float] = mapped_column(Float)
+
+
 class AuditRecord(Base):
     """A change someone asked for through the API: who, when, from where, what,
     before and after. Written in the change's own transaction; the engine's own

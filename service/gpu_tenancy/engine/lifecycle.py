@@ -20,7 +20,7 @@ from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.domain.planner import PlannerSettings
 from gpu_tenancy.domain.failures import FailureClass, classify_fault, rule
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.engine import (early_ends, gpu_activity, held, host_failure, lease_flavor, networking,
+from gpu_tenancy.engine import (early_ends, gpu_activity, held, host_failure, housekeeping, lease_flavor, networking,
                                 notifications, planner_settings, readiness, releasing, retry, webhooks)
 from gpu_tenancy.engine.crashpoints import crash_point
 from gpu_tenancy.engine.events import record_event, record_transition
@@ -41,6 +41,7 @@ class Lifecycle:
         self._hosts_refreshed_at: int | None = None
         self._tasks: dict[str, str] = {}   # server id -> the cloud's last task seen while BUILD
         self._awaiting_release: dict[str, dict] = {}   # lease id -> hosts it waits on (told once)
+        self._housekept_at: int | None = None
 
     # --- one pass -------------------------------------------------------------------------
     def tick(self) -> bool:
@@ -68,6 +69,9 @@ class Lifecycle:
             self.advance(lease_id)
         lease_flavor.record_tenant_servers(self)
         self.warn_due()
+        if self._housekept_at is None or now - self._housekept_at >= housekeeping.EVERY:
+            housekeeping.run(self.sessions, now, self.config)
+            self._housekept_at = now
         return self.in_flight()
 
     def in_flight(self) -> bool:

@@ -4,7 +4,8 @@ kueue_pending_workloads, ...) with the prefix gpu_tenancy_.
 Lease figures are read from the database at scrape time, so every API worker
 and the engine report the same numbers whichever process is scraped, and a
 restart loses nothing: counters and the wait histogram are counts over all
-leases ever recorded. Only the planner's duration is measured in the process
+leases ever recorded (the GPU-hour counters from running totals,
+engine/metric_rollups.py, so their cost does not grow with history). Only the planner's duration is measured in the process
 that ran the plan (set PROMETHEUS_MULTIPROC_DIR to add up several processes)."""
 from __future__ import annotations
 
@@ -137,24 +138,21 @@ class LeaseCollector:
         """GPU-hours allocated (the ledger's) against measured and used (the guest agents'
         reports, engine/gpu_activity.py), and the leases idle now."""
         # here, not at the top: the ledger imports this module, and usage imports the ledger's users
-        from gpu_tenancy.engine import gpu_activity
-        from gpu_tenancy.engine.usage import gpu_hours
+        from gpu_tenancy.engine import gpu_activity, metric_rollups
         labels = ["gpu_model", "project_id"]
-        allocated = CounterMetricFamily(PREFIX + "gpu_hours_allocated", "GPU-hours held by leases, ever.",
-                                        labels=labels)
-        for project, models in gpu_hours(session, 0, now, now).items():
-            for model, hours in models.items():
-                allocated.add_metric([model, project], hours)
-        yield allocated
-        measured = CounterMetricFamily(PREFIX + "gpu_hours_measured", "GPU-hours the leases' guest agents "
-                                       "reported on, ever.", labels=labels)
-        used = CounterMetricFamily(PREFIX + "gpu_hours_used", "GPU-hours used, ever: each reported GPU counted by "
-                                   "its utilisation (one GPU at 50 % for an hour is 0.5).", labels=labels)
-        for (project, model), (seconds_measured, seconds_used) in sorted(gpu_activity.all_use(session).items()):
-            measured.add_metric([model, project], seconds_measured / 3600)
-            used.add_metric([model, project], seconds_used / 3600)
-        yield measured
-        yield used
+        # running totals and the last hours since (engine/metric_rollups.py): not all of history
+        counted = metric_rollups.totals(session, now)
+        for name, family_name, text in (
+                (metric_rollups.ALLOCATED, "gpu_hours_allocated", "GPU-hours held by leases, ever."),
+                (metric_rollups.MEASURED, "gpu_hours_measured", "GPU-hours the leases' guest agents reported on, "
+                                                                "ever."),
+                (metric_rollups.USED, "gpu_hours_used", "GPU-hours used, ever: each reported GPU counted by its "
+                                                        "utilisation (one GPU at 50 % for an hour is 0.5).")):
+            family = CounterMetricFamily(PREFIX + family_name, text, labels=labels)
+            for (project, model), seconds in sorted(counted[name].items()):
+                hours = seconds / 3600   # allocated: whole seconds, to 4 places as usage shows it
+                family.add_metric([model, project], round(hours, 4) if name == metric_rollups.ALLOCATED else hours)
+            yield family
         idle_leases = GaugeMetricFamily(PREFIX + "idle_leases", f"Active leases whose every GPU has been idle "
                                         f"for at least {self.idle_minutes} min, as their agents report.",
                                         labels=labels)

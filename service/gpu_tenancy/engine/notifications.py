@@ -25,7 +25,7 @@ from sqlalchemy import exists, select
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
-from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
+from gpu_tenancy.db.session import session_scope, utcnow_naive
 from gpu_tenancy.domain import blazar
 from gpu_tenancy.domain.states import LeaseState
 
@@ -84,24 +84,22 @@ def enqueue(session: Session, row: m.Lease, event_type: str, now: int, **extra) 
 def payload(row: m.Lease) -> dict:
     """Blazar's lease payload (blazar/notification/api.py: format_lease_payload), then
     gpu-tenancy's own fields beside it (a Blazar consumer ignores keys it does not know)."""
-    start = to_epoch(row.start_at or row.earliest_start)
-    end = to_epoch(row.end_at) if row.end_at else start + row.duration
-    status = blazar.lease_status(row.status)
-    created, updated = to_epoch(row.created_at), to_epoch(row.updated_at)
+    start, end = blazar.window(row.start_at, row.end_at, row.queue_eta or row.earliest_start, row.duration)
+    shown = blazar.blazar_status(row.status)
+    created, updated = blazar.date(row.created_at), blazar.date(row.updated_at)
     reservation = {
         "id": blazar.reservation_id(row.id), "lease_id": row.id, "resource_id": row.flavor_id,
-        "resource_type": blazar.FLAVOR_INSTANCE, "status": blazar.RESERVATION_STATUS[status],
+        "resource_type": blazar.FLAVOR_INSTANCE, "status": shown.reservation,
         "amount": row.instances, "flavor_id": row.flavor_id, "affinity": None, "resource_properties": "",
-        "created_at": blazar.date(created), "updated_at": blazar.date(updated)}
-    events = [{"lease_id": row.id, "event_type": kind, "time": blazar.date(at),
-               "status": blazar.event_status(kind, row.status)}
+        "created_at": created, "updated_at": updated}
+    events = [{"lease_id": row.id, "event_type": kind, "time": blazar.date(at), "status": shown.event(kind)}
               for kind, at in ((blazar.START_LEASE, start), (blazar.END_LEASE, end))]
     return {
         # Blazar's keys
         "lease_id": row.id, "user_id": row.user_id, "project_id": row.project_id, "trust_id": None,
-        "start_date": blazar.date(start), "end_date": blazar.date(end), "status": status,
+        "start_date": blazar.date(start), "end_date": blazar.date(end), "status": shown.lease,
         "reservations": [reservation], "events": events, "name": row.name,
-        "created_at": blazar.date(created), "updated_at": blazar.date(updated), "degraded": False,
+        "created_at": created, "updated_at": updated, "degraded": False,
         # gpu-tenancy's
         "state": row.status, "shape": row.shape, "gpu_model": row.gpu_model, "gpus_per_instance": row.gpus_per_vm,
         "instances": row.instances, "gpus": row.gpus_per_vm * row.instances, "duration": row.duration,

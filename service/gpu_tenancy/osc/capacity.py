@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from gpu_tenancy.osc import command
+from gpu_tenancy.osc.client import gpu_client
 
 NOW = (("gpu_model", "GPU Model"), ("hosts", "Hosts"), ("hosts_in_service", "Hosts In Service"),
        ("gpus", "GPUs"), ("in_use", "In Use"), ("free", "Free"), ("largest_free_block", "Largest Free Block"),
@@ -21,7 +22,7 @@ class ShowCapacity(command.Lister):
         return parser
 
     def take_action(self, args):
-        capacity = self.app.client_manager.gpu.capacity(args.start, args.end)
+        capacity = gpu_client(self.app).capacity(args.start, args.end)
         if args.start or args.end:
             return CALENDAR_HEADERS, [
                 [host["host"], host["gpu_model"], host["gpus"], host["in_service"],

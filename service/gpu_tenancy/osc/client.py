@@ -27,6 +27,13 @@ def error_message(response) -> str:
     return f"{detail} ({', '.join(facts)})"
 
 
+def gpu_client(app: Any) -> GpuClient:
+    """The GpuClient OSC's plugin (plugin.make_client) hangs on its client manager as `gpu`
+    (set at run time, so the manager's type does not name it)."""
+    client: GpuClient = app.client_manager.gpu
+    return client
+
+
 class ApiError(exceptions.CommandError):
     """An error answer of the API; OSC prints the message and exits non-zero."""
 

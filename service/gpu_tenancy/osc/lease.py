@@ -9,7 +9,7 @@ from osc_lib import exceptions
 
 from gpu_tenancy.domain.states import FINAL, LeaseState
 from gpu_tenancy.osc import command
-from gpu_tenancy.osc.client import ApiError
+from gpu_tenancy.osc.client import ApiError, gpu_client
 from gpu_tenancy.osc.columns import OffersColumn, QueueColumn, RecordColumn, RecordsColumn, ServersColumn
 from gpu_tenancy.timeutil import parse_duration
 
@@ -147,7 +147,7 @@ class CreateLease(command.ShowOne):
         return parser
 
     def take_action(self, args):
-        client = self.app.client_manager.gpu
+        client = gpu_client(self.app)
         body = {"shape": args.shape, "duration": args.duration}
         for field in ("name", "instances", "start", "latest_start", "boot", "image", "key_name", "priority",
                       "priority_class", "network", "floating_ip", "accept_offer"):
@@ -189,7 +189,7 @@ class ListLease(command.Lister):
         return parser
 
     def take_action(self, args):
-        leases = self.app.client_manager.gpu.leases(
+        leases = gpu_client(self.app).leases(
             status=args.status, project_id=args.project, all_projects="true" if args.all_projects else None,
             marker=args.marker, limit=args.limit)
         columns = ["id", "name", "status", "shape", "instances", "start", "end"]
@@ -213,7 +213,7 @@ class ShowLease(command.ShowOne):
         return parser
 
     def take_action(self, args):
-        return show_lease(find_lease(self.app.client_manager.gpu, args.lease))
+        return show_lease(find_lease(gpu_client(self.app), args.lease))
 
 
 class ExtendLease(command.ShowOne):
@@ -236,7 +236,7 @@ class ExtendLease(command.ShowOne):
         return parser
 
     def take_action(self, args):
-        client = self.app.client_manager.gpu
+        client = gpu_client(self.app)
         lease = find_lease(client, args.lease)
         if args.end:
             body = {"end": args.end}
@@ -254,7 +254,7 @@ class CancelLease(command.Command):
         return parser
 
     def take_action(self, args):
-        client = self.app.client_manager.gpu
+        client = gpu_client(self.app)
         failed = 0
         for name_or_id in args.leases:
             try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from gpu_tenancy.osc import command
 
 from gpu_tenancy.osc.lease import find_lease
+from gpu_tenancy.osc.client import gpu_client
 
 
 class DoneLease(command.ShowOne):
@@ -19,6 +20,6 @@ class DoneLease(command.ShowOne):
         return parser
 
     def take_action(self, args):
-        client = self.app.client_manager.gpu
+        client = gpu_client(self.app)
         lease = client.lease_done(find_lease(client, args.lease)["id"], args.detail)
         return tuple(lease), tuple(lease.values())

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from gpu_tenancy.osc import command
+from gpu_tenancy.osc.client import gpu_client
 
 HEADERS = ("Position", "GPU Model", "Project", "Lease", "Shape", "GPUs", "Status", "Waiting Since", "ETA",
            "Reason")
@@ -27,7 +28,7 @@ class ShowQueue(command.Lister):
         return parser
 
     def take_action(self, args):
-        queue = self.app.client_manager.gpu.queue(args.gpu_model)
+        queue = gpu_client(self.app).queue(args.gpu_model)
         return HEADERS, [
             [e["position"], e["gpu_model"], e["project"], lease_label(e), shape_label(e), e["gpus"], e["status"],
              e["waiting_since"], e["eta"], (e["reason"] or {}).get("message")]

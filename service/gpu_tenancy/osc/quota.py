@@ -6,6 +6,7 @@ from osc_lib import exceptions
 from gpu_tenancy.osc import command
 from gpu_tenancy.osc.lease import duration
 from gpu_tenancy.timeutil import spoken_duration
+from gpu_tenancy.osc.client import gpu_client
 
 LIMITS = ("gpus", "borrow_gpus", "max_duration", "weight")
 HEADERS = ("GPU Model", "GPUs", "Borrow GPUs", "Max Duration", "Weight")
@@ -33,7 +34,7 @@ class ShowQuota(command.Lister):
         return parser
 
     def take_action(self, args):
-        client = self.app.client_manager.gpu
+        client = gpu_client(self.app)
         project = args.project or client.project_id
         if not project:
             raise exceptions.CommandError("name the project: no current project is known")
@@ -59,7 +60,7 @@ class SetQuota(command.Command):
         return parser
 
     def take_action(self, args):
-        client = self.app.client_manager.gpu
+        client = gpu_client(self.app)
         given = {k: getattr(args, k) for k in LIMITS if getattr(args, k) is not None}
         if given.get("max_duration") == NO_LIMIT:
             given["max_duration"] = None

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from gpu_tenancy.osc import command
+from gpu_tenancy.osc.client import gpu_client
 
 COLUMNS = (("rank", "Rank"), ("gpu_model", "GPU Model"), ("project", "Project"), ("nominal_gpus", "Quota GPUs"),
            ("in_use_gpus", "In Use"), ("borrowed_gpus", "Borrowed"), ("decayed_gpu_hours", "Decayed GPU-hours"),
@@ -19,5 +20,5 @@ class ShowShare(command.Lister):
         return parser
 
     def take_action(self, args):
-        share = self.app.client_manager.gpu.share(args.gpu_model)
+        share = gpu_client(self.app).share(args.gpu_model)
         return [h for _, h in COLUMNS], [[row[k] for k, _ in COLUMNS] for row in share["projects"]]

@@ -3,6 +3,7 @@ the operator's prices (`-f csv` gives the same rows as GET /v1/usage?format=csv)
 from __future__ import annotations
 
 from gpu_tenancy.osc import command
+from gpu_tenancy.osc.client import gpu_client
 
 HEADERS = ("Project", "User", "GPU Model", "GPU-hours", "Price per GPU-hour", "Rated", "Currency")
 
@@ -20,7 +21,7 @@ class ShowUsage(command.Lister):
         return parser
 
     def take_action(self, args):
-        usage = self.app.client_manager.gpu.usage(args.start, args.end, args.project)
+        usage = gpu_client(self.app).usage(args.start, args.end, args.project)
         return HEADERS, [
             [project["project_id"], user["user_id"], model, figures["gpu_hours"], figures["price_per_gpu_hour"],
              figures["rated"], usage["currency"]]

@@ -13,8 +13,9 @@ FORMAT = "gpu-tenancy-history/1"
 
 @dataclass(frozen=True)
 class Lease:
-    """One lease of the history, as the replay's scheduler reads a job (the fields of
-    bench/traces.py's Job, plus what a real lease has: its model, priority and start)."""
+    """One lease of the history, as the replay's scheduler reads it; bench/traces.py's Job
+    too (a trace's job fills the first fields; the others are what a real lease adds: its
+    model, priority and start)."""
     jid: str
     tenant: str                 # the project
     arrival: int                # when it was asked for
@@ -35,6 +36,11 @@ class Lease:
     @property
     def duration(self) -> int:
         return self.asked or self.runtime
+
+    @property
+    def gpu_time(self) -> int:
+        """GPU-seconds it held (what the bench's trace statistics weigh a job by)."""
+        return self.gpus * self.runtime
 
     @property
     def start_asked(self) -> int:

@@ -12,6 +12,7 @@ import math
 import time
 from collections import OrderedDict
 from dataclasses import replace
+from typing import Any
 
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit
 from gpu_tenancy.domain.planner import PlannerSettings, order_key, plan
@@ -59,7 +60,7 @@ class GpuTenancy(Scheduler):
         self.fairshare = fairshare   # False (diagnosis only): no usage, so the order is priority then age
         self.quotas = quotas
         self.lam = math.log(2) / half_life
-        self.waiting: OrderedDict[str, object] = OrderedDict()
+        self.waiting: OrderedDict[str, Any] = OrderedDict()
         self.requests: dict[str, LeaseRequest] = {}
         self.done_usage: dict[tuple[str, str], float] = {}   # (tenant, model): sum of g * (e^{lam e} - e^{lam s}) / lam, times from t0
         self.t0: int | None = None
@@ -159,15 +160,16 @@ class GpuTenancy(Scheduler):
         if self.aging is not None:
             waiting = [replace(r, priority=1) if now - r.created_at >= self.aging else r for r in waiting]
         usage = self.usage(now, running) if self.fairshare else None
-        told = self.first_eta if self.promise and self.first_eta is not None else None
+        promise = self.promise
+        told = self.first_eta if promise and self.first_eta is not None else None
         asked = waiting
         for _ in range(BREACH_ROUNDS if self.promise == "breach" else 1):
-            if told is not None and self.promise == "shape":
+            if told is not None and promise == "shape":
                 asked = shape_order(sorted(waiting, key=lambda lr: order_key(lr, self.quotas, usage, now,
                                                                              self.settings)), told)
-            elif told is not None:
-                promised = promised_ids(self.promise, told, self.waiting, now, self.horizon, self.breached)
-                asked = with_promises(self.promise, waiting, told, promised)
+            elif told is not None and promise is not None:
+                promised = promised_ids(promise, told, self.waiting, now, self.horizon, self.breached)
+                asked = with_promises(promise, waiting, told, promised)
             t = time.perf_counter()
             p = plan(now, self.hosts, holds, self.quotas, asked, usage, self.settings, explain=False)
             self.plan_seconds += time.perf_counter() - t

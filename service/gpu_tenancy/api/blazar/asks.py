@@ -21,7 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpu_tenancy import error_codes as codes
-from gpu_tenancy.api.blazar.view import reservation_id
+from gpu_tenancy.domain.blazar import reservation_id
 from gpu_tenancy.db import models as m
 from gpu_tenancy.domain.lease_ask import Boot, EndChange, LeaseAsk
 from gpu_tenancy.errors import BadRequest, Conflict

@@ -10,7 +10,12 @@ words), because Blazar's clients take a lease for its asked window; `pending` ac
 it, shown PENDING with the start the queue plans (`gpu_tenancy_status`: queued)."""
 from __future__ import annotations
 
+from sqlalchemy.orm import Session
+
+from gpu_tenancy.engine.leases import Caller
+
 from flask import Blueprint, request
+from flask.typing import ResponseReturnValue
 
 from gpu_tenancy import error_codes as codes
 from gpu_tenancy.api import leases as native, runtime as rt
@@ -37,7 +42,7 @@ def body() -> dict:
     return parsed
 
 
-def load(session, lease_id: str) -> m.Lease:
+def load(session: Session, lease_id: str) -> m.Lease:
     """A lease the caller may see, as Blazar finds one: a cancelled (deleted) lease is gone."""
     try:
         row = native.load(session, lease_id)
@@ -49,7 +54,7 @@ def load(session, lease_id: str) -> m.Lease:
 
 
 @bp.get("/leases")
-def index():
+def index() -> ResponseReturnValue:
     rt.authorize("lease:list")
     everyone = rt.is_admin()   # Blazar lists every project's leases to an admin
     with rt.transaction() as session:
@@ -57,13 +62,13 @@ def index():
 
 
 @bp.get("/leases/<lease_id>")
-def show(lease_id: str):
+def show(lease_id: str) -> ResponseReturnValue:
     with rt.transaction() as session:
         return {"lease": view.render_one(session, load(session, lease_id))}
 
 
 @bp.post("/leases")
-def create():
+def create() -> ResponseReturnValue:
     rt.authorize("lease:create")
     cfg, caller = rt.runtime().config, rt.caller()
     given = body()
@@ -90,7 +95,7 @@ def create():
         return {"lease": view.render_one(session, session.get_one(m.Lease, made.row.id))}, 201
 
 
-def dry_run(session, now: int, caller, ask) -> PlannedLease:
+def dry_run(session: Session, now: int, caller: Caller, ask: LeaseAsk) -> PlannedLease:
     """Where the plan would put the lease now (nothing made)."""
     request, _ = leases.build_request(session, now, rt.limits(), caller, ask, "dry-run")
     return ledger.dry_run(session, now, rt.planner_settings(), request)
@@ -107,7 +112,7 @@ def not_enough(ask: LeaseAsk) -> str:
 
 
 @bp.put("/leases/<lease_id>")
-def update(lease_id: str):
+def update(lease_id: str) -> ResponseReturnValue:
     given = body()
     with rt.transaction() as session:
         row = load(session, lease_id)
@@ -126,7 +131,7 @@ def update(lease_id: str):
 
 
 @bp.delete("/leases/<lease_id>")
-def delete(lease_id: str):
+def delete(lease_id: str) -> ResponseReturnValue:
     with rt.transaction() as session:
         load(session, lease_id)
     native.end_lease(lease_id)

@@ -58,7 +58,7 @@ RESERVATION = closed({
     "resource_properties": {"type": "string", "description": "JSON: the shape, its GPU model and GPUs"},
     "created_at": SHOWN_TIME, "updated_at": SHOWN_TIME})
 EVENT = closed({"id": STRING, "lease_id": STRING, "event_type": {"enum": ["start_lease", "end_lease"]},
-                "time": SHOWN_TIME, "status": {"enum": ["UNDONE", "DONE"]},
+                "time": SHOWN_TIME, "status": {"enum": ["UNDONE", "IN_PROGRESS", "DONE", "ERROR"]},
                 "created_at": SHOWN_TIME, "updated_at": SHOWN_TIME})
 SCHEMAS = {
     "BlazarLeaseCreate": CREATE,

@@ -13,69 +13,52 @@ lease's id, so they are the same in every answer without being stored.
 from __future__ import annotations
 
 import json
-import uuid
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
-from gpu_tenancy.db.session import to_epoch
-from gpu_tenancy.domain.blazar_status import BlazarStatus, blazar_status
+from gpu_tenancy.domain import blazar
+from gpu_tenancy.domain.blazar import FLAVOR_INSTANCE, BlazarStatus, event_id, reservation_id
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.timeutil import blazar_stamp
-
-FLAVOR_INSTANCE = "flavor:instance"
-# the namespace of the derived ids (a fixed random uuid: the ids mean nothing outside this API)
-IDS = uuid.UUID("0c1f5c8e-3d0b-4b8e-9a51-6f3b2a7d9e41")
-
-
-def reservation_id(lease_id: str) -> str:
-    return str(uuid.uuid5(IDS, "reservation:" + lease_id))
-
-
-def event_id(lease_id: str, kind: str) -> str:
-    return str(uuid.uuid5(IDS, f"{kind}:{lease_id}"))
 
 
 def window(row: m.Lease) -> tuple[int, int]:
-    """The start and end a Blazar client is shown: the committed ones, else (waiting) the
-    queue's ETA or the asked start, and its duration after it."""
-    if row.start_at is not None and row.end_at is not None:
-        return to_epoch(row.start_at), to_epoch(row.end_at)
-    start = to_epoch(row.queue_eta or row.earliest_start)
-    return start, start + row.duration
+    """The start and end a Blazar client is shown (and a notice tells): the committed ones,
+    else (waiting) the queue's ETA or the asked start, and its duration after it."""
+    return blazar.window(row.start_at, row.end_at, row.queue_eta or row.earliest_start, row.duration)
 
 
 def visible(row: m.Lease) -> bool:
-    return blazar_status(LeaseState(row.status)) is not None
+    return blazar.blazar_status(row.status).shown
 
 
 def render(row: m.Lease, shape: m.Shape | None) -> dict:
-    shown = blazar_status(LeaseState(row.status))
-    assert shown is not None, "a cancelled lease is not shown (visible)"
+    shown = blazar.blazar_status(row.status)
     start, end = window(row)
-    created, updated = blazar_stamp(row.created_at), blazar_stamp(row.updated_at)
+    created, updated = blazar.date(row.created_at), blazar.date(row.updated_at)
     return {
         "id": row.id,
         "name": row.name,
         "user_id": row.user_id,
         "project_id": row.project_id,
-        "start_date": blazar_stamp(start),
-        "end_date": blazar_stamp(end),
+        "start_date": blazar.date(start),
+        "end_date": blazar.date(end),
         "trust_id": None,
         "status": shown.lease,
         "degraded": False,
         "created_at": created,
         "updated_at": updated,
         "reservations": [render_reservation(row, shape, shown, created, updated)],
-        "events": [render_event(row, "start_lease", start, shown.started, created, updated),
-                   render_event(row, "end_lease", end, shown.ended, created, updated)],
+        "events": [render_event(row, blazar.START_LEASE, start, shown, created, updated),
+                   render_event(row, blazar.END_LEASE, end, shown, created, updated)],
         # what Blazar has no word for: the lease's own state (queued, scheduled, ...)
         "gpu_tenancy_status": row.status,
     }
 
 
-def render_reservation(row: m.Lease, shape: m.Shape | None, shown: BlazarStatus, created, updated) -> dict:
+def render_reservation(row: m.Lease, shape: m.Shape | None, shown: BlazarStatus, created: str | None,
+                       updated: str | None) -> dict:
     return {
         "id": reservation_id(row.id),
         "lease_id": row.id,
@@ -100,9 +83,10 @@ def render_reservation(row: m.Lease, shape: m.Shape | None, shown: BlazarStatus,
     }
 
 
-def render_event(row: m.Lease, kind: str, at: int, done: bool, created, updated) -> dict:
-    return {"id": event_id(row.id, kind), "lease_id": row.id, "event_type": kind, "time": blazar_stamp(at),
-            "status": "DONE" if done else "UNDONE", "created_at": created, "updated_at": updated}
+def render_event(row: m.Lease, kind: str, at: int, shown: BlazarStatus, created: str | None,
+                 updated: str | None) -> dict:
+    return {"id": event_id(row.id, kind), "lease_id": row.id, "event_type": kind, "time": blazar.date(at),
+            "status": shown.event(kind), "created_at": created, "updated_at": updated}
 
 
 def render_one(session: Session, row: m.Lease) -> dict:
