@@ -16,6 +16,7 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.timeutil import rfc3339
 from tests.conftest import T0, headers
 from tests.functional.test_errors import api_error
+from tests.functional.test_metrics import scrape, value
 
 H = 3600
 ASK = {"shape": "a100.x2", "duration": "12h"}
@@ -138,3 +139,20 @@ def test_a_lease_that_waits_is_answered_with_offers_that_replace_it(client, full
 
 def test_a_lease_that_starts_as_asked_has_no_offers(client):
     assert preview(client)["offers"] == []
+
+
+@pytest.mark.parametrize("fit", [False, True], ids=["replanned", "fitted"])
+def test_a_waiting_create_is_offered_what_the_dry_run_offers(client, full, runtime, fit):
+    """Fitted into the plan (a long queue: engine/plan_insert.py), the offers come from that
+    plan rather than a second, full one; here they are the same."""
+    runtime.fits.min_waiting = 0 if fit else 10**6
+    before = value(scrape(client), "gpu_tenancy_lease_create_replans_total", outcome="fitted")
+    shown = [(o["kind"], o["shape"], o["duration"], o["start"], o["reserved"]) for o in preview(client)["offers"]]
+    reply = client.post("/v1/leases", json=ASK, headers=headers())
+    assert reply.status_code == 201 and reply.get_json()["lease"]["status"] == "queued"
+    assert value(scrape(client), "gpu_tenancy_lease_create_replans_total", outcome="fitted") == before + fit
+    offers = reply.get_json()["offers"]
+    assert [(o["kind"], o["shape"], o["duration"], o["start"], o["reserved"]) for o in offers] == shown
+    assert len(shown) == 3
+    taken = client.post("/v1/leases", json={**ASK, "accept_offer": offers[1]["id"]}, headers=headers())
+    assert taken.status_code == 201 and taken.get_json()["lease"]["start"] == rfc3339(T0)

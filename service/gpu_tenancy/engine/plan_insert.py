@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from typing import Any
+from typing import Any, Callable
 
 from sqlalchemy import Row, select, update
 from sqlalchemy.orm import Session
@@ -57,14 +57,18 @@ class InsertCache:
         self.last = snapshot
 
 
+BeforeFit = Callable[[Session, PlanBook, m.Lease], None]
+
+
 def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease,
-             cache: InsertCache) -> Snapshot | None:
+             cache: InsertCache, before: BeforeFit | None = None) -> Snapshot | None:
     """In the transaction that makes `row` (queued, flushed, not yet committed: no replan can
     have planned it), under the ledger lock taken here: the lease fitted into the current
     plan, its queue information written; the snapshot to confirm once that transaction has
     committed. None: a full replan must plan it once committed (the plan is short or not
     known here, a wait bound or keep_etas is set, or the lease would start now or exactly when asked,
-    which commits GPUs: only the full replan does that)."""
+    which commits GPUs: only the full replan does that). `before` is called with the plan just
+    before the lease is fitted into it."""
     if settings.bounded or settings.keep_etas:
         return None
     snapshot, cache.last = cache.last, None   # until this fit commits, the plan here is not known
@@ -80,6 +84,8 @@ def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease
         return None
     lr = ledger.request_from_row(row)
     try:
+        if before is not None:   # on the plan the lease is fitted into, without it (the offers)
+            before(session, snapshot.book, row)
         fitted = snapshot.book.insert(now, lr)
     except Exception:   # the lease is made all the same; the full replan plans it
         log.exception("fitting lease %s into the plan failed", row.id)
