@@ -70,12 +70,14 @@ def make_and_plan(transaction: Transaction, clock: Callable[[], int], config: Co
 
     def make(session: Session, asked: DecisionHook) -> tuple[m.Lease, dict, m.AuditRecord]:
         row = create(session, clock(), limits, caller, ask, asked, lease_id)
-        network.apply(row)
         fitted.clear()
-        if fits is not None:
-            snapshot = plan_insert.fit_made(session, clock(), settings, row, fits, before_fit)
-            if snapshot is not None:
-                fitted.append(snapshot)
+        # the lease's arrival, network and queue place go in one UPDATE, with the audit record
+        with session.no_autoflush:
+            network.apply(row)
+            if fits is not None:
+                snapshot = plan_insert.fit_made(session, clock(), settings, row, fits, before_fit)
+                if snapshot is not None:
+                    fitted.append(snapshot)
         rendered = render(row)
         return row, rendered, audit(session, row, rendered)
     row, rendered, record = decide(hook, transaction, make)

@@ -20,7 +20,6 @@ import secrets
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpu_tenancy import error_codes as codes
@@ -33,7 +32,7 @@ from gpu_tenancy.domain.model import LeaseRequest, PlannedLease
 from gpu_tenancy.domain.plan_insert import PlanBook
 from gpu_tenancy.domain.planner import PlannerSettings
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.engine import early_ends, ledger, networking, new_lease, plan_insert
+from gpu_tenancy.engine import catalog, early_ends, ledger, networking, new_lease, plan_insert
 from gpu_tenancy.engine.decision_hook import DecisionHook, decide
 from gpu_tenancy.engine.events import record_transition
 from gpu_tenancy.engine.leases import Caller, build_request, create
@@ -150,8 +149,7 @@ def on_plan(session: Session, now: int, offer_settings: OfferSettings, book: Pla
 
 def shape_options(session: Session) -> list[domain.ShapeOption]:
     """The shapes a lease may ask for (not retired), by name."""
-    return [domain.ShapeOption(s.name, s.gpu_model, s.gpus) for s in session.scalars(
-        select(m.Shape).where(m.Shape.retired_at.is_(None)).order_by(m.Shape.name))]
+    return [domain.ShapeOption(s.name, s.gpu_model, s.gpus) for s in catalog.offered_shapes(session)]
 
 
 def for_waiting(transaction: Transaction, now: int, settings: PlannerSettings, offer_settings: OfferSettings,

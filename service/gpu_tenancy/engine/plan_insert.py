@@ -10,12 +10,13 @@ plan built as a PlanBook (Snapshot) while the ledger has not replanned since (it
 their `plan_seq`) are read and added to it, so a create reads a few rows, not the queue."""
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 
 from typing import Any, Callable
 
-from sqlalchemy import Row, select, update
+from sqlalchemy import Row, String, cast, select, update
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
@@ -31,9 +32,10 @@ S = LeaseState
 log = logging.getLogger(__name__)
 L = m.Lease
 # what a lease of the plan is read with: its ask, and where the plan has it
+# (planned_hosts as its JSON text: every column a plain value, so a row is its own memo key)
 COLUMNS = (L.id, L.project_id, L.gpu_model, L.gpus_per_vm, L.instances, L.duration, L.earliest_start,
            L.latest_start, L.created_at, L.priority, L.name, L.preemptible, L.arrival, L.start_at, L.end_at,
-           L.planned_hosts, L.borrowing, L.plan_seq)
+           cast(L.planned_hosts, String).label("planned_hosts"), L.borrowing, L.plan_seq)
 
 
 @dataclass
@@ -51,6 +53,8 @@ class InsertCache:
     min_waiting: int   # with fewer leases in the plan, a create replans in full (cheap then, and exact)
     max_age: int = 60  # s: time moving on moves the plan (holds past their end, starts come)
     last: Snapshot | None = field(default=None)
+    # the last build's leases by their row: a replan moves few, so the next build converts only those
+    known: dict[tuple, Planned] = field(default_factory=dict)
 
     def confirm(self, snapshot: Snapshot) -> None:
         """The fit's transaction committed: the snapshot (with it) is the plan again."""
@@ -148,11 +152,17 @@ def build(session: Session, now: int, settings: PlannerSettings, cache: InsertCa
     inputs = ledger.load_inputs(session, now, settings, queued=[])
     # the last replan's leases (a replan clears plan_seq), then those fitted in since, in their
     # order: PlanBook.add tells whether each went last, so whether the plan is still plan()'s
+    known, cache.known = cache.known, {}
+
+    def of(r: Row[Any]) -> Planned:
+        key = tuple(r)
+        p = cache.known[key] = known.get(key) or planned(r)
+        return p
     book = PlanBook(now, inputs.hosts, inputs.holds, inputs.quotas,
-                    [planned(r) for r in rows if r.plan_seq is None], inputs.usage,
+                    [of(r) for r in rows if r.plan_seq is None], inputs.usage,
                     ledger.settings_for(inputs, settings))
     for r in sorted((r for r in rows if r.plan_seq is not None), key=lambda r: r.plan_seq):
-        book.add(planned(r))
+        book.add(of(r))
     return Snapshot(generation, inserted, now, inputs.allowance, book)
 
 
@@ -164,6 +174,7 @@ def planned(r: Row[Any]) -> Planned:
         latest_start=to_epoch(r.latest_start), created_at=to_epoch(r.created_at),
         priority=r.priority, name=r.name, preemptible=r.preemptible, arrival=r.arrival or 0)
     place = None
-    if r.start_at is not None and r.planned_hosts:
-        place = Placement(to_epoch(r.start_at), to_epoch(r.end_at), tuple(r.planned_hosts))
+    hosts = json.loads(r.planned_hosts) if r.planned_hosts else None
+    if r.start_at is not None and hosts:
+        place = Placement(to_epoch(r.start_at), to_epoch(r.end_at), tuple(hosts))
     return Planned(request, place, bool(r.borrowing))
