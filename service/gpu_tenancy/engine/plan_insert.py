@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from typing import Any, Callable
 
-from sqlalchemy import Row, String, cast, select, update
+from sqlalchemy import String, cast, select, update
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
@@ -154,7 +154,7 @@ def build(session: Session, now: int, settings: PlannerSettings, cache: InsertCa
     # order: PlanBook.add tells whether each went last, so whether the plan is still plan()'s
     known, cache.known = cache.known, {}
 
-    def of(r: Row[Any]) -> Planned:
+    def of(r: Any) -> Planned:
         key = tuple(r)
         p = cache.known[key] = known.get(key) or planned(r)
         return p
@@ -166,7 +166,7 @@ def build(session: Session, now: int, settings: PlannerSettings, cache: InsertCa
     return Snapshot(generation, inserted, now, inputs.allowance, book)
 
 
-def planned(r: Row[Any]) -> Planned:
+def planned(r: Any) -> Planned:
     """A row of COLUMNS as a lease of the plan."""
     request = LeaseRequest(
         lease_id=r.id, project_id=r.project_id, gpu_model=r.gpu_model, gpus_per_vm=r.gpus_per_vm,
