@@ -71,8 +71,8 @@ def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease
     plan, its queue information written; the snapshot to confirm once that transaction has
     committed. None: a full replan must plan it once committed (the plan is short or not
     known here, a wait bound or keep_etas is set, or the lease would start now or exactly when asked,
-    which commits GPUs: only the full replan does that). `before` is called with the plan just
-    before the lease is fitted into it."""
+    which commits GPUs: only the full replan does that). `before` is called with the plan the
+    lease is fitted into, without it (before the lock when no fit committed meanwhile)."""
     if settings.bounded or settings.keep_etas:
         return None
     snapshot, cache.last = cache.last, None   # until this fit commits, the plan here is not known
@@ -82,14 +82,16 @@ def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease
     snapshot = catch_up(session, now, settings, cache, snapshot, generation, inserted)
     if snapshot is None:
         return None
+    # `before` sees the plan the lease is fitted into, without it: called here, before the lock,
+    # and again under it only if fits committed meanwhile changed that plan
+    seen = call_before(before, session, snapshot, row, None)
     generation, seq = claim(session)
     snapshot = catch_up(session, now, settings, cache, snapshot, generation, seq - 1)
     if snapshot is None:
         return None
     lr = ledger.request_from_row(row)
     try:
-        if before is not None:   # on the plan the lease is fitted into, without it (the offers)
-            before(session, snapshot.book, row)
+        call_before(before, session, snapshot, row, seen)
         fitted = snapshot.book.insert(now, lr)
     except Exception:   # the lease is made all the same; the full replan plans it
         log.exception("fitting lease %s into the plan failed", row.id)
@@ -101,6 +103,15 @@ def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease
     row.plan_seq = snapshot.inserted = seq
     CREATE_REPLANS.labels("fitted").inc()
     return snapshot
+
+
+def call_before(before: BeforeFit | None, session: Session, snapshot: Snapshot, row: m.Lease,
+                seen: tuple[PlanBook, int] | None) -> tuple[PlanBook, int] | None:
+    """`before` called with the snapshot's plan, unless it was with that plan as it is (`seen`)."""
+    now_seen = (snapshot.book, snapshot.inserted)
+    if before is not None and (seen is None or seen[0] is not now_seen[0] or seen[1] != now_seen[1]):
+        before(session, snapshot.book, row)
+    return now_seen
 
 
 COUNTS = select(m.Lock.generation, m.Lock.inserted).where(m.Lock.name == "ledger")
