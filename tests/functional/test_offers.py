@@ -18,6 +18,7 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.timeutil import rfc3339
 from tests.conftest import T0, headers
 from tests.functional.test_errors import api_error
+from tests.functional.test_metrics import scrape, value
 
 H = 3600
 ASK = {"shape": "a100.x2", "duration": "12h"}
@@ -160,3 +161,20 @@ def test_an_offer_made_by_one_worker_is_taken_by_another_on_the_same_database(cl
         assert forged.status_code == 400, forged.get_json()
     finally:
         other_worker.extensions["gpu_tenancy"].sessions.kw["bind"].dispose()
+
+
+@pytest.mark.parametrize("fit", [False, True], ids=["replanned", "fitted"])
+def test_a_waiting_create_is_offered_what_the_dry_run_offers(client, full, runtime, fit):
+    """Fitted into the plan (a long queue: engine/plan_insert.py), the offers come from that
+    plan rather than a second, full one; here they are the same."""
+    runtime.fits.min_waiting = 0 if fit else 10**6
+    before = value(scrape(client), "gpu_tenancy_lease_create_replans_total", outcome="fitted")
+    shown = [(o["kind"], o["shape"], o["duration"], o["start"], o["reserved"]) for o in preview(client)["offers"]]
+    reply = client.post("/v1/leases", json=ASK, headers=headers())
+    assert reply.status_code == 201 and reply.get_json()["lease"]["status"] == "queued"
+    assert value(scrape(client), "gpu_tenancy_lease_create_replans_total", outcome="fitted") == before + fit
+    offers = reply.get_json()["offers"]
+    assert [(o["kind"], o["shape"], o["duration"], o["start"], o["reserved"]) for o in offers] == shown
+    assert len(shown) == 3
+    taken = client.post("/v1/leases", json={**ASK, "accept_offer": offers[1]["id"]}, headers=headers())
+    assert taken.status_code == 201 and taken.get_json()["lease"]["start"] == rfc3339(T0)

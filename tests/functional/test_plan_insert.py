@@ -10,7 +10,7 @@ from sqlalchemy import select
 from gpu_tenancy.app import create_app
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
-from gpu_tenancy.engine import early_ends
+from gpu_tenancy.engine import early_ends, plan_insert
 from tests.conftest import headers
 from tests.functional.test_metrics import scrape, value
 
@@ -108,3 +108,27 @@ def test_a_lease_that_could_start_now_is_planned_by_the_full_replan(client, runt
     lease = create(client, "ml-vision", "a100.x1", 1)
     assert lease["status"] == "scheduled" and lease["allocations"]
     assert fitted(client) == before
+
+
+def test_a_rebuild_after_a_replan_reads_the_plan_as_a_fresh_process_does(client, runtime, config, clock, cloud):
+    """A process rebuilds its copy of the plan after every replan, converting only the rows the
+    replan changed (the previous build's leases are kept by row): what it builds is what a
+    process that never built one reads."""
+    runtime.fits.min_waiting = 0
+    fill(client)
+    made = [create(client, ["ml-vision", "nlp-lab"][k % 2], ["a100.x8", "a100.x4", "a100.x2"][k % 3], 1 + k % 4)
+            for k in range(9)]
+
+    def built(cache: plan_insert.InsertCache) -> dict[str, plan_insert.Planned]:
+        with session_scope(runtime.sessions) as session:
+            generation, inserted = session.execute(plan_insert.COUNTS).one()
+            assert plan_insert.build(session, clock.now(), runtime.planner_settings, cache, generation, inserted)
+        return {p.request.lease_id: p for p in cache.known.values()}
+    warm = plan_insert.InsertCache(min_waiting=0)
+    first = built(warm)
+    assert set(first) == {lease["id"] for lease in made}
+    assert client.delete(f"/v1/leases/{made[0]['id']}", headers=headers("ml-vision")).status_code in (200, 202, 204)
+    clock.advance(1800)
+    replan(runtime)   # the cancel and the time moved the plan
+    again, fresh = built(warm), built(plan_insert.InsertCache(min_waiting=0))
+    assert again == fresh and again != first and made[0]["id"] not in again

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import Protocol
 
 from .model import Hold, Host, LeaseRequest, Plan, PlannedLease, QuotaLimit
 from .planner import (OrderKey, PlannerSettings, Trials, Turn, bound_protected, fmt_time, order_key, plan_with_turns,
@@ -133,12 +134,35 @@ def offers(now: int, hosts: Sequence[Host], holds: Sequence[Hold], quotas: Mappi
         return Offered(planned, [])
     end = asked.start if asked is not None else None
     assert late == [end], (late, end)   # the trial at its turn is where the plan put it
+    return Offered(planned, _best(own, others, end, rules))
+
+
+def offers_after(now: int, place: Callable[[LeaseRequest], PlannedLease], ask: LeaseRequest, shape: ShapeOption,
+                 shapes: Sequence[ShapeOption], rules: OfferRules = OfferRules()) -> list[Offer]:
+    """The offers of `ask`, each tried by `place` alone after a plan that is already made (the
+    incremental create's: plan_insert.PlanBook.trial, every lease of the plan before it). Where
+    the full plan would put an alternative before some of those leases, it starts it no later
+    than here (fewer leases ahead take no capacity away), so an offer is never earlier than
+    offers() gives it; taking one re-checks it under the ledger lock."""
+    own: list[_Tried] = []
+    end = _own(_After(place), ask, shape, shapes, rules, now, own)
+    if end is not None and end <= max(now, ask.earliest_start):
+        return []   # it starts as asked
+    others = [(other, _Tried(Kind.GPU_MODEL, lr, other.name, False, place(lr)))
+              for other in _stand_ins(ask, shapes, rules) for lr in [replace(ask, gpu_model=other.gpu_model)]]
+    return _best(own, others, end, rules)
+
+
+def _best(own: list[_Tried], others: list[tuple[ShapeOption, _Tried]], end: int | None,
+          rules: OfferRules) -> list[Offer]:
+    """The offers, best first: those that start sooner than the ask's `end` (its planned start),
+    by start, then that start reserved."""
     found = [t.offer() for t in own if t.kind is not Kind.LATER]
     found += [t.offer() for _, t in sorted(others, key=lambda o: o[0].gpu_model) if t.sooner(end)]
     found.sort(key=lambda o: (o.start, RANK[o.kind]))
     found = found[:rules.most - (1 if end is not None else 0)]
     found += [t.offer() for t in own if t.kind is Kind.LATER]
-    return Offered(planned, found)
+    return found
 
 
 @dataclass(frozen=True)
@@ -174,7 +198,17 @@ def _stand_ins(ask: LeaseRequest, shapes: Sequence[ShapeOption], rules: OfferRul
     return sorted(found.values(), key=lambda s: s.gpu_model)[:rules.models]
 
 
-def _own(places: _Places, ask: LeaseRequest, shape: ShapeOption, shapes: Sequence[ShapeOption],
+class _Placer(Protocol):
+    def place(self, lr: LeaseRequest) -> PlannedLease: ...
+
+
+@dataclass(frozen=True)
+class _After:
+    """Trials after a plan already made (offers_after)."""
+    place: Callable[[LeaseRequest], PlannedLease]
+
+
+def _own(places: _Placer, ask: LeaseRequest, shape: ShapeOption, shapes: Sequence[ShapeOption],
          rules: OfferRules, now: int, found: list[_Tried]) -> int | None:
     """The alternatives of the ask's own model, into `found`; returns the ask's planned start."""
     t0 = max(now, ask.earliest_start)
@@ -219,7 +253,7 @@ def _smaller(ask: LeaseRequest, shape: ShapeOption, shapes: Sequence[ShapeOption
     return sorted(out, key=lambda o: (-o[1].gpus * o[2], o[1].name))
 
 
-def _shorter(places: _Places, ask: LeaseRequest, t0: int, rules: OfferRules) -> int | None:
+def _shorter(places: _Placer, ask: LeaseRequest, t0: int, rules: OfferRules) -> int | None:
     """The longest duration, a whole number of steps, from the asked share up to less than
     the asked duration, that starts at t0; None: none does (a binary search: a shorter lease
     fits wherever a longer one does)."""
@@ -237,7 +271,7 @@ def _shorter(places: _Places, ask: LeaseRequest, t0: int, rules: OfferRules) -> 
     return lo * step
 
 
-def _starts_at(places: _Places, lr: LeaseRequest, t0: int) -> bool:
+def _starts_at(places: _Placer, lr: LeaseRequest, t0: int) -> bool:
     p = places.place(lr)
     return p.placement is not None and p.placement.start <= t0
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .model import Hold, Host, LeaseRequest, Placement, PlannedLease, QuotaLimit, Reason
-from .planner import (FAIR, FAST, PlannerSettings, _Ahead, _n, _no_slot_reason, _place_preemptible, _Run, _Scores,
+from .planner import (FAIR, FAST, PlannerSettings, Trials, _Ahead, _n, _no_slot_reason, _place_preemptible, _Run, _Scores,
                       fmt_time)
 
 OrderKey = tuple[int, int, float, int, int, str]
@@ -92,6 +92,12 @@ class PlanBook:
         keys, key = self._keys[lr.gpu_model], self._key(lr)
         self.exact[lr.gpu_model] = self.exact[lr.gpu_model] and (not keys or keys[-1] < key)
         insort(keys, key)
+
+    def trial(self, now: int, lr: LeaseRequest) -> PlannedLease:
+        """Where `lr` would be placed after every lease of the plan, nothing reserved for it
+        (planner.Trials: what the counter-offers are made of)."""
+        self._run.now = self._run.book.now = max(now, self._run.now)
+        return Trials(self._run, self.quotas).place(lr)
 
     def insert(self, now: int, lr: LeaseRequest) -> Inserted:
         """Place `lr` around the plan (the steps of planner.plan's loop, for one lease) and

@@ -26,6 +26,15 @@ def entries(session: Session, model: Entry, include_retired: bool = False) -> li
     return list(session.scalars(q))
 
 
+def offered_shapes(session: Session) -> list[m.Shape]:
+    """The shapes not retired, by name: read once per session (one transaction here; a create
+    looks its shape up in them, and its offers try the others), then kept in `session.info`."""
+    shapes = session.info.get("offered_shapes")
+    if shapes is None:
+        shapes = session.info["offered_shapes"] = entries(session, m.Shape)
+    return shapes
+
+
 def default_image(session: Session) -> str | None:
     """The image a lease boots when it names none: the oldest image still offered (the demo
     seeds the cloud's images in its order, so its first). The API marks it in GET /v1/images,

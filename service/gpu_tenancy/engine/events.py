@@ -12,15 +12,18 @@ from gpu_tenancy.engine import notifications
 
 
 def record_transition(session: Session, row: m.Lease, target: LeaseState, now: int, actor: str,
-                      why: str) -> None:
+                      why: str) -> m.Event:
+    """The lease moved to `target`, and its event (added, not flushed), returned."""
     current = LeaseState(row.status) if row.status else None
     change = transition(row.id, current, target, at=now, actor=actor, reason=why)
     row.status = target.value
     row.updated_at = utcnow_naive(now)
-    session.add(m.Event(lease=row, at=utcnow_naive(now), actor=actor, kind="transition",
-                        from_state=change.from_state.value if change.from_state else None,
-                        to_state=target.value, message=why))
+    event = m.Event(lease=row, at=utcnow_naive(now), actor=actor, kind="transition",
+                    from_state=change.from_state.value if change.from_state else None,
+                    to_state=target.value, message=why)
+    session.add(event)
     notifications.on_transition(session, row, change.from_state, target, now)
+    return event
 
 
 def record_event(session: Session, row: m.Lease, kind: str, message: str, now: int, actor: str) -> None:

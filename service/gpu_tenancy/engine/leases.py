@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from gpu_tenancy import error_codes as codes
@@ -43,10 +43,10 @@ def build_request(session: Session, now: int, limits: Limits, caller: Caller, as
                   lease_id: str) -> tuple[LeaseRequest, dict]:
     """Check a lease request against the service's limits, the catalog, the quota and the
     cloud's size; returns the planner's view of it and the columns to store."""
-    shape = session.get(m.Shape, ask.shape)
-    if shape is None or shape.retired_at is not None:
-        names = ", ".join(s.name for s in session.scalars(
-            select(m.Shape).where(m.Shape.retired_at.is_(None)).order_by(m.Shape.name)))
+    offered = catalog.offered_shapes(session)   # one query, which the offers use too
+    shape = next((s for s in offered if s.name == ask.shape), None)
+    if shape is None:
+        names = ", ".join(s.name for s in offered)
         raise BadRequest(f"unknown shape '{ask.shape}'; the shapes offered are: {names or 'none'}",
                          codes.UNKNOWN_SHAPE)
     if ask.boot is Boot.TENANT:
@@ -232,12 +232,13 @@ def create(session: Session, now: int, limits: Limits, caller: Caller, ask: Leas
                   allocations=[], servers=[], failures=[],   # known empty: rendering loads nothing
                   **columns)
     session.add(row)
-    record_transition(session, row, S.REQUESTED, now, caller.user_id, "asked for by the user")
+    first = record_transition(session, row, S.REQUESTED, now, caller.user_id, "asked for by the user")
     record_transition(session, row, S.QUEUED, now, "planner", "waiting for its turn")
     session.flush()
     # its place in the order of asking: the id of its first event, from the database's own
-    # monotonic sequence (created_at has whole seconds, the lease id is random)
-    row.arrival = session.scalar(select(func.min(m.Event.id)).where(m.Event.lease_id == row.id))
+    # monotonic sequence (created_at has whole seconds, the lease id is random); written with
+    # the lease's next change (its queue place), not a statement of its own
+    row.arrival = first.id
     return row
 
 

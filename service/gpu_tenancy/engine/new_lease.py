@@ -50,6 +50,7 @@ def check_with_cloud(cloud: Callable[[], CloudDriver], caller: Caller, ask: Leas
 class Made:
     row: m.Lease      # committed; planned unless planning failed
     rendered: dict    # as the answer shows it
+    fitted: bool = False   # fitted into the plan (plan_insert), not replanned
 
 
 def make_and_plan(transaction: Transaction, clock: Callable[[], int], config: Config, settings: PlannerSettings,
@@ -57,29 +58,33 @@ def make_and_plan(transaction: Transaction, clock: Callable[[], int], config: Co
                   caller: Caller, ask: LeaseAsk, network: networking.Choice, hook: DecisionHook,
                   render: Callable[[m.Lease], dict],
                   audit: Callable[[Session, m.Lease, dict], m.AuditRecord],
-                  fits: plan_insert.InsertCache | None = None) -> Made:
+                  fits: plan_insert.InsertCache | None = None,
+                  before_fit: plan_insert.BeforeFit | None = None) -> Made:
     """Make the lease, queued, with its audit record (`audit(session, row, rendered)`) in one
     transaction, so that no lease is ever without its record, and, when the queue is long,
     fitted into the current plan in that same transaction (plan_insert.fit_made, with `fits`:
-    this process's copy of the plan); if it was not, planned after by a replan (plan_created)."""
+    this process's copy of the plan, `before_fit` called with it); if it was not, planned after by a
+    replan (plan_created)."""
     lease_id = ledger.new_lease_id()   # the same in the question to the decision service and in the lease
     fitted: list[plan_insert.Snapshot] = []   # the plan with the lease, once fitted into it
 
     def make(session: Session, asked: DecisionHook) -> tuple[m.Lease, dict, m.AuditRecord]:
         row = create(session, clock(), limits, caller, ask, asked, lease_id)
-        network.apply(row)
         fitted.clear()
-        if fits is not None:
-            snapshot = plan_insert.fit_made(session, clock(), settings, row, fits)
-            if snapshot is not None:
-                fitted.append(snapshot)
+        # the lease's arrival, network and queue place go in one UPDATE, with the audit record
+        with session.no_autoflush:
+            network.apply(row)
+            if fits is not None:
+                snapshot = plan_insert.fit_made(session, clock(), settings, row, fits, before_fit)
+                if snapshot is not None:
+                    fitted.append(snapshot)
         rendered = render(row)
         return row, rendered, audit(session, row, rendered)
     row, rendered, record = decide(hook, transaction, make)
     if fitted:   # planned in the same transaction: the answer and its record already say where
         assert fits is not None
         fits.confirm(fitted[0])
-        return Made(row, rendered)
+        return Made(row, rendered, fitted=True)
     planned = plan_created(transaction, clock, config, settings, row.id, record.id, render)  # the record's id: once committed
     return Made(row, planned or rendered)
 

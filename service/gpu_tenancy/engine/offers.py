@@ -20,7 +20,6 @@ import secrets
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpu_tenancy import error_codes as codes
@@ -30,9 +29,10 @@ from gpu_tenancy.db.session import ledger_lock, to_epoch
 from gpu_tenancy.domain import offers as domain
 from gpu_tenancy.domain.lease_ask import LeaseAsk
 from gpu_tenancy.domain.model import LeaseRequest, PlannedLease
+from gpu_tenancy.domain.plan_insert import PlanBook
 from gpu_tenancy.domain.planner import PlannerSettings
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.engine import early_ends, ledger, networking, new_lease, plan_insert
+from gpu_tenancy.engine import catalog, early_ends, ledger, networking, new_lease, plan_insert
 from gpu_tenancy.engine.decision_hook import DecisionHook, decide
 from gpu_tenancy.engine.events import record_transition
 from gpu_tenancy.engine.leases import Caller, build_request, create
@@ -114,9 +114,42 @@ def make(transaction: Transaction, clock: Callable[[], int], config: Config, set
     if ask.accept_offer is not None:
         return take(transaction, clock, config, settings, limits, offer_settings, caller, ask, network, hook,
                     render, audit), []
+    fitted: list[list[Signed]] = []
+
+    def before_fit(session: Session, book: PlanBook, row: m.Lease) -> None:
+        fitted[:] = [on_plan(session, clock(), offer_settings, book, row)]
     made = new_lease.make_and_plan(transaction, clock, config, settings, limits, caller, ask, network, hook,
-                                   render, audit, fits)
+                                   render, audit, fits, before_fit)
+    if made.fitted:   # from the plan it was fitted into: no second plan
+        return made, fitted[0] if fitted and made.row.status == S.QUEUED.value else []
     return made, for_waiting(transaction, clock(), settings, offer_settings, made.row)
+
+
+def on_plan(session: Session, now: int, offer_settings: OfferSettings, book: PlanBook, row: m.Lease) -> list[Signed]:
+    """The offers for a lease being fitted into the plan (`book`, without it yet), each
+    replacing it when taken: each alternative tried after every lease of that plan
+    (domain.offers_after). A courtesy of the answer: if they cannot be computed, none."""
+    try:
+        request = ledger.newest(replace(ledger.request_from_row(row), created_at=now))
+        own = book.trial(now, request).placement
+        if own is not None and own.start <= max(now, request.earliest_start):
+            return []   # starts as asked: nothing to offer (and the full replan plans it)
+        shapes = shape_options(session)
+        shape = next((s for s in shapes if s.name == row.shape), None)
+        if shape is None:
+            return []
+        expires = now + offer_settings.valid_seconds
+        return [Signed(o, sign(offer_settings.key, row.project_id, o, expires, row.id), expires, o.words(now, request))
+                for o in domain.offers_after(now, lambda lr: book.trial(now, lr), request, shape, shapes,
+                                             offer_settings.rules)]
+    except Exception:
+        log.exception("the offers for lease %s could not be computed", row.id)
+        return []
+
+
+def shape_options(session: Session) -> list[domain.ShapeOption]:
+    """The shapes a lease may ask for (not retired), by name."""
+    return [domain.ShapeOption(s.name, s.gpu_model, s.gpus) for s in catalog.offered_shapes(session)]
 
 
 def for_waiting(transaction: Transaction, now: int, settings: PlannerSettings, offer_settings: OfferSettings,
@@ -141,8 +174,7 @@ def alternatives(session: Session, now: int, settings: PlannerSettings, offer_se
                  inputs: ledger.PlannerInputs, request: LeaseRequest, shape_name: str, project_id: str,
                  replaces: str | None) -> tuple[PlannedLease, list[Signed]]:
     """The dry run of `request` (asked now, after every lease), and its offers, signed, from one plan."""
-    shapes = [domain.ShapeOption(s.name, s.gpu_model, s.gpus) for s in session.scalars(
-        select(m.Shape).where(m.Shape.retired_at.is_(None)).order_by(m.Shape.name))]
+    shapes = shape_options(session)
     shape = next((s for s in shapes if s.name == shape_name), None)
     asked = ledger.newest(request)
     if shape is None:   # retired meanwhile: nothing of its own to offer

@@ -10,12 +10,13 @@ plan built as a PlanBook (Snapshot) while the ledger has not replanned since (it
 their `plan_seq`) are read and added to it, so a create reads a few rows, not the queue."""
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 
-from typing import Any
+from typing import Any, Callable
 
-from sqlalchemy import Row, select, update
+from sqlalchemy import String, cast, select, update
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
@@ -31,9 +32,10 @@ S = LeaseState
 log = logging.getLogger(__name__)
 L = m.Lease
 # what a lease of the plan is read with: its ask, and where the plan has it
+# (planned_hosts as its JSON text: every column a plain value, so a row is its own memo key)
 COLUMNS = (L.id, L.project_id, L.gpu_model, L.gpus_per_vm, L.instances, L.duration, L.earliest_start,
            L.latest_start, L.created_at, L.priority, L.name, L.preemptible, L.arrival, L.start_at, L.end_at,
-           L.planned_hosts, L.borrowing, L.plan_seq)
+           cast(L.planned_hosts, String).label("planned_hosts"), L.borrowing, L.plan_seq)
 
 
 @dataclass
@@ -51,20 +53,26 @@ class InsertCache:
     min_waiting: int   # with fewer leases in the plan, a create replans in full (cheap then, and exact)
     max_age: int = 60  # s: time moving on moves the plan (holds past their end, starts come)
     last: Snapshot | None = field(default=None)
+    # the last build's leases by their row: a replan moves few, so the next build converts only those
+    known: dict[tuple, Planned] = field(default_factory=dict)
 
     def confirm(self, snapshot: Snapshot) -> None:
         """The fit's transaction committed: the snapshot (with it) is the plan again."""
         self.last = snapshot
 
 
+BeforeFit = Callable[[Session, PlanBook, m.Lease], None]
+
+
 def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease,
-             cache: InsertCache) -> Snapshot | None:
+             cache: InsertCache, before: BeforeFit | None = None) -> Snapshot | None:
     """In the transaction that makes `row` (queued, flushed, not yet committed: no replan can
     have planned it), under the ledger lock taken here: the lease fitted into the current
     plan, its queue information written; the snapshot to confirm once that transaction has
     committed. None: a full replan must plan it once committed (the plan is short or not
     known here, a wait bound or keep_etas is set, or the lease would start now or exactly when asked,
-    which commits GPUs: only the full replan does that)."""
+    which commits GPUs: only the full replan does that). `before` is called with the plan the
+    lease is fitted into, without it (before the lock when no fit committed meanwhile)."""
     if settings.bounded or settings.keep_etas:
         return None
     snapshot, cache.last = cache.last, None   # until this fit commits, the plan here is not known
@@ -74,12 +82,16 @@ def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease
     snapshot = catch_up(session, now, settings, cache, snapshot, generation, inserted)
     if snapshot is None:
         return None
+    # `before` sees the plan the lease is fitted into, without it: called here, before the lock,
+    # and again under it only if fits committed meanwhile changed that plan
+    seen = call_before(before, session, snapshot, row, None)
     generation, seq = claim(session)
     snapshot = catch_up(session, now, settings, cache, snapshot, generation, seq - 1)
     if snapshot is None:
         return None
     lr = ledger.request_from_row(row)
     try:
+        call_before(before, session, snapshot, row, seen)
         fitted = snapshot.book.insert(now, lr)
     except Exception:   # the lease is made all the same; the full replan plans it
         log.exception("fitting lease %s into the plan failed", row.id)
@@ -91,6 +103,15 @@ def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease
     row.plan_seq = snapshot.inserted = seq
     CREATE_REPLANS.labels("fitted").inc()
     return snapshot
+
+
+def call_before(before: BeforeFit | None, session: Session, snapshot: Snapshot, row: m.Lease,
+                seen: tuple[PlanBook, int] | None) -> tuple[PlanBook, int] | None:
+    """`before` called with the snapshot's plan, unless it was with that plan as it is (`seen`)."""
+    now_seen = (snapshot.book, snapshot.inserted)
+    if before is not None and (seen is None or seen[0] is not now_seen[0] or seen[1] != now_seen[1]):
+        before(session, snapshot.book, row)
+    return now_seen
 
 
 COUNTS = select(m.Lock.generation, m.Lock.inserted).where(m.Lock.name == "ledger")
@@ -142,15 +163,21 @@ def build(session: Session, now: int, settings: PlannerSettings, cache: InsertCa
     inputs = ledger.load_inputs(session, now, settings, queued=[])
     # the last replan's leases (a replan clears plan_seq), then those fitted in since, in their
     # order: PlanBook.add tells whether each went last, so whether the plan is still plan()'s
+    known, cache.known = cache.known, {}
+
+    def of(r: Any) -> Planned:
+        key = tuple(r)
+        p = cache.known[key] = known.get(key) or planned(r)
+        return p
     book = PlanBook(now, inputs.hosts, inputs.holds, inputs.quotas,
-                    [planned(r) for r in rows if r.plan_seq is None], inputs.usage,
+                    [of(r) for r in rows if r.plan_seq is None], inputs.usage,
                     ledger.settings_for(inputs, settings))
     for r in sorted((r for r in rows if r.plan_seq is not None), key=lambda r: r.plan_seq):
-        book.add(planned(r))
+        book.add(of(r))
     return Snapshot(generation, inserted, now, inputs.allowance, book)
 
 
-def planned(r: Row[Any]) -> Planned:
+def planned(r: Any) -> Planned:
     """A row of COLUMNS as a lease of the plan."""
     request = LeaseRequest(
         lease_id=r.id, project_id=r.project_id, gpu_model=r.gpu_model, gpus_per_vm=r.gpus_per_vm,
@@ -158,6 +185,7 @@ def planned(r: Row[Any]) -> Planned:
         latest_start=to_epoch(r.latest_start), created_at=to_epoch(r.created_at),
         priority=r.priority, name=r.name, preemptible=r.preemptible, arrival=r.arrival or 0)
     place = None
-    if r.start_at is not None and r.planned_hosts:
-        place = Placement(to_epoch(r.start_at), to_epoch(r.end_at), tuple(r.planned_hosts))
+    hosts = json.loads(r.planned_hosts) if r.planned_hosts else None
+    if r.start_at is not None and hosts:
+        place = Placement(to_epoch(r.start_at), to_epoch(r.end_at), tuple(hosts))
     return Planned(request, place, bool(r.borrowing))

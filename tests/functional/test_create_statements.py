@@ -1,0 +1,64 @@
+"""A create with a long queue (fitted into the plan: engine/plan_insert.py) costs a fixed
+number of database statements, however many leases wait: each is a round trip under load
+(bench/api_load.py --waiting), so one more per waiting lease would undo the incremental
+create. The bound is the count today; a change that needs more says so here."""
+from __future__ import annotations
+
+from sqlalchemy import event
+
+from gpu_tenancy.engine import ledger
+from tests.conftest import headers
+from tests.functional.test_metrics import scrape, value
+from tests.functional.test_plan_insert import fill
+
+MOST = 15    # statements per fitted create: PostgreSQL 13; SQLite adds BEGIN IMMEDIATE and an INSERT per event
+
+
+def fitted(client) -> float:
+    return value(scrape(client), "gpu_tenancy_lease_create_replans_total", outcome="fitted")
+
+
+def queue(client, leases: int, start: int = 0) -> None:
+    """`leases` more waiting, of both projects and three shapes: ahead of and behind the next one."""
+    for k in range(start, start + leases):
+        project = ("ml-vision", "nlp-lab")[k % 2]
+        reply = client.post("/v1/leases", json={"shape": ("a100.x1", "a100.x2", "a100.x4")[k % 3],
+                                                "duration": f"PT{1 + k % 5}H"}, headers=headers(project))
+        assert reply.get_json()["lease"]["status"] == "queued"
+
+
+def statements_of_a_create(client, runtime, monkeypatch) -> list[str]:
+    """The statements of one create that waits (fitted in: the full plan is never read)."""
+    before = fitted(client)
+    seen: list[str] = []
+    engine = runtime.sessions.kw["bind"]
+
+    def count(conn, cursor, statement, *args):
+        seen.append(statement.split("\n")[0][:100])
+    full_load = ledger.load_inputs
+
+    def no_full_plan(session, now, settings, queued=None):   # every waiting lease read: a second, full plan
+        assert queued is not None, "a fitted create read the whole queue"
+        return full_load(session, now, settings, queued)
+    with monkeypatch.context() as patched:
+        patched.setattr(ledger, "load_inputs", no_full_plan)
+        event.listen(engine, "before_cursor_execute", count)
+        try:
+            reply = client.post("/v1/leases", json={"shape": "a100.x4", "duration": "PT2H"}, headers=headers())
+        finally:
+            event.remove(engine, "before_cursor_execute", count)
+    assert reply.status_code == 201 and reply.get_json()["lease"]["status"] == "queued"
+    assert reply.get_json()["offers"], "a waiting lease is offered alternatives"
+    assert fitted(client) == before + 1
+    return seen
+
+
+def test_a_fitted_create_costs_the_same_statements_whatever_waits(client, runtime, monkeypatch):
+    runtime.fits.min_waiting = 0
+    fill(client)
+    queue(client, 3)
+    few = statements_of_a_create(client, runtime, monkeypatch)
+    queue(client, 40, start=3)
+    many = statements_of_a_create(client, runtime, monkeypatch)
+    assert many == few, "a statement per waiting lease"
+    assert len(few) <= MOST, "\n".join(few)
