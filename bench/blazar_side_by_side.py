@@ -152,6 +152,13 @@ def run(asks: list[Ask], send, meanwhile=None) -> list:
     return out
 
 
+T0 = time.monotonic()
+
+
+def say(text: str) -> None:
+    print(f"[bench {time.monotonic() - T0:5.0f}s] {text}", flush=True)
+
+
 def wait_until(what: str, check, deadline: Deadline, timeout: float, every: float = 2.0):
     end = time.monotonic() + timeout
     while True:
@@ -288,6 +295,7 @@ def gpu_tenancy(asks: list[Ask], admin, deadline: Deadline) -> dict:
         t0 = time.monotonic()
         answers = run(asks, send)
         took = time.monotonic() - t0
+        say(f"gpu-tenancy answered the {len(answers)} in {took:.0f} s")
         # the engine plans and boots what starts now; settled when nothing provisions and the
         # states have not moved for three looks in a row
         seen: list = []
@@ -299,6 +307,7 @@ def gpu_tenancy(asks: list[Ask], admin, deadline: Deadline) -> dict:
             return (not any(lz["status"] == "provisioning" for lz in now.values())
                     and len(seen) >= 3 and seen[-1] == seen[-2] == seen[-3]) and now
         final = wait_until("gpu-tenancy's leases start", settled, deadline, timeout=300, every=3) or leases()
+        say("gpu-tenancy has settled")
         running = servers()
         placement, over = placement_gpus(admin)
         result = summarize("gpu-tenancy", answers, final, took, gt_bookings(final), placement, over,
@@ -312,6 +321,7 @@ def gpu_tenancy(asks: list[Ask], admin, deadline: Deadline) -> dict:
             lz["status"] in WAITING for lz in leases().values()), Deadline(None), timeout=300, every=3)
         server.shutdown()
         runtime.engine.stop()
+        say("gpu-tenancy's leases are over, its servers gone")
     return result
 
 
@@ -337,12 +347,15 @@ def instances(servers: list) -> dict[str, int]:
 
 
 def ts(text: str) -> int:
-    return int(dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp())
+    """A time of either API as seconds; Blazar's have no zone and are UTC."""
+    when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return int((when if when.tzinfo else when.replace(tzinfo=dt.UTC)).timestamp())
 
 
 # ---- Blazar ---------------------------------------------------------------------------
 
 def blazar(asks: list[Ask], admin, deadline: Deadline, meanwhile) -> dict:
+    import openstack
     sess = admin.session
     url = BLAZAR_URL
     image_id = admin.image.find_image("ubuntu-22.04", ignore_missing=False).id
@@ -356,6 +369,7 @@ def blazar(asks: list[Ask], admin, deadline: Deadline, meanwhile) -> dict:
         flavors[name] = f.id
     now = int(time.time()) + 60   # Blazar wants whole minutes; "now" leases use the word
     serial = itertools.count()
+    answered = itertools.count(1)
 
     def fmt(t):
         return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M")
@@ -373,6 +387,8 @@ def blazar(asks: list[Ask], admin, deadline: Deadline, meanwhile) -> dict:
             payload = r.json()
         except ValueError:
             payload = {"text": r.text}
+        if (n := next(answered)) % 25 == 0:
+            say(f"Blazar has answered {n} of {len(asks)}")
         return (a, r.status_code, payload.get("lease", payload))
 
     def leases() -> dict:
@@ -389,34 +405,44 @@ def blazar(asks: list[Ask], admin, deadline: Deadline, meanwhile) -> dict:
         for host in HOSTS:
             if host not in known:
                 sess.post(f"{url}/os-hosts", json={"name": host})
+        say("the GPU hosts are in Blazar; sending")
         t0 = time.monotonic()
         answers = run(asks, send, meanwhile)
         took = time.monotonic() - t0
+        say(f"Blazar answered the {len(answers)} in {took:.0f} s")
 
         # the manager starts the leases of "now" from its event loop
         def started():
-            now_leases = {i: lz for i, lz in leases().items() if ts(lz["start_date"]) <= time.time()}
-            return (not any(lz["status"] in ("PENDING", "STARTING") for lz in now_leases.values())) and now_leases
-        running_leases = wait_until("Blazar starts its leases", started, deadline, timeout=600, every=5) or {}
+            mine = [lz for lz in leases().values() if ts(lz["start_date"]) <= time.time()]
+            return None if any(lz["status"] in ("PENDING", "STARTING") for lz in mine) else (mine,)
+        running_leases: list = (wait_until("Blazar starts its leases", started, deadline, timeout=600, every=5) or ([],))[0]
         # one instance per started reservation, with the flavor Blazar made for it (its id is the
         # reservation's): the fill one by one, then the race all at once
-        to_boot = sorted((lz for lz in running_leases.values() if lz["status"] == "ACTIVE"),
+        to_boot = sorted((lz for lz in running_leases if lz["status"] == "ACTIVE"),
                          key=lambda lz: ("-race-" in lz["name"], lz["name"]))
+        say(f"Blazar has started {len(to_boot)} leases; booting their instances")
+        refused_boots = []
 
         def boot(lz):
             deadline.check("booting Blazar's instances")
-            s = admin.compute.create_server(name=lz["name"], flavor_id=lz["reservations"][0]["id"],
-                                            image_id=image_id, networks="none")
+            try:
+                s = admin.compute.create_server(name=lz["name"], flavor_id=lz["reservations"][0]["id"],
+                                                image_id=image_id, networks="none")
+            except openstack.exceptions.SDKException as exc:   # Nova's API said no: counted, not fatal
+                refused_boots.append(str(exc)[:200])
+                return
             if "-race-" not in lz["name"]:
                 wait_until("a fill instance", lambda: admin.compute.get_server(s.id).status in ("ACTIVE", "ERROR"),
                            deadline, timeout=300)
-            return s.id
         for lz in [lz for lz in to_boot if "-race-" not in lz["name"]]:
             boot(lz)
         with cf.ThreadPoolExecutor(16) as pool:
             list(pool.map(boot, [lz for lz in to_boot if "-race-" in lz["name"]]))
+        for text in refused_boots[:3]:
+            say(f"Nova refused a boot: {text}")
         wait_until("Blazar's instances boot or fail", lambda: all(
             s.status in ("ACTIVE", "ERROR") for s in servers()), deadline, timeout=600, every=3)
+        say("Blazar's instances are booted or failed")
         final = leases()
         hosts = {h["id"]: h["hypervisor_hostname"] for h in sess.get(f"{url}/os-hosts").json()["hosts"]}
         allocs = sess.get(f"{url}/os-hosts/allocations").json()["allocations"]
@@ -425,7 +451,8 @@ def blazar(asks: list[Ask], admin, deadline: Deadline, meanwhile) -> dict:
                     for al in allocs for r in al["reservations"] if r["id"] in res_shape]
         placement, over = placement_gpus(admin)
         running = servers()
-        result = summarize("Blazar 18", answers, final, took, bookings, placement, over, instances(running))
+        result = summarize("Blazar 18", answers, final, took, bookings, placement, over,
+                           {**instances(running), **({"refused by Nova": len(refused_boots)} if refused_boots else {})})
         result["instance_hosts"] = sorted({s.compute_host for s in running if s.status == "ACTIVE"})
     finally:
         for s in servers():
@@ -518,6 +545,13 @@ def cloud_answers() -> bool:
         return False
 
 
+def undo(step, *args) -> None:
+    try:
+        step(*args)
+    except Exception as exc:   # reported, and the next step still runs
+        print(f"undoing {' '.join(args)} failed: {exc}", file=sys.stderr)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seed", type=int, default=21)
@@ -530,8 +564,9 @@ def main() -> int:
     asks = workload(args.seed)
     print(f"workload: {len(asks)} requests (seed {args.seed}): "
           + ", ".join(f"{ph} {sum(a.phase == ph for a in asks)}" for ph in ("fill", "ahead", "beyond", "race")))
-    started_cloud = filter_on = blazar_up = False
+    started_cloud = filter_on = blazar_up = same = False
     results: list[dict] = []
+    admin, before = None, {}
     try:
         if args.setup and not cloud_answers():
             subprocess.run(["bash", os.path.join(LOOPBACK, "install.sh")], check=True, env=ENV)
@@ -542,9 +577,8 @@ def main() -> int:
         before = snapshot(admin)
         if args.setup and args.only != "gpu-tenancy":
             blazar_sh("install")
-            blazar_sh("start")
             blazar_up = True
-            before = snapshot(admin)   # with Blazar's endpoint, which `stop` takes out
+            blazar_sh("start")
         t0 = time.monotonic()
 
         def meanwhile():
@@ -562,19 +596,18 @@ def main() -> int:
             show(results[-1])
         table(results)
         print(f"\nboth sides in {time.monotonic() - t0:.0f} s")
-    finally:
+    finally:   # each step even when one before it failed
         if filter_on:
-            blazar_sh("nova-filter", "off")
+            undo(blazar_sh, "nova-filter", "off")
         if blazar_up:
-            blazar_sh("stop")
-            before = {k: v - ({"blazar"} if k == "reservation endpoints" else set()) for k, v in before.items()}
+            undo(blazar_sh, "stop")
         elif args.only != "gpu-tenancy" and not args.setup:
-            blazar_sh("cleanup")
+            undo(blazar_sh, "cleanup")
+        if admin is not None and before:
+            same = compare(before, snapshot(admin))
         if started_cloud:
             subprocess.run(["bash", os.path.join(LOOPBACK, "stop.sh")], env=ENV)
-    if not started_cloud:
-        return 0 if compare(before, snapshot(admin)) else 1
-    return 0
+    return 0 if same else 1
 
 
 if __name__ == "__main__":

@@ -263,35 +263,35 @@ EOF
 # CUSTOM_RESERVATION_*. Deleting 200 leases through Blazar would take its manager 10 minutes.
 sweep() {
     "$LB_PY" - <<'EOF'
+import concurrent.futures as cf
 import sys
 import time
 import openstack
 conn = openstack.connect(cloud="gt-admin")
 nova, placement = conn.compute, conn.placement
+pool = cf.ThreadPoolExecutor(8)   # a few hundred calls each
 flavors = [f.id for f in nova.flavors(is_public=None) if f.name.startswith("reservation:")]
 servers = [s for s in nova.servers(details=True, all_projects=True)
            if (getattr(s.flavor, "original_name", None) or "").startswith("reservation:")]
-for server in servers:
-    nova.delete_server(server, ignore_missing=True)
+list(pool.map(lambda s: nova.delete_server(s, ignore_missing=True), servers))
 deadline = time.time() + 300
 while servers and time.time() < deadline:
     time.sleep(2)
     servers = [s for s in servers if nova.find_server(s.id, ignore_missing=True, all_projects=True)]
 if servers:
     sys.exit(f"[blazar] {len(servers)} servers of Blazar's flavors are still there")
-for flavor_id in flavors:
-    nova.delete_flavor(flavor_id, ignore_missing=True)
+list(pool.map(lambda f: nova.delete_flavor(f, ignore_missing=True), flavors))
 aggs = [a for a in nova.aggregates() if "reservation" in (a.metadata or {}) or a.name == "freepool"]
-for agg in aggs:
+def drop(agg):
     for host in agg.hosts or []:
         nova.remove_host_from_aggregate(agg, host)
     nova.delete_aggregate(agg)
+list(pool.map(drop, aggs))
 providers = [rp for rp in placement.resource_providers() if rp.name.startswith("blazar_")]
 for rp in providers:
     placement.delete_resource_provider(rp)
 classes = [rc.name for rc in placement.resource_classes() if rc.name.startswith("CUSTOM_RESERVATION_")]
-for name in classes:
-    placement.delete("/resource_classes/" + name, microversion="1.7")
+list(pool.map(lambda name: placement.delete("/resource_classes/" + name, microversion="1.7"), classes))
 print(f"[blazar] swept {len(flavors)} flavors, {len(aggs)} aggregates, {len(providers)} Placement providers, "
       f"{len(classes)} resource classes")
 EOF
