@@ -526,7 +526,7 @@ def table(results: list[dict]) -> None:
     row("scheduled (start ahead)", lambda r: r["status"].get("scheduled", 0) + r["status"].get("pending", 0))
     row("started (lease running)", lambda r: r["status"].get("active", 0) + r["status"].get("provisioning", 0))
     row("instances running / failed to boot", lambda r: f"{r['servers'].get('ACTIVE', 0)} / "
-                                                        f"{r['servers'].get('ERROR', 0)}")
+        f"{r['servers'].get('ERROR', 0) + r['servers'].get('refused by Nova', 0)}")
     row("race: accepted / started", lambda r: f"{r['race_accepted']} / {r['race_started']}")
     row("GPUs booked twice, own view", lambda r: f"yes ({len(r['overbooked'])} host-moments)" if r["overbooked"]
         else "no")
