@@ -397,6 +397,7 @@ def blazar(asks: list[Ask], admin, deadline: Deadline, meanwhile) -> dict:
     def servers() -> list:
         return [s for s in admin.compute.servers(details=True, all_projects=True) if s.name.startswith(PREFIX)]
 
+    boots = cf.ThreadPoolExecutor(16)
     try:
         # the hosts into Blazar (its freepool), through its API as `openstack reservation host create`
         if admin.compute.find_aggregate("freepool") is None:
@@ -405,25 +406,13 @@ def blazar(asks: list[Ask], admin, deadline: Deadline, meanwhile) -> dict:
         for host in HOSTS:
             if host not in known:
                 sess.post(f"{url}/os-hosts", json={"name": host})
-        say("the GPU hosts are in Blazar; sending")
-        t0 = time.monotonic()
-        answers = run(asks, send, meanwhile)
-        took = time.monotonic() - t0
-        say(f"Blazar answered the {len(answers)} in {took:.0f} s")
-
-        # the manager starts the leases of "now" from its event loop
-        def started():
-            mine = [lz for lz in leases().values() if ts(lz["start_date"]) <= time.time()]
-            return None if any(lz["status"] in ("PENDING", "STARTING") for lz in mine) else (mine,)
-        running_leases: list = (wait_until("Blazar starts its leases", started, deadline, timeout=600, every=5) or ([],))[0]
         # one instance per started reservation, with the flavor Blazar made for it (its id is the
-        # reservation's): the fill one by one, then the race all at once
-        to_boot = sorted((lz for lz in running_leases if lz["status"] == "ACTIVE"),
-                         key=lambda lz: ("-race-" in lz["name"], lz["name"]))
-        say(f"Blazar has started {len(to_boot)} leases; booting their instances")
-        refused_boots = []
+        # reservation's), as its user would: the fill's one by one once BlazarFilter is in, then
+        # each of the race's as soon as Blazar starts its lease
+        booted: set[str] = set()
+        refused_boots: list[str] = []
 
-        def boot(lz):
+        def boot(lz, wait: bool) -> None:
             deadline.check("booting Blazar's instances")
             try:
                 s = admin.compute.create_server(name=lz["name"], flavor_id=lz["reservations"][0]["id"],
@@ -431,13 +420,36 @@ def blazar(asks: list[Ask], admin, deadline: Deadline, meanwhile) -> dict:
             except openstack.exceptions.SDKException as exc:   # Nova's API said no: counted, not fatal
                 refused_boots.append(str(exc)[:200])
                 return
-            if "-race-" not in lz["name"]:
-                wait_until("a fill instance", lambda: admin.compute.get_server(s.id).status in ("ACTIVE", "ERROR"),
+            if wait:
+                wait_until("an instance", lambda: admin.compute.get_server(s.id).status in ("ACTIVE", "ERROR"),
                            deadline, timeout=300)
-        for lz in [lz for lz in to_boot if "-race-" not in lz["name"]]:
-            boot(lz)
-        with cf.ThreadPoolExecutor(16) as pool:
-            list(pool.map(boot, [lz for lz in to_boot if "-race-" in lz["name"]]))
+
+        def boot_started(wait: bool, only: str = "") -> list | None:
+            """Boots the leases of now that Blazar has started since the last call; returns the
+            leases of now, or None while Blazar has some still to start."""
+            mine = [lz for lz in leases().values() if ts(lz["start_date"]) <= time.time() and only in lz["name"]]
+            for lz in sorted(mine, key=lambda lz: lz["name"]):
+                if lz["status"] == "ACTIVE" and lz["id"] not in booted:
+                    booted.add(lz["id"])
+                    if wait:
+                        boot(lz, True)
+                    else:
+                        boots.submit(boot, lz, False)
+            return None if any(lz["status"] in ("PENDING", "STARTING") for lz in mine) else mine
+
+        def then_fill():
+            meanwhile()
+            wait_until("Blazar starts the fill", lambda: boot_started(True, "-fill-") is not None, deadline, 600, 5)
+            say(f"the fill's {len(booted)} instances are asked for")
+
+        say("the GPU hosts are in Blazar; sending")
+        t0 = time.monotonic()
+        answers = run(asks, send, then_fill)
+        took = time.monotonic() - t0
+        say(f"Blazar answered the {len(answers)} in {took:.0f} s")
+        wait_until("Blazar starts its leases", lambda: boot_started(False) is not None, deadline, 600, 5)
+        boots.shutdown(wait=True)
+        say(f"Blazar has started {len(booted)} leases of now; an instance asked for each")
         for text in refused_boots[:3]:
             say(f"Nova refused a boot: {text}")
         wait_until("Blazar's instances boot or fail", lambda: all(
@@ -455,6 +467,7 @@ def blazar(asks: list[Ask], admin, deadline: Deadline, meanwhile) -> dict:
                            {**instances(running), **({"refused by Nova": len(refused_boots)} if refused_boots else {})})
         result["instance_hosts"] = sorted({s.compute_host for s in running if s.status == "ACTIVE"})
     finally:
+        boots.shutdown(cancel_futures=True)
         for s in servers():
             admin.compute.delete_server(s, ignore_missing=True)
         wait_until("Blazar's servers go", lambda: not servers(), Deadline(None), timeout=300)
