@@ -145,8 +145,10 @@ def run(asks: list[Ask], send, meanwhile=None) -> list:
         if meanwhile is not None:
             meanwhile()
         out += [f.result() for f in futures]
-    finally:
-        pool.shutdown(cancel_futures=True)
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)   # the undoing does not wait for the sends under way
+        raise
+    pool.shutdown()
     with cf.ThreadPoolExecutor(50) as pool:
         out += list(pool.map(send, [a for a in asks if a.phase == "race"]))
     return out
