@@ -1,5 +1,5 @@
-"""Real Blazar 18 and gpu-tenancy, the same 200 flavor reservations each, side by side,
-both booting on the loopback OpenStack. Not in CI: it needs that cloud and takes 15-20 min.
+"""Real Blazar 18 and gpu-tenancy side by side on the loopback OpenStack: the same 200 flavor reservations to each.
+Both boot on it what they start. Not in CI: it needs that cloud and takes 15-20 min.
 
     GT_LOOPBACK_DIR=<state dir> python bench/blazar_side_by_side.py --setup [--seed 21] [--stop-by 00:05]
 
