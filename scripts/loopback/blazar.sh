@@ -298,9 +298,11 @@ EOF
 }
 
 stop() {
+    local swept=1
     stop_group blazar-api blazar-manager
-    sweep
-    mysql_cli -e "DROP DATABASE IF EXISTS blazar"
+    sweep || swept=0
+    # its database goes only once what it made is gone (a second `stop` sweeps again)
+    if [ $swept = 1 ]; then mysql_cli -e "DROP DATABASE IF EXISTS blazar"; fi
     # the catalog's `reservation` entry too: nothing answers there now, and gpu-tenancy's own
     # Blazar-compatible endpoint may be registered under that type
     "$LB_PY" -c 'import openstack; idn = openstack.connect(cloud="gt-admin").identity
@@ -309,6 +311,7 @@ for svc in idn.services(name="blazar"):
         idn.delete_endpoint(ep)
     idn.delete_service(svc)
 print("[blazar] reservation endpoint out of the catalog")'
+    [ $swept = 1 ] || die "the sweep left some of what Blazar made: run $0 stop again"
 }
 
 case "${1:-}" in
