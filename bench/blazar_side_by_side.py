@@ -400,6 +400,13 @@ def blazar(asks: list[Ask], admin, deadline: Deadline, meanwhile) -> dict:
         return [s for s in admin.compute.servers(details=True, all_projects=True) if s.name.startswith(PREFIX)]
 
     boots = cf.ThreadPoolExecutor(16)
+    # Blazar's leases and so their instances are the admin project's, whose Nova quota (10
+    # instances, 20 cores) would refuse most of the 53 boots before any GPU is looked at:
+    # lifted for the run (gpu-tenancy's tenants have room for its 5), put back after
+    project = admin.current_project_id
+    quota = admin.compute.get_quota_set(project)
+    kept = {k: getattr(quota, k) for k in ("instances", "cores", "ram")}
+    admin.compute.update_quota_set(project, instances=-1, cores=-1, ram=-1)
     try:
         # the hosts into Blazar (its freepool), through its API as `openstack reservation host create`
         if admin.compute.find_aggregate("freepool") is None:
@@ -430,7 +437,7 @@ def blazar(asks: list[Ask], admin, deadline: Deadline, meanwhile) -> dict:
             """Boots the leases of now that Blazar has started since the last call; returns the
             leases of now, or None while Blazar has some still to start."""
             mine = [lz for lz in leases().values() if ts(lz["start_date"]) <= time.time() and only in lz["name"]]
-            for lz in sorted(mine, key=lambda lz: lz["name"]):
+            for lz in sorted(mine, key=lambda lz: int(lz["name"].rsplit("-", 1)[1])):   # in the order sent
                 if lz["status"] == "ACTIVE" and lz["id"] not in booted:
                     booted.add(lz["id"])
                     if wait:
@@ -473,6 +480,7 @@ def blazar(asks: list[Ask], admin, deadline: Deadline, meanwhile) -> dict:
         for s in servers():
             admin.compute.delete_server(s, ignore_missing=True)
         wait_until("Blazar's servers go", lambda: not servers(), Deadline(None), timeout=300)
+        admin.compute.update_quota_set(project, **kept)
         for name in SHAPES:
             f = admin.compute.find_flavor(PREFIX + name, ignore_missing=True)
             if f is not None:

@@ -284,9 +284,17 @@ list(pool.map(lambda f: nova.delete_flavor(f, ignore_missing=True), flavors))
 aggs = [a for a in nova.aggregates() if "reservation" in (a.metadata or {}) or a.name == "freepool"]
 def drop(agg):
     for host in agg.hosts or []:
-        nova.remove_host_from_aggregate(agg, host)
+        # one host's aggregates one at a time: Nova mirrors each change into the host's
+        # Placement provider, and two at once conflict on its generation (409)
+        for attempt in range(5):
+            try:
+                nova.remove_host_from_aggregate(agg, host)
+                break
+            except openstack.exceptions.ConflictException:
+                time.sleep(1 + attempt)
     nova.delete_aggregate(agg)
-list(pool.map(drop, aggs))
+for agg in aggs:
+    drop(agg)
 providers = [rp for rp in placement.resource_providers() if rp.name.startswith("blazar_")]
 for rp in providers:
     placement.delete_resource_provider(rp)
