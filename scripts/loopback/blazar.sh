@@ -5,15 +5,22 @@
 #   bash scripts/loopback/blazar.sh install      # its own venv: $GT_LOOPBACK_DIR/blazar-venv
 #   bash scripts/loopback/blazar.sh start        # db, keystone user + endpoint, config, api + manager
 #   bash scripts/loopback/blazar.sh hosts-add    # the GPU hosts into Blazar (its freepool aggregate)
+#   bash scripts/loopback/blazar.sh nova-filter on|off  # blazar-nova's BlazarFilter in nova-scheduler, or not
 #   bash scripts/loopback/blazar.sh cleanup      # every lease deleted, the hosts out of Blazar, freepool gone
-#   bash scripts/loopback/blazar.sh stop         # cleanup, stop api and manager by their pids, endpoint out
+#   bash scripts/loopback/blazar.sh stop         # api and manager stopped by their pids, what Blazar made
+#                                                # in Nova and Placement swept, its database dropped, endpoint out
 #
 # Blazar gets a venv of its own: the running services share the loopback's venv,
 # and Blazar's requirements must not move their pins. `hosts-add` changes the
 # shared cloud's aggregates (and adds Blazar's reservation providers in
 # Placement), so the bench calls it as late as it can and `cleanup` (the
 # bench's last step, and `stop`'s first) undoes it. Deleting leases takes Blazar's
-# manager about 3 s each (flavor, aggregate, Placement inventory per reservation).
+# manager about 3 s each (flavor, aggregate, Placement inventory per reservation):
+# `stop` does not wait for that, it sweeps what Blazar made (see sweep below).
+# `nova-filter on` installs blazar-nova into the cloud's venv with --no-deps (its
+# requirements, oslo.*, are there already: no pin moves) and restarts nova-scheduler
+# alone, by its pid file, with one more config file adding BlazarFilter; `off`
+# restarts it without that file and uninstalls blazar-nova. Nothing else restarts.
 # blazar-api (under gunicorn) listens on 127.0.0.1:1234, Blazar's default port.
 set -euo pipefail
 # shellcheck source=lib.sh
@@ -25,7 +32,10 @@ BZ_ETC="$LB_ETC/blazar"
 BZ_PORT=1234
 BZ_URL="http://$LB_IP:$BZ_PORT"
 # Blazar 18 is the 2026.2 release; blazar-nova 10 is its Nova filter, client 4.6 its CLI.
-BZ_PACKAGES=(blazar==18.0.0 blazar-nova==10.0.0 python-blazarclient==4.6.0 PyMySQL python-openstackclient gunicorn)
+BZ_NOVA=blazar-nova==10.0.0
+BZ_PACKAGES=(blazar==18.0.0 "$BZ_NOVA" python-blazarclient==4.6.0 PyMySQL python-openstackclient gunicorn)
+BZ_FILTER_CONF="$LB_ETC/nova/blazar-filter.conf"
+export UV_CACHE_DIR="${UV_CACHE_DIR:-$LB_STATE/cache/uv}"
 export OS_CLIENT_CONFIG_FILE="$LB_CLOUDS"
 
 mysql_cli() { mariadb --defaults-file="$LB_ETC/mysql/my.cnf" "$@"; }
@@ -209,9 +219,98 @@ print("[blazar] freepool aggregate gone")
 EOF
 }
 
+# nova-scheduler again, as start.sh launches it, with config files added ($@); waits for it to serve
+restart_scheduler() {
+    local log="$LB_LOGS/nova-scheduler.log" from i
+    stop_group nova-scheduler
+    from=$(($(wc -l < "$log") + 1))
+    launch nova-scheduler "$LB_VENV/bin/nova-scheduler" --config-file "$LB_ETC/nova/nova.conf" "$@"
+    for ((i = 0; i < 600; i++)); do
+        tail -n "+$from" "$log" | grep -q "Starting scheduler node" && break
+        kill -0 "$(cat "$LB_RUN/nova-scheduler.pid")" 2>/dev/null || die "nova-scheduler died; see $log"
+        sleep 0.2
+    done
+    tail -n "+$from" "$log" | grep -q "Starting scheduler node" || die "nova-scheduler did not start; see $log"
+    say "nova-scheduler pid $(cat "$LB_RUN/nova-scheduler.pid")${*:+ with $*}"
+}
+
+nova_filter() {
+    local filters
+    case "${1:-}" in
+        on)
+            "$LB_TOOLS/bin/uv" pip install -q --no-deps --python "$LB_PY" "$BZ_NOVA"
+            "$LB_PY" -c "import blazarnova.scheduler.filters.blazar_filter" || die "blazarnova does not import"
+            filters=$(sed -n 's/^enabled_filters *= *//p' "$LB_ETC/nova/nova.conf" | head -n 1)
+            [ -n "$filters" ] || die "no enabled_filters in $LB_ETC/nova/nova.conf"
+            cat > "$BZ_FILTER_CONF" <<EOF
+[filter_scheduler]
+available_filters = nova.scheduler.filters.all_filters
+available_filters = blazarnova.scheduler.filters.blazar_filter.BlazarFilter
+enabled_filters = $filters,BlazarFilter
+EOF
+            restart_scheduler --config-file "$BZ_FILTER_CONF" ;;
+        off)
+            rm -f "$BZ_FILTER_CONF"
+            restart_scheduler
+            "$LB_TOOLS/bin/uv" pip uninstall -q --python "$LB_PY" blazar-nova 2>/dev/null || true ;;
+        *) die "usage: $0 nova-filter on|off" ;;
+    esac
+}
+
+# What Blazar made in the shared cloud, removed without it (its manager stopped): servers booted
+# with its reservation flavors, those flavors (reservation:<id>), its aggregates (metadata
+# `reservation`, and the freepool), its Placement providers blazar_<host> and classes
+# CUSTOM_RESERVATION_*. Deleting 200 leases through Blazar would take its manager 10 minutes.
+sweep() {
+    "$LB_PY" - <<'EOF'
+import concurrent.futures as cf
+import sys
+import time
+import openstack
+conn = openstack.connect(cloud="gt-admin")
+nova, placement = conn.compute, conn.placement
+pool = cf.ThreadPoolExecutor(8)   # a few hundred calls each
+flavors = [f.id for f in nova.flavors(is_public=None) if f.name.startswith("reservation:")]
+servers = [s for s in nova.servers(details=True, all_projects=True)
+           if (getattr(s.flavor, "original_name", None) or "").startswith("reservation:")]
+list(pool.map(lambda s: nova.delete_server(s, ignore_missing=True), servers))
+deadline = time.time() + 300
+while servers and time.time() < deadline:
+    time.sleep(2)
+    servers = [s for s in servers if nova.find_server(s.id, ignore_missing=True, all_projects=True)]
+if servers:
+    sys.exit(f"[blazar] {len(servers)} servers of Blazar's flavors are still there")
+list(pool.map(lambda f: nova.delete_flavor(f, ignore_missing=True), flavors))
+aggs = [a for a in nova.aggregates() if "reservation" in (a.metadata or {}) or a.name == "freepool"]
+def drop(agg):
+    for host in agg.hosts or []:
+        # one host's aggregates one at a time: Nova mirrors each change into the host's
+        # Placement provider, and two at once conflict on its generation (409)
+        for attempt in range(5):
+            try:
+                nova.remove_host_from_aggregate(agg, host)
+                break
+            except openstack.exceptions.ConflictException:
+                time.sleep(1 + attempt)
+    nova.delete_aggregate(agg)
+for agg in aggs:
+    drop(agg)
+providers = [rp for rp in placement.resource_providers() if rp.name.startswith("blazar_")]
+for rp in providers:
+    placement.delete_resource_provider(rp)
+classes = [rc.name for rc in placement.resource_classes() if rc.name.startswith("CUSTOM_RESERVATION_")]
+list(pool.map(lambda name: placement.delete("/resource_classes/" + name, microversion="1.7"), classes))
+print(f"[blazar] swept {len(flavors)} flavors, {len(aggs)} aggregates, {len(providers)} Placement providers, "
+      f"{len(classes)} resource classes")
+EOF
+}
+
 stop() {
-    cleanup
+    local swept=1
     stop_group blazar-api blazar-manager
+    sweep || swept=0
+    # its database goes only once what it made is gone (a second `stop` sweeps again)
+    if [ $swept = 1 ]; then mysql_cli -e "DROP DATABASE IF EXISTS blazar"; fi
     # the catalog's `reservation` entry too: nothing answers there now, and gpu-tenancy's own
     # Blazar-compatible endpoint may be registered under that type
     "$LB_PY" -c 'import openstack; idn = openstack.connect(cloud="gt-admin").identity
@@ -220,13 +319,15 @@ for svc in idn.services(name="blazar"):
         idn.delete_endpoint(ep)
     idn.delete_service(svc)
 print("[blazar] reservation endpoint out of the catalog")'
+    [ $swept = 1 ] || die "the sweep left some of what Blazar made: run $0 stop again"
 }
 
 case "${1:-}" in
     install) install ;;
     start) start ;;
     hosts-add) hosts_add ;;
+    nova-filter) nova_filter "${2:-}" ;;
     cleanup) cleanup ;;
     stop) stop ;;
-    *) die "usage: $0 install|start|hosts-add|cleanup|stop" ;;
+    *) die "usage: $0 install|start|hosts-add|nova-filter on|off|cleanup|stop" ;;
 esac
