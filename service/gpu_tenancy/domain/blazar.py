@@ -14,6 +14,7 @@ S = LeaseState
 LEASE_STATUS: dict[LeaseState, str] = {
     S.REQUESTED: "PENDING", S.QUEUED: "PENDING", S.SCHEDULED: "PENDING",
     S.PROVISIONING: "STARTING", S.ACTIVE: "ACTIVE", S.ENDING: "TERMINATING",
+    S.PARKING: "ACTIVE", S.PARKED: "ACTIVE", S.RESUMING: "ACTIVE",
     S.ENDED: "TERMINATED", S.CANCELLED: "TERMINATED", S.EXPIRED: "TERMINATED", S.PREEMPTED: "TERMINATED",
     S.FAILED: "ERROR",
 }
@@ -51,7 +52,7 @@ def event_status(event: str, state: str) -> str:
     if s in (S.CANCELLED, S.EXPIRED):
         return "UNDONE"
     if event == START_LEASE:
-        return "DONE" if s in (S.ACTIVE, S.ENDING, S.ENDED, S.PREEMPTED) else \
+        return "DONE" if s in (S.ACTIVE, S.ENDING, S.ENDED, S.PREEMPTED, S.PARKING, S.PARKED, S.RESUMING) else \
             "IN_PROGRESS" if s is S.PROVISIONING else "UNDONE"
     if event == END_LEASE:
         return "DONE" if s in (S.ENDED, S.PREEMPTED) else "IN_PROGRESS" if s is S.ENDING else "UNDONE"

@@ -33,6 +33,10 @@ STATUS: dict[S, BlazarStatus | None] = {
     S.PROVISIONING: BlazarStatus("STARTING", "pending", False, False),
     S.ACTIVE: BlazarStatus("ACTIVE", "active", True, False),
     S.ENDING: BlazarStatus("TERMINATING", "active", True, False),
+    # parked by an idle rule: Blazar has no word for it; its reservation still stands
+    S.PARKING: BlazarStatus("ACTIVE", "active", True, False),
+    S.PARKED: BlazarStatus("ACTIVE", "active", True, False),
+    S.RESUMING: BlazarStatus("ACTIVE", "active", True, False),
     S.ENDED: TERMINATED,
     S.PREEMPTED: TERMINATED,
     S.EXPIRED: BlazarStatus("TERMINATED", "deleted", False, True),   # it never started

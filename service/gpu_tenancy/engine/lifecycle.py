@@ -21,7 +21,7 @@ from gpu_tenancy.domain.planner import PlannerSettings
 from gpu_tenancy.domain.failures import FailureClass, classify_fault, rule
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import (early_ends, gpu_activity, held, host_failure, lease_flavor, networking,
-                                notifications, planner_settings, readiness, releasing, retry, webhooks)
+                                notifications, park, planner_settings, readiness, releasing, retry, webhooks)
 from gpu_tenancy.engine.crashpoints import crash_point
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.engine.leases import end_allocations_at, finished_or_unknown
@@ -53,7 +53,8 @@ class Lifecycle:
         host_failure.handle_down_hosts(self)
         # Ends first: GPUs of a lease that is over come back before the plan hands them on.
         early_ends.end_due(self)
-        gpu_activity.apply_rules(self)   # idle leases warned, or ended, by the operator's rules
+        gpu_activity.apply_rules(self)   # idle leases warned, ended or parked, by the operator's rules
+        park.tick(self)                  # parked before the replan: their GPUs go to the queue now
         for lease_id in self._ids(S.ACTIVE, end_by=self.clock.now()):
             self.begin_end(lease_id, "its time is up")
         for lease_id in self._ids(S.ENDING):
@@ -71,7 +72,8 @@ class Lifecycle:
         return self.in_flight()
 
     def in_flight(self) -> bool:
-        return bool(self._ids(S.PROVISIONING) or self._ids(S.ENDING) or releasing.pending(self))
+        return bool(self._ids(S.PROVISIONING) or self._ids(S.ENDING) or releasing.pending(self)
+                    or park.in_flight(self))
 
     def watch(self) -> bool:
         """The light pass between ticks: carry booting and ending leases on, no replan.
