@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from gpu_tenancy import error_codes as codes
@@ -39,7 +39,7 @@ from gpu_tenancy.domain.held import held_until
 from gpu_tenancy.domain.model import LeaseRequest, PlannedLease
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import held, ledger, webhooks
-from gpu_tenancy.engine.events import record_event, record_transition
+from gpu_tenancy.engine.events import entered_at, record_event, record_transition
 from gpu_tenancy.engine.lease_flavor import TENANT, vms_per_host
 from gpu_tenancy.engine.leases import end_allocations_at
 from gpu_tenancy.engine.usage import keep_spent
@@ -234,7 +234,7 @@ def advance_resuming(lc, lease_id: str) -> None:
         hosts = {a.vm_index: a.host for a in row.allocations}
         servers = [(s.vm_index, s.cloud_id, s.status) for s in row.servers if s.cloud_id]
         per_host, volume_id = vms_per_host(row), row.volume_id
-        since = resuming_since(session, lease_id, now)
+        since = entered_at(session, lease_id, S.RESUMING, now)
     try:
         if any(old != UNSHELVING and old != "ACTIVE" for _, _, old in servers):
             lc.cloud.set_lease_inventory(lease_id, per_host)   # a unit of its class where its slot is
@@ -285,12 +285,6 @@ def _resumed(lc, lease_id: str) -> None:
             session.delete(activity)
         record_transition(session, row, S.ACTIVE, now, ACTOR, message)
         webhooks.enqueue(session, row, webhooks.RESUMED, webhooks.park_payload(row, now, message), now)
-
-
-def resuming_since(session: Session, lease_id: str, now: int) -> int:
-    at = session.scalar(select(func.max(m.Event.at)).where(m.Event.lease_id == lease_id,
-                                                           m.Event.to_state == S.RESUMING.value))
-    return to_epoch(at) if at is not None else now
 
 
 def fail(lc, lease_id: str, expected: LeaseState, message: str) -> None:
