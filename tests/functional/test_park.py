@@ -97,6 +97,9 @@ def test_an_idle_lease_is_parked_its_gpus_go_to_the_queue_and_it_resumes_at_its_
     assert resume_by >= max(parked_at + GRACE, waiting_end)
     parking_at = next(parse_time(e["at"]) for e in events(client, idle) if e["to"] == "parking")
     assert park["remaining"] == parse_time(parked["before"]["end"]) - parking_at   # what it had left
+    # it started when it started (the wait and ETA figures read that); the window now ends with the slot
+    assert lease["start"] == parked["before"]["start"]
+    assert lease["duration"] == parse_time(lease["end"]) - parse_time(lease["start"])
     assert [(a["start"], a["end"]) for a in lease["allocations"]] == [
         (park["resume_by"], lease["end"])] and parse_time(lease["end"]) - resume_by == park["remaining"]
     assert "parked after 20 idle minutes" in next(e["message"] for e in events(client, idle) if e["kind"] == "warning")

@@ -36,7 +36,7 @@ from gpu_tenancy.db.session import ledger_lock, session_scope, to_epoch, utcnow_
 from gpu_tenancy.domain import planner
 from gpu_tenancy.domain.failures import FailureClass
 from gpu_tenancy.domain.held import held_until
-from gpu_tenancy.domain.model import LeaseRequest, PlannedLease
+from gpu_tenancy.domain.model import LeaseRequest, Placement, PlannedLease
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import held, ledger, webhooks
 from gpu_tenancy.engine.events import entered_at, record_event, record_transition
@@ -141,13 +141,25 @@ def _parked(lc, lease_id: str) -> None:
             record_transition(session, row, S.ENDING, now, ACTOR, "its VMs are shelved but no host can take "
                               "it back (" + "; ".join(r.message for r in planned.reasons) + "); ending it")
             return
-        place = ledger.add_allocations(session, row, planned)
-        row.parked_at, row.resume_by = utcnow_naive(now), utcnow_naive(place.start)
+        place = hold(session, row, planned)
+        row.parked_at = utcnow_naive(now)
         message = (f"VMs shelved, GPUs given back; {spoken_duration(remaining)} held from "
                    f"{rfc3339(place.start)} on {', '.join(sorted(set(place.hosts)))}: it resumes then, or "
                    "sooner when asked (POST .../resume) if that delays nobody")
         record_transition(session, row, S.PARKED, now, ACTOR, message)
         webhooks.enqueue(session, row, webhooks.PARKED, webhooks.park_payload(row, now, message), now)
+
+
+def hold(session: Session, row: m.Lease, planned: PlannedLease) -> Placement:
+    """The slot as the lease's allocations and `resume_by`. Its start stays the one it
+    started at (the waits and ETA figures read it), its end is the slot's, and its duration
+    the window between them, so a later change of end reads start + duration right."""
+    started = row.start_at
+    place = ledger.add_allocations(session, row, planned)
+    assert started is not None   # it ran before it parked
+    row.start_at, row.resume_by = started, utcnow_naive(place.start)
+    row.duration = place.end - to_epoch(started)
+    return place
 
 
 # --- resume -------------------------------------------------------------------------------------
@@ -187,8 +199,7 @@ def resume_early(session: Session, now: int, settings: planner.PlannerSettings, 
     assert place is not None
     session.execute(delete(m.Allocation).where(m.Allocation.lease_id == row.id))
     session.expire(row, ["allocations"])
-    ledger.add_allocations(session, row, alone)
-    row.resume_by = utcnow_naive(place.start)
+    hold(session, row, alone)
     hosts = ", ".join(sorted(set(place.hosts)))
     if place.start <= now:
         message = f"resume asked: resuming now on {hosts}"
