@@ -76,7 +76,7 @@ class Config:
     boot_timeout_seconds: int = 1800
     # GPUs held but idle (README "Idle GPUs"): a GPU under this utilisation is idle; a lease idle
     # this long counts as idle now in the figures; and the operator's rules, each
-    # {project_id | priority_class (or neither: the default), warn_after_minutes, then: none | end,
+    # {project_id | priority_class (or neither: the default), warn_after_minutes, then: none | end | park,
     # then_after_minutes}
     idle_utilization_percent: float = 5.0
     idle_minutes: int = 30
@@ -84,6 +84,8 @@ class Config:
     # how long the agents' hourly GPU-use figures are kept (engine/housekeeping.py prunes older ones;
     # /metrics' all-time counters keep counting them)
     gpu_use_retention_days: int = 400
+    # a parked lease's resume slot starts no sooner than this after it parked (engine/park.py)
+    park_grace_seconds: int = 900
     # the least time planned between a lease's end and the next use of its GPUs (the cloud's
     # delete-to-release time); the engine measures the cloud's own and plans with more if it is slower
     release_allowance_seconds: int = 0
@@ -157,6 +159,8 @@ class Config:
         if isinstance(self.gpu_use_retention_days, bool) or not isinstance(self.gpu_use_retention_days, int) \
                 or not 1 <= self.gpu_use_retention_days <= 36500:
             raise ValueError("gpu_use_retention_days must be a whole number of days from 1 to 36500")
+        if not 0 <= self.park_grace_seconds <= 7 * 24 * 3600:
+            raise ValueError("park_grace_seconds must be from 0 to 604800 (a week)")
 
     @classmethod
     def load(cls, path: str | None = None, **overrides) -> "Config":

@@ -86,6 +86,7 @@ WHATIF_NOT_FOUND = "gpu_tenancy.whatif_not_found"
 CONFLICT = "gpu_tenancy.conflict"
 LEASE_FINISHED = "gpu_tenancy.lease_finished"
 LEASE_NOT_RUNNING = "gpu_tenancy.lease_not_running"
+LEASE_NOT_PARKED = "gpu_tenancy.lease_not_parked"   # POST resume of a lease no idle rule parked
 LEASE_NAME_TAKEN = "gpu_tenancy.lease_name_taken"
 VOLUME_IN_USE = "gpu_tenancy.volume_in_use"
 WHATIF_RUNNING = "gpu_tenancy.whatif_running"

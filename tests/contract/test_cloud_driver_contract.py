@@ -298,6 +298,33 @@ def test_a_server_boots_once_per_lease_and_vm_runs_with_its_volume_and_gives_all
     assert cloud.server_state(str(uuid.uuid4())).status == "DELETED"
 
 
+def test_a_shelved_server_gives_its_gpus_back_and_comes_back_on_the_named_host_with_its_volume(rig):
+    """What parking a lease asks (engine/park.py): shelve and offload, then unshelve pinned to a host."""
+    cloud, lease = rig.cloud, str(uuid.uuid4())
+    volume = cloud.ensure_volume(rig.project, lease, VolumeRequest(size_gb=1))
+    rig.cleanups.append(lambda: rig.delete_volume(volume))
+    server = rig.boot("gpu-a100-1", rig.shape(gpus=2), lease)
+    rig.wait("the server to be ACTIVE", lambda: cloud.server_state(server).status == "ACTIVE")
+    cloud.attach_volume(server, volume)
+    rig.wait("the volume to be in use", lambda: cloud.volume_status(volume) == "in-use")
+
+    def shelved() -> bool:
+        cloud.shelve(server)   # again while SHELVED: offloads it (a cloud that does not at once)
+        return cloud.server_state(server).status == "SHELVED_OFFLOADED" and cloud.gpus_released(server)
+    rig.wait("the server to be shelved and offloaded, its GPUs free", shelved, timeout=300)
+    cloud.shelve(server)                                                  # no-op when offloaded
+    cloud.set_lease_inventory(lease, {})                                  # parked: no unit anywhere
+    cloud.set_lease_inventory(lease, {"gpu-a100-1": 1})                   # its slot's host
+    cloud.unshelve(server, "gpu-a100-1")
+    state = rig.wait("the server to be ACTIVE again", lambda: (s := cloud.server_state(server)).status == "ACTIVE"
+                     and s, timeout=300)
+    assert state.host == "gpu-a100-1" and not cloud.gpus_released(server)
+    cloud.unshelve(server, "gpu-a100-1")                                  # no-op unless offloaded
+    rig.wait("its volume attached again", lambda: cloud.volume_status(volume) == "in-use")
+    assert {v.id: v.attached_to for v in cloud.project_volumes(rig.project)}[volume] == (server,)
+    cloud.attach_volume(server, volume)                                   # no-op: it is attached
+
+
 def test_a_boot_pinned_to_a_host_without_those_gpus_fails_with_no_valid_host(rig):
     server = rig.boot("gpu-h100-1", rig.shape("A100", 4))
     state = rig.wait("the boot to fail", lambda: (s := rig.cloud.server_state(server)).status == "ERROR" and s)

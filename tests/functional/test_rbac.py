@@ -39,6 +39,8 @@ TABLE = [
     ("POST", "/v1/leases/{lease}/utilization", {"instance": 0, "gpus": []}, (401, 401, 401, 401, 401)),
     # done: the lease's secret, or a member's token; this lease is not running yet (409)
     ("POST", "/v1/leases/{lease}/done", None, (403, 409, 409, 404, 401)),
+    # resume: members and admins; this lease is not parked (409)
+    ("POST", "/v1/leases/{lease}/resume", None, (403, 409, 409, 404, 401)),
     ("GET", "/v1/shapes", None, (200, 200, 200, 200, 401)),
     ("GET", "/v1/shapes?include_retired=true", None, (403, 403, 200, 403, 401)),
     ("POST", "/v1/shapes", NEW_SHAPE, (403, 403, 201, 403, 401)),

@@ -65,6 +65,8 @@ class EdgeCloud(SimulatedCloud):
             for s in self._servers.values():
                 if s.deleted_at is None and not s.stuck and s.created_at + self.boot_seconds > now:
                     times.append(s.created_at + self.boot_seconds)
+                if s.shelved_at is not None and s.shelved_at + self.delete_seconds > now:   # offloaded then
+                    times.append(s.shelved_at + self.delete_seconds)
                 if s.deleted_at is not None and self._holds(s, now):
                     times.append(s.deleted_at + self.release_after.get(s.id, self.delete_seconds))
         return min(times, default=None)

@@ -27,6 +27,7 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch
 from gpu_tenancy.demo.seed import seed as seed_demo
 from gpu_tenancy.domain.failures import FailureClass as F
+from gpu_tenancy.engine import park
 from gpu_tenancy.timeutil import rfc3339
 from tests.property import edges_invariants as inv
 from tests.property.edges_cloud import EdgeCloud
@@ -39,10 +40,10 @@ CLOUD_GPUS = {"A100": 32, "H100": 8}
 CLASSES = (None, None, None, "normal", "low", "preemptible", "high")   # high: admins only in the demo
 DURATIONS = (60, 120, 300, 600, 1800, 3600, 7200)
 OPS = {"create": 28, "burst": 4, "advance": 40, "cancel": 7, "cancel_at_start": 4, "extend": 6,
-       "slow_deletes": 1, "fail_deletes": 1, "boot_fault": 1, "host": 2, "mid_call": 3}
+       "slow_deletes": 1, "fail_deletes": 1, "boot_fault": 1, "host": 2, "mid_call": 3, "park": 3, "resume": 3}
 MAX_LIVE = 24            # unfinished leases; beyond this the workload waits instead of asking
 MAX_TICKS = 3000         # engine passes in one advance: more means the engine never settles
-ACCEPTED = {"create": {201, 403}, "cancel": {204, 409}, "extend": {200, 400, 409}}
+ACCEPTED = {"create": {201, 403}, "cancel": {204, 409}, "extend": {200, 400, 409}, "resume": {200, 409}}
 
 
 def release_allowance(runtime) -> int:
@@ -151,7 +152,12 @@ class Driver:
         self.record(step, "eta", inv.etas(after))
         noticed = {i for i, lease in after.leases.items() if lease.early_end is not None}
         earlier = {i for i, lease in before.leases.items() if lease.early_end is not None}
-        if quiet and after.hosts == before.hosts and noticed <= earlier:   # no reclaim or preemption decided
+        # a lease parking gives its GPUs back early, as an early end does: not quiet
+        parking = {i for snap in (before, after) for i, lease in snap.leases.items() if lease.status == "parking"}
+        parked = {i for i, lease in after.leases.items() if lease.status == "parked"}
+        parked_before = {i for i, lease in before.leases.items() if lease.status == "parked"}
+        if quiet and after.hosts == before.hosts and noticed <= earlier and not parking \
+                and parked <= parked_before:   # no reclaim, preemption or park decided
             self.report.quiet_steps += 1
             booted = got_gpus(boots)
             with self.sessions() as s:
@@ -201,6 +207,12 @@ class Driver:
             if not planned:
                 return {"op": "advance", "seconds": 1}
             return {"op": "cancel_at_start", "lease": planned[0][1], "at": max(planned[0][0], self.clock.now())}
+        if kind == "park":   # an idle rule's park (engine/park.py), as if its agent reported 0 %
+            running = sorted(lease.id for lease in live if lease.status == "active")
+            return {"op": "park", "lease": r.choice(running)} if running else {"op": "advance", "seconds": 1}
+        if kind == "resume":   # the tenant asks for a parked lease back (sooner than its held slot)
+            parked = sorted(lease.id for lease in live if lease.status == "parked")
+            return {"op": "resume", "lease": r.choice(parked)} if parked else {"op": "advance", "seconds": 1}
         if kind == "extend":
             return {"op": "extend", "lease": r.choice(live).id, "by": r.choice([-600, -60, 60, 300, 1800])}
         if kind == "slow_deletes":
@@ -262,6 +274,14 @@ class Driver:
             duration = max(60, (lease.end - lease.start if lease and lease.end and lease.start else 600) + op["by"])
             self.call(step, "extend", "patch", op["lease"], json={"duration": duration})
             self.tick()
+        elif kind == "park":
+            park.begin(self.rt.engine.lifecycle, op["lease"], "idle (the property test's park)")
+            self.tick()
+        elif kind == "resume":
+            project = self.snap.leases[op["lease"]].project
+            reply = self.client.post(f"/v1/leases/{op['lease']}/resume", headers=identity(project))
+            self.answered(step, "resume", reply)
+            self.tick()
         elif kind == "slow_deletes":
             cloud.slow_down_deletes(op["count"], op["seconds"])
         elif kind == "fail_deletes":
@@ -310,8 +330,10 @@ class Driver:
         now, due = self.clock.now(), []
         with self.sessions() as s:
             L = m.Lease
-            rows = s.execute(select(L.id, L.status, L.start_at, L.end_at, L.queue_eta, L.early_end_at, L.earliest_start)
-                             .where(L.status.in_(("queued", "scheduled", "provisioning", "active", "ending")))).all()
+            rows = s.execute(select(L.id, L.status, L.start_at, L.end_at, L.queue_eta, L.early_end_at, L.earliest_start,
+                                    L.resume_by)
+                             .where(L.status.in_(("queued", "scheduled", "provisioning", "active", "ending",
+                                                  "parking", "parked", "resuming")))).all()
             hosts = {h.name: h.up and h.enabled for h in s.scalars(select(m.Host))}
         timeout, etas = self.rt.config.boot_timeout_seconds, {}
         for r in rows:
@@ -321,9 +343,12 @@ class Driver:
                 if eta <= now + 1 and self.etas.get(r.id) != eta:   # "any second now", moving with the clock:
                     eta = now + self.rt.config.engine_tick_seconds   # the runner's periodic tick looks
             due += {"scheduled": [start], "active": [end, early], "queued": [eta, to_epoch(r.earliest_start)],
-                    "provisioning": [start + timeout + 1 if start else None]}.get(r.status, [])
+                    "provisioning": [start + timeout + 1 if start else None],
+                    "parked": [to_epoch(r.resume_by)]}.get(r.status, [])
         self.etas = etas
         stalled = {r.id for r in rows if r.status == "ending"} & self.cloud.undeleted_leases()
+        if any(r.status in ("parking", "resuming") for r in rows):
+            stalled.add("")   # a shelve or unshelve under way: the engine looks again within a second
         if stalled:
             due.append(now + 1)   # a delete the cloud refused: the engine tries again within a second
         if hosts != {h.name: h.up and h.enabled for h in self.cloud.capacity()}:

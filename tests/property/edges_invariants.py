@@ -14,12 +14,13 @@ from sqlalchemy import func, select
 
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch
-from gpu_tenancy.domain.states import FINAL, HOLDING
+from gpu_tenancy.domain.states import FINAL, RESERVING
 from gpu_tenancy.timeutil import rfc3339
 
-HOLDING_NAMES = {s.value for s in HOLDING}
+HOLDING_NAMES = {s.value for s in RESERVING}   # with a parked lease's held slot
 FINAL_NAMES = [s.value for s in FINAL]
-LIVE = {"provisioning", "active", "ending"}   # states whose lease may have VMs in the cloud
+# states whose lease may have VMs holding GPUs in the cloud (a parked lease's are offloaded)
+LIVE = {"provisioning", "active", "ending", "parking", "resuming"}
 
 
 @dataclass(frozen=True)
@@ -89,8 +90,9 @@ def read(sessions, now: int, after_event: int) -> Snapshot:
         owners = {r.id: (r.project_id, r.gpu_model, r.preemptible) for r in s.execute(
             select(L.id, L.project_id, L.gpu_model, L.preemptible).where(L.id.in_({r.lease_id for r in releasing})))}
         e = m.Event
+        # a parked lease's held slot is committed when it parks
         committed = dict(s.execute(select(e.lease_id, func.max(e.at)).join(L).where(
-            L.status.in_(HOLDING_NAMES), e.to_state == "scheduled").group_by(e.lease_id)).all())
+            L.status.in_(HOLDING_NAMES), e.to_state.in_(("scheduled", "parked"))).group_by(e.lease_id)).all())
         events = s.execute(select(e.id, e.lease_id, e.at, L.created_at).join(L).where(e.id > after_event)
                            .order_by(e.id)).all()
     spans = [Span(r.lease_id, r.vm_index, r.host, r.gpus, to_epoch(r.start_at), to_epoch(r.end_at)) for r in allocs]
@@ -118,7 +120,7 @@ def late_release(snap: Snapshot, live: list[Span], limit: int, allowance: int, o
     leases committed, before that, to follow on them are already due. True if every
     unreleased VM in `live` is past its lease's end plus the allowance, every other lease
     there was committed before the first of those instants, and the sum is within
-    `limit` without the waiting (scheduled, not booted) leases on a host, without the
+    `limit` without the waiting leases on a host (scheduled, not booted, or parked at its slot), without the
     unreleased VMs in a quota (a project's next lease runs; its last one is being deleted)."""
     unreleased = [sp for sp in live if sp.unreleased]
     due = [(sp.since if sp.since is not None else snap.leases[sp.lease].end or snap.now) + allowance
@@ -128,7 +130,9 @@ def late_release(snap: Snapshot, live: list[Span], limit: int, allowance: int, o
     others = [sp for sp in live if not sp.unreleased]
     if not all(snap.committed.get(sp.lease, snap.now) < min(due) for sp in others):
         return False
-    spare = ([sp for sp in others if snap.leases[sp.lease].status == "scheduled"] if on_host else unreleased)
+    # a parked lease at its slot waits for the GPUs as a scheduled one does (engine/park.py: begin_resume)
+    spare = ([sp for sp in others if snap.leases[sp.lease].status in ("scheduled", "parked")] if on_host
+             else unreleased)
     return bool(spare) and sum(sp.gpus for sp in live) - sum(sp.gpus for sp in spare) <= limit
 
 
@@ -167,8 +171,8 @@ def cloud_agrees(snap: Snapshot, holders, free: dict[str, int]) -> tuple[int, li
 def lease_inventory(snap: Snapshot, inventory: dict[str, dict[str, int]]) -> tuple[int, list[str]]:
     """(f) No lease's class has inventory outside its window: only a lease that holds GPUs in
     the ledger (scheduled after a re-placement, provisioning, active or ending) has units in
-    the cloud."""
-    holding = ("scheduled", "provisioning", "active", "ending")
+    the cloud (none while parked)."""
+    holding = ("scheduled", "provisioning", "active", "ending", "parking", "resuming")
     bad = []
     for lease, hosts in sorted(inventory.items()):
         status = snap.leases[lease].status if lease in snap.leases else "finished"

@@ -102,7 +102,7 @@ def test_the_walks_do_end_leases():
     ([{"warn_after_minutes": 0}], "at least 1"),
     ([{"warn_after_minutes": 30, "then": "end"}], "then_after_minutes is given exactly"),
     ([{"warn_after_minutes": 30, "then": "end", "then_after_minutes": 20}], "more than warn_after_minutes"),
-    ([{"warn_after_minutes": 30, "then": "park", "then_after_minutes": 60}], "then must be one of"),
+    ([{"warn_after_minutes": 30, "then": "pause", "then_after_minutes": 60}], "then must be one of"),
     ([{"warn_after_minutes": 30, "project_id": "p", "priority_class": "c"}], "not both"),
     ([{"warn_after_minutes": 30, "idle": True}], "a rule is a mapping"),
     ([{"warn_after_minutes": "30"}], "whole numbers"),

@@ -35,12 +35,13 @@ SHOWN = ("id", "name", "project_id", "user_id", "status", "shape", "gpu_model", 
          "preemptible", "borrowing", "early_end_kind", "early_end_at", "early_end_for", "early_end_reason",
          "image", "volume_id", "volume_size_gb", "key_name", "queue_position", "queue_eta", "queue_reasons",
          "readiness_probe", "failure_class", "failure_message", "boot", "flavor_id", "flavor_name",
-         "created_at", "updated_at", "network_via", "network_id", "network_name", "floating_ip", "ssh_user")
+         "created_at", "updated_at", "network_via", "network_id", "network_name", "floating_ip", "ssh_user",
+         "parked_at", "resume_by", "remaining")
 # the keys render_view() answers, in order: the Lease schema of /v1/openapi.json is built
 # from this list (api/response_schemas.py), so the two cannot drift apart unnoticed
 FIELDS = ("id", "name", "project_id", "user_id", "status", "shape", "gpu_model", "gpus_per_instance", "instances",
           "requested_start", "latest_start", "duration", "start", "end", "cancelled_at", "priority",
-          "priority_class", "preemptible", "borrowing", "early_end", "boot", "flavor", "vms_free", "image", "volume", "key_name",
+          "priority_class", "preemptible", "borrowing", "early_end", "park", "boot", "flavor", "vms_free", "image", "volume", "key_name",
           "queue", "allocations", "servers", "ready", "readiness", "failure", "failures", "created_at", "updated_at",
           "links", "network", "floating_ip")
 
@@ -98,6 +99,8 @@ def render_view(row: Any, allocations: Sequence[Any], servers: Sequence[Any], fa
         "early_end": ({"kind": row.early_end_kind, "at": stamp(row.early_end_at),
                        "for_lease": row.early_end_for, "reason": row.early_end_reason}
                       if row.early_end_kind else None),
+        "park": ({"parked_at": stamp(row.parked_at), "resume_by": stamp(row.resume_by),
+                  "remaining": row.remaining} if row.parked_at else None),
         "boot": row.boot,
         "flavor": {"id": row.flavor_id, "name": row.flavor_name} if row.flavor_id else None,
         "vms_free": vms_free(row, servers),

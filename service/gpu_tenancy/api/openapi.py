@@ -249,6 +249,13 @@ PATHS = {
         "get": operation("A lease's history", "lease:show", 200, wrapped("events", "Event", many=True),
                          params=[LEASE_ID], errors=(404,)),
     },
+    "/v1/leases/{lease_id}/resume": {
+        "post": operation("Resume a lease an idle rule parked", "lease:resume", 200, wrapped("lease", "Lease"),
+                          params=[LEASE_ID], errors=(404, 409),
+                          description="Sooner than its held resume slot (now, or the earliest free slot) if that "
+                                      "delays no planned lease; otherwise the held slot stays, and the lease's "
+                                      "events say why. 409 unless the lease is parked."),
+    },
     "/v1/leases/{lease_id}/readiness": {"post": readiness_operation()},
     "/v1/leases/{lease_id}/done": {"post": done_operation()},
     "/v1/leases/{lease_id}/utilization": {"post": utilization_operation()},
@@ -296,7 +303,8 @@ PATHS = {
         "put": operation("Set a project's webhook", "webhook:update", 200, wrapped("webhook", "NewWebhook"),
                          params=[PROJECT_ID], body="WebhookUpdate",
                          description="Notices: lease.ending_soon, warn_before_end_seconds before a lease's end; "
-                                     "lease.idle, when a lease's GPUs have been idle past the operator's rule. "
+                                     "lease.idle, when a lease's GPUs have been idle past the operator's rule; "
+                                     "lease.parked and lease.resumed, when such a rule parks a lease and it comes back. "
                                      "Each POST carries X-GPU-Tenancy-Signature: sha256=<HMAC-SHA256 of "
                                      "'<X-GPU-Tenancy-Timestamp>.<body>' with the secret>; failed deliveries "
                                      "are retried with a doubling backoff, and not redirected. A URL whose host is a loopback, "

@@ -20,6 +20,7 @@ RULES = [
     policy.RuleDefault("lease:show", f"{READER} or {ADMIN}", "Show a lease and its events."),
     policy.RuleDefault("lease:update", f"{MEMBER} or {ADMIN}", "Extend or shorten a lease."),
     policy.RuleDefault("lease:delete", f"{MEMBER} or {ADMIN}", "Cancel or end a lease."),
+    policy.RuleDefault("lease:resume", f"{MEMBER} or {ADMIN}", "Resume a lease an idle rule parked."),
     policy.RuleDefault("lease:readiness:report", "lease_token_sha256:%(lease_token_sha256)s",
                        "A lease's VM reports its GPU readiness, with the lease's secret (X-Lease-Token)."),
     policy.RuleDefault("lease:utilization:report", "lease_token_sha256:%(lease_token_sha256)s",

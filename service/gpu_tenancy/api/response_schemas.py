@@ -85,6 +85,11 @@ LEASE = {
         {"kind": STRING, "at": nullable(TIME), "for_lease": nullable(STRING), "reason": nullable(STRING)},
         description="set when the lease is reclaimed or preempted: kind, the time it ends at, for which "
                     "lease, why")),
+    "park": nullable(closed(
+        {"parked_at": nullable(TIME), "resume_by": nullable(TIME),
+         "remaining": nullable({"type": "integer", "description": "seconds of its time left when it parked"})},
+        description="set while an idle rule has it parked: when it parked, and the start of its held "
+                    "resume slot (it resumes then at the latest; POST .../resume asks for sooner)")),
     "boot": {"type": "string", "enum": ["service", "tenant"],
              "description": "who boots the lease's VMs: the service, or the project's members"},
     "flavor": nullable(closed({"id": STRING, "name": STRING},

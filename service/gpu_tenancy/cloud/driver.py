@@ -114,7 +114,7 @@ class NetworkPolicy:
 @dataclass(frozen=True)
 class ServerState:
     id: str
-    status: str               # BUILD, ACTIVE, ERROR, DELETED (gone)
+    status: str               # BUILD, ACTIVE, ERROR, SHELVED, SHELVED_OFFLOADED, DELETED (gone)
     host: str | None = None
     fault: str | None = None  # the cloud's own message when status is ERROR
     task: str | None = None   # what the cloud is doing while BUILD (Nova's task_state: spawning, ...)
@@ -247,6 +247,18 @@ class CloudDriver(abc.ABC):
     @abc.abstractmethod
     def delete_server(self, server_id: str) -> None:
         """Detach volumes (they stay) and delete the server; no-op if gone."""
+
+    @abc.abstractmethod
+    def shelve(self, server_id: str) -> None:
+        """Shelve the server and offload it (its root disk kept as a snapshot, its volumes kept
+        attached): it becomes SHELVED_OFFLOADED and its GPUs, and its unit of the lease's class,
+        are released (gpus_released). No-op if it is shelved already."""
+
+    @abc.abstractmethod
+    def unshelve(self, server_id: str, host: str) -> None:
+        """Bring a SHELVED_OFFLOADED server back on `host` (Nova 2.91's pinned unshelve): it
+        claims its GPUs and a unit of the lease's class there again and becomes ACTIVE with its
+        volumes. No-op unless it is offloaded."""
 
     @abc.abstractmethod
     def gpus_released(self, server_id: str) -> bool:

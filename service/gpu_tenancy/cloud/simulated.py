@@ -59,7 +59,7 @@ OPERATIONS = ("ensure_volume", "boot", "attach_volume", "delete_server", "check_
               "project_volumes", "check_volume_owner", "server_error", "ensure_lease_class",
               "set_lease_inventory", "ensure_lease_flavor", "grant_lease_flavor", "revoke_lease_flavor",
               "remove_lease_inventory", "remove_lease_flavor", "remove_lease_class", "project_networks",
-              "ensure_security_group", "ensure_floating_ip", "release_floating_ips")
+              "ensure_security_group", "ensure_floating_ip", "release_floating_ips", "shelve", "unshelve")
 F = FailureClass
 # The cloud's own words per class, worded so the engine's fault classifier recognises them.
 DEFAULT_FAULTS = {
@@ -94,6 +94,7 @@ class _Server:
     lease_unit: bool = False  # booted with a lease flavor: holds a unit of its class with the GPUs
     network_id: str | None = None        # its port (cloud/simulated_networks.py)
     fixed_ip: str | None = None
+    shelved_at: int | None = None        # shelved: SHELVED, then SHELVED_OFFLOADED (GPUs released)
 
 
 @dataclass
@@ -331,6 +332,39 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
                 self._slow_deletes[1] -= 1
                 server.release_seconds = self._slow_deletes[0]
 
+    def shelve(self, server_id: str) -> None:
+        with self._lock:
+            self._maybe_fail("shelve")
+            server = self._servers.get(server_id)
+            if server is None or server.deleted_at is not None:
+                raise CloudError(F.API_ERROR, f"server {server_id} is gone",
+                                 f"Instance {server_id} could not be found. (HTTP 404)")
+            if server.shelved_at is not None:
+                return
+            status = self._status(server, self.clock.now())
+            if status != "ACTIVE":
+                raise CloudError(F.API_ERROR, f"server {server_id} is {status}, not ACTIVE",
+                                 f"Cannot 'shelve' instance {server_id} while it is in vm_state {status.lower()}"
+                                 " (HTTP 409)")
+            server.shelved_at = self.clock.now()   # offloaded (GPUs released) delete_seconds later
+
+    def unshelve(self, server_id: str, host: str) -> None:
+        with self._lock:
+            self._maybe_fail("unshelve")
+            server = self._servers.get(server_id)
+            if server is None or server.deleted_at is not None:
+                raise CloudError(F.API_ERROR, f"server {server_id} is gone",
+                                 f"Instance {server_id} could not be found. (HTTP 404)")
+            now = self.clock.now()
+            if server.shelved_at is None or self._status(server, now) != "SHELVED_OFFLOADED":
+                return
+            flavor = self._flavors.get(server.flavor_id)
+            if flavor is None or not self._fits(host, flavor, now):
+                raise CloudError(F.NO_VALID_HOST, f"server {server_id} cannot be unshelved on {host}",
+                                 NO_VALID_HOST)
+            # back on the host: the claim is taken now and it boots again (BUILD, then ACTIVE)
+            server.shelved_at, server.host, server.created_at = None, host, now
+
     def nominal_release_seconds(self) -> int | None:
         return self.delete_seconds
 
@@ -414,12 +448,16 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
     def _holds(self, server: _Server, now: int) -> bool:
         if server.gpus == 0:
             return False
+        if server.shelved_at is not None and now >= server.shelved_at + self.delete_seconds:
+            return False  # offloaded: its Placement allocation is gone
         if server.fault is not None and now >= server.created_at + self.boot_seconds:
             return False  # a failed build gives its claim back
         release = self.delete_seconds if server.release_seconds is None else server.release_seconds
         return server.deleted_at is None or now < server.deleted_at + release
 
     def _status(self, server: _Server, now: int) -> str:
+        if server.shelved_at is not None:
+            return "SHELVED" if now < server.shelved_at + self.delete_seconds else "SHELVED_OFFLOADED"
         if server.stuck or now < server.created_at + self.boot_seconds:
             return "BUILD"
         return "ERROR" if server.fault else "ACTIVE"

@@ -119,6 +119,11 @@ class Lease(Base):
     failure_class: Mapped[str | None] = mapped_column(String(32), nullable=True)
     failure_message: Mapped[str | None] = mapped_column(Text, nullable=True)
     warned_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
+    # parked by an idle rule (engine/park.py): when, its held resume slot's start, and the
+    # seconds of its time it had left then
+    parked_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
+    resume_by: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
+    remaining: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # opt-in: the VMs run the GPU readiness probe and report with this secret
     readiness_probe: Mapped[bool] = mapped_column(Boolean, default=False)
     readiness_token: Mapped[str | None] = mapped_column(String(64), nullable=True)

@@ -54,6 +54,10 @@ STATUS: dict[S, BlazarStatus] = {
     S.PROVISIONING: BlazarStatus("STARTING", "pending", IN_PROGRESS, UNDONE, UNDONE),
     S.ACTIVE: BlazarStatus("ACTIVE", "active", DONE, UNDONE, UNDONE),
     S.ENDING: BlazarStatus("TERMINATING", "active", DONE, IN_PROGRESS, DONE),
+    # parked by an idle rule: Blazar has no word for it; its reservation still stands
+    S.PARKING: BlazarStatus("ACTIVE", "active", DONE, UNDONE, UNDONE),
+    S.PARKED: BlazarStatus("ACTIVE", "active", DONE, UNDONE, UNDONE),
+    S.RESUMING: BlazarStatus("ACTIVE", "active", DONE, UNDONE, UNDONE),
     S.ENDED: TERMINATED,
     S.PREEMPTED: TERMINATED,
     S.EXPIRED: NEVER_RAN,                       # its window passed before it could start

@@ -12,7 +12,7 @@ REPORT_INTERVAL = 60     # the guest agent reports every minute
 MAX_CREDIT = 2 * REPORT_INTERVAL
 # An agent silent this long says nothing about the lease any more: idle time is not counted.
 STALE_AFTER = 3 * REPORT_INTERVAL
-ACTIONS = ("none", "end")
+ACTIONS = ("none", "end", "park")
 
 
 @dataclass(frozen=True)
@@ -69,9 +69,10 @@ def idle_seconds(first_report_at: int | None, last_report_at: int | None, busy_a
 
 @dataclass(frozen=True)
 class IdleRule:
-    """An operator's rule: warn after `warn_after` idle seconds; then, with `then` = end,
-    end the lease after `then_after` idle seconds (never sooner than `then_after -
-    warn_after` after the warning, so the notice is always that long)."""
+    """An operator's rule: warn after `warn_after` idle seconds; then, with `then` = end
+    (or park: shelve its VMs and hold a resume slot), end (park) the lease after
+    `then_after` idle seconds (never sooner than `then_after - warn_after` after the
+    warning, so the notice is always that long)."""
     warn_after: int
     then: str = "none"
     then_after: int | None = None
@@ -103,13 +104,13 @@ def rule_for(rules: tuple[IdleRule, ...], project_id: str, priority_class: str |
 
 
 def idle_step(rule: IdleRule, idle_for: int, since: int, warned_at: int | None, now: int) -> str | None:
-    """What the rule says now: "warn", "end" or nothing. A warning counts only if it was
-    given in this idle spell (at or after `since`); the end comes only after a warning."""
+    """What the rule says now: "warn", "end", "park" or nothing. A warning counts only if it
+    was given in this idle spell (at or after `since`); the end (park) comes only after a warning."""
     warned = warned_at is not None and warned_at >= since
     if not warned:
         return "warn" if idle_for >= rule.warn_after else None
     assert warned_at is not None
-    if rule.then == "end" and rule.then_after is not None and idle_for >= rule.then_after \
+    if rule.then != "none" and rule.then_after is not None and idle_for >= rule.then_after \
             and now - warned_at >= rule.then_after - rule.warn_after:
-        return "end"
+        return rule.then
     return None

@@ -12,6 +12,9 @@ class LeaseState(enum.StrEnum):
     PROVISIONING = "provisioning"
     ACTIVE = "active"
     ENDING = "ending"
+    PARKING = "parking"            # idle: its VMs being shelved, the GPUs still held
+    PARKED = "parked"              # VMs shelved, GPUs given back; a resume slot held in the ledger
+    RESUMING = "resuming"          # its VMs being unshelved on the slot's hosts
     ENDED = "ended"
     CANCELLED = "cancelled"
     FAILED = "failed"
@@ -30,7 +33,14 @@ TRANSITIONS: dict[LeaseState, frozenset[LeaseState]] = {
     # provisioning -> scheduled/queued: a host-level fault, retried on another host
     S.PROVISIONING: frozenset({S.ACTIVE, S.FAILED, S.ENDING, S.SCHEDULED, S.QUEUED}),
     # active -> scheduled/queued: its host went down; re-placed ahead of the queue
-    S.ACTIVE: frozenset({S.ENDING, S.PREEMPTED, S.SCHEDULED, S.QUEUED}),
+    # active -> parking: an idle rule's `then: park` (engine/park.py)
+    S.ACTIVE: frozenset({S.ENDING, S.PREEMPTED, S.SCHEDULED, S.QUEUED, S.PARKING}),
+    # parking -> ending: DELETE, its end, or a shelve the cloud refused
+    S.PARKING: frozenset({S.PARKED, S.ENDING}),
+    # parked -> resuming: the held slot came, or the tenant asked; parked -> ending: DELETE or its end
+    S.PARKED: frozenset({S.RESUMING, S.ENDING}),
+    # resuming -> ending: DELETE, or an unshelve that failed
+    S.RESUMING: frozenset({S.ACTIVE, S.ENDING}),
     # ending -> preempted: a lease ended early with notice (reclaimed or preempted), VMs now deleted
     S.ENDING: frozenset({S.ENDED, S.FAILED, S.PREEMPTED}),
     S.ENDED: frozenset(),
@@ -41,7 +51,10 @@ TRANSITIONS: dict[LeaseState, frozenset[LeaseState]] = {
 }
 
 WAITING = frozenset({S.REQUESTED, S.QUEUED})
-HOLDING = frozenset({S.SCHEDULED, S.PROVISIONING, S.ACTIVE, S.ENDING})  # hold GPUs in the ledger
+# hold GPUs in the ledger now (or, scheduled, from their start)
+HOLDING = frozenset({S.SCHEDULED, S.PROVISIONING, S.ACTIVE, S.ENDING, S.PARKING, S.RESUMING})
+# whose allocations the planner takes as holds: a parked lease's are its held resume slot
+RESERVING = HOLDING | {S.PARKED}
 FINAL = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
 
 

@@ -2,11 +2,11 @@
 asks the state machine first, and writes the bus notifications it sends."""
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
-from gpu_tenancy.db.session import utcnow_naive
+from gpu_tenancy.db.session import to_epoch, utcnow_naive
 from gpu_tenancy.domain.states import LeaseState, transition
 from gpu_tenancy.engine import notifications
 
@@ -33,3 +33,10 @@ def record_event(session: Session, row: m.Lease, kind: str, message: str, now: i
 def of_lease(session: Session, lease_id: str) -> list[m.Event]:
     """The lease's history, oldest first."""
     return list(session.scalars(select(m.Event).where(m.Event.lease_id == lease_id).order_by(m.Event.id)))
+
+
+def entered_at(session: Session, lease_id: str, state: LeaseState, default: int) -> int:
+    """When the lease last entered `state` (its latest transition there), else `default`."""
+    at = session.scalar(select(func.max(m.Event.at)).where(m.Event.lease_id == lease_id,
+                                                           m.Event.to_state == state.value))
+    return to_epoch(at) if at is not None else default

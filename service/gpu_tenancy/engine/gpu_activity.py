@@ -14,7 +14,7 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.domain import gpu_activity as ga
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.engine import webhooks
+from gpu_tenancy.engine import park, webhooks
 from gpu_tenancy.engine.events import record_event
 from gpu_tenancy.engine.usage import gpu_hours
 from gpu_tenancy.errors import BadRequest, Conflict, TooManyRequests
@@ -145,12 +145,13 @@ def idle_for(activity: m.LeaseActivity, now: int) -> int:
 # --- the operator's rules -----------------------------------------------------------------
 def apply_rules(lifecycle) -> None:
     """Warn about leases idle past their rule's warning (an event and the lease.idle webhook),
-    and end those idle past its end, after the warning."""
+    and end (or park: engine/park.py) those idle past its end, after the warning."""
     rules = lifecycle.config.idle_rule_set
     if not rules:
         return
     now = lifecycle.clock.now()
     to_end: list[tuple[str, str]] = []
+    to_park: list[tuple[str, str]] = []
     with session_scope(lifecycle.sessions) as session:
         rows = session.execute(select(m.Lease, m.LeaseActivity).join(
             m.LeaseActivity, m.LeaseActivity.lease_id == m.Lease.id).where(m.Lease.status == S.ACTIVE.value))
@@ -164,16 +165,28 @@ def apply_rules(lifecycle) -> None:
             if step == "warn":
                 activity.idle_warned_at = utcnow_naive(now)
                 warn(session, lease, rule, idle, now, lifecycle.config.idle_utilization_percent)
-            elif step == "end":
-                to_end.append((lease.id, f"idle for {idle // 60} min: every GPU under "
-                                         f"{lifecycle.config.idle_utilization_percent:g} % (the operator's idle rule)"))
+            elif step in ("end", "park"):
+                why = (f"idle for {idle // 60} min: every GPU under "
+                       f"{lifecycle.config.idle_utilization_percent:g} % (the operator's idle rule)")
+                if step == "end":
+                    to_end.append((lease.id, why))
+                elif park.can_park(lease):
+                    to_park.append((lease.id, why))
     for lease_id, why in to_end:
         lifecycle.begin_end(lease_id, why)
+    for lease_id, why in to_park:
+        park.begin(lifecycle, lease_id, why)
 
 
 def warn(session: Session, lease: m.Lease, rule: ga.IdleRule, idle: int, now: int, percent: float) -> None:
-    then = (f"; it will be ended after {rule.then_after // 60} idle minutes unless its GPUs are used"
-            if rule.then == "end" and rule.then_after else "")
+    then = ""
+    if rule.then == "end" and rule.then_after:
+        then = f"; it will be ended after {rule.then_after // 60} idle minutes unless its GPUs are used"
+    elif rule.then == "park" and rule.then_after and park.can_park(lease):
+        then = (f"; it will be parked after {rule.then_after // 60} idle minutes unless its GPUs are used "
+                "(its VMs shelved, disk and data volume kept, its GPUs given back until a resume slot)")
+    elif rule.then == "park":
+        then = "; it is not parked: the servers of a lease the tenant boots are the tenant's"
     message = (f"every GPU of the lease has been under {percent:g} % for {idle // 60} min{then}. "
                "End it (DELETE, or gpu-done in the VM) to give the GPUs back")
     record_event(session, lease, "warning", message, now, ACTOR)

@@ -280,12 +280,16 @@ def done(session: Session, now: int, config: Config, settings: PlannerSettings, 
 
 
 def end_allocations_at(session: Session, row: m.Lease, now: int) -> None:
-    """Shorten the lease's planned end to now (usage counts what was held). No allocation is
-    removed: one that began this very second has a VM booting on its GPUs, and the lease holds
-    them, whatever its end says, until the cloud has released them (the lease is ended)."""
+    """Shorten the lease's planned end to now (usage counts what was held). No allocation that
+    has begun is removed: one that began this very second has a VM booting on its GPUs, and the
+    lease holds them, whatever its end says, until the cloud has released them (the lease is
+    ended). One that has not begun (a parked lease's held slot) was never used: it goes."""
     stamp = utcnow_naive(now)
-    for alloc in row.allocations:
-        if alloc.end_at > stamp:
+    for alloc in list(row.allocations):
+        if alloc.start_at > stamp:
+            row.allocations.remove(alloc)
+            session.delete(alloc)
+        elif alloc.end_at > stamp:
             alloc.end_at = max(stamp, alloc.start_at + timedelta(seconds=1))   # a window is never empty
     row.end_at = min(row.end_at, stamp) if row.end_at else stamp
 

@@ -17,8 +17,8 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import ledger_lock, to_epoch, utcnow_naive
 from gpu_tenancy.domain import fairshare, planner
 from gpu_tenancy.domain.held import held_until
-from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, Plan, PlannedLease, QuotaLimit
-from gpu_tenancy.domain.states import HOLDING, LeaseState
+from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, Placement, Plan, PlannedLease, QuotaLimit
+from gpu_tenancy.domain.states import RESERVING, LeaseState
 from gpu_tenancy.engine import held, limits
 from gpu_tenancy.engine.events import record_transition
 from gpu_tenancy.engine.metrics import CREATE_REPLANS, PLANNER_SECONDS
@@ -82,8 +82,9 @@ def load_queued(session: Session) -> list[m.Lease]:
 def load_allocations(session: Session, now: int, half_life: int,
                      allowance: int = 0) -> tuple[list[Hold], dict[tuple[str, str], float], frozenset[str]]:
     """The holds (allocations of leases that hold GPUs, as long as domain/held.py says) and the
-    decayed usage, from one query: plain columns, no ORM objects (there are thousands)."""
-    holding = {s.value for s in HOLDING}
+    decayed usage, from one query: plain columns, no ORM objects (there are thousands). A
+    parked lease's allocations are its held resume slot: a hold like any other."""
+    holding = {s.value for s in RESERVING}
     # Fair share looks back a few half-lives; older use has decayed to nothing, and
     # what starts after now has not been used yet.
     since, until = utcnow_naive(now - 4 * half_life), utcnow_naive(now)
@@ -200,6 +201,19 @@ def expire(session: Session, row: m.Lease, now: int, actor: str) -> None:
 
 
 def commit_allocation(session: Session, row: m.Lease, planned: PlannedLease, now: int, actor: str) -> None:
+    place = add_allocations(session, row, planned)
+    hosts = ", ".join(sorted(set(place.hosts)))
+    when = "now" if place.start <= now else f"at {rfc3339(place.start)}"
+    why = f"GPUs reserved on {hosts}, starting {when}"
+    if planned.borrowing:
+        why += "; borrowing idle capacity beyond the project's quota"
+    # never stamped before the lease was asked for (another process's clock may lag)
+    record_transition(session, row, S.SCHEDULED, max(now, to_epoch(row.created_at)), actor, why)
+    clear_queue_info(row)
+
+
+def add_allocations(session: Session, row: m.Lease, planned: PlannedLease) -> Placement:
+    """The planned placement as the lease's allocations and committed window; returns it."""
     place = planned.placement
     assert place is not None   # only placed leases are committed
     start, end = utcnow_naive(place.start), utcnow_naive(place.end)
@@ -209,14 +223,19 @@ def commit_allocation(session: Session, row: m.Lease, planned: PlannedLease, now
                                  host=host_name, gpu_model=row.gpu_model, gpus=row.gpus_per_vm,
                                  start_at=start, end_at=end, borrowing=planned.borrowing))
     row.start_at, row.end_at, row.borrowing = start, end, planned.borrowing
-    hosts = ", ".join(sorted(set(place.hosts)))
-    when = "now" if place.start <= now else f"at {rfc3339(place.start)}"
-    why = f"GPUs reserved on {hosts}, starting {when}"
-    if planned.borrowing:
-        why += "; borrowing idle capacity beyond the project's quota"
-    # never stamped before the lease was asked for (another process's clock may lag)
-    record_transition(session, row, S.SCHEDULED, max(now, to_epoch(row.created_at)), actor, why)
-    clear_queue_info(row)
+    return place
+
+
+def held_slot(session: Session, row: m.Lease, now: int, earliest: int, duration: int,
+              settings: planner.PlannerSettings) -> PlannedLease:
+    """Where a parked lease's remaining `duration` goes: planned as a new lease of the same
+    shape and VMs would be, after every waiting lease and at or after `earliest`, so no
+    waiting lease is planned later for it. Its own allocations must be gone already; the
+    caller holds the ledger lock (and commits the placement: add_allocations)."""
+    inputs = load_inputs(session, now, settings)
+    request = newest(dataclasses.replace(request_from_row(row), duration=duration, earliest_start=earliest,
+                                         latest_start=None, first_eta=None, guarded=False))
+    return run_planner(inputs, now, settings, extra=[request]).leases[row.id]
 
 
 QUEUE_INFO = ("queue_position", "queue_eta", "queue_reasons", "start_at", "end_at", "planned_hosts", "eta_guarded")

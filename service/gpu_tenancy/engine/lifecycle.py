@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpu_tenancy.cloud.driver import BootRequest, CloudDriver, CloudError, VolumeRequest
@@ -21,9 +21,9 @@ from gpu_tenancy.domain.planner import PlannerSettings
 from gpu_tenancy.domain.failures import FailureClass, classify_fault, rule
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import (early_ends, gpu_activity, held, host_failure, housekeeping, lease_flavor, networking,
-                                notifications, planner_settings, readiness, releasing, retry, webhooks)
+                                notifications, park, planner_settings, readiness, releasing, retry, webhooks)
 from gpu_tenancy.engine.crashpoints import crash_point
-from gpu_tenancy.engine.events import record_event, record_transition
+from gpu_tenancy.engine.events import entered_at, record_event, record_transition
 from gpu_tenancy.engine.leases import end_allocations_at, finished_or_unknown
 from gpu_tenancy.timeutil import rfc3339
 
@@ -54,7 +54,8 @@ class Lifecycle:
         host_failure.handle_down_hosts(self)
         # Ends first: GPUs of a lease that is over come back before the plan hands them on.
         early_ends.end_due(self)
-        gpu_activity.apply_rules(self)   # idle leases warned, or ended, by the operator's rules
+        gpu_activity.apply_rules(self)   # idle leases warned, ended or parked, by the operator's rules
+        park.tick(self)                  # parked before the replan: their GPUs go to the queue now
         for lease_id in self._ids(S.ACTIVE, end_by=self.clock.now()):
             self.begin_end(lease_id, "its time is up")
         for lease_id in self._ids(S.ENDING):
@@ -75,7 +76,8 @@ class Lifecycle:
         return self.in_flight()
 
     def in_flight(self) -> bool:
-        return bool(self._ids(S.PROVISIONING) or self._ids(S.ENDING) or releasing.pending(self))
+        return bool(self._ids(S.PROVISIONING) or self._ids(S.ENDING) or releasing.pending(self)
+                    or park.in_flight(self))
 
     def watch(self) -> bool:
         """The light pass between ticks: carry booting and ending leases on, no replan.
@@ -296,17 +298,10 @@ class Lifecycle:
             row = session.get_one(m.Lease, lease_id)
             if row.status == S.ENDING.value:
                 if any(s.cloud_id for s in row.servers):   # VMs were deleted: how long it took
-                    held.record_release(session, now, now - self._ending_since(session, lease_id, now))
+                    held.record_release(session, now, now - entered_at(session, lease_id, S.ENDING, now))
                 target = S.FAILED if row.failure_class else early_ends.final_state(row)
                 record_transition(session, row, target, now, ACTOR,
                                   "VMs deleted, GPUs released" + ("; the data volume is kept" if row.volume_id else ""))
-
-    @staticmethod
-    def _ending_since(session: Session, lease_id: str, now: int) -> int:
-        """When the lease began ending (its VMs' delete was asked for then)."""
-        at = session.scalar(select(func.max(m.Event.at)).where(m.Event.lease_id == lease_id,
-                                                               m.Event.to_state == S.ENDING.value))
-        return to_epoch(at) if at is not None else now
 
     # --- reconcile --------------------------------------------------------------------------
     def reconcile(self) -> None:

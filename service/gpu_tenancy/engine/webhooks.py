@@ -28,7 +28,9 @@ from gpu_tenancy.timeutil import rfc3339
 log = logging.getLogger(__name__)
 ENDING_SOON = "lease.ending_soon"
 IDLE = "lease.idle"   # its GPUs idle past the operator's rule (engine/gpu_activity.py)
-EVENTS = (ENDING_SOON, IDLE)
+PARKED = "lease.parked"     # its VMs shelved and GPUs given back by an idle rule (engine/park.py)
+RESUMED = "lease.resumed"   # its VMs back, active again
+EVENTS = (ENDING_SOON, IDLE, PARKED, RESUMED)
 SIGNATURE_HEADER = "X-GPU-Tenancy-Signature"
 TIMESTAMP_HEADER = "X-GPU-Tenancy-Timestamp"
 EVENT_HEADER = "X-GPU-Tenancy-Event"
@@ -77,6 +79,13 @@ def idle_payload(lease: m.Lease, now: int, idle_seconds: int, message: str) -> d
     return {"at": rfc3339(now), "idle_seconds": idle_seconds, "lease": {
         "id": lease.id, "name": lease.name, "project_id": lease.project_id, "status": lease.status,
         "end": rfc3339(to_epoch(lease.end_at)), "href": f"/v1/leases/{lease.id}"}, "message": message}
+
+
+def park_payload(lease: m.Lease, now: int, message: str) -> dict:
+    return {"at": rfc3339(now), "lease": {
+        "id": lease.id, "name": lease.name, "project_id": lease.project_id, "status": lease.status,
+        "end": rfc3339(to_epoch(lease.end_at)), "resume_by": rfc3339(to_epoch(lease.resume_by)),
+        "href": f"/v1/leases/{lease.id}"}, "message": message}
 
 
 @dataclass(frozen=True)

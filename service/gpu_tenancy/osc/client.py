@@ -125,6 +125,9 @@ class GpuClient:
         body = {"detail": detail} if detail else {}
         return self.request("POST", f"/v1/leases/{quote(lease_id, safe='')}/done", body)["lease"]
 
+    def resume_lease(self, lease_id: str) -> dict:
+        return self.request("POST", f"/v1/leases/{quote(lease_id, safe='')}/resume")["lease"]
+
     # quotas
     def quota(self, project_id: str) -> dict:
         return self.request("GET", f"/v1/quotas/{quote(project_id, safe='')}")["quota"]

@@ -18,11 +18,12 @@ log = logging.getLogger(__name__)
 # the lease's fields as the API names them, in the order `show` prints them
 FIELDS = ("id", "name", "status", "project_id", "user_id", "shape", "gpu_model", "gpus_per_instance",
           "instances", "requested_start", "latest_start", "duration", "start", "end", "cancelled_at", "priority",
-          "priority_class", "preemptible", "borrowing", "boot", "flavor", "vms_free", "image", "volume", "key_name",
-          "network", "floating_ip", "queue", "offers", "allocations", "servers", "ssh", "failure", "created_at",
-          "updated_at")
+          "priority_class", "preemptible", "borrowing", "park", "boot", "flavor", "vms_free", "image", "volume",
+          "key_name", "network", "floating_ip", "queue", "offers", "allocations", "servers", "ssh", "failure",
+          "created_at", "updated_at")
 FORMATTERS = {"queue": QueueColumn, "offers": OffersColumn, "allocations": RecordsColumn, "servers": ServersColumn,
-              "volume": RecordColumn, "failure": RecordColumn, "flavor": RecordColumn, "network": RecordColumn}
+              "park": RecordColumn, "volume": RecordColumn, "failure": RecordColumn, "flavor": RecordColumn,
+              "network": RecordColumn}
 FINAL_STATES = {state.value for state in FINAL}
 # how --wait reports a lease that did not become active
 OUTCOMES = {"failed": "failed", "cancelled": "was cancelled", "expired": "expired: its latest start passed",

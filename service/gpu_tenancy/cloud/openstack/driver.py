@@ -8,6 +8,8 @@
   scoped to it), tagged with the lease id in their metadata; servers are
   pinned to the host the planner chose (compute API microversion >= 2.74).
 - Volumes are never deleted: deleting a server detaches them.
+- A parked lease's servers are shelved and offloaded, and unshelved pinned to a host
+  (compute API microversion 2.91).
 Calls that fail raise CloudError with the failure class and the cloud's message.
 """
 from __future__ import annotations
@@ -34,6 +36,7 @@ SHAPE_SPEC = "gpu_tenancy:shape"
 PROJECT_SPEC = "gpu_tenancy:project"
 VM_TAG = "gpu_tenancy_vm"
 FLAVOR_PREFIX = "gt-"
+UNSHELVE_TO_HOST = "2.91"   # the compute API version whose unshelve takes a host
 
 
 class OpenStackCloud(OpenStackNetworks, CloudDriver):
@@ -281,6 +284,34 @@ class OpenStackCloud(OpenStackNetworks, CloudDriver):
             self.admin.compute.delete_server(server_id, ignore_missing=True)
         except CALL_ERRORS as exc:
             raise wrap(exc, f"deleting server {server_id} failed") from exc
+
+    def shelve(self, server_id: str) -> None:
+        """Shelve, then offload: a cloud whose shelved_offload_time is 0 offloads at once, any
+        other keeps the server SHELVED (its GPUs held) until it is offloaded here."""
+        compute = self.admin.compute
+        try:
+            server = compute.get_server(server_id)
+            if server.task_state:   # a shelve (or other task) under way: look again later
+                return
+            if server.status == "ACTIVE":
+                compute.shelve_server(server_id)
+            elif server.status == "SHELVED":
+                compute.shelve_offload_server(server_id)
+        except CALL_ERRORS as exc:
+            raise wrap(exc, f"shelving server {server_id} failed") from exc
+
+    def unshelve(self, server_id: str, host: str) -> None:
+        compute = self.admin.compute
+        try:
+            server = compute.get_server(server_id)
+            if server.status != "SHELVED_OFFLOADED" or server.task_state:
+                return
+            # the host is compute API 2.91's: pinned there, as a boot is
+            response = compute.post(f"/servers/{server_id}/action", json={"unshelve": {"host": host}},
+                                    microversion=UNSHELVE_TO_HOST)
+            sdk.raise_from_response(response)
+        except CALL_ERRORS as exc:
+            raise wrap(exc, f"unshelving server {server_id} on {host} failed") from exc
 
     def gpus_released(self, server_id: str) -> bool:
         try:

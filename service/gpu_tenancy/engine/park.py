@@ -1,0 +1,312 @@
+"""Parking an idle lease (an idle rule's `then: park`): its VMs shelved (root disk kept as
+a snapshot, data volume attached), its GPUs given back to the queue, and a resume slot held
+for the time it had left.
+
+- active -> parking (`begin`): the intent, committed before the cloud is asked to shelve;
+  the allocations hold the GPUs until the cloud says every VM is SHELVED_OFFLOADED and its
+  GPUs are released.
+- parking -> parked (`_parked`): the lease's class inventory removed first (nobody
+  unshelves a VM of it outside its slot); then, under the ledger lock, the part it used
+  kept (usage.keep_spent) and its allocations replaced by the held slot: its remaining
+  time planned as a new lease of its shape would be, after every waiting lease and no
+  sooner than `park_grace_seconds` (ledger.held_slot). The slot is a future allocation,
+  a hold for every later plan, so waiting leases are planned around it, within the
+  project's quota like any future allocation.
+- parked -> resuming: at the slot's start (`resume_by`), or on POST .../resume
+  (`resume_early`: the earliest slot from now if that delays nobody planned, else the
+  held one stays); then the inventory on the slot's hosts and each VM unshelved pinned
+  to its slot host (`_advance_resuming`).
+- resuming -> active: every VM ACTIVE again with its volume; its idle record starts over.
+
+A lease the tenant boots (`boot: tenant`) is not parked: its servers are the tenant's
+(any image, network, Heat stack), so its rule only warns (engine/gpu_activity.py).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from gpu_tenancy import error_codes as codes
+from gpu_tenancy.cloud.driver import CloudError
+from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import ledger_lock, session_scope, to_epoch, utcnow_naive
+from gpu_tenancy.domain import planner
+from gpu_tenancy.domain.failures import FailureClass
+from gpu_tenancy.domain.held import held_until
+from gpu_tenancy.domain.model import LeaseRequest, Placement, PlannedLease
+from gpu_tenancy.domain.states import LeaseState
+from gpu_tenancy.engine import held, ledger, webhooks
+from gpu_tenancy.engine.events import entered_at, record_event, record_transition
+from gpu_tenancy.engine.lease_flavor import TENANT, vms_per_host
+from gpu_tenancy.engine.leases import end_allocations_at
+from gpu_tenancy.engine.usage import keep_spent
+from gpu_tenancy.errors import Conflict
+from gpu_tenancy.timeutil import rfc3339, spoken_duration
+
+log = logging.getLogger(__name__)
+S = LeaseState
+ACTOR = "engine"
+OFFLOADED = "SHELVED_OFFLOADED"
+UNSHELVING = "UNSHELVING"   # the server row's status once its unshelve was asked for
+MIN_REMAINING = 60          # a lease parked in its last minute still gets one back
+
+
+def can_park(row: m.Lease) -> bool:
+    return row.boot != TENANT
+
+
+# --- the engine's pass ------------------------------------------------------------------------
+def tick(lc) -> None:
+    """Carry parking and resuming leases on, and resume parked ones whose slot has come."""
+    for lease_id in lc._ids(S.PARKING):
+        advance_parking(lc, lease_id)
+    now = lc.clock.now()
+    with session_scope(lc.sessions) as session:
+        due = list(session.scalars(select(m.Lease.id).where(
+            m.Lease.status == S.PARKED.value, m.Lease.resume_by <= utcnow_naive(now)).order_by(m.Lease.resume_by)))
+    for lease_id in due:
+        begin_resume(lc, lease_id, "its held resume slot has come")
+    for lease_id in lc._ids(S.RESUMING):
+        advance_resuming(lc, lease_id)
+
+
+def in_flight(lc) -> bool:
+    return bool(lc._ids(S.PARKING) or lc._ids(S.RESUMING))
+
+
+# --- park ---------------------------------------------------------------------------------------
+def begin(lc, lease_id: str, why: str) -> None:
+    """Commit the intent (parking, and the time it has left), then shelve."""
+    now = lc.clock.now()
+    with session_scope(lc.sessions) as session:
+        row = session.get(m.Lease, lease_id)
+        if row is None or row.status != S.ACTIVE.value or not can_park(row):
+            return
+        row.remaining = max(to_epoch(row.end_at) - now, MIN_REMAINING)
+        record_transition(session, row, S.PARKING, now, ACTOR,
+                          f"{why}; shelving its VMs (disk and data volume kept) to give its GPUs back, "
+                          f"{spoken_duration(row.remaining)} of its time kept for a resume slot")
+    advance_parking(lc, lease_id)
+
+
+def advance_parking(lc, lease_id: str) -> None:
+    with session_scope(lc.sessions) as session:
+        row = session.get(m.Lease, lease_id)
+        if row is None or row.status != S.PARKING.value:
+            return
+        servers = [(s.vm_index, s.cloud_id, s.status) for s in row.servers if s.cloud_id]
+    try:
+        offloaded = 0
+        for vm_index, cloud_id, old in servers:
+            state = lc.cloud.server_state(cloud_id)
+            if state.status in ("ACTIVE", "SHELVED") and not state.task:   # SHELVED: not offloaded yet
+                lc.cloud.shelve(cloud_id)
+                state = lc.cloud.server_state(cloud_id)
+            if state.status in ("ERROR", "DELETED"):
+                fail(lc, lease_id, S.PARKING, f"VM {vm_index} is {state.status} while it was being shelved"
+                     + (f" (cloud said: {state.fault})" if state.fault else ""))
+                return
+            if state.status != old:
+                lc._set_server(lease_id, vm_index, status=state.status)
+            if state.status == OFFLOADED and lc.cloud.gpus_released(cloud_id):
+                offloaded += 1
+        if offloaded < len(servers):
+            return   # the next pass looks again
+        # no unit of the lease's class anywhere until its slot: the tenant cannot unshelve it sooner
+        lc.cloud.set_lease_inventory(lease_id, {})
+    except CloudError as exc:
+        log.warning("parking lease %s: %s", lease_id, exc)
+        return
+    _parked(lc, lease_id)
+
+
+def _parked(lc, lease_id: str) -> None:
+    with session_scope(lc.sessions) as session:
+        ledger_lock(session)
+        now = lc.clock.now()   # read under the lock, as a replan does
+        row = session.get(m.Lease, lease_id)
+        if row is None or row.status != S.PARKING.value:
+            return
+        remaining = row.remaining or MIN_REMAINING
+        keep_spent(session, row, now)   # what it used until now still counts
+        session.execute(delete(m.Allocation).where(m.Allocation.lease_id == row.id))
+        session.expire(row, ["allocations"])
+        planned = ledger.held_slot(session, row, now, now + lc.config.park_grace_seconds, remaining,
+                                   lc.planner_settings)
+        if planned.placement is None:   # no enabled host of its model can ever take it back
+            end_allocations_at(session, row, now)
+            record_transition(session, row, S.ENDING, now, ACTOR, "its VMs are shelved but no host can take "
+                              "it back (" + "; ".join(r.message for r in planned.reasons) + "); ending it")
+            return
+        place = hold(session, row, planned)
+        row.parked_at = utcnow_naive(now)
+        message = (f"VMs shelved, GPUs given back; {spoken_duration(remaining)} held from "
+                   f"{rfc3339(place.start)} on {', '.join(sorted(set(place.hosts)))}: it resumes then, or "
+                   "sooner when asked (POST .../resume) if that delays nobody")
+        record_transition(session, row, S.PARKED, now, ACTOR, message)
+        webhooks.enqueue(session, row, webhooks.PARKED, webhooks.park_payload(row, now, message), now)
+
+
+def hold(session: Session, row: m.Lease, planned: PlannedLease) -> Placement:
+    """The slot as the lease's allocations and `resume_by`. Its start stays the one it
+    started at (the waits and ETA figures read it), its end is the slot's, and its duration
+    the window between them, so a later change of end reads start + duration right."""
+    started = row.start_at
+    place = ledger.add_allocations(session, row, planned)
+    assert started is not None   # it ran before it parked
+    row.start_at, row.resume_by = started, utcnow_naive(place.start)
+    row.duration = place.end - to_epoch(started)
+    return place
+
+
+# --- resume -------------------------------------------------------------------------------------
+def resume_early(session: Session, now: int, settings: planner.PlannerSettings, row: m.Lease,
+                 actor: str) -> str:
+    """The tenant asks for a parked lease back (in the caller's transaction): the earliest
+    slot from now, if moving its held slot there delays no lease planned; else the held slot
+    stays. Returns what was done, in words (also in the lease's events)."""
+    if row.status != S.PARKED.value:
+        raise Conflict(f"lease {row.id} is {row.status}; only a parked lease can be resumed",
+                       codes.LEASE_NOT_PARKED)
+    ledger_lock(session)
+    assert row.resume_by is not None   # set when it parked
+    held_start = to_epoch(row.resume_by)
+    inputs = ledger.load_inputs(session, now, settings)
+    mine = [h for h in inputs.holds if h.lease_id == row.id]
+    others = [h for h in inputs.holds if h.lease_id != row.id]
+    s = ledger.settings_for(inputs, settings)
+    alone = planner.plan(now, inputs.hosts, others, inputs.quotas, [slot_request(row, now)], inputs.usage,
+                         s).leases[row.id]
+    place = alone.placement
+    why = None
+    if place is None or place.start >= held_start or alone.borrowing or not mine:
+        why = "no sooner slot is free"
+    else:
+        moved = [dataclasses.replace(mine[0], host=host, start=place.start,
+                                     end=held_until(place.end, now, inputs.allowance)) for host in place.hosts]
+        before = planner.plan(now, inputs.hosts, inputs.holds, inputs.quotas, inputs.waiting, inputs.usage, s)
+        after = planner.plan(now, inputs.hosts, others + moved, inputs.quotas, inputs.waiting, inputs.usage, s)
+        delayed = [lease_id for lease_id, p in before.leases.items() if later(after.leases[lease_id], p)]
+        if delayed:
+            why = f"a sooner slot would delay {len(delayed)} planned lease(s)"
+    if why is not None:
+        message = f"resume asked: {why}; it keeps its held slot from {rfc3339(held_start)}"
+        record_event(session, row, "change", message, now, actor)
+        return message
+    assert place is not None
+    session.execute(delete(m.Allocation).where(m.Allocation.lease_id == row.id))
+    session.expire(row, ["allocations"])
+    hold(session, row, alone)
+    hosts = ", ".join(sorted(set(place.hosts)))
+    if place.start <= now:
+        message = f"resume asked: resuming now on {hosts}"
+        record_transition(session, row, S.RESUMING, now, actor, message)
+    else:
+        message = f"resume asked: its slot moved from {rfc3339(held_start)} to {rfc3339(place.start)} on {hosts}"
+        record_event(session, row, "change", message, now, actor)
+    return message
+
+
+def slot_request(row: m.Lease, earliest: int) -> LeaseRequest:
+    return dataclasses.replace(ledger.request_from_row(row), duration=row.remaining or MIN_REMAINING,
+                               earliest_start=earliest, latest_start=None, first_eta=None, guarded=False)
+
+
+def later(after: PlannedLease, before: PlannedLease) -> bool:
+    """Whether `after` starts a lease later than `before` did (or no more at all)."""
+    if before.placement is None:
+        return False
+    return after.placement is None or after.placement.start > before.placement.start
+
+
+def begin_resume(lc, lease_id: str, why: str) -> None:
+    now = lc.clock.now()
+    with session_scope(lc.sessions) as session:
+        row = session.get(m.Lease, lease_id)
+        if row is None or row.status != S.PARKED.value:
+            return
+        # the slot's GPUs still held by a lease ending before it (a slow delete): wait for them
+        if held.unreleased_on(session, row, now, lc.planner_settings.release_floor):
+            return
+        record_transition(session, row, S.RESUMING, now, ACTOR, f"{why}; unshelving its VMs on "
+                          + ", ".join(sorted({a.host for a in row.allocations})))
+    advance_resuming(lc, lease_id)
+
+
+def advance_resuming(lc, lease_id: str) -> None:
+    now = lc.clock.now()
+    with session_scope(lc.sessions) as session:
+        row = session.get(m.Lease, lease_id)
+        if row is None or row.status != S.RESUMING.value:
+            return
+        hosts = {a.vm_index: a.host for a in row.allocations}
+        servers = [(s.vm_index, s.cloud_id, s.status) for s in row.servers if s.cloud_id]
+        per_host, volume_id = vms_per_host(row), row.volume_id
+        since = entered_at(session, lease_id, S.RESUMING, now)
+    try:
+        if any(old != UNSHELVING and old != "ACTIVE" for _, _, old in servers):
+            lc.cloud.set_lease_inventory(lease_id, per_host)   # a unit of its class where its slot is
+        states = {}
+        for vm_index, cloud_id, old in servers:
+            state = lc.cloud.server_state(cloud_id)
+            if state.status == OFFLOADED and old != UNSHELVING:
+                lc.cloud.unshelve(cloud_id, hosts[vm_index])
+                lc._set_server(lease_id, vm_index, status=UNSHELVING, host=hosts[vm_index])
+                state = lc.cloud.server_state(cloud_id)
+            elif state.status in ("ERROR", "DELETED"):
+                fail(lc, lease_id, S.RESUMING, f"VM {vm_index} is {state.status} while it was being unshelved"
+                     + (f" (cloud said: {state.fault})" if state.fault else ""))
+                return
+            elif state.status == "ACTIVE" and old != "ACTIVE":
+                lc._set_server(lease_id, vm_index, status="ACTIVE", host=state.host or hosts[vm_index])
+            states[vm_index] = state
+        if not all(s.status == "ACTIVE" for s in states.values()):
+            if now - since > lc.config.boot_timeout_seconds:
+                fail(lc, lease_id, S.RESUMING, f"the VMs were not active again within "
+                     f"{lc.config.boot_timeout_seconds} s of the unshelve")
+            return
+        if volume_id:
+            lc.cloud.attach_volume(states[min(states)].id, volume_id)   # no-op: it stayed attached
+    except CloudError as exc:
+        log.warning("resuming lease %s: %s", lease_id, exc)
+        if exc.failure_class is FailureClass.NO_VALID_HOST or now - since > lc.config.boot_timeout_seconds:
+            fail(lc, lease_id, S.RESUMING, f"{exc.message}" + (f" (cloud said: {exc.cloud_message})"
+                                                              if exc.cloud_message else ""))
+        return
+    _resumed(lc, lease_id)
+
+
+def _resumed(lc, lease_id: str) -> None:
+    now = lc.clock.now()
+    with session_scope(lc.sessions) as session:
+        row = session.get(m.Lease, lease_id)
+        if row is None or row.status != S.RESUMING.value:
+            return
+        hosts = ", ".join(sorted({a.host for a in row.allocations}))
+        message = (f"resumed: its {row.instances} VM(s) active again on {hosts}"
+                   + (" with the same data volume" if row.volume_id else "")
+                   + f"; ends at {rfc3339(to_epoch(row.end_at))}")
+        row.parked_at = row.resume_by = row.remaining = None
+        row.warned_at = None   # warned again before its (new) end
+        activity = session.get(m.LeaseActivity, row.id)
+        if activity is not None:   # idle counts from the resume: the spell before it is over
+            session.delete(activity)
+        record_transition(session, row, S.ACTIVE, now, ACTOR, message)
+        webhooks.enqueue(session, row, webhooks.RESUMED, webhooks.park_payload(row, now, message), now)
+
+
+def fail(lc, lease_id: str, expected: LeaseState, message: str) -> None:
+    """A VM the cloud would not shelve or bring back: the lease fails and ends (volume kept)."""
+    now = lc.clock.now()
+    with session_scope(lc.sessions) as session:
+        row = session.get(m.Lease, lease_id)
+        if row is None or row.status != expected.value:
+            return
+        row.failure_class, row.failure_message = FailureClass.API_ERROR.value, message
+        record_event(session, row, "failure", message, now, ACTOR)
+        end_allocations_at(session, row, now)
+        record_transition(session, row, S.ENDING, now, ACTOR, f"failed while {expected.value}; removing its VMs")
+    lc.finish_end(lease_id)
