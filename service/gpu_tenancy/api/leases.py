@@ -150,7 +150,7 @@ def cancel(lease_id: str) -> ResponseReturnValue:
 
 
 @bp.post("/<lease_id>/resume")
-def resume(lease_id: str):
+def resume(lease_id: str) -> ResponseReturnValue:
     """A parked lease back: sooner than its held slot if that delays nobody (engine/park.py)."""
     cfg = rt.runtime().config
     with rt.transaction() as session:

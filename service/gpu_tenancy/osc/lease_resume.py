@@ -3,6 +3,7 @@ slot, if that delays nobody; otherwise it keeps the held slot (the lease's event
 from __future__ import annotations
 
 from gpu_tenancy.osc import command
+from gpu_tenancy.osc.client import gpu_client
 from gpu_tenancy.osc.lease import find_lease, show_lease
 
 
@@ -16,5 +17,5 @@ class ResumeLease(command.ShowOne):
         return parser
 
     def take_action(self, args):
-        client = self.app.client_manager.gpu
+        client = gpu_client(self.app)
         return show_lease(client.resume_lease(find_lease(client, args.lease)["id"]))
