@@ -253,7 +253,8 @@ class Server(Base):
     vm_index: Mapped[int] = mapped_column(Integer)
     host: Mapped[str] = mapped_column(String(255))
     cloud_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    status: Mapped[str] = mapped_column(String(16))
+    # Nova's status words; the longest, SHELVED_OFFLOADED (a parked lease's VMs), is 17
+    status: Mapped[str] = mapped_column(String(32))
     fault: Mapped[str | None] = mapped_column(Text, nullable=True)
     # the guest's last readiness report: ready or failed, in its own words
     readiness: Mapped[str | None] = mapped_column(String(16), nullable=True)

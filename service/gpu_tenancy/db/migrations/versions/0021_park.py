@@ -17,9 +17,16 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column('parked_at', sa.DateTime(timezone=False), nullable=True))
         batch_op.add_column(sa.Column('resume_by', sa.DateTime(timezone=False), nullable=True))
         batch_op.add_column(sa.Column('remaining', sa.Integer(), nullable=True))
+    # a parked lease's VMs are SHELVED_OFFLOADED: 17 characters (PostgreSQL refuses it in 16)
+    with op.batch_alter_table('servers', schema=None) as batch_op:
+        batch_op.alter_column('status', existing_type=sa.String(16), type_=sa.String(32),
+                              existing_nullable=False)
 
 
 def downgrade() -> None:
+    with op.batch_alter_table('servers', schema=None) as batch_op:
+        batch_op.alter_column('status', existing_type=sa.String(32), type_=sa.String(16),
+                              existing_nullable=False)
     with op.batch_alter_table('leases', schema=None) as batch_op:
         batch_op.drop_column('remaining')
         batch_op.drop_column('resume_by')
