@@ -53,6 +53,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "migrated" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.db)
+    # the long modules first (a stable sort: every module's own order kept), so that the
+    # two workers share out the short ones while they run, instead of one waiting at the end
+    items.sort(key=lambda item: not item.get_closest_marker("long"))
     if not PG_URL:
         return
     keep, drop = [], []
@@ -77,6 +80,7 @@ def pytest_xdist_make_scheduler(config, log):
             module = nodeid.split("::", 1)[0]
             return "tests/browser/" if "tests/browser/" in module else module
 
+    config.option.loadscopereorder = False   # keep the collection's order: the long modules first
     return ByModule(config, log)
 
 

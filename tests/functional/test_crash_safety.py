@@ -30,6 +30,8 @@ from tests.conftest import headers
 from tests.consistency import assert_consistent
 from tests.crash_harness import crash_then_restart, write_config
 
+pytestmark = pytest.mark.long   # minutes: run first (tests/conftest.py)
+
 
 class Killed(BaseException):
     """Not an Exception: nothing in the engine catches it, as nothing survives kill -9."""

@@ -15,6 +15,8 @@ from schemathesis.checks import (content_type_conformance, not_a_server_error, r
 
 from tests.conftest import headers
 
+pytestmark = pytest.mark.long   # minutes: run first (tests/conftest.py)
+
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
           response_headers_conformance]
 PERSONAS = {"admin": headers("ml-vision", "admin"), "member": headers("ml-vision", "member")}

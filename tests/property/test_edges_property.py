@@ -15,6 +15,8 @@ import pytest
 from tests.conftest import T0, empty_database
 from tests.property.edges_driver import INVARIANTS, OPS, make_app, run
 
+pytestmark = pytest.mark.long   # minutes: run first (tests/conftest.py)
+
 SEEDS = (1, 2, 3)
 STEPS = int(os.environ.get("GPU_TENANCY_EDGE_STEPS", "200"))   # per seed
 # Promises the engine does not keep yet: (invariant -> why), each an xfail(strict=True).

@@ -30,6 +30,8 @@ from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit  # noq
 from gpu_tenancy.domain.plan_insert import Planned, PlanBook  # noqa: E402
 from gpu_tenancy.domain.planner import PlannerSettings, plan  # noqa: E402
 
+pytestmark = pytest.mark.long   # minutes: run first (tests/conftest.py)
+
 CASES = 500
 
 
