@@ -178,3 +178,17 @@ def test_a_waiting_create_is_offered_what_the_dry_run_offers(client, full, runti
     assert len(shown) == 3
     taken = client.post("/v1/leases", json={**ASK, "accept_offer": offers[1]["id"]}, headers=headers())
     assert taken.status_code == 201 and taken.get_json()["lease"]["start"] == rfc3339(T0)
+
+
+@pytest.mark.parametrize("fit", [False, True], ids=["replanned", "fitted"])
+def test_a_waiting_preemptible_create_is_offered_nothing_and_nothing_fails(client, full, runtime, fit, caplog):
+    """As its dry run: a preemptible lease takes idle GPUs only and has no alternatives (the
+    offers of a full plan once failed on it, logged, for every such create that waited)."""
+    runtime.fits.min_waiting = 0 if fit else 10**6
+    body = {**ASK, "priority_class": "preemptible"}
+    assert preview(client, body)["offers"] == []
+    with caplog.at_level("ERROR", logger="gpu_tenancy"):
+        reply = client.post("/v1/leases", json=body, headers=headers())
+    assert reply.status_code == 201 and reply.get_json()["lease"]["status"] == "queued", reply.get_json()
+    assert reply.get_json()["offers"] == []
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text

@@ -86,3 +86,24 @@ def test_each_offer_starts_where_the_whole_plan_puts_it(settings, monkeypatch):
                 assert asked is not None and (o.start == asked.start if not zero_bound else o.start >= asked.start)
             checked += 1
     assert checked > 100 and kinds == set(Kind), (checked, kinds)
+
+
+def test_a_preemptible_ask_is_offered_nothing():
+    """A preemptible lease runs on idle GPUs only, out of quota, and is never tried as an
+    alternative (planner.Trials): it has no counter-offers, and its dry run is the plan's,
+    as a create that waits computes it (the trial at its turn once disagreed with the plan
+    there and the offers failed)."""
+    waited = 0
+    for seed in range(300):
+        rng = random.Random(seed)
+        hosts, holds, quotas, waiting, usage = world(rng)
+        shape = rng.choice(SHAPES)
+        ask = LeaseRequest("ask", "p", shape.gpu_model, shape.gpus, rng.choice((1, 2, 3)), rng.randint(2, 30) * H,
+                           NOW + rng.choice((0, 0, 2 * H)), None, NOW, priority=-100, preemptible=True,
+                           arrival=2 ** 62)
+        offered = offers(NOW, hosts, holds, quotas, waiting, usage, PlannerSettings(), ask, shape, SHAPES, RULES)
+        dry_run = plan(NOW, hosts, holds, quotas, [*waiting, ask], usage, PlannerSettings())
+        assert offered.plan.leases == dry_run.leases and offered.offers == [], seed
+        asked = dry_run.leases["ask"].placement
+        waited += asked is not None and asked.start > max(NOW, ask.earliest_start)
+    assert waited > 20, waited   # the case that matters: it waits for idle GPUs

@@ -21,8 +21,8 @@ from enum import StrEnum
 from typing import Protocol
 
 from .model import Hold, Host, LeaseRequest, Plan, PlannedLease, QuotaLimit
-from .planner import (OrderKey, PlannerSettings, Trials, Turn, bound_protected, fmt_time, order_key, plan_with_turns,
-                      trials_after)
+from .planner import (OrderKey, PlannerSettings, Trials, Turn, bound_protected, fmt_time, order_key, plan,
+                      plan_with_turns, trials_after)
 
 
 class Kind(StrEnum):
@@ -109,7 +109,10 @@ def offers(now: int, hosts: Sequence[Host], holds: Sequence[Hold], quotas: Mappi
     than it would, then its planned start reserved.
 
     One plan: each alternative is tried in the dry run's own plan (planner.Turn), right where
-    the planner order puts it, so it costs insertions, not a plan."""
+    the planner order puts it, so it costs insertions, not a plan. A preemptible ask is offered
+    nothing: it runs on idle GPUs only, out of quota, and a trial never places one."""
+    if ask.preemptible:
+        return Offered(plan(now, hosts, holds, quotas, [*waiting, ask], usage, settings), [])
     places = _Places(now, hosts, holds, quotas, waiting, usage, settings)
     own: list[_Tried] = []
     late: list[int | None] = []   # the ask's planned start, once its turn has come
@@ -143,7 +146,9 @@ def offers_after(now: int, place: Callable[[LeaseRequest], PlannedLease], ask: L
     incremental create's: plan_insert.PlanBook.trial, every lease of the plan before it). Where
     the full plan would put an alternative before some of those leases, it starts it no later
     than here (fewer leases ahead take no capacity away), so an offer is never earlier than
-    offers() gives it; taking one re-checks it under the ledger lock."""
+    offers() gives it; taking one re-checks it under the ledger lock. A preemptible ask: none."""
+    if ask.preemptible:
+        return []
     own: list[_Tried] = []
     end = _own(_After(place), ask, shape, shapes, rules, now, own)
     if end is not None and end <= max(now, ask.earliest_start):
