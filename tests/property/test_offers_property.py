@@ -1,7 +1,8 @@
 """Every counter-offer starts exactly where the whole plan puts that lease (domain/offers.py):
 seeded random clouds, queues, quotas and fair-share usage, with and without a wait bound.
 An offer is tried as one insertion after the leases ahead of it; this checks it against
-plan() run with the offered lease added to the waiting ones."""
+plan() run with the offered lease added to the waiting ones. A fitted create's offers
+(offers_after, tried after every lease of the current plan) are never earlier than that."""
 from __future__ import annotations
 
 import random
@@ -10,7 +11,8 @@ import pytest
 
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit
 from gpu_tenancy.domain import offers as offers_module
-from gpu_tenancy.domain.offers import Kind, OfferRules, ShapeOption, offers
+from gpu_tenancy.domain.offers import Kind, Offer, OfferRules, ShapeOption, offers, offers_after
+from gpu_tenancy.domain.plan_insert import Planned, PlanBook
 from gpu_tenancy.domain.planner import PlannerSettings, plan
 
 NOW, H = 1_800_000_000, 3600
@@ -107,3 +109,55 @@ def test_a_preemptible_ask_is_offered_nothing():
         asked = dry_run.leases["ask"].placement
         waited += asked is not None and asked.start > max(NOW, ask.earliest_start)
     assert waited > 20, waited   # the case that matters: it waits for idle GPUs
+
+
+def as_lease(o: Offer, ask: LeaseRequest) -> LeaseRequest:
+    """The lease taking offer `o` makes (engine/offers.applied)."""
+    return LeaseRequest("taken", ask.project_id, o.gpu_model, o.gpus_per_vm, o.instances, o.duration,
+                        o.start if o.reserve else ask.earliest_start, None, ask.created_at, arrival=ask.arrival)
+
+
+def test_a_fitted_offer_is_never_earlier_than_the_whole_plans():
+    """The offers of a create fitted into the current plan (engine/offers.on_plan: each
+    alternative tried after every lease of that plan, PlanBook.trial) against the exact ones
+    of a full plan (offers()): each fitted offer starts no earlier than plan() starts the lease
+    it makes (where plan() puts it before some leases, they have not taken capacity yet), and
+    no earlier than the full plan's offer of its kind (its GPU model, its planned start
+    reserved, borrowing now); a shorter lease is no longer. The plan is exact: the engine's
+    full plan, with leases fitted in last of their model's order since."""
+    compared, fits, kinds = 0, 0, set()
+    for seed in range(400):
+        rng = random.Random(seed)
+        hosts, holds, quotas, waiting, usage = world(rng)
+        settings = PlannerSettings(release_allowance=rng.choice((0, 0, 60)))
+        full = plan(NOW, hosts, holds, quotas, waiting, usage, settings)
+        by_id = {lr.lease_id: lr for lr in waiting}
+        book = PlanBook(NOW, hosts, holds, quotas, [Planned(by_id[i], p.placement, p.borrowing)
+                                                   for i, p in full.leases.items()], usage, settings)
+        everyone = list(waiting)
+        for i in range(rng.choice((0, 0, 1, 2))):   # creates fitted in since the engine's plan
+            made = LeaseRequest(f"fit{i}", rng.choice(PROJECTS), rng.choice(MODELS), rng.choice((1, 2, 4)), 1,
+                                rng.randint(1, 8) * H, NOW, None, NOW, arrival=2 ** 61 + i)
+            book.insert(NOW, made)
+            everyone.append(made)
+        if not all(book.exact[m] for m in MODELS):
+            continue   # fitted in out of order: the next full plan may move anything (plan_insert.provisional)
+        shape = rng.choice(SHAPES)
+        ask = LeaseRequest("ask", "p", shape.gpu_model, shape.gpus, rng.choice((1, 2, 3)), rng.randint(2, 30) * H,
+                           NOW + rng.choice((0, 0, 2 * H)), None, NOW, arrival=2 ** 62)
+        fitted = offers_after(NOW, lambda lr: book.trial(NOW, lr), ask, shape, SHAPES, RULES)
+        exact = {o.gpu_model if o.kind is Kind.GPU_MODEL else o.kind: o
+                 for o in offers(NOW, hosts, holds, quotas, everyone, usage, settings, ask, shape, SHAPES,
+                                 RULES).offers}
+        fits += len(everyone) > len(waiting)
+        for o in fitted:
+            kinds.add(o.kind)
+            placed = plan(NOW, hosts, holds, quotas, [*everyone, as_lease(o, ask)], usage, settings).leases["taken"]
+            assert placed.placement is not None and placed.placement.start <= o.start, (seed, o, placed)
+            same = exact.get(o.gpu_model if o.kind is Kind.GPU_MODEL else o.kind)
+            if same is not None and o.kind is not Kind.FEWER_INSTANCES and o.kind is not Kind.FEWER_GPUS:
+                # a smaller size is the largest that starts sooner than the ask: it may differ in size
+                assert o.start >= same.start, (seed, o, same)
+                assert o.kind is not Kind.SHORTER or o.duration <= same.duration, (seed, o, same)
+                compared += 1
+    assert compared > 100 and fits > 20 and kinds == set(Kind), (compared, fits, kinds)
