@@ -286,11 +286,7 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
 
     def attach_volume(self, server_id: str, volume_id: str) -> None:
         with self._lock:
-            self._maybe_fail("attach_volume")
-            server = self._servers.get(server_id)
-            if server is None or server.deleted_at is not None:
-                raise CloudError(F.VOLUME, f"server {server_id} is gone",
-                                 f"Instance {server_id} could not be found.")
+            server = self._live("attach_volume", server_id, F.VOLUME, "")
             vol = self._volumes.get(volume_id)
             if vol is None or vol.project_id != server.project_id:
                 raise CloudError(F.VOLUME, f"volume {volume_id} not found in the project",
@@ -334,11 +330,7 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
 
     def shelve(self, server_id: str) -> None:
         with self._lock:
-            self._maybe_fail("shelve")
-            server = self._servers.get(server_id)
-            if server is None or server.deleted_at is not None:
-                raise CloudError(F.API_ERROR, f"server {server_id} is gone",
-                                 f"Instance {server_id} could not be found. (HTTP 404)")
+            server = self._live("shelve", server_id)
             if server.shelved_at is not None:
                 return
             status = self._status(server, self.clock.now())
@@ -350,13 +342,9 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
 
     def unshelve(self, server_id: str, host: str) -> None:
         with self._lock:
-            self._maybe_fail("unshelve")
-            server = self._servers.get(server_id)
-            if server is None or server.deleted_at is not None:
-                raise CloudError(F.API_ERROR, f"server {server_id} is gone",
-                                 f"Instance {server_id} could not be found. (HTTP 404)")
+            server = self._live("unshelve", server_id)
             now = self.clock.now()
-            if server.shelved_at is None or self._status(server, now) != "SHELVED_OFFLOADED":
+            if not self._offloaded(server, now):
                 return
             flavor = self._flavors.get(server.flavor_id)
             if flavor is None or not self._fits(host, flavor, now):
@@ -445,11 +433,25 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
         used = sum(s.gpus for s in self._servers.values() if s.host == host_name and self._holds(s, now))
         return host.gpus - used >= flavor["gpus"]
 
+    def _live(self, operation: str, server_id: str, failure: F = F.API_ERROR,
+              http: str = " (HTTP 404)") -> _Server:
+        """The server `operation` acts on, once a failure injected for it is raised; Nova's
+        "not found" (as a `failure`) when it is gone."""
+        self._maybe_fail(operation)
+        server = self._servers.get(server_id)
+        if server is None or server.deleted_at is not None:
+            raise CloudError(failure, f"server {server_id} is gone", f"Instance {server_id} could not be found.{http}")
+        return server
+
+    def _offloaded(self, server: _Server, now: int) -> bool:
+        """Shelved and offloaded: delete_seconds after the shelve, as a delete releases its GPUs."""
+        return server.shelved_at is not None and now >= server.shelved_at + self.delete_seconds
+
     def _holds(self, server: _Server, now: int) -> bool:
         if server.gpus == 0:
             return False
-        if server.shelved_at is not None and now >= server.shelved_at + self.delete_seconds:
-            return False  # offloaded: its Placement allocation is gone
+        if self._offloaded(server, now):
+            return False  # its Placement allocation is gone
         if server.fault is not None and now >= server.created_at + self.boot_seconds:
             return False  # a failed build gives its claim back
         release = self.delete_seconds if server.release_seconds is None else server.release_seconds
@@ -457,7 +459,7 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
 
     def _status(self, server: _Server, now: int) -> str:
         if server.shelved_at is not None:
-            return "SHELVED" if now < server.shelved_at + self.delete_seconds else "SHELVED_OFFLOADED"
+            return "SHELVED_OFFLOADED" if self._offloaded(server, now) else "SHELVED"
         if server.stuck or now < server.created_at + self.boot_seconds:
             return "BUILD"
         return "ERROR" if server.fault else "ACTIVE"

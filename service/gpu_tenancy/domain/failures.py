@@ -92,6 +92,12 @@ def retry_delay(failure_class: FailureClass, attempt: int, first: int = BACKOFF_
     return int(min(first * 2 ** (attempt - 1), cap))
 
 
+def cloud_said(words: str | None) -> str:
+    """The cloud's own words, after a message of ours: " (cloud said: ...)", or nothing
+    when it said none. Operators read them; a tenant's view strips them (api/lease_view.py)."""
+    return f" (cloud said: {words})" if words else ""
+
+
 def classify_fault(fault: str) -> FailureClass:
     """The class of a Nova server fault message (a VM in ERROR)."""
     text = fault.lower()

@@ -26,6 +26,13 @@ def record_transition(session: Session, row: m.Lease, target: LeaseState, now: i
     return event
 
 
+def lease_in(session: Session, lease_id: str, state: LeaseState) -> m.Lease | None:
+    """The lease, if it is in `state`; None if it is gone or has moved on (another pass, or a
+    request, got there first): the step that expected it there has nothing to do."""
+    row = session.get(m.Lease, lease_id)
+    return row if row is not None and row.status == state.value else None
+
+
 def record_event(session: Session, row: m.Lease, kind: str, message: str, now: int, actor: str) -> None:
     session.add(m.Event(lease=row, at=utcnow_naive(now), actor=actor, kind=kind, message=message))
 

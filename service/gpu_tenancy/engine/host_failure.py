@@ -14,7 +14,7 @@ from gpu_tenancy.db.session import session_scope, to_epoch
 from gpu_tenancy.domain.failures import FailureClass, retry_delay, rule
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import lease_flavor, retry
-from gpu_tenancy.engine.events import record_event, record_transition
+from gpu_tenancy.engine.events import lease_in, record_event, record_transition
 from gpu_tenancy.engine.leases import end_allocations_at
 from gpu_tenancy.engine.usage import keep_spent
 
@@ -100,8 +100,8 @@ def replan_scheduled(lc, lease_id: str, down: set[str]) -> None:
     original start."""
     now = lc.clock.now()
     with session_scope(lc.sessions) as session:
-        row = session.get(m.Lease, lease_id)
-        if row is None or row.status != S.SCHEDULED.value:
+        row = lease_in(session, lease_id, S.SCHEDULED)
+        if row is None:
             return
         lost = sorted(set(retry.lease_hosts(row)) & down)
         start = max(to_epoch(row.start_at), now)

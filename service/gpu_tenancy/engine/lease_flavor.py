@@ -26,7 +26,7 @@ from gpu_tenancy.db.session import session_scope, utcnow_naive
 from gpu_tenancy.domain.states import FINAL, LeaseState
 from gpu_tenancy.engine.crashpoints import crash_point
 from gpu_tenancy.engine.leases import finished_or_unknown
-from gpu_tenancy.engine.events import record_event, record_transition
+from gpu_tenancy.engine.events import lease_in, record_event, record_transition
 
 log = logging.getLogger(__name__)
 S = LeaseState
@@ -43,8 +43,8 @@ def prepare(lc, lease_id: str) -> str | None:
     """Class, inventory, flavor for a PROVISIONING lease; returns the flavor's id (None if
     the lease is no longer provisioning). CloudError goes to the caller (advance)."""
     with session_scope(lc.sessions) as session:
-        row = session.get(m.Lease, lease_id)
-        if row is None or row.status != S.PROVISIONING.value:
+        row = lease_in(session, lease_id, S.PROVISIONING)
+        if row is None:
             return None
         shape = session.get_one(m.Shape, row.shape)
         spec = ShapeSpec(shape.name, shape.gpu_model, shape.gpus, shape.vcpus, shape.ram_mb, shape.disk_gb,
@@ -69,8 +69,8 @@ def prepare(lc, lease_id: str) -> str | None:
 def activate(lc, lease_id: str, why: str) -> None:
     """Give the tenant's project the flavor, then commit ACTIVE."""
     with session_scope(lc.sessions) as session:
-        row = session.get(m.Lease, lease_id)
-        if row is None or row.status != S.PROVISIONING.value:
+        row = lease_in(session, lease_id, S.PROVISIONING)
+        if row is None:
             return
         project = row.project_id
     lc.cloud.grant_lease_flavor(lease_id, project)
@@ -85,8 +85,8 @@ def teardown(lc, lease_id: str) -> bool:
     """The end of an ENDING lease in the cloud; True once nothing of it is left (its GPUs
     released, its inventory, flavor and class gone). False: the next pass tries again."""
     with session_scope(lc.sessions) as session:
-        row = session.get(m.Lease, lease_id)
-        if row is None or row.status != S.ENDING.value:
+        row = lease_in(session, lease_id, S.ENDING)
+        if row is None:
             return False
         project = row.project_id
         servers = [(s.vm_index, s.cloud_id, s.status) for s in row.servers]
@@ -101,7 +101,7 @@ def teardown(lc, lease_id: str) -> bool:
                 lc.cloud.delete_server(cloud_id)
                 crash_point("delete_requested")
                 if lc.cloud.server_state(cloud_id).status == "DELETED" and lc.cloud.gpus_released(cloud_id):
-                    lc._set_server(lease_id, vm_index, status="DELETED")
+                    lc.set_server(lease_id, vm_index, status="DELETED")
                 else:
                     remaining += 1
             except CloudError as exc:
@@ -182,8 +182,8 @@ def record_servers(lc, lease_id: str) -> None:
     also before it is moved off a down host, so that every server of it is deleted and
     its GPUs held until released."""
     with session_scope(lc.sessions) as session:
-        row = session.get(m.Lease, lease_id)
-        if row is None or row.status != S.ACTIVE.value or row.boot != TENANT:
+        row = lease_in(session, lease_id, S.ACTIVE)
+        if row is None or row.boot != TENANT:
             return
     try:
         seen = {s.id: s for s in lc.cloud.lease_servers(lease_id)}
@@ -192,8 +192,8 @@ def record_servers(lc, lease_id: str) -> None:
         return
     now = lc.clock.now()
     with session_scope(lc.sessions) as session:
-        row = session.get(m.Lease, lease_id)
-        if row is None or row.status != S.ACTIVE.value:
+        row = lease_in(session, lease_id, S.ACTIVE)
+        if row is None:
             return
         recorded = {s.cloud_id: s for s in row.servers}
         index = max((s.vm_index for s in row.servers), default=-1) + 1

@@ -18,12 +18,12 @@ from gpu_tenancy.config import Config
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.domain.planner import PlannerSettings
-from gpu_tenancy.domain.failures import FailureClass, classify_fault, rule
+from gpu_tenancy.domain.failures import FailureClass, classify_fault, cloud_said, rule
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import (early_ends, gpu_activity, held, host_failure, housekeeping, lease_flavor, networking,
                                 notifications, park, planner_settings, readiness, releasing, retry, webhooks)
 from gpu_tenancy.engine.crashpoints import crash_point
-from gpu_tenancy.engine.events import entered_at, record_event, record_transition
+from gpu_tenancy.engine.events import entered_at, lease_in, record_event, record_transition
 from gpu_tenancy.engine.leases import end_allocations_at, finished_or_unknown
 from gpu_tenancy.timeutil import rfc3339
 
@@ -56,17 +56,17 @@ class Lifecycle:
         early_ends.end_due(self)
         gpu_activity.apply_rules(self)   # idle leases warned, ended or parked, by the operator's rules
         park.tick(self)                  # parked before the replan: their GPUs go to the queue now
-        for lease_id in self._ids(S.ACTIVE, end_by=self.clock.now()):
+        for lease_id in self.ids(S.ACTIVE, end_by=self.clock.now()):
             self.begin_end(lease_id, "its time is up")
-        for lease_id in self._ids(S.ENDING):
+        for lease_id in self.ids(S.ENDING):
             self.finish_end(lease_id)
         releasing.confirm(self)
         with session_scope(self.sessions) as session:
             # the plan, then reclaim and preemption, at the time read under the ledger lock
             plan = early_ends.replan(session, self.clock, self.config, self.planner_settings, ACTOR)
-        for lease_id in self._ids(S.SCHEDULED, start_by=plan.now):
+        for lease_id in self.ids(S.SCHEDULED, start_by=plan.now):
             self.start(lease_id)
-        for lease_id in self._ids(S.PROVISIONING):
+        for lease_id in self.ids(S.PROVISIONING):
             self.advance(lease_id)
         lease_flavor.record_tenant_servers(self)
         self.warn_due()
@@ -76,21 +76,22 @@ class Lifecycle:
         return self.in_flight()
 
     def in_flight(self) -> bool:
-        return bool(self._ids(S.PROVISIONING) or self._ids(S.ENDING) or releasing.pending(self)
+        return bool(self.ids(S.PROVISIONING) or self.ids(S.ENDING) or releasing.pending(self)
                     or park.in_flight(self))
 
     def watch(self) -> bool:
         """The light pass between ticks: carry booting and ending leases on, no replan.
         Returns whether a lease finished ending (its GPUs are free: time to replan)."""
-        ending = self._ids(S.ENDING)
+        ending = self.ids(S.ENDING)
         for lease_id in ending:
             self.finish_end(lease_id)
         released = releasing.confirm(self)
-        for lease_id in self._ids(S.PROVISIONING):
+        for lease_id in self.ids(S.PROVISIONING):
             self.advance(lease_id)
-        return released or bool(set(ending) - set(self._ids(S.ENDING)))
+        return released or bool(set(ending) - set(self.ids(S.ENDING)))
 
-    def _ids(self, status: LeaseState, start_by: int | None = None, end_by: int | None = None) -> list[str]:
+    def ids(self, status: LeaseState, start_by: int | None = None, end_by: int | None = None) -> list[str]:
+        """The leases in `status` (starting or ending by the times given), by start."""
         with session_scope(self.sessions) as session:
             q = select(m.Lease.id).where(m.Lease.status == status.value)
             if start_by is not None:
@@ -124,8 +125,8 @@ class Lifecycle:
     def start(self, lease_id: str) -> None:
         now = self.clock.now()
         with session_scope(self.sessions) as session:
-            row = session.get(m.Lease, lease_id)
-            if row is None or row.status != S.SCHEDULED.value:
+            row = lease_in(session, lease_id, S.SCHEDULED)
+            if row is None:
                 return
             # GPUs not yet released by the lease before it (a delete slower than planned): booting
             # now would be refused the host. It waits; the engine ticks again on the release.
@@ -162,8 +163,8 @@ class Lifecycle:
 
     def _advance(self, lease_id: str) -> None:
         with session_scope(self.sessions) as session:
-            row = session.get(m.Lease, lease_id)
-            if row is None or row.status != S.PROVISIONING.value:
+            row = lease_in(session, lease_id, S.PROVISIONING)
+            if row is None:
                 return
             image = session.get(m.Image, row.image) if row.image else None
             project, volume_id, size = row.project_id, row.volume_id, row.volume_size_gb
@@ -196,7 +197,7 @@ class Lifecycle:
                                                         image.cloud_ref, None, name=f"{name}-{vm_index}",
                                                         user_data=user_data, **extra))
                 crash_point("boot_requested")
-                self._set_server(lease_id, vm_index, cloud_id=server_id, status="BUILD")
+                self.set_server(lease_id, vm_index, cloud_id=server_id, status="BUILD")
                 self._note(lease_id, "progress", f"VM {vm_index} requested on {host} (server {server_id})")
         self._watch(lease_id, started)
 
@@ -212,7 +213,7 @@ class Lifecycle:
             state = self.cloud.server_state(cloud_id)
             states[vm_index] = state
             if state.status != old:
-                self._set_server(lease_id, vm_index, status=state.status, fault=state.fault)
+                self.set_server(lease_id, vm_index, status=state.status, fault=state.fault)
                 if state.status == "ACTIVE":
                     self._tasks.pop(cloud_id, None)
                     self._note(lease_id, "progress", f"VM {vm_index} is active on {state.host}")
@@ -242,16 +243,15 @@ class Lifecycle:
     def fail(self, lease_id: str, failure: FailureClass, message: str, cloud_message: str | None) -> None:
         """Retry a host-level fault elsewhere (engine/retry.py); otherwise record the
         failure, then remove what was made (the volume stays)."""
-        if retry.retry_elsewhere(self, lease_id, failure, message + (f" (cloud said: {cloud_message})"
-                                                                      if cloud_message else "")):
+        if retry.retry_elsewhere(self, lease_id, failure, message + cloud_said(cloud_message)):
             return
         now = self.clock.now()
         with session_scope(self.sessions) as session:
-            row = session.get(m.Lease, lease_id)
-            if row is None or row.status != S.PROVISIONING.value:
+            row = lease_in(session, lease_id, S.PROVISIONING)
+            if row is None:
                 return
             row.failure_class = failure.value
-            row.failure_message = message + (f" (cloud said: {cloud_message})" if cloud_message else "")
+            row.failure_message = message + cloud_said(cloud_message)
             retry.record_failure(session, row, failure, row.failure_message, now, "failed", retry.lease_hosts(row))
             record_event(session, row, "failure", f"{failure.value}: {row.failure_message}; "
                          f"{rule(failure).user_message}", now, ACTOR)
@@ -278,8 +278,8 @@ class Lifecycle:
     def begin_end(self, lease_id: str, why: str) -> None:
         now = self.clock.now()
         with session_scope(self.sessions) as session:
-            row = session.get(m.Lease, lease_id)
-            if row is None or row.status != S.ACTIVE.value:
+            row = lease_in(session, lease_id, S.ACTIVE)
+            if row is None:
                 return
             end_allocations_at(session, row, now)
             record_transition(session, row, S.ENDING, now, ACTOR, why)
@@ -340,7 +340,8 @@ class Lifecycle:
                 setattr(row, key, value)
             record_event(session, row, kind, message, self.clock.now(), ACTOR)
 
-    def _set_server(self, lease_id: str, vm_index: int, **columns) -> None:
+    def set_server(self, lease_id: str, vm_index: int, **columns) -> None:
+        """Write what the cloud says of one VM of a lease (status, host, ...) to its server row."""
         with session_scope(self.sessions) as session:
             server = session.scalars(select(m.Server).where(m.Server.lease_id == lease_id,
                                                             m.Server.vm_index == vm_index)).one()

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from gpu_tenancy.cloud.driver import CloudDriver, CloudError, NetworkInfo
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope
+from gpu_tenancy.domain.failures import cloud_said
 from gpu_tenancy.engine.crashpoints import crash_point
 from gpu_tenancy.engine.leases import finished_or_unknown
 from gpu_tenancy.errors import BadRequest, ServiceUnavailable
@@ -127,7 +128,7 @@ def bounded(call, what: str, operator: bool, timeout: float | None = None):
                                  " s; try again")
     error = result.get("error")
     if isinstance(error, CloudError):
-        said = f" (cloud said: {error.cloud_message})" if operator and error.cloud_message else ""
+        said = cloud_said(error.cloud_message if operator else None)
         raise ServiceUnavailable(f"the cloud did not {what}: {error.message}{said}; try again") from None
     if error is not None:
         raise error
@@ -173,7 +174,7 @@ def on_active(lifecycle, lease_id: str, states: dict, waited: int) -> bool:
             if not any(a["ip"] == ip for a in addresses):   # the cloud shows it a little later
                 addresses.append({"network": addresses[0]["network"], "ip": ip, "kind": "floating"})
         if addresses != known.get(vm_index):
-            lifecycle._set_server(lease_id, vm_index, addresses=addresses)
+            lifecycle.set_server(lease_id, vm_index, addresses=addresses)
             lifecycle._note(lease_id, "progress", f"VM {vm_index}: " + ", ".join(
                 f"{a['kind']} {a['ip']} on {a['network']}" for a in addresses))
     return True

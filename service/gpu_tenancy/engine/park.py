@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import TYPE_CHECKING
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
@@ -34,17 +35,20 @@ from gpu_tenancy.cloud.driver import CloudError
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import ledger_lock, session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.domain import planner
-from gpu_tenancy.domain.failures import FailureClass
+from gpu_tenancy.domain.failures import FailureClass, cloud_said
 from gpu_tenancy.domain.held import held_until
 from gpu_tenancy.domain.model import LeaseRequest, Placement, PlannedLease
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import held, ledger, webhooks
-from gpu_tenancy.engine.events import entered_at, record_event, record_transition
+from gpu_tenancy.engine.events import entered_at, lease_in, record_event, record_transition
 from gpu_tenancy.engine.lease_flavor import TENANT, vms_per_host
 from gpu_tenancy.engine.leases import end_allocations_at
 from gpu_tenancy.engine.usage import keep_spent
 from gpu_tenancy.errors import Conflict
 from gpu_tenancy.timeutil import rfc3339, spoken_duration
+
+if TYPE_CHECKING:   # the engine's pass calls in here: imported for the annotations only
+    from gpu_tenancy.engine.lifecycle import Lifecycle
 
 log = logging.getLogger(__name__)
 S = LeaseState
@@ -59,9 +63,9 @@ def can_park(row: m.Lease) -> bool:
 
 
 # --- the engine's pass ------------------------------------------------------------------------
-def tick(lc) -> None:
+def tick(lc: Lifecycle) -> None:
     """Carry parking and resuming leases on, and resume parked ones whose slot has come."""
-    for lease_id in lc._ids(S.PARKING):
+    for lease_id in lc.ids(S.PARKING):
         advance_parking(lc, lease_id)
     now = lc.clock.now()
     with session_scope(lc.sessions) as session:
@@ -69,21 +73,21 @@ def tick(lc) -> None:
             m.Lease.status == S.PARKED.value, m.Lease.resume_by <= utcnow_naive(now)).order_by(m.Lease.resume_by)))
     for lease_id in due:
         begin_resume(lc, lease_id, "its held resume slot has come")
-    for lease_id in lc._ids(S.RESUMING):
+    for lease_id in lc.ids(S.RESUMING):
         advance_resuming(lc, lease_id)
 
 
-def in_flight(lc) -> bool:
-    return bool(lc._ids(S.PARKING) or lc._ids(S.RESUMING))
+def in_flight(lc: Lifecycle) -> bool:
+    return bool(lc.ids(S.PARKING) or lc.ids(S.RESUMING))
 
 
 # --- park ---------------------------------------------------------------------------------------
-def begin(lc, lease_id: str, why: str) -> None:
+def begin(lc: Lifecycle, lease_id: str, why: str) -> None:
     """Commit the intent (parking, and the time it has left), then shelve."""
     now = lc.clock.now()
     with session_scope(lc.sessions) as session:
-        row = session.get(m.Lease, lease_id)
-        if row is None or row.status != S.ACTIVE.value or not can_park(row):
+        row = lease_in(session, lease_id, S.ACTIVE)
+        if row is None or not can_park(row):
             return
         row.remaining = max(to_epoch(row.end_at) - now, MIN_REMAINING)
         record_transition(session, row, S.PARKING, now, ACTOR,
@@ -92,10 +96,10 @@ def begin(lc, lease_id: str, why: str) -> None:
     advance_parking(lc, lease_id)
 
 
-def advance_parking(lc, lease_id: str) -> None:
+def advance_parking(lc: Lifecycle, lease_id: str) -> None:
     with session_scope(lc.sessions) as session:
-        row = session.get(m.Lease, lease_id)
-        if row is None or row.status != S.PARKING.value:
+        row = lease_in(session, lease_id, S.PARKING)
+        if row is None:
             return
         servers = [(s.vm_index, s.cloud_id, s.status) for s in row.servers if s.cloud_id]
     try:
@@ -107,10 +111,10 @@ def advance_parking(lc, lease_id: str) -> None:
                 state = lc.cloud.server_state(cloud_id)
             if state.status in ("ERROR", "DELETED"):
                 fail(lc, lease_id, S.PARKING, f"VM {vm_index} is {state.status} while it was being shelved"
-                     + (f" (cloud said: {state.fault})" if state.fault else ""))
+                     + cloud_said(state.fault))
                 return
             if state.status != old:
-                lc._set_server(lease_id, vm_index, status=state.status)
+                lc.set_server(lease_id, vm_index, status=state.status)
             if state.status == OFFLOADED and lc.cloud.gpus_released(cloud_id):
                 offloaded += 1
         if offloaded < len(servers):
@@ -123,12 +127,12 @@ def advance_parking(lc, lease_id: str) -> None:
     _parked(lc, lease_id)
 
 
-def _parked(lc, lease_id: str) -> None:
+def _parked(lc: Lifecycle, lease_id: str) -> None:
     with session_scope(lc.sessions) as session:
         ledger_lock(session)
         now = lc.clock.now()   # read under the lock, as a replan does
-        row = session.get(m.Lease, lease_id)
-        if row is None or row.status != S.PARKING.value:
+        row = lease_in(session, lease_id, S.PARKING)
+        if row is None:
             return
         remaining = row.remaining or MIN_REMAINING
         keep_spent(session, row, now)   # what it used until now still counts
@@ -222,11 +226,11 @@ def later(after: PlannedLease, before: PlannedLease) -> bool:
     return after.placement is None or after.placement.start > before.placement.start
 
 
-def begin_resume(lc, lease_id: str, why: str) -> None:
+def begin_resume(lc: Lifecycle, lease_id: str, why: str) -> None:
     now = lc.clock.now()
     with session_scope(lc.sessions) as session:
-        row = session.get(m.Lease, lease_id)
-        if row is None or row.status != S.PARKED.value:
+        row = lease_in(session, lease_id, S.PARKED)
+        if row is None:
             return
         # the slot's GPUs still held by a lease ending before it (a slow delete): wait for them
         if held.unreleased_on(session, row, now, lc.planner_settings.release_floor):
@@ -236,11 +240,11 @@ def begin_resume(lc, lease_id: str, why: str) -> None:
     advance_resuming(lc, lease_id)
 
 
-def advance_resuming(lc, lease_id: str) -> None:
+def advance_resuming(lc: Lifecycle, lease_id: str) -> None:
     now = lc.clock.now()
     with session_scope(lc.sessions) as session:
-        row = session.get(m.Lease, lease_id)
-        if row is None or row.status != S.RESUMING.value:
+        row = lease_in(session, lease_id, S.RESUMING)
+        if row is None:
             return
         hosts = {a.vm_index: a.host for a in row.allocations}
         servers = [(s.vm_index, s.cloud_id, s.status) for s in row.servers if s.cloud_id]
@@ -254,14 +258,14 @@ def advance_resuming(lc, lease_id: str) -> None:
             state = lc.cloud.server_state(cloud_id)
             if state.status == OFFLOADED and old != UNSHELVING:
                 lc.cloud.unshelve(cloud_id, hosts[vm_index])
-                lc._set_server(lease_id, vm_index, status=UNSHELVING, host=hosts[vm_index])
+                lc.set_server(lease_id, vm_index, status=UNSHELVING, host=hosts[vm_index])
                 state = lc.cloud.server_state(cloud_id)
             elif state.status in ("ERROR", "DELETED"):
                 fail(lc, lease_id, S.RESUMING, f"VM {vm_index} is {state.status} while it was being unshelved"
-                     + (f" (cloud said: {state.fault})" if state.fault else ""))
+                     + cloud_said(state.fault))
                 return
             elif state.status == "ACTIVE" and old != "ACTIVE":
-                lc._set_server(lease_id, vm_index, status="ACTIVE", host=state.host or hosts[vm_index])
+                lc.set_server(lease_id, vm_index, status="ACTIVE", host=state.host or hosts[vm_index])
             states[vm_index] = state
         if not all(s.status == "ACTIVE" for s in states.values()):
             if now - since > lc.config.boot_timeout_seconds:
@@ -273,17 +277,16 @@ def advance_resuming(lc, lease_id: str) -> None:
     except CloudError as exc:
         log.warning("resuming lease %s: %s", lease_id, exc)
         if exc.failure_class is FailureClass.NO_VALID_HOST or now - since > lc.config.boot_timeout_seconds:
-            fail(lc, lease_id, S.RESUMING, f"{exc.message}" + (f" (cloud said: {exc.cloud_message})"
-                                                              if exc.cloud_message else ""))
+            fail(lc, lease_id, S.RESUMING, exc.message + cloud_said(exc.cloud_message))
         return
     _resumed(lc, lease_id)
 
 
-def _resumed(lc, lease_id: str) -> None:
+def _resumed(lc: Lifecycle, lease_id: str) -> None:
     now = lc.clock.now()
     with session_scope(lc.sessions) as session:
-        row = session.get(m.Lease, lease_id)
-        if row is None or row.status != S.RESUMING.value:
+        row = lease_in(session, lease_id, S.RESUMING)
+        if row is None:
             return
         hosts = ", ".join(sorted({a.host for a in row.allocations}))
         message = (f"resumed: its {row.instances} VM(s) active again on {hosts}"
@@ -298,12 +301,12 @@ def _resumed(lc, lease_id: str) -> None:
         webhooks.enqueue(session, row, webhooks.RESUMED, webhooks.park_payload(row, now, message), now)
 
 
-def fail(lc, lease_id: str, expected: LeaseState, message: str) -> None:
+def fail(lc: Lifecycle, lease_id: str, expected: LeaseState, message: str) -> None:
     """A VM the cloud would not shelve or bring back: the lease fails and ends (volume kept)."""
     now = lc.clock.now()
     with session_scope(lc.sessions) as session:
-        row = session.get(m.Lease, lease_id)
-        if row is None or row.status != expected.value:
+        row = lease_in(session, lease_id, expected)
+        if row is None:
             return
         row.failure_class, row.failure_message = FailureClass.API_ERROR.value, message
         record_event(session, row, "failure", message, now, ACTOR)

@@ -23,7 +23,7 @@ from gpu_tenancy.domain.failures import FailureClass, retry_delay, rule
 from gpu_tenancy.domain.model import LeaseRequest
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import lease_flavor, ledger, releasing
-from gpu_tenancy.engine.events import record_event, record_transition
+from gpu_tenancy.engine.events import lease_in, record_event, record_transition
 from gpu_tenancy.timeutil import rfc3339
 
 log = logging.getLogger(__name__)
@@ -69,8 +69,8 @@ def retry_elsewhere(lc, lease_id: str, failure: FailureClass, message: str) -> b
     attempt; True if it was retried (re-planned), False if the lease must fail now."""
     now = lc.clock.now()
     with session_scope(lc.sessions) as session:
-        row = session.get(m.Lease, lease_id)
-        if row is None or row.status != S.PROVISIONING.value:
+        row = lease_in(session, lease_id, S.PROVISIONING)
+        if row is None:
             return True
         attempt = attempts_so_far(session, lease_id) + 1
         delay = retry_delay(failure, attempt, lc.config.retry_backoff_seconds, lc.config.retry_backoff_max_seconds)
@@ -78,8 +78,8 @@ def retry_elsewhere(lc, lease_id: str, failure: FailureClass, message: str) -> b
     if delay is None or not delete_servers(lc.cloud, cloud_ids):
         return False
     with session_scope(lc.sessions) as session:
-        row = session.get(m.Lease, lease_id)
-        if row is None or row.status != S.PROVISIONING.value:
+        row = lease_in(session, lease_id, S.PROVISIONING)
+        if row is None:
             return True
         failed_on = lease_hosts(row)
         record_failure(session, row, failure, message, now, "retried", failed_on, now + delay)

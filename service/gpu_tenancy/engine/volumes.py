@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from gpu_tenancy.cloud.driver import CloudDriver, CloudError, VolumeInfo
 from gpu_tenancy.db import models as m
 from gpu_tenancy.domain.states import FINAL
-from gpu_tenancy.domain.failures import FailureClass
+from gpu_tenancy.domain.failures import FailureClass, cloud_said
 from gpu_tenancy.errors import BadRequest, ServiceUnavailable
 
 
@@ -27,8 +27,7 @@ def listing(session: Session, cloud: CloudDriver, project_id: str, operator: boo
         found = cloud.project_volumes(project_id)
     except CloudError as exc:
         raise ServiceUnavailable(f"the cloud did not list the volumes: {exc.message}"
-                                 + (f" (cloud said: {exc.cloud_message})" if operator and exc.cloud_message
-                                    else "")) from None
+                                 + cloud_said(exc.cloud_message if operator else None)) from None
     using = dict(session.execute(select(m.Lease.volume_id, m.Lease.id).where(
         m.Lease.project_id == project_id, m.Lease.volume_id.is_not(None),
         m.Lease.status.not_in([s.value for s in FINAL]))).all())
@@ -43,7 +42,7 @@ def check_owned(cloud: CloudDriver, project_id: str, volume_id: str, operator: b
     try:
         cloud.check_volume_owner(project_id, volume_id)
     except CloudError as exc:
-        said = f" (cloud said: {exc.cloud_message})" if operator and exc.cloud_message else ""
+        said = cloud_said(exc.cloud_message if operator else None)
         if exc.failure_class is FailureClass.VOLUME:
             raise BadRequest(f"volume {volume_id} is not one of project {project_id}'s volumes; "
                              f"GET /v1/volumes lists them{said}", "gpu_tenancy.unknown_volume") from None
