@@ -23,19 +23,38 @@ STEPS = int(os.environ.get("GPU_TENANCY_EDGE_STEPS", "200"))   # per seed
 NOT_YET: dict[str, str] = {}
 
 
+class Errors(logging.Handler):
+    """The errors the service logs, by seed: each a step that failed where nothing raised."""
+
+    def __init__(self):
+        super().__init__(logging.ERROR)
+        self.seed, self.seen = 0, []
+
+    def emit(self, record):
+        self.seen.append(f"seed {self.seed}: {record.name}: {self.format(record)}")
+
+
 @pytest.fixture(scope="module")
-def reports(migrated, tmp_path_factory):
+def errors():
+    return Errors()
+
+
+@pytest.fixture(scope="module")
+def reports(migrated, tmp_path_factory, errors):
     done, log = [], logging.getLogger("gpu_tenancy")
     level = log.level
     log.setLevel(logging.ERROR)   # every injected fault logs a warning
+    log.addHandler(errors)
     try:
         for seed in SEEDS:
+            errors.seed = seed
             app = make_app(empty_database(migrated, tmp_path_factory.mktemp("edges"), "edges"), T0)
             try:
                 done.append(run(app, seed, STEPS))
             finally:
                 app.extensions["gpu_tenancy"].sessions.kw["bind"].dispose()
     finally:
+        log.removeHandler(errors)
         log.setLevel(level)
     return done
 
@@ -57,3 +76,9 @@ def test_the_workload_reaches_the_edges(reports):
     assert sum(r.quiet_steps for r in reports) >= len(reports) * 10
     assert sum(r.checks["no_valid_host"] for r in reports) >= len(reports) * 50   # boots
     assert sum(r.checks["eta_kept"] for r in reports) >= len(reports) * 5
+
+
+def test_no_step_logs_an_error(reports, errors):
+    """What fails without raising is logged (a create's counter-offers, say, are a courtesy:
+    the answer goes without them): no step of the run may make anything fail so."""
+    assert reports and not errors.seen, "\n\n".join(errors.seen[:5]) + f"\n({len(errors.seen)} in all)"
