@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, String, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
@@ -38,13 +38,17 @@ class AskFacts:
     name_taken: tuple[str, str] | None   # (id, status) of an unfinished lease with the name
 
 
-def read(session: Session, project_id: str, user_id: str, gpu_model: str, name: str) -> AskFacts:
+def _statement() -> Select:
+    """The one SELECT, built once (building it took half its time): parameters project_id,
+    user_id, gpu_model and name."""
+    project_id, user_id, gpu_model, name = (bindparam(k, type_=String) for k in
+                                            ("project_id", "user_id", "gpu_model", "name"))
     waiting = select(func.count()).where(L.project_id == project_id, L.status.in_(WAITING_STATES))
     quota = m.Quota
     of_quota = (quota.project_id == project_id, quota.gpu_model == gpu_model)
     clash = select(L.id).where(L.project_id == project_id, L.name == name,
-                                         L.status.not_in([s.value for s in FINAL])).order_by(L.id).limit(1)
-    row = session.execute(select(
+                               L.status.not_in([s.value for s in FINAL])).limit(1).scalar_subquery()
+    return select(
         catalog.DEFAULT_IMAGE.scalar_subquery(),
         waiting.scalar_subquery(),
         waiting.where(L.user_id == user_id).scalar_subquery(),
@@ -53,8 +57,15 @@ def read(session: Session, project_id: str, user_id: str, gpu_model: str, name: 
         select(quota.max_duration).where(*of_quota).scalar_subquery(),
         select(m.Budget.id).where(m.Budget.project_id == project_id, m.Budget.gpu_model == gpu_model)
         .limit(1).scalar_subquery(),
-        clash.with_only_columns(L.id).scalar_subquery(),
-        clash.with_only_columns(L.status).scalar_subquery())).one()
-    image, project, user, gpus, borrow, longest, budget, other_id, other_status = row
+        clash,
+        select(L.status).where(L.id == clash).scalar_subquery())   # that lease's
+
+
+STATEMENT = _statement()
+
+
+def read(session: Session, project_id: str, user_id: str, gpu_model: str, name: str) -> AskFacts:
+    image, project, user, gpus, borrow, longest, budget, other_id, other_status = session.execute(
+        STATEMENT, {"project_id": project_id, "user_id": user_id, "gpu_model": gpu_model, "name": name}).one()
     return AskFacts(image, project, user, None if gpus is None else QuotaLimits(gpus, borrow, longest),
                     budget is not None, None if other_id is None else (other_id, other_status))

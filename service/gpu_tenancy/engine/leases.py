@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import delete, select
+from sqlalchemy import bindparam, delete, select
 from sqlalchemy.orm import Session
 
 from gpu_tenancy import error_codes as codes
@@ -76,7 +76,7 @@ def checked_request(session: Session, now: int, limits: Limits, caller: Caller, 
     # The cloud's size before the quota: "the cloud has 32" says more than "may hold 16 (+8)".
     # "Ever" counts hosts that are down or drained too: they come back, and the lease waits for them.
     hosts = [Host(name, gpu_model, gpus) for name, gpu_model, gpus in session.execute(
-        select(m.Host.name, m.Host.gpu_model, m.Host.gpus).where(m.Host.gpu_model == shape.gpu_model))]
+        HOSTS_OF_MODEL, {"gpu_model": shape.gpu_model})]
     if not planner.can_ever_fit(hosts, shape.gpu_model, shape.gpus, instances):
         total = sum(h.gpus for h in hosts)
         largest = max((h.gpus for h in hosts), default=0)
@@ -101,6 +101,9 @@ def checked_request(session: Session, now: int, limits: Limits, caller: Caller, 
                    priority_class=class_name, preemptible=preemptible,
                    readiness_probe=ask.readiness_probe, boot=ask.boot.value)
     return request, columns, facts
+
+
+HOSTS_OF_MODEL = select(m.Host.name, m.Host.gpu_model, m.Host.gpus).where(m.Host.gpu_model == bindparam("gpu_model"))
 
 
 def check_tenant_boot(ask: LeaseAsk) -> None:
