@@ -105,7 +105,10 @@ def caller() -> Caller:
 
 
 def is_admin() -> bool:
-    return allowed("admin")
+    """Asked of the policy once per request (a create asks it twice: its caller, its rendering)."""
+    if "is_admin" not in g:
+        g.is_admin = allowed("admin")
+    return g.is_admin
 
 
 def allowed(action: str, project_id: str | None = None) -> bool:

@@ -39,8 +39,11 @@ def default_image(session: Session) -> str | None:
     """The image a lease boots when it names none: the oldest image still offered (the demo
     seeds the cloud's images in its order, so its first). The API marks it in GET /v1/images,
     and the dashboard's form preselects it from there: one default for both."""
-    return session.scalar(select(m.Image.name).where(m.Image.retired_at.is_(None))
-                          .order_by(m.Image.created_at, m.Image.name).limit(1))
+    return session.scalar(DEFAULT_IMAGE)
+
+
+DEFAULT_IMAGE = select(m.Image.name).where(m.Image.retired_at.is_(None)).order_by(m.Image.created_at,
+                                                                                  m.Image.name).limit(1)
 
 
 def get(session: Session, model: Entry, name: str):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import delete, select
+from sqlalchemy import bindparam, delete, select
 from sqlalchemy.orm import Session
 
 from gpu_tenancy import error_codes as codes
@@ -20,7 +20,7 @@ from gpu_tenancy.domain.states import FINAL, HOLDING, LeaseState
 from gpu_tenancy.domain.budget import Span
 from gpu_tenancy.domain.extension import window_refusal
 from gpu_tenancy.domain.lease_ask import Boot, EndChange, LeaseAsk, VolumeAsk
-from gpu_tenancy.engine import budgets, catalog, early_ends, ledger, notifications
+from gpu_tenancy.engine import ask_facts, budgets, catalog, early_ends, ledger, notifications
 from gpu_tenancy.engine.decision_hook import DecisionHook
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.engine.limits import Limits
@@ -43,6 +43,13 @@ def build_request(session: Session, now: int, limits: Limits, caller: Caller, as
                   lease_id: str) -> tuple[LeaseRequest, dict]:
     """Check a lease request against the service's limits, the catalog, the quota and the
     cloud's size; returns the planner's view of it and the columns to store."""
+    request, columns, _ = checked_request(session, now, limits, caller, ask, lease_id)
+    return request, columns
+
+
+def checked_request(session: Session, now: int, limits: Limits, caller: Caller, ask: LeaseAsk,
+                    lease_id: str) -> tuple[LeaseRequest, dict, ask_facts.AskFacts]:
+    """build_request's, with what it read (whether the name is taken, which create checks)."""
     offered = catalog.offered_shapes(session)   # one query, which the offers use too
     shape = next((s for s in offered if s.name == ask.shape), None)
     if shape is None:
@@ -51,7 +58,9 @@ def build_request(session: Session, now: int, limits: Limits, caller: Caller, as
                          codes.UNKNOWN_SHAPE)
     if ask.boot is Boot.TENANT:
         check_tenant_boot(ask)
-    image = resolve_image(session, ask.image) if ask.boot is Boot.SERVICE else None
+    name = ask.name or f"lease-{lease_id[:8]}"
+    facts = ask_facts.read(session, caller.project_id, caller.user_id, shape.gpu_model, name)
+    image = resolve_image(session, ask.image, facts.default_image) if ask.boot is Boot.SERVICE else None
     duration = ask.duration
     start = resolve_start(ask.start, now)
     limits.check_ahead("start", start, now)   # the service's bounds come before the quota's
@@ -62,12 +71,12 @@ def build_request(session: Session, now: int, limits: Limits, caller: Caller, as
                              codes.BAD_LATEST_START)
         limits.check_ahead("latest_start", latest, now)
     instances = ask.instances
-    limits.check_waiting(session, caller.project_id, caller.user_id)
+    limits.check_waiting(caller.project_id, caller.user_id, facts.waiting_project, facts.waiting_user)
     priority, class_name, preemptible = resolve_priority(session, caller, ask)
     # The cloud's size before the quota: "the cloud has 32" says more than "may hold 16 (+8)".
     # "Ever" counts hosts that are down or drained too: they come back, and the lease waits for them.
     hosts = [Host(name, gpu_model, gpus) for name, gpu_model, gpus in session.execute(
-        select(m.Host.name, m.Host.gpu_model, m.Host.gpus).where(m.Host.gpu_model == shape.gpu_model))]
+        HOSTS_OF_MODEL, {"gpu_model": shape.gpu_model})]
     if not planner.can_ever_fit(hosts, shape.gpu_model, shape.gpus, instances):
         total = sum(h.gpus for h in hosts)
         largest = max((h.gpus for h in hosts), default=0)
@@ -75,7 +84,7 @@ def build_request(session: Session, now: int, limits: Limits, caller: Caller, as
             f"{instances} x {shape.name} needs {instances * shape.gpus} {shape.gpu_model} GPUs, "
             f"{shape.gpus} on one host; the cloud has {total}, at most {largest} on one host",
             codes.NEVER_FITS)
-    check_quota(session, limits, caller.project_id, shape, instances, duration, any_size=preemptible)
+    check_quota_of(limits, caller.project_id, facts.quota, shape, instances, duration, any_size=preemptible)
     volume = ask.volume or VolumeAsk()
     if volume.id:
         check_volume_free(session, caller.project_id, volume.id)
@@ -83,14 +92,18 @@ def build_request(session: Session, now: int, limits: Limits, caller: Caller, as
                            gpus_per_vm=shape.gpus, instances=instances, duration=duration,
                            earliest_start=start, latest_start=latest, created_at=now,
                            priority=priority, name=ask.name or "", preemptible=preemptible)
-    budgets.check(session, now, caller.project_id, shape.gpu_model,
-                  Span(instances * shape.gpus, start, start + duration))
-    columns = dict(name=ask.name or f"lease-{lease_id[:8]}", shape=shape.name, image=image,
+    if facts.has_budget:
+        budgets.check(session, now, caller.project_id, shape.gpu_model,
+                      Span(instances * shape.gpus, start, start + duration))
+    columns = dict(name=name, shape=shape.name, image=image,
                    volume_size_gb=volume.size_gb, volume_id=volume.id,
                    key_name=ask.key_name, user_data=ask.user_data,
                    priority_class=class_name, preemptible=preemptible,
                    readiness_probe=ask.readiness_probe, boot=ask.boot.value)
-    return request, columns
+    return request, columns, facts
+
+
+HOSTS_OF_MODEL = select(m.Host.name, m.Host.gpu_model, m.Host.gpus).where(m.Host.gpu_model == bindparam("gpu_model"))
 
 
 def check_tenant_boot(ask: LeaseAsk) -> None:
@@ -124,8 +137,8 @@ def resolve_priority(session: Session, caller: Caller, ask: LeaseAsk) -> tuple[i
     return row.priority, row.name, row.preemptible
 
 
-def resolve_image(session: Session, name: str | None) -> str:
-    default = catalog.default_image(session)
+def resolve_image(session: Session, name: str | None, default: str | None) -> str:
+    """The image asked (None: `default`, catalog.default_image's), refused unless offered."""
     if default is None:
         raise Conflict("the standard image catalog is empty; an admin must add an image first",
                        codes.NO_IMAGES)
@@ -151,8 +164,14 @@ def resolve_start(start: int | None, now: int) -> int:
 def check_quota(session: Session, limits: Limits, project_id: str, shape: m.Shape, instances: int,
                 duration: int, any_size: bool = False) -> None:
     """`any_size`: a preemptible lease, which the quota's GPU count does not limit."""
+    check_quota_of(limits, project_id, session.get(m.Quota, (project_id, shape.gpu_model)), shape, instances,
+                   duration, any_size)
+
+
+def check_quota_of(limits: Limits, project_id: str, quota: m.Quota | ask_facts.QuotaLimits | None, shape: m.Shape,
+                   instances: int, duration: int, any_size: bool = False) -> None:
+    """check_quota's, with the project's quota of the shape's GPU model read (None: none)."""
     limits.check_duration(duration)
-    quota = session.get(m.Quota, (project_id, shape.gpu_model))
     wanted = instances * shape.gpus
     if quota is None or quota.gpus + quota.borrow_gpus == 0:
         raise Forbidden(f"project {project_id} has no quota for {shape.gpu_model} GPUs; "
@@ -173,8 +192,13 @@ def check_name_free(session: Session, project_id: str, name: str) -> None:
     other = session.execute(select(m.Lease.id, m.Lease.status).where(
         m.Lease.project_id == project_id, m.Lease.name == name,
         m.Lease.status.not_in([s.value for s in FINAL])).limit(1)).first()
+    check_name_untaken(project_id, name, None if other is None else (other.id, other.status))
+
+
+def check_name_untaken(project_id: str, name: str, other: tuple[str, str] | None) -> None:
+    """check_name_free's, with the other lease of that name read (id, status; None: none)."""
     if other is not None:
-        raise Conflict(f"project {project_id} already has a lease named '{name}' ({other.id}, {other.status}); "
+        raise Conflict(f"project {project_id} already has a lease named '{name}' ({other[0]}, {other[1]}); "
                        "choose another name, or cancel that one first", codes.LEASE_NAME_TAKEN)
 
 
@@ -214,8 +238,8 @@ def create(session: Session, now: int, limits: Limits, caller: Caller, ask: Leas
     (ledger.plan_new, or else the engine's next replan), so that one replan can
     plan the leases of many requests. `lease_id`: the id the decision service was told."""
     lease_id = lease_id or ledger.new_lease_id()
-    request, columns = build_request(session, now, limits, caller, ask, lease_id)
-    check_name_free(session, caller.project_id, columns["name"])
+    request, columns, facts = checked_request(session, now, limits, caller, ask, lease_id)
+    check_name_untaken(caller.project_id, columns["name"], facts.name_taken)
     hook.ask("accept", {"id": lease_id, "project_id": caller.project_id, "user_id": caller.user_id,
                         "gpu_model": request.gpu_model, "gpus_per_instance": request.gpus_per_vm,
                         "instances": request.instances, "duration": request.duration,

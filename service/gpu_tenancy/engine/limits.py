@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.config import Config
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import utcnow_naive
 from gpu_tenancy.domain.failures import FailureClass
-from gpu_tenancy.domain.states import WAITING, LeaseState
+from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine.events import record_transition
 from gpu_tenancy.errors import BadRequest, Forbidden
 
@@ -53,14 +53,12 @@ class Limits:
             raise BadRequest(f"{field} is {days(at - now)} ahead; this service takes leases at most "
                              f"{days(most)} ahead", "gpu_tenancy.start_too_far")
 
-    def check_waiting(self, session: Session, project_id: str, user_id: str) -> None:
-        """Refuse a new lease when the project, or the user, has as many waiting as it may:
-        every waiting lease is planned again on every change, under the ledger lock. A
-        reservation booked ahead (scheduled, not started) counts too: each is a hold that
-        every plan reads, and a member could otherwise book a year of hourly slots."""
-        waiting = m.Lease.status.in_([s.value for s in (*WAITING, LeaseState.SCHEDULED)])
-        project, user = session.execute(select(func.count(), func.count().filter(m.Lease.user_id == user_id))
-                                        .where(m.Lease.project_id == project_id, waiting)).one()
+    def check_waiting(self, project_id: str, user_id: str, project: int, user: int) -> None:
+        """Refuse a new lease when the project, or the user, has as many waiting (`project`,
+        `user`: engine/ask_facts.py counts them) as it may: every waiting lease is planned
+        again on every change, under the ledger lock. A reservation booked ahead (scheduled,
+        not started) counts too: each is a hold that every plan reads, and a member could
+        otherwise book a year of hourly slots."""
         if project >= self.waiting_per_project:
             raise Forbidden(f"project {project_id} has {project} leases waiting, the most it may have at once; "
                             "cancel one or wait for one to start", "gpu_tenancy.too_many_waiting")

@@ -16,11 +16,10 @@ from dataclasses import dataclass, field
 
 from typing import Any, Callable
 
-from sqlalchemy import String, cast, select, update
+from sqlalchemy import BigInteger, String, bindparam, cast, extract, select, update
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
-from gpu_tenancy.db.session import to_epoch
 from gpu_tenancy.domain.model import LeaseRequest, Placement
 from gpu_tenancy.domain.plan_insert import Planned, PlanBook
 from gpu_tenancy.domain.planner import PlannerSettings
@@ -31,11 +30,20 @@ from gpu_tenancy.engine.metrics import CREATE_REPLANS
 S = LeaseState
 log = logging.getLogger(__name__)
 L = m.Lease
+
+
+def epoch(column: Any) -> Any:
+    """A time column as the database's whole seconds since the epoch (what to_epoch gives):
+    converting 10,000 rows' five times in Python was a third of a build."""
+    return cast(extract("epoch", column), BigInteger).label(column.key)
+
+
 # what a lease of the plan is read with: its ask, and where the plan has it
 # (planned_hosts as its JSON text: every column a plain value, so a row is its own memo key)
-COLUMNS = (L.id, L.project_id, L.gpu_model, L.gpus_per_vm, L.instances, L.duration, L.earliest_start,
-           L.latest_start, L.created_at, L.priority, L.name, L.preemptible, L.arrival, L.start_at, L.end_at,
-           cast(L.planned_hosts, String).label("planned_hosts"), L.borrowing, L.plan_seq)
+COLUMNS = (L.id, L.project_id, L.gpu_model, L.gpus_per_vm, L.instances, L.duration, epoch(L.earliest_start),
+           epoch(L.latest_start), epoch(L.created_at), L.priority, L.name, L.preemptible, L.arrival,
+           epoch(L.start_at), epoch(L.end_at), cast(L.planned_hosts, String).label("planned_hosts"), L.borrowing,
+           L.plan_seq)
 
 
 @dataclass
@@ -122,11 +130,13 @@ def claim(session: Session) -> tuple[int, int]:
     database's write lock on SQLite), taken by counting one more fit: the ledger's generation,
     and this fit's number. One statement: a create's round trips under the lock are most of
     its time. A fit that does not happen leaves its number unused (readers skip the gap)."""
-    lock = m.Lock
-    generation, seq = session.execute(update(lock).where(lock.name == "ledger")
-                                      .values(inserted=lock.inserted + 1)
-                                      .returning(lock.generation, lock.inserted)).one()
+    generation, seq = session.execute(CLAIM).one()
     return generation, seq
+
+
+# built once: building the statement was a third of its time in a create
+CLAIM = (update(m.Lock).where(m.Lock.name == "ledger").values(inserted=m.Lock.inserted + 1)
+         .returning(m.Lock.generation, m.Lock.inserted))
 
 
 def fresh(snapshot: Snapshot | None, now: int, cache: InsertCache, generation: int, inserted: int) -> bool:
@@ -142,11 +152,14 @@ def catch_up(session: Session, now: int, settings: PlannerSettings, cache: Inser
     if snapshot is None or not fresh(snapshot, now, cache, generation, inserted):
         return build(session, now, settings, cache, generation, inserted)
     if snapshot.inserted < inserted:
-        for r in session.execute(select(*COLUMNS).where(L.plan_seq > snapshot.inserted, L.plan_seq <= inserted)
-                                 .order_by(L.plan_seq)):
+        for r in session.execute(FITTED_SINCE, {"after": snapshot.inserted, "upto": inserted}):
             snapshot.book.add(planned(r))
         snapshot.inserted = inserted
     return snapshot if len(snapshot.book) >= cache.min_waiting else None
+
+
+FITTED_SINCE = (select(*COLUMNS).where(L.plan_seq > bindparam("after"), L.plan_seq <= bindparam("upto"))
+                .order_by(L.plan_seq))
 
 
 def build(session: Session, now: int, settings: PlannerSettings, cache: InsertCache, generation: int,
@@ -181,11 +194,11 @@ def planned(r: Any) -> Planned:
     """A row of COLUMNS as a lease of the plan."""
     request = LeaseRequest(
         lease_id=r.id, project_id=r.project_id, gpu_model=r.gpu_model, gpus_per_vm=r.gpus_per_vm,
-        instances=r.instances, duration=r.duration, earliest_start=to_epoch(r.earliest_start),
-        latest_start=to_epoch(r.latest_start), created_at=to_epoch(r.created_at),
+        instances=r.instances, duration=r.duration, earliest_start=r.earliest_start,
+        latest_start=r.latest_start, created_at=r.created_at,
         priority=r.priority, name=r.name, preemptible=r.preemptible, arrival=r.arrival or 0)
     place = None
     hosts = json.loads(r.planned_hosts) if r.planned_hosts else None
     if r.start_at is not None and hosts:
-        place = Placement(to_epoch(r.start_at), to_epoch(r.end_at), tuple(hosts))
+        place = Placement(r.start_at, r.end_at, tuple(hosts))
     return Planned(request, place, bool(r.borrowing))
