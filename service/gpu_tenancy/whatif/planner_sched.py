@@ -105,6 +105,7 @@ class GpuTenancy(Scheduler):
         shape = (job.gpus_per_vm, job.vms)
         self.shapes[shape] = self.shapes.get(shape, 0) + 1
         self.tenants[job.tenant] = self.tenants.get(job.tenant, 0) + 1
+        self.settled = False   # a new lease: the next plan is not the last one (told an ETA or not)
 
     def request(self, job) -> LeaseRequest:
         """The lease the planner sees for a job."""
@@ -161,19 +162,20 @@ class GpuTenancy(Scheduler):
             by.setdefault(share_score(usage, t, MODEL, q.weight if q is not None else 1.0), set()).add(t)
         return tuple(frozenset(by[k]) for k in sorted(by))
 
-    def _settled(self, now, cluster, running, usage) -> bool:
+    def _settled(self, now, running, usage) -> bool:
         """keep_etas: a plan now would be the last plan again, so it would start nothing and guard
-        nothing (exact, not a guess). Nothing fits in the free GPUs now (so nothing starts: the
-        default's skip); no lease arrived (each is planned for its ETA) and none started (starts
-        are made by plans) since the last plan; every job that ended since ended at the end it
-        held, and none still running is past it (so the holds from now on are the last plan's);
-        the tenants' fair-share order is the last plan's (so the leases' order is too); and the
-        last plan guarded no lease it then planned late (else a plan with that lease guarded is
-        still to make). The same inputs from now on make the same placements: none late, none new."""
+        nothing (exact, not a guess). No lease arrived since the last plan, and the leases it
+        started (starts are made by plans) came first in its order, so every lease left planned
+        around them; every job that ended since ended at the end it held, and none still running
+        is past it (so the holds from now on are the last plan's); the tenants' fair-share order
+        is the last plan's (so the leases' order is too); the last plan guarded no lease it then
+        planned late (else a plan with that lease guarded is still to make); and now is before
+        its earliest planned start. The same inputs from now on make the same placements: none
+        starts now, none is late, none is guarded anew, and its wake-up is already asked for."""
         if not (self.settled and self.skip_settled and self.aging is None and self.promise is None
                 and not self.settings.bounded):
             return False
-        if self.unplanned or (self.next_start is not None and now >= self.next_start):
+        if self.next_start is not None and now >= self.next_start:
             return False
         if any(st + job.duration <= now for job, _hosts, st in running.values()):
             return False   # held one second past its end by the next plan's holds
@@ -182,7 +184,7 @@ class GpuTenancy(Scheduler):
     def schedule(self, now, cluster, running):
         if not self.waiting:
             return [], None
-        # (with keep_etas a plan also guards leases, which the engine keeps: none is skipped)
+        # (with keep_etas a plan also guards leases, which the engine keeps: not this skip, _settled's)
         if not self.unplanned and not self.settings.keep_etas and not any(cluster.usable_by(g, n)
                                                                            for g, n in self.shapes):
             # Nothing can start now whatever the plan says: no waiting lease fits even in the
@@ -192,7 +194,7 @@ class GpuTenancy(Scheduler):
             self.skipped += 1
             return [], None
         usage = self.usage(now, running) if self.fairshare else None
-        if self.settings.keep_etas and self._settled(now, cluster, running, usage):
+        if self.settings.keep_etas and self._settled(now, running, usage):
             self.skipped_settled += 1
             return [], None
         if self.hosts is None:
