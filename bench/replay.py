@@ -132,9 +132,11 @@ def make(name: str, cfg: dict, shares, capacity: int):
     if name == "gpu-tenancy-bound":   # with the wait bound of replay.yaml
         return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name,
                           settings=PlannerSettings(wait_bound=cfg["wait_bound_seconds"]))
-    if name.startswith("gpu-tenancy@"):
+    if name.startswith("gpu-tenancy@"):   # '+noskip': keep_etas planning at every event (to measure the skip)
+        parts = name.split("@", 1)[1].split("+")
         return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name,
-                          settings=bound_settings(name.split("@", 1)[1]))
+                          settings=bound_settings("+".join(q for q in parts if q != "noskip")),
+                          skip_settled="noskip" not in parts)
     if name == "gpu-tenancy-promise":   # prototype: promised leases first, later arrivals fit around them
         return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name, promise="fairshare")
     if name == "gpu-tenancy-promise-eta":   # the same, the promised leases in the order of their ETAs

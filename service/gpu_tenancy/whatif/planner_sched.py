@@ -14,6 +14,7 @@ from collections import OrderedDict
 from dataclasses import replace
 from typing import Any
 
+from gpu_tenancy.domain.fairshare import share_score
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit
 from gpu_tenancy.domain.planner import PlannerSettings, order_key, plan
 from gpu_tenancy.whatif.event_loop import Scheduler
@@ -21,6 +22,12 @@ from gpu_tenancy.whatif.promise import breaches, promised_ids, shape_order, with
 
 MODEL = "GPU"
 BREACH_ROUNDS = 8   # promise='breach': plans made again at most this often in one decision
+
+
+def _late_in(p, lr: LeaseRequest) -> bool:
+    """Plan `p` starts the lease later than the ETA it was first told, or not at all."""
+    eta = p.leases[lr.lease_id].eta
+    return eta is None or lr.first_eta is None or eta > lr.first_eta
 
 
 def quota_limits(shares: dict[str, float], capacity: int, mode: str) -> dict[tuple[str, str], QuotaLimit]:
@@ -40,7 +47,7 @@ class GpuTenancy(Scheduler):
     def __init__(self, quotas, half_life: int = 7 * 24 * 3600, name: str = "gpu-tenancy",
                  fairshare: bool = True, aging: int | None = None,
                  settings: PlannerSettings = PlannerSettings(), promise: str | None = None,
-                 horizon: int = 0):
+                 horizon: int = 0, skip_settled: bool = True):
         self.name = name
         # the planner's settings (the wait bound among them); the service's defaults unless given
         self.settings = replace(settings, fairshare_half_life=half_life)
@@ -80,6 +87,13 @@ class GpuTenancy(Scheduler):
         self.shapes: dict[tuple[int, int], int] = {}
         self.holds: dict[str, list[Hold]] = {}   # a running job's holds, made once
         self.e_start: dict[str, float] = {}      # a running job's exp(lam (start - t0)), for usage()
+        # keep_etas: skip a plan that would be the last one again (_settled); False plans at every event
+        self.skip_settled = skip_settled
+        self.settled = False   # the last plan kept every ETA it could, and nothing but time has changed since
+        self.rank: tuple[frozenset[str], ...] = ()   # the waiting leases' tenants by fair share at the last plan
+        self.tenants: dict[str, int] = {}   # tenant -> its waiting leases
+        self.skipped_settled = 0
+        self.next_start: int | None = None   # keep_etas: the last plan's earliest planned start (after its now)
 
     def submit(self, job, now):
         if self.t0 is None:
@@ -90,6 +104,8 @@ class GpuTenancy(Scheduler):
         self.requests[job.jid] = self.request(job)
         shape = (job.gpus_per_vm, job.vms)
         self.shapes[shape] = self.shapes.get(shape, 0) + 1
+        self.tenants[job.tenant] = self.tenants.get(job.tenant, 0) + 1
+        self.settled = False   # a new lease: the next plan is not the last one (told an ETA or not)
 
     def request(self, job) -> LeaseRequest:
         """The lease the planner sees for a job."""
@@ -98,6 +114,8 @@ class GpuTenancy(Scheduler):
 
     def finished(self, job, now):
         s = self.starts_at.pop(job.jid)
+        if now != s + job.duration:   # ended before the end it held: the next plan has more room
+            self.settled = False
         self.holds.pop(job.jid, None)
         self.e_start.pop(job.jid, None)
         key = self.usage_key(job)
@@ -132,12 +150,41 @@ class GpuTenancy(Scheduler):
 
     def stats(self):
         return {"plans": self.plans, "plan_seconds": self.plan_seconds, "skipped_full": self.skipped,
-                "eta_only_plans": self.eta_only, "promise_replans": self.replans}
+                "eta_only_plans": self.eta_only, "promise_replans": self.replans,
+                "skipped_settled": self.skipped_settled}
+
+    def fair_rank(self, usage) -> tuple[frozenset[str], ...]:
+        """The tenants with waiting leases in fair-share order, tenants of equal score together:
+        with the same rank, the planner orders the same waiting leases the same way."""
+        by: dict[float, set[str]] = {}
+        for t in self.tenants:
+            q = self.quotas.get((t, MODEL))
+            by.setdefault(share_score(usage, t, MODEL, q.weight if q is not None else 1.0), set()).add(t)
+        return tuple(frozenset(by[k]) for k in sorted(by))
+
+    def _settled(self, now, running, usage) -> bool:
+        """keep_etas: a plan now would be the last plan again, so it would start nothing and guard
+        nothing (exact, not a guess). No lease arrived since the last plan, and the leases it
+        started (starts are made by plans) came first in its order, so every lease left planned
+        around them; every job that ended since ended at the end it held, and none still running
+        is past it (so the holds from now on are the last plan's); the tenants' fair-share order
+        is the last plan's (so the leases' order is too); the last plan guarded no lease it then
+        planned late (else a plan with that lease guarded is still to make); and now is before
+        its earliest planned start. The same inputs from now on make the same placements: none
+        starts now, none is late, none is guarded anew, and its wake-up is already asked for."""
+        if not (self.settled and self.skip_settled and self.aging is None and self.promise is None
+                and not self.settings.bounded):
+            return False
+        if self.next_start is not None and now >= self.next_start:
+            return False
+        if any(st + job.duration <= now for job, _hosts, st in running.values()):
+            return False   # held one second past its end by the next plan's holds
+        return self.fair_rank(usage) == self.rank
 
     def schedule(self, now, cluster, running):
         if not self.waiting:
             return [], None
-        # (with keep_etas a plan also guards leases, which the engine keeps: none is skipped)
+        # (with keep_etas a plan also guards leases, which the engine keeps: not this skip, _settled's)
         if not self.unplanned and not self.settings.keep_etas and not any(cluster.usable_by(g, n)
                                                                            for g, n in self.shapes):
             # Nothing can start now whatever the plan says: no waiting lease fits even in the
@@ -145,6 +192,10 @@ class GpuTenancy(Scheduler):
             # asks again (so the wake-up the plan would give changes nothing either). A lease
             # not planned yet is planned all the same, for the ETA it is told on arrival.
             self.skipped += 1
+            return [], None
+        usage = self.usage(now, running) if self.fairshare else None
+        if self.settings.keep_etas and self._settled(now, running, usage):
+            self.skipped_settled += 1
             return [], None
         if self.hosts is None:
             self.hosts = [Host(n, MODEL, cluster.host_gpus) for n in cluster.names]
@@ -159,7 +210,6 @@ class GpuTenancy(Scheduler):
         waiting = [self.requests[jid] for jid in self.waiting]
         if self.aging is not None:
             waiting = [replace(r, priority=1) if now - r.created_at >= self.aging else r for r in waiting]
-        usage = self.usage(now, running) if self.fairshare else None
         promise = self.promise
         told = self.first_eta if promise and self.first_eta is not None else None
         asked = waiting
@@ -190,11 +240,23 @@ class GpuTenancy(Scheduler):
         self.unplanned.clear()
         for jid in p.guarded - self.guarded:   # keep_etas: guarded until it starts, as the ledger keeps it
             self.requests[jid] = replace(self.requests[jid], guarded=True)
+        if self.settings.keep_etas:
+            # settled unless a lease guarded by this plan is late in it (planned with it unguarded, in
+            # its last round: the next plan differs); a lease guarded before may stay late, as planned
+            self.settled = not any(_late_in(p, self.requests[jid]) for jid in p.guarded - self.guarded)
         self.guarded = p.guarded
+        if self.settings.keep_etas:
+            self.next_start = min((pl.placement.start for pl in p.leases.values()
+                                   if pl.placement is not None and pl.placement.start > now), default=None)
+        if self.settings.keep_etas:
+            self.rank = self.fair_rank(usage)   # (again below, of the leases left waiting once some start)
         if cluster.free_total == 0:
             self.eta_only += 1
             return [], None   # planned only for the ETAs: as when skipped, nothing starts and no wake-up
+        later = False   # a lease not starting now came before in the plan's order
         for pl in p.leases.values():
+            if pl.placement is None or pl.placement.start > now:
+                later = True
             if pl.placement is None:
                 continue
             if pl.placement.start <= now:
@@ -205,10 +267,18 @@ class GpuTenancy(Scheduler):
                 self.shapes[shape] -= 1
                 if not self.shapes[shape]:
                     del self.shapes[shape]
+                self.tenants[job.tenant] -= 1
+                if not self.tenants[job.tenant]:
+                    del self.tenants[job.tenant]
+                # a lease started now is held where the plan reserved it: the leases after it in the
+                # order saw that already, but one before it did not, and may be placed otherwise
+                self.settled = self.settled and not later
                 self.starts_at[job.jid] = now
                 if pl.borrowing:
                     self.borrowing.add(job.jid)
                 starts.append((job, [cluster.index[h] for h in pl.placement.hosts]))
             elif wake is None or pl.placement.start < wake:
                 wake = pl.placement.start
+        if self.settings.keep_etas:
+            self.rank = self.fair_rank(usage)   # of the leases left waiting
         return starts, wake
