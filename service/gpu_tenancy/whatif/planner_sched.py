@@ -186,12 +186,12 @@ class GpuTenancy(Scheduler):
         since, unless one went out of order at an earlier instant (the engine replanned since).
         None: nothing kept to fit into, or a fit would start now (the service's create then
         replans in full): this decision's full plan tells the ETA, as before."""
-        if not self.unplanned or not self._fits():
+        if not self.unplanned or not self._fits() or self.hosts is None:
             return None
         k = len(self.unplanned)
         new = list(islice(reversed(self.waiting), k))[::-1]   # submitted last: none planned yet
-        if set(new) != self.unplanned:
-            return None
+        if set(new) != self.unplanned or len(self.waiting) - k < (self.insert_min_waiting or 0):
+            return None   # (a fit below that costs more than the plans it saves)
         t = time.perf_counter()
         scores = self._scores(usage)
         b = self.book
@@ -202,7 +202,7 @@ class GpuTenancy(Scheduler):
             kept = self.last_plan
             if (kept is None or not self._same_order(kept.scores, scores)
                     or any(lr.lease_id not in kept.plan.leases for lr in old)):
-                if not may_plan or len(old) < (self.insert_min_waiting or 0):
+                if not may_plan:
                     return None   # this decision's full plan tells the ETA
                 kept = _Kept(plan(now, self.hosts, holds, self.quotas, old, usage, self.settings, explain=False),
                              scores)
@@ -254,14 +254,9 @@ class GpuTenancy(Scheduler):
         full = cluster.free_total == 0
         fit = self._fit_arrivals(now, holds, usage, full)
         fitted = None
-        if fit is not None:
-            # At least insert_min_waiting planned: the service tells the fit's ETA. Fewer: it
-            # replans in full, and the fit's ETA is that plan's only when the plan with the
-            # fit is plan()'s (exact).
+        if fit is not None:   # (at least insert_min_waiting planned: the service tells the fit's ETA)
             fitted, exact = fit
-            if len(self.waiting) - len(fitted) < (self.insert_min_waiting or 0) and not exact:
-                fitted = None
-            elif full:
+            if full:
                 self._told(fitted)
                 self.inserted += len(fitted)
                 self.next_start = min((s for s in (self.next_start, *fitted.values()) if s is not None), default=None)
@@ -299,8 +294,7 @@ class GpuTenancy(Scheduler):
             self.breached |= late   # promised from now on: its ETA may only move earlier
             self.replans += 1
         if self._fits():
-            if (fitted is None and self.unplanned and len(self.waiting) - len(self.unplanned) >= (
-                    self.insert_min_waiting or 0) and any((p.leases[j].eta or now + 1) > now for j in self.unplanned)):
+            if fitted is None and self.unplanned and any((p.leases[j].eta or now + 1) > now for j in self.unplanned):
                 # An arrival that waits, fit not made (no plan kept to fit into): the service's
                 # create fits it into the engine's plan of the leases before it (made here).
                 # One that starts now waits for nothing: the full plan's "now" is its ETA.
