@@ -11,17 +11,20 @@ from __future__ import annotations
 import math
 import time
 from collections import OrderedDict
+from itertools import islice
 from dataclasses import replace
 from typing import Any
 
 from gpu_tenancy.domain.fairshare import share_score
-from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit
+from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, Plan, QuotaLimit
+from gpu_tenancy.domain.plan_insert import Planned, PlanBook
 from gpu_tenancy.domain.planner import PlannerSettings, order_key, plan
 from gpu_tenancy.whatif.event_loop import Scheduler
 from gpu_tenancy.whatif.promise import breaches, promised_ids, shape_order, with_promises
 
 MODEL = "GPU"
 BREACH_ROUNDS = 8   # promise='breach': plans made again at most this often in one decision
+INSERT_MIN_WAITING = 100   # the service's plan_insert_min_waiting (config.py)
 
 
 def _late_in(p, lr: LeaseRequest) -> bool:
@@ -47,7 +50,8 @@ class GpuTenancy(Scheduler):
     def __init__(self, quotas, half_life: int = 7 * 24 * 3600, name: str = "gpu-tenancy",
                  fairshare: bool = True, aging: int | None = None,
                  settings: PlannerSettings = PlannerSettings(), promise: str | None = None,
-                 horizon: int = 0, skip_settled: bool = True):
+                 horizon: int = 0, skip_settled: bool = True,
+                 insert_min_waiting: int | None = INSERT_MIN_WAITING):
         self.name = name
         # the planner's settings (the wait bound among them); the service's defaults unless given
         self.settings = replace(settings, fairshare_half_life=half_life)
@@ -93,7 +97,16 @@ class GpuTenancy(Scheduler):
         self.rank: tuple[frozenset[str], ...] = ()   # the waiting leases' tenants by fair share at the last plan
         self.tenants: dict[str, int] = {}   # tenant -> its waiting leases
         self.skipped_settled = 0
-        self.next_start: int | None = None   # keep_etas: the last plan's earliest planned start (after its now)
+        # The service's create fits a new lease into the current plan (domain/plan_insert.py) once
+        # that many are planned, and tells it that fit's ETA; so does the replay (default planner
+        # only: the PlanBook takes neither a wait bound nor keep_etas). None: the ETA of a full plan.
+        self.insert_min_waiting = insert_min_waiting
+        self.last_plan: _Kept | None = None   # the last full plan, while no job ended since
+        self.book: _Book | None = None        # the plan as fitted into since (no job ended since)
+        self.inserted = 0     # ETAs told by fitting into the plan
+        self.eta_plans = 0    # full plans made (on a full cluster) only to fit arrivals into
+        self.fit_only = 0     # decisions the fit answered alone (it was the full plan, and started nothing)
+        self.next_start: int | None = None   # the earliest planned start after the last decision
 
     def submit(self, job, now):
         if self.t0 is None:
@@ -121,6 +134,7 @@ class GpuTenancy(Scheduler):
         key = self.usage_key(job)
         self.done_usage[key] = self.done_usage.get(key, 0.0) + job.gpus * self._integral(s, now)
         self.borrowing.discard(job.jid)
+        self.last_plan = self.book = None   # its holds went: the engine plans again before the next fit
 
     def usage_key(self, job) -> tuple[str, str]:
         """Whose fair share a job's GPU-hours count in: (project, GPU model)."""
@@ -151,7 +165,9 @@ class GpuTenancy(Scheduler):
     def stats(self):
         return {"plans": self.plans, "plan_seconds": self.plan_seconds, "skipped_full": self.skipped,
                 "eta_only_plans": self.eta_only, "promise_replans": self.replans,
-                "skipped_settled": self.skipped_settled}
+                "skipped_settled": self.skipped_settled,
+                "etas_fitted": self.inserted, "eta_fit_plans": self.eta_plans,
+                "decided_by_fit": self.fit_only}
 
     def fair_rank(self, usage) -> tuple[frozenset[str], ...]:
         """The tenants with waiting leases in fair-share order, tenants of equal score together:
@@ -180,6 +196,81 @@ class GpuTenancy(Scheduler):
         if any(st + job.duration <= now for job, _hosts, st in running.values()):
             return False   # held one second past its end by the next plan's holds
         return self.fair_rank(usage) == self.rank
+
+    def _told(self, etas: dict[str, int | None]) -> None:
+        """The arrivals' first ETAs, as the API answered them (None: no slot, no ETA)."""
+        for jid, eta in etas.items():
+            if eta is not None and self.first_eta is not None:
+                self.first_eta[jid] = eta
+                self.requests[jid] = replace(self.requests[jid], first_eta=eta)   # as the ledger keeps it
+        self.unplanned.clear()
+
+    def _fits(self) -> bool:
+        """Arrivals are told the ETA of a fit into the plan, as the service's create does (its
+        PlanBook takes neither a wait bound nor keep_etas; the prototypes plan their own way).
+        One GPU model (MODEL, the trace replay's): the kept plan's order is checked per tenant."""
+        return (self.insert_min_waiting is not None and self.first_eta is not None and self.promise is None
+                and self.aging is None and not self.settings.bounded and not self.settings.keep_etas)
+
+    def _scores(self, usage) -> dict[str, float]:
+        return {t: share_score(usage, t, m, q.weight) for (t, m), q in self.quotas.items()}
+
+    def _same_order(self, then: dict[str, float], now: dict[str, float]) -> bool:
+        """The tenants with leases waiting are in the same fair-share order (ties alike) under
+        both scores: then a plan made earlier is the plan made now (scores decide only the
+        order; nothing else moved while no job ended)."""
+        tenants = sorted({job.tenant for job in self.waiting.values()}, key=lambda t: (then[t], t))
+        return all((then[a] < then[b]) == (now[a] < now[b]) and (then[a] == then[b]) == (now[a] == now[b])
+                   for a, b in zip(tenants, tenants[1:]))
+
+    def _fit_arrivals(self, now, holds, usage, may_plan: bool) -> tuple[dict[str, int | None], bool] | None:
+        """The arrivals not yet planned fitted into the current plan, as the service's create
+        fits them (engine/plan_insert.py): jid -> the ETA the fit tells, and whether the plan
+        with them is still plan()'s (every fit went last in the planner's order). The plan
+        fitted into is the engine's: its full plan of the leases waiting before them (the last
+        full plan here while no job ended and the fair-share order stood; with `may_plan` and
+        at least insert_min_waiting planned, otherwise made now), with the fits made
+        since, unless one went out of order at an earlier instant (the engine replanned since).
+        None: nothing kept to fit into, or a fit would start now (the service's create then
+        replans in full): this decision's full plan tells the ETA, as before."""
+        if not self.unplanned or not self._fits() or self.hosts is None:
+            return None
+        k = len(self.unplanned)
+        new = list(islice(reversed(self.waiting), k))[::-1]   # submitted last: none planned yet
+        if set(new) != self.unplanned or len(self.waiting) - k < (self.insert_min_waiting or 0):
+            return None   # (a fit below that costs more than the plans it saves)
+        t = time.perf_counter()
+        scores = self._scores(usage)
+        b = self.book
+        if b is not None and (not self._same_order(b.scores, scores) or (not b.exact and now > b.fitted_at)):
+            b = self.book = None
+        if b is None:
+            old = [self.requests[jid] for jid in islice(self.waiting, len(self.waiting) - k)]
+            kept = self.last_plan
+            if (kept is None or not self._same_order(kept.scores, scores)
+                    or any(lr.lease_id not in kept.plan.leases for lr in old)):
+                if not may_plan:
+                    return None   # this decision's full plan tells the ETA
+                kept = _Kept(plan(now, self.hosts, holds, self.quotas, old, usage, self.settings, explain=False),
+                             scores)
+                self.plans += 1
+                self.eta_plans += 1
+            planned = [Planned(lr, pl.placement, pl.borrowing) for lr in old for pl in (kept.plan.leases[lr.lease_id],)]
+            b = _Book(PlanBook(now, self.hosts, holds, self.quotas, planned, usage, self.settings), now, scores)
+        self.last_plan, self.book = None, b   # the book holds the plan and the fits from now on
+        fitted: dict[str, int | None] = {}
+        for jid in new:
+            lr = self.requests[jid]
+            ins = b.book.insert(now, lr)
+            place = ins.planned.placement
+            if place is not None and (place.start <= now or place.start == lr.earliest_start):
+                self.book = None   # the service's create replans in full then (it commits GPUs)
+                self.plan_seconds += time.perf_counter() - t
+                return None
+            fitted[jid] = None if place is None else place.start
+            b.exact, b.fitted_at = ins.exact, now
+        self.plan_seconds += time.perf_counter() - t
+        return fitted, b.exact
 
     def schedule(self, now, cluster, running):
         if not self.waiting:
@@ -210,6 +301,27 @@ class GpuTenancy(Scheduler):
         waiting = [self.requests[jid] for jid in self.waiting]
         if self.aging is not None:
             waiting = [replace(r, priority=1) if now - r.created_at >= self.aging else r for r in waiting]
+        full = cluster.free_total == 0
+        fit = self._fit_arrivals(now, holds, usage, full)
+        fitted = None
+        if fit is not None:   # (at least insert_min_waiting planned: the service tells the fit's ETA)
+            fitted, exact = fit
+            if full:
+                self._told(fitted)
+                self.inserted += len(fitted)
+                self.next_start = min((s for s in (self.next_start, *fitted.values()) if s is not None), default=None)
+                return [], None   # told by the fit alone: nothing can start on a full cluster
+            elif exact and (self.next_start is None or self.next_start > now):
+                # The plan with the fits is the full plan of this decision (each went last in
+                # the order), and it starts nothing now: the plan is not made again.
+                self._told(fitted)
+                self.inserted += len(fitted)
+                self.fit_only += 1
+                wake = min((s for s in (self.next_start, *fitted.values()) if s is not None), default=None)
+                self.next_start = wake
+                return [], wake
+            else:
+                self.inserted += len(fitted)
         promise = self.promise
         told = self.first_eta if promise and self.first_eta is not None else None
         asked = waiting
@@ -231,13 +343,19 @@ class GpuTenancy(Scheduler):
                 break
             self.breached |= late   # promised from now on: its ETA may only move earlier
             self.replans += 1
+        if self._fits():
+            if fitted is None and self.unplanned and any((p.leases[j].eta or now + 1) > now for j in self.unplanned):
+                # An arrival that waits, fit not made (no plan kept to fit into): the service's
+                # create fits it into the engine's plan of the leases before it (made here).
+                # One that starts now waits for nothing: the full plan's "now" is its ETA.
+                fit = self._fit_arrivals(now, holds, usage, True)
+                if fit is not None:
+                    fitted = fit[0]
+                    self.inserted += len(fitted)
+            self.last_plan, self.book = _Kept(p, self._scores(usage)), None
         starts, wake = [], None
-        for jid in self.unplanned:   # the API plans a lease when it is created: that plan's start is its ETA
-            eta = p.leases[jid].eta
-            if eta is not None and self.first_eta is not None:
-                self.first_eta[jid] = eta
-                self.requests[jid] = replace(self.requests[jid], first_eta=eta)   # as the ledger keeps it
-        self.unplanned.clear()
+        # the API plans a lease when it is created (a full plan, or a fit into the plan): its start is the ETA
+        self._told({**{jid: p.leases[jid].eta for jid in self.unplanned}, **(fitted or {})})
         for jid in p.guarded - self.guarded:   # keep_etas: guarded until it starts, as the ledger keeps it
             self.requests[jid] = replace(self.requests[jid], guarded=True)
         if self.settings.keep_etas:
@@ -252,6 +370,8 @@ class GpuTenancy(Scheduler):
             self.rank = self.fair_rank(usage)   # (again below, of the leases left waiting once some start)
         if cluster.free_total == 0:
             self.eta_only += 1
+            self.next_start = min((pl.placement.start for pl in p.leases.values() if pl.placement is not None),
+                                  default=None)
             return [], None   # planned only for the ETAs: as when skipped, nothing starts and no wake-up
         later = False   # a lease not starting now came before in the plan's order
         for pl in p.leases.values():
@@ -281,4 +401,21 @@ class GpuTenancy(Scheduler):
                 wake = pl.placement.start
         if self.settings.keep_etas:
             self.rank = self.fair_rank(usage)   # of the leases left waiting
+        self.next_start = wake
         return starts, wake
+
+
+class _Kept:
+    """A full plan of the replay, and the tenants' fair-share scores it was made with."""
+
+    def __init__(self, p: Plan, scores: dict[str, float]):
+        self.plan, self.scores = p, scores
+
+
+class _Book:
+    """The plan arrivals are fitted into (a PlanBook), as one API process keeps it."""
+
+    def __init__(self, book: PlanBook, made_at: int, scores: dict[str, float]):
+        self.book, self.made_at, self.scores = book, made_at, scores
+        self.exact = True    # every fit so far went last in the planner's order
+        self.fitted_at = made_at

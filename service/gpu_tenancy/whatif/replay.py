@@ -37,7 +37,9 @@ class CloudCluster(Cluster):
 
 class CloudTenancy(GpuTenancy):
     def __init__(self, history: History, settings: PlannerSettings, hosts: tuple[Host, ...]):
-        super().__init__(history.quotas, settings.fairshare_half_life, settings=settings)
+        # arrivals told a full plan's ETA: the replay's fits into a kept plan (planner_sched) are
+        # made for the trace replay's one GPU model, not for a cloud's several
+        super().__init__(history.quotas, settings.fairshare_half_life, settings=settings, insert_min_waiting=None)
         self.hosts = list(hosts)
 
     def request(self, job: Lease) -> LeaseRequest:   # type: ignore[override]
