@@ -94,8 +94,8 @@ class GpuTenancy(Scheduler):
         # keep_etas: skip a plan that would be the last one again (_settled); False plans at every event
         self.skip_settled = skip_settled
         self.settled = False   # the last plan kept every ETA it could, and nothing but time has changed since
-        self.rank: tuple[frozenset[str], ...] = ()   # the waiting leases' tenants by fair share at the last plan
-        self.tenants: dict[str, int] = {}   # tenant -> its waiting leases
+        self.settled_scores: dict[str, float] = {}   # the tenants' fair-share scores at the last plan
+        self.tenants: dict[str, int] = {}   # tenant -> its waiting leases (_same_order reads them)
         self.skipped_settled = 0
         # The service's create fits a new lease into the current plan (domain/plan_insert.py) once
         # that many are planned, and tells it that fit's ETA; so does the replay (default planner
@@ -169,15 +169,6 @@ class GpuTenancy(Scheduler):
                 "etas_fitted": self.inserted, "eta_fit_plans": self.eta_plans,
                 "decided_by_fit": self.fit_only}
 
-    def fair_rank(self, usage) -> tuple[frozenset[str], ...]:
-        """The tenants with waiting leases in fair-share order, tenants of equal score together:
-        with the same rank, the planner orders the same waiting leases the same way."""
-        by: dict[float, set[str]] = {}
-        for t in self.tenants:
-            q = self.quotas.get((t, MODEL))
-            by.setdefault(share_score(usage, t, MODEL, q.weight if q is not None else 1.0), set()).add(t)
-        return tuple(frozenset(by[k]) for k in sorted(by))
-
     def _settled(self, now, running, usage) -> bool:
         """keep_etas: a plan now would be the last plan again, so it would start nothing and guard
         nothing (exact, not a guess). No lease arrived since the last plan, and the leases it
@@ -195,7 +186,7 @@ class GpuTenancy(Scheduler):
             return False
         if any(st + job.duration <= now for job, _hosts, st in running.values()):
             return False   # held one second past its end by the next plan's holds
-        return self.fair_rank(usage) == self.rank
+        return self._same_order(self.settled_scores, self._scores(usage))
 
     def _told(self, etas: dict[str, int | None]) -> None:
         """The arrivals' first ETAs, as the API answered them (None: no slot, no ETA)."""
@@ -219,7 +210,7 @@ class GpuTenancy(Scheduler):
         """The tenants with leases waiting are in the same fair-share order (ties alike) under
         both scores: then a plan made earlier is the plan made now (scores decide only the
         order; nothing else moved while no job ended)."""
-        tenants = sorted({job.tenant for job in self.waiting.values()}, key=lambda t: (then[t], t))
+        tenants = sorted(self.tenants, key=lambda t: (then[t], t))
         return all((then[a] < then[b]) == (now[a] < now[b]) and (then[a] == then[b]) == (now[a] == now[b])
                    for a, b in zip(tenants, tenants[1:]))
 
@@ -364,10 +355,8 @@ class GpuTenancy(Scheduler):
             self.settled = not any(_late_in(p, self.requests[jid]) for jid in p.guarded - self.guarded)
         self.guarded = p.guarded
         if self.settings.keep_etas:
-            self.next_start = min((pl.placement.start for pl in p.leases.values()
-                                   if pl.placement is not None and pl.placement.start > now), default=None)
-        if self.settings.keep_etas:
-            self.rank = self.fair_rank(usage)   # (again below, of the leases left waiting once some start)
+            # (the tenants left waiting once some start are read when it is checked: _same_order)
+            self.settled_scores = self._scores(usage)
         if cluster.free_total == 0:
             self.eta_only += 1
             self.next_start = min((pl.placement.start for pl in p.leases.values() if pl.placement is not None),
@@ -399,8 +388,6 @@ class GpuTenancy(Scheduler):
                 starts.append((job, [cluster.index[h] for h in pl.placement.hosts]))
             elif wake is None or pl.placement.start < wake:
                 wake = pl.placement.start
-        if self.settings.keep_etas:
-            self.rank = self.fair_rank(usage)   # of the leases left waiting
         self.next_start = wake
         return starts, wake
 
