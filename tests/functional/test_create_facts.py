@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from sqlalchemy import select, text
+
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, utcnow_naive
 from tests.conftest import headers
@@ -81,3 +83,23 @@ def test_the_hosts_gpus_are_read_by_each_create(client, waiting, runtime, clock)
         session.add(m.Host(name="gpu-extra", gpu_model="A100", gpus=8, updated_at=utcnow_naive(clock.now())))
     code, detail = refused(client.post("/v1/leases", json=five, headers=MEMBER), 403)
     assert code == "gpu_tenancy.over_quota" and "needs 40 A100 GPUs" in detail
+
+
+def test_a_new_lease_and_its_first_events_are_written_as_the_session_wrote_them(client, waiting, runtime):
+    """engine/lease_insert.py writes the row and its events itself: the same events, its
+    arrival the first one's id, and columns it was not given NULL (not JSON null)."""
+    made = ask(client, "a100.x2", "rows").get_json()["lease"]
+    with session_scope(runtime.sessions) as session:
+        events = session.execute(select(m.Event.id, m.Event.kind, m.Event.actor, m.Event.from_state,
+                                        m.Event.to_state, m.Event.message)
+                                 .where(m.Event.lease_id == made["id"]).order_by(m.Event.id)).all()
+        row = session.execute(select(m.Lease.arrival, m.Lease.status, m.Lease.user_id, m.Lease.queue_position,
+                                     m.Lease.borrowing, m.Lease.eta_guarded, m.Lease.boot,
+                                     text("volume_id IS NULL AND key_name IS NULL AND user_data IS NULL "
+                                          "AND parked_at IS NULL"))
+                              .where(m.Lease.id == made["id"])).one()
+    user = MEMBER["X-User-Id"]
+    assert [tuple(e)[1:] for e in events] == [
+        ("transition", user, None, "requested", "asked for by the user"),
+        ("transition", "planner", "requested", "queued", "waiting for its turn")]
+    assert tuple(row) == (events[0].id, "queued", user, made["queue"]["position"], False, False, "service", True)

@@ -20,7 +20,8 @@ from gpu_tenancy.domain.states import FINAL, HOLDING, LeaseState
 from gpu_tenancy.domain.budget import Span
 from gpu_tenancy.domain.extension import window_refusal
 from gpu_tenancy.domain.lease_ask import Boot, EndChange, LeaseAsk, VolumeAsk
-from gpu_tenancy.engine import ask_facts, budgets, catalog, early_ends, ledger, notifications, plan_insert
+from gpu_tenancy.engine import (ask_facts, budgets, catalog, early_ends, lease_insert, ledger, notifications,
+                                plan_insert)
 from gpu_tenancy.engine.decision_hook import DecisionHook
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.engine.limits import Limits
@@ -254,14 +255,12 @@ def create(session: Session, now: int, limits: Limits, caller: Caller, ask: Leas
                   priority=request.priority, created_at=stamp, updated_at=stamp, queue_reasons=[],
                   allocations=[], servers=[], failures=[],   # known empty: rendering loads nothing
                   **columns)
-    session.add(row)
-    first = record_transition(session, row, S.REQUESTED, now, caller.user_id, "asked for by the user")
-    record_transition(session, row, S.QUEUED, now, "planner", "waiting for its turn")
-    session.flush()
+    first, _ = lease_insert.insert_new(session, row, [(S.REQUESTED, caller.user_id, "asked for by the user"),
+                                                       (S.QUEUED, "planner", "waiting for its turn")], now)
     # its place in the order of asking: the id of its first event, from the database's own
     # monotonic sequence (created_at has whole seconds, the lease id is random); written with
     # the lease's next change (its queue place), not a statement of its own
-    row.arrival = first.id
+    row.arrival = first
     return row
 
 
