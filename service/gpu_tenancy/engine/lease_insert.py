@@ -6,9 +6,9 @@ in the session as if it had been loaded, every column known, so that nothing rea
 again and its next changes (its arrival and queue place) are one UPDATE, as before."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import insert
+from sqlalchemy import Table, insert
 from sqlalchemy.orm import Session, make_transient_to_detached
 
 from gpu_tenancy.db import models as m
@@ -16,9 +16,10 @@ from gpu_tenancy.db.session import utcnow_naive
 from gpu_tenancy.domain.states import LeaseState, transition
 from gpu_tenancy.engine import notifications
 
-LEASES, EVENTS = m.Lease.__table__, m.Event.__table__
+LEASES, EVENTS = cast(Table, m.Lease.__table__), cast(Table, m.Event.__table__)
 COLUMNS = list(LEASES.columns)
 # Core statements (the ORM's bulk insert would write the events in two, by their columns given)
+INSERT_LEASE = insert(LEASES)   # compiled once per set of columns given
 INSERT_EVENTS = insert(EVENTS).returning(EVENTS.c.id, sort_by_parameter_order=True)
 
 
@@ -39,10 +40,10 @@ def insert_new(session: Session, row: m.Lease, steps: list[tuple[LeaseState, str
     # only the values given: None is the column's own (fewer parameters: psycopg parses a
     # statement of more than 50 again on every execution)
     connection = session.connection()
-    connection.execute(insert(LEASES).values({k: v for k, v in values.items() if v is not None}))
+    connection.execute(INSERT_LEASE, {k: v for k, v in values.items() if v is not None})
     ids = list(connection.execute(INSERT_EVENTS, events).scalars())
-    for key, value in values.items():   # every column known: nothing is loaded again
-        setattr(row, key, value)
+    for key, value in values.items():   # every column known (committed below): nothing is loaded again
+        row.__dict__.setdefault(key, value)
     make_transient_to_detached(row)
     session.add(row)
     for before, target in moves:   # the notices, as record_transition sends them
