@@ -11,7 +11,7 @@ from tests.conftest import headers
 from tests.functional.test_metrics import scrape, value
 from tests.functional.test_plan_insert import fill
 
-MOST = 11    # statements per fitted create: PostgreSQL 9; SQLite adds BEGIN IMMEDIATE and an INSERT per event
+MOST = 8    # statements per fitted create: PostgreSQL 6; SQLite adds BEGIN IMMEDIATE and an INSERT per event
 
 
 def fitted(client) -> float:

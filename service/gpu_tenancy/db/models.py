@@ -152,6 +152,9 @@ class Lease(Base):
     __table_args__ = (
         CheckConstraint("instances > 0 AND duration > 0 AND gpus_per_vm > 0", name="ck_leases_positive"),
         Index("ix_leases_project_created", "project_id", "created_at"),
+        # a new lease's checks (engine/ask_facts.py): the name asked, the project's and user's waiting
+        Index("ix_leases_project_name", "project_id", "name"),
+        Index("ix_leases_project_status_user", "project_id", "status", "user_id"),
     )
 
 

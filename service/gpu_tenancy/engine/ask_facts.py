@@ -1,14 +1,16 @@
-"""What a new lease's checks read of the database besides the catalog's shapes and the
-hosts, read in one statement: the default image, how many leases the project and the user
-have waiting, the project's quota of the GPU model, whether it has a budget of it, and an
-unfinished lease of the project with the name asked. Each was a statement of its own, a
-round trip and about a millisecond of SQLAlchemy and psycopg in every create
-(bench/api_load.py --waiting); engine/leases.py checks them in the order it always did."""
+"""What a new lease's checks read of the database, in one statement: the shapes offered, the
+default image, how many leases the project and the user have waiting, the project's quota of
+the asked shape's GPU model, whether it has a budget of it, an unfinished lease of the project
+with the name asked, the hosts' GPU counts of that model and the ledger's counts (the fit's,
+engine/plan_insert.py). Each was a statement of its own, a round trip and about a millisecond
+of SQLAlchemy and psycopg in every create (bench/api_load.py --waiting); engine/leases.py
+checks them in the order it always did. Read afresh by every create: nothing is kept between
+requests, so an operator's change of the catalog, a quota or the hosts is seen by the next."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Select, String, bindparam, func, select
+from sqlalchemy import Select, String, bindparam, cast, func, select
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
@@ -30,25 +32,38 @@ class QuotaLimits:
 
 @dataclass(frozen=True)
 class AskFacts:
+    shapes: list[catalog.Offered]   # not retired, by name
     default_image: str | None
     waiting_project: int
     waiting_user: int
     quota: QuotaLimits | None
     has_budget: bool
     name_taken: tuple[str, str] | None   # (id, status) of an unfinished lease with the name
+    host_gpus: list[int]   # each host's GPUs, of the asked shape's model (none if it is unknown)
+    ledger: tuple[int, int]   # the ledger's generation and count of fits
+
+
+# Separators of the rows and fields aggregated into one text (catalog names and GPU models
+# are [A-Za-z0-9._-]: api/catalog.py)
+ROW, FIELD = "\x1e", "\x1f"
 
 
 def _statement() -> Select:
     """The one SELECT, built once (building it took half its time): parameters project_id,
-    user_id, gpu_model and name."""
-    project_id, user_id, gpu_model, name = (bindparam(k, type_=String) for k in
-                                            ("project_id", "user_id", "gpu_model", "name"))
+    user_id, shape and name."""
+    project_id, user_id, shape, name = (bindparam(k, type_=String) for k in
+                                        ("project_id", "user_id", "shape", "name"))
+    offered = m.Shape.retired_at.is_(None)
+    gpu_model = select(m.Shape.gpu_model).where(m.Shape.name == shape, offered).scalar_subquery()
+    lock = m.Lock.name == "ledger"
     waiting = select(func.count()).where(L.project_id == project_id, L.status.in_(WAITING_STATES))
     quota = m.Quota
     of_quota = (quota.project_id == project_id, quota.gpu_model == gpu_model)
-    clash = select(L.id).where(L.project_id == project_id, L.name == name,
-                               L.status.not_in([s.value for s in FINAL])).limit(1).scalar_subquery()
+    clash = select(L.id + FIELD + L.status).where(   # its id and status, in one scan
+        L.project_id == project_id, L.name == name, L.status.not_in([s.value for s in FINAL])).limit(1)
     return select(
+        select(func.aggregate_strings(m.Shape.name + FIELD + m.Shape.gpu_model + FIELD + cast(m.Shape.gpus, String),
+                                      ROW)).where(offered).scalar_subquery(),
         catalog.DEFAULT_IMAGE.scalar_subquery(),
         waiting.scalar_subquery(),
         waiting.where(L.user_id == user_id).scalar_subquery(),
@@ -57,15 +72,34 @@ def _statement() -> Select:
         select(quota.max_duration).where(*of_quota).scalar_subquery(),
         select(m.Budget.id).where(m.Budget.project_id == project_id, m.Budget.gpu_model == gpu_model)
         .limit(1).scalar_subquery(),
-        clash,
-        select(L.status).where(L.id == clash).scalar_subquery())   # that lease's
+        clash.scalar_subquery(),
+        select(func.aggregate_strings(cast(m.Host.gpus, String), ",")).where(m.Host.gpu_model == gpu_model)
+        .scalar_subquery(),
+        select(m.Lock.generation).where(lock).scalar_subquery(),
+        select(m.Lock.inserted).where(lock).scalar_subquery())
 
 
 STATEMENT = _statement()
 
 
-def read(session: Session, project_id: str, user_id: str, gpu_model: str, name: str) -> AskFacts:
-    image, project, user, gpus, borrow, longest, budget, other_id, other_status = session.execute(
-        STATEMENT, {"project_id": project_id, "user_id": user_id, "gpu_model": gpu_model, "name": name}).one()
-    return AskFacts(image, project, user, None if gpus is None else QuotaLimits(gpus, borrow, longest),
-                    budget is not None, None if other_id is None else (other_id, other_status))
+def read(session: Session, project_id: str, user_id: str, shape: str, name: str) -> AskFacts:
+    """The facts for an ask of `shape` (quota, budget and hosts of its GPU model)."""
+    (shapes, image, project, user, gpus, borrow, longest, budget, other, hosts, generation,
+     inserted) = session.execute(STATEMENT, {"project_id": project_id, "user_id": user_id, "shape": shape, "name": name}).one()
+    return AskFacts(offered_shapes(shapes), image, project, user,
+                    None if gpus is None else QuotaLimits(gpus, borrow, longest),
+                    budget is not None, None if other is None else pair(other),
+                    [int(g) for g in hosts.split(",")] if hosts else [], (generation or 0, inserted or 0))
+
+
+def pair(text: str) -> tuple[str, str]:
+    """The clashing lease's id and status."""
+    lease_id, status = text.split(FIELD, 1)
+    return lease_id, status
+
+
+def offered_shapes(text: str | None) -> list[catalog.Offered]:
+    """The shapes' aggregated text, by name."""
+    fields = (row.split(FIELD) for row in text.split(ROW)) if text else ()
+    return sorted((catalog.Offered(name, gpu_model, int(gpus)) for name, gpu_model, gpus in fields),
+                  key=lambda s: s.name)

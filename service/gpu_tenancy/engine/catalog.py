@@ -3,6 +3,7 @@ stops new leases from choosing it; leases that already use it keep it until
 they end (the engine still finds a retired entry by name)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import cast
 
 from sqlalchemy import func, select
@@ -26,12 +27,27 @@ def entries(session: Session, model: Entry, include_retired: bool = False) -> li
     return list(session.scalars(q))
 
 
-def offered_shapes(session: Session) -> list[m.Shape]:
+@dataclass(frozen=True)
+class Offered:
+    """What a new lease and its offers read of a shape."""
+    name: str
+    gpu_model: str
+    gpus: int
+
+
+def offered_shapes(session: Session) -> list[Offered]:
     """The shapes not retired, by name: read once per session (one transaction here; a create
-    looks its shape up in them, and its offers try the others), then kept in `session.info`."""
+    looks its shape up in them, and its offers try the others), then kept in `session.info`
+    (a create reads them with its other facts: keep_offered)."""
     shapes = session.info.get("offered_shapes")
     if shapes is None:
-        shapes = session.info["offered_shapes"] = entries(session, m.Shape)
+        shapes = keep_offered(session, [Offered(s.name, s.gpu_model, s.gpus) for s in entries(session, m.Shape)])
+    return shapes
+
+
+def keep_offered(session: Session, shapes: list[Offered]) -> list[Offered]:
+    """`shapes`, as this session's offered_shapes."""
+    session.info["offered_shapes"] = shapes
     return shapes
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import bindparam, delete, select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from gpu_tenancy import error_codes as codes
@@ -20,7 +20,8 @@ from gpu_tenancy.domain.states import FINAL, HOLDING, LeaseState
 from gpu_tenancy.domain.budget import Span
 from gpu_tenancy.domain.extension import window_refusal
 from gpu_tenancy.domain.lease_ask import Boot, EndChange, LeaseAsk, VolumeAsk
-from gpu_tenancy.engine import ask_facts, budgets, catalog, early_ends, ledger, notifications
+from gpu_tenancy.engine import (ask_facts, budgets, catalog, early_ends, lease_insert, ledger, notifications,
+                                plan_insert)
 from gpu_tenancy.engine.decision_hook import DecisionHook
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.engine.limits import Limits
@@ -50,7 +51,11 @@ def build_request(session: Session, now: int, limits: Limits, caller: Caller, as
 def checked_request(session: Session, now: int, limits: Limits, caller: Caller, ask: LeaseAsk,
                     lease_id: str) -> tuple[LeaseRequest, dict, ask_facts.AskFacts]:
     """build_request's, with what it read (whether the name is taken, which create checks)."""
-    offered = catalog.offered_shapes(session)   # one query, which the offers use too
+    name = ask.name or f"lease-{lease_id[:8]}"
+    # one statement, checked in order below (the shapes kept for the offers)
+    facts = ask_facts.read(session, caller.project_id, caller.user_id, ask.shape, name)
+    offered = catalog.keep_offered(session, facts.shapes)
+    session.info[plan_insert.LEDGER_COUNTS] = facts.ledger
     shape = next((s for s in offered if s.name == ask.shape), None)
     if shape is None:
         names = ", ".join(s.name for s in offered)
@@ -58,8 +63,6 @@ def checked_request(session: Session, now: int, limits: Limits, caller: Caller, 
                          codes.UNKNOWN_SHAPE)
     if ask.boot is Boot.TENANT:
         check_tenant_boot(ask)
-    name = ask.name or f"lease-{lease_id[:8]}"
-    facts = ask_facts.read(session, caller.project_id, caller.user_id, shape.gpu_model, name)
     image = resolve_image(session, ask.image, facts.default_image) if ask.boot is Boot.SERVICE else None
     duration = ask.duration
     start = resolve_start(ask.start, now)
@@ -75,8 +78,7 @@ def checked_request(session: Session, now: int, limits: Limits, caller: Caller, 
     priority, class_name, preemptible = resolve_priority(session, caller, ask)
     # The cloud's size before the quota: "the cloud has 32" says more than "may hold 16 (+8)".
     # "Ever" counts hosts that are down or drained too: they come back, and the lease waits for them.
-    hosts = [Host(name, gpu_model, gpus) for name, gpu_model, gpus in session.execute(
-        HOSTS_OF_MODEL, {"gpu_model": shape.gpu_model})]
+    hosts = [Host(f"host-{i}", shape.gpu_model, gpus) for i, gpus in enumerate(facts.host_gpus)]
     if not planner.can_ever_fit(hosts, shape.gpu_model, shape.gpus, instances):
         total = sum(h.gpus for h in hosts)
         largest = max((h.gpus for h in hosts), default=0)
@@ -101,9 +103,6 @@ def checked_request(session: Session, now: int, limits: Limits, caller: Caller, 
                    priority_class=class_name, preemptible=preemptible,
                    readiness_probe=ask.readiness_probe, boot=ask.boot.value)
     return request, columns, facts
-
-
-HOSTS_OF_MODEL = select(m.Host.name, m.Host.gpu_model, m.Host.gpus).where(m.Host.gpu_model == bindparam("gpu_model"))
 
 
 def check_tenant_boot(ask: LeaseAsk) -> None:
@@ -161,14 +160,15 @@ def resolve_start(start: int | None, now: int) -> int:
     return max(start, now)
 
 
-def check_quota(session: Session, limits: Limits, project_id: str, shape: m.Shape, instances: int,
-                duration: int, any_size: bool = False) -> None:
+def check_quota(session: Session, limits: Limits, project_id: str, shape: m.Shape | catalog.Offered,
+                instances: int, duration: int, any_size: bool = False) -> None:
     """`any_size`: a preemptible lease, which the quota's GPU count does not limit."""
     check_quota_of(limits, project_id, session.get(m.Quota, (project_id, shape.gpu_model)), shape, instances,
                    duration, any_size)
 
 
-def check_quota_of(limits: Limits, project_id: str, quota: m.Quota | ask_facts.QuotaLimits | None, shape: m.Shape,
+def check_quota_of(limits: Limits, project_id: str, quota: m.Quota | ask_facts.QuotaLimits | None,
+                   shape: m.Shape | catalog.Offered,
                    instances: int, duration: int, any_size: bool = False) -> None:
     """check_quota's, with the project's quota of the shape's GPU model read (None: none)."""
     limits.check_duration(duration)
@@ -255,14 +255,12 @@ def create(session: Session, now: int, limits: Limits, caller: Caller, ask: Leas
                   priority=request.priority, created_at=stamp, updated_at=stamp, queue_reasons=[],
                   allocations=[], servers=[], failures=[],   # known empty: rendering loads nothing
                   **columns)
-    session.add(row)
-    first = record_transition(session, row, S.REQUESTED, now, caller.user_id, "asked for by the user")
-    record_transition(session, row, S.QUEUED, now, "planner", "waiting for its turn")
-    session.flush()
+    first, _ = lease_insert.insert_new(session, row, [(S.REQUESTED, caller.user_id, "asked for by the user"),
+                                                       (S.QUEUED, "planner", "waiting for its turn")], now)
     # its place in the order of asking: the id of its first event, from the database's own
     # monotonic sequence (created_at has whole seconds, the lease id is random); written with
     # the lease's next change (its queue place), not a statement of its own
-    row.arrival = first.id
+    row.arrival = first
     return row
 
 

@@ -87,7 +87,10 @@ def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease
     snapshot, cache.last = cache.last, None   # until this fit commits, the plan here is not known
     # Before the lock, so that no create waits on it: the plan built again (after a replan, or
     # when old), or the fits committed since added; under the lock, only those committed meanwhile.
-    generation, inserted = session.execute(COUNTS).one()
+    # the ledger's counts as the ask's checks read them in this transaction (engine/ask_facts.py),
+    # else read here: either way before the lock, and the claim reads them again under it
+    counts = session.info.pop(LEDGER_COUNTS, None)
+    generation, inserted = counts if counts is not None else session.execute(COUNTS).one()
     snapshot = catch_up(session, now, settings, cache, snapshot, generation, inserted)
     if snapshot is None:
         return None
@@ -124,6 +127,7 @@ def call_before(before: BeforeFit | None, session: Session, snapshot: Snapshot, 
 
 
 COUNTS = select(m.Lock.generation, m.Lock.inserted).where(m.Lock.name == "ledger")
+LEDGER_COUNTS = "ledger_counts"   # the key of COUNTS' answer in session.info, when read already
 
 
 def claim(session: Session) -> tuple[int, int]:
