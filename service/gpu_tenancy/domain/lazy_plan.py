@@ -1,0 +1,86 @@
+"""A plan made only as far as a decision needs it: which leases start now, the ETAs of the
+leases just asked for, and the next planned start; the rest of the order is planned only
+when someone reads the whole plan.
+
+The leases it plans are placed as plan() places them: the same steps in the same order, it
+only stops early. It stops once no lease left can start now: the most GPUs free now on one
+host (of any model) is below the fewest GPUs per VM any lease left asks for. Free GPUs only
+go down as leases are reserved, and a borrowed or preemptible start needs them free now too.
+
+The next planned start after now is the whole plan's as well: until a host's free GPUs first
+rise after now, none of the leases left fits on it (as now), so each of them starts at or after
+the earliest such rise, and so does every lease planned after them (each reserves from its start
+on). While the earliest start planned so far is no later than that rise, it is the earliest of all.
+"""
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+
+from .capacity import ModelIndex
+from .model import Hold, Host, LeaseRequest, Plan, QuotaLimit
+from .planner import Planning, PlannerSettings
+from .profile import INF
+
+
+class LazyPlan:
+    def __init__(self, now: int, hosts: Sequence[Host], holds: Sequence[Hold],
+                 quotas: Mapping[tuple[str, str], QuotaLimit], waiting: Sequence[LeaseRequest],
+                 usage: Mapping[tuple[str, str], float] | None, settings: PlannerSettings,
+                 explain: bool = False):
+        if settings.keep_etas:   # its rounds read whole plans
+            raise ValueError("a lazy plan does not keep ETAs")
+        self.planning = Planning(now, hosts, holds, quotas, waiting, usage, settings, explain)
+        self.now = now
+
+    @property
+    def plan(self) -> Plan:
+        """The whole plan (planned to the end now if it was not yet)."""
+        self.planning.advance()
+        return self.planning.plan
+
+    def decide(self, told: Collection[str]) -> tuple[Plan, int | None]:
+        """The plan as far as needed for its starts now, the ETAs of the leases `told` and the
+        earliest planned start after now (returned beside it; None: no lease planned later)."""
+        pg = self.planning
+        ordered = pg.ordered
+        n = len(ordered)
+        last_told = max((i for i, lr in enumerate(ordered) if lr.lease_id in told), default=-1)
+        fewest = [0] * (n + 1)   # fewest[i]: the fewest GPUs per VM among ordered[i:]
+        fewest[n] = INF
+        for i in range(n - 1, -1, -1):
+            g = ordered[i].gpus_per_vm
+            fewest[i] = g if g < fewest[i + 1] else fewest[i + 1]
+        indexes = list(pg.run.indexes.values())
+
+        def none_starts_now(i: int) -> bool:
+            return i > last_told and max((mi.largest_free_now() for mi in indexes), default=0) < fewest[i]
+
+        pg.advance(none_starts_now)
+        rise = min((_first_rise(mi, self.now) for mi in indexes), default=INF)
+        nxt = _next_start(pg.plan, self.now)
+        while not pg.finished and (nxt is None or nxt > rise):   # one more lease: it may start earlier
+            upto = pg.done + 1
+            pg.advance(lambda i: i >= upto)
+            pl = pg.plan.leases[ordered[pg.done - 1].lease_id]
+            if pl.placement is not None and pl.placement.start > self.now and (nxt is None or pl.placement.start < nxt):
+                nxt = pl.placement.start
+        return pg.plan, nxt
+
+
+def _next_start(p: Plan, now: int) -> int | None:
+    return min((pl.placement.start for pl in p.leases.values()
+                if pl.placement is not None and pl.placement.start > now), default=None)
+
+
+def _first_rise(mi: ModelIndex, now: int) -> int:
+    """The first instant after now at which some host of `mi` has more GPUs free than just before."""
+    first = INF
+    for hs in mi.hosts.values():
+        times, vals = hs.prof.times, hs.prof.vals
+        for k in range(1, len(times)):
+            if times[k] >= first:
+                break
+            if vals[k] > vals[k - 1]:
+                first = times[k]
+                break
+    return first
