@@ -57,14 +57,19 @@ class LazyPlan:
 
         pg.advance(none_starts_now)
         rise = min((_first_rise(mi, self.now) for mi in indexes), default=INF)
-        nxt = _next_start(pg.plan, self.now)
-        while not pg.finished and (nxt is None or nxt > rise):   # one more lease: it may start earlier
-            upto = pg.done + 1
-            pg.advance(lambda i: i >= upto)
-            pl = pg.plan.leases[ordered[pg.done - 1].lease_id]
-            if pl.placement is not None and pl.placement.start > self.now and (nxt is None or pl.placement.start < nxt):
-                nxt = pl.placement.start
-        return pg.plan, nxt
+        now, leases = self.now, pg.plan.leases
+        nxt = [_next_start(pg.plan, now)]
+
+        def earliest_known(i: int) -> bool:   # (asked before the i-th: the one before it is planned)
+            pl = leases[ordered[i - 1].lease_id]
+            if pl.placement is not None and now < pl.placement.start and (nxt[0] is None or pl.placement.start < nxt[0]):
+                nxt[0] = pl.placement.start
+            return nxt[0] is not None and nxt[0] <= rise
+        if nxt[0] is None or nxt[0] > rise:   # the next leases may start earlier
+            pg.advance(earliest_known)
+            if pg.finished and n:
+                earliest_known(n)   # the last lease's start read too: nxt is the whole plan's
+        return pg.plan, nxt[0]
 
 
 def _next_start(p: Plan, now: int) -> int | None:

@@ -243,7 +243,7 @@ class GpuTenancy(Scheduler):
             old = [self.requests[jid] for jid in islice(self.waiting, len(self.waiting) - k)]
             kept = self.last_plan
             if (kept is None or not self._same_order(kept.scores, scores)
-                    or any(lr.lease_id not in kept.plan.leases for lr in old)):
+                    or not all(lr.lease_id in leases for leases in (kept.plan.leases,) for lr in old)):
                 if not may_plan:
                     return None   # this decision's full plan tells the ETA
                 kept = _Kept(plan(now, self.hosts, holds, self.quotas, old, usage, self.settings, explain=False),
@@ -414,7 +414,10 @@ class _Kept:
 
     @property
     def plan(self) -> Plan:
-        return self._plan if isinstance(self._plan, Plan) else self._plan.plan
+        if not isinstance(self._plan, Plan):
+            self._plan = self._plan.plan
+        return self._plan
+
 
 
 class _Book:
