@@ -7,16 +7,14 @@ only stops early. It stops once no lease left can start now: the most GPUs free 
 host (of any model) is below the fewest GPUs per VM any lease left asks for. Free GPUs only
 go down as leases are reserved, and a borrowed or preemptible start needs them free now too.
 
-The next planned start after now is the whole plan's as well: until a host's free GPUs first
-rise after now, none of the leases left fits on it (as now), so each of them starts at or after
-the earliest such rise, and so does every lease planned after them (each reserves from its start
-on). While the earliest start planned so far is no later than that rise, it is the earliest of all.
+The next planned start after now is the whole plan's as well: none of the leases left starts
+before the earliest start one VM of its shape could have on the capacity left (_earliest_left),
+so while the earliest start planned so far is no later than that, it is the earliest of all.
 """
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
-from .capacity import ModelIndex
 from .model import Hold, Host, LeaseRequest, Plan, QuotaLimit
 from .planner import Planning, PlannerSettings
 from .profile import INF
@@ -56,7 +54,7 @@ class LazyPlan:
             return i > last_told and max((mi.largest_free_now() for mi in indexes), default=0) < fewest[i]
 
         pg.advance(none_starts_now)
-        rise = min((_first_rise(mi, self.now) for mi in indexes), default=INF)
+        rise = _earliest_left(pg, self.now)
         now, leases = self.now, pg.plan.leases
         nxt = [_next_start(pg.plan, now)]
 
@@ -77,15 +75,21 @@ def _next_start(p: Plan, now: int) -> int | None:
                 if pl.placement is not None and pl.placement.start > now), default=None)
 
 
-def _first_rise(mi: ModelIndex, now: int) -> int:
-    """The first instant after now at which some host of `mi` has more GPUs free than just before."""
+def _earliest_left(pg: Planning, now: int) -> int:
+    """No lease not planned yet starts before this: for each GPU model and GPUs per VM among
+    them, the earliest start of one VM for the shortest of their durations, on the capacity
+    left now (each lease's own start is no earlier: it is longer, or a gang, or waits for its
+    quota, or for the leases planned before it, which only take GPUs)."""
+    shortest: dict[tuple[str, int], int] = {}
+    for lr in pg.ordered[pg.done:]:
+        key = (lr.gpu_model, lr.gpus_per_vm)
+        d = lr.duration + pg.settings.release_allowance
+        if d < shortest.get(key, INF):
+            shortest[key] = d
     first = INF
-    for hs in mi.hosts.values():
-        times, vals = hs.prof.times, hs.prof.vals
-        for k in range(1, len(times)):
-            if times[k] >= first:
-                break
-            if vals[k] > vals[k - 1]:
-                first = times[k]
-                break
+    for (m, g), d in shortest.items():
+        mi = pg.run.indexes.get(m)
+        r = mi.earliest(now, d, g) if mi is not None else None
+        if r is not None and r[0] < first:
+            first = r[0]
     return first
