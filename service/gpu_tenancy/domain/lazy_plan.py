@@ -59,8 +59,8 @@ class LazyPlan:
         nxt = [_next_start(pg.plan, now)]
 
         def earliest_known(i: int) -> bool:   # (asked before the i-th: the one before it is planned)
-            pl = leases[ordered[i - 1].lease_id]
-            if pl.placement is not None and now < pl.placement.start and (nxt[0] is None or pl.placement.start < nxt[0]):
+            pl = leases[ordered[i - 1].lease_id] if i else None
+            if pl is not None and pl.placement is not None and now < pl.placement.start and (nxt[0] is None or pl.placement.start < nxt[0]):
                 nxt[0] = pl.placement.start
             return nxt[0] is not None and nxt[0] <= rise
         if nxt[0] is None or nxt[0] > rise:   # the next leases may start earlier
