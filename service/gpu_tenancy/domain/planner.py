@@ -39,6 +39,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence, Set as AbstractSet
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 from datetime import datetime, timezone
 
 from .capacity import ModelIndex, can_ever_fit, largest_free_block
@@ -480,9 +481,9 @@ class _Block:
     tiers: dict[int, int] = field(default_factory=lambda: defaultdict(int))
 
 
-@dataclass(frozen=True)
-class _Ahead:
-    """How many leases of its GPU model are ahead of a lease, by which part of the order."""
+class _Ahead(NamedTuple):
+    """How many leases of its GPU model are ahead of a lease, by which part of the order
+    (a tuple: one is made per lease per plan)."""
     position: int      # 1-based
     priority: int      # of higher priority
     bound: int         # past the wait bound while it is not
