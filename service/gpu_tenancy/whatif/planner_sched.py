@@ -19,7 +19,7 @@ from gpu_tenancy.domain.fairshare import share_score
 from gpu_tenancy.domain.lazy_plan import LazyPlan
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, Plan, QuotaLimit
 from gpu_tenancy.domain.plan_insert import Planned, PlanBook
-from gpu_tenancy.domain.planner import PlannerSettings, order_key, plan
+from gpu_tenancy.domain.planner import PlannerSettings, _Run, order_key, plan
 from gpu_tenancy.whatif.event_loop import Scheduler
 from gpu_tenancy.whatif.promise import breaches, promised_ids, shape_order, with_promises
 
@@ -109,7 +109,8 @@ class GpuTenancy(Scheduler):
         self.fit_only = 0     # decisions the fit answered alone (it was the full plan, and started nothing)
         self.next_start: int | None = None   # the earliest planned start after the last decision
         # plan each decision only as far as its starts, its arrivals' ETAs and its wake-up need
-        # (domain/lazy_plan.py; the rest when a fit reads the plan): the same decisions, less CPU
+        # (domain/lazy_plan.py; the rest when a fit reads the plan), and fit arrivals into that
+        # plan's own state rather than a rebuilt one: the same decisions, less CPU
         self.lazy = lazy
 
     def submit(self, job, now):
@@ -246,12 +247,21 @@ class GpuTenancy(Scheduler):
                     or not all(lr.lease_id in leases for leases in (kept.plan.leases,) for lr in old)):
                 if not may_plan:
                     return None   # this decision's full plan tells the ETA
-                kept = _Kept(plan(now, self.hosts, holds, self.quotas, old, usage, self.settings, explain=False),
-                             scores)
+                made = (LazyPlan(now, self.hosts, holds, self.quotas, old, usage, self.settings) if self.lazy
+                        else plan(now, self.hosts, holds, self.quotas, old, usage, self.settings, explain=False))
+                kept = _Kept(made, scores)
                 self.plans += 1
                 self.eta_plans += 1
-            planned = [Planned(lr, pl.placement, pl.borrowing) for lr in old for pl in (kept.plan.leases[lr.lease_id],)]
-            b = _Book(PlanBook(now, self.hosts, holds, self.quotas, planned, usage, self.settings), now, scores)
+            # the plan's own state, its reservations made, is the book (no rebuild) while the holds are
+            # the plan's: none is held past its asked end (held to a second after each decision)
+            run = kept.run() if all(h.end > now + 1 for h in holds) else None
+            if run is not None:
+                book = PlanBook.of_run(run, self.quotas, old, usage, self.settings)
+            else:
+                planned = [Planned(lr, pl.placement, pl.borrowing) for lr in old
+                           for pl in (kept.plan.leases[lr.lease_id],)]
+                book = PlanBook(now, self.hosts, holds, self.quotas, planned, usage, self.settings)
+            b = _Book(book, now, scores)
         self.last_plan, self.book = None, b   # the book holds the plan and the fits from now on
         fitted: dict[str, int | None] = {}
         for jid in new:
@@ -411,12 +421,20 @@ class _Kept:
 
     def __init__(self, p: Plan | LazyPlan, scores: dict[str, float]):
         self._plan, self.scores = p, scores
+        self._lazy: LazyPlan | None = None
 
     @property
     def plan(self) -> Plan:
         if not isinstance(self._plan, Plan):
-            self._plan = self._plan.plan
+            self._lazy, self._plan = self._plan, self._plan.plan
         return self._plan
+
+    def run(self) -> _Run | None:
+        """The state of the whole plan once every lease is reserved (None: kept as a Plan only).
+        Taken once: a PlanBook goes on from it."""
+        self.plan   # noqa: B018 - planned to the end
+        lazy, self._lazy = self._lazy, None
+        return lazy.planning.run if lazy is not None else None
 
 
 
