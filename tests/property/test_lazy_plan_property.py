@@ -9,7 +9,8 @@ import pytest
 
 from gpu_tenancy.domain.lazy_plan import LazyPlan
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit
-from gpu_tenancy.domain.planner import PlannerSettings, plan
+from gpu_tenancy.domain.plan_insert import Planned, PlanBook
+from gpu_tenancy.domain.planner import PlannerSettings, Planning, plan
 
 NOW = 1_800_000_000
 MODELS = ("A100", "H100")
@@ -73,3 +74,30 @@ def test_a_lazy_plan_decides_as_the_whole_plan(chunk):
 def test_a_lazy_plan_refuses_keep_etas():
     with pytest.raises(ValueError):
         LazyPlan(NOW, [], [], {}, [], None, PlannerSettings(keep_etas=True))
+
+
+@pytest.mark.parametrize("chunk", range(2))
+def test_a_book_taken_over_from_a_plan_fits_as_one_rebuilt_from_its_placements(chunk):
+    """PlanBook.of_run (the plan's own state once every lease is reserved) against a PlanBook
+    rebuilt from the plan's placements: every insertion answers the same, at the plan's now
+    and later."""
+    compared = 0
+    for seed in range(5000 + chunk * 150, 5000 + chunk * 150 + 150):
+        hosts, holds, quotas, waiting, usage, settings, rng = world(seed)
+        new, old = waiting[:rng.randint(0, 4)], waiting[4:]
+        explain = rng.random() < .5
+        planning = Planning(NOW, hosts, holds, quotas, old, usage, settings, explain)
+        planning.advance()
+        planned = [Planned(lr, planning.plan.leases[lr.lease_id].placement,
+                           planning.plan.leases[lr.lease_id].borrowing) for lr in old]
+        taken = PlanBook.of_run(planning.run, quotas, old, usage, settings)
+        rebuilt = PlanBook(NOW, hosts, holds, quotas, planned, usage, settings)
+        at = NOW
+        for lr in new:
+            at += rng.choice([0, 0, 60, 900])
+            a, b = taken.insert(at, lr), rebuilt.insert(at, lr)
+            assert a.planned.placement == b.planned.placement and a.last == b.last and a.exact == b.exact, seed
+            if explain:
+                assert a.planned == b.planned, seed
+            compared += 1
+    assert compared > 100
