@@ -43,7 +43,8 @@ def child(bench_dir: str, trace: str, load: float, days: float | None, overask: 
     c0, t0 = time.process_time(), time.perf_counter()
     out = simulate(jobs, n_hosts, sched)
     cpu, wall = time.process_time() - c0, time.perf_counter() - t0
-    h = hashlib.sha256(repr(sorted((j, out.start[j], tuple(out.hosts[j])) for j in out.start)).encode())
+    h = hashlib.sha256(repr((sorted((j, out.start[j], tuple(out.hosts[j])) for j in out.start),
+                             sorted((out.first_eta or {}).items()))).encode())   # starts, hosts and told ETAs
     print(json.dumps({"cpu": cpu, "wall": wall, "jobs": len(jobs), "hosts": n_hosts,
                       "plans": out.extra.get("plans"), "digest": h.hexdigest()[:16]}))
 

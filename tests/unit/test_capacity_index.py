@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from gpu_tenancy.domain import capacity
 from gpu_tenancy.domain.capacity import ModelIndex
 from gpu_tenancy.domain.idle_hosts import IdleHosts
 from gpu_tenancy.domain.model import Host
@@ -65,11 +66,17 @@ def assert_like_rebuilt(mi: ModelIndex, hosts, origin: int) -> None:
     assert live_heap_entries(mi) == live_heap_entries(fresh)
     assert mi.idle.tree == fresh.idle.tree
     assert mi.now_count == fresh.now_count
-    assert [[sorted(L) for L in per] for per in mi.levels.lists] == fresh.levels.lists
+    if mi.levels is None:   # fewer hosts than LEVELS_HOSTS: none kept
+        assert fresh.levels is None
+    else:
+        assert fresh.levels is not None
+        assert [[sorted(L) for L in per] for per in mi.levels.lists] == fresh.levels.lists
 
 
+@pytest.mark.parametrize("levels_from", [1, capacity.LEVELS_HOSTS])
 @pytest.mark.parametrize("seed", range(40))
-def test_reserve_keeps_the_index_as_a_rebuild_would(seed):
+def test_reserve_keeps_the_index_as_a_rebuild_would(seed, levels_from, monkeypatch):
+    monkeypatch.setattr(capacity, "LEVELS_HOSTS", levels_from)
     rng = random.Random(seed)
     hosts = [Host(f"h{i}", "A100", rng.choice([1, 2, 4, 8, 8])) for i in range(rng.randint(1, 5))]
     mi = ModelIndex("A100", hosts, NOW)

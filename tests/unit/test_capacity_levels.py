@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+from gpu_tenancy.domain import capacity
 from gpu_tenancy.domain.capacity import ModelIndex
 from gpu_tenancy.domain.model import Host
 from gpu_tenancy.domain.profile import INF
@@ -17,7 +18,8 @@ def hosts_with_v_free_at(mi: ModelIndex, v: int, t: int) -> set[str]:
             if hs.prof.value_at(t) == v and not (hs.idle_from <= t)}
 
 
-def test_free_levels_track_reservations():
+def test_free_levels_track_reservations(monkeypatch):
+    monkeypatch.setattr(capacity, "LEVELS_HOSTS", 1)   # kept on these few hosts too
     rng = random.Random(7)
     for _ in range(30):
         hosts = [Host(f"h{i}", "A100", rng.choice([4, 8])) for i in range(rng.randint(1, 8))]
@@ -26,6 +28,7 @@ def test_free_levels_track_reservations():
             for _ in range(rng.randint(0, 2)):
                 mi.apply_hold(h.name, NOW, NOW + rng.randint(1, 20) * 600, rng.randint(1, 2))
         mi.build()
+        assert mi.levels is not None
         for _ in range(25):
             h = rng.choice(hosts)
             a = NOW + rng.randint(0, 30) * 600

@@ -12,6 +12,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 from naive_planner import NAIVE  # noqa: E402
 
+from gpu_tenancy.domain import capacity  # noqa: E402
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit  # noqa: E402
 from gpu_tenancy.domain.planner import plan  # noqa: E402
 
@@ -54,8 +55,17 @@ def case(seed):
     return hosts, holds, quotas, waiting, usage
 
 
+@pytest.fixture(params=["levels", "scan"])
+def fit_path(request, monkeypatch):
+    """Both ways the index answers "who fits at t": its free levels (from LEVELS_HOSTS hosts) and
+    a read of every host (fewer); these cases have few hosts, so the levels are forced."""
+    if request.param == "levels":
+        monkeypatch.setattr(capacity, "LEVELS_HOSTS", 1)
+    return request.param
+
+
 @pytest.mark.parametrize("chunk", range(6))
-def test_fast_planner_matches_naive_and_keeps_invariants(chunk):
+def test_fast_planner_matches_naive_and_keeps_invariants(chunk, fit_path):
     for seed in range(chunk * 50, chunk * 50 + 50):
         hosts, holds, quotas, waiting, usage = case(seed)
         fast = plan(NOW, hosts, holds, quotas, waiting, usage)
@@ -127,7 +137,7 @@ def wide_case(seed):
 
 
 @pytest.mark.parametrize("chunk", range(4))
-def test_wider_cases_match_naive_placements_and_reasons(chunk):
+def test_wider_cases_match_naive_placements_and_reasons(chunk, fit_path):
     for seed in range(10_000 + chunk * 40, 10_000 + chunk * 40 + 40):
         hosts, holds, quotas, waiting, usage = wide_case(seed)
         fast = plan(NOW, hosts, holds, quotas, waiting, usage)

@@ -31,6 +31,10 @@ from .profile import INF, NCLS, StepProfile, length_class
 
 
 FLOOR_HOSTS = 128   # hosts of one model from which the search keeps start floors (StartFloor)
+# hosts of one model from which the free levels are kept: below it "who fits at t" reads every
+# host, which costs less than keeping every segment indexed through each reservation (the trace
+# replay's 25-50 hosts spent two fifths of its plans' time on that upkeep)
+LEVELS_HOSTS = 64
 
 
 class ModelIndex:
@@ -51,8 +55,8 @@ class ModelIndex:
         self.now_count = [0] * (self.max_gpus + 1)
         # hosts entirely free from their idle_from on (filled by build())
         self.idle = IdleHosts(())
-        # every other profile segment, by free value: "who has v free at t"
-        self.levels = FreeLevels(self.max_gpus)
+        # every other profile segment, by free value: "who has v free at t" (None: few hosts, read them all)
+        self.levels = FreeLevels(self.max_gpus) if len(self.hosts) >= LEVELS_HOSTS else None
         self.tracked: list[int] = []    # the g whose runs are kept, ascending
         # floors[g]: what earlier questions about one VM of g GPUs proved about the next ones;
         # kept only where the hosts are many (about 20 % less CPU per plan at 300-1,000 hosts,
@@ -77,13 +81,16 @@ class ModelIndex:
                 hs.prof = StepProfile.of_spans(self.origin, hs.gpus, spans)
 
     def build(self) -> None:
+        levels = self.levels
         for hs in self.hosts.values():
             name = hs.name
             hs.idle_from = hs.compute_idle_from()
-            for seg in indexed_segments(hs.prof, hs.gpus, self.origin, INF):
-                self.levels.lists[seg[2]][length_class(seg[1] - seg[0])].append((seg[0], name, seg[1]))
+            if levels is not None:
+                for seg in indexed_segments(hs.prof, hs.gpus, self.origin, INF):
+                    levels.lists[seg[2]][length_class(seg[1] - seg[0])].append((seg[0], name, seg[1]))
             self.now_count[self._clamp(hs.prof.vals[0])] += 1
-        self.levels.sort()
+        if levels is not None:
+            levels.sort()
         self.idle = IdleHosts((hs.gpus, hs.name, hs.idle_from) for hs in self.hosts.values())
         self._built = True
 
@@ -123,9 +130,13 @@ class ModelIndex:
         span = vals[k:bisect_left(times, end, k)] if end < INF else vals[k:]   # the values on [lo, end)
         least_before, most_before = min(span), max(span)
         G, name = hs.gpus, hs.name
-        old_segs = indexed_segments(prof, G, lo, end)
-        prof.add(start, end, -gpus)
-        self.levels.replace(name, old_segs, indexed_segments(prof, G, lo, end))
+        levels = self.levels
+        if levels is not None:
+            old_segs = indexed_segments(prof, G, lo, end)
+            prof.add(start, end, -gpus)
+            levels.replace(name, old_segs, indexed_segments(prof, G, lo, end))
+        else:
+            prof.add(start, end, -gpus)
         after_now = vals[0]
         if before_now != after_now:
             self.now_count[self._clamp(before_now)] -= 1
@@ -227,9 +238,11 @@ class ModelIndex:
         higher levels are never looked at once a tighter one fits."""
         idle = self._idle_at(t, g)
         hosts = self.hosts
-
         after = (t, INF + 1)
         until = t + d
+        levels = self.levels
+        if levels is None:
+            return self._fit_at_by_scan(t, until, g, idle)
 
         def fits(name: str, seg_end: int) -> bool:
             # t lies in one of the host's g-runs (it has >= g free at t): that run must last
@@ -239,10 +252,30 @@ class ModelIndex:
             return runs[bisect_right(runs, after) - 1][1] >= until
 
         for v in range(g, (idle[0] if idle else self.max_gpus) + 1):
-            name = self.levels.least_name_at(v, t, fits)
+            name = levels.least_name_at(v, t, fits)
             if name is not None:
                 return (v, name) if idle is None or (v, name) < idle else idle
         return idle
+
+    def _fit_at_by_scan(self, t: int, until: int, g: int, idle: tuple[int, str] | None) -> tuple[int, str] | None:
+        """_fit_at without the free levels: every host whose g-run at t lasts to `until`."""
+        best = idle
+        after = (t, INF + 1)
+        for name, hs in self.hosts.items():
+            if hs.gpus < g:
+                continue
+            runs = hs.run_lists[g]
+            i = bisect_right(runs, after) - 1
+            if i < 0:
+                continue
+            s, e, _f = runs[i]
+            if e < until or e <= t:   # (s <= t: the run found starts at or before t)
+                continue
+            v = hs.prof.value_at(t)
+            cand = (v if v < hs.gpus else hs.gpus, name)
+            if best is None or cand < best:
+                best = cand
+        return best
 
     def _idle_at(self, t: int, g: int) -> tuple[int, str] | None:
         """Least (gpus, name) among hosts of >= g GPUs entirely free from t on."""

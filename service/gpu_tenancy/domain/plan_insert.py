@@ -59,13 +59,30 @@ class PlanBook:
             # a wait bound moves leases in the order as time passes, and keep_etas guards leases
             # by what a whole plan finds: only plan() knows either
             raise ValueError("incremental planning takes neither a wait bound nor keep_etas")
-        self.quotas, self.settings = quotas, settings
         reserved = [hold for p in planned for hold in _holds(p, settings.release_allowance)]
-        self._run = _Run(now, hosts, [*holds, *reserved], quotas, usage, settings, FAST, set())
+        self._setup(_Run(now, hosts, [*holds, *reserved], quotas, usage, settings, FAST, set()), quotas,
+                    [p.request for p in planned], usage, settings, exact)
+
+    @classmethod
+    def of_run(cls, run: _Run, quotas: Mapping[tuple[str, str], QuotaLimit], requests: Sequence[LeaseRequest],
+               usage: Mapping[tuple[str, str], float] | None, settings: PlannerSettings) -> PlanBook:
+        """The book of a plan just made, its state taken over as it is (planner.Planning's run once
+        every lease is reserved: the capacity and quota the book would rebuild from its placements),
+        `requests` its leases still waiting. The run is the book's from then on."""
+        if settings.bounded or settings.keep_etas:
+            raise ValueError("incremental planning takes neither a wait bound nor keep_etas")
+        book = cls.__new__(cls)
+        book._setup(run, quotas, requests, usage, settings, None)
+        return book
+
+    def _setup(self, run: _Run, quotas: Mapping[tuple[str, str], QuotaLimit], requests: Sequence[LeaseRequest],
+               usage: Mapping[tuple[str, str], float] | None, settings: PlannerSettings,
+               exact: Mapping[str, bool] | None) -> None:
+        self.quotas, self.settings, self._run = quotas, settings, run
         self._scores = _Scores(quotas, usage)
         self._keys: dict[str, list[OrderKey]] = defaultdict(list)
-        for p in planned:
-            self._keys[p.request.gpu_model].append(self._key(p.request))
+        for lr in requests:
+            self._keys[lr.gpu_model].append(self._key(lr))
         for keys in self._keys.values():
             keys.sort()
         self.exact: dict[str, bool] = defaultdict(lambda: True, exact or {})

@@ -39,6 +39,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence, Set as AbstractSet
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 from datetime import datetime, timezone
 
 from .capacity import ModelIndex, can_ever_fit, largest_free_block
@@ -333,53 +334,89 @@ def _plan_run(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
               guarded: frozenset[str] = frozenset()) -> tuple[Plan, _Run]:
     """One plan in the planner's order (the `guarded` leases first, by their first ETA), and
     its state once every lease is reserved (what Trials reads)."""
-    run = _Run(now, hosts, holds, quotas, usage, settings, _backend, bound_protected(waiting, now, settings))
-    if not explain:
-        run.skip_unbinding_quotas(holds, quotas)
-    scores = _Scores(quotas, usage)
+    planning = Planning(now, hosts, holds, quotas, waiting, usage, settings, explain, _backend, turns, guarded)
+    planning.advance()
+    return planning.plan, planning.run
 
-    def key(lr: LeaseRequest) -> OrderKey:
-        if settings.bounded:
-            return order_key(lr, quotas, usage, now, settings, run.protected, guarded)
-        # order_key without a wait bound, each project's score computed once
-        if lr.lease_id in guarded:
-            return -lr.priority, GUARDED, lr.first_eta or 0, lr.created_at, lr.arrival, lr.lease_id
-        return -lr.priority, FAIR, scores.of(lr.project_id, lr.gpu_model), lr.created_at, lr.arrival, lr.lease_id
-    ordered = sorted(waiting, key=key)
-    pending = sorted(turns, key=lambda t: t.key)
-    order = _Order()
-    out: dict[str, PlannedLease] = {}
-    for lr in ordered:
-        if pending:
-            k = key(lr)
-            while pending and pending[0].key <= k:
-                pending.pop(0).then(Trials(run, quotas))
-        q = quotas.get((lr.project_id, lr.gpu_model))
-        tier = GUARDED if lr.lease_id in guarded else BOUND if lr.lease_id in run.protected else FAIR
-        ahead = order.next(lr, tier, scores.of(lr.project_id, lr.gpu_model) if tier == FAIR else None)
-        pl = out[lr.lease_id] = PlannedLease(lr.lease_id, ahead.position, None, [])
-        never = run.first_unplaceable_reason(lr, q)
-        if never is not None:
-            pl.reasons.append(never)
-        elif lr.preemptible:
-            _place_preemptible(now, lr, pl, run.indexes[lr.gpu_model], ahead.total, settings.release_allowance)
-        else:
-            assert q is not None   # first_unplaceable_reason: a lease within quota has one
-            slot = run.earliest_nominal_start(lr, q)
-            run.borrow(lr, q, slot, pl)
-            if slot.start is None:
-                pl.reasons.append(_no_slot_reason(lr, q))
-                continue
-            if explain:
-                run.explain(lr, q, slot, ahead, tier, pl)
-            if lr.latest_start is not None and slot.start > lr.latest_start:
-                pl.reasons.append(Reason("latest_start", f"the earliest slot is {fmt_time(slot.start)}, after "
-                                                         f"its latest start {fmt_time(lr.latest_start)}"))
-                continue
-            run.reserve(lr, slot, pl)
-    for turn in pending:
-        turn.then(Trials(run, quotas))
-    return Plan(now, out), run
+
+class Planning:
+    """A plan in the making: the waiting leases in the planner's order, planned one after
+    another as far as advance() is asked to go (plan() goes to the end at once; a caller that
+    needs only the first leases may stop, and go on later with the same result)."""
+
+    def __init__(self, now: int, hosts: Sequence[Host], holds: Sequence[Hold],
+                 quotas: Mapping[tuple[str, str], QuotaLimit], waiting: Sequence[LeaseRequest],
+                 usage: Mapping[tuple[str, str], float] | None, settings: PlannerSettings, explain: bool,
+                 backend: Backend = FAST, turns: Sequence[Turn] = (), guarded: frozenset[str] = frozenset()):
+        run = self.run = _Run(now, hosts, holds, quotas, usage, settings, backend,
+                              bound_protected(waiting, now, settings))
+        if not explain:
+            run.skip_unbinding_quotas(holds, quotas)
+        scores = self.scores = _Scores(quotas, usage)
+        self.quotas, self.settings, self.explain, self.guarded = quotas, settings, explain, guarded
+
+        def key(lr: LeaseRequest) -> OrderKey:
+            if settings.bounded:
+                return order_key(lr, quotas, usage, now, settings, run.protected, guarded)
+            # order_key without a wait bound, each project's score computed once
+            if lr.lease_id in guarded:
+                return -lr.priority, GUARDED, lr.first_eta or 0, lr.created_at, lr.arrival, lr.lease_id
+            return -lr.priority, FAIR, scores.of(lr.project_id, lr.gpu_model), lr.created_at, lr.arrival, lr.lease_id
+        self.key = key
+        self.ordered = sorted(waiting, key=key)
+        self.done = 0   # how many of `ordered` are planned
+        self.pending = sorted(turns, key=lambda t: t.key)
+        self.order = _Order()
+        self.plan = Plan(now, {})
+
+    def advance(self, stop: Callable[[int], bool] | None = None) -> None:
+        """Plan the leases in order until stop(i) says so before the i-th (0-based), or to the end."""
+        run, quotas, settings, explain, guarded, pending, order, scores = (
+            self.run, self.quotas, self.settings, self.explain, self.guarded, self.pending, self.order, self.scores)
+        now, out, ordered = run.now, self.plan.leases, self.ordered
+        i = self.done
+        n = len(ordered)
+        while i < n:
+            if stop is not None and stop(i):
+                break
+            lr = ordered[i]
+            i += 1
+            if pending:
+                k = self.key(lr)
+                while pending and pending[0].key <= k:
+                    pending.pop(0).then(Trials(run, quotas))
+            q = quotas.get((lr.project_id, lr.gpu_model))
+            tier = GUARDED if lr.lease_id in guarded else BOUND if lr.lease_id in run.protected else FAIR
+            ahead = order.next(lr, tier, scores.of(lr.project_id, lr.gpu_model) if tier == FAIR else None)
+            pl = out[lr.lease_id] = PlannedLease(lr.lease_id, ahead.position, None, [])
+            never = run.first_unplaceable_reason(lr, q)
+            if never is not None:
+                pl.reasons.append(never)
+            elif lr.preemptible:
+                _place_preemptible(now, lr, pl, run.indexes[lr.gpu_model], ahead.total, settings.release_allowance)
+            else:
+                assert q is not None   # first_unplaceable_reason: a lease within quota has one
+                slot = run.earliest_nominal_start(lr, q)
+                run.borrow(lr, q, slot, pl)
+                if slot.start is None:
+                    pl.reasons.append(_no_slot_reason(lr, q))
+                    continue
+                if explain:
+                    run.explain(lr, q, slot, ahead, tier, pl)
+                if lr.latest_start is not None and slot.start > lr.latest_start:
+                    pl.reasons.append(Reason("latest_start", f"the earliest slot is {fmt_time(slot.start)}, after "
+                                                             f"its latest start {fmt_time(lr.latest_start)}"))
+                    continue
+                run.reserve(lr, slot, pl)
+        self.done = i
+        if i == n:
+            for turn in pending:
+                turn.then(Trials(run, quotas))
+            pending.clear()
+
+    @property
+    def finished(self) -> bool:
+        return self.done == len(self.ordered)
 
 
 class Trials:
@@ -444,9 +481,9 @@ class _Block:
     tiers: dict[int, int] = field(default_factory=lambda: defaultdict(int))
 
 
-@dataclass(frozen=True)
-class _Ahead:
-    """How many leases of its GPU model are ahead of a lease, by which part of the order."""
+class _Ahead(NamedTuple):
+    """How many leases of its GPU model are ahead of a lease, by which part of the order
+    (a tuple: one is made per lease per plan)."""
     position: int      # 1-based
     priority: int      # of higher priority
     bound: int         # past the wait bound while it is not
