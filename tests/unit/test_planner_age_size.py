@@ -72,3 +72,14 @@ def test_in_the_order_a_big_lease_that_waited_goes_before_a_lighter_tenants_new_
         assert keys[0][1] == first
         p = plan(now, hosts, [], quotas, [big, small], usage, settings)
         assert next(iter(p.leases)) == first   # plan() orders them alike
+
+
+def test_the_reasons_say_that_waiting_counts():
+    now = 10 * H
+    quotas = {(p, "A100"): QuotaLimit(p, "A100", 16) for p in ("heavy", "light")}
+    usage = {("heavy", "A100"): 100.0, ("light", "A100"): 10.0}
+    waiting = [_lr("big", "heavy", 8, 0), _lr("small", "light", 8, now)]
+    p = plan(now, [Host("h1", "A100", 8)], [], quotas, waiting, usage, PlannerSettings(age_size_gpu_hours=16))
+    assert [r.message for r in p.leases["small"].reasons if r.code == "fairshare"] == [
+        "project light has used 10 A100 GPU-hours recently against weight 1; 1 lease of projects that used "
+        "less (or that waited more GPU-hours: age x size) go first"]

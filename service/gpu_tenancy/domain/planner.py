@@ -705,8 +705,9 @@ class _Run:
                 u = self.usage.get((p, m), 0.0) if self.usage else 0.0
                 used = self.used_text[(p, m)] = (f"project {p} has used {_gh(u)} {m} GPU-hours recently "
                                                  f"against weight {q.weight:g}; ")
+            waited = " (or that waited more GPU-hours: age x size)" if settings.aged else ""
             out.append(Reason("fairshare", f"{used}{_n(ahead.fairshare, 'lease')} of projects that used "
-                                           f"less go first"))
+                                           f"less{waited} go first"))
         if ahead.order and tier == FAIR:
             out.append(Reason("order", f"behind {_n(ahead.order, 'lease')} submitted earlier"))
         t0 = max(now, lr.earliest_start)
