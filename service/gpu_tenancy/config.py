@@ -13,8 +13,8 @@ from cryptography.fernet import Fernet
 from gpu_tenancy.cloud import registry
 from gpu_tenancy.cloud.builtin import DEMO_CLOUD  # noqa: F401  (the demo's cloud, imported from here)
 from gpu_tenancy.domain.gpu_activity import IdleRule
-from gpu_tenancy.domain.planner import (DEFAULT_KEEP_ETAS, DEFAULT_WAIT_BOUND, DEFAULT_WAIT_BOUND_GPU_HOURS,
-                                        DEFAULT_WAIT_BOUND_LEASES)
+from gpu_tenancy.domain.planner import (DEFAULT_AGE_SIZE_GPU_HOURS, DEFAULT_KEEP_ETAS, DEFAULT_WAIT_BOUND,
+                                        DEFAULT_WAIT_BOUND_GPU_HOURS, DEFAULT_WAIT_BOUND_LEASES)
 
 OLD_CLOUD_SPELLING = ("cloud_driver", "simulated_cloud", "clouds_yaml_cloud", "clouds_yaml_file", "cloud_network",
                       "cloud_project_role", "gpu_resource_classes", "flavor_extra_specs")
@@ -104,6 +104,9 @@ class Config:
     # the ETA a lease is first told is kept against fair share: once a plan would start it later,
     # it goes by that ETA, and later leases fit around it (docs/performance.md, "Promise rules")
     planner_keep_etas: bool = DEFAULT_KEEP_ETAS
+    # age x size: a waiting lease's fair-share score halves for every this many GPU-hours it has
+    # waited (its GPUs times the hours), so that big leases are not starved (null: fair share alone)
+    planner_age_size_gpu_hours: float | None = DEFAULT_AGE_SIZE_GPU_HOURS
     # sharing rules (see README "Sharing rules")
     reclaim_after_seconds: int = 3600        # a lease within quota waits at most this for borrowed GPUs
     reclaim_notice_seconds: int = 900        # warning before a lease is reclaimed or preempted
@@ -200,6 +203,10 @@ class Config:
             raise ValueError("planner_wait_bound_leases must be a whole number >= 1, or null")
         if not isinstance(values.get("planner_keep_etas", DEFAULT_KEEP_ETAS), bool):
             raise ValueError("planner_keep_etas must be true or false")
+        aged = values.get("planner_age_size_gpu_hours")
+        if aged is not None and (isinstance(aged, bool) or not isinstance(aged, (int, float)) or not aged > 0
+                                 or aged == float("inf")):
+            raise ValueError("planner_age_size_gpu_hours must be a number of GPU-hours > 0, or null")
         # a duration is stored in seconds as a 32-bit integer (PostgreSQL's): 10 years fit; and
         # both stay within the bound of engine/limits.py's guard (60 years)
         for name, ceiling in (("max_lease_duration_days", 3650), ("max_start_ahead_days", 18250),

@@ -3,6 +3,8 @@ allowance) are configuration options that reach the service's planner runs: read
 from the config (planner_settings.from_config) and passed explicitly, never global."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpu_tenancy.config import Config
@@ -95,3 +97,22 @@ def test_keep_etas_is_off_by_default_and_reaches_the_planner(monkeypatch):
 def test_bad_keep_etas_is_refused(bad):
     with pytest.raises(ValueError, match="planner_keep_etas"):
         Config.load(planner_keep_etas=bad)
+
+
+def test_age_size_reaches_the_service_order(monkeypatch):
+    # heavy used 9x light's; big (8 GPUs) has waited 2 h = 16 GPU-hours: 4 halvings at 4, 2 at 8
+    used = replace(inputs(), usage={("heavy", M): 900.0, ("light", M): 100.0})
+    assert planner_settings.from_config(Config()).age_size_gpu_hours is None
+    assert list(ledger.run_planner(used, NOW, planner_settings.from_config(Config())).leases) == ["small", "big"]
+    settings = planner_settings.from_config(Config.load(planner_age_size_gpu_hours=8))
+    assert list(ledger.run_planner(used, NOW, settings).leases) == ["small", "big"]
+    monkeypatch.setenv("GPU_TENANCY_PLANNER_AGE_SIZE_GPU_HOURS", "4")
+    settings = planner_settings.from_config(Config.load())
+    assert settings.age_size_gpu_hours == 4.0
+    assert list(ledger.run_planner(used, NOW, settings).leases) == ["big", "small"]
+
+
+@pytest.mark.parametrize("bad", [0, -1, "32", True, float("nan"), float("inf")])
+def test_bad_age_size_is_refused(bad):
+    with pytest.raises(ValueError, match="planner_age_size_gpu_hours"):
+        Config.load(planner_age_size_gpu_hours=bad)

@@ -55,10 +55,10 @@ class PlanBook:
                  quotas: Mapping[tuple[str, str], QuotaLimit], planned: Sequence[Planned],
                  usage: Mapping[tuple[str, str], float] | None, settings: PlannerSettings,
                  exact: Mapping[str, bool] | None = None):
-        if settings.bounded or settings.keep_etas:
-            # a wait bound moves leases in the order as time passes, and keep_etas guards leases
-            # by what a whole plan finds: only plan() knows either
-            raise ValueError("incremental planning takes neither a wait bound nor keep_etas")
+        if settings.bounded or settings.keep_etas or settings.aged:
+            # a wait bound or age x size moves leases in the order as time passes, and keep_etas
+            # guards leases by what a whole plan finds: only plan() knows any of them
+            raise ValueError("incremental planning takes no wait bound, age x size or keep_etas")
         reserved = [hold for p in planned for hold in _holds(p, settings.release_allowance)]
         self._setup(_Run(now, hosts, [*holds, *reserved], quotas, usage, settings, FAST, set()), quotas,
                     [p.request for p in planned], usage, settings, exact)
@@ -69,8 +69,8 @@ class PlanBook:
         """The book of a plan just made, its state taken over as it is (planner.Planning's run once
         every lease is reserved: the capacity and quota the book would rebuild from its placements),
         `requests` its leases still waiting. The run is the book's from then on."""
-        if settings.bounded or settings.keep_etas:
-            raise ValueError("incremental planning takes neither a wait bound nor keep_etas")
+        if settings.bounded or settings.keep_etas or settings.aged:
+            raise ValueError("incremental planning takes no wait bound, age x size or keep_etas")
         book = cls.__new__(cls)
         book._setup(run, quotas, requests, usage, settings, None)
         return book

@@ -33,6 +33,10 @@ and hands it back as `LeaseRequest.guarded`). Later arrivals fit around a
 guarded lease (only a lease guarded after it with an earlier ETA can still push
 it back, where going first lands that one on its hosts), and leases no promise
 is at stake in keep their fair-share order.
+
+With `age_size_gpu_hours` (off by default), the fair-share score in the order is the
+project's halved for every that many GPU-hours the lease has waited (domain/age_size.py):
+Slurm's age factor, growing faster for bigger leases, so that fair share stops starving them.
 """
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 from datetime import datetime, timezone
 
+from .age_size import aged_score
 from .capacity import ModelIndex, can_ever_fit, largest_free_block
 from .fairshare import share_score
 from .model import Hold, Host, LeaseRequest, Placement, Plan, PlannedLease, QuotaLimit, Reason
@@ -51,7 +56,8 @@ __all__ = [
     "PlannerSettings", "plan", "extension_conflicts", "can_ever_fit", "largest_free_block",
     "order_key", "fmt_time", "DEFAULT_WAIT_BOUND", "DEFAULT_WAIT_BOUND_GPU_HOURS", "DEFAULT_WAIT_BOUND_LEASES",
     "past_wait_bound", "bound_reached_at", "bound_protected", "waiting_since", "DEFAULT_KEEP_ETAS",
-    "guardable", "GUARD_ROUNDS", "OrderKey", "Trials", "Turn", "plan_with_turns", "trials_after",
+    "guardable", "GUARD_ROUNDS", "DEFAULT_AGE_SIZE_GPU_HOURS", "OrderKey", "Trials", "Turn", "plan_with_turns",
+    "trials_after",
 ]
 
 
@@ -64,6 +70,8 @@ DEFAULT_WAIT_BOUND_LEASES: int | None = None
 # Off by default: on the Philly tuning slice it kept 97-100 % of ETAs but took the P50 wait from
 # 0.56-0.87x EASY's to 0.77-1.14x (docs/performance.md, "keep_etas")
 DEFAULT_KEEP_ETAS = False
+# Off by default: see docs/performance.md, "Age x size"
+DEFAULT_AGE_SIZE_GPU_HOURS: float | None = None
 GUARD_ROUNDS = 8   # keep_etas: plans made at most, in one plan() call, to keep the ETAs
 
 
@@ -86,10 +94,18 @@ class PlannerSettings:
     release_floor: int = 0
     # a lease's first ETA is kept against fair share: once a plan would break it, the lease goes by it
     keep_etas: bool = DEFAULT_KEEP_ETAS
+    # a waiting lease's fair-share score halves for every this many GPU-hours it has waited
+    # (domain/age_size.py); None: fair share alone
+    age_size_gpu_hours: float | None = DEFAULT_AGE_SIZE_GPU_HOURS
 
     @property
     def bounded(self) -> bool:
         return self.wait_bound is not None or self.wait_bound_gpu_hours is not None
+
+    @property
+    def aged(self) -> bool:
+        """The order moves with time as leases wait (age x size): only a whole plan knows it."""
+        return self.age_size_gpu_hours is not None
 
 
 _DAYS: dict[int, str] = {}   # day number -> "YYYY-MM-DD": a plan formats thousands of times on few days
@@ -181,7 +197,8 @@ def order_key(lr: LeaseRequest, quotas: Mapping[tuple[str, str], QuotaLimit],
     at = bound_reached_at(lr, settings)
     if at is not None and now >= at and (protected is None or lr.lease_id in protected):
         return (-lr.priority, BOUND, at, lr.created_at, lr.arrival, lr.lease_id)
-    score = share_score(usage, lr.project_id, lr.gpu_model, _weight(quotas, lr.project_id, lr.gpu_model))
+    score = aged_score(share_score(usage, lr.project_id, lr.gpu_model, _weight(quotas, lr.project_id, lr.gpu_model)),
+                       lr, now, settings.age_size_gpu_hours)
     return (-lr.priority, FAIR, score, lr.created_at, lr.arrival, lr.lease_id)
 
 
@@ -355,14 +372,19 @@ class Planning:
         scores = self.scores = _Scores(quotas, usage)
         self.quotas, self.settings, self.explain, self.guarded = quotas, settings, explain, guarded
 
+        age_size = settings.age_size_gpu_hours
+
+        def fair(lr: LeaseRequest) -> float:
+            return aged_score(scores.of(lr.project_id, lr.gpu_model), lr, now, age_size)
+
         def key(lr: LeaseRequest) -> OrderKey:
             if settings.bounded:
                 return order_key(lr, quotas, usage, now, settings, run.protected, guarded)
             # order_key without a wait bound, each project's score computed once
             if lr.lease_id in guarded:
                 return -lr.priority, GUARDED, lr.first_eta or 0, lr.created_at, lr.arrival, lr.lease_id
-            return -lr.priority, FAIR, scores.of(lr.project_id, lr.gpu_model), lr.created_at, lr.arrival, lr.lease_id
-        self.key = key
+            return -lr.priority, FAIR, fair(lr), lr.created_at, lr.arrival, lr.lease_id
+        self.key, self.fair = key, fair
         self.ordered = sorted(waiting, key=key)
         self.done = 0   # how many of `ordered` are planned
         self.pending = sorted(turns, key=lambda t: t.key)
@@ -371,8 +393,8 @@ class Planning:
 
     def advance(self, stop: Callable[[int], bool] | None = None) -> None:
         """Plan the leases in order until stop(i) says so before the i-th (0-based), or to the end."""
-        run, quotas, settings, explain, guarded, pending, order, scores = (
-            self.run, self.quotas, self.settings, self.explain, self.guarded, self.pending, self.order, self.scores)
+        run, quotas, settings, explain, guarded, pending, order, fair = (
+            self.run, self.quotas, self.settings, self.explain, self.guarded, self.pending, self.order, self.fair)
         now, out, ordered = run.now, self.plan.leases, self.ordered
         i = self.done
         n = len(ordered)
@@ -387,7 +409,7 @@ class Planning:
                     pending.pop(0).then(Trials(run, quotas))
             q = quotas.get((lr.project_id, lr.gpu_model))
             tier = GUARDED if lr.lease_id in guarded else BOUND if lr.lease_id in run.protected else FAIR
-            ahead = order.next(lr, tier, scores.of(lr.project_id, lr.gpu_model) if tier == FAIR else None)
+            ahead = order.next(lr, tier, fair(lr) if tier == FAIR else None)
             pl = out[lr.lease_id] = PlannedLease(lr.lease_id, ahead.position, None, [])
             never = run.first_unplaceable_reason(lr, q)
             if never is not None:
@@ -722,8 +744,9 @@ class _Run:
                 u = self.usage.get((p, m), 0.0) if self.usage else 0.0
                 used = self.used_text[(p, m)] = (f"project {p} has used {_gh(u)} {m} GPU-hours recently "
                                                  f"against weight {q.weight:g}; ")
+            waited = " (or that waited more GPU-hours: age x size)" if settings.aged else ""
             out.append(Reason("fairshare", f"{used}{_n(ahead.fairshare, 'lease')} of projects that used "
-                                           f"less go first"))
+                                           f"less{waited} go first"))
         if ahead.order and tier == FAIR:
             out.append(Reason("order", f"behind {_n(ahead.order, 'lease')} submitted earlier"))
         t0 = max(now, lr.earliest_start)

@@ -79,10 +79,10 @@ def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease
     have planned it), under the ledger lock taken here: the lease fitted into the current
     plan, its queue information written; the snapshot to confirm once that transaction has
     committed. None: a full replan must plan it once committed (the plan is short or not
-    known here, a wait bound or keep_etas is set, or the lease would start now or exactly when asked,
+    known here, a wait bound, age x size or keep_etas is set, or the lease would start now or exactly when asked,
     which commits GPUs: only the full replan does that). `before` is called with the plan the
     lease is fitted into, without it (before the lock when no fit committed meanwhile)."""
-    if settings.bounded or settings.keep_etas:
+    if settings.bounded or settings.keep_etas or settings.aged:
         return None
     snapshot, cache.last = cache.last, None   # until this fit commits, the plan here is not known
     # Before the lock, so that no create waits on it: the plan built again (after a replan, or
