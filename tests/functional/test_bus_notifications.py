@@ -83,6 +83,8 @@ def test_a_lease_from_ask_to_end_sends_blazars_notifications_in_order(client, ru
     assert create["priority"] == "INFO" and create["publisher_id"] == "gpu-tenancy.lease"
     assert (create["payload"]["project_id"], create["payload"]["user_id"]) == ("ml-vision", "ml-vision-user")
     assert create["payload"]["status"] == "PENDING" and start["payload"]["status"] == "ACTIVE"
+    # each notice is the lease in the state it announces: the create's is the asked lease, not the queued one
+    assert create["payload"]["state"] == "requested" and by_type[n.QUEUED]["payload"]["state"] == "queued"
     assert end["payload"]["status"] == "TERMINATED" and end["payload"]["state"] == "ended"
     [reservation] = start["payload"]["reservations"]
     assert reservation["resource_type"] == "flavor:instance" and reservation["amount"] == 1

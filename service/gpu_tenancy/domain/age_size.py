@@ -6,8 +6,9 @@ fair-share score (lower goes first) halves for every `age_size_gpu_hours` GPU-ho
 waited (its GPUs times the hours since it began to wait), as Slurm's multifactor priority
 adds an age factor, here scaled by the lease's size and taken in the score's own scale: a
 big lease overtakes the light tenants' new leases in hours, a 1-GPU lease barely moves, and
-since the score only falls while a lease waits, no later arrival of an equal score ever
-goes before it again. Pure and deterministic; the order still depends on the lease alone.
+since the score only falls while a lease waits, no later arrival of its project and size goes
+before it again (a bigger one may: it ages faster). A project whose score is 0 (no recent use)
+is not overtaken at all, and after about 1,075 halvings a score reaches 0.0 and ties go by age. Pure and deterministic; the order still depends on the lease alone.
 """
 from __future__ import annotations
 

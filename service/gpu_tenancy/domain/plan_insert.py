@@ -68,7 +68,10 @@ class PlanBook:
                usage: Mapping[tuple[str, str], float] | None, settings: PlannerSettings) -> PlanBook:
         """The book of a plan just made, its state taken over as it is (planner.Planning's run once
         every lease is reserved: the capacity and quota the book would rebuild from its placements),
-        `requests` its leases still waiting. The run is the book's from then on."""
+        `requests` its leases still waiting. The run is the book's from then on. Its fits are placed
+        as a rebuilt book's (tests/property/test_lazy_plan_property.py); their reasons may differ
+        where the plan was made without them (explain=False leaves the quotas that never bind
+        unread) or earlier than the fit ("largest free block now" is the plan's now)."""
         if settings.bounded or settings.keep_etas or settings.aged:
             raise ValueError("incremental planning takes no wait bound, age x size or keep_etas")
         book = cls.__new__(cls)

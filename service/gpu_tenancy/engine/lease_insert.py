@@ -27,12 +27,13 @@ def insert_new(session: Session, row: m.Lease, steps: list[tuple[LeaseState, str
     """`row` (transient, its status None) written moved through `steps` (target, actor, why),
     each step's event written; the events' ids, in order. `row` is persistent after."""
     events: list[dict[str, Any]] = []
-    moves: list[tuple[LeaseState | None, LeaseState]] = []
     for target, actor, why in steps:
         current = LeaseState(row.status) if row.status else None
         change = transition(row.id, current, target, at=now, actor=actor, reason=why)
         row.status, row.updated_at = target.value, utcnow_naive(now)
-        moves.append((change.from_state, target))
+        # each notice as record_transition sends it: its payload is the row in that state, now
+        # (a notice is flushed with the session, after the row's INSERT below)
+        notifications.on_transition(session, row, change.from_state, target, now)
         events.append({"lease_id": row.id, "at": utcnow_naive(now), "actor": actor, "kind": "transition",
                        "from_state": change.from_state.value if change.from_state else None,
                        "to_state": target.value, "message": why})
@@ -46,8 +47,6 @@ def insert_new(session: Session, row: m.Lease, steps: list[tuple[LeaseState, str
         row.__dict__.setdefault(key, value)
     make_transient_to_detached(row)
     session.add(row)
-    for before, target in moves:   # the notices, as record_transition sends them
-        notifications.on_transition(session, row, before, target, now)
     return ids
 
 

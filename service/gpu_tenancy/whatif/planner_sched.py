@@ -185,7 +185,7 @@ class GpuTenancy(Scheduler):
         its earliest planned start. The same inputs from now on make the same placements: none
         starts now, none is late, none is guarded anew, and its wake-up is already asked for."""
         if not (self.settled and self.skip_settled and self.aging is None and self.promise is None
-                and not self.settings.bounded):
+                and not self.settings.bounded and not self.settings.aged):   # (those orders move with time)
             return False
         if self.next_start is not None and now >= self.next_start:
             return False
@@ -254,8 +254,11 @@ class GpuTenancy(Scheduler):
                 self.plans += 1
                 self.eta_plans += 1
             # the plan's own state, its reservations made, is the book (no rebuild) while the holds are
-            # the plan's: none is held past its asked end (held to a second after each decision)
-            run = kept.run() if all(h.end > now + 1 for h in holds) else None
+            # the plan's: none is held past its asked end (held to a second after each decision), and the
+            # leases the plan started hold what it reserved for them (no release allowance, which a plan
+            # adds and the replay's holds do not); jobs leave only by ending (finished() drops the plan)
+            same_holds = self.settings.release_allowance == 0 and all(h.end > now + 1 for h in holds)
+            run = kept.run() if same_holds else None
             if run is not None:
                 book = PlanBook.of_run(run, self.quotas, old, usage, self.settings)
             else:
