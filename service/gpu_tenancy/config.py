@@ -13,8 +13,8 @@ from cryptography.fernet import Fernet
 from gpu_tenancy.cloud import registry
 from gpu_tenancy.cloud.builtin import DEMO_CLOUD  # noqa: F401  (the demo's cloud, imported from here)
 from gpu_tenancy.domain.gpu_activity import IdleRule
-from gpu_tenancy.domain.planner import (DEFAULT_AGE_SIZE_GPU_HOURS, DEFAULT_KEEP_ETAS, DEFAULT_WAIT_BOUND,
-                                        DEFAULT_WAIT_BOUND_GPU_HOURS, DEFAULT_WAIT_BOUND_LEASES)
+from gpu_tenancy.domain.planner import (DEFAULT_AGE_SIZE_GPU_HOURS, DEFAULT_KEEP_ETAS, DEFAULT_QUEUED_CHARGE,
+                                        DEFAULT_WAIT_BOUND, DEFAULT_WAIT_BOUND_GPU_HOURS, DEFAULT_WAIT_BOUND_LEASES)
 
 OLD_CLOUD_SPELLING = ("cloud_driver", "simulated_cloud", "clouds_yaml_cloud", "clouds_yaml_file", "cloud_network",
                       "cloud_project_role", "gpu_resource_classes", "flavor_extra_specs")
@@ -107,6 +107,9 @@ class Config:
     # age x size: a waiting lease's fair-share score halves for every this many GPU-hours it has
     # waited (its GPUs times the hours), so that big leases are not starved (null: fair share alone)
     planner_age_size_gpu_hours: float | None = DEFAULT_AGE_SIZE_GPU_HOURS
+    # the queued charge: this times the GPU-hours a project's waiting leases ahead of a lease will use
+    # count in its fair-share score, so that a flood cannot all go before a big lease (null: fair share alone)
+    planner_queued_charge: float | None = DEFAULT_QUEUED_CHARGE
     # sharing rules (see README "Sharing rules")
     reclaim_after_seconds: int = 3600        # a lease within quota waits at most this for borrowed GPUs
     reclaim_notice_seconds: int = 900        # warning before a lease is reclaimed or preempted
@@ -207,6 +210,10 @@ class Config:
         if aged is not None and (isinstance(aged, bool) or not isinstance(aged, (int, float)) or not aged > 0
                                  or aged == float("inf")):
             raise ValueError("planner_age_size_gpu_hours must be a number of GPU-hours > 0, or null")
+        charge = values.get("planner_queued_charge")
+        if charge is not None and (isinstance(charge, bool) or not isinstance(charge, (int, float))
+                                   or not charge > 0 or charge == float("inf")):
+            raise ValueError("planner_queued_charge must be a number > 0, or null")
         # a duration is stored in seconds as a 32-bit integer (PostgreSQL's): 10 years fit; and
         # both stay within the bound of engine/limits.py's guard (60 years)
         for name, ceiling in (("max_lease_duration_days", 3650), ("max_start_ahead_days", 18250),

@@ -45,7 +45,8 @@ def world(seed: int):
             priority=rng.choice([0, 0, 0, 1]), preemptible=rng.random() < .05, arrival=i))
     usage = {(p, m): rng.uniform(0, 50) for p in projects for m in MODELS}
     settings = PlannerSettings(wait_bound=rng.choice([None, None, 3600]), release_allowance=rng.choice([0, 0, 120]),
-                               age_size_gpu_hours=rng.choice([None, None, 64.0]))
+                               age_size_gpu_hours=rng.choice([None, None, 64.0]),
+                               queued_charge=rng.choice([None, None, 1.0]))
     return hosts, holds, quotas, waiting, usage, settings, rng
 
 
@@ -97,7 +98,8 @@ def test_a_book_taken_over_from_a_plan_fits_as_one_rebuilt_from_its_placements(c
     compared = 0
     for seed in range(5000 + chunk * 150, 5000 + chunk * 150 + 150):
         hosts, holds, quotas, waiting, usage, settings, rng = world(seed)
-        settings = replace(settings, wait_bound=None, age_size_gpu_hours=None)   # (the book takes neither)
+        settings = replace(settings, wait_bound=None, age_size_gpu_hours=None,
+                           queued_charge=None)   # (the book takes none of them)
         new, old = waiting[:rng.randint(0, 4)], waiting[4:]
         explain = rng.random() < .5
         planning = Planning(NOW, hosts, holds, quotas, old, usage, settings, explain)

@@ -45,8 +45,9 @@ def world(rng: random.Random):
 @pytest.mark.parametrize("settings", [
     PlannerSettings(), PlannerSettings(wait_bound=6 * H, wait_bound_leases=2),
     # every lease past the bound at once: a reserved start is not, so it is tried out of the plan's turn
-    PlannerSettings(wait_bound=0, wait_bound_leases=1), PlannerSettings(wait_bound_gpu_hours=0)],
-    ids=["no-bound", "bound", "bound-0", "gpu-hours-0"])
+    PlannerSettings(wait_bound=0, wait_bound_leases=1), PlannerSettings(wait_bound_gpu_hours=0),
+    PlannerSettings(queued_charge=1.0)],
+    ids=["no-bound", "bound", "bound-0", "gpu-hours-0", "queued-charge"])
 def test_each_offer_starts_where_the_whole_plan_puts_it(settings, monkeypatch):
     tried = [0]
     place = offers_module._Places.place

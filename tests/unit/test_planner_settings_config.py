@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from gpu_tenancy.config import Config
-from gpu_tenancy.domain.model import Host, LeaseRequest, QuotaLimit
+from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit
 from gpu_tenancy.domain.planner import DEFAULT_WAIT_BOUND
 from gpu_tenancy.engine import ledger, planner_settings
 
@@ -116,3 +116,27 @@ def test_age_size_reaches_the_service_order(monkeypatch):
 def test_bad_age_size_is_refused(bad):
     with pytest.raises(ValueError, match="planner_age_size_gpu_hours"):
         Config.load(planner_age_size_gpu_hours=bad)
+
+
+def test_queued_charge_reaches_the_service_order(monkeypatch):
+    # heavy used 10 GPU-hours, light none; light holds 8 GPUs for 3 h more (24 GPU-hours): charged
+    # 1x, light's lease scores 24 against heavy's 10, so the heavy tenant's big lease goes first
+    q = {(p, M): QuotaLimit(p, M, 16) for p in ("heavy", "light")}
+    waiting = [LeaseRequest("big", "heavy", M, 8, 1, H, NOW - 2 * H, None, NOW - 2 * H),
+               LeaseRequest("small", "light", M, 8, 1, H, NOW - 60, None, NOW - 60)]
+    holds = [Hold("run", "light", "h1", M, 8, NOW - H, NOW + 3 * H)]
+    used = ledger.PlannerInputs([Host("h1", M, 8), Host("h2", M, 8)], holds, q, waiting, {("heavy", M): 10.0})
+    assert planner_settings.from_config(Config()).queued_charge is None
+    assert list(ledger.run_planner(used, NOW, planner_settings.from_config(Config())).leases) == ["small", "big"]
+    settings = planner_settings.from_config(Config.load(planner_queued_charge=0.25))   # 6 < 10
+    assert list(ledger.run_planner(used, NOW, settings).leases) == ["small", "big"]
+    monkeypatch.setenv("GPU_TENANCY_PLANNER_QUEUED_CHARGE", "1")
+    settings = planner_settings.from_config(Config.load())
+    assert settings.queued_charge == 1.0
+    assert list(ledger.run_planner(used, NOW, settings).leases) == ["big", "small"]
+
+
+@pytest.mark.parametrize("bad", [0, -1, "1", True, float("nan"), float("inf")])
+def test_bad_queued_charge_is_refused(bad):
+    with pytest.raises(ValueError, match="planner_queued_charge"):
+        Config.load(planner_queued_charge=bad)

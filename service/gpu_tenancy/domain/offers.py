@@ -23,6 +23,7 @@ from typing import Protocol
 from .model import Hold, Host, LeaseRequest, Plan, PlannedLease, QuotaLimit
 from .planner import (OrderKey, PlannerSettings, Trials, Turn, bound_protected, fmt_time, order_key, plan,
                       plan_with_turns, trials_after)
+from .queued_charge import queued_charges
 
 
 class Kind(StrEnum):
@@ -300,6 +301,7 @@ class _Places:
             self.holds[hd.gpu_model].append(hd)
         for lr in waiting:
             self.queued[lr.gpu_model].append(lr)
+        self.charged = queued_charges(waiting, holds, now, quotas, settings.queued_charge)
         self.runs: dict[tuple[str, frozenset[str]], Trials] = {}
         self.ordered: dict[str, list[tuple[OrderKey, LeaseRequest]]] = {}
         self.turn: tuple[str, OrderKey, Trials] | None = None
@@ -345,7 +347,13 @@ class _Places:
         return [x for _, x in ordered[:bisect_left(ordered, (mine,), key=lambda kx: (kx[0],))]]
 
     def _key(self, lr: LeaseRequest, protected: set[str] | None) -> OrderKey:
-        return order_key(lr, self.quotas, self.usage, self.now, self.settings, protected)
+        charged = self.charged
+        if self.settings.queued_charge is not None and lr.lease_id not in charged:
+            # a new lease: charged as plan() charges it among the waiting leases of its model
+            m = lr.gpu_model
+            charged = queued_charges([*self.queued[m], lr], self.holds[m], self.now, self.quotas,
+                                     self.settings.queued_charge)
+        return order_key(lr, self.quotas, self.usage, self.now, self.settings, protected, charged=charged)
 
 
 def _hours(seconds: int) -> str:

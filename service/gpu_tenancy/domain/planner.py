@@ -37,6 +37,9 @@ is at stake in keep their fair-share order.
 With `age_size_gpu_hours` (off by default), the fair-share score in the order is the
 project's halved for every that many GPU-hours the lease has waited (domain/age_size.py):
 Slurm's age factor, growing faster for bigger leases, so that fair share stops starving them.
+With `queued_charge` (off by default), the GPU-hours a project's holds keep from now and its
+waiting leases ahead of a lease will use count in the lease's score too (domain/queued_charge.py):
+a light tenant's flood cannot all go before a heavy tenant's big lease.
 """
 from __future__ import annotations
 
@@ -51,12 +54,13 @@ from .capacity import ModelIndex, can_ever_fit, largest_free_block
 from .fairshare import share_score
 from .model import Hold, Host, LeaseRequest, Placement, Plan, PlannedLease, QuotaLimit, Reason
 from .profile import INF, StepProfile
+from .queued_charge import queued_charges
 
 __all__ = [
     "PlannerSettings", "plan", "extension_conflicts", "can_ever_fit", "largest_free_block",
     "order_key", "fmt_time", "DEFAULT_WAIT_BOUND", "DEFAULT_WAIT_BOUND_GPU_HOURS", "DEFAULT_WAIT_BOUND_LEASES",
     "past_wait_bound", "bound_reached_at", "bound_protected", "waiting_since", "DEFAULT_KEEP_ETAS",
-    "guardable", "GUARD_ROUNDS", "DEFAULT_AGE_SIZE_GPU_HOURS", "OrderKey", "Trials", "Turn", "plan_with_turns",
+    "guardable", "GUARD_ROUNDS", "DEFAULT_AGE_SIZE_GPU_HOURS", "DEFAULT_QUEUED_CHARGE", "OrderKey", "Trials", "Turn", "plan_with_turns",
     "trials_after",
 ]
 
@@ -72,6 +76,8 @@ DEFAULT_WAIT_BOUND_LEASES: int | None = None
 DEFAULT_KEEP_ETAS = False
 # Off by default: see docs/performance.md, "Age x size"
 DEFAULT_AGE_SIZE_GPU_HOURS: float | None = None
+# Off by default: see docs/performance.md, "Queued charge"
+DEFAULT_QUEUED_CHARGE: float | None = None
 GUARD_ROUNDS = 8   # keep_etas: plans made at most, in one plan() call, to keep the ETAs
 
 
@@ -97,6 +103,9 @@ class PlannerSettings:
     # a waiting lease's fair-share score halves for every this many GPU-hours it has waited
     # (domain/age_size.py); None: fair share alone
     age_size_gpu_hours: float | None = DEFAULT_AGE_SIZE_GPU_HOURS
+    # a waiting lease's fair-share score counts this times the GPU-hours its project's waiting leases
+    # ahead of it will use (domain/queued_charge.py); None: fair share alone
+    queued_charge: float | None = DEFAULT_QUEUED_CHARGE
 
     @property
     def bounded(self) -> bool:
@@ -104,8 +113,9 @@ class PlannerSettings:
 
     @property
     def aged(self) -> bool:
-        """The order moves with time as leases wait (age x size): only a whole plan knows it."""
-        return self.age_size_gpu_hours is not None
+        """The order moves with time as leases wait (age x size) or with the other leases waiting
+        (the queued charge): only a whole plan knows it."""
+        return self.age_size_gpu_hours is not None or self.queued_charge is not None
 
 
 _DAYS: dict[int, str] = {}   # day number -> "YYYY-MM-DD": a plan formats thousands of times on few days
@@ -186,19 +196,21 @@ def order_key(lr: LeaseRequest, quotas: Mapping[tuple[str, str], QuotaLimit],
               usage: Mapping[tuple[str, str], float] | None, now: int = 0,
               settings: PlannerSettings = PlannerSettings(),
               protected: set[str] | None = None,
-              guarded: AbstractSet[str] | None = None) -> tuple[int, int, float, int, int, str]:
+              guarded: AbstractSet[str] | None = None,
+              charged: Mapping[str, float] | None = None) -> tuple[int, int, float, int, int, str]:
     """Planner order: priority desc; then, with keep_etas, the guarded leases (those of
     `guarded`, by default those marked so) by the ETA they were told; then leases past the
     wait bound (those of `protected`, by default every one), by when they reached it; then
     the rest by fair share asc, created_at asc; then the order they were asked in (arrival:
-    leases asked in the same second), lease_id."""
+    leases asked in the same second), lease_id. `charged`: the queued charge of the leases
+    (domain/queued_charge.py, made among the waiting leases), none if not given."""
     if settings.keep_etas and guardable(lr) and (lr.guarded if guarded is None else lr.lease_id in guarded):
         return (-lr.priority, GUARDED, lr.first_eta or 0, lr.created_at, lr.arrival, lr.lease_id)
     at = bound_reached_at(lr, settings)
     if at is not None and now >= at and (protected is None or lr.lease_id in protected):
         return (-lr.priority, BOUND, at, lr.created_at, lr.arrival, lr.lease_id)
-    score = aged_score(share_score(usage, lr.project_id, lr.gpu_model, _weight(quotas, lr.project_id, lr.gpu_model)),
-                       lr, now, settings.age_size_gpu_hours)
+    score = aged_score(share_score(usage, lr.project_id, lr.gpu_model, _weight(quotas, lr.project_id, lr.gpu_model))
+                       + (charged.get(lr.lease_id, 0.0) if charged else 0.0), lr, now, settings.age_size_gpu_hours)
     return (-lr.priority, FAIR, score, lr.created_at, lr.arrival, lr.lease_id)
 
 
@@ -373,13 +385,14 @@ class Planning:
         self.quotas, self.settings, self.explain, self.guarded = quotas, settings, explain, guarded
 
         age_size = settings.age_size_gpu_hours
+        charged = queued_charges(waiting, holds, now, quotas, settings.queued_charge)
 
         def fair(lr: LeaseRequest) -> float:
-            return aged_score(scores.of(lr.project_id, lr.gpu_model), lr, now, age_size)
+            return aged_score(scores.of(lr.project_id, lr.gpu_model) + charged.get(lr.lease_id, 0.0), lr, now, age_size)
 
         def key(lr: LeaseRequest) -> OrderKey:
             if settings.bounded:
-                return order_key(lr, quotas, usage, now, settings, run.protected, guarded)
+                return order_key(lr, quotas, usage, now, settings, run.protected, guarded, charged)
             # order_key without a wait bound, each project's score computed once
             if lr.lease_id in guarded:
                 return -lr.priority, GUARDED, lr.first_eta or 0, lr.created_at, lr.arrival, lr.lease_id
@@ -744,7 +757,9 @@ class _Run:
                 u = self.usage.get((p, m), 0.0) if self.usage else 0.0
                 used = self.used_text[(p, m)] = (f"project {p} has used {_gh(u)} {m} GPU-hours recently "
                                                  f"against weight {q.weight:g}; ")
-            waited = " (or that waited more GPU-hours: age x size)" if settings.aged else ""
+            waited = " (or that waited more GPU-hours: age x size)" if settings.age_size_gpu_hours is not None else ""
+            if settings.queued_charge is not None:
+                waited += " (counting what each holds and has queued ahead: the queued charge)"
             out.append(Reason("fairshare", f"{used}{_n(ahead.fairshare, 'lease')} of projects that used "
                                            f"less{waited} go first"))
         if ahead.order and tier == FAIR:

@@ -17,4 +17,5 @@ def from_config(config: Config) -> PlannerSettings:
                            wait_bound_leases=config.planner_wait_bound_leases,
                            keep_etas=config.planner_keep_etas,
                            age_size_gpu_hours=config.planner_age_size_gpu_hours,
+                           queued_charge=config.planner_queued_charge,
                            release_floor=config.release_allowance_seconds)

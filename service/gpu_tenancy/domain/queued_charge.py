@@ -1,0 +1,67 @@
+"""The queued charge in the planner's fair-share order (PlannerSettings.queued_charge).
+
+Issue 18's "count a reservation's cost in fair share", in the reading that charges the leases
+that go in front: fair share alone orders a waiting lease by its project's recent use only, so
+a light tenant's flood of small leases all goes before a heavy tenant's big lease, each taking
+GPUs that the big lease's reservation was draining, and the big lease waits for days. With this
+rule on, the GPU-hours a project's earlier waiting leases will use count in its score as if
+already used: a lease's score is its project's plus `charge` x the GPU-hours its project has
+committed ahead of it, over the project's weight: what its holds of that GPU model still keep
+from now to their end (recent use counts only up to now: without them, a lease that starts would
+lower its project's score), and the asked GPU-hours (GPUs x asked hours) of its waiting leases
+of that model ahead of it in the project's own order. A flood then goes before the big lease only until its projected use
+passes the big lease's project's, and interleaves with it from there: the big lease's
+reservation stops moving back. The order of one project's leases never changes (the charge only
+grows along it).
+
+The charge depends on the other waiting leases, not on the lease alone: only a whole plan knows
+it (the create's fit into the plan is off with it, as with age x size). Pure and deterministic.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+
+from .model import Hold, LeaseRequest, QuotaLimit
+
+__all__ = ["queued_charges", "asked_gpu_hours", "held_gpu_hours"]
+
+
+def asked_gpu_hours(lr: LeaseRequest) -> float:
+    """What the lease will use if it runs as asked: its GPUs times its hours."""
+    return max(1, lr.gpus_per_vm * lr.instances) * lr.duration / 3600
+
+
+def held_gpu_hours(holds: Iterable[Hold], now: int) -> dict[tuple[str, str], float]:
+    """(project, model) -> the GPU-hours its holds keep from now to their ends."""
+    out: dict[tuple[str, str], float] = defaultdict(float)
+    for h in holds:
+        if h.end > now and h.gpus > 0 and not h.preemptible:
+            out[(h.project_id, h.gpu_model)] += h.gpus * (h.end - max(h.start, now)) / 3600
+    return out
+
+
+def queued_charges(waiting: Iterable[LeaseRequest], holds: Iterable[Hold], now: int,
+                   quotas: Mapping[tuple[str, str], QuotaLimit], charge: float | None) -> dict[str, float]:
+    """lease_id -> what the rule adds to its project's fair-share score: `charge` x (the GPU-hours
+    its project's holds of its model keep from now on, and the asked GPU-hours of its project's
+    waiting leases of its model that go before it among themselves: priority desc, then asked
+    first), over the project's weight. Empty when the rule is off; preemptible leases neither
+    pay nor are charged (they use no quota and yield to the rest)."""
+    if charge is None:
+        return {}
+    held = held_gpu_hours(holds, now)
+    mine: dict[tuple[str, str], list[LeaseRequest]] = defaultdict(list)
+    for lr in waiting:
+        if not lr.preemptible:
+            mine[(lr.project_id, lr.gpu_model)].append(lr)
+    out: dict[str, float] = {}
+    for pm, leases in mine.items():
+        q = quotas.get(pm)
+        weight = q.weight if q is not None else 1.0
+        ahead = held.get(pm, 0.0)
+        for lr in sorted(leases, key=lambda x: (-x.priority, x.created_at, x.arrival, x.lease_id)):
+            # a weight of 0 already scores inf (or 0 with no use): the charge changes neither
+            out[lr.lease_id] = charge * ahead / weight if weight > 0 and ahead > 0 else 0.0
+            ahead += asked_gpu_hours(lr)
+    return out

@@ -1,0 +1,115 @@
+"""The queued charge (PlannerSettings.queued_charge, domain/queued_charge.py): a light tenant's
+flood, which fair share alone puts wholly before a heavy tenant's big lease, goes before it only
+until the flood's committed GPU-hours pass the heavy tenant's use; the order of one project's
+leases never changes."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit
+from gpu_tenancy.domain.planner import PlannerSettings, order_key, plan
+from gpu_tenancy.domain.queued_charge import queued_charges
+from gpu_tenancy.whatif.event_loop import simulate
+from gpu_tenancy.whatif.history import Lease
+from gpu_tenancy.whatif.planner_sched import GpuTenancy, quota_limits
+
+H = 3600
+BIG_AT = 12 * H
+
+
+def world(flood: int) -> list[Lease]:
+    """Two 8-GPU hosts. The heavy tenant fills both for 10 h (160 GPU-hours); at 11 h the light
+    tenant asks for `flood` leases of 1 GPU for 4 h at once; at 12 h the heavy tenant asks for
+    one whole host for 2 h."""
+    jobs = [Lease(f"h{i}", "heavy", 0, 10 * H, 8, 1, seq=i) for i in range(2)]
+    jobs.append(Lease("big", "heavy", BIG_AT, 2 * H, 8, 1, seq=2))
+    jobs += [Lease(f"s{i}", "light", 11 * H + i, 4 * H, 1, 1, seq=3 + i) for i in range(flood)]
+    return sorted(jobs, key=lambda j: (j.arrival, j.seq))
+
+
+def big_wait(settings: PlannerSettings, flood: int = 100) -> int:
+    out = simulate(world(flood), 2, GpuTenancy(quota_limits({"heavy": .5, "light": .5}, 16, "open"),
+                                                settings=settings))
+    return out.start["big"] - BIG_AT
+
+
+def test_a_big_lease_behind_a_lighter_tenants_flood_goes_at_the_next_host_free():
+    starved = big_wait(PlannerSettings())
+    charged = big_wait(PlannerSettings(queued_charge=4))
+    # fair share alone: until the light tenant has used about the heavy tenant's 160 GPU-hours
+    assert starved > 10 * H, starved
+    # charged: the flood's first 16 run, a few more go first, then the big lease takes the first host
+    # their 4 h free (at 15 h)
+    assert charged <= 3 * H + 60, charged
+    # charged 1x, its turn comes later (more of the flood is still under the heavy tenant's use)
+    assert charged < big_wait(PlannerSettings(queued_charge=1)) < starved
+
+
+def _lr(lid: str, project: str, gpus: int, hours: float, created: int, **kw) -> LeaseRequest:
+    return LeaseRequest(lid, project, "A100", gpus, 1, round(hours * H), created, None, created, **kw)
+
+
+def test_the_charge_is_what_the_project_holds_from_now_and_has_queued_ahead():
+    now = 10 * H
+    quotas = {("p", "A100"): QuotaLimit("p", "A100", 16, weight=2.0)}
+    holds = [Hold("run", "p", "h1", "A100", 4, now - H, now + 3 * H),        # 12 GPU-hours from now
+             Hold("done", "p", "h1", "A100", 4, now - 2 * H, now),          # over: nothing
+             Hold("pre", "p", "h2", "A100", 8, now, now + H, preemptible=True)]
+    waiting = [_lr("b", "p", 2, 1, now - 10), _lr("a", "p", 1, 2, now - 20), _lr("c", "p", 8, 1, now),
+               _lr("x", "p", 8, 5, now - 30, preemptible=True), _lr("hi", "p", 1, 1, now, priority=1)]
+    assert queued_charges(waiting, holds, now, quotas, None) == {}
+    # own order: hi (priority), a, b, c; charge 0.5 over weight 2
+    assert queued_charges(waiting, holds, now, quotas, 0.5) == pytest.approx(
+        {"hi": 0.5 * 12 / 2, "a": 0.5 * 13 / 2, "b": 0.5 * 15 / 2, "c": 0.5 * 17 / 2})
+
+
+def test_in_the_order_the_flood_goes_first_only_up_to_the_heavy_tenants_use():
+    now = 12 * H
+    quotas = {(p, "A100"): QuotaLimit(p, "A100", 16) for p in ("heavy", "light")}
+    usage = {("heavy", "A100"): 120.0, ("light", "A100"): 0.0}
+    waiting = [_lr("big", "heavy", 8, 2, now)] + [_lr(f"s{i:02d}", "light", 1, 4, 11 * H, arrival=i)
+                                                   for i in range(20)]
+    hosts = [Host("h1", "A100", 8), Host("h2", "A100", 8)]
+    alone = plan(now, hosts, [], quotas, waiting, usage, PlannerSettings(), explain=False)
+    assert list(alone.leases)[-1] == "big"
+    settings = PlannerSettings(queued_charge=4)
+    charged = plan(now, hosts, [], quotas, waiting, usage, settings, explain=False)
+    # s00..s07 are charged 4 x (0, 4, ..., 28) GPU-hours < 120, s08 on 4 x 32 = 128 > 120
+    assert list(charged.leases).index("big") == 8
+    # order_key, given the charges, orders them alike
+    by = queued_charges(waiting, [], now, quotas, 4)
+    keyed = sorted(waiting, key=lambda lr: order_key(lr, quotas, usage, now, settings, charged=by))
+    assert [lr.lease_id for lr in keyed] == list(charged.leases)
+    # and the big lease's start comes forward: the host the 8 before it leave, now
+    assert charged.leases["big"].eta == now
+    assert alone.leases["big"].eta == now + 4 * H
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_one_projects_leases_keep_their_order(seed):
+    rng = random.Random(seed)
+    now = 100 * H
+    projects = ["p", "q", "r"]
+    quotas = {(p, "A100"): QuotaLimit(p, "A100", 64, weight=rng.choice([0.5, 1.0, 2.0])) for p in projects}
+    usage = {(p, "A100"): rng.uniform(0, 200) for p in projects}
+    waiting = [_lr(f"l{i:02d}", rng.choice(projects), rng.choice([1, 2, 8]), rng.choice([1, 4, 24]),
+                   now - rng.randint(0, 50) * H, arrival=i) for i in range(30)]
+    hosts = [Host(f"h{i}", "A100", 8) for i in range(4)]
+    p = plan(now, hosts, [], quotas, waiting, usage, PlannerSettings(queued_charge=rng.choice([0.5, 1, 8])))
+    by_created = {lr.lease_id: (lr.created_at, lr.arrival) for lr in waiting}
+    for proj in projects:
+        mine = [lid for lid in p.leases if lid in {lr.lease_id for lr in waiting if lr.project_id == proj}]
+        assert mine == sorted(mine, key=by_created.__getitem__), (seed, proj)
+
+
+def test_the_reasons_say_that_the_charge_counts():
+    now = 12 * H
+    quotas = {(p, "A100"): QuotaLimit(p, "A100", 16) for p in ("heavy", "light")}
+    usage = {("heavy", "A100"): 120.0}
+    waiting = [_lr("big", "heavy", 8, 2, now), _lr("small", "light", 8, 4, now - H)]
+    p = plan(now, [Host("h1", "A100", 8)], [], quotas, waiting, usage, PlannerSettings(queued_charge=1))
+    assert [r.message for r in p.leases["big"].reasons if r.code == "fairshare"] == [
+        "project heavy has used 120 A100 GPU-hours recently against weight 1; 1 lease of projects that used "
+        "less (counting what each holds and has queued ahead: the queued charge) go first"]
