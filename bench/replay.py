@@ -107,13 +107,16 @@ def bound_settings(spec: str) -> PlannerSettings:
     '16gh' one of 16 GPU-hours, '1l' at most 1 lease past it at a time (wait_bound_leases),
     'keep' the first ETAs kept (keep_etas), 'fs' fair share alone (keep_etas off), '64as' the
     fair-share score halved per 64 GPU-hours waited (age_size_gpu_hours), '1qc' the GPU-hours of a
-    project's waiting leases ahead of a lease counted 1x in its score (queued_charge)."""
+    project's waiting leases ahead of a lease counted 1x in its score (queued_charge), '8sp' leases of
+    8 GPUs or more not charged (queued_charge_spares_gpus)."""
     kw: dict = {}
     for part in spec.split("+"):
         if part in ("keep", "fs"):
             kw["keep_etas"] = part == "keep"
         elif part.endswith("qc"):
             kw["queued_charge"] = float(part[:-2])
+        elif part.endswith("sp"):
+            kw["queued_charge_spares_gpus"] = int(part[:-2])
         elif part.endswith("as"):
             kw["age_size_gpu_hours"] = float(part[:-2])
         elif part.endswith("gh"):

@@ -14,7 +14,8 @@ from gpu_tenancy.cloud import registry
 from gpu_tenancy.cloud.builtin import DEMO_CLOUD  # noqa: F401  (the demo's cloud, imported from here)
 from gpu_tenancy.domain.gpu_activity import IdleRule
 from gpu_tenancy.domain.planner import (DEFAULT_AGE_SIZE_GPU_HOURS, DEFAULT_KEEP_ETAS, DEFAULT_QUEUED_CHARGE,
-                                        DEFAULT_WAIT_BOUND, DEFAULT_WAIT_BOUND_GPU_HOURS, DEFAULT_WAIT_BOUND_LEASES)
+                                        DEFAULT_QUEUED_CHARGE_SPARES_GPUS, DEFAULT_WAIT_BOUND,
+                                        DEFAULT_WAIT_BOUND_GPU_HOURS, DEFAULT_WAIT_BOUND_LEASES)
 
 OLD_CLOUD_SPELLING = ("cloud_driver", "simulated_cloud", "clouds_yaml_cloud", "clouds_yaml_file", "cloud_network",
                       "cloud_project_role", "gpu_resource_classes", "flavor_extra_specs")
@@ -110,6 +111,8 @@ class Config:
     # the queued charge: this times the GPU-hours a project's waiting leases ahead of a lease will use
     # count in its fair-share score, so that a flood cannot all go before a big lease (null: fair share alone)
     planner_queued_charge: float | None = DEFAULT_QUEUED_CHARGE
+    # ... except on leases of this many GPUs or more, the big leases it makes room for (null: every lease)
+    planner_queued_charge_spares_gpus: int | None = DEFAULT_QUEUED_CHARGE_SPARES_GPUS
     # sharing rules (see README "Sharing rules")
     reclaim_after_seconds: int = 3600        # a lease within quota waits at most this for borrowed GPUs
     reclaim_notice_seconds: int = 900        # warning before a lease is reclaimed or preempted
@@ -214,6 +217,9 @@ class Config:
         if charge is not None and (isinstance(charge, bool) or not isinstance(charge, (int, float))
                                    or not charge > 0 or charge == float("inf")):
             raise ValueError("planner_queued_charge must be a number > 0, or null")
+        spares = values.get("planner_queued_charge_spares_gpus")
+        if spares is not None and (isinstance(spares, bool) or not isinstance(spares, int) or spares < 1):
+            raise ValueError("planner_queued_charge_spares_gpus must be a whole number of GPUs >= 1, or null")
         # a duration is stored in seconds as a 32-bit integer (PostgreSQL's): 10 years fit; and
         # both stay within the bound of engine/limits.py's guard (60 years)
         for name, ceiling in (("max_lease_duration_days", 3650), ("max_start_ahead_days", 18250),

@@ -65,6 +65,29 @@ def test_the_charge_is_what_the_project_holds_from_now_and_has_queued_ahead():
         {"hi": 0.5 * 12 / 2, "a": 0.5 * 13 / 2, "b": 0.5 * 15 / 2, "c": 0.5 * 17 / 2})
 
 
+def test_spared_leases_are_not_charged_but_count_for_those_after_them():
+    now = 10 * H
+    quotas = {("p", "A100"): QuotaLimit("p", "A100", 64)}
+    holds = [Hold("run", "p", "h1", "A100", 8, now - H, now + 2 * H)]   # 16 GPU-hours from now
+    waiting = [_lr("a", "p", 1, 2, now - 30), _lr("big", "p", 8, 1, now - 20),
+               LeaseRequest("gang", "p", "A100", 4, 2, H, now - 10, None, now - 10),   # 2 VMs x 4 GPUs
+               _lr("b", "p", 1, 1, now)]
+    assert queued_charges(waiting, holds, now, quotas, 1, spared_gpus=8) == pytest.approx(
+        {"a": 16, "big": 0, "gang": 0, "b": 16 + 2 + 8 + 8})
+    # the spared big lease of a heavy tenant, on its plain score, goes before a charged light flood
+    light = [_lr(f"s{i}", "light", 1, 4, now - H, arrival=i) for i in range(4)]
+    quotas = {(p, "A100"): QuotaLimit(p, "A100", 64) for p in ("heavy", "light")}
+    usage = {("heavy", "A100"): 10.0}
+    held = [Hold("run", "heavy", "h1", "A100", 8, now - H, now + 5 * H),
+            Hold("lrun", "light", "h2", "A100", 4, now - H, now + 5 * H)]   # 40 and 20 GPU-hours held
+    big = _lr("big", "heavy", 8, 1, now)
+    hosts = [Host(f"h{i}", "A100", 8) for i in range(1, 4)]
+    for spares, where in ((None, 4), (8, 0)):
+        p = plan(now, hosts, held, quotas, [big, *light], usage,
+                 PlannerSettings(queued_charge=1, queued_charge_spares_gpus=spares), explain=False)
+        assert list(p.leases).index("big") == where, spares
+
+
 def test_in_the_order_the_flood_goes_first_only_up_to_the_heavy_tenants_use():
     now = 12 * H
     quotas = {(p, "A100"): QuotaLimit(p, "A100", 16) for p in ("heavy", "light")}

@@ -140,3 +140,15 @@ def test_queued_charge_reaches_the_service_order(monkeypatch):
 def test_bad_queued_charge_is_refused(bad):
     with pytest.raises(ValueError, match="planner_queued_charge"):
         Config.load(planner_queued_charge=bad)
+
+
+def test_queued_charge_spares_reach_the_planner():
+    assert planner_settings.from_config(Config()).queued_charge_spares_gpus is None
+    settings = planner_settings.from_config(Config.load(planner_queued_charge=1, planner_queued_charge_spares_gpus=8))
+    assert (settings.queued_charge, settings.queued_charge_spares_gpus) == (1, 8)
+
+
+@pytest.mark.parametrize("bad", [0, -1, "8", True, 8.5])
+def test_bad_queued_charge_spares_are_refused(bad):
+    with pytest.raises(ValueError, match="planner_queued_charge_spares_gpus"):
+        Config.load(planner_queued_charge_spares_gpus=bad)

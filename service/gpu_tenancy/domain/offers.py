@@ -301,7 +301,8 @@ class _Places:
             self.holds[hd.gpu_model].append(hd)
         for lr in waiting:
             self.queued[lr.gpu_model].append(lr)
-        self.charged = queued_charges(waiting, holds, now, quotas, settings.queued_charge)
+        self.charged = queued_charges(waiting, holds, now, quotas, settings.queued_charge,
+                                      settings.queued_charge_spares_gpus)
         self.runs: dict[tuple[str, frozenset[str]], Trials] = {}
         self.ordered: dict[str, list[tuple[OrderKey, LeaseRequest]]] = {}
         self.turn: tuple[str, OrderKey, Trials] | None = None
@@ -352,7 +353,7 @@ class _Places:
             # a new lease: charged as plan() charges it among the waiting leases of its model
             m = lr.gpu_model
             charged = queued_charges([*self.queued[m], lr], self.holds[m], self.now, self.quotas,
-                                     self.settings.queued_charge)
+                                     self.settings.queued_charge, self.settings.queued_charge_spares_gpus)
         return order_key(lr, self.quotas, self.usage, self.now, self.settings, protected, charged=charged)
 
 

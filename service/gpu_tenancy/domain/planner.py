@@ -60,7 +60,8 @@ __all__ = [
     "PlannerSettings", "plan", "extension_conflicts", "can_ever_fit", "largest_free_block",
     "order_key", "fmt_time", "DEFAULT_WAIT_BOUND", "DEFAULT_WAIT_BOUND_GPU_HOURS", "DEFAULT_WAIT_BOUND_LEASES",
     "past_wait_bound", "bound_reached_at", "bound_protected", "waiting_since", "DEFAULT_KEEP_ETAS",
-    "guardable", "GUARD_ROUNDS", "DEFAULT_AGE_SIZE_GPU_HOURS", "DEFAULT_QUEUED_CHARGE", "OrderKey", "Trials", "Turn", "plan_with_turns",
+    "guardable", "GUARD_ROUNDS", "DEFAULT_AGE_SIZE_GPU_HOURS", "DEFAULT_QUEUED_CHARGE",
+    "DEFAULT_QUEUED_CHARGE_SPARES_GPUS", "OrderKey", "Trials", "Turn", "plan_with_turns",
     "trials_after",
 ]
 
@@ -78,6 +79,7 @@ DEFAULT_KEEP_ETAS = False
 DEFAULT_AGE_SIZE_GPU_HOURS: float | None = None
 # Off by default: see docs/performance.md, "Queued charge"
 DEFAULT_QUEUED_CHARGE: float | None = None
+DEFAULT_QUEUED_CHARGE_SPARES_GPUS: int | None = None
 GUARD_ROUNDS = 8   # keep_etas: plans made at most, in one plan() call, to keep the ETAs
 
 
@@ -106,6 +108,8 @@ class PlannerSettings:
     # a waiting lease's fair-share score counts this times the GPU-hours its project's waiting leases
     # ahead of it will use (domain/queued_charge.py); None: fair share alone
     queued_charge: float | None = DEFAULT_QUEUED_CHARGE
+    # ... but not for leases of this many GPUs or more (the big leases it is for); None: every lease
+    queued_charge_spares_gpus: int | None = DEFAULT_QUEUED_CHARGE_SPARES_GPUS
 
     @property
     def bounded(self) -> bool:
@@ -385,7 +389,8 @@ class Planning:
         self.quotas, self.settings, self.explain, self.guarded = quotas, settings, explain, guarded
 
         age_size = settings.age_size_gpu_hours
-        charged = queued_charges(waiting, holds, now, quotas, settings.queued_charge)
+        charged = queued_charges(waiting, holds, now, quotas, settings.queued_charge,
+                                 settings.queued_charge_spares_gpus)
 
         def fair(lr: LeaseRequest) -> float:
             return aged_score(scores.of(lr.project_id, lr.gpu_model) + charged.get(lr.lease_id, 0.0), lr, now, age_size)

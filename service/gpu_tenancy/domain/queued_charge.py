@@ -42,12 +42,14 @@ def held_gpu_hours(holds: Iterable[Hold], now: int) -> dict[tuple[str, str], flo
 
 
 def queued_charges(waiting: Iterable[LeaseRequest], holds: Iterable[Hold], now: int,
-                   quotas: Mapping[tuple[str, str], QuotaLimit], charge: float | None) -> dict[str, float]:
+                   quotas: Mapping[tuple[str, str], QuotaLimit], charge: float | None,
+                   spared_gpus: int | None = None) -> dict[str, float]:
     """lease_id -> what the rule adds to its project's fair-share score: `charge` x (the GPU-hours
     its project's holds of its model keep from now on, and the asked GPU-hours of its project's
     waiting leases of its model that go before it among themselves: priority desc, then asked
-    first), over the project's weight. Empty when the rule is off; preemptible leases neither
-    pay nor are charged (they use no quota and yield to the rest)."""
+    first), over the project's weight. Leases of `spared_gpus` GPUs or more are not charged
+    (they still count for the leases after them). Empty when the rule is off; preemptible leases
+    neither pay nor are charged (they use no quota and yield to the rest)."""
     if charge is None:
         return {}
     held = held_gpu_hours(holds, now)
@@ -62,6 +64,7 @@ def queued_charges(waiting: Iterable[LeaseRequest], holds: Iterable[Hold], now: 
         ahead = held.get(pm, 0.0)
         for lr in sorted(leases, key=lambda x: (-x.priority, x.created_at, x.arrival, x.lease_id)):
             # a weight of 0 already scores inf (or 0 with no use): the charge changes neither
-            out[lr.lease_id] = charge * ahead / weight if weight > 0 and ahead > 0 else 0.0
+            spared = spared_gpus is not None and lr.gpus_per_vm * lr.instances >= spared_gpus
+            out[lr.lease_id] = charge * ahead / weight if weight > 0 and ahead > 0 and not spared else 0.0
             ahead += asked_gpu_hours(lr)
     return out

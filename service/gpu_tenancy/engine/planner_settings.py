@@ -18,4 +18,5 @@ def from_config(config: Config) -> PlannerSettings:
                            keep_etas=config.planner_keep_etas,
                            age_size_gpu_hours=config.planner_age_size_gpu_hours,
                            queued_charge=config.planner_queued_charge,
+                           queued_charge_spares_gpus=config.planner_queued_charge_spares_gpus,
                            release_floor=config.release_allowance_seconds)
