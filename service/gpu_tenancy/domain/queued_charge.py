@@ -4,15 +4,17 @@ Issue 18's "count a reservation's cost in fair share", in the reading that charg
 that go in front: fair share alone orders a waiting lease by its project's recent use only, so
 a light tenant's flood of small leases all goes before a heavy tenant's big lease, each taking
 GPUs that the big lease's reservation was draining, and the big lease waits for days. With this
-rule on, the GPU-hours a project's earlier waiting leases will use count in its score as if
-already used: a lease's score is its project's plus `charge` x the GPU-hours its project has
-committed ahead of it, over the project's weight: what its holds of that GPU model still keep
-from now to their end (recent use counts only up to now: without them, a lease that starts would
-lower its project's score), and the asked GPU-hours (GPUs x asked hours) of its waiting leases
-of that model ahead of it in the project's own order. A flood then goes before the big lease only until its projected use
-passes the big lease's project's, and interleaves with it from there: the big lease's
-reservation stops moving back. The order of one project's leases never changes (the charge only
-grows along it).
+rule on, what a project has committed ahead of a lease counts in the lease's score as if already
+used: its score is its project's plus `charge` x those GPU-hours over the project's weight: what
+the project's holds of that GPU model still keep from now to their end (recent use counts only up
+to now: without them, a lease that starts would lower its project's score), and the asked
+GPU-hours (GPUs x asked hours) of its waiting leases of that model ahead of it in the project's
+own order. A flood then goes before the big lease only until its projected use passes the big
+lease's project's, and interleaves with it from there. The order of one project's leases never changes (the charge only
+grows along it), except with `spared_gpus` (PlannerSettings.queued_charge_spares_gpus): leases of
+that many GPUs or more are not charged, only counted for the leases after them, so a big lease
+keeps its project's plain score against every charged small lease: the small leases that would
+take the GPUs its reservation drains pay for what they and theirs hold first.
 
 The charge depends on the other waiting leases, not on the lease alone: only a whole plan knows
 it (the create's fit into the plan is off with it, as with age x size). Pure and deterministic.
