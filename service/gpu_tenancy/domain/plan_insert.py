@@ -22,8 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .model import Hold, Host, LeaseRequest, Placement, PlannedLease, QuotaLimit, Reason
-from .planner import (FAIR, FAST, PlannerSettings, Trials, _Ahead, _n, _no_slot_reason, _place_preemptible, _Run, _Scores,
-                      fmt_time)
+from .planner import (FAIR, FAST, PlannerSettings, Trials, _Ahead, _n, _Run, _Scores)
 
 OrderKey = tuple[int, int, float, int, int, str]
 
@@ -124,7 +123,6 @@ class PlanBook:
         reserve it there; `now` may be later than the plan's (never earlier)."""
         run = self._run
         run.now = run.book.now = max(now, run.now)   # nothing starts before it
-        now = run.now
         m, keys = lr.gpu_model, self._keys[lr.gpu_model]
         key = self._key(lr)
         i = bisect_left(keys, key)
@@ -134,24 +132,7 @@ class PlanBook:
         ahead = _Ahead(i + 1, higher, own_tier - higher, own_score - own_tier, i - own_score)
         q = self.quotas.get((lr.project_id, m))
         pl = PlannedLease(lr.lease_id, ahead.position, None, [])
-        never = run.first_unplaceable_reason(lr, q)
-        if never is not None:
-            pl.reasons.append(never)
-        elif lr.preemptible:
-            _place_preemptible(now, lr, pl, run.indexes[m], ahead.total, self.settings.release_allowance)
-        else:
-            assert q is not None   # first_unplaceable_reason: a lease within quota has one
-            slot = run.earliest_nominal_start(lr, q)
-            run.borrow(lr, q, slot, pl)
-            if slot.start is None:
-                pl.reasons.append(_no_slot_reason(lr, q))
-            else:
-                run.explain(lr, q, slot, ahead, FAIR, pl)
-                if lr.latest_start is not None and slot.start > lr.latest_start:
-                    pl.reasons.append(Reason("latest_start", f"the earliest slot is {fmt_time(slot.start)}, "
-                                                             f"after its latest start {fmt_time(lr.latest_start)}"))
-                else:
-                    run.reserve(lr, slot, pl)
+        run.place(lr, q, ahead, FAIR, pl)   # always explained: the answer shows its reasons
         last = i == len(keys)
         was_exact = self.exact[m]
         insort(keys, key)

@@ -393,9 +393,9 @@ class Planning:
 
     def advance(self, stop: Callable[[int], bool] | None = None) -> None:
         """Plan the leases in order until stop(i) says so before the i-th (0-based), or to the end."""
-        run, quotas, settings, explain, guarded, pending, order, fair = (
-            self.run, self.quotas, self.settings, self.explain, self.guarded, self.pending, self.order, self.fair)
-        now, out, ordered = run.now, self.plan.leases, self.ordered
+        run, quotas, explain, guarded, pending, order, fair = (
+            self.run, self.quotas, self.explain, self.guarded, self.pending, self.order, self.fair)
+        out, ordered = self.plan.leases, self.ordered
         i = self.done
         n = len(ordered)
         while i < n:
@@ -411,25 +411,7 @@ class Planning:
             tier = GUARDED if lr.lease_id in guarded else BOUND if lr.lease_id in run.protected else FAIR
             ahead = order.next(lr, tier, fair(lr) if tier == FAIR else None)
             pl = out[lr.lease_id] = PlannedLease(lr.lease_id, ahead.position, None, [])
-            never = run.first_unplaceable_reason(lr, q)
-            if never is not None:
-                pl.reasons.append(never)
-            elif lr.preemptible:
-                _place_preemptible(now, lr, pl, run.indexes[lr.gpu_model], ahead.total, settings.release_allowance)
-            else:
-                assert q is not None   # first_unplaceable_reason: a lease within quota has one
-                slot = run.earliest_nominal_start(lr, q)
-                run.borrow(lr, q, slot, pl)
-                if slot.start is None:
-                    pl.reasons.append(_no_slot_reason(lr, q))
-                    continue
-                if explain:
-                    run.explain(lr, q, slot, ahead, tier, pl)
-                if lr.latest_start is not None and slot.start > lr.latest_start:
-                    pl.reasons.append(Reason("latest_start", f"the earliest slot is {fmt_time(slot.start)}, after "
-                                                             f"its latest start {fmt_time(lr.latest_start)}"))
-                    continue
-                run.reserve(lr, slot, pl)
+            run.place(lr, q, ahead, tier, pl, explain)
         self.done = i
         if i == n:
             for turn in pending:
@@ -763,6 +745,35 @@ class _Run:
                     else f"needs {n} VMs of {g} {m} at the same time, each on one host")
             out.append(Reason("capacity", f"{what}; the largest free block now is "
                                           f"{self.indexes[m].largest_free_now()}; earliest at {fmt_time(T)}"))
+
+    def place(self, lr: LeaseRequest, q: QuotaLimit | None, ahead: _Ahead, tier: int, pl: PlannedLease,
+              explain: bool = True) -> None:
+        """One lease's step in the plan, into `pl`: the first reason it can never be planned, if
+        any; else (preemptible) on idle GPUs; else the earliest start within its nominal quota and
+        the capacity left, or sooner a borrowed one; why it starts no earlier (with `explain`: the
+        `ahead` leases of its order `tier`); and that placement reserved for the leases after it,
+        unless it is past the lease's latest start."""
+        never = self.first_unplaceable_reason(lr, q)
+        if never is not None:
+            pl.reasons.append(never)
+            return
+        if lr.preemptible:
+            _place_preemptible(self.now, lr, pl, self.indexes[lr.gpu_model], ahead.total,
+                               self.settings.release_allowance)
+            return
+        assert q is not None   # first_unplaceable_reason: a lease within quota has one
+        slot = self.earliest_nominal_start(lr, q)
+        self.borrow(lr, q, slot, pl)
+        if slot.start is None:
+            pl.reasons.append(_no_slot_reason(lr, q))
+            return
+        if explain:
+            self.explain(lr, q, slot, ahead, tier, pl)
+        if lr.latest_start is not None and slot.start > lr.latest_start:
+            pl.reasons.append(Reason("latest_start", f"the earliest slot is {fmt_time(slot.start)}, after "
+                                                     f"its latest start {fmt_time(lr.latest_start)}"))
+            return
+        self.reserve(lr, slot, pl)
 
     def reserve(self, lr: LeaseRequest, slot: _Slot, pl: PlannedLease) -> None:
         """The placement, held for the leases after it: its time and the release after it."""
