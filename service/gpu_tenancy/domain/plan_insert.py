@@ -22,9 +22,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .model import Hold, Host, LeaseRequest, Placement, PlannedLease, QuotaLimit, Reason
-from .planner import (FAIR, FAST, PlannerSettings, Trials, _Ahead, _n, _Run, _Scores)
-
-OrderKey = tuple[int, int, float, int, int, str]
+from .plan_order import FAIR, OrderKey, _Ahead, _Scores
+from .plan_run import FAST, _Run
+from .plan_settings import PlannerSettings
+from .plan_words import plural
+from .planner import Trials
 
 
 @dataclass(frozen=True)
@@ -146,7 +148,7 @@ def provisional(behind: int, was_exact: bool) -> Reason:
     """Why the ETA of a lease fitted in may still move (it moves at the engine's next full plan)."""
     if behind and was_exact:
         return Reason("provisional", f"fitted in after every waiting lease, though it goes before "
-                                     f"{_n(behind, 'lease')} of its GPU model: the next full plan, within "
+                                     f"{plural(behind, 'lease')} of its GPU model: the next full plan, within "
                                      f"seconds, may start it earlier, not later (unless what runs or waits changes)")
     return Reason("provisional", "fitted in around leases that were themselves fitted in out of order: the next "
                                  "full plan, within seconds, may move its start")

@@ -19,7 +19,8 @@ from gpu_tenancy.domain.fairshare import share_score
 from gpu_tenancy.domain.lazy_plan import LazyPlan
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, Plan, QuotaLimit
 from gpu_tenancy.domain.plan_insert import Planned, PlanBook
-from gpu_tenancy.domain.planner import PlannerSettings, _Run, order_key, plan
+from gpu_tenancy.domain.plan_run import _Run
+from gpu_tenancy.domain.planner import PlannerSettings, order_key, plan
 from gpu_tenancy.whatif.event_loop import Scheduler
 from gpu_tenancy.whatif.promise import breaches, promised_ids, shape_order, with_promises
 
