@@ -3,7 +3,7 @@ the leases already in it. Pure, deterministic; see docs/design.md, "Incremental 
 
 The current plan's placements stay where they are; they are reserved, beside the holds,
 as the full planner (planner.plan) reserves the leases it has placed, and the new lease
-is then placed by the planner's own steps (`_Run`: earliest start within quota and
+is then placed by the planner's own step (`_Run.place`: earliest start within quota and
 capacity, borrowing, reasons, reserve), as if it came after every lease of the plan.
 Its position and the counts in its reasons are those of its place in the planner's
 order among the plan's leases (a bisection of their order keys).
