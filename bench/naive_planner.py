@@ -1,7 +1,7 @@
 """A brute-force reference for the planner's capacity and quota questions.
 
 Same decision rules as gpu_tenancy.domain.planner (it plugs into plan() as a
-backend), but every question is answered by scanning every host at every
+backend, plan_run.Backend), but every question is answered by scanning every host at every
 candidate time over raw interval lists: no profiles, no runs, no heaps. Used
 as the oracle in tests/unit/test_planner_oracle.py and as the baseline column
 of bench/planner_scale.py.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from gpu_tenancy.domain.capacity import select_gang_hosts
-from gpu_tenancy.domain.planner import Backend
+from gpu_tenancy.domain.plan_run import Backend
 
 
 def _used(intervals, a, b):

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from gpu_tenancy.domain.model import Hold, QuotaLimit
-from gpu_tenancy.domain.planner import QuotaBook
+from gpu_tenancy.domain.quota_book import QuotaBook
 from gpu_tenancy.domain.profile import INF, StepProfile
 
 NOW = 1_800_000_000

@@ -33,6 +33,10 @@ class LazyPlan:
     @property
     def plan(self) -> Plan:
         """The whole plan (planned to the end now if it was not yet)."""
+        return self.finish()
+
+    def finish(self) -> Plan:
+        """Plan the leases not planned yet, and return the whole plan."""
         self.planning.advance()
         return self.planning.plan
 
@@ -56,18 +60,19 @@ class LazyPlan:
         pg.advance(none_starts_now)
         rise = _earliest_left(pg, self.now)
         now, leases = self.now, pg.plan.leases
-        nxt = [_next_start(pg.plan, now)]
+        nxt = _next_start(pg.plan, now)
 
         def earliest_known(i: int) -> bool:   # (asked before the i-th: the one before it is planned)
+            nonlocal nxt
             pl = leases[ordered[i - 1].lease_id] if i else None
-            if pl is not None and pl.placement is not None and now < pl.placement.start and (nxt[0] is None or pl.placement.start < nxt[0]):
-                nxt[0] = pl.placement.start
-            return nxt[0] is not None and nxt[0] <= rise
-        if nxt[0] is None or nxt[0] > rise:   # the next leases may start earlier
+            if pl is not None and pl.placement is not None and now < pl.placement.start and (nxt is None or pl.placement.start < nxt):
+                nxt = pl.placement.start
+            return nxt is not None and nxt <= rise
+        if nxt is None or nxt > rise:   # the next leases may start earlier
             pg.advance(earliest_known)
             if pg.finished and n:
                 earliest_known(n)   # the last lease's start read too: nxt is the whole plan's
-        return pg.plan, nxt[0]
+        return pg.plan, nxt
 
 
 def _next_start(p: Plan, now: int) -> int | None:

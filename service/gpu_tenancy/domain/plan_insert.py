@@ -3,7 +3,7 @@ the leases already in it. Pure, deterministic; see docs/design.md, "Incremental 
 
 The current plan's placements stay where they are; they are reserved, beside the holds,
 as the full planner (planner.plan) reserves the leases it has placed, and the new lease
-is then placed by the planner's own steps (`_Run`: earliest start within quota and
+is then placed by the planner's own step (`_Run.place`: earliest start within quota and
 capacity, borrowing, reasons, reserve), as if it came after every lease of the plan.
 Its position and the counts in its reasons are those of its place in the planner's
 order among the plan's leases (a bisection of their order keys).
@@ -22,10 +22,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .model import Hold, Host, LeaseRequest, Placement, PlannedLease, QuotaLimit, Reason
-from .planner import (FAIR, FAST, PlannerSettings, Trials, _Ahead, _n, _no_slot_reason, _place_preemptible, _Run, _Scores,
-                      fmt_time)
-
-OrderKey = tuple[int, int, float, int, int, str]
+from .plan_order import FAIR, OrderKey, _Ahead, _Scores
+from .plan_run import FAST, _Run
+from .plan_settings import PlannerSettings
+from .plan_words import plural
+from .planner import Trials
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,6 @@ class PlanBook:
         reserve it there; `now` may be later than the plan's (never earlier)."""
         run = self._run
         run.now = run.book.now = max(now, run.now)   # nothing starts before it
-        now = run.now
         m, keys = lr.gpu_model, self._keys[lr.gpu_model]
         key = self._key(lr)
         i = bisect_left(keys, key)
@@ -134,24 +134,7 @@ class PlanBook:
         ahead = _Ahead(i + 1, higher, own_tier - higher, own_score - own_tier, i - own_score)
         q = self.quotas.get((lr.project_id, m))
         pl = PlannedLease(lr.lease_id, ahead.position, None, [])
-        never = run.first_unplaceable_reason(lr, q)
-        if never is not None:
-            pl.reasons.append(never)
-        elif lr.preemptible:
-            _place_preemptible(now, lr, pl, run.indexes[m], ahead.total, self.settings.release_allowance)
-        else:
-            assert q is not None   # first_unplaceable_reason: a lease within quota has one
-            slot = run.earliest_nominal_start(lr, q)
-            run.borrow(lr, q, slot, pl)
-            if slot.start is None:
-                pl.reasons.append(_no_slot_reason(lr, q))
-            else:
-                run.explain(lr, q, slot, ahead, FAIR, pl)
-                if lr.latest_start is not None and slot.start > lr.latest_start:
-                    pl.reasons.append(Reason("latest_start", f"the earliest slot is {fmt_time(slot.start)}, "
-                                                             f"after its latest start {fmt_time(lr.latest_start)}"))
-                else:
-                    run.reserve(lr, slot, pl)
+        run.place(lr, q, ahead, FAIR, pl)   # always explained: the answer shows its reasons
         last = i == len(keys)
         was_exact = self.exact[m]
         insort(keys, key)
@@ -165,7 +148,7 @@ def provisional(behind: int, was_exact: bool) -> Reason:
     """Why the ETA of a lease fitted in may still move (it moves at the engine's next full plan)."""
     if behind and was_exact:
         return Reason("provisional", f"fitted in after every waiting lease, though it goes before "
-                                     f"{_n(behind, 'lease')} of its GPU model: the next full plan, within "
+                                     f"{plural(behind, 'lease')} of its GPU model: the next full plan, within "
                                      f"seconds, may start it earlier, not later (unless what runs or waits changes)")
     return Reason("provisional", "fitted in around leases that were themselves fitted in out of order: the next "
                                  "full plan, within seconds, may move its start")

@@ -27,7 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from .model import Hold, Host, LeaseRequest, Plan, QuotaLimit, Reason
-from .planner import PlannerSettings, _dur, fmt_time, plan
+from .plan_words import duration_text, fmt_time
+from .planner import PlannerSettings, plan
 from .profile import INF, StepProfile
 
 __all__ = ["ReclaimSettings", "EarlyEnd", "EarlyEndPlan", "early_ends"]
@@ -191,9 +192,9 @@ def _why_not_reclaim(now: int, h: Hold, p: str, wait: int, s: ReclaimSettings,
         return (f"not reclaimed: project {p} yielded GPUs to project {h.project_id} earlier, "
                 "and a reclaim never goes back the other way")
     if wait <= s.reclaim_after:
-        return f"reclaim only for a wait over {_dur(s.reclaim_after)}; this one is {_dur(wait)}"
+        return f"reclaim only for a wait over {duration_text(s.reclaim_after)}; this one is {duration_text(wait)}"
     if now - h.start < s.min_runtime:
-        return f"reclaim after {fmt_time(h.start + s.min_runtime)} (its minimum runtime of {_dur(s.min_runtime)})"
+        return f"reclaim after {fmt_time(h.start + s.min_runtime)} (its minimum runtime of {duration_text(s.min_runtime)})"
     return None
 
 
@@ -266,7 +267,7 @@ def _early_end(hs: list[Hold], lr: LeaseRequest, quotas: Mapping[tuple[str, str]
     h0 = hs[0]
     gpus, m = sum(h.gpus for h in hs), h0.gpu_model
     end = max(h.end - h.allowance for h in hs)   # its own end (the hold lasts the release longer)
-    notice = (f"it ends at {fmt_time(deadline)}, after a notice of {_dur(s.notice)}, instead of {fmt_time(end)}; "
+    notice = (f"it ends at {fmt_time(deadline)}, after a notice of {duration_text(s.notice)}, instead of {fmt_time(end)}; "
               "its data volume is kept")
     if h0.preemptible:
         kind = "preempted"

@@ -19,7 +19,8 @@ from gpu_tenancy.domain.fairshare import share_score
 from gpu_tenancy.domain.lazy_plan import LazyPlan
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, Plan, QuotaLimit
 from gpu_tenancy.domain.plan_insert import Planned, PlanBook
-from gpu_tenancy.domain.planner import PlannerSettings, _Run, order_key, plan
+from gpu_tenancy.domain.plan_run import _Run
+from gpu_tenancy.domain.planner import PlannerSettings, order_key, plan
 from gpu_tenancy.whatif.event_loop import Scheduler
 from gpu_tenancy.whatif.promise import breaches, promised_ids, shape_order, with_promises
 
@@ -429,14 +430,18 @@ class _Kept:
 
     @property
     def plan(self) -> Plan:
+        return self.finish()
+
+    def finish(self) -> Plan:
+        """The whole plan: a lazy one is planned to its end (once), its state kept for run()."""
         if not isinstance(self._plan, Plan):
-            self._lazy, self._plan = self._plan, self._plan.plan
+            self._lazy, self._plan = self._plan, self._plan.finish()
         return self._plan
 
     def run(self) -> _Run | None:
         """The state of the whole plan once every lease is reserved (None: kept as a Plan only).
         Taken once: a PlanBook goes on from it."""
-        self.plan   # noqa: B018 - planned to the end
+        self.finish()
         lazy, self._lazy = self._lazy, None
         return lazy.planning.run if lazy is not None else None
 
