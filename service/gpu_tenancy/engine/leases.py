@@ -53,9 +53,9 @@ def checked_request(session: Session, now: int, limits: Limits, caller: Caller, 
     """build_request's, with what it read (whether the name is taken, which create checks)."""
     name = ask.name or f"lease-{lease_id[:8]}"
     # one statement, checked in order below (the shapes kept for the offers)
-    facts = ask_facts.read(session, caller.project_id, caller.user_id, ask.shape, name)
+    facts = ask_facts.read(session, caller.project_id, caller.user_id, ask.shape, name,
+                           limits.waiting_per_project, limits.waiting_per_user)
     offered = catalog.keep_offered(session, facts.shapes)
-    session.info[plan_insert.LEDGER_COUNTS] = facts.ledger
     shape = next((s for s in offered if s.name == ask.shape), None)
     if shape is None:
         names = ", ".join(s.name for s in offered)
