@@ -10,6 +10,9 @@ from sqlalchemy import select, text
 
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
+from gpu_tenancy.domain.lease_ask import LeaseAsk
+from gpu_tenancy.engine import leases, plan_insert
+from gpu_tenancy.engine.leases import Caller
 from gpu_tenancy.timeutil import rfc3339
 from tests.conftest import headers
 from tests.functional.test_create_statements import fitted
@@ -122,3 +125,16 @@ def test_a_fitted_lease_and_its_audit_record_are_written_as_the_answer_tells(cli
                 "reasons": row.queue_reasons} == made["queue"]
     assert [(r.action, r.after) for r in records] == [("lease.create", made)]
     assert client.get(f"/v1/leases/{made['id']}", headers=MEMBER).get_json()["lease"]["queue"] == made["queue"]
+
+
+def test_only_a_create_leaves_the_ledger_counts_for_its_fit(waiting, runtime, clock):
+    """The ledger's counts a create's checks read are left in its session for its own fit
+    (plan_insert.fit_made takes them); a dry run's checks, which fit nothing, leave none."""
+    caller, ask_ = Caller("u1", "ml-vision"), LeaseAsk(shape="a100.x2", duration=3600)
+    with session_scope(runtime.sessions) as session:
+        leases.build_request(session, clock.now(), runtime.limits, caller, ask_, "dry-run")
+        assert plan_insert.LEDGER_COUNTS not in session.info
+        leases.create(session, clock.now(), runtime.limits, caller, ask_)
+        assert session.info[plan_insert.LEDGER_COUNTS] == tuple(
+            session.execute(select(m.Lock.generation, m.Lock.inserted).where(m.Lock.name == "ledger")).one())
+        session.rollback()

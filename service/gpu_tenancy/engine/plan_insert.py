@@ -82,14 +82,14 @@ def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease
     known here, a wait bound, age x size or keep_etas is set, or the lease would start now or exactly when asked,
     which commits GPUs: only the full replan does that). `before` is called with the plan the
     lease is fitted into, without it (before the lock when no fit committed meanwhile)."""
+    # the ledger's counts as the ask's checks read them in this transaction (engine/ask_facts.py),
+    # else read below: either way before the lock, and the claim reads them again under it
+    counts = session.info.pop(LEDGER_COUNTS, None)
     if settings.bounded or settings.keep_etas or settings.aged:
         return None
     snapshot, cache.last = cache.last, None   # until this fit commits, the plan here is not known
     # Before the lock, so that no create waits on it: the plan built again (after a replan, or
     # when old), or the fits committed since added; under the lock, only those committed meanwhile.
-    # the ledger's counts as the ask's checks read them in this transaction (engine/ask_facts.py),
-    # else read here: either way before the lock, and the claim reads them again under it
-    counts = session.info.pop(LEDGER_COUNTS, None)
     generation, inserted = counts if counts is not None else session.execute(COUNTS).one()
     snapshot = catch_up(session, now, settings, cache, snapshot, generation, inserted)
     if snapshot is None:
