@@ -6,9 +6,10 @@ in the session as if it had been loaded, every column known, so that nothing rea
 again and its next changes (its arrival and queue place) are one UPDATE, as before."""
 from __future__ import annotations
 
+import functools
 from typing import Any, cast
 
-from sqlalchemy import Table, insert, inspect, update
+from sqlalchemy import Insert, Table, bindparam, insert, inspect, update
 from sqlalchemy.orm import Session, make_transient_to_detached
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -65,15 +66,27 @@ def write_fitted(session: Session, row: m.Lease, record: m.AuditRecord) -> None:
     changed = {key: state.dict[key] for key in state.committed_state if key in KEYS}   # set, or flagged modified
     session.expunge(record)   # transient again: written below, then added back as loaded
     values = {c.key: value_of(record, c) for c in AUDIT.columns}
-    lease = update(LEASES).where(LEASES.c.id == row.id).values(changed).cte("lease")
-    statement = insert(AUDIT).values({k: v for k, v in values.items() if v is not None}).returning(AUDIT.c.id)
-    values["id"] = session.connection().execute(statement.add_cte(lease)).scalar_one()
+    given = {k: v for k, v in values.items() if v is not None}
+    # named apart from every column: a parameter named as a column would be taken as its value
+    parameters = {**{f"p_lease_{k}": v for k, v in changed.items()}, **{f"p_record_{k}": v for k, v in given.items()},
+                  "p_lease": row.id}
+    values["id"] = session.connection().execute(fitted_write(tuple(changed), tuple(given)), parameters).scalar_one()
     for key, value in changed.items():
         set_committed_value(row, key, value)
     for key, value in values.items():
         record.__dict__[key] = value
     make_transient_to_detached(record)
     session.add(record)
+
+
+@functools.cache
+def fitted_write(lease_columns: tuple[str, ...], record_columns: tuple[str, ...]) -> Insert:
+    """write_fitted's statement for these columns, built once (building it took as long as
+    running it): parameters p_lease (its id), p_lease_<column> and p_record_<column>."""
+    lease = (update(LEASES).where(LEASES.c.id == bindparam("p_lease"))
+             .values({k: bindparam(f"p_lease_{k}", type_=LEASES.c[k].type) for k in lease_columns}).cte("lease"))
+    return (insert(AUDIT).values({k: bindparam(f"p_record_{k}", type_=AUDIT.c[k].type) for k in record_columns})
+            .returning(AUDIT.c.id).add_cte(lease))
 
 
 def value_of(row: Any, column: Any) -> Any:
