@@ -19,7 +19,7 @@ from gpu_tenancy.domain.states import LeaseState, transition
 from gpu_tenancy.engine import notifications
 
 LEASES, EVENTS = cast(Table, m.Lease.__table__), cast(Table, m.Event.__table__)
-AUDIT = cast(Table, m.AuditRecord.__table__)
+AUDIT, LOCKS = cast(Table, m.AuditRecord.__table__), cast(Table, m.Lock.__table__)
 COLUMNS = list(LEASES.columns)
 KEYS = {c.key for c in COLUMNS}   # the attributes' names too
 # Core statements (the ORM's bulk insert would write the events in two, by their columns given)
@@ -54,10 +54,10 @@ def insert_new(session: Session, row: m.Lease, steps: list[tuple[LeaseState, str
     return ids
 
 
-def write_fitted(session: Session, row: m.Lease, record: m.AuditRecord) -> None:
-    """A fitted lease's changes (its arrival, network and queue place) and its audit record
-    (pending in `session`), written now in one statement on PostgreSQL: an UPDATE in the WITH of
-    the record's INSERT. The ledger lock is held from the fit's claim to the commit, and the
+def write_fitted(session: Session, row: m.Lease, record: m.AuditRecord, recent: str | None) -> None:
+    """A fitted lease's changes (its arrival, network and queue place), its audit record (pending
+    in `session`) and the ledger's last fits with it (`recent`: plan_insert.Recent), written now
+    in one statement on PostgreSQL: UPDATEs in the WITH of the record's INSERT. The ledger lock is held from the fit's claim to the commit, and the
     flush's two round trips were most of that time (bench/api_load.py --waiting). Both are then
     in the session as flushed. SQLite has no UPDATE in a WITH: the flush writes them, as before."""
     if session.get_bind().dialect.name != "postgresql":
@@ -69,7 +69,7 @@ def write_fitted(session: Session, row: m.Lease, record: m.AuditRecord) -> None:
     given = {k: v for k, v in values.items() if v is not None}
     # named apart from every column: a parameter named as a column would be taken as its value
     parameters = {**{f"p_lease_{k}": v for k, v in changed.items()}, **{f"p_record_{k}": v for k, v in given.items()},
-                  "p_lease": row.id}
+                  "p_lease": row.id, "p_recent": recent}
     values["id"] = session.connection().execute(fitted_write(tuple(changed), tuple(given)), parameters).scalar_one()
     for key, value in changed.items():
         set_committed_value(row, key, value)
@@ -82,11 +82,12 @@ def write_fitted(session: Session, row: m.Lease, record: m.AuditRecord) -> None:
 @functools.cache
 def fitted_write(lease_columns: tuple[str, ...], record_columns: tuple[str, ...]) -> Insert:
     """write_fitted's statement for these columns, built once (building it took as long as
-    running it): parameters p_lease (its id), p_lease_<column> and p_record_<column>."""
+    running it): parameters p_lease (its id), p_lease_<column>, p_record_<column> and p_recent."""
     lease = (update(LEASES).where(LEASES.c.id == bindparam("p_lease"))
              .values({k: bindparam(f"p_lease_{k}", type_=LEASES.c[k].type) for k in lease_columns}).cte("lease"))
+    kept = update(LOCKS).where(LOCKS.c.name == "ledger").values(recent=bindparam("p_recent")).cte("kept")
     return (insert(AUDIT).values({k: bindparam(f"p_record_{k}", type_=AUDIT.c[k].type) for k in record_columns})
-            .returning(AUDIT.c.id).add_cte(lease))
+            .returning(AUDIT.c.id).add_cte(lease).add_cte(kept))
 
 
 def value_of(row: Any, column: Any) -> Any:
