@@ -177,7 +177,7 @@ class Recent:
         if self.last != upto or self.first > after + 1:
             return None
         seq = NAMES.index("plan_seq")
-        return [Row(zip(NAMES, f)) for f in self.fits if f[seq] > after]
+        return [KeptFit(zip(NAMES, f)) for f in self.fits if f[seq] > after]
 
     def with_fit(self, seq: int, row: m.Lease) -> str:
         """These and the fit numbered `seq` (of `row`, its queue place written), as JSON."""
@@ -191,7 +191,7 @@ class Recent:
         return json.dumps({"first": max(first, fits[0][seq_at]), "last": seq, "fits": fits})
 
 
-class Row(dict):
+class KeptFit(dict):
     """A fit kept by Recent, read as a row of COLUMNS is (by attribute)."""
     __getattr__ = dict.__getitem__
 
