@@ -54,40 +54,46 @@ def insert_new(session: Session, row: m.Lease, steps: list[tuple[LeaseState, str
     return ids
 
 
-def write_fitted(session: Session, row: m.Lease, record: m.AuditRecord, recent: str | None) -> None:
-    """A fitted lease's changes (its arrival, network and queue place), its audit record (pending
-    in `session`) and the ledger's last fits with it (`recent`: plan_insert.Recent), written now
-    in one statement on PostgreSQL: UPDATEs in the WITH of the record's INSERT. The ledger lock is held from the fit's claim to the commit, and the
-    flush's two round trips were most of that time (bench/api_load.py --waiting). Both are then
-    in the session as flushed. SQLite has no UPDATE in a WITH: the flush writes them, as before."""
+def commit_fitted(session: Session, row: m.Lease, record: m.AuditRecord, recent: str | None) -> bool:
+    """On PostgreSQL, the transaction of a fitted create committed here: the lease's changes (its
+    arrival, network and queue place), its audit record (pending in `session`, which it leaves)
+    and the ledger's last fits with it (`recent`: plan_insert.Recent) in one statement, UPDATEs
+    in the WITH of the record's INSERT, sent with the COMMIT in one round trip (psycopg's
+    pipeline). The ledger lock is held from the fit's claim to the commit, and the flush's two
+    round trips and the commit's were most of that time (bench/api_load.py --waiting). The
+    session then has nothing to write (its commit finds the transaction done); the record has
+    no id (nothing reads it). False on SQLite (no UPDATE in a WITH): the session's commit
+    writes them, as before."""
     if session.get_bind().dialect.name != "postgresql":
-        return
+        return False
     state = inspect(row)
     changed = {key: state.dict[key] for key in state.committed_state if key in KEYS}   # set, or flagged modified
-    session.expunge(record)   # transient again: written below, then added back as loaded
-    values = {c.key: value_of(record, c) for c in AUDIT.columns}
-    given = {k: v for k, v in values.items() if v is not None}
+    for key, value in changed.items():   # written below
+        set_committed_value(row, key, value)
+    session.expunge(record)   # written below
+    session.flush()   # anything else made (the bus notices), first, in this transaction
+    given = {k: v for k, v in ((c.key, value_of(record, c)) for c in AUDIT.columns) if v is not None}
     # named apart from every column: a parameter named as a column would be taken as its value
     parameters = {**{f"p_lease_{k}": v for k, v in changed.items()}, **{f"p_record_{k}": v for k, v in given.items()},
                   "p_lease": row.id, "p_recent": recent}
-    values["id"] = session.connection().execute(fitted_write(tuple(changed), tuple(given)), parameters).scalar_one()
-    for key, value in changed.items():
-        set_committed_value(row, key, value)
-    for key, value in values.items():
-        record.__dict__[key] = value
-    make_transient_to_detached(record)
-    session.add(record)
+    connection = session.connection()
+    driver = connection.connection.driver_connection
+    assert driver is not None
+    with driver.pipeline():   # the statement and the COMMIT sent together, one answer awaited
+        connection.execute(fitted_write(tuple(changed), tuple(given)), parameters)
+        driver.commit()
+    return True
 
 
 @functools.cache
 def fitted_write(lease_columns: tuple[str, ...], record_columns: tuple[str, ...]) -> Insert:
-    """write_fitted's statement for these columns, built once (building it took as long as
+    """commit_fitted's statement for these columns, built once (building it took as long as
     running it): parameters p_lease (its id), p_lease_<column>, p_record_<column> and p_recent."""
     lease = (update(LEASES).where(LEASES.c.id == bindparam("p_lease"))
              .values({k: bindparam(f"p_lease_{k}", type_=LEASES.c[k].type) for k in lease_columns}).cte("lease"))
     kept = update(LOCKS).where(LOCKS.c.name == "ledger").values(recent=bindparam("p_recent")).cte("kept")
     return (insert(AUDIT).values({k: bindparam(f"p_record_{k}", type_=AUDIT.c[k].type) for k in record_columns})
-            .returning(AUDIT.c.id).add_cte(lease).add_cte(kept))
+            .add_cte(lease).add_cte(kept).inline())
 
 
 def value_of(row: Any, column: Any) -> Any:

@@ -80,8 +80,8 @@ def make_and_plan(transaction: Transaction, clock: Callable[[], int], config: Co
                     fitted.append(snapshot)
         rendered = render(row)
         record = audit(session, row, rendered)
-        if fitted:   # under the ledger lock since the fit: one statement, then the commit
-            lease_insert.write_fitted(session, row, record, fitted[0].recent)
+        if fitted:   # under the ledger lock since the fit: one statement and the commit, at once
+            lease_insert.commit_fitted(session, row, record, fitted[0].recent)
         return row, rendered, record
     row, rendered, record = decide(hook, transaction, make)
     if fitted:   # planned in the same transaction: the answer and its record already say where

@@ -153,7 +153,7 @@ NAMES = [c.key for c in COLUMNS]   # a fit's row, as Recent keeps it: these, in 
 @dataclass(frozen=True)
 class Recent:
     """The ledger's last fits (at most KEPT), kept in its lock row (locks.recent, as JSON) by
-    each fit's own write (engine/lease_insert.py: write_fitted, PostgreSQL only), so that the
+    each fit's own write (engine/lease_insert.py: commit_fitted, PostgreSQL only), so that the
     claim that waited for the lock reads the fits committed meanwhile with it, not in a
     statement of its own. Every fit numbered from `first` to `last` is in `fits`: a gap in the
     numbers (a claim that fitted nothing, a process that does not keep them) starts them again,
