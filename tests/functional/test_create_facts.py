@@ -11,7 +11,7 @@ from sqlalchemy import select, text
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.domain.lease_ask import LeaseAsk
-from gpu_tenancy.engine import leases, plan_insert
+from gpu_tenancy.engine import lease_insert, leases, plan_insert
 from gpu_tenancy.engine.leases import Caller
 from gpu_tenancy.timeutil import rfc3339
 from tests.conftest import headers
@@ -109,9 +109,14 @@ def test_a_new_lease_and_its_first_events_are_written_as_the_session_wrote_them(
     assert tuple(row) == (events[0].id, "queued", user, made["queue"]["position"], False, False, "service", True)
 
 
-def test_a_fitted_lease_and_its_audit_record_are_written_as_the_answer_tells(client, waiting, runtime):
+@pytest.mark.parametrize("pipeline", [True, False])
+def test_a_fitted_lease_and_its_audit_record_are_written_as_the_answer_tells(client, waiting, runtime, monkeypatch,
+                                                                              pipeline):
     """A fitted create's queue place and arrival and its audit record (engine/lease_insert.py:
-    write_fitted, one statement on PostgreSQL) are what the answer says and a read shows, once."""
+    commit_fitted, one statement on PostgreSQL, sent with the COMMIT where the driver can, or
+    alone) are what the answer says and a read shows, once."""
+    if not pipeline:
+        monkeypatch.setattr(lease_insert, "pipelined", lambda driver: False)
     before = fitted(client)
     made = ask(client, "a100.x2", "audited").get_json()["lease"]
     assert fitted(client) == before + 1 and made["queue"]["position"] is not None

@@ -77,12 +77,26 @@ def commit_fitted(session: Session, row: m.Lease, record: m.AuditRecord, recent:
     parameters = {**{f"p_lease_{k}": v for k, v in changed.items()}, **{f"p_record_{k}": v for k, v in given.items()},
                   "p_lease": row.id, "p_recent": recent}
     connection = session.connection()
+    statement = fitted_write(tuple(changed), tuple(given))
+    if not pipelined(connection.dialect.driver):
+        connection.execute(statement, parameters)   # and the session's commit, a round trip of its own
+        return True
     driver = connection.connection.driver_connection
     assert driver is not None
     with driver.pipeline():   # the statement and the COMMIT sent together, one answer awaited
-        connection.execute(fitted_write(tuple(changed), tuple(given)), parameters)
+        connection.execute(statement, parameters)
         driver.commit()
     return True
+
+
+@functools.cache
+def pipelined(driver: str) -> bool:
+    """Whether the driver can send statements without awaiting each answer: psycopg 3 on a
+    libpq of version 14 or later (the binary package's is)."""
+    if driver != "psycopg":
+        return False
+    import psycopg   # only with PostgreSQL (the postgres extra)
+    return psycopg.Pipeline.is_supported()
 
 
 @functools.cache
