@@ -14,6 +14,8 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.domain.failures import FailureClass as F
 from gpu_tenancy.engine import notifications as n
 from tests.conftest import headers
+from tests.functional.test_create_statements import fitted
+from tests.functional.test_plan_insert import fill
 
 BLAZAR_KEYS = {"lease_id", "user_id", "project_id", "trust_id", "start_date", "end_date", "status", "reservations",
                "events", "name", "created_at", "updated_at", "degraded"}
@@ -279,3 +281,16 @@ def test_a_crash_at_each_step_loses_and_repeats_no_notification(client, runtime,
     assert crashed == [step]
     kinds = [k for k in bus.of(lease["id"]) if k != n.BEFORE_END_LEASE]
     assert kinds == [n.CREATE, n.QUEUED, n.START_LEASE, n.END_LEASE]
+
+
+def test_a_fitted_create_sends_its_notices_too(client, runtime, bus, tick):
+    """A create fitted into the plan (its writes and its commit sent at once on PostgreSQL:
+    engine/lease_insert.py: commit_fitted) writes its notices in its transaction all the same."""
+    runtime.fits.min_waiting = 0
+    fill(client)   # the demo cloud's A100 all taken: the next lease waits, fitted into the plan
+    before = fitted(client)
+    lease = ask(client)
+    assert fitted(client) == before + 1
+    assert lease["status"] == "queued" and lease["queue"]["position"] == 1
+    tick()
+    assert bus.of(lease["id"]) == [n.CREATE, n.QUEUED]

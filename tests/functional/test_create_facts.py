@@ -9,7 +9,11 @@ import pytest
 from sqlalchemy import select, text
 
 from gpu_tenancy.db import models as m
-from gpu_tenancy.db.session import session_scope, utcnow_naive
+from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
+from gpu_tenancy.domain.lease_ask import LeaseAsk
+from gpu_tenancy.engine import lease_insert, leases, plan_insert
+from gpu_tenancy.engine.leases import Caller
+from gpu_tenancy.timeutil import rfc3339
 from tests.conftest import headers
 from tests.functional.test_create_statements import fitted
 from tests.functional.test_plan_insert import fill
@@ -103,3 +107,39 @@ def test_a_new_lease_and_its_first_events_are_written_as_the_session_wrote_them(
         ("transition", user, None, "requested", "asked for by the user"),
         ("transition", "planner", "requested", "queued", "waiting for its turn")]
     assert tuple(row) == (events[0].id, "queued", user, made["queue"]["position"], False, False, "service", True)
+
+
+@pytest.mark.parametrize("pipeline", [True, False])
+def test_a_fitted_lease_and_its_audit_record_are_written_as_the_answer_tells(client, waiting, runtime, monkeypatch,
+                                                                              pipeline):
+    """A fitted create's queue place and arrival and its audit record (engine/lease_insert.py:
+    commit_fitted, one statement on PostgreSQL, sent with the COMMIT where the driver can, or
+    alone) are what the answer says and a read shows, once."""
+    if not pipeline:
+        monkeypatch.setattr(lease_insert, "pipelined", lambda driver: False)
+    before = fitted(client)
+    made = ask(client, "a100.x2", "audited").get_json()["lease"]
+    assert fitted(client) == before + 1 and made["queue"]["position"] is not None
+    with session_scope(runtime.sessions) as session:
+        row = session.get_one(m.Lease, made["id"])
+        records = session.scalars(select(m.AuditRecord).where(m.AuditRecord.target_id == made["id"])).all()
+        first_event = session.scalar(select(m.Event.id).where(m.Event.lease_id == made["id"]).order_by(m.Event.id))
+        assert row.arrival == first_event and row.plan_seq is not None and row.planned_hosts
+        assert row.first_eta == row.queue_eta and row.network_via is not None
+        assert {"position": row.queue_position, "eta": rfc3339(to_epoch(row.queue_eta)),
+                "reasons": row.queue_reasons} == made["queue"]
+    assert [(r.action, r.after) for r in records] == [("lease.create", made)]
+    assert client.get(f"/v1/leases/{made['id']}", headers=MEMBER).get_json()["lease"]["queue"] == made["queue"]
+
+
+def test_only_a_create_leaves_the_ledger_counts_for_its_fit(waiting, runtime, clock):
+    """The ledger's counts a create's checks read are left in its session for its own fit
+    (plan_insert.fit_made takes them); a dry run's checks, which fit nothing, leave none."""
+    caller, ask_ = Caller("u1", "ml-vision"), LeaseAsk(shape="a100.x2", duration=3600)
+    with session_scope(runtime.sessions) as session:
+        leases.build_request(session, clock.now(), runtime.limits, caller, ask_, "dry-run")
+        assert plan_insert.LEDGER_COUNTS not in session.info
+        leases.create(session, clock.now(), runtime.limits, caller, ask_)
+        assert session.info[plan_insert.LEDGER_COUNTS] == tuple(
+            session.execute(select(m.Lock.generation, m.Lock.inserted).where(m.Lock.name == "ledger")).one())
+        session.rollback()

@@ -11,7 +11,10 @@ from tests.conftest import headers
 from tests.functional.test_metrics import scrape, value
 from tests.functional.test_plan_insert import fill
 
-MOST = 8    # statements per fitted create: PostgreSQL 6; SQLite adds BEGIN IMMEDIATE and an INSERT per event
+# statements per fitted create: on PostgreSQL the lease's queue place goes in the audit record's
+# INSERT (engine/lease_insert.py: write_fitted); SQLite adds BEGIN IMMEDIATE, an INSERT per event
+# and the flush's UPDATE of the lease
+MOST = {"postgresql": 5, "sqlite": 8}
 
 
 def fitted(client) -> float:
@@ -61,4 +64,4 @@ def test_a_fitted_create_costs_the_same_statements_whatever_waits(client, runtim
     queue(client, 40, start=3)
     many = statements_of_a_create(client, runtime, monkeypatch)
     assert many == few, "a statement per waiting lease"
-    assert len(few) <= MOST, "\n".join(few)
+    assert len(few) <= MOST[runtime.sessions.kw["bind"].dialect.name], "\n".join(few)

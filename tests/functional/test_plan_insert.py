@@ -5,13 +5,14 @@ that goes before others is told its ETA is provisional and the replan moves it n
 processes that each keep their own copy of the plan never plan two leases onto the same GPUs."""
 from __future__ import annotations
 
-from sqlalchemy import select
+import pytest
+from sqlalchemy import event, select
 
 from gpu_tenancy.app import create_app
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
-from gpu_tenancy.engine import early_ends, plan_insert
-from tests.conftest import headers
+from gpu_tenancy.engine import early_ends, offers, plan_insert
+from tests.conftest import PG_URL, headers
 from tests.functional.test_metrics import scrape, value
 
 
@@ -89,16 +90,62 @@ def test_processes_with_their_own_plan_never_plan_two_leases_on_the_same_gpus(cl
     for k in range(12):   # each app fits around what the other fitted meanwhile
         create(clients[k % 2], ["ml-vision", "nlp-lab"][k // 3 % 2], ["a100.x8", "a100.x4", "a100.x2"][k % 3],
                1 + k % 4)
+    assert planned_once(runtime) == 12
+    other.extensions["gpu_tenancy"].sessions.kw["bind"].dispose()
+
+
+def planned_once(runtime) -> int:
+    """No GPU is held or planned twice at any time, by the ledger and the waiting leases' planned
+    hosts together; how many leases wait (each with its hosts)."""
     with session_scope(runtime.sessions) as session:
         rows = list(session.scalars(select(m.Lease).where(m.Lease.status == "queued")))
         hosts = {h.name: h.gpus for h in session.scalars(select(m.Host))}
         allocs = list(session.scalars(select(m.Allocation)))
-    assert len(rows) == 12 and all(r.planned_hosts for r in rows)
+    assert all(r.planned_hosts for r in rows)
     spans = [(to_epoch(a.start_at), to_epoch(a.end_at), a.host, a.gpus) for a in allocs]
     spans += [(to_epoch(r.start_at), to_epoch(r.end_at), h, r.gpus_per_vm) for r in rows for h in r.planned_hosts]
     for t in {s[0] for s in spans}:
         for host, gpus in hosts.items():
             assert sum(g for a, b, h, g in spans if h == host and a <= t < b) <= gpus, (t, host)
+    return len(rows)
+
+
+@pytest.mark.skipif(not PG_URL, reason="on SQLite a create holds the database's write lock from its start: "
+                                       "no other fit commits while it runs")
+def test_a_fit_committed_while_a_create_waits_comes_with_its_claim(client, runtime, config, clock, cloud,
+                                                                   monkeypatch):
+    """The fits committed between a create's look at the plan and its claim of the ledger lock
+    come with the claim (plan_insert.Recent), not from a statement of their own, and the create
+    plans around them."""
+    runtime.fits.min_waiting = 0
+    other = create_app(config, clock=clock, cloud=cloud, start_engine=False)
+    other.extensions["gpu_tenancy"].fits.min_waiting = 0
+    fill(client)
+    for k, c in enumerate((client, other.test_client(), client)):   # each process's plan, caught up
+        create(c, "ml-vision", "a100.x4", 1 + k)
+    real, meanwhile = offers.on_plan, []
+
+    def on_plan(session, now, offer_settings, book, row):   # the lease's offers, before the claim
+        if not meanwhile:
+            meanwhile.append(None)   # the other process's create has offers too: made once
+            meanwhile[0] = create(other.test_client(), "nlp-lab", "a100.x8", 3)
+        return real(session, now, offer_settings, book, row)
+    monkeypatch.setattr(offers, "on_plan", on_plan)
+    read: list[str] = []
+    engine = runtime.sessions.kw["bind"]
+
+    def seen(conn, cursor, statement, *args):
+        read.append(statement)
+    event.listen(engine, "before_cursor_execute", seen)
+    try:
+        before = fitted(client)
+        mine = create(client, "nlp-lab", "a100.x8", 2)
+    finally:
+        event.remove(engine, "before_cursor_execute", seen)
+    # both fitted (the counter is the process's: both apps')
+    assert meanwhile and meanwhile[0]["queue"]["position"] is not None and fitted(client) == before + 2
+    assert not [s for s in read if "leases.plan_seq >" in s], "the fits since read from the rows"
+    assert mine["queue"]["position"] and planned_once(runtime) == 5   # planned around it
     other.extensions["gpu_tenancy"].sessions.kw["bind"].dispose()
 
 

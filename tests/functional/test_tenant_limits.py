@@ -3,6 +3,8 @@ how far ahead it starts, the leases it may keep waiting; and a lease beyond any
 plannable time, already in the database, stops nobody else's leases."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from sqlalchemy import select
 
@@ -199,3 +201,26 @@ def test_waiting_leases_are_capped_per_user_and_per_project(app_with):
     assert ask("dan", "nlp-lab", instances=1).status_code == 201            # other projects are not held back
     client.delete(f"/v1/leases/{made[0].get_json()['lease']['id']}", headers=headers(user="ann"))
     assert ask("ann").status_code == 201                       # a cancelled lease frees its place
+
+
+def test_waiting_leases_are_counted_up_to_one_past_the_limit(app_with):
+    """A create counts a project's (and a user's) waiting leases only as far as its check needs
+    (engine/ask_facts.py): at the limit the count is exact; past it (the limit was lowered since)
+    the refusal says "more than" the limit, whatever the queue holds."""
+    app = app_with(max_waiting_leases_per_project=10, max_waiting_leases_per_user=10)
+    client, rt = app.test_client(), app.extensions["gpu_tenancy"]
+    later = rfc3339(T0 + 2 * DAY)
+
+    def ask(user):
+        return client.post("/v1/leases", headers=headers("ml-vision", user=user),
+                           json={"shape": "a100.x8", "duration": "PT1H", "start": later, "instances": 3})
+    assert [ask(f"u{k % 2}").status_code for k in range(7)] == [201] * 7   # 4 of u0's, 3 of u1's
+    for most, told in ((7, "has 7 leases"), (6, "has more than 6 leases"), (3, "has more than 3 leases")):
+        rt.limits = replace(rt.limits, waiting_per_project=most)
+        err = error(ask("u9"), 403)
+        assert err["code"] == "gpu_tenancy.too_many_waiting" and f"project ml-vision {told} waiting" in err["detail"]
+    rt.limits = replace(rt.limits, waiting_per_project=10, waiting_per_user=4)
+    assert "user u0 has 4 leases waiting" in error(ask("u0"), 403)["detail"]
+    rt.limits = replace(rt.limits, waiting_per_user=2)
+    assert "user u0 has more than 2 leases waiting" in error(ask("u0"), 403)["detail"]
+    assert ask("u9").status_code == 201   # a user below the limit is not held back

@@ -322,6 +322,8 @@ class Lock(Base):
     generation: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # 'ledger': leases a create fitted into the plan (engine/plan_insert.py), counted for good
     inserted: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # 'ledger': the last fits, as JSON (engine/plan_insert.py: Recent), read by each fit's claim
+    recent: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class ServiceSecret(Base):

@@ -6,10 +6,12 @@ in the session as if it had been loaded, every column known, so that nothing rea
 again and its next changes (its arrival and queue place) are one UPDATE, as before."""
 from __future__ import annotations
 
+import functools
 from typing import Any, cast
 
-from sqlalchemy import Table, insert
+from sqlalchemy import Insert, Table, bindparam, insert, inspect, update
 from sqlalchemy.orm import Session, make_transient_to_detached
+from sqlalchemy.orm.attributes import set_committed_value
 
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import utcnow_naive
@@ -17,7 +19,9 @@ from gpu_tenancy.domain.states import LeaseState, transition
 from gpu_tenancy.engine import notifications
 
 LEASES, EVENTS = cast(Table, m.Lease.__table__), cast(Table, m.Event.__table__)
+AUDIT, LOCKS = cast(Table, m.AuditRecord.__table__), cast(Table, m.Lock.__table__)
 COLUMNS = list(LEASES.columns)
+KEYS = {c.key for c in COLUMNS}   # the attributes' names too
 # Core statements (the ORM's bulk insert would write the events in two, by their columns given)
 INSERT_LEASE = insert(LEASES)   # compiled once per set of columns given
 INSERT_EVENTS = insert(EVENTS).returning(EVENTS.c.id, sort_by_parameter_order=True)
@@ -50,8 +54,64 @@ def insert_new(session: Session, row: m.Lease, steps: list[tuple[LeaseState, str
     return ids
 
 
-def value_of(row: m.Lease, column: Any) -> Any:
-    """The row's value of `column`, or its default (a scalar or, like list, called)."""
+def commit_fitted(session: Session, row: m.Lease, record: m.AuditRecord, recent: str | None) -> bool:
+    """On PostgreSQL, the transaction of a fitted create committed here: the lease's changes (its
+    arrival, network and queue place), its audit record (pending in `session`, which it leaves)
+    and the ledger's last fits with it (`recent`: plan_insert.Recent) in one statement, UPDATEs
+    in the WITH of the record's INSERT, sent with the COMMIT in one round trip (psycopg's
+    pipeline). The ledger lock is held from the fit's claim to the commit, and the flush's two
+    round trips and the commit's were most of that time (bench/api_load.py --waiting). The
+    session then has nothing to write (its commit finds the transaction done); the record has
+    no id (nothing reads it). False on SQLite (no UPDATE in a WITH): the session's commit
+    writes them, as before."""
+    if session.get_bind().dialect.name != "postgresql":
+        return False
+    state = inspect(row)
+    changed = {key: state.dict[key] for key in state.committed_state if key in KEYS}   # set, or flagged modified
+    for key, value in changed.items():   # written below
+        set_committed_value(row, key, value)
+    session.expunge(record)   # written below
+    session.flush()   # anything else made (the bus notices), first, in this transaction
+    given = {k: v for k, v in ((c.key, value_of(record, c)) for c in AUDIT.columns) if v is not None}
+    # named apart from every column: a parameter named as a column would be taken as its value
+    parameters = {**{f"p_lease_{k}": v for k, v in changed.items()}, **{f"p_record_{k}": v for k, v in given.items()},
+                  "p_lease": row.id, "p_recent": recent}
+    connection = session.connection()
+    statement = fitted_write(tuple(changed), tuple(given))
+    if not pipelined(connection.dialect.driver):
+        connection.execute(statement, parameters)   # and the session's commit, a round trip of its own
+        return True
+    driver = connection.connection.driver_connection
+    assert driver is not None
+    with driver.pipeline():   # the statement and the COMMIT sent together, one answer awaited
+        connection.execute(statement, parameters)
+        driver.commit()
+    return True
+
+
+@functools.cache
+def pipelined(driver: str) -> bool:
+    """Whether the driver can send statements without awaiting each answer: psycopg 3 on a
+    libpq of version 14 or later (the binary package's is)."""
+    if driver != "psycopg":
+        return False
+    import psycopg   # only with PostgreSQL (the postgres extra)
+    return psycopg.Pipeline.is_supported()
+
+
+@functools.cache
+def fitted_write(lease_columns: tuple[str, ...], record_columns: tuple[str, ...]) -> Insert:
+    """commit_fitted's statement for these columns, built once (building it took as long as
+    running it): parameters p_lease (its id), p_lease_<column>, p_record_<column> and p_recent."""
+    lease = (update(LEASES).where(LEASES.c.id == bindparam("p_lease"))
+             .values({k: bindparam(f"p_lease_{k}", type_=LEASES.c[k].type) for k in lease_columns}).cte("lease"))
+    kept = update(LOCKS).where(LOCKS.c.name == "ledger").values(recent=bindparam("p_recent")).cte("kept")
+    return (insert(AUDIT).values({k: bindparam(f"p_record_{k}", type_=AUDIT.c[k].type) for k in record_columns})
+            .add_cte(lease).add_cte(kept).inline())
+
+
+def value_of(row: Any, column: Any) -> Any:
+    """The ORM object's value of `column`, or its default (a scalar or, like list, called)."""
     if column.key in row.__dict__:
         return row.__dict__[column.key]
     default = column.default

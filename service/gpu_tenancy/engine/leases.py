@@ -53,9 +53,9 @@ def checked_request(session: Session, now: int, limits: Limits, caller: Caller, 
     """build_request's, with what it read (whether the name is taken, which create checks)."""
     name = ask.name or f"lease-{lease_id[:8]}"
     # one statement, checked in order below (the shapes kept for the offers)
-    facts = ask_facts.read(session, caller.project_id, caller.user_id, ask.shape, name)
+    facts = ask_facts.read(session, caller.project_id, caller.user_id, ask.shape, name,
+                           limits.waiting_per_project, limits.waiting_per_user)
     offered = catalog.keep_offered(session, facts.shapes)
-    session.info[plan_insert.LEDGER_COUNTS] = facts.ledger
     shape = next((s for s in offered if s.name == ask.shape), None)
     if shape is None:
         names = ", ".join(s.name for s in offered)
@@ -239,6 +239,9 @@ def create(session: Session, now: int, limits: Limits, caller: Caller, ask: Leas
     plan the leases of many requests. `lease_id`: the id the decision service was told."""
     lease_id = lease_id or ledger.new_lease_id()
     request, columns, facts = checked_request(session, now, limits, caller, ask, lease_id)
+    # for the fit of the lease made here (plan_insert.fit_made pops them): a dry run, which
+    # fits nothing, leaves none behind in its session
+    session.info[plan_insert.LEDGER_COUNTS] = facts.ledger
     check_name_untaken(caller.project_id, columns["name"], facts.name_taken)
     hook.ask("accept", {"id": lease_id, "project_id": caller.project_id, "user_id": caller.user_id,
                         "gpu_model": request.gpu_model, "gpus_per_instance": request.gpus_per_vm,

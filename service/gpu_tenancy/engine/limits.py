@@ -58,13 +58,21 @@ class Limits:
         `user`: engine/ask_facts.py counts them) as it may: every waiting lease is planned
         again on every change, under the ledger lock. A reservation booked ahead (scheduled,
         not started) counts too: each is a hold that every plan reads, and a member could
-        otherwise book a year of hourly slots."""
+        otherwise book a year of hourly slots. A count past the limit (it was lowered) need not be
+        exact: it is said as "more than" the limit."""
         if project >= self.waiting_per_project:
-            raise Forbidden(f"project {project_id} has {project} leases waiting, the most it may have at once; "
-                            "cancel one or wait for one to start", "gpu_tenancy.too_many_waiting")
+            raise Forbidden(f"project {project_id} has {counted(project, self.waiting_per_project)} leases waiting, "
+                            "the most it may have at once; cancel one or wait for one to start",
+                            "gpu_tenancy.too_many_waiting")
         if user >= self.waiting_per_user:
-            raise Forbidden(f"user {user_id} has {user} leases waiting in project {project_id}, the most a user "
-                            "may have at once; cancel one or wait for one to start", "gpu_tenancy.too_many_waiting")
+            raise Forbidden(f"user {user_id} has {counted(user, self.waiting_per_user)} leases waiting in project "
+                            f"{project_id}, the most a user may have at once; cancel one or wait for one to start",
+                            "gpu_tenancy.too_many_waiting")
+
+
+def counted(count: int, most: int) -> str:
+    """A waiting count as check_waiting tells it."""
+    return f"more than {most}" if count > most else str(count)
 
 
 def days(seconds: int) -> str:

@@ -18,7 +18,7 @@ from gpu_tenancy.config import Config
 from gpu_tenancy.db import models as m
 from gpu_tenancy.domain.lease_ask import Boot, LeaseAsk
 from gpu_tenancy.domain.planner import PlannerSettings
-from gpu_tenancy.engine import audit as audit_log, early_ends, ledger, networking, plan_insert, volumes
+from gpu_tenancy.engine import audit as audit_log, early_ends, lease_insert, ledger, networking, plan_insert, volumes
 from gpu_tenancy.engine.decision_hook import DecisionHook, decide
 from gpu_tenancy.engine.leases import Caller, check_tenant_boot, create
 from gpu_tenancy.engine.limits import Limits
@@ -79,7 +79,10 @@ def make_and_plan(transaction: Transaction, clock: Callable[[], int], config: Co
                 if snapshot is not None:
                     fitted.append(snapshot)
         rendered = render(row)
-        return row, rendered, audit(session, row, rendered)
+        record = audit(session, row, rendered)
+        if fitted:   # under the ledger lock since the fit: one statement and the commit, at once
+            lease_insert.commit_fitted(session, row, record, fitted[0].recent)
+        return row, rendered, record
     row, rendered, record = decide(hook, transaction, make)
     if fitted:   # planned in the same transaction: the answer and its record already say where
         assert fits is not None

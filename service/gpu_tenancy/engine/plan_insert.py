@@ -20,6 +20,7 @@ from sqlalchemy import BigInteger, String, bindparam, cast, extract, select, upd
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import to_epoch
 from gpu_tenancy.domain.model import LeaseRequest, Placement
 from gpu_tenancy.domain.plan_insert import Planned, PlanBook
 from gpu_tenancy.domain.planner import PlannerSettings
@@ -54,6 +55,7 @@ class Snapshot:
     made_at: int
     allowance: int
     book: PlanBook
+    recent: str | None = None   # the ledger's last fits with this one, to write with it (Recent.with_fit)
 
 
 @dataclass
@@ -82,14 +84,14 @@ def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease
     known here, a wait bound, age x size or keep_etas is set, or the lease would start now or exactly when asked,
     which commits GPUs: only the full replan does that). `before` is called with the plan the
     lease is fitted into, without it (before the lock when no fit committed meanwhile)."""
+    # the ledger's counts as the ask's checks read them in this transaction (engine/ask_facts.py),
+    # else read below: either way before the lock, and the claim reads them again under it
+    counts = session.info.pop(LEDGER_COUNTS, None)
     if settings.bounded or settings.keep_etas or settings.aged:
         return None
     snapshot, cache.last = cache.last, None   # until this fit commits, the plan here is not known
     # Before the lock, so that no create waits on it: the plan built again (after a replan, or
     # when old), or the fits committed since added; under the lock, only those committed meanwhile.
-    # the ledger's counts as the ask's checks read them in this transaction (engine/ask_facts.py),
-    # else read here: either way before the lock, and the claim reads them again under it
-    counts = session.info.pop(LEDGER_COUNTS, None)
     generation, inserted = counts if counts is not None else session.execute(COUNTS).one()
     snapshot = catch_up(session, now, settings, cache, snapshot, generation, inserted)
     if snapshot is None:
@@ -97,8 +99,9 @@ def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease
     # `before` sees the plan the lease is fitted into, without it: called here, before the lock,
     # and again under it only if fits committed meanwhile changed that plan
     seen = call_before(before, session, snapshot, row, None)
-    generation, seq = claim(session)
-    snapshot = catch_up(session, now, settings, cache, snapshot, generation, seq - 1)
+    generation, seq, recent = claim(session)
+    snapshot = catch_up(session, now, settings, cache, snapshot, generation, seq - 1,
+                        recent.since(snapshot.inserted, seq - 1))
     if snapshot is None:
         return None
     lr = ledger.request_from_row(row)
@@ -113,6 +116,7 @@ def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease
         return None   # the full replan commits it (and is the one to decide reclaims)
     ledger.write_queue_info(row, fitted.planned)
     row.plan_seq = snapshot.inserted = seq
+    snapshot.recent = recent.with_fit(seq, row)
     CREATE_REPLANS.labels("fitted").inc()
     return snapshot
 
@@ -130,18 +134,66 @@ COUNTS = select(m.Lock.generation, m.Lock.inserted).where(m.Lock.name == "ledger
 LEDGER_COUNTS = "ledger_counts"   # the key of COUNTS' answer in session.info, when read already
 
 
-def claim(session: Session) -> tuple[int, int]:
+def claim(session: Session) -> tuple[int, int, Recent]:
     """The ledger lock (as db.session.ledger_lock takes it: the row's lock on PostgreSQL, the
     database's write lock on SQLite), taken by counting one more fit: the ledger's generation,
-    and this fit's number. One statement: a create's round trips under the lock are most of
-    its time. A fit that does not happen leaves its number unused (readers skip the gap)."""
-    generation, seq = session.execute(CLAIM).one()
-    return generation, seq
+    this fit's number and the last fits (as the row is once the lock is had). One statement: a
+    create's round trips under the lock are most of its time. A fit that does not happen leaves
+    its number unused (readers skip the gap)."""
+    generation, seq, recent = session.execute(CLAIM).one()
+    return generation, seq, Recent.of(recent)
 
 
 # built once: building the statement was a third of its time in a create
 CLAIM = (update(m.Lock).where(m.Lock.name == "ledger").values(inserted=m.Lock.inserted + 1)
-         .returning(m.Lock.generation, m.Lock.inserted))
+         .returning(m.Lock.generation, m.Lock.inserted, m.Lock.recent))
+NAMES = [c.key for c in COLUMNS]   # a fit's row, as Recent keeps it: these, in this order
+
+
+@dataclass(frozen=True)
+class Recent:
+    """The ledger's last fits (at most KEPT), kept in its lock row (locks.recent, as JSON) by
+    each fit's own write (engine/lease_insert.py: commit_fitted, PostgreSQL only), so that the
+    claim that waited for the lock reads the fits committed meanwhile with it, not in a
+    statement of its own. Every fit numbered from `first` to `last` is in `fits`: a gap in the
+    numbers (a claim that fitted nothing, a process that does not keep them) starts them again,
+    and a claim that finds the fits it needs not all here reads them from the rows."""
+    first: int = 0
+    last: int = -1
+    fits: tuple[tuple, ...] = ()   # rows of COLUMNS' values, by plan_seq
+
+    KEPT = 16
+
+    @classmethod
+    def of(cls, text: str | None) -> Recent:
+        if not text:
+            return cls()
+        kept = json.loads(text)
+        return cls(kept["first"], kept["last"], tuple(tuple(f) for f in kept["fits"]))
+
+    def since(self, after: int, upto: int) -> list[Any] | None:
+        """The fits numbered after `after` up to `upto`, as rows read by FITTED_SINCE; None
+        unless all of them are here."""
+        if self.last != upto or self.first > after + 1:
+            return None
+        seq = NAMES.index("plan_seq")
+        return [KeptFit(zip(NAMES, f)) for f in self.fits if f[seq] > after]
+
+    def with_fit(self, seq: int, row: m.Lease) -> str:
+        """These and the fit numbered `seq` (of `row`, its queue place written), as JSON."""
+        mine = (row.id, row.project_id, row.gpu_model, row.gpus_per_vm, row.instances, row.duration,
+                to_epoch(row.earliest_start), to_epoch(row.latest_start), to_epoch(row.created_at), row.priority,
+                row.name, row.preemptible, row.arrival, to_epoch(row.start_at), to_epoch(row.end_at),
+                json.dumps(row.planned_hosts) if row.planned_hosts is not None else None, bool(row.borrowing), seq)
+        fits, first = ((*self.fits, mine), self.first) if self.last == seq - 1 else ((mine,), seq)
+        fits = fits[-self.KEPT:]
+        seq_at = NAMES.index("plan_seq")
+        return json.dumps({"first": max(first, fits[0][seq_at]), "last": seq, "fits": fits})
+
+
+class KeptFit(dict):
+    """A fit kept by Recent, read as a row of COLUMNS is (by attribute)."""
+    __getattr__ = dict.__getitem__
 
 
 def fresh(snapshot: Snapshot | None, now: int, cache: InsertCache, generation: int, inserted: int) -> bool:
@@ -151,13 +203,17 @@ def fresh(snapshot: Snapshot | None, now: int, cache: InsertCache, generation: i
 
 
 def catch_up(session: Session, now: int, settings: PlannerSettings, cache: InsertCache,
-             snapshot: Snapshot | None, generation: int, inserted: int) -> Snapshot | None:
-    """The snapshot with the fits made since it was read (the first `inserted`), or built again
-    if the ledger replanned since (or it is old); None when the plan is too short to be worth it."""
+             snapshot: Snapshot | None, generation: int, inserted: int,
+             since: list[Any] | None = None) -> Snapshot | None:
+    """The snapshot with the fits made since it was read (the first `inserted`; `since`: those
+    fits, when read already), or built again if the ledger replanned since (or it is old); None
+    when the plan is too short to be worth it."""
     if snapshot is None or not fresh(snapshot, now, cache, generation, inserted):
         return build(session, now, settings, cache, generation, inserted)
     if snapshot.inserted < inserted:
-        for r in session.execute(FITTED_SINCE, {"after": snapshot.inserted, "upto": inserted}):
+        rows = since if since is not None else session.execute(
+            FITTED_SINCE, {"after": snapshot.inserted, "upto": inserted})
+        for r in rows:
             snapshot.book.add(planned(r))
         snapshot.inserted = inserted
     return snapshot if len(snapshot.book) >= cache.min_waiting else None

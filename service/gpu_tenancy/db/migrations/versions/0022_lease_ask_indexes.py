@@ -5,6 +5,8 @@ project's leases (5 ms of PostgreSQL per create with 10,000 waiting)
 Revision ID: 0022_lease_ask_indexes
 Revises: 0021_park
 """
+from contextlib import nullcontext
+
 from alembic import op
 
 revision = '0022_lease_ask_indexes'
@@ -13,11 +15,24 @@ branch_labels = None
 depends_on = None
 
 
+INDEXES = (('ix_leases_project_name', ['project_id', 'name']),
+           ('ix_leases_project_status_user', ['project_id', 'status', 'user_id']))
+
+
 def upgrade() -> None:
-    op.create_index('ix_leases_project_name', 'leases', ['project_id', 'name'])
-    op.create_index('ix_leases_project_status_user', 'leases', ['project_id', 'status', 'user_id'])
+    if op.get_bind().dialect.name == 'postgresql':
+        # CONCURRENTLY, outside the migration's transaction: a plain CREATE INDEX blocks every
+        # write to leases (every create and plan) while it reads the whole table
+        with op.get_context().autocommit_block():
+            for name, columns in INDEXES:
+                op.create_index(name, 'leases', columns, postgresql_concurrently=True)
+        return
+    for name, columns in INDEXES:
+        op.create_index(name, 'leases', columns)
 
 
 def downgrade() -> None:
-    op.drop_index('ix_leases_project_status_user', table_name='leases')
-    op.drop_index('ix_leases_project_name', table_name='leases')
+    concurrently = op.get_bind().dialect.name == 'postgresql'
+    with op.get_context().autocommit_block() if concurrently else nullcontext():
+        for name, _ in reversed(INDEXES):
+            op.drop_index(name, table_name='leases', postgresql_concurrently=concurrently)
