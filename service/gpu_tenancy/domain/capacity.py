@@ -40,13 +40,18 @@ LEVELS_HOSTS = 64
 class ModelIndex:
     """Enabled hosts of one GPU model, with the run heaps."""
 
-    def __init__(self, gpu_model: str, hosts: Iterable[Host], origin: int):
+    def __init__(self, gpu_model: str, hosts: Iterable[Host], origin: int,
+                 holds: Mapping[str, Iterable[tuple[int, int, int]]] | None = None):
+        """holds: as in apply_holds, each host's profile built with the host (in bulk: no
+        profile made twice)."""
         self.gpu_model = gpu_model
         self.origin = origin
         self.hosts: dict[str, HostState] = {}
         for h in sorted(hosts, key=lambda h: h.name):
             if h.gpus > 0:
-                self.hosts[h.name] = HostState(h, origin)
+                spans = holds.get(h.name) if holds is not None else None
+                self.hosts[h.name] = HostState(h, origin, None if spans is None else
+                                               StepProfile.of_spans(origin, h.gpus, spans))
         self.max_gpus = max((h.gpus for h in self.hosts.values()), default=0)
         # heaps[g][c]: sorted lists of entries (start, free_at_start, host_name, end)
         self.heaps: list[list[list[tuple[int, int, str, int]]]] = [
@@ -82,13 +87,16 @@ class ModelIndex:
 
     def build(self) -> None:
         levels = self.levels
+        now_count, top = self.now_count, self.max_gpus
         for hs in self.hosts.values():
             name = hs.name
-            hs.idle_from = hs.compute_idle_from()
+            vals = hs.prof.vals
+            hs.idle_from = hs.prof.times[-1] if vals[-1] >= hs.gpus else INF   # compute_idle_from, inline
             if levels is not None:
                 for seg in indexed_segments(hs.prof, hs.gpus, self.origin, INF):
                     levels.lists[seg[2]][length_class(seg[1] - seg[0])].append((seg[0], name, seg[1]))
-            self.now_count[self._clamp(hs.prof.vals[0])] += 1
+            v = vals[0]
+            now_count[0 if v < 0 else (top if v > top else v)] += 1   # _clamp, inline
         if levels is not None:
             levels.sort()
         self.idle = IdleHosts((hs.gpus, hs.name, hs.idle_from) for hs in self.hosts.values())
@@ -98,11 +106,13 @@ class ModelIndex:
         """Start keeping the g-runs of every host (on the first question
         about g: most g are never asked, and their runs cost every reserve)."""
         heap_g = self.heaps[g]
+        top = NCLS - 1
         for hs in self.hosts.values():
             if hs.gpus >= g:
                 name = hs.name
                 for (s, e, f) in hs.track(g):
-                    heap_g[length_class(e - s)].append((s, f, name, e))
+                    c = ((e - s) >> 6).bit_length()   # length_class, inline: runs are never empty
+                    heap_g[c if c < NCLS else top].append((s, f, name, e))
         for L in heap_g:
             L.sort()
         self.tracked.append(g)

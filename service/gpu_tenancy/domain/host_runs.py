@@ -20,16 +20,16 @@ def runs_at_least(prof: StepProfile, g: int, cap: int) -> list[Run]:
     """The runs of >= g free in prof, in order; free counts above cap
     (the host's size) count as cap."""
     out: list[Run] = []
-    opened = None
+    is_open, s, f = False, 0, 0   # the run open so far: its start and free GPUs at the start
     for t, v in zip(prof.times, prof.vals):
         if v >= g:
-            if opened is None:
-                opened = (t, v if v < cap else cap)
-        elif opened is not None:
-            out.append((opened[0], t, opened[1]))
-            opened = None
-    if opened is not None:
-        out.append((opened[0], INF, opened[1]))
+            if not is_open:
+                is_open, s, f = True, t, (v if v < cap else cap)
+        elif is_open:
+            out.append((s, t, f))
+            is_open = False
+    if is_open:
+        out.append((s, INF, f))
     return out
 
 
@@ -38,11 +38,12 @@ class HostState:
 
     __slots__ = ("name", "gpus", "aggregate", "prof", "runs", "run_lists", "idle_from")
 
-    def __init__(self, host: Host, origin: int):
+    def __init__(self, host: Host, origin: int, prof: StepProfile | None = None):
+        """prof: the host's free GPUs, if not all free (StepProfile.of_spans of its holds)."""
         self.name = host.name
         self.gpus = host.gpus
         self.aggregate = host.aggregate
-        self.prof = StepProfile(origin, host.gpus)
+        self.prof = prof if prof is not None else StepProfile(origin, host.gpus)
         # runs[g]: the set of g-runs (liveness checks); run_lists[g]: the same, in order
         # (untracked g share one empty set and list: track() gives a g its own before anything is added)
         self.runs: list[set[Run]] = [set()] * (host.gpus + 1)
