@@ -53,9 +53,9 @@ class ModelIndex:
                 self.hosts[h.name] = HostState(h, origin, None if spans is None else
                                                StepProfile.of_spans(origin, h.gpus, spans))
         self.max_gpus = max((h.gpus for h in self.hosts.values()), default=0)
-        # heaps[g][c]: sorted lists of entries (start, free_at_start, host_name, end)
-        self.heaps: list[list[list[tuple[int, int, str, int]]]] = [
-            [[] for _ in range(NCLS)] for _ in range(self.max_gpus + 1)]
+        # heaps[g][c]: sorted lists of entries (start, free_at_start, host_name, end); a g's
+        # classes are made by _track (a plan asks about a few g only)
+        self.heaps: list[list[list[tuple[int, int, str, int]]]] = [[] for _ in range(self.max_gpus + 1)]
         # free-now histogram for "largest free block now"
         self.now_count = [0] * (self.max_gpus + 1)
         # hosts entirely free from their idle_from on (filled by build())
@@ -105,7 +105,8 @@ class ModelIndex:
     def _track(self, g: int) -> None:
         """Start keeping the g-runs of every host (on the first question
         about g: most g are never asked, and their runs cost every reserve)."""
-        heap_g = self.heaps[g]
+        heap_g: list[list[tuple[int, int, str, int]]] = [[] for _ in range(NCLS)]
+        self.heaps[g] = heap_g
         top = NCLS - 1
         for hs in self.hosts.values():
             if hs.gpus >= g:
