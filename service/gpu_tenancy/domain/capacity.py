@@ -115,7 +115,8 @@ class ModelIndex:
                     c = ((e - s) >> 6).bit_length()   # length_class, inline: runs are never empty
                     heap_g[c if c < NCLS else top].append((s, f, name, e))
         for L in heap_g:
-            L.sort()
+            if len(L) > 1:
+                L.sort()
         self.tracked.append(g)
         self.tracked.sort()
 
