@@ -124,9 +124,13 @@ class HostState:
         if old == new:
             return []
         L[i:j] = new
+        # only the runs that changed: a run kept as it was stays live, with its heap entry
+        # (runs of one g never overlap, so no other live run equals a new one; the lists
+        # are short, so `in` compares a few tuples instead of hashing them)
         live = self.runs[g]
         for r in old:
-            live.discard(r)
-        added = [r for r in new if r not in live]
-        live.update(new)
+            if r not in new:
+                live.discard(r)
+        added = [r for r in new if r not in old]
+        live.update(added)
         return added
