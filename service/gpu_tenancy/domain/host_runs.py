@@ -19,9 +19,15 @@ Run = tuple[int, int, int]     # (start, end, free GPUs at start)
 def runs_at_least(prof: StepProfile, g: int, cap: int) -> list[Run]:
     """The runs of >= g free in prof, in order; free counts above cap
     (the host's size) count as cap."""
+    vals = prof.vals
+    least = min(vals)
+    if least >= g:   # (often so for small g: one run, all the time; read at C speed)
+        return [(prof.times[0], INF, vals[0] if vals[0] < cap else cap)]
     out: list[Run] = []
+    if max(vals) < g:   # (often so for big g: none)
+        return out
     is_open, s, f = False, 0, 0   # the run open so far: its start and free GPUs at the start
-    for t, v in zip(prof.times, prof.vals):
+    for t, v in zip(prof.times, vals):
         if v >= g:
             if not is_open:
                 is_open, s, f = True, t, (v if v < cap else cap)
