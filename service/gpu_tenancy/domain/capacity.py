@@ -327,15 +327,22 @@ class ModelIndex:
             for name in active:   # (order free: the choice sorts by unique keys)
                 hs = hosts[name]
                 most = hs.gpus // g
+                # the profile read once for the three questions below (value_at, min_on and
+                # next_break at T, inline: this runs for every host open at every T tried)
+                times, vals = hs.prof.times, hs.prof.vals
+                k = bisect_right(times, T)
+                i = k - 1 if k > 0 else 0
                 # its g-run holds [T, T+d): one VM fits; more only on a bigger host
-                j = 1 if most == 1 else hs.prof.min_on(T, T + d) // g
+                if most == 1:
+                    j = 1
+                else:
+                    stop = bisect_right(times, T + d - 1) if T + d < INF else len(times)
+                    j = min(vals[i:stop if stop > i else i + 1]) // g
                 if j > 0:
                     total += j
-                    cands.append((hs.prof.value_at(T), name, hs.aggregate, j))
-                if j < most:   # more VMs may fit once T passes a breakpoint
-                    b = hs.prof.next_break(T)
-                    if b is not None and b < nxt:
-                        nxt = b
+                    cands.append((vals[i], name, hs.aggregate, j))
+                if j < most and k < len(times) and times[k] < nxt:   # more VMs may fit past a breakpoint
+                    nxt = times[k]
             if total >= n:
                 return T, select_gang_hosts(cands, n)
             if nxt >= INF:
