@@ -223,12 +223,10 @@ class ModelIndex:
             n = len(L)
             while i < n:
                 ent = L[i]
-                s = ent[0]
-                if best is not None:
-                    if s > best[0]:
-                        break
-                    if (s, ent[1], ent[2]) >= best:
-                        break
+                # (start, free, name) at or after the best: ent's 4-tuple compares as its first
+                # three would (a longer tuple with the same first three is the greater)
+                if best is not None and ent >= best:
+                    break
                 s, f, name, e = ent
                 if (s, e, f) not in hosts[name].runs[g]:
                     del L[i]
