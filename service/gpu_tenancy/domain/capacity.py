@@ -40,17 +40,22 @@ LEVELS_HOSTS = 64
 class ModelIndex:
     """Enabled hosts of one GPU model, with the run heaps."""
 
-    def __init__(self, gpu_model: str, hosts: Iterable[Host], origin: int):
+    def __init__(self, gpu_model: str, hosts: Iterable[Host], origin: int,
+                 holds: Mapping[str, Iterable[tuple[int, int, int]]] | None = None):
+        """holds: as in apply_holds, each host's profile built with the host (in bulk: no
+        profile made twice)."""
         self.gpu_model = gpu_model
         self.origin = origin
         self.hosts: dict[str, HostState] = {}
         for h in sorted(hosts, key=lambda h: h.name):
             if h.gpus > 0:
-                self.hosts[h.name] = HostState(h, origin)
+                spans = holds.get(h.name) if holds is not None else None
+                self.hosts[h.name] = HostState(h, origin, None if spans is None else
+                                               StepProfile.of_spans(origin, h.gpus, spans))
         self.max_gpus = max((h.gpus for h in self.hosts.values()), default=0)
-        # heaps[g][c]: sorted lists of entries (start, free_at_start, host_name, end)
-        self.heaps: list[list[list[tuple[int, int, str, int]]]] = [
-            [[] for _ in range(NCLS)] for _ in range(self.max_gpus + 1)]
+        # heaps[g][c]: sorted lists of entries (start, free_at_start, host_name, end); a g's
+        # classes are made by _track (a plan asks about a few g only)
+        self.heaps: list[list[list[tuple[int, int, str, int]]]] = [[] for _ in range(self.max_gpus + 1)]
         # free-now histogram for "largest free block now"
         self.now_count = [0] * (self.max_gpus + 1)
         # hosts entirely free from their idle_from on (filled by build())
@@ -82,13 +87,16 @@ class ModelIndex:
 
     def build(self) -> None:
         levels = self.levels
+        now_count, top = self.now_count, self.max_gpus
         for hs in self.hosts.values():
             name = hs.name
-            hs.idle_from = hs.compute_idle_from()
+            vals = hs.prof.vals
+            hs.idle_from = hs.prof.times[-1] if vals[-1] >= hs.gpus else INF   # compute_idle_from, inline
             if levels is not None:
                 for seg in indexed_segments(hs.prof, hs.gpus, self.origin, INF):
                     levels.lists[seg[2]][length_class(seg[1] - seg[0])].append((seg[0], name, seg[1]))
-            self.now_count[self._clamp(hs.prof.vals[0])] += 1
+            v = vals[0]
+            now_count[0 if v < 0 else (top if v > top else v)] += 1   # _clamp, inline
         if levels is not None:
             levels.sort()
         self.idle = IdleHosts((hs.gpus, hs.name, hs.idle_from) for hs in self.hosts.values())
@@ -97,14 +105,18 @@ class ModelIndex:
     def _track(self, g: int) -> None:
         """Start keeping the g-runs of every host (on the first question
         about g: most g are never asked, and their runs cost every reserve)."""
-        heap_g = self.heaps[g]
+        heap_g: list[list[tuple[int, int, str, int]]] = [[] for _ in range(NCLS)]
+        self.heaps[g] = heap_g
+        top = NCLS - 1
         for hs in self.hosts.values():
             if hs.gpus >= g:
                 name = hs.name
                 for (s, e, f) in hs.track(g):
-                    heap_g[length_class(e - s)].append((s, f, name, e))
+                    c = ((e - s) >> 6).bit_length()   # length_class, inline: runs are never empty
+                    heap_g[c if c < NCLS else top].append((s, f, name, e))
         for L in heap_g:
-            L.sort()
+            if len(L) > 1:
+                L.sort()
         self.tracked.append(g)
         self.tracked.sort()
 
@@ -211,12 +223,10 @@ class ModelIndex:
             n = len(L)
             while i < n:
                 ent = L[i]
-                s = ent[0]
-                if best is not None:
-                    if s > best[0]:
-                        break
-                    if (s, ent[1], ent[2]) >= best:
-                        break
+                # (start, free, name) at or after the best: ent's 4-tuple compares as its first
+                # three would (a longer tuple with the same first three is the greater)
+                if best is not None and ent >= best:
+                    break
                 s, f, name, e = ent
                 if (s, e, f) not in hosts[name].runs[g]:
                     del L[i]
@@ -315,15 +325,22 @@ class ModelIndex:
             for name in active:   # (order free: the choice sorts by unique keys)
                 hs = hosts[name]
                 most = hs.gpus // g
+                # the profile read once for the three questions below (value_at, min_on and
+                # next_break at T, inline: this runs for every host open at every T tried)
+                times, vals = hs.prof.times, hs.prof.vals
+                k = bisect_right(times, T)
+                i = k - 1 if k > 0 else 0
                 # its g-run holds [T, T+d): one VM fits; more only on a bigger host
-                j = 1 if most == 1 else hs.prof.min_on(T, T + d) // g
+                if most == 1:
+                    j = 1
+                else:
+                    stop = bisect_right(times, T + d - 1) if T + d < INF else len(times)
+                    j = min(vals[i:stop if stop > i else i + 1]) // g
                 if j > 0:
                     total += j
-                    cands.append((hs.prof.value_at(T), name, hs.aggregate, j))
-                if j < most:   # more VMs may fit once T passes a breakpoint
-                    b = hs.prof.next_break(T)
-                    if b is not None and b < nxt:
-                        nxt = b
+                    cands.append((vals[i], name, hs.aggregate, j))
+                if j < most and k < len(times) and times[k] < nxt:   # more VMs may fit past a breakpoint
+                    nxt = times[k]
             if total >= n:
                 return T, select_gang_hosts(cands, n)
             if nxt >= INF:

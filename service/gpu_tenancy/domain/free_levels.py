@@ -63,23 +63,26 @@ class FreeLevels:
 
     def replace(self, name: str, old: list[Segment], new: list[Segment]) -> None:
         """A host's segments `old` became `new`; both in time order, so one
-        merge finds what left and what came."""
+        merge finds what left and what came. (add and remove inline, with
+        length_class: this runs for every reservation.)"""
+        lists = self.lists
         i = j = 0
-        while i < len(old) and j < len(new):
-            a, b = old[i], new[j]
-            if a == b:
+        n_old, n_new = len(old), len(new)
+        while i < n_old or j < n_new:
+            if j >= n_new or (i < n_old and old[i] < new[j]):
+                a, b, v = old[i]
+                c = ((b - a) >> 6).bit_length()   # segments are never empty
+                L = lists[v][c if c < NCLS else TOP]
+                del L[bisect_left(L, (a, name, b))]
+                i += 1
+            elif i >= n_old or new[j] < old[i]:
+                a, b, v = new[j]
+                c = ((b - a) >> 6).bit_length()
+                insort(lists[v][c if c < NCLS else TOP], (a, name, b))
+                j += 1
+            else:   # the same segment before and after
                 i += 1
                 j += 1
-            elif a < b:
-                self.remove(name, a)
-                i += 1
-            else:
-                self.add(name, b)
-                j += 1
-        for seg in old[i:]:
-            self.remove(name, seg)
-        for seg in new[j:]:
-            self.add(name, seg)
 
     def sort(self) -> None:
         for per_class in self.lists:

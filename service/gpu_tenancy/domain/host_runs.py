@@ -19,17 +19,23 @@ Run = tuple[int, int, int]     # (start, end, free GPUs at start)
 def runs_at_least(prof: StepProfile, g: int, cap: int) -> list[Run]:
     """The runs of >= g free in prof, in order; free counts above cap
     (the host's size) count as cap."""
+    vals = prof.vals
+    least = min(vals)
+    if least >= g:   # (often so for small g: one run, all the time; read at C speed)
+        return [(prof.times[0], INF, vals[0] if vals[0] < cap else cap)]
     out: list[Run] = []
-    opened = None
-    for t, v in zip(prof.times, prof.vals):
+    if max(vals) < g:   # (often so for big g: none)
+        return out
+    is_open, s, f = False, 0, 0   # the run open so far: its start and free GPUs at the start
+    for t, v in zip(prof.times, vals):
         if v >= g:
-            if opened is None:
-                opened = (t, v if v < cap else cap)
-        elif opened is not None:
-            out.append((opened[0], t, opened[1]))
-            opened = None
-    if opened is not None:
-        out.append((opened[0], INF, opened[1]))
+            if not is_open:
+                is_open, s, f = True, t, (v if v < cap else cap)
+        elif is_open:
+            out.append((s, t, f))
+            is_open = False
+    if is_open:
+        out.append((s, INF, f))
     return out
 
 
@@ -38,11 +44,12 @@ class HostState:
 
     __slots__ = ("name", "gpus", "aggregate", "prof", "runs", "run_lists", "idle_from")
 
-    def __init__(self, host: Host, origin: int):
+    def __init__(self, host: Host, origin: int, prof: StepProfile | None = None):
+        """prof: the host's free GPUs, if not all free (StepProfile.of_spans of its holds)."""
         self.name = host.name
         self.gpus = host.gpus
         self.aggregate = host.aggregate
-        self.prof = StepProfile(origin, host.gpus)
+        self.prof = prof if prof is not None else StepProfile(origin, host.gpus)
         # runs[g]: the set of g-runs (liveness checks); run_lists[g]: the same, in order
         # (untracked g share one empty set and list: track() gives a g its own before anything is added)
         self.runs: list[set[Run]] = [set()] * (host.gpus + 1)
@@ -123,9 +130,13 @@ class HostState:
         if old == new:
             return []
         L[i:j] = new
+        # only the runs that changed: a run kept as it was stays live, with its heap entry
+        # (runs of one g never overlap, so no other live run equals a new one; the lists
+        # are short, so `in` compares a few tuples instead of hashing them)
         live = self.runs[g]
         for r in old:
-            live.discard(r)
-        added = [r for r in new if r not in live]
-        live.update(new)
+            if r not in new:
+                live.discard(r)
+        added = [r for r in new if r not in old]
+        live.update(added)
         return added

@@ -22,15 +22,14 @@ def _fast_capacity(now: int, hosts: Sequence[Host], holds: Sequence[Hold]) -> di
     for h in hosts:
         if h.enabled:
             by_model[h.gpu_model].append(h)
-    idx = {m: ModelIndex(m, hs, now) for m, hs in by_model.items()}
-    spans: dict[str, dict[str, list[tuple[int, int, int]]]] = {m: defaultdict(list) for m in idx}
+    spans: dict[str, dict[str, list[tuple[int, int, int]]]] = {m: defaultdict(list) for m in by_model}
     for hd in holds:
         if hd.end > now and hd.gpus > 0:
             on = spans.get(hd.gpu_model)
             if on is not None:
                 on[hd.host].append((hd.start, hd.end, -hd.gpus))
-    for m, mi in idx.items():
-        mi.apply_holds(spans[m])
+    idx = {m: ModelIndex(m, hs, now, spans[m]) for m, hs in by_model.items()}
+    for mi in idx.values():
         mi.build()
     return idx
 

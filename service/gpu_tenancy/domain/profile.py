@@ -36,15 +36,20 @@ class StepProfile:
         """`value`, plus delta on each (start, end, delta): the profile add() gives span by
         span, built at once (one sort instead of a list insert per span)."""
         change: dict[int, int] = {}
+        get = change.get   # (bound once: a plan builds a profile per host with holds)
+        first = value      # the value at the origin: spans that start by then go straight into it
         for a, b, d in spans:
-            if a < origin:
-                a = origin
-            if b <= a or d == 0:
-                continue
-            change[a] = change.get(a, 0) + d
+            if a <= origin:
+                if b <= origin or d == 0:
+                    continue
+                first += d
+            else:
+                if b <= a or d == 0:
+                    continue
+                change[a] = get(a, 0) + d
             if b < INF:
-                change[b] = change.get(b, 0) - d
-        prof = cls(origin, value + change.pop(origin, 0))
+                change[b] = get(b, 0) - d
+        prof = cls(origin, first)
         times, vals = prof.times, prof.vals
         v = vals[0]
         for t in sorted(change):

@@ -92,7 +92,8 @@ class GpuTenancy(Scheduler):
         # the waiting leases' shapes (GPUs per VM, VMs): how many of each
         self.shapes: dict[tuple[int, int], int] = {}
         self.holds: dict[str, list[Hold]] = {}   # a running job's holds, made once
-        self.e_start: dict[str, float] = {}      # a running job's exp(lam (start - t0)), for usage()
+        # a running job's usage key, GPUs and exp(lam (start - t0)), for usage() (each read once per job)
+        self.e_start: dict[str, tuple[tuple[str, str], int, float]] = {}
         # keep_etas: skip a plan that would be the last one again (_settled); False plans at every event
         self.skip_settled = skip_settled
         self.settled = False   # the last plan kept every ETA it could, and nothing but time has changed since
@@ -156,13 +157,14 @@ class GpuTenancy(Scheduler):
         scale = math.exp(-lam * (now - t0)) / 3600.0
         acc = dict(self.done_usage)
         e_now, e_start = math.exp(lam * (now - t0)), self.e_start
+        get = acc.get
         for job, _hosts, st in running.values():
-            e_st = e_start.get(job.jid)
-            if e_st is None:
-                e_st = e_start[job.jid] = math.exp(lam * (st - t0))
+            known = e_start.get(job.jid)
+            if known is None:
+                known = e_start[job.jid] = (self.usage_key(job), job.gpus, math.exp(lam * (st - t0)))
             # job.gpus * self._integral(st, now), its start's exponential computed once
-            key = self.usage_key(job)
-            acc[key] = acc.get(key, 0.0) + job.gpus * ((e_now - e_st) / lam)
+            key, gpus, e_st = known
+            acc[key] = get(key, 0.0) + gpus * ((e_now - e_st) / lam)
         return {k: v * scale for k, v in acc.items()}
 
     def oldest_waiting(self):
