@@ -117,3 +117,34 @@ def statements_run() -> Iterator[list[str]]:
         yield run
     finally:
         event.remove(Engine, "before_cursor_execute", record)
+
+
+def test_a_migration_failing_after_0022_keeps_the_versions_before_it(db_url, tmp_path):
+    """Each migration commits with its version: one failing later in the same upgrade leaves
+    the version at the one before it, not at 0021 under 0022's indexes (built outside any
+    transaction on PostgreSQL, so they stay whatever follows)."""
+    import shutil
+
+    from alembic import command
+    from sqlalchemy import inspect, text
+
+    from gpu_tenancy.db import migrate
+    scripts = tmp_path / "migrations"
+    shutil.copytree(migrate.MIGRATIONS, scripts, ignore=shutil.ignore_patterns("__pycache__"))
+    config = migrate.alembic_config(db_url)
+    head = ScriptDirectory.from_config(config).get_current_head()
+    (scripts / "versions" / "9999_fails.py").write_text(
+        f"revision = '9999_fails'\ndown_revision = {head!r}\nbranch_labels = depends_on = None\n\n\n"
+        "def upgrade():\n    raise RuntimeError('a later migration fails')\n\n\n"
+        "def downgrade():\n    pass\n")
+    command.downgrade(config, "0021_park")
+    config.set_main_option("script_location", str(scripts))
+    with pytest.raises(RuntimeError, match="a later migration fails"):
+        command.upgrade(config, "head")
+    engine = create_engine(db_url)
+    with engine.connect() as conn:
+        version = conn.scalar(text("SELECT version_num FROM alembic_version"))
+    made = {i["name"] for i in inspect(engine).get_indexes("leases")}
+    engine.dispose()
+    assert version == head
+    assert {"ix_leases_project_name", "ix_leases_project_status_user"} <= made
