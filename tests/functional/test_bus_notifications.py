@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from gpu_tenancy.config import Config
 from gpu_tenancy.db import models as m
@@ -289,8 +289,28 @@ def test_a_fitted_create_sends_its_notices_too(client, runtime, bus, tick):
     runtime.fits.min_waiting = 0
     fill(client)   # the demo cloud's A100 all taken: the next lease waits, fitted into the plan
     before = fitted(client)
-    lease = ask(client)
+    engine, sent = runtime.sessions.kw["bind"], []
+
+    def statement(conn, cursor, text, *args):
+        sent.append(" ".join(text.split()))
+
+    def commit(conn):
+        sent.append("COMMIT")
+    event.listen(engine, "before_cursor_execute", statement)
+    event.listen(engine, "commit", commit)
+    try:
+        lease = ask(client)
+    finally:
+        event.remove(engine, "before_cursor_execute", statement)
+        event.remove(engine, "commit", commit)
     assert fitted(client) == before + 1
+    # the notices written before the lease's transaction ends: on PostgreSQL the audit record's
+    # INSERT (with the lease's UPDATE in its WITH) is sent with the COMMIT, its own
+    made = next(k for k, s in enumerate(sent) if s.startswith("INSERT INTO leases"))
+    ends = next(k for k, s in enumerate(sent) if k > made and (
+        s == "COMMIT" or engine.dialect.name == "postgresql" and "INSERT INTO audit_records" in s))
+    notices = [k for k, s in enumerate(sent) if s.startswith("INSERT INTO bus_notices")]
+    assert notices and all(made < k < ends for k in notices), sent
     assert lease["status"] == "queued" and lease["queue"]["position"] == 1
     tick()
     assert bus.of(lease["id"]) == [n.CREATE, n.QUEUED]
