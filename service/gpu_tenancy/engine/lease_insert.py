@@ -64,6 +64,7 @@ def commit_fitted(session: Session, row: m.Lease, record: m.AuditRecord, recent:
     session then has nothing to write (its commit finds the transaction done); the record has
     no id (nothing reads it). False on SQLite (no UPDATE in a WITH): the session's commit
     writes them, as before."""
+    assert inspect(record).pending, "the record is written here: one already flushed would be written twice"
     if session.get_bind().dialect.name != "postgresql":
         return False
     state = inspect(row)
