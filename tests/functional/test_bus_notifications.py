@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from gpu_tenancy.config import Config
 from gpu_tenancy.db import models as m
@@ -285,12 +285,36 @@ def test_a_crash_at_each_step_loses_and_repeats_no_notification(client, runtime,
 
 def test_a_fitted_create_sends_its_notices_too(client, runtime, bus, tick):
     """A create fitted into the plan (its writes and its commit sent at once on PostgreSQL:
-    engine/lease_insert.py: commit_fitted) writes its notices in its transaction all the same."""
+    engine/lease_insert.py: commit_fitted) writes its notices in its transaction all the same,
+    before it takes the ledger lock."""
     runtime.fits.min_waiting = 0
     fill(client)   # the demo cloud's A100 all taken: the next lease waits, fitted into the plan
     before = fitted(client)
-    lease = ask(client)
+    engine, sent = runtime.sessions.kw["bind"], []
+
+    def statement(conn, cursor, text, *args):
+        sent.append(" ".join(text.split()))
+
+    def commit(conn):
+        sent.append("COMMIT")
+    event.listen(engine, "before_cursor_execute", statement)
+    event.listen(engine, "commit", commit)
+    try:
+        lease = ask(client)
+    finally:
+        event.remove(engine, "before_cursor_execute", statement)
+        event.remove(engine, "commit", commit)
     assert fitted(client) == before + 1
+    # the notices written before the lease's transaction ends: on PostgreSQL the audit record's
+    # INSERT (with the lease's UPDATE in its WITH) is sent with the COMMIT, its own
+    made = next(k for k, s in enumerate(sent) if s.startswith("INSERT INTO leases"))
+    ends = next(k for k, s in enumerate(sent) if k > made and (
+        s == "COMMIT" or engine.dialect.name == "postgresql" and "INSERT INTO audit_records" in s))
+    notices = [k for k, s in enumerate(sent) if s.startswith("INSERT INTO bus_notices")]
+    assert notices and all(made < k < ends for k in notices), sent
+    # and before the ledger lock is taken (by the claim): no round trip of theirs under it
+    claim = next(k for k, s in enumerate(sent) if s.startswith("UPDATE locks SET inserted"))
+    assert all(k < claim for k in notices), sent
     assert lease["status"] == "queued" and lease["queue"]["position"] == 1
     tick()
     assert bus.of(lease["id"]) == [n.CREATE, n.QUEUED]

@@ -4,15 +4,18 @@ number of database statements, however many leases wait: each is a round trip un
 create. The bound is the count today; a change that needs more says so here."""
 from __future__ import annotations
 
+import pytest
 from sqlalchemy import event
 
-from gpu_tenancy.engine import ledger
+from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import utcnow_naive
+from gpu_tenancy.engine import lease_insert, ledger
 from tests.conftest import headers
 from tests.functional.test_metrics import scrape, value
 from tests.functional.test_plan_insert import fill
 
 # statements per fitted create: on PostgreSQL the lease's queue place goes in the audit record's
-# INSERT (engine/lease_insert.py: write_fitted); SQLite adds BEGIN IMMEDIATE, an INSERT per event
+# INSERT (engine/lease_insert.py: commit_fitted); SQLite adds BEGIN IMMEDIATE, an INSERT per event
 # and the flush's UPDATE of the lease
 MOST = {"postgresql": 5, "sqlite": 8}
 
@@ -65,3 +68,16 @@ def test_a_fitted_create_costs_the_same_statements_whatever_waits(client, runtim
     many = statements_of_a_create(client, runtime, monkeypatch)
     assert many == few, "a statement per waiting lease"
     assert len(few) <= MOST[runtime.sessions.kw["bind"].dialect.name], "\n".join(few)
+
+
+def test_a_fitted_write_takes_only_an_audit_record_not_yet_written(runtime):
+    """commit_fitted takes the record out of the session and INSERTs it itself: one the session
+    had already written would be written twice."""
+    with runtime.sessions() as s:
+        record = m.AuditRecord(at=utcnow_naive(0), action="create", target_type="lease", target_id="x",
+                               outcome="success")
+        s.add(record)
+        s.flush()
+        with pytest.raises(AssertionError):
+            lease_insert.commit_fitted(s, m.Lease(id="x"), record, None)
+        s.rollback()

@@ -1,9 +1,14 @@
 """The Alembic migrations make exactly the schema the models describe."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, select
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, event, select
 
 from gpu_tenancy.db.models import Base, Lock
 
@@ -56,7 +61,90 @@ def test_the_lease_ask_indexes_go_and_come_back_valid(db_url):
         engine.dispose()
         return found
     assert indexes() == names
-    command.downgrade(migrate.alembic_config(db_url), "0021_park")
+    with statements_run() as run:
+        command.downgrade(migrate.alembic_config(db_url), "0021_park")
     assert indexes() == set()
-    migrate.upgrade(db_url)
+    dropped = [s for s in run if s.startswith("DROP INDEX")]
+    with statements_run() as run:
+        migrate.upgrade(db_url)
     assert indexes() == names
+    created = [s for s in run if s.startswith("CREATE INDEX")]
+    assert len(dropped) == len(created) == 2
+    if engine.dialect.name == "postgresql":
+        assert all(s.startswith("DROP INDEX CONCURRENTLY IF EXISTS") for s in dropped)
+        assert all(s.startswith("CREATE INDEX CONCURRENTLY") for s in created)
+
+
+def test_the_lease_ask_indexes_are_built_again_over_a_cancelled_build(db_url):
+    """A cancelled CREATE INDEX CONCURRENTLY leaves its index, invalid, and the version at 0021
+    (PostgreSQL): the upgrade run again drops it and builds it anew, valid, not failing on the name."""
+    from alembic import command
+    from sqlalchemy import text
+
+    from gpu_tenancy.db import migrate
+    engine = create_engine(db_url)
+    if engine.dialect.name != "postgresql":
+        engine.dispose()
+        pytest.skip("SQLite builds its indexes in the migration's transaction: nothing is left")
+    command.downgrade(migrate.alembic_config(db_url), "0021_park")
+    with engine.begin() as conn:   # what a build cancelled halfway leaves: the names taken, one invalid
+        conn.execute(text("CREATE INDEX ix_leases_project_name ON leases (project_id)"))
+        conn.execute(text("CREATE INDEX ix_leases_project_status_user ON leases (user_id)"))
+        conn.execute(text("UPDATE pg_index SET indisvalid = false "
+                          "WHERE indexrelid = 'ix_leases_project_status_user'::regclass"))
+    migrate.upgrade(db_url)
+    with engine.connect() as conn:
+        built = dict(conn.execute(text(
+            "SELECT c.relname, i.indisvalid AND pg_get_indexdef(i.indexrelid) LIKE "
+            "'%' || CASE c.relname WHEN 'ix_leases_project_name' THEN '(project_id, name)' "
+            "ELSE '(project_id, status, user_id)' END FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "WHERE c.relname IN ('ix_leases_project_name', 'ix_leases_project_status_user')")).all())
+        version = conn.scalar(text("SELECT version_num FROM alembic_version"))
+    engine.dispose()
+    assert built == {"ix_leases_project_name": True, "ix_leases_project_status_user": True}
+    assert version == ScriptDirectory.from_config(migrate.alembic_config(db_url)).get_current_head()
+
+
+@contextmanager
+def statements_run() -> Iterator[list[str]]:
+    """The SQL every engine runs meanwhile (the migrations make their own)."""
+    run: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany) -> None:
+        run.append(" ".join(statement.split()))
+    event.listen(Engine, "before_cursor_execute", record)
+    try:
+        yield run
+    finally:
+        event.remove(Engine, "before_cursor_execute", record)
+
+
+def test_a_migration_failing_after_0022_keeps_the_versions_before_it(db_url, tmp_path):
+    """Each migration commits with its version: one failing later in the same upgrade leaves
+    the version at the one before it, not at 0021 under 0022's indexes (built outside any
+    transaction on PostgreSQL, so they stay whatever follows)."""
+    import shutil
+
+    from alembic import command
+    from sqlalchemy import inspect, text
+
+    from gpu_tenancy.db import migrate
+    scripts = tmp_path / "migrations"
+    shutil.copytree(migrate.MIGRATIONS, scripts, ignore=shutil.ignore_patterns("__pycache__"))
+    config = migrate.alembic_config(db_url)
+    head = ScriptDirectory.from_config(config).get_current_head()
+    (scripts / "versions" / "9999_fails.py").write_text(
+        f"revision = '9999_fails'\ndown_revision = {head!r}\nbranch_labels = depends_on = None\n\n\n"
+        "def upgrade():\n    raise RuntimeError('a later migration fails')\n\n\n"
+        "def downgrade():\n    pass\n")
+    command.downgrade(config, "0021_park")
+    config.set_main_option("script_location", str(scripts))
+    with pytest.raises(RuntimeError, match="a later migration fails"):
+        command.upgrade(config, "head")
+    engine = create_engine(db_url)
+    with engine.connect() as conn:
+        version = conn.scalar(text("SELECT version_num FROM alembic_version"))
+    made = {i["name"] for i in inspect(engine).get_indexes("leases")}
+    engine.dispose()
+    assert version == head
+    assert {"ix_leases_project_name", "ix_leases_project_status_user"} <= made

@@ -13,6 +13,7 @@ from gpu_tenancy.config import Config
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, utcnow_naive
 from gpu_tenancy.demo.seed import seed
+from gpu_tenancy.engine import ask_facts
 from gpu_tenancy.engine.events import record_transition
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.timeutil import rfc3339
@@ -215,6 +216,9 @@ def test_waiting_leases_are_counted_up_to_one_past_the_limit(app_with):
         return client.post("/v1/leases", headers=headers("ml-vision", user=user),
                            json={"shape": "a100.x8", "duration": "PT1H", "start": later, "instances": 3})
     assert [ask(f"u{k % 2}").status_code for k in range(7)] == [201] * 7   # 4 of u0's, 3 of u1's
+    with rt.sessions() as s:   # the counts stop one past the limits asked: 3 + 1 of 7, 2 + 1 of 4
+        facts = ask_facts.read(s, "ml-vision", "u0", "a100.x8", "any", most_project=3, most_user=2)
+    assert (facts.waiting_project, facts.waiting_user) == (4, 3)
     for most, told in ((7, "has 7 leases"), (6, "has more than 6 leases"), (3, "has more than 3 leases")):
         rt.limits = replace(rt.limits, waiting_per_project=most)
         err = error(ask("u9"), 403)

@@ -36,7 +36,7 @@ def insert_new(session: Session, row: m.Lease, steps: list[tuple[LeaseState, str
         change = transition(row.id, current, target, at=now, actor=actor, reason=why)
         row.status, row.updated_at = target.value, utcnow_naive(now)
         # each notice as record_transition sends it: its payload is the row in that state, now
-        # (a notice is flushed with the session, after the row's INSERT below)
+        # (a notice is flushed after the row's INSERT below)
         notifications.on_transition(session, row, change.from_state, target, now)
         events.append({"lease_id": row.id, "at": utcnow_naive(now), "actor": actor, "kind": "transition",
                        "from_state": change.from_state.value if change.from_state else None,
@@ -51,6 +51,8 @@ def insert_new(session: Session, row: m.Lease, steps: list[tuple[LeaseState, str
         row.__dict__.setdefault(key, value)
     make_transient_to_detached(row)
     session.add(row)
+    if session.new:   # the notices (bus notifications on), now: before a fit takes the ledger lock
+        session.flush()
     return ids
 
 
@@ -64,6 +66,7 @@ def commit_fitted(session: Session, row: m.Lease, record: m.AuditRecord, recent:
     session then has nothing to write (its commit finds the transaction done); the record has
     no id (nothing reads it). False on SQLite (no UPDATE in a WITH): the session's commit
     writes them, as before."""
+    assert inspect(record).pending, "the record is written here: one already flushed would be written twice"
     if session.get_bind().dialect.name != "postgresql":
         return False
     state = inspect(row)
@@ -71,7 +74,7 @@ def commit_fitted(session: Session, row: m.Lease, record: m.AuditRecord, recent:
     for key, value in changed.items():   # written below
         set_committed_value(row, key, value)
     session.expunge(record)   # written below
-    session.flush()   # anything else made (the bus notices), first, in this transaction
+    session.flush()   # anything else made, first, in this transaction (the notices were, by insert_new)
     given = {k: v for k, v in ((c.key, value_of(record, c)) for c in AUDIT.columns) if v is not None}
     # named apart from every column: a parameter named as a column would be taken as its value
     parameters = {**{f"p_lease_{k}": v for k, v in changed.items()}, **{f"p_record_{k}": v for k, v in given.items()},

@@ -12,7 +12,7 @@ def run_migrations_online() -> None:
     connectable = config.attributes.get("connection")
     if connectable is not None:
         context.configure(connection=connectable, target_metadata=target_metadata,
-                          render_as_batch=True)
+                          render_as_batch=True, transaction_per_migration=True)
         with context.begin_transaction():
             context.run_migrations()
         return
@@ -20,9 +20,12 @@ def run_migrations_online() -> None:
     assert url is not None   # db/migrate.py sets it
     engine = create_engine(url, poolclass=pool.NullPool)
     with engine.connect() as connection:
-        # render_as_batch: SQLite can only alter tables by copying them
+        # render_as_batch: SQLite can only alter tables by copying them. transaction_per_migration:
+        # each migration commits with its version, so that one failing later in the same upgrade
+        # does not take back the version of one whose work stays (0022 builds its indexes outside
+        # any transaction on PostgreSQL)
         context.configure(connection=connection, target_metadata=target_metadata,
-                          render_as_batch=True)
+                          render_as_batch=True, transaction_per_migration=True)
         with context.begin_transaction():
             context.run_migrations()
 

@@ -25,6 +25,9 @@ def upgrade() -> None:
         # write to leases (every create and plan) while it reads the whole table
         with op.get_context().autocommit_block():
             for name, columns in INDEXES:
+                # a build cancelled or failed before leaves its index, invalid, and the version
+                # at 0021 (nothing to roll back): this run drops it and builds it again
+                op.drop_index(name, table_name='leases', postgresql_concurrently=True, if_exists=True)
                 op.create_index(name, 'leases', columns, postgresql_concurrently=True)
         return
     for name, columns in INDEXES:
@@ -35,4 +38,5 @@ def downgrade() -> None:
     concurrently = op.get_bind().dialect.name == 'postgresql'
     with op.get_context().autocommit_block() if concurrently else nullcontext():
         for name, _ in reversed(INDEXES):
-            op.drop_index(name, table_name='leases', postgresql_concurrently=concurrently)
+            # IF EXISTS: a downgrade stopped halfway (outside any transaction) can be run again
+            op.drop_index(name, table_name='leases', postgresql_concurrently=concurrently, if_exists=True)
