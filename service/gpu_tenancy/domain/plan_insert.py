@@ -3,7 +3,7 @@ the leases already in it. Pure, deterministic; see docs/design.md, "Incremental 
 
 The current plan's placements stay where they are; they are reserved, beside the holds,
 as the full planner (planner.plan) reserves the leases it has placed, and the new lease
-is then placed by the planner's own step (`_Run.place`: earliest start within quota and
+is then placed by the planner's own step (`PlanRun.place`: earliest start within quota and
 capacity, borrowing, reasons, reserve), as if it came after every lease of the plan.
 Its position and the counts in its reasons are those of its place in the planner's
 order among the plan's leases (a bisection of their order keys).
@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .model import Hold, Host, LeaseRequest, Placement, PlannedLease, QuotaLimit, Reason
-from .plan_order import FAIR, OrderKey, _Ahead, _Scores
-from .plan_run import FAST, _Run
+from .plan_order import FAIR, FairShareScores, LeasesAhead, OrderKey
+from .plan_run import FAST, PlanRun
 from .plan_settings import PlannerSettings
 from .plan_words import plural
 from .planner import Trials
@@ -61,11 +61,11 @@ class PlanBook:
             # guards leases by what a whole plan finds: only plan() knows any of them
             raise ValueError("incremental planning takes no wait bound, age x size or keep_etas")
         reserved = [hold for p in planned for hold in _holds(p, settings.release_allowance)]
-        self._setup(_Run(now, hosts, [*holds, *reserved], quotas, usage, settings, FAST, set()), quotas,
+        self._setup(PlanRun(now, hosts, [*holds, *reserved], quotas, usage, settings, FAST, set()), quotas,
                     [p.request for p in planned], usage, settings, exact)
 
     @classmethod
-    def of_run(cls, run: _Run, quotas: Mapping[tuple[str, str], QuotaLimit], requests: Sequence[LeaseRequest],
+    def of_run(cls, run: PlanRun, quotas: Mapping[tuple[str, str], QuotaLimit], requests: Sequence[LeaseRequest],
                usage: Mapping[tuple[str, str], float] | None, settings: PlannerSettings) -> PlanBook:
         """The book of a plan just made, its state taken over as it is (planner.Planning's run once
         every lease is reserved: the capacity and quota the book would rebuild from its placements),
@@ -79,11 +79,11 @@ class PlanBook:
         book._setup(run, quotas, requests, usage, settings, None)
         return book
 
-    def _setup(self, run: _Run, quotas: Mapping[tuple[str, str], QuotaLimit], requests: Sequence[LeaseRequest],
+    def _setup(self, run: PlanRun, quotas: Mapping[tuple[str, str], QuotaLimit], requests: Sequence[LeaseRequest],
                usage: Mapping[tuple[str, str], float] | None, settings: PlannerSettings,
                exact: Mapping[str, bool] | None) -> None:
         self.quotas, self.settings, self._run = quotas, settings, run
-        self._scores = _Scores(quotas, usage)
+        self._scores = FairShareScores(quotas, usage)
         self._keys: dict[str, list[OrderKey]] = defaultdict(list)
         for lr in requests:
             self._keys[lr.gpu_model].append(self._key(lr))
@@ -131,7 +131,7 @@ class PlanBook:
         higher = bisect_left(keys, (-lr.priority,))
         own_tier = bisect_left(keys, (-lr.priority, 1))
         own_score = bisect_left(keys, (-lr.priority, 1, key[2]))
-        ahead = _Ahead(i + 1, higher, own_tier - higher, own_score - own_tier, i - own_score)
+        ahead = LeasesAhead(i + 1, higher, own_tier - higher, own_score - own_tier, i - own_score)
         q = self.quotas.get((lr.project_id, m))
         pl = PlannedLease(lr.lease_id, ahead.position, None, [])
         run.place(lr, q, ahead, FAIR, pl)   # always explained: the answer shows its reasons

@@ -3,9 +3,10 @@
 Priority desc; then, with keep_etas, the guarded leases by the ETA they were told; then, with
 a wait bound, the leases past it in the order they reached it (bound_protected: at most
 wait_bound_leases per GPU model at a time); then fair share asc (share_score, aged with age x
-size: domain/age_size.py); then created_at, arrival, lease_id (order_key). _Scores keeps each
-project's fair-share score once per plan; _Order counts, as a plan goes, the leases ahead of
-each lease by the part of the order that puts them there (what its reasons say). Pure.
+size: domain/age_size.py); then created_at, arrival, lease_id (order_key). FairShareScores
+keeps each project's fair-share score once per plan; AheadCounter counts, as a plan goes, the
+leases ahead of each lease (LeasesAhead) by the part of the order that puts them there (what
+its reasons say). Pure.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from .model import LeaseRequest, QuotaLimit
 from .plan_settings import PlannerSettings
 
 __all__ = ["OrderKey", "GUARDED", "BOUND", "FAIR", "waiting_since", "bound_reached_at", "past_wait_bound",
-           "bound_protected", "guardable", "order_key"]
+           "bound_protected", "guardable", "order_key", "FairShareScores", "LeasesAhead", "AheadCounter"]
 
 
 def _weight(quotas: Mapping[tuple[str, str], QuotaLimit], p: str, m: str) -> float:
@@ -101,7 +102,7 @@ def order_key(lr: LeaseRequest, quotas: Mapping[tuple[str, str], QuotaLimit],
     return (-lr.priority, FAIR, score, lr.created_at, lr.arrival, lr.lease_id)
 
 
-class _Scores:
+class FairShareScores:
     """Fair-share scores (share_score) per (project, GPU model), each computed once per plan."""
 
     def __init__(self, quotas: Mapping[tuple[str, str], QuotaLimit], usage: Mapping[tuple[str, str], float] | None):
@@ -130,7 +131,7 @@ class _Block:
     tiers: dict[int, int] = field(default_factory=lambda: defaultdict(int))
 
 
-class _Ahead(NamedTuple):
+class LeasesAhead(NamedTuple):
     """How many leases of its GPU model are ahead of a lease, by which part of the order
     (a tuple: one is made per lease per plan)."""
     position: int      # 1-based
@@ -145,14 +146,14 @@ class _Ahead(NamedTuple):
         return self.position - 1
 
 
-class _Order:
-    """The planner order seen per GPU model, as it goes: each lease's _Ahead."""
+class AheadCounter:
+    """The planner order seen per GPU model, as it goes: each lease's LeasesAhead."""
 
     def __init__(self) -> None:
         self.count: dict[str, int] = defaultdict(int)
         self.blocks: dict[str, _Block] = {}
 
-    def next(self, lr: LeaseRequest, tier: int, score: float | None) -> _Ahead:
+    def next(self, lr: LeaseRequest, tier: int, score: float | None) -> LeasesAhead:
         m = lr.gpu_model
         i = self.count[m]
         self.count[m] = i + 1
@@ -163,7 +164,7 @@ class _Order:
             b.tier, b.tier_from, b.score, b.score_from = tier, i, score, i
         elif b.score != score:
             b.score, b.score_from = score, i
-        ahead = _Ahead(i + 1, b.priority_from, b.tiers[BOUND] if tier == FAIR else 0,
-                       b.score_from - b.tier_from, i - b.score_from, b.tiers[GUARDED] if tier != GUARDED else 0)
+        ahead = LeasesAhead(i + 1, b.priority_from, b.tiers[BOUND] if tier == FAIR else 0,
+                            b.score_from - b.tier_from, i - b.score_from, b.tiers[GUARDED] if tier != GUARDED else 0)
         b.tiers[tier] += 1
         return ahead

@@ -1,7 +1,8 @@
-"""One plan's state and its steps per lease (_Run): capacity and quota as reserved so far,
-and for each lease in the planner's order the first reason it can never be planned, its
-earliest start within quota and capacity, a borrowed start, its reasons in words, and the
-placement reserved (_Run.place, the one step plan() and PlanBook.insert both take). Pure."""
+"""One plan's state and its steps per lease (PlanRun): capacity and quota as reserved so
+far, and for each lease in the planner's order the first reason it can never be planned,
+its earliest start within quota and capacity (a Slot), a borrowed start, its reasons in
+words, and the placement reserved (PlanRun.place, the one step plan() and PlanBook.insert
+both take). Pure."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from .capacity import ModelIndex
 from .host_profiles import HostProfiles
 from .model import Hold, Host, LeaseRequest, Placement, PlannedLease, QuotaLimit, Reason
-from .plan_order import BOUND, FAIR, GUARDED, _Ahead, past_wait_bound
+from .plan_order import BOUND, FAIR, GUARDED, LeasesAhead, past_wait_bound
 from .plan_settings import PlannerSettings
 from .plan_words import duration_text, fmt_time, plural
 from .quota_book import QuotaBook
@@ -46,7 +47,7 @@ FAST = Backend()
 
 
 @dataclass
-class _Slot:
+class Slot:
     """Where a lease can start: the start and hosts (None: nowhere yet), when its quota
     first let it in if that was later than asked, whether capacity pushed it later, and
     whether it borrows beyond its nominal quota."""
@@ -58,7 +59,7 @@ class _Slot:
     borrowing: bool = False
 
 
-class _Run:
+class PlanRun:
     """One plan's state (capacity and quota as reserved so far) and its steps per lease."""
 
     def __init__(self, now: int, hosts: Sequence[Host], holds: Sequence[Hold],
@@ -117,10 +118,10 @@ class _Run:
             return Reason("quota", f"needs {g * n} {m} GPUs at once; project {p}'s quota is {q.gpus}{extra}")
         return None
 
-    def earliest_nominal_start(self, lr: LeaseRequest, q: QuotaLimit) -> _Slot:
+    def earliest_nominal_start(self, lr: LeaseRequest, q: QuotaLimit) -> Slot:
         """The earliest start at or after max(now, its earliest start) at which the project
         is within its nominal quota and the hosts have room, for the whole time it is held."""
-        slot = _Slot()
+        slot = Slot()
         g, n, need = lr.gpus_per_vm, lr.instances, lr.gpus_per_vm * lr.instances
         if need > q.gpus:
             return slot
@@ -147,7 +148,7 @@ class _Run:
             slot.start, slot.hosts = r
             return slot
 
-    def borrow(self, lr: LeaseRequest, q: QuotaLimit, slot: _Slot, pl: PlannedLease) -> None:
+    def borrow(self, lr: LeaseRequest, q: QuotaLimit, slot: Slot, pl: PlannedLease) -> None:
         """Beyond its nominal quota, up to borrow_gpus, a lease asked for now may start now
         on capacity idle now (never later), when it could not start now within quota."""
         now, p, m = self.now, lr.project_id, lr.gpu_model
@@ -166,7 +167,7 @@ class _Run:
         pl.reasons.append(Reason("borrowing", f"runs beyond project {p}'s {m} quota on idle capacity: "
                                               f"{q.gpus - left + need} of {q.gpus} GPUs (may borrow {q.borrow_gpus})"))
 
-    def explain(self, lr: LeaseRequest, q: QuotaLimit, slot: _Slot, ahead: _Ahead, tier: int,
+    def explain(self, lr: LeaseRequest, q: QuotaLimit, slot: Slot, ahead: LeasesAhead, tier: int,
                 pl: PlannedLease) -> None:
         """Why a lease starts later than now (or than its latest start): the leases ahead,
         by which part of the order, its asked start, its quota, the capacity."""
@@ -225,7 +226,7 @@ class _Run:
             out.append(Reason("capacity", f"{what}; the largest free block now is "
                                           f"{self.indexes[m].largest_free_now()}; earliest at {fmt_time(T)}"))
 
-    def place(self, lr: LeaseRequest, q: QuotaLimit | None, ahead: _Ahead, tier: int, pl: PlannedLease,
+    def place(self, lr: LeaseRequest, q: QuotaLimit | None, ahead: LeasesAhead, tier: int, pl: PlannedLease,
               explain: bool = True) -> None:
         """One lease's step in the plan, into `pl`: the first reason it can never be planned, if
         any; else (preemptible) on idle GPUs; else the earliest start within its nominal quota and
@@ -254,7 +255,7 @@ class _Run:
             return
         self.reserve(lr, slot, pl)
 
-    def reserve(self, lr: LeaseRequest, slot: _Slot, pl: PlannedLease) -> None:
+    def reserve(self, lr: LeaseRequest, slot: Slot, pl: PlannedLease) -> None:
         """The placement, held for the leases after it: its time and the release after it."""
         T, hosts = slot.start, slot.hosts
         assert T is not None and hosts is not None

@@ -5,7 +5,7 @@ Pure, deterministic, standard library only. See docs/design.md, "The planner".
 This module is the plan loop (plan, Planning, Trials, plan_with_turns) and the
 planner's public names. Its parts: plan_settings.py (PlannerSettings), plan_order.py
 (the order: order_key, the wait bound, fair-share scores, the leases ahead of each),
-plan_run.py (one plan's state and its step per lease, _Run.place, with the reasons in
+plan_run.py (one plan's state and its step per lease, PlanRun.place, with the reasons in
 words), quota_book.py (quota left over time), host_profiles.py, plan_words.py (times,
 counts and durations in words) and extension.py (extension_conflicts' checks).
 
@@ -58,9 +58,9 @@ from .age_size import aged_score
 from .capacity import can_ever_fit, largest_free_block
 from .host_profiles import HostProfiles
 from .model import Hold, Host, LeaseRequest, Placement, Plan, PlannedLease, QuotaLimit
-from .plan_order import (BOUND, FAIR, GUARDED, OrderKey, _Order, _Scores, bound_protected, bound_reached_at,
-                         guardable, order_key, past_wait_bound, waiting_since)
-from .plan_run import FAST, Backend, _Run
+from .plan_order import (BOUND, FAIR, GUARDED, AheadCounter, FairShareScores, OrderKey, bound_protected,
+                         bound_reached_at, guardable, order_key, past_wait_bound, waiting_since)
+from .plan_run import FAST, Backend, PlanRun
 from .plan_settings import (DEFAULT_AGE_SIZE_GPU_HOURS, DEFAULT_KEEP_ETAS, DEFAULT_QUEUED_CHARGE,
                             DEFAULT_QUEUED_CHARGE_SPARES_GPUS, DEFAULT_WAIT_BOUND,
                             DEFAULT_WAIT_BOUND_GPU_HOURS, DEFAULT_WAIT_BOUND_LEASES, PlannerSettings)
@@ -147,7 +147,7 @@ def _plan_run(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
               quotas: Mapping[tuple[str, str], QuotaLimit], waiting: Sequence[LeaseRequest],
               usage: Mapping[tuple[str, str], float] | None, settings: PlannerSettings, explain: bool,
               _backend: Backend, turns: Sequence[Turn] = (),
-              guarded: frozenset[str] = frozenset()) -> tuple[Plan, _Run]:
+              guarded: frozenset[str] = frozenset()) -> tuple[Plan, PlanRun]:
     """One plan in the planner's order (the `guarded` leases first, by their first ETA), and
     its state once every lease is reserved (what Trials reads)."""
     planning = Planning(now, hosts, holds, quotas, waiting, usage, settings, explain, _backend, turns, guarded)
@@ -164,11 +164,11 @@ class Planning:
                  quotas: Mapping[tuple[str, str], QuotaLimit], waiting: Sequence[LeaseRequest],
                  usage: Mapping[tuple[str, str], float] | None, settings: PlannerSettings, explain: bool,
                  backend: Backend = FAST, turns: Sequence[Turn] = (), guarded: frozenset[str] = frozenset()):
-        run = self.run = _Run(now, hosts, holds, quotas, usage, settings, backend,
+        run = self.run = PlanRun(now, hosts, holds, quotas, usage, settings, backend,
                               bound_protected(waiting, now, settings))
         if not explain:
             run.skip_unbinding_quotas(holds, quotas)
-        scores = self.scores = _Scores(quotas, usage)
+        scores = self.scores = FairShareScores(quotas, usage)
         self.quotas, self.settings, self.explain, self.guarded = quotas, settings, explain, guarded
 
         age_size = settings.age_size_gpu_hours
@@ -189,7 +189,7 @@ class Planning:
         self.ordered = sorted(waiting, key=key)
         self.done = 0   # how many of `ordered` are planned
         self.pending = sorted(turns, key=lambda t: t.key)
-        self.order = _Order()
+        self.order = AheadCounter()
         self.plan = Plan(now, {})
 
     def advance(self, stop: Callable[[int], bool] | None = None) -> None:
@@ -229,7 +229,7 @@ class Trials:
     alone: its steps in plan() (never placeable, within quota, borrowed, its latest start),
     nothing reserved for it. One trial is one insertion (a few index queries), not a replan."""
 
-    def __init__(self, run: _Run, quotas: Mapping[tuple[str, str], QuotaLimit]):
+    def __init__(self, run: PlanRun, quotas: Mapping[tuple[str, str], QuotaLimit]):
         self._run, self._quotas = run, quotas
 
     def place(self, lr: LeaseRequest) -> PlannedLease:

@@ -19,7 +19,7 @@ from gpu_tenancy.domain.fairshare import share_score
 from gpu_tenancy.domain.lazy_plan import LazyPlan
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, Plan, QuotaLimit
 from gpu_tenancy.domain.plan_insert import Planned, PlanBook
-from gpu_tenancy.domain.plan_run import _Run
+from gpu_tenancy.domain.plan_run import PlanRun
 from gpu_tenancy.domain.planner import PlannerSettings, order_key, plan
 from gpu_tenancy.whatif.event_loop import Scheduler
 from gpu_tenancy.whatif.promise import breaches, promised_ids, shape_order, with_promises
@@ -440,7 +440,7 @@ class _Kept:
             self._lazy, self._plan = self._plan, self._plan.finish()
         return self._plan
 
-    def run(self) -> _Run | None:
+    def run(self) -> PlanRun | None:
         """The state of the whole plan once every lease is reserved (None: kept as a Plan only).
         Taken once: a PlanBook goes on from it."""
         self.finish()
