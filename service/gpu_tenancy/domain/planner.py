@@ -226,8 +226,10 @@ class Planning:
 
 class Trials:
     """Where a new lease would be placed after the leases a plan has reserved, each asked
-    alone: its steps in plan() (never placeable, within quota, borrowed, its latest start),
-    nothing reserved for it. One trial is one insertion (a few index queries), not a replan."""
+    alone: the steps of PlanRun.place (never placeable, within quota, borrowed, its latest
+    start), with no placement and no reason when it finds no start by its latest start, nothing
+    explained or reserved for it, and a preemptible lease not tried. One trial is one insertion
+    (a few index queries), not a replan."""
 
     def __init__(self, run: PlanRun, quotas: Mapping[tuple[str, str], QuotaLimit]):
         self._run, self._quotas = run, quotas
