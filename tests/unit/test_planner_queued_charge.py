@@ -9,6 +9,7 @@ import random
 import pytest
 
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit
+from gpu_tenancy.domain.offers import OfferRules, ShapeOption, offers
 from gpu_tenancy.domain.planner import PlannerSettings, order_key, plan
 from gpu_tenancy.domain.queued_charge import queued_charges
 from gpu_tenancy.whatif.event_loop import simulate
@@ -136,3 +137,27 @@ def test_the_reasons_say_that_the_charge_counts():
     assert [r.message for r in p.leases["big"].reasons if r.code == "fairshare"] == [
         "project heavy has used 120 A100 GPU-hours recently against weight 1; 1 lease of projects that used "
         "less (counting what each holds and has queued ahead: the queued charge) go first"]
+
+
+def test_an_offer_tried_out_of_its_turn_is_charged_as_in_plan():
+    """p's earlier lease Y is not ahead of the 1x4 alternative, yet it counts in the charge of p's
+    X, which is: the alternative's trial plans X in plan()'s place (before it), not after it."""
+    now = 1_800_000_000
+    m = "A100"
+    quotas = {(p, m): QuotaLimit(p, m, 64) for p in "pqr"}
+    usage = {("p", m): 100.0, ("q", m): 10.0, ("r", m): 20.0}
+    waiting = [LeaseRequest("Y", "p", m, 1, 1, 10 * H, now - H, None, now - H, arrival=0),
+               LeaseRequest("X", "p", m, 4, 1, 5 * H, now - 3240, None, now - 3240, arrival=1),
+               LeaseRequest("Z", "q", m, 4, 1, 2 * H, now, None, now, arrival=2)]
+    hosts = [Host("h1", m, 8)]
+    holds = [Hold("rh", "r", "h1", m, 1, now - H, now + H)]
+    settings = PlannerSettings(queued_charge=4.0, age_size_gpu_hours=1.0, queued_charge_spares_gpus=8)
+    shape = ShapeOption("x4", m, 4)
+    ask = LeaseRequest("ask", "r", m, 4, 2, H, now, None, now, arrival=2 ** 62)
+    got = offers(now, hosts, holds, quotas, waiting, usage, settings, ask, shape, [shape], OfferRules())
+    assert got.offers
+    for off in got.offers:
+        taken = LeaseRequest("taken", "r", m, off.gpus_per_vm, off.instances, off.duration,
+                             off.start if off.reserve else ask.earliest_start, None, now, arrival=2 ** 62)
+        with_it = plan(now, hosts, holds, quotas, [*waiting, taken], usage, settings).leases["taken"]
+        assert with_it.placement is not None and with_it.placement.start == off.start, (off.kind, off.start - now)

@@ -331,7 +331,7 @@ class _Places:
         run = self.runs.get((m, ids))
         if run is None:
             run = self.runs[(m, ids)] = trials_after(self.now, self.hosts[m], self.holds[m], self.quotas, ahead,
-                                                     self.usage, self.settings)
+                                                     self.usage, self.settings, self.charged)
         return run.place(lr)
 
     def _ahead(self, lr: LeaseRequest) -> list[LeaseRequest]:

@@ -147,10 +147,12 @@ def _plan_run(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
               quotas: Mapping[tuple[str, str], QuotaLimit], waiting: Sequence[LeaseRequest],
               usage: Mapping[tuple[str, str], float] | None, settings: PlannerSettings, explain: bool,
               _backend: Backend, turns: Sequence[Turn] = (),
-              guarded: frozenset[str] = frozenset()) -> tuple[Plan, PlanRun]:
+              guarded: frozenset[str] = frozenset(),
+              charged: Mapping[str, float] | None = None) -> tuple[Plan, PlanRun]:
     """One plan in the planner's order (the `guarded` leases first, by their first ETA), and
     its state once every lease is reserved (what Trials reads)."""
-    planning = Planning(now, hosts, holds, quotas, waiting, usage, settings, explain, _backend, turns, guarded)
+    planning = Planning(now, hosts, holds, quotas, waiting, usage, settings, explain, _backend, turns, guarded,
+                        charged)
     planning.advance()
     return planning.plan, planning.run
 
@@ -158,12 +160,15 @@ def _plan_run(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
 class Planning:
     """A plan in the making: the waiting leases in the planner's order, planned one after
     another as far as advance() is asked to go (plan() goes to the end at once; a caller that
-    needs only the first leases may stop, and go on later with the same result)."""
+    needs only the first leases may stop, and go on later with the same result). `charged`: the
+    queued charges when `waiting` is a part of the waiting leases (they depend on the whole set:
+    queued_charge); None computes them over `waiting`."""
 
     def __init__(self, now: int, hosts: Sequence[Host], holds: Sequence[Hold],
                  quotas: Mapping[tuple[str, str], QuotaLimit], waiting: Sequence[LeaseRequest],
                  usage: Mapping[tuple[str, str], float] | None, settings: PlannerSettings, explain: bool,
-                 backend: Backend = FAST, turns: Sequence[Turn] = (), guarded: frozenset[str] = frozenset()):
+                 backend: Backend = FAST, turns: Sequence[Turn] = (), guarded: frozenset[str] = frozenset(),
+                 charged: Mapping[str, float] | None = None):
         run = self.run = PlanRun(now, hosts, holds, quotas, usage, settings, backend,
                               bound_protected(waiting, now, settings))
         if not explain:
@@ -172,8 +177,9 @@ class Planning:
         self.quotas, self.settings, self.explain, self.guarded = quotas, settings, explain, guarded
 
         age_size = settings.age_size_gpu_hours
-        charged = queued_charges(waiting, holds, now, quotas, settings.queued_charge,
-                                 settings.queued_charge_spares_gpus)
+        if charged is None:
+            charged = queued_charges(waiting, holds, now, quotas, settings.queued_charge,
+                                     settings.queued_charge_spares_gpus)
 
         def fair(lr: LeaseRequest) -> float:
             return aged_score(scores.of(lr.project_id, lr.gpu_model) + charged.get(lr.lease_id, 0.0), lr, now, age_size)
@@ -253,10 +259,14 @@ class Trials:
 def trials_after(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
                  quotas: Mapping[tuple[str, str], QuotaLimit], ahead: Sequence[LeaseRequest],
                  usage: Mapping[tuple[str, str], float] | None = None,
-                 settings: PlannerSettings = PlannerSettings()) -> Trials:
+                 settings: PlannerSettings = PlannerSettings(),
+                 charged: Mapping[str, float] | None = None) -> Trials:
     """Trials of new leases placed after `ahead`, the leases the planner order puts before
-    them (a new lease's placement depends on those only: the leases after it never move it)."""
-    return Trials(_plan_run(now, hosts, holds, quotas, ahead, usage, settings, False, FAST)[1], quotas)
+    them (a new lease's placement depends on those only: the leases after it never move it).
+    `charged`: the queued charges made over all the waiting leases (a project's lease that is
+    not ahead still counts in the charge of its leases that are), None: made over `ahead`."""
+    return Trials(_plan_run(now, hosts, holds, quotas, ahead, usage, settings, False, FAST,
+                            charged=charged)[1], quotas)
 
 
 # --------------------------------------------------------------------------
