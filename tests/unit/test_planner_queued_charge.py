@@ -11,7 +11,7 @@ import pytest
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit
 from gpu_tenancy.domain.offers import OfferRules, ShapeOption, offers
 from gpu_tenancy.domain.planner import PlannerSettings, order_key, plan
-from gpu_tenancy.domain.queued_charge import queued_charges
+from gpu_tenancy.domain.queued_charge import NewLeaseCharge, queued_charges
 from gpu_tenancy.whatif.event_loop import simulate
 from gpu_tenancy.whatif.history import Lease
 from gpu_tenancy.whatif.planner_sched import GpuTenancy, quota_limits
@@ -161,3 +161,25 @@ def test_an_offer_tried_out_of_its_turn_is_charged_as_in_plan():
                              off.start if off.reserve else ask.earliest_start, None, now, arrival=2 ** 62)
         with_it = plan(now, hosts, holds, quotas, [*waiting, taken], usage, settings).leases["taken"]
         assert with_it.placement is not None and with_it.placement.start == off.start, (off.kind, off.start - now)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_new_leases_charge_from_the_running_totals_is_the_whole_queues(seed):
+    rng = random.Random(seed)
+    now = 100 * H
+    quotas = {(p, "A100"): QuotaLimit(p, "A100", 64, weight=rng.choice([0.0, 0.5, 1.0, 2.0])) for p in "pq"}
+    holds = [Hold(f"h{i}", rng.choice("pqr"), "h1", "A100", rng.randint(1, 8), now - H, now + rng.randint(-1, 9) * H,
+                  preemptible=rng.random() < 0.2) for i in range(rng.randint(0, 4))]
+
+    def lease(lid: str) -> LeaseRequest:
+        return LeaseRequest(lid, rng.choice("pqr"), "A100", rng.choice([1, 2, 8]), rng.choice([1, 1, 2]),
+                            rng.choice([1, 4, 24]) * H, now, None, now - rng.randint(0, 5) * H,
+                            priority=rng.choice([0, 0, 1]), arrival=rng.randint(0, 3),
+                            preemptible=rng.random() < 0.2)
+    waiting = [lease(f"w{i}") for i in range(rng.randint(0, 12))]
+    spares = rng.choice([None, 2, 8])
+    charge_of = NewLeaseCharge(waiting, holds, now, quotas, 2.0, spares)
+    for i in range(10):
+        new = lease(f"new{i}")
+        assert charge_of(new) == queued_charges([*waiting, new], holds, now, quotas, 2.0, spares).get(new.lease_id, 0.0)
+    assert NewLeaseCharge(waiting, holds, now, quotas, None)(lease("off")) == 0.0

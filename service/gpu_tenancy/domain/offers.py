@@ -23,7 +23,7 @@ from typing import Protocol
 from .model import Hold, Host, LeaseRequest, Plan, PlannedLease, QuotaLimit
 from .planner import (OrderKey, PlannerSettings, Trials, Turn, bound_protected, fmt_time, order_key, plan,
                       plan_with_turns, trials_after)
-from .queued_charge import queued_charges
+from .queued_charge import NewLeaseCharge, queued_charges
 
 
 class Kind(StrEnum):
@@ -303,6 +303,8 @@ class _Places:
             self.queued[lr.gpu_model].append(lr)
         self.charged = queued_charges(waiting, holds, now, quotas, settings.queued_charge,
                                       settings.queued_charge_spares_gpus)
+        self.charge_of = NewLeaseCharge(waiting, holds, now, quotas, settings.queued_charge,
+                                        settings.queued_charge_spares_gpus)
         self.runs: dict[tuple[str, frozenset[str]], Trials] = {}
         self.ordered: dict[str, list[tuple[OrderKey, LeaseRequest]]] = {}
         self.turn: tuple[str, OrderKey, Trials] | None = None
@@ -350,10 +352,8 @@ class _Places:
     def _key(self, lr: LeaseRequest, protected: set[str] | None) -> OrderKey:
         charged = self.charged
         if self.settings.queued_charge is not None and lr.lease_id not in charged:
-            # a new lease: charged as plan() charges it among the waiting leases of its model
-            m = lr.gpu_model
-            charged = queued_charges([*self.queued[m], lr], self.holds[m], self.now, self.quotas,
-                                     self.settings.queued_charge, self.settings.queued_charge_spares_gpus)
+            # a new lease (or a preemptible one: 0), charged as plan() charges it among the waiting leases
+            charged = {lr.lease_id: self.charge_of(lr)}
         return order_key(lr, self.quotas, self.usage, self.now, self.settings, protected, charged=charged)
 
 
