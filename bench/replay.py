@@ -108,7 +108,7 @@ def bound_settings(spec: str) -> PlannerSettings:
     'keep' the first ETAs kept (keep_etas), 'fs' fair share alone (keep_etas off), '64as' the
     fair-share score halved per 64 GPU-hours waited (age_size_gpu_hours), '1qc' the GPU-hours of a
     project's waiting leases ahead of a lease counted 1x in its score (queued_charge), '8sp' leases of
-    8 GPUs or more not charged (queued_charge_spares_gpus)."""
+    8 GPUs per VM or more not charged (queued_charge_spares_gpus)."""
     kw: dict = {}
     for part in spec.split("+"):
         if part in ("keep", "fs"):

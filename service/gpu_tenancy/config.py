@@ -111,7 +111,8 @@ class Config:
     # the queued charge: this times the GPU-hours a project's waiting leases ahead of a lease will use
     # count in its fair-share score, so that a flood cannot all go before a big lease (null: fair share alone)
     planner_queued_charge: float | None = DEFAULT_QUEUED_CHARGE
-    # ... except on leases of this many GPUs or more, the big leases it makes room for (null: every lease)
+    # ... except on leases of this many GPUs per VM or more, the big leases it makes room for (a gang of
+    # small VMs is charged: it needs no host drained) (null: every lease)
     planner_queued_charge_spares_gpus: int | None = DEFAULT_QUEUED_CHARGE_SPARES_GPUS
     # sharing rules (see README "Sharing rules")
     reclaim_after_seconds: int = 3600        # a lease within quota waits at most this for borrowed GPUs

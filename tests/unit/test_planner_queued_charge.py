@@ -73,8 +73,9 @@ def test_spared_leases_are_not_charged_but_count_for_those_after_them():
     waiting = [_lr("a", "p", 1, 2, now - 30), _lr("big", "p", 8, 1, now - 20),
                LeaseRequest("gang", "p", "A100", 4, 2, H, now - 10, None, now - 10),   # 2 VMs x 4 GPUs
                _lr("b", "p", 1, 1, now)]
+    # spared by GPUs per VM: the gang's 8 GPUs in all need no host drained, it is charged
     assert queued_charges(waiting, holds, now, quotas, 1, spared_gpus=8) == pytest.approx(
-        {"a": 16, "big": 0, "gang": 0, "b": 16 + 2 + 8 + 8})
+        {"a": 16, "big": 0, "gang": 16 + 2 + 8, "b": 16 + 2 + 8 + 8})
     # the spared big lease of a heavy tenant, on its plain score, goes before a charged light flood
     light = [_lr(f"s{i}", "light", 1, 4, now - H, arrival=i) for i in range(4)]
     quotas = {(p, "A100"): QuotaLimit(p, "A100", 64) for p in ("heavy", "light")}
@@ -183,3 +184,19 @@ def test_a_new_leases_charge_from_the_running_totals_is_the_whole_queues(seed):
         new = lease(f"new{i}")
         assert charge_of(new) == queued_charges([*waiting, new], holds, now, quotas, 2.0, spares).get(new.lease_id, 0.0)
     assert NewLeaseCharge(waiting, holds, now, quotas, None)(lease("off")) == 0.0
+
+
+def test_a_light_tenants_gangs_of_small_vms_do_not_escape_the_charge():
+    """Two gangs of eight 1-GPU VMs (8 GPUs each, in all) are charged like the 1-GPU leases they
+    bundle: the heavy tenant's whole-host lease, spared, goes before the second one."""
+    now = 12 * H
+    quotas = {(p, "A100"): QuotaLimit(p, "A100", 64) for p in ("heavy", "light")}
+    usage = {("heavy", "A100"): 40.0}
+    gangs = [LeaseRequest(f"g{i}", "light", "A100", 1, 8, 4 * H, now - H, None, now - H, arrival=i) for i in range(2)]
+    big = _lr("big", "heavy", 8, 2, now)
+    settings = PlannerSettings(queued_charge=2, queued_charge_spares_gpus=8)
+    assert queued_charges([*gangs, big], [], now, quotas, 2, spared_gpus=8) == pytest.approx(
+        {"g0": 0, "g1": 2 * 32, "big": 0})
+    p = plan(now, [Host(f"h{i}", "A100", 8) for i in range(2)], [], quotas, [*gangs, big], usage, settings,
+             explain=False)
+    assert list(p.leases) == ["g0", "big", "g1"]

@@ -51,7 +51,8 @@ class PlannerSettings:
     # a waiting lease's fair-share score counts this times the GPU-hours its project's waiting leases
     # ahead of it will use (domain/queued_charge.py); None: fair share alone
     queued_charge: float | None = DEFAULT_QUEUED_CHARGE
-    # ... but not for leases of this many GPUs or more (the big leases it is for); None: every lease
+    # ... but not for leases of this many GPUs per VM or more (the big leases it is for: a whole
+    # host drained, not a gang of small VMs); None: every lease
     queued_charge_spares_gpus: int | None = DEFAULT_QUEUED_CHARGE_SPARES_GPUS
 
     @property

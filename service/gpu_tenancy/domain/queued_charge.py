@@ -12,7 +12,9 @@ GPU-hours (GPUs x asked hours) of its waiting leases of that model ahead of it i
 own order. A flood then goes before the big lease only until its projected use passes the big
 lease's project's, and interleaves with it from there. The order of one project's leases never changes (the charge only
 grows along it), except with `spared_gpus` (PlannerSettings.queued_charge_spares_gpus): leases of
-that many GPUs or more are not charged, only counted for the leases after them, so a big lease
+that many GPUs per VM or more (VMs that need that much of one host drained; not GPUs in all, else a
+tenant escapes the charge by bundling 1-GPU jobs into gangs) are not charged, only counted for the
+leases after them, so a big lease
 keeps its project's plain score against every charged small lease: the small leases that would
 take the GPUs its reservation drains pay for what they and theirs hold first.
 
@@ -50,7 +52,7 @@ def _own_order(lr: LeaseRequest) -> tuple[int, int, int, str]:
 
 
 def _spared(lr: LeaseRequest, spared_gpus: int | None) -> bool:
-    return spared_gpus is not None and lr.gpus_per_vm * lr.instances >= spared_gpus
+    return spared_gpus is not None and lr.gpus_per_vm >= spared_gpus
 
 
 def queued_charges(waiting: Iterable[LeaseRequest], holds: Iterable[Hold], now: int,
@@ -59,7 +61,7 @@ def queued_charges(waiting: Iterable[LeaseRequest], holds: Iterable[Hold], now: 
     """lease_id -> what the rule adds to its project's fair-share score: `charge` x (the GPU-hours
     its project's holds of its model keep from now on, and the asked GPU-hours of its project's
     waiting leases of its model that go before it among themselves: priority desc, then asked
-    first), over the project's weight. Leases of `spared_gpus` GPUs or more are not charged
+    first), over the project's weight. Leases of `spared_gpus` GPUs per VM or more are not charged
     (they still count for the leases after them). Empty when the rule is off; preemptible leases
     neither pay nor are charged (they use no quota and yield to the rest)."""
     if charge is None:
