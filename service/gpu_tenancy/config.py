@@ -109,7 +109,8 @@ class Config:
     # waited (its GPUs times the hours), so that big leases are not starved (null: fair share alone)
     planner_age_size_gpu_hours: float | None = DEFAULT_AGE_SIZE_GPU_HOURS
     # the queued charge: this times the GPU-hours a project's waiting leases ahead of a lease will use
-    # count in its fair-share score, so that a flood cannot all go before a big lease (null: fair share alone)
+    # count in its fair-share score, so that a flood cannot all go before a big lease (at most 1000; null: fair
+    # share alone)
     planner_queued_charge: float | None = DEFAULT_QUEUED_CHARGE
     # ... except on leases of this many GPUs per VM or more, the big leases it makes room for (a gang of
     # small VMs is charged: it needs no host drained) (null: every lease)
@@ -215,12 +216,13 @@ class Config:
                                  or aged == float("inf")):
             raise ValueError("planner_age_size_gpu_hours must be a number of GPU-hours > 0, or null")
         charge = values.get("planner_queued_charge")
+        # bounded: a charge times GPU-hours must stay finite (1e308 x 2 is inf), and a VM has no more GPUs
         if charge is not None and (isinstance(charge, bool) or not isinstance(charge, (int, float))
-                                   or not charge > 0 or charge == float("inf")):
-            raise ValueError("planner_queued_charge must be a number > 0, or null")
+                                   or not 0 < charge <= 1000):
+            raise ValueError("planner_queued_charge must be a number > 0 and at most 1000, or null")
         spares = values.get("planner_queued_charge_spares_gpus")
-        if spares is not None and (isinstance(spares, bool) or not isinstance(spares, int) or spares < 1):
-            raise ValueError("planner_queued_charge_spares_gpus must be a whole number of GPUs >= 1, or null")
+        if spares is not None and (isinstance(spares, bool) or not isinstance(spares, int) or not 1 <= spares <= 64):
+            raise ValueError("planner_queued_charge_spares_gpus must be a whole number of GPUs from 1 to 64, or null")
         # a duration is stored in seconds as a 32-bit integer (PostgreSQL's): 10 years fit; and
         # both stay within the bound of engine/limits.py's guard (60 years)
         for name, ceiling in (("max_lease_duration_days", 3650), ("max_start_ahead_days", 18250),

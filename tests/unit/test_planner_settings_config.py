@@ -136,10 +136,15 @@ def test_queued_charge_reaches_the_service_order(monkeypatch):
     assert list(ledger.run_planner(used, NOW, settings).leases) == ["big", "small"]
 
 
-@pytest.mark.parametrize("bad", [0, -1, "1", True, float("nan"), float("inf")])
+@pytest.mark.parametrize("bad", [0, -1, "1", True, float("nan"), float("inf"), 1e308, 1000.5])
 def test_bad_queued_charge_is_refused(bad):
-    with pytest.raises(ValueError, match="planner_queued_charge"):
+    with pytest.raises(ValueError, match="planner_queued_charge must be a number > 0 and at most 1000"):
         Config.load(planner_queued_charge=bad)
+
+
+def test_a_queued_charge_of_1000_and_spares_of_64_are_accepted():
+    settings = planner_settings.from_config(Config.load(planner_queued_charge=1000, planner_queued_charge_spares_gpus=64))
+    assert (settings.queued_charge, settings.queued_charge_spares_gpus) == (1000, 64)
 
 
 def test_queued_charge_spares_reach_the_planner():
@@ -148,7 +153,7 @@ def test_queued_charge_spares_reach_the_planner():
     assert (settings.queued_charge, settings.queued_charge_spares_gpus) == (1, 8)
 
 
-@pytest.mark.parametrize("bad", [0, -1, "8", True, 8.5])
+@pytest.mark.parametrize("bad", [0, -1, "8", True, 8.5, 65, 10**9])
 def test_bad_queued_charge_spares_are_refused(bad):
-    with pytest.raises(ValueError, match="planner_queued_charge_spares_gpus"):
+    with pytest.raises(ValueError, match="planner_queued_charge_spares_gpus must be a whole number of GPUs from 1 to 64"):
         Config.load(planner_queued_charge_spares_gpus=bad)
