@@ -200,3 +200,18 @@ def test_a_light_tenants_gangs_of_small_vms_do_not_escape_the_charge():
     p = plan(now, [Host(f"h{i}", "A100", 8) for i in range(2)], [], quotas, [*gangs, big], usage, settings,
              explain=False)
     assert list(p.leases) == ["g0", "big", "g1"]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_charges_do_not_depend_on_the_order_holds_come_in(seed):
+    rng = random.Random(seed)
+    now = 100 * H
+    quotas = {("p", "A100"): QuotaLimit("p", "A100", 64, weight=3.0)}
+    # hours that are not sums of powers of two: a float sum in another order can differ in its last bit
+    holds = [Hold(f"h{i}", "p", "h1", "A100", rng.randint(1, 8), now - H, now + rng.randint(1, 10**6) // 7 * 3)
+             for i in range(30)]
+    waiting = [_lr("a", "p", 1, 1, now)]
+    first = queued_charges(waiting, holds, now, quotas, 0.1)
+    for _ in range(5):
+        rng.shuffle(holds)
+        assert queued_charges(waiting, holds, now, quotas, 0.1) == first   # exactly

@@ -23,6 +23,7 @@ it (the create's fit into the plan is off with it, as with age x size). Pure and
 """
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -38,12 +39,13 @@ def asked_gpu_hours(lr: LeaseRequest) -> float:
 
 
 def held_gpu_hours(holds: Iterable[Hold], now: int) -> dict[tuple[str, str], float]:
-    """(project, model) -> the GPU-hours its holds keep from now to their ends."""
-    out: dict[tuple[str, str], float] = defaultdict(float)
+    """(project, model) -> the GPU-hours its holds keep from now to their ends (summed exactly:
+    the same whatever order the holds come in, so two plans of one state order alike)."""
+    parts: dict[tuple[str, str], list[float]] = defaultdict(list)
     for h in holds:
         if h.end > now and h.gpus > 0 and not h.preemptible:
-            out[(h.project_id, h.gpu_model)] += h.gpus * (h.end - max(h.start, now)) / 3600
-    return out
+            parts[(h.project_id, h.gpu_model)].append(h.gpus * (h.end - max(h.start, now)) / 3600)
+    return {pm: math.fsum(xs) for pm, xs in parts.items()}
 
 
 def _own_order(lr: LeaseRequest) -> tuple[int, int, int, str]:
