@@ -106,9 +106,10 @@ def bound_settings(spec: str) -> PlannerSettings:
     """Tuning: 'gpu-tenancy@<spec>', spec '+'-joined parts: '4' or '4h' a wait bound of 4 hours,
     '16gh' one of 16 GPU-hours, '1l' at most 1 lease past it at a time (wait_bound_leases),
     'keep' the first ETAs kept (keep_etas), 'fs' fair share alone (keep_etas off), '64as' the
-    fair-share score halved per 64 GPU-hours waited (age_size_gpu_hours), '1qc' the GPU-hours of a
-    project's waiting leases ahead of a lease counted 1x in its score (queued_charge), '8sp' leases of
-    8 GPUs per VM or more not charged (queued_charge_spares_gpus)."""
+    fair-share score halved per 64 GPU-hours waited (age_size_gpu_hours), '1qc' the GPU-hours a
+    project's holds keep from now and its waiting leases ahead of a lease will use counted 1x in
+    its score (queued_charge), '8sp' leases of 8 GPUs per VM or more not charged
+    (queued_charge_spares_gpus)."""
     kw: dict = {}
     for part in spec.split("+"):
         if part in ("keep", "fs"):

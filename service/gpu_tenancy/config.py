@@ -108,9 +108,9 @@ class Config:
     # age x size: a waiting lease's fair-share score halves for every this many GPU-hours it has
     # waited (its GPUs times the hours), so that big leases are not starved (null: fair share alone)
     planner_age_size_gpu_hours: float | None = DEFAULT_AGE_SIZE_GPU_HOURS
-    # the queued charge: this times the GPU-hours a project's waiting leases ahead of a lease will use
-    # count in its fair-share score, so that a flood cannot all go before a big lease (at most 1000; null: fair
-    # share alone)
+    # the queued charge: this times the GPU-hours a project's holds keep from now and its waiting leases
+    # ahead of a lease will use count in the lease's fair-share score, so that a flood cannot all go before
+    # a big lease (at most 1000; null: fair share alone)
     planner_queued_charge: float | None = DEFAULT_QUEUED_CHARGE
     # ... except on leases of this many GPUs per VM or more, the big leases it makes room for (a gang of
     # small VMs is charged: it needs no host drained) (null: every lease)

@@ -344,7 +344,7 @@ class _Places:
             mine = self._key(lr, protected)
             return [x for x in self.queued[m] if self._key(x, protected) < mine]
         ordered = self.ordered.get(m)
-        if ordered is None:   # without a bound, a key depends on its own lease only: sorted once
+        if ordered is None:   # without a bound, a key depends on its own lease and the charges made once: sorted once
             ordered = self.ordered[m] = sorted((self._key(x, None), x) for x in self.queued[m])
         mine = self._key(lr, None)
         return [x for _, x in ordered[:bisect_left(ordered, (mine,), key=lambda kx: (kx[0],))]]

@@ -57,9 +57,10 @@ class PlanBook:
                  usage: Mapping[tuple[str, str], float] | None, settings: PlannerSettings,
                  exact: Mapping[str, bool] | None = None):
         if settings.bounded or settings.keep_etas or settings.aged:
-            # a wait bound or age x size moves leases in the order as time passes, and keep_etas
-            # guards leases by what a whole plan finds: only plan() knows any of them
-            raise ValueError("incremental planning takes no wait bound, age x size or keep_etas")
+            # a wait bound or age x size moves leases in the order as time passes, the queued charge
+            # with the other leases waiting, and keep_etas guards leases by what a whole plan finds:
+            # only plan() knows any of them
+            raise ValueError("incremental planning takes no wait bound, age x size, queued charge or keep_etas")
         reserved = [hold for p in planned for hold in _holds(p, settings.release_allowance)]
         self._setup(PlanRun(now, hosts, [*holds, *reserved], quotas, usage, settings, FAST, set()), quotas,
                     [p.request for p in planned], usage, settings, exact)
@@ -74,7 +75,7 @@ class PlanBook:
         where the plan was made without them (explain=False leaves the quotas that never bind
         unread) or earlier than the fit ("largest free block now" is the plan's now)."""
         if settings.bounded or settings.keep_etas or settings.aged:
-            raise ValueError("incremental planning takes no wait bound, age x size or keep_etas")
+            raise ValueError("incremental planning takes no wait bound, age x size, queued charge or keep_etas")
         book = cls.__new__(cls)
         book._setup(run, quotas, requests, usage, settings, None)
         return book

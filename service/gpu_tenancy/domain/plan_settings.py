@@ -48,8 +48,8 @@ class PlannerSettings:
     # a waiting lease's fair-share score halves for every this many GPU-hours it has waited
     # (domain/age_size.py); None: fair share alone
     age_size_gpu_hours: float | None = DEFAULT_AGE_SIZE_GPU_HOURS
-    # a waiting lease's fair-share score counts this times the GPU-hours its project's waiting leases
-    # ahead of it will use (domain/queued_charge.py); None: fair share alone
+    # a waiting lease's fair-share score counts this times the GPU-hours its project's holds keep from
+    # now and its waiting leases ahead of it will use (domain/queued_charge.py); None: fair share alone
     queued_charge: float | None = DEFAULT_QUEUED_CHARGE
     # ... but not for leases of this many GPUs per VM or more (the big leases it is for: a whole
     # host drained, not a gang of small VMs); None: every lease

@@ -81,7 +81,8 @@ def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease
     have planned it), under the ledger lock taken here: the lease fitted into the current
     plan, its queue information written; the snapshot to confirm once that transaction has
     committed. None: a full replan must plan it once committed (the plan is short or not
-    known here, a wait bound, age x size or keep_etas is set, or the lease would start now or exactly when asked,
+    known here, a wait bound, age x size, the queued charge or keep_etas is set, or the lease would start now or
+    exactly when asked,
     which commits GPUs: only the full replan does that). `before` is called with the plan the
     lease is fitted into, without it (before the lock when no fit committed meanwhile)."""
     # the ledger's counts as the ask's checks read them in this transaction (engine/ask_facts.py),

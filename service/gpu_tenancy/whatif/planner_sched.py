@@ -206,7 +206,7 @@ class GpuTenancy(Scheduler):
 
     def _fits(self) -> bool:
         """Arrivals are told the ETA of a fit into the plan, as the service's create does (its
-        PlanBook takes no wait bound, age x size or keep_etas; the prototypes plan their own way).
+        PlanBook takes no wait bound, age x size, queued charge or keep_etas; the prototypes plan their own way).
         One GPU model (MODEL, the trace replay's): the kept plan's order is checked per tenant."""
         return (self.insert_min_waiting is not None and self.first_eta is not None and self.promise is None
                 and self.aging is None and not self.settings.bounded and not self.settings.keep_etas
