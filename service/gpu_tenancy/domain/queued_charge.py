@@ -57,6 +57,30 @@ def _spared(lr: LeaseRequest, spared_gpus: int | None) -> bool:
     return spared_gpus is not None and lr.gpus_per_vm >= spared_gpus
 
 
+def _own_queues(waiting: Iterable[LeaseRequest]) -> dict[tuple[str, str], list[LeaseRequest]]:
+    """(project, model) -> its waiting leases that count (not preemptible), in its own order."""
+    mine: dict[tuple[str, str], list[LeaseRequest]] = defaultdict(list)
+    for lr in waiting:
+        if not lr.preemptible:
+            mine[(lr.project_id, lr.gpu_model)].append(lr)
+    return {pm: sorted(leases, key=_own_order) for pm, leases in mine.items()}
+
+
+def _ahead(held: float, leases: list[LeaseRequest]) -> list[float]:
+    """What is committed ahead of each position of a project's own queue (the last: after all)."""
+    totals = [held]
+    for lr in leases:
+        totals.append(totals[-1] + asked_gpu_hours(lr))
+    return totals
+
+
+def _charged(charge: float, ahead: float, pm: tuple[str, str], quotas: Mapping[tuple[str, str], QuotaLimit]) -> float:
+    q = quotas.get(pm)
+    weight = q.weight if q is not None else 1.0
+    # a weight of 0 already scores inf (or 0 with no use): the charge changes neither
+    return charge * ahead / weight if weight > 0 and ahead > 0 else 0.0
+
+
 def queued_charges(waiting: Iterable[LeaseRequest], holds: Iterable[Hold], now: int,
                    quotas: Mapping[tuple[str, str], QuotaLimit], charge: float | None,
                    spared_gpus: int | None = None) -> dict[str, float]:
@@ -69,20 +93,10 @@ def queued_charges(waiting: Iterable[LeaseRequest], holds: Iterable[Hold], now: 
     if charge is None:
         return {}
     held = held_gpu_hours(holds, now)
-    mine: dict[tuple[str, str], list[LeaseRequest]] = defaultdict(list)
-    for lr in waiting:
-        if not lr.preemptible:
-            mine[(lr.project_id, lr.gpu_model)].append(lr)
     out: dict[str, float] = {}
-    for pm, leases in mine.items():
-        q = quotas.get(pm)
-        weight = q.weight if q is not None else 1.0
-        ahead = held.get(pm, 0.0)
-        for lr in sorted(leases, key=_own_order):
-            # a weight of 0 already scores inf (or 0 with no use): the charge changes neither
-            out[lr.lease_id] = (charge * ahead / weight if weight > 0 and ahead > 0
-                                and not _spared(lr, spared_gpus) else 0.0)
-            ahead += asked_gpu_hours(lr)
+    for pm, leases in _own_queues(waiting).items():
+        for lr, ahead in zip(leases, _ahead(held.get(pm, 0.0), leases)):
+            out[lr.lease_id] = 0.0 if _spared(lr, spared_gpus) else _charged(charge, ahead, pm, quotas)
     return out
 
 
@@ -94,19 +108,15 @@ class NewLeaseCharge:
                  quotas: Mapping[tuple[str, str], QuotaLimit], charge: float | None,
                  spared_gpus: int | None = None):
         self._quotas, self._charge, self._spared_gpus = quotas, charge, spared_gpus
-        held = held_gpu_hours(holds, now) if charge is not None else {}
-        mine: dict[tuple[str, str], list[LeaseRequest]] = defaultdict(list)
-        for lr in waiting:
-            if not lr.preemptible:
-                mine[(lr.project_id, lr.gpu_model)].append(lr)
         # (project, model) -> its leases' own-order keys, and what is ahead of each position
         self._queues: dict[tuple[str, str], tuple[list[tuple[int, int, int, str]], list[float]]] = {}
-        for pm in held.keys() | mine.keys():
-            leases = sorted(mine.get(pm, ()), key=_own_order)
-            totals = [held.get(pm, 0.0)]
-            for lr in leases:   # summed in queued_charges' order: the same floats
-                totals.append(totals[-1] + asked_gpu_hours(lr))
-            self._queues[pm] = [_own_order(lr) for lr in leases], totals
+        if charge is None:   # the rule off (the default): nothing to read
+            return
+        held = held_gpu_hours(holds, now)
+        queues = _own_queues(waiting)
+        for pm in held.keys() | queues.keys():
+            leases = queues.get(pm, [])
+            self._queues[pm] = [_own_order(lr) for lr in leases], _ahead(held.get(pm, 0.0), leases)   # queued_charges' sums
 
     def __call__(self, lr: LeaseRequest) -> float:
         charge = self._charge
@@ -117,7 +127,4 @@ class NewLeaseCharge:
         if queue is None:
             return 0.0
         keys, totals = queue
-        ahead = totals[bisect_left(keys, _own_order(lr))]
-        q = self._quotas.get(pm)
-        weight = q.weight if q is not None else 1.0
-        return charge * ahead / weight if weight > 0 and ahead > 0 else 0.0
+        return _charged(charge, totals[bisect_left(keys, _own_order(lr))], pm, self._quotas)
