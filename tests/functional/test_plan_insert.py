@@ -179,3 +179,22 @@ def test_a_rebuild_after_a_replan_reads_the_plan_as_a_fresh_process_does(client,
     replan(runtime)   # the cancel and the time moved the plan
     again, fresh = built(warm), built(plan_insert.InsertCache(min_waiting=0))
     assert again == fresh and again != first and made[0]["id"] not in again
+
+
+def test_a_fit_kept_in_the_lock_row_plans_as_its_row_read_from_the_leases(client, runtime):
+    """Recent.with_fit keeps a fitted lease by COLUMNS' names: what a claim then takes from the
+    lock row is, as a lease of the plan, what reading the row (FITTED_SINCE's columns) gives."""
+    runtime.fits.min_waiting = 0
+    fill(client)
+    made = [create(client, project, shape, hours) for project, shape, hours in
+            (("ml-vision", "a100.x8", 3), ("nlp-lab", "a100.x2", 5), ("ml-vision", "a100.x1", 2))]
+    with session_scope(runtime.sessions) as session:
+        for lease in made:
+            row = session.get(m.Lease, lease["id"])
+            assert row.plan_seq is not None and row.start_at is not None and row.planned_hosts
+            read = session.execute(select(*plan_insert.COLUMNS).where(m.Lease.id == row.id)).one()
+            kept = plan_insert.Recent.of(plan_insert.Recent().with_fit(row.plan_seq, row)).since(
+                row.plan_seq - 1, row.plan_seq)
+            assert kept is not None and len(kept) == 1
+            assert plan_insert.planned(kept[0]) == plan_insert.planned(read)
+            assert dict(kept[0]) == dict(read._mapping)

@@ -182,14 +182,23 @@ class Recent:
 
     def with_fit(self, seq: int, row: m.Lease) -> str:
         """These and the fit numbered `seq` (of `row`, its queue place written), as JSON."""
-        mine = (row.id, row.project_id, row.gpu_model, row.gpus_per_vm, row.instances, row.duration,
-                to_epoch(row.earliest_start), to_epoch(row.latest_start), to_epoch(row.created_at), row.priority,
-                row.name, row.preemptible, row.arrival, to_epoch(row.start_at), to_epoch(row.end_at),
-                json.dumps(row.planned_hosts) if row.planned_hosts is not None else None, bool(row.borrowing), seq)
+        mine = tuple(seq if name == "plan_seq" else kept_value(name, getattr(row, name)) for name in NAMES)
         fits, first = ((*self.fits, mine), self.first) if self.last == seq - 1 else ((mine,), seq)
         fits = fits[-self.KEPT:]
         seq_at = NAMES.index("plan_seq")
         return json.dumps({"first": max(first, fits[0][seq_at]), "last": seq, "fits": fits})
+
+
+def kept_value(name: str, value: Any) -> Any:
+    """A lease row's value as a row of COLUMNS reads it (times as epoch seconds, hosts as JSON)."""
+    if name in EPOCHS:
+        return to_epoch(value)
+    if name == "planned_hosts":
+        return json.dumps(value) if value is not None else None
+    return bool(value) if name == "borrowing" else value
+
+
+EPOCHS = {"earliest_start", "latest_start", "created_at", "start_at", "end_at"}   # epoch(...) in COLUMNS
 
 
 class KeptFit(dict):
