@@ -5,6 +5,8 @@ that goes before others is told its ETA is provisional and the replan moves it n
 processes that each keep their own copy of the plan never plan two leases onto the same GPUs."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from sqlalchemy import event, select
 
@@ -57,6 +59,30 @@ def test_a_fitted_lease_last_in_order_keeps_its_eta_through_the_full_replan(clie
     told = queue(runtime)
     replan(runtime)
     assert queue(runtime) == told   # the full plan is the one the creates fitted
+
+
+def test_with_the_queued_charge_creates_are_fitted_and_the_full_replan_keeps_their_etas(client, runtime):
+    """The charge depends on the leases waiting ahead in the project: a lease asked after them
+    changes no other's, so the create still fits it, at its place in the charged order."""
+    runtime.planner_settings = replace(runtime.planner_settings, queued_charge=4.0, queued_charge_spares_gpus=8)
+    runtime.fits.min_waiting = 0
+    fill(client)   # both projects hold 16 GPUs for 2 h: charged alike
+    before = fitted(client)
+    heavy = [create(client, "ml-vision", "a100.x4", 4) for _ in range(3)]
+    light = create(client, "nlp-lab", "a100.x4", 1)
+    assert fitted(client) == before + 4
+    # each of ml-vision's leases is charged for its own ahead of it: nlp-lab's, with none, goes
+    # second (fair share alone would put it last: the same use, asked last)
+    assert [lease["queue"]["position"] for lease in heavy] == [1, 2, 3] and light["queue"]["position"] == 2
+    assert all(r["code"] != "provisional" for lease in heavy for r in lease["queue"]["reasons"])
+    assert "provisional" in [r["code"] for r in light["queue"]["reasons"]]
+    told = queue(runtime)
+    replan(runtime)
+    after = queue(runtime)
+    assert [after[lease["id"]][0] for lease in [*heavy, light]] == [1, 3, 4, 2]   # the full plan's charged order
+    assert after[light["id"]][1] <= told[light["id"]][1]   # no later
+    for lease in heavy[:1]:   # ahead of the light lease: its place and ETA stand
+        assert after[lease["id"]] == told[lease["id"]]
 
 
 def test_a_fitted_lease_that_goes_before_others_is_provisional_and_moves_no_later(client, runtime, clock):

@@ -98,15 +98,14 @@ def test_a_book_taken_over_from_a_plan_fits_as_one_rebuilt_from_its_placements(c
     compared = 0
     for seed in range(5000 + chunk * 150, 5000 + chunk * 150 + 150):
         hosts, holds, quotas, waiting, usage, settings, rng = world(seed)
-        settings = replace(settings, wait_bound=None, age_size_gpu_hours=None,
-                           queued_charge=None)   # (the book takes none of them)
+        settings = replace(settings, wait_bound=None, age_size_gpu_hours=None)   # (the book takes neither)
         new, old = waiting[:rng.randint(0, 4)], waiting[4:]
         explain = rng.random() < .5
         planning = Planning(NOW, hosts, holds, quotas, old, usage, settings, explain)
         planning.advance()
         planned = [Planned(lr, planning.plan.leases[lr.lease_id].placement,
                            planning.plan.leases[lr.lease_id].borrowing) for lr in old]
-        taken = PlanBook.of_run(planning.run, quotas, old, usage, settings)
+        taken = PlanBook.of_run(planning.run, quotas, old, usage, settings, holds)
         rebuilt = PlanBook(NOW, hosts, holds, quotas, planned, usage, settings)
         at = NOW
         for lr in new:

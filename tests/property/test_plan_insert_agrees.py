@@ -14,7 +14,10 @@ What "agree" means:
   as does every lease fitted in once its model's plan is no longer exact, and only those
   (a lease that agrees has plan()'s reasons exactly);
 - always: no host holds more GPUs than it has at any instant, no project more than its
-  quota (and what it may borrow) at any instant, each lease within its asked window."""
+  quota (and what it may borrow) at any instant, each lease within its asked window.
+
+Every third case has the queued charge on (domain/queued_charge.py), so the new leases'
+places in the order carry their charges as plan() gives them."""
 from __future__ import annotations
 
 import os
@@ -56,7 +59,10 @@ def test_incremental_agrees_with_the_full_plan(chunk):
     last_seen = first_seen = 0
     for seed in range(chunk * per, chunk * per + per):
         rng = random.Random(10_000 + seed)
-        settings = PlannerSettings(release_allowance=rng.choice([0, 0, 60]))
+        # the queued charge in every third case (with spares in half of those)
+        charge = {"queued_charge": rng.choice([1.0, 4.0, 16.0]),
+                  "queued_charge_spares_gpus": rng.choice([None, 4, 8])} if seed % 3 == 2 else {}
+        settings = PlannerSettings(release_allowance=rng.choice([0, 0, 60]), **charge)
         hosts, holds, quotas, waiting, usage = case(seed)
         full = plan(NOW, hosts, holds, quotas, waiting, usage, settings)
         book = PlanBook(NOW, hosts, holds, quotas, planned_of(full, waiting), usage, settings)

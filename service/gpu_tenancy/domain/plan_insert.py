@@ -13,6 +13,11 @@ into is the full plan of the same inputs, this is exactly what plan() would give
 (tests/property/test_plan_insert.py); the plan with it then is still that full plan.
 When it is not last, plan() would place it before some leases, on capacity they have
 not taken yet, so no later than here; the answer says its ETA is provisional.
+
+With the queued charge (domain/queued_charge.py) the order keys carry each lease's charge as
+of the book's making, and a new lease's charge is what its project has committed ahead of it
+then; a new lease that goes before some of its own project's waiting leases (a higher
+priority) raises their charges, so the plan with it is no longer plan()'s.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from .plan_run import FAST, PlanRun
 from .plan_settings import PlannerSettings
 from .plan_words import plural
 from .planner import Trials
+from .queued_charge import NewLeaseCharge
 
 
 @dataclass(frozen=True)
@@ -56,38 +62,42 @@ class PlanBook:
                  quotas: Mapping[tuple[str, str], QuotaLimit], planned: Sequence[Planned],
                  usage: Mapping[tuple[str, str], float] | None, settings: PlannerSettings,
                  exact: Mapping[str, bool] | None = None):
-        if settings.bounded or settings.keep_etas or settings.aged:
-            # a wait bound or age x size moves leases in the order as time passes, the queued charge
-            # with the other leases waiting, and keep_etas guards leases by what a whole plan finds:
-            # only plan() knows any of them
-            raise ValueError("incremental planning takes no wait bound, age x size, queued charge or keep_etas")
+        _refuse_unfittable(settings)
         reserved = [hold for p in planned for hold in _holds(p, settings.release_allowance)]
         self._setup(PlanRun(now, hosts, [*holds, *reserved], quotas, usage, settings, FAST, set()), quotas,
-                    [p.request for p in planned], usage, settings, exact)
+                    [p.request for p in planned], usage, settings, exact, holds)
 
     @classmethod
     def of_run(cls, run: PlanRun, quotas: Mapping[tuple[str, str], QuotaLimit], requests: Sequence[LeaseRequest],
-               usage: Mapping[tuple[str, str], float] | None, settings: PlannerSettings) -> PlanBook:
+               usage: Mapping[tuple[str, str], float] | None, settings: PlannerSettings,
+               holds: Sequence[Hold]) -> PlanBook:
         """The book of a plan just made, its state taken over as it is (planner.Planning's run once
         every lease is reserved: the capacity and quota the book would rebuild from its placements),
-        `requests` its leases still waiting. The run is the book's from then on. Its fits are placed
+        `requests` its leases still waiting, `holds` the holds it was made with. The run is the book's from then on. Its fits are placed
         as a rebuilt book's (tests/property/test_lazy_plan_property.py); their reasons may differ
         where the plan was made without them (explain=False leaves the quotas that never bind
         unread) or earlier than the fit ("largest free block now" is the plan's now)."""
-        if settings.bounded or settings.keep_etas or settings.aged:
-            raise ValueError("incremental planning takes no wait bound, age x size, queued charge or keep_etas")
+        _refuse_unfittable(settings)
         book = cls.__new__(cls)
-        book._setup(run, quotas, requests, usage, settings, None)
+        book._setup(run, quotas, requests, usage, settings, None, holds)
         return book
 
     def _setup(self, run: PlanRun, quotas: Mapping[tuple[str, str], QuotaLimit], requests: Sequence[LeaseRequest],
                usage: Mapping[tuple[str, str], float] | None, settings: PlannerSettings,
-               exact: Mapping[str, bool] | None) -> None:
+               exact: Mapping[str, bool] | None, holds: Sequence[Hold]) -> None:
         self.quotas, self.settings, self._run = quotas, settings, run
         self._scores = FairShareScores(quotas, usage)
+        # the queued charge as of now (nothing read with the rule off)
+        self._charge = NewLeaseCharge(requests, holds, run.now, quotas, settings.queued_charge,
+                                      settings.queued_charge_spares_gpus)
         self._keys: dict[str, list[OrderKey]] = defaultdict(list)
+        # each lease's key, to move it when a new lease raises its charge (the rule on only)
+        self._key_of: dict[str, OrderKey] = {}
         for lr in requests:
-            self._keys[lr.gpu_model].append(self._key(lr))
+            key = self._key(lr)
+            self._keys[lr.gpu_model].append(key)
+            if settings.queued_charge is not None:
+                self._key_of[lr.lease_id] = key
         for keys in self._keys.values():
             keys.sort()
         self.exact: dict[str, bool] = defaultdict(lambda: True, exact or {})
@@ -96,9 +106,25 @@ class PlanBook:
         return sum(len(keys) for keys in self._keys.values())
 
     def _key(self, lr: LeaseRequest) -> OrderKey:
-        # planner.order_key without a wait bound
-        return (-lr.priority, 1, self._scores.of(lr.project_id, lr.gpu_model), lr.created_at, lr.arrival,
-                lr.lease_id)
+        # planner.order_key without a wait bound (Planning.fair's sum: the same float)
+        return (-lr.priority, 1, self._scores.of(lr.project_id, lr.gpu_model) + self._charge(lr), lr.created_at,
+                lr.arrival, lr.lease_id)
+
+    def _queue(self, lr: LeaseRequest) -> tuple[OrderKey, bool]:
+        """lr's order key, and whether adding it to the waiting leases left the others' keys as
+        they were. With the queued charge, a lease that goes before its project's own waiting
+        leases (a higher priority) raises their charges: their keys move (plan() of them all
+        would order them so), and the plan is no longer the full plan."""
+        key = self._key(lr)
+        raised = self._charge.add(lr)
+        if self.settings.queued_charge is not None:
+            self._key_of[lr.lease_id] = key
+        for other in raised:
+            keys = self._keys[other.gpu_model]
+            del keys[bisect_left(keys, self._key_of[other.lease_id])]
+            moved = self._key_of[other.lease_id] = self._key(other)
+            insort(keys, moved)
+        return key, not raised
 
     def add(self, p: Planned) -> None:
         """A lease another process inserted: reserved where it was placed, and in the order."""
@@ -111,8 +137,9 @@ class PlanBook:
         if p.placement is not None and not lr.preemptible and (lr.project_id, lr.gpu_model) not in run.unbinding:
             end = p.placement.end + self.settings.release_allowance
             run.book.reserve(lr.project_id, lr.gpu_model, p.placement.start, end, lr.gpus_per_vm * lr.instances)
-        keys, key = self._keys[lr.gpu_model], self._key(lr)
-        self.exact[lr.gpu_model] = self.exact[lr.gpu_model] and (not keys or keys[-1] < key)
+        keys = self._keys[lr.gpu_model]
+        key, kept = self._queue(lr)
+        self.exact[lr.gpu_model] = self.exact[lr.gpu_model] and kept and (not keys or keys[-1] < key)
         insort(keys, key)
 
     def trial(self, now: int, lr: LeaseRequest) -> PlannedLease:
@@ -127,7 +154,7 @@ class PlanBook:
         run = self._run
         run.now = run.book.now = max(now, run.now)   # nothing starts before it
         m, keys = lr.gpu_model, self._keys[lr.gpu_model]
-        key = self._key(lr)
+        key, kept = self._queue(lr)
         i = bisect_left(keys, key)
         higher = bisect_left(keys, (-lr.priority,))
         own_tier = bisect_left(keys, (-lr.priority, 1))
@@ -139,10 +166,17 @@ class PlanBook:
         last = i == len(keys)
         was_exact = self.exact[m]
         insort(keys, key)
-        self.exact[m] = was_exact and last
+        self.exact[m] = was_exact and last and kept
         if not self.exact[m]:
             pl.reasons.append(provisional(len(keys) - 1 - i, was_exact))
         return Inserted(pl, last, self.exact[m])
+
+
+def _refuse_unfittable(settings: PlannerSettings) -> None:
+    if not settings.fits_one_by_one:
+        # a wait bound or age x size moves leases in the order as time passes, and keep_etas
+        # guards leases by what a whole plan finds: only plan() knows any of them
+        raise ValueError("incremental planning takes no wait bound, age x size or keep_etas")
 
 
 def provisional(behind: int, was_exact: bool) -> Reason:

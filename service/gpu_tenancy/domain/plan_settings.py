@@ -60,6 +60,13 @@ class PlannerSettings:
         return self.wait_bound is not None or self.wait_bound_gpu_hours is not None
 
     @property
+    def fits_one_by_one(self) -> bool:
+        """A new lease can be fitted into a plan (domain/plan_insert.py): the order of the planned
+        leases stands while it is fitted (no wait bound or age x size moving them as time passes,
+        no keep_etas guarding them by what a whole plan finds)."""
+        return not self.bounded and not self.keep_etas and self.age_size_gpu_hours is None
+
+    @property
     def aged(self) -> bool:
         """The order moves with time as leases wait (age x size) or with the other leases waiting
         (the queued charge): only a whole plan knows it."""

@@ -18,8 +18,10 @@ leases after them, so a big lease
 keeps its project's plain score against every charged small lease: the small leases that would
 take the GPUs its reservation drains pay for what they and theirs hold first.
 
-The charge depends on the other waiting leases, not on the lease alone: only a whole plan knows
-it (the create's fit into the plan is off with it, as with age x size). Pure and deterministic.
+The charge depends on the other waiting leases, not on the lease alone; a new lease, asked after
+its project's waiting leases, changes no other lease's charge, so the create's fit into the plan
+(domain/plan_insert.py) works with the rule on: NewLeaseCharge is a new lease's charge and
+keeps the running sums as leases are added. Pure and deterministic.
 """
 from __future__ import annotations
 
@@ -112,11 +114,11 @@ class NewLeaseCharge:
         self._queues: dict[tuple[str, str], tuple[list[tuple[int, int, int, str]], list[float]]] = {}
         if charge is None:   # the rule off (the default): nothing to read
             return
-        held = held_gpu_hours(holds, now)
-        queues = _own_queues(waiting)
-        for pm in held.keys() | queues.keys():
-            leases = queues.get(pm, [])
-            self._queues[pm] = [_own_order(lr) for lr in leases], _ahead(held.get(pm, 0.0), leases)   # queued_charges' sums
+        self._held = held_gpu_hours(holds, now)
+        self._leases = _own_queues(waiting)
+        for pm in self._held.keys() | self._leases.keys():
+            leases = self._leases.setdefault(pm, [])
+            self._queues[pm] = [_own_order(lr) for lr in leases], _ahead(self._held.get(pm, 0.0), leases)   # queued_charges' sums
 
     def __call__(self, lr: LeaseRequest) -> float:
         charge = self._charge
@@ -128,3 +130,19 @@ class NewLeaseCharge:
             return 0.0
         keys, totals = queue
         return _charged(charge, totals[bisect_left(keys, _own_order(lr))], pm, self._quotas)
+
+    def add(self, lr: LeaseRequest) -> list[LeaseRequest]:
+        """lr now waits too (it counts for its project's leases after it); the waiting leases whose
+        charges that raised (those after it in its project's own order: none when it was asked
+        after them, at no higher priority)."""
+        if self._charge is None or lr.preemptible:
+            return []
+        pm = (lr.project_id, lr.gpu_model)
+        leases = self._leases.setdefault(pm, [])
+        key = _own_order(lr)
+        keys = self._queues[pm][0] if pm in self._queues else []
+        i = bisect_left(keys, key)
+        leases.insert(i, lr)
+        keys.insert(i, key)
+        self._queues[pm] = keys, _ahead(self._held.get(pm, 0.0), leases)   # summed as queued_charges sums them
+        return leases[i + 1:]

@@ -81,14 +81,13 @@ def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease
     have planned it), under the ledger lock taken here: the lease fitted into the current
     plan, its queue information written; the snapshot to confirm once that transaction has
     committed. None: a full replan must plan it once committed (the plan is short or not
-    known here, a wait bound, age x size, the queued charge or keep_etas is set, or the lease would start now or
-    exactly when asked,
-    which commits GPUs: only the full replan does that). `before` is called with the plan the
+    known here, a wait bound, age x size or keep_etas is set, or the lease would start now or exactly
+    when asked, which commits GPUs: only the full replan does that). `before` is called with the plan the
     lease is fitted into, without it (before the lock when no fit committed meanwhile)."""
     # the ledger's counts as the ask's checks read them in this transaction (engine/ask_facts.py),
     # else read below: either way before the lock, and the claim reads them again under it
     counts = session.info.pop(LEDGER_COUNTS, None)
-    if settings.bounded or settings.keep_etas or settings.aged:
+    if not settings.fits_one_by_one:
         return None
     snapshot, cache.last = cache.last, None   # until this fit commits, the plan here is not known
     # Before the lock, so that no create waits on it: the plan built again (after a replan, or

@@ -263,7 +263,7 @@ class GpuTenancy(Scheduler):
             same_holds = self.settings.release_allowance == 0 and all(h.end > now + 1 for h in holds)
             run = kept.run() if same_holds else None
             if run is not None:
-                book = PlanBook.of_run(run, self.quotas, old, usage, self.settings)
+                book = PlanBook.of_run(run, self.quotas, old, usage, self.settings, holds)
             else:
                 planned = [Planned(lr, pl.placement, pl.borrowing) for lr in old
                            for pl in (kept.plan.leases[lr.lease_id],)]
