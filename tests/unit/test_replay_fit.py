@@ -14,13 +14,15 @@ sys.path.insert(0, os.path.abspath(BENCH))
 
 from gpu_tenancy.domain.model import Hold, Host  # noqa: E402
 from gpu_tenancy.domain.plan_insert import Planned, PlanBook  # noqa: E402
-from gpu_tenancy.domain.planner import plan  # noqa: E402
+from gpu_tenancy.domain.planner import PlannerSettings, plan  # noqa: E402
 from gpu_tenancy.whatif.event_loop import simulate  # noqa: E402
 from gpu_tenancy.whatif.planner_sched import MODEL, GpuTenancy, quota_limits  # noqa: E402
 from traces import Job, shape  # noqa: E402
 
 SHARES = {"a": 0.5, "b": 0.3, "c": 0.2}
 HOSTS = 2
+# the default's order, and the queued charge's (its order moves with the holds' time left)
+SETTINGS = {"default": PlannerSettings(), "charged": PlannerSettings(queued_charge=4.0, queued_charge_spares_gpus=8)}
 
 
 def busy_trace(rng: random.Random, n: int = 120) -> list[Job]:
@@ -67,30 +69,33 @@ class CreateReference(GpuTenancy):
         return super().schedule(now, cluster, running)
 
 
+@pytest.mark.parametrize("order", SETTINGS)
 @pytest.mark.parametrize("seed", range(5))
-def test_each_arrival_is_told_the_eta_the_services_create_would_tell(seed):
+def test_each_arrival_is_told_the_eta_the_services_create_would_tell(seed, order):
     jobs = busy_trace(random.Random(seed))
-    ref = CreateReference(quota_limits(SHARES, HOSTS * 8, "open"), insert_min_waiting=8)
+    ref = CreateReference(quota_limits(SHARES, HOSTS * 8, "open"), insert_min_waiting=8, settings=SETTINGS[order])
     out = simulate(jobs, HOSTS, ref)
     assert out.first_eta is not None
     told = {jid: eta for jid, eta in ref.expected.items() if eta is not None}
     assert {jid: out.first_eta.get(jid) for jid in told} == told
     assert ref.inserted > 10   # the fit path was taken, not only the full plan
     # and it matters: some arrivals are told a later ETA than a full plan with them would give
-    full = GpuTenancy(quota_limits(SHARES, HOSTS * 8, "open"), insert_min_waiting=None)
+    full = GpuTenancy(quota_limits(SHARES, HOSTS * 8, "open"), insert_min_waiting=None, settings=SETTINGS[order])
     by_plan = simulate(jobs, HOSTS, full).first_eta
     assert by_plan is not None
     assert any(by_plan.get(j) != out.first_eta.get(j) for j in told)
 
 
+@pytest.mark.parametrize("order", SETTINGS)
 @pytest.mark.parametrize("seed", range(5))
-def test_fitting_arrivals_changes_no_start(seed):
+def test_fitting_arrivals_changes_no_start(seed, order):
     """The fit only tells (or, where it is provably the full plan, stands in for it):
     every job starts when and where it did with a full plan at every decision."""
     jobs = busy_trace(random.Random(100 + seed))
     runs = []
     for min_waiting in (None, 0, 8):
-        sched = GpuTenancy(quota_limits(SHARES, HOSTS * 8, "open"), insert_min_waiting=min_waiting)
+        sched = GpuTenancy(quota_limits(SHARES, HOSTS * 8, "open"), insert_min_waiting=min_waiting,
+                           settings=SETTINGS[order])
         out = simulate(jobs, HOSTS, sched)
         runs.append((out.start, out.hosts, sched.stats()))
     assert runs[0][:2] == runs[1][:2] == runs[2][:2]

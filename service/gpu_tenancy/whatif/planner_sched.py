@@ -21,6 +21,7 @@ from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, Plan, QuotaLimit
 from gpu_tenancy.domain.plan_insert import Planned, PlanBook
 from gpu_tenancy.domain.plan_run import PlanRun
 from gpu_tenancy.domain.planner import PlannerSettings, order_key, plan
+from gpu_tenancy.domain.queued_charge import queued_charges
 from gpu_tenancy.whatif.event_loop import Scheduler
 from gpu_tenancy.whatif.promise import breaches, promised_ids, shape_order, with_promises
 
@@ -206,14 +207,26 @@ class GpuTenancy(Scheduler):
 
     def _fits(self) -> bool:
         """Arrivals are told the ETA of a fit into the plan, as the service's create does (its
-        PlanBook takes no wait bound, age x size, queued charge or keep_etas; the prototypes plan their own way).
+        PlanBook takes no wait bound, age x size or keep_etas; the prototypes plan their own way).
         One GPU model (MODEL, the trace replay's): the kept plan's order is checked per tenant."""
         return (self.insert_min_waiting is not None and self.first_eta is not None and self.promise is None
-                and self.aging is None and not self.settings.bounded and not self.settings.keep_etas
-                and not self.settings.aged)
+                and self.aging is None and self.settings.fits_one_by_one)
 
     def _scores(self, usage) -> dict[str, float]:
         return {t: share_score(usage, t, m, q.weight) for (t, m), q in self.quotas.items()}
+
+    def _charged_order(self, now, holds, usage) -> tuple[str, ...] | None:
+        """With the queued charge, the waiting leases in the planner's order now: their charges
+        move with what their projects' holds keep from now on, so the tenants' order alone
+        (_same_order) does not tell whether a plan made earlier is the plan made now. None with
+        the rule off."""
+        s = self.settings
+        if s.queued_charge is None:
+            return None
+        waiting = [self.requests[jid] for jid in self.waiting]
+        charged = queued_charges(waiting, holds, now, self.quotas, s.queued_charge, s.queued_charge_spares_gpus)
+        return tuple(lr.lease_id for lr in sorted(
+            waiting, key=lambda lr: order_key(lr, self.quotas, usage, now, s, charged=charged)))
 
     def _same_order(self, then: dict[str, float], now: dict[str, float]) -> bool:
         """The tenants with leases waiting are in the same fair-share order (ties alike) under
@@ -241,19 +254,21 @@ class GpuTenancy(Scheduler):
             return None   # (a fit below that costs more than the plans it saves)
         t = time.perf_counter()
         scores = self._scores(usage)
+        order = self._charged_order(now, holds, usage)
         b = self.book
-        if b is not None and (not self._same_order(b.scores, scores) or (not b.exact and now > b.fitted_at)):
+        if b is not None and (not self._same_order(b.scores, scores) or not _keeps(b.order, order)
+                              or (not b.exact and now > b.fitted_at)):
             b = self.book = None
         if b is None:
             old = [self.requests[jid] for jid in islice(self.waiting, len(self.waiting) - k)]
             kept = self.last_plan
-            if (kept is None or not self._same_order(kept.scores, scores)
+            if (kept is None or not self._same_order(kept.scores, scores) or not _keeps(kept.order, order)
                     or not all(lr.lease_id in leases for leases in (kept.plan.leases,) for lr in old)):
                 if not may_plan:
                     return None   # this decision's full plan tells the ETA
                 made = (LazyPlan(now, self.hosts, holds, self.quotas, old, usage, self.settings) if self.lazy
                         else plan(now, self.hosts, holds, self.quotas, old, usage, self.settings, explain=False))
-                kept = _Kept(made, scores)
+                kept = _Kept(made, scores, order)
                 self.plans += 1
                 self.eta_plans += 1
             # the plan's own state, its reservations made, is the book (no rebuild) while the holds are
@@ -268,7 +283,7 @@ class GpuTenancy(Scheduler):
                 planned = [Planned(lr, pl.placement, pl.borrowing) for lr in old
                            for pl in (kept.plan.leases[lr.lease_id],)]
                 book = PlanBook(now, self.hosts, holds, self.quotas, planned, usage, self.settings)
-            b = _Book(book, now, scores)
+            b = _Book(book, now, scores, order)
         self.last_plan, self.book = None, b   # the book holds the plan and the fits from now on
         fitted: dict[str, int | None] = {}
         for jid in new:
@@ -281,6 +296,11 @@ class GpuTenancy(Scheduler):
                 return None
             fitted[jid] = None if place is None else place.start
             b.exact, b.fitted_at = ins.exact, now
+        if order is not None:
+            # the book's order keys carry the charges as of its making: exact only if the fits went
+            # last in the order of now too (else this decision's full plan is made, as for any other)
+            b.exact = b.exact and order[len(order) - len(new):] == tuple(new)
+            b.order = order   # (the waiting leases are the book's now)
         self.plan_seconds += time.perf_counter() - t
         return fitted, b.exact
 
@@ -371,7 +391,7 @@ class GpuTenancy(Scheduler):
                 if fit is not None:
                     fitted = fit[0]
                     self.inserted += len(fitted)
-            self.last_plan, self.book = _Kept(kept, self._scores(usage)), None
+            self.last_plan, self.book = _Kept(kept, self._scores(usage), self._charged_order(now, holds, usage)), None
         starts, wake = [], None
         # the API plans a lease when it is created (a full plan, or a fit into the plan): its start is the ETA
         self._told({**{jid: p.leases[jid].eta for jid in self.unplanned}, **(fitted or {})})
@@ -422,12 +442,26 @@ class GpuTenancy(Scheduler):
         return starts, wake
 
 
+def _only(order: tuple[str, ...] | None, among: tuple[str, ...] | None) -> tuple[str, ...]:
+    """`order`'s leases that are among `among`, in `order`'s order."""
+    if order is None or among is None:
+        return ()
+    keep = set(among)
+    return tuple(x for x in order if x in keep)
+
+
+def _keeps(then: tuple[str, ...] | None, now: tuple[str, ...] | None) -> bool:
+    """The leases of both orders (the queued charge's, _charged_order) are in the same order in
+    each: a plan made in `then`'s order is the plan made now. True with the rule off (None)."""
+    return then is None or now is None or _only(then, now) == _only(now, then)
+
+
 class _Kept:
     """A full plan of the replay (a lazy one planned to its end when read), and the tenants'
-    fair-share scores it was made with."""
+    fair-share scores it was made with (and with the queued charge, the leases' order)."""
 
-    def __init__(self, p: Plan | LazyPlan, scores: dict[str, float]):
-        self._plan, self.scores = p, scores
+    def __init__(self, p: Plan | LazyPlan, scores: dict[str, float], order: tuple[str, ...] | None = None):
+        self._plan, self.scores, self.order = p, scores, order
         self._lazy: LazyPlan | None = None
 
     @property
@@ -452,7 +486,7 @@ class _Kept:
 class _Book:
     """The plan arrivals are fitted into (a PlanBook), as one API process keeps it."""
 
-    def __init__(self, book: PlanBook, made_at: int, scores: dict[str, float]):
-        self.book, self.made_at, self.scores = book, made_at, scores
+    def __init__(self, book: PlanBook, made_at: int, scores: dict[str, float], order: tuple[str, ...] | None = None):
+        self.book, self.made_at, self.scores, self.order = book, made_at, scores, order
         self.exact = True    # every fit so far went last in the planner's order
         self.fitted_at = made_at
