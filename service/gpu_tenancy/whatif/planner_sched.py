@@ -215,18 +215,19 @@ class GpuTenancy(Scheduler):
     def _scores(self, usage) -> dict[str, float]:
         return {t: share_score(usage, t, m, q.weight) for (t, m), q in self.quotas.items()}
 
-    def _charged_order(self, now, holds, usage) -> tuple[str, ...] | None:
-        """With the queued charge, the waiting leases in the planner's order now: their charges
-        move with what their projects' holds keep from now on, so the tenants' order alone
-        (_same_order) does not tell whether a plan made earlier is the plan made now. None with
-        the rule off."""
+    def _charged_order(self, now, holds, scores: dict[str, float]) -> tuple[str, ...] | None:
+        """With the queued charge, the waiting leases in the planner's order now (Planning's key,
+        the tenants' `scores` given): their charges move with what their projects' holds keep
+        from now on, so the tenants' order alone (_same_order) does not tell whether a plan made
+        earlier is the plan made now. None with the rule off."""
         s = self.settings
         if s.queued_charge is None:
             return None
         waiting = [self.requests[jid] for jid in self.waiting]
         charged = queued_charges(waiting, holds, now, self.quotas, s.queued_charge, s.queued_charge_spares_gpus)
-        return tuple(lr.lease_id for lr in sorted(
-            waiting, key=lambda lr: order_key(lr, self.quotas, usage, now, s, charged=charged)))
+        return tuple(lr.lease_id for lr in sorted(waiting, key=lambda lr: (
+            -lr.priority, scores[lr.project_id] + charged.get(lr.lease_id, 0.0), lr.created_at, lr.arrival,
+            lr.lease_id)))
 
     def _same_order(self, then: dict[str, float], now: dict[str, float]) -> bool:
         """The tenants with leases waiting are in the same fair-share order (ties alike) under
@@ -254,7 +255,8 @@ class GpuTenancy(Scheduler):
             return None   # (a fit below that costs more than the plans it saves)
         t = time.perf_counter()
         scores = self._scores(usage)
-        order = self._charged_order(now, holds, usage)
+        # (only when there is a plan to fit into: a plan made here is in the order of now)
+        order = self._charged_order(now, holds, scores) if self.book or self.last_plan else None
         b = self.book
         if b is not None and (not self._same_order(b.scores, scores) or not _keeps(b.order, order)
                               or (not b.exact and now > b.fitted_at)):
@@ -268,7 +270,7 @@ class GpuTenancy(Scheduler):
                     return None   # this decision's full plan tells the ETA
                 made = (LazyPlan(now, self.hosts, holds, self.quotas, old, usage, self.settings) if self.lazy
                         else plan(now, self.hosts, holds, self.quotas, old, usage, self.settings, explain=False))
-                kept = _Kept(made, scores, order)
+                kept = _Kept(made, scores, _order_of(made) if self.settings.queued_charge is not None else None)
                 self.plans += 1
                 self.eta_plans += 1
             # the plan's own state, its reservations made, is the book (no rebuild) while the holds are
@@ -296,11 +298,12 @@ class GpuTenancy(Scheduler):
                 return None
             fitted[jid] = None if place is None else place.start
             b.exact, b.fitted_at = ins.exact, now
-        if order is not None:
+        if self.settings.queued_charge is not None:
             # the book's order keys carry the charges as of its making: exact only if the fits went
             # last in the order of now too (else this decision's full plan is made, as for any other)
-            b.exact = b.exact and order[len(order) - len(new):] == tuple(new)
-            b.order = order   # (the waiting leases are the book's now)
+            now_order = order or self._charged_order(now, holds, scores) or ()
+            b.exact = b.exact and now_order[len(now_order) - len(new):] == tuple(new)
+            b.order = now_order   # (the waiting leases are the book's now)
         self.plan_seconds += time.perf_counter() - t
         return fitted, b.exact
 
@@ -391,7 +394,8 @@ class GpuTenancy(Scheduler):
                 if fit is not None:
                     fitted = fit[0]
                     self.inserted += len(fitted)
-            self.last_plan, self.book = _Kept(kept, self._scores(usage), self._charged_order(now, holds, usage)), None
+            self.last_plan, self.book = _Kept(kept, self._scores(usage),
+                                              _order_of(kept) if self.settings.queued_charge is not None else None), None
         starts, wake = [], None
         # the API plans a lease when it is created (a full plan, or a fit into the plan): its start is the ETA
         self._told({**{jid: p.leases[jid].eta for jid in self.unplanned}, **(fitted or {})})
@@ -440,6 +444,13 @@ class GpuTenancy(Scheduler):
             wake = next_start
         self.next_start = wake
         return starts, wake
+
+
+def _order_of(p: Plan | LazyPlan) -> tuple[str, ...]:
+    """The plan's leases in its planner order (a whole plan's are kept in it)."""
+    if isinstance(p, LazyPlan):
+        return tuple(lr.lease_id for lr in p.planning.ordered)
+    return tuple(p.leases)
 
 
 def _only(order: tuple[str, ...] | None, among: tuple[str, ...] | None) -> tuple[str, ...]:
