@@ -20,18 +20,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from replay import OVERASK, saved_runs  # noqa: E402
-from report import hms, ratio  # noqa: E402
+from report import hms, ratio, within  # noqa: E402
 
 DURATIONS = (("exact", None), ("next hour", "hour"), ("2×", "2x"))
 NAMES = {"gpu-tenancy": "gpu-tenancy (default)", "gpu-tenancy@keep": "gpu-tenancy, keep_etas"}
-HEAD = ("| durations | scheduler | P50 wait | P90 wait | ≥8-GPU P90 | ETA kept | lateness P90 | GPU use "
-        "| Jain use/quota | P50, P90, ≥8 P90 ÷ EASY | run: wall, CPU |")
+HEAD = ("| durations | scheduler | P50 wait | P90 wait | ≥8-GPU P90 | ≥8-GPU P90, tenants within share (÷ EASY) "
+        "| ETA kept | lateness P90 | GPU use | Jain use/quota | P50, P90, ≥8 P90 ÷ EASY | run: wall, CPU |")
 
 
 def row(durations: str, name: str, r: dict | None, easy: dict | None) -> str:
     label = NAMES.get(name, name)
     if r is None:
-        return f"| {durations} | {label} | not run | | | | | | | | |"
+        return f"| {durations} | {label} | not run | | | | | | | | | |"
     if r.get("n_eta") is None:
         eta = "n/a | n/a"   # tells no one when they will start
     elif not r["n_eta"]:
@@ -40,14 +40,14 @@ def row(durations: str, name: str, r: dict | None, easy: dict | None) -> str:
         eta = f"{100 * r['eta_kept']:.1f} % of {r['n_eta']:,} told | {hms(r['late_p90'])}"
     vs = ", ".join(ratio(r[k], easy[k]) for k in ("p50", "p90", "big_p90")) if easy else "-"
     cpu = f", {r['cpu_s']:.0f} s" if "cpu_s" in r else ""
-    return (f"| {durations} | {label} | {hms(r['p50'])} | {hms(r['p90'])} | {hms(r['big_p90'])} | {eta} "
+    return (f"| {durations} | {label} | {hms(r['p50'])} | {hms(r['p90'])} | {hms(r['big_p90'])} | {within(r, easy)} | {eta} "
             f"| {100 * r['use']:.1f} % | {r['jain_quota']:.2f} | {vs} | {r['wall_s']:.0f} s{cpu} |")
 
 
 def tables(out: str, trace: str, loads: list[float], names: list[str]) -> str:
     parts = []
     for load in loads:
-        lines = [f"{round(load * 100)} % load:", "", HEAD, "|" + "---|" * 11]
+        lines = [f"{round(load * 100)} % load:", "", HEAD, "|" + "---|" * 12]
         for label, model in DURATIONS:
             tag = f"{trace}-{round(load * 100)}" + (OVERASK[model][0] if model else "")
             runs = saved_runs(out, tag, names)

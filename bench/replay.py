@@ -271,7 +271,8 @@ def main(argv=None) -> int:
                  f"{r['ms_per_plan']:.1f} ms/plan" if "plans" in r else "")
         eta = (f" ETA kept {100 * r['eta_kept']:.1f} % late P90 {hms(r['late_p90'])}"
                if r.get("eta_kept") is not None else "")
-        print(f"  {name}: P50 {hms(r['p50'])} P90 {hms(r['p90'])} >=8 P90 {hms(r['big_p90'])}{eta} "
+        print(f"  {name}: P50 {hms(r['p50'])} P90 {hms(r['p90'])} >=8 P90 {hms(r['big_p90'])} "
+              f"(tenants within their share: {hms(r['big_p90_within'])}){eta} "
               f"({time.perf_counter() - t:.0f} s wall, {r['cpu_s']:.0f} s CPU{extra})", flush=True)
         # the table so far, so that a long run that is stopped still leaves its finished rows
         text = write_report(a.out, tag, head, {**results, "lower bound (mean)": bound}, with_plots=False)

@@ -73,14 +73,25 @@ def test_summarize_waits_use_fairness_and_replans():
     assert r["replans_per_s"] == pytest.approx(5.0) and r["ms_per_plan"] == pytest.approx(50.0)
 
 
+def test_big_leases_within_share_leave_out_the_tenants_over_theirs():
+    # a asks 3/4 of the GPU-hours on a half share: over it; b a quarter on a half: within
+    jobs = [Job("a1", "a", 0, 2 * H, 8, 1), Job("a2", "a", 0, H, 8, 1), Job("b1", "b", 0, H, 8, 1)]
+    out = outcome(jobs, {"a1": 0, "a2": 5 * H, "b1": 2 * H})
+    r = summarize(out, jobs, {"a": 0.5, "b": 0.5}, 8)
+    assert r["over_share"] == ["a"] and r["n_big_within"] == 1
+    assert r["big_p90_within"] == pytest.approx(2 * H)   # b's wait only (a's 5 h left out)
+    assert r["big_p90"] > r["big_p90_within"]
+
+
 def test_table_ratios_against_easy():
     base = {"p50": 60.0, "p90": 600.0, "p99": 6000.0, "mean": 100.0, "big_p50": 0.0, "big_p90": 1200.0,
             "use": 0.8, "frag": 0.01, "jain_slowdown": 0.9, "jain_quota": 0.95}
-    results = {"gpu-tenancy": {**base, "p90": 300.0}, "EASY": base,
+    results = {"gpu-tenancy": {**base, "p90": 300.0, "big_p90_within": 600.0}, "EASY": {**base, "big_p90_within": 1200.0},
                "lower bound (mean)": {"bound_only": True, "mean": 25.0}}
     md = table(results)
     row = next(line for line in md.splitlines() if line.startswith("| gpu-tenancy "))
     assert "| 1.00, 0.50, 1.00 |" in row                       # P50, P90, >=8 P90 / EASY
+    assert row.endswith("| 10.0m (0.50) |")                   # >=8 P90 of the tenants within share, / EASY
     bound = next(line for line in md.splitlines() if line.startswith("| lower bound"))
     assert "≥ 25s" in bound and "mean 0.25" in bound
     assert ratio(0, 0) == "-" and ratio(1, 0) == "inf"
