@@ -109,9 +109,11 @@ def bound_settings(spec: str) -> PlannerSettings:
     fair-share score halved per 64 GPU-hours waited (age_size_gpu_hours), '1qc' the GPU-hours a
     project's holds keep from now and its waiting leases ahead of a lease will use counted 1x in
     its score (queued_charge), '8sp' leases of 8 GPUs per VM or more not charged
-    (queued_charge_spares_gpus)."""
+    (queued_charge_spares_gpus). (make() reads '24hl', a fair-share half-life of 24 hours.)"""
     kw: dict = {}
     for part in spec.split("+"):
+        if not part:
+            continue
         if part in ("keep", "fs"):
             kw["keep_etas"] = part == "keep"
         elif part.endswith("qc"):
@@ -144,8 +146,10 @@ def make(name: str, cfg: dict, shares, capacity: int):
                           settings=PlannerSettings(wait_bound=cfg["wait_bound_seconds"]))
     if name.startswith("gpu-tenancy@"):   # '+noskip': keep_etas planning at every event (to measure the skip)
         parts = name.split("@", 1)[1].split("+")
-        return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name,
-                          settings=bound_settings("+".join(q for q in parts if q != "noskip")),
+        halves = [q for q in parts if q.endswith("hl")]   # '24hl': a fair-share half-life of 24 hours
+        return GpuTenancy(quota_limits(shares, capacity, "open"),
+                          round(float(halves[-1][:-2]) * 3600) if halves else hl, name,
+                          settings=bound_settings("+".join(q for q in parts if q != "noskip" and q not in halves)),
                           skip_settled="noskip" not in parts)
     if name == "gpu-tenancy-promise":   # prototype: promised leases first, later arrivals fit around them
         return GpuTenancy(quota_limits(shares, capacity, "open"), hl, name, promise="fairshare")
