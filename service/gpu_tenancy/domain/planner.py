@@ -180,6 +180,7 @@ class Planning:
         if charged is None:
             charged = queued_charges(waiting, holds, now, quotas, settings.queued_charge,
                                      settings.queued_charge_spares_gpus)
+        run.charged = charged   # what the reasons tell
 
         def fair(lr: LeaseRequest) -> float:
             return aged_score(scores.of(lr.project_id, lr.gpu_model) + charged.get(lr.lease_id, 0.0), lr, now, age_size)
