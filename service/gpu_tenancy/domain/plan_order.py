@@ -152,11 +152,14 @@ class LeasesAhead(NamedTuple):
 
 
 class AheadCounter:
-    """The planner order seen per GPU model, as it goes: each lease's LeasesAhead."""
+    """The planner order seen per GPU model, as it goes: each lease's LeasesAhead. `aged`: age x
+    size or the queued charge is on (PlannerSettings.aged); off, a project's leases share one
+    score, so none of its own is of a lower score and they are not looked for."""
 
-    def __init__(self) -> None:
+    def __init__(self, aged: bool = True) -> None:
         self.count: dict[str, int] = defaultdict(int)
         self.blocks: dict[str, _Block] = {}
+        self.aged = aged
 
     def next(self, lr: LeaseRequest, tier: int, score: float | None) -> LeasesAhead:
         m = lr.gpu_model
@@ -170,7 +173,7 @@ class AheadCounter:
         elif b.score != score:
             b.score, b.score_from = score, i
         own = 0
-        if tier == FAIR:
+        if tier == FAIR and self.aged:
             # scores ascend: the project's leases of a lower score are all it had before its run of this one
             had, last, same = b.own.get(lr.project_id, (0, None, 0))
             same = same if last == score else 0

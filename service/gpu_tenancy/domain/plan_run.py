@@ -70,6 +70,7 @@ class PlanRun:
         self.book: QuotaBook = backend.quota(now, quotas, holds)
         self.hosts = HostProfiles(hosts)
         self.bound_text = _bound_text(settings)   # once: it goes into the reasons of every lease behind the bound
+        self.own_text = _own_text(settings)       # once, likewise: why a project's own leases go first
         self.unbinding: set[tuple[str, str]] = set()   # quotas never read (skip_unbinding_quotas)
         self.used_text: dict[tuple[str, str], str] = {}   # explain(): each project's use, in words
         self.charged: Mapping[str, float] = {}   # the queued charges (domain/queued_charge.py), set by the plan
@@ -217,7 +218,7 @@ class PlanRun:
                                                f"committed less (in all, over weight){waited} go first"))
         if ahead.own:
             out.append(Reason("order", f"behind {plural(ahead.own, 'lease')} of its own project that "
-                                       f"{'goes' if ahead.own == 1 else 'go'} first: {self._own_text()}"))
+                                       f"{'goes' if ahead.own == 1 else 'go'} first: {self.own_text}"))
         if ahead.order and tier == FAIR:
             out.append(Reason("order", f"behind {plural(ahead.order, 'lease')} submitted earlier"))
         t0 = max(now, lr.earliest_start)
@@ -246,18 +247,6 @@ class PlanRun:
         if spares is not None and lr.gpus_per_vm >= spares:
             return f"; this lease, of {spares} GPUs per VM or more, is spared the queued charge"
         return ", and holds or has queued nothing ahead of this lease (the queued charge)"
-
-    def _own_text(self) -> str:
-        """Why a project's own lease goes before another of its: what can lower its score alone."""
-        s = self.settings
-        why = []
-        if s.queued_charge is not None:
-            why.append("asked earlier (the queued charge grows along a project's queue)")
-            if s.queued_charge_spares_gpus is not None:
-                why.append(f"of {s.queued_charge_spares_gpus} GPUs per VM or more (spared the queued charge)")
-        if s.age_size_gpu_hours is not None:
-            why.append("waited more GPU-hours (age x size)")
-        return ", or ".join(why)
 
     def place(self, lr: LeaseRequest, q: QuotaLimit | None, ahead: LeasesAhead, tier: int, pl: PlannedLease,
               explain: bool = True) -> None:
@@ -342,6 +331,18 @@ def _gh(u: float) -> str:
 
 def _first(k: int | None) -> str:
     return "the first lease to reach it goes" if k == 1 else f"the first {k} leases to reach it go"
+
+
+def _own_text(s: PlannerSettings) -> str:
+    """Why a project's own lease goes before another of its: what can lower its score alone."""
+    why = []
+    if s.queued_charge is not None:
+        why.append("asked earlier (the queued charge grows along a project's queue)")
+        if s.queued_charge_spares_gpus is not None:
+            why.append(f"of {s.queued_charge_spares_gpus} GPUs per VM or more (spared the queued charge)")
+    if s.age_size_gpu_hours is not None:
+        why.append("waited more GPU-hours (age x size)")
+    return ", or ".join(why)
 
 
 def _bound_text(settings: PlannerSettings) -> str:

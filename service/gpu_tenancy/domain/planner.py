@@ -196,7 +196,7 @@ class Planning:
         self.ordered = sorted(waiting, key=key)
         self.done = 0   # how many of `ordered` are planned
         self.pending = sorted(turns, key=lambda t: t.key)
-        self.order = AheadCounter()
+        self.order = AheadCounter(settings.aged)
         self.plan = Plan(now, {})
 
     def advance(self, stop: Callable[[int], bool] | None = None) -> None:
