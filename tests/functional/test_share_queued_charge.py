@@ -2,10 +2,13 @@
 planner gives each project's next lease, its charge counted, and the row shows that charge."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from gpu_tenancy.config import Config
 from tests.conftest import headers
+from tests.functional.test_dashboard import login
 from tests.functional.test_openapi import response_validator
 
 ADMIN = headers("ops", "admin", user="operator")
@@ -28,3 +31,13 @@ def test_a_project_holding_gpus_from_now_on_ranks_after_one_that_holds_none(clie
     assert (rows["nlp-lab"]["rank"], rows["nlp-lab"]["score"], rows["nlp-lab"]["queued_charge"]) == (1, 0, 0)
     assert (rows["ml-vision"]["rank"], rows["ml-vision"]["score"]) == (2, 0)
     assert rows["ml-vision"]["queued_charge"] == pytest.approx(4 * 32 / rows["ml-vision"]["weight"], rel=1e-3)
+
+
+def test_the_dashboards_share_page_shows_the_charge(client):
+    got = client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT2H"},
+                      headers=headers("ml-vision", "member"))
+    assert got.status_code == 201, got.get_json()
+    login(client, roles=("admin",))
+    html = client.get("/dashboard/share").text
+    assert "With the queued charge on" in html
+    assert re.search(r"\+ 128\.\d{3} charged", html)   # 4 x 32 GPU-hours, and the release allowance's

@@ -118,3 +118,9 @@ def test_every_code_has_words_that_name_no_project():
     assert set(ANONYMOUS) == set(PRECEDENCE)
     assert all("project " not in text.replace("its project", "") for text in ANONYMOUS.values())
     assert anonymous("unknown") == "waiting"
+
+
+def test_with_the_queued_charge_another_projects_fairshare_reason_says_committed_too():
+    assert anonymous("fairshare") == "behind projects that used less recently"   # the rule off: as it was
+    assert anonymous("fairshare", charged=True) == "behind projects that used or committed less (the queued charge)"
+    assert all(anonymous(code, charged=True) == anonymous(code) for code in ANONYMOUS if code != "fairshare")
