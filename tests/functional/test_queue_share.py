@@ -107,6 +107,7 @@ def test_share_shows_a_member_its_row_and_the_others_unnamed(client, contended, 
     other = [r for r in a100 if r["hidden"]][0]
     assert (other["project"], other["project_id"], other["in_use_gpus"]) == ("another project", None, 16)
     assert "nlp-lab" not in json.dumps(body)
+    assert all(r["queued_charge"] is None for r in a100)   # the queued charge is off
     admin = ok(client.get("/v1/share?gpu_model=A100", headers=ADMIN))["share"]
     response_validator(document, "/v1/share", "get", 200).validate({"share": admin})
     assert {r["project"] for r in admin["projects"]} == {"ml-vision", "nlp-lab"}

@@ -83,3 +83,19 @@ def test_the_reasons_say_that_waiting_counts():
     assert [r.message for r in p.leases["small"].reasons if r.code == "fairshare"] == [
         "project light has used 10 A100 GPU-hours recently against weight 1; 1 lease of projects that used "
         "less (or that waited more GPU-hours: age x size) go first"]
+
+
+def test_the_reasons_count_a_projects_own_lease_that_waited_more_as_its_own():
+    """p's older lease a ages ahead of p's b: it goes first as p's own lease, not as one of a
+    project that used less (with age x size off, both have p's score: "submitted earlier")."""
+    now = 10 * H
+    quotas = {("p", "A100"): QuotaLimit("p", "A100", 16)}
+    usage = {("p", "A100"): 10.0}
+    waiting = [_lr("a", "p", 1, now - 4 * H), _lr("b", "p", 1, now - H)]
+    hosts = [Host("h1", "A100", 1)]
+    for settings, words in ((PlannerSettings(), "behind 1 lease submitted earlier"),
+                            (PlannerSettings(age_size_gpu_hours=16),
+                             "behind 1 lease of its own project that goes first: waited more GPU-hours (age x size)")):
+        p = plan(now, hosts, [], quotas, waiting, usage, settings)
+        assert list(p.leases) == ["a", "b"]
+        assert [r.message for r in p.leases["b"].reasons if r.code in ("fairshare", "order")] == [words]

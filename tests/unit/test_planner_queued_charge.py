@@ -136,8 +136,37 @@ def test_the_reasons_say_that_the_charge_counts():
     waiting = [_lr("big", "heavy", 8, 2, now), _lr("small", "light", 8, 4, now - H)]
     p = plan(now, [Host("h1", "A100", 8)], [], quotas, waiting, usage, PlannerSettings(queued_charge=1))
     assert [r.message for r in p.leases["big"].reasons if r.code == "fairshare"] == [
-        "project heavy has used 120 A100 GPU-hours recently against weight 1; 1 lease of projects that used "
-        "less (counting what each holds and has queued ahead: the queued charge) go first"]
+        "project heavy has used 120 A100 GPU-hours recently against weight 1, and holds or has queued nothing "
+        "ahead of this lease (the queued charge); 1 lease of projects that used or committed less (in all, over "
+        "weight) go first"]
+
+
+def test_the_reasons_count_a_projects_own_earlier_lease_as_its_own():
+    """p's b is charged for p's earlier a: a goes first as p's own lease, not as one of a project that
+    used less; q, which used more but committed less, is the one counted as such."""
+    now = 12 * H
+    quotas = {(p, "A100"): QuotaLimit(p, "A100", 16) for p in "pq"}
+    usage = {("p", "A100"): 10.0, ("q", "A100"): 12.0}
+    waiting = [_lr("a", "p", 1, 4, now - 2 * H), _lr("b", "p", 1, 4, now - H), _lr("c", "q", 1, 4, now - H)]
+    hosts, holds = [Host("h1", "A100", 8)], [Hold("run", "r", "h1", "A100", 8, now - H, now + H)]
+    off = plan(now, hosts, holds, quotas, waiting, usage, PlannerSettings())
+    assert list(off.leases) == ["a", "b", "c"]
+    assert [r.message for r in off.leases["b"].reasons if r.code in ("fairshare", "order")] == [
+        "behind 1 lease submitted earlier"]   # the default's words, as they were
+    on = plan(now, hosts, holds, quotas, waiting, usage, PlannerSettings(queued_charge=1))
+    assert list(on.leases) == ["a", "c", "b"]   # b's score: 10 + 4 GPU-hours ahead of it > 12
+    assert [(r.code, r.message) for r in on.leases["b"].reasons if r.code in ("fairshare", "order")] == [
+        ("fairshare", "project p has used 10 A100 GPU-hours recently against weight 1, and holds or has queued "
+                      "4.0 more ahead of this lease, counted 1x (the queued charge); 1 lease of projects that used "
+                      "or committed less (in all, over weight) go first"),
+        ("order", "behind 1 lease of its own project that goes first: asked earlier (the queued charge grows "
+                  "along a project's queue)")]
+    spared = plan(now, hosts, holds, quotas, [*waiting, _lr("big", "p", 8, 1, now)], usage,
+                  PlannerSettings(queued_charge=1, queued_charge_spares_gpus=8))
+    assert [r.message for r in spared.leases["big"].reasons if r.code == "fairshare"] == []   # first of fair share
+    assert [r.message for r in spared.leases["b"].reasons if r.code == "order"] == [
+        "behind 2 leases of its own project that go first: asked earlier (the queued charge grows along a "
+        "project's queue), or of 8 GPUs per VM or more (spared the queued charge)"]
 
 
 def test_an_offer_tried_out_of_its_turn_is_charged_as_in_plan():

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit
-from gpu_tenancy.domain.planner import plan
+from gpu_tenancy.domain.planner import PlannerSettings, plan
 from gpu_tenancy.domain.queue_reasons import ANONYMOUS, PRECEDENCE, anonymous, short_reason
 from gpu_tenancy.domain.standing import standing
 
@@ -36,6 +36,46 @@ def test_the_rank_is_the_order_the_planner_starts_equal_leases_in(seed):
     assert len(set(ranks)) == len({usage.get((p, "A100"), 0.0) / quotas[(p, "A100")].weight for p in projects})
     in_plan_order = [rank[lease_id.removeprefix("lease-")] for lease_id in planned.leases]
     assert in_plan_order == sorted(in_plan_order)                          # and the order it plans them in
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_with_the_queued_charge_the_rank_is_the_order_the_planner_takes_each_projects_next_lease_in(seed):
+    """Projects with random use, holds and waiting leases each ask now for one more lease: the
+    planner, charging each for what its project holds from now on and has waiting, orders those
+    new leases as the ranks say (fair share alone would not, in some of these worlds)."""
+    rng = random.Random(seed)
+    projects = [f"p{i}" for i in range(rng.randint(2, 5))]
+    quotas = {(p, "A100"): QuotaLimit(p, "A100", 64, weight=rng.choice([0.5, 1.0, 2.0])) for p in projects}
+    usage = {(p, "A100"): float(rng.choice([0, 4, 8, 16, 32])) for p in projects}
+    holds = [Hold(f"h{i}", rng.choice(projects), "h1", "A100", rng.randint(1, 4), NOW - HOUR,
+                  NOW + rng.randint(-1, 6) * HOUR) for i in range(rng.randint(0, 4))]
+    waiting = [LeaseRequest(f"w{i}", rng.choice(projects), "A100", rng.choice([1, 2, 8]), 1, rng.choice([1, 4]) * HOUR,
+                            NOW - rng.randint(0, 6) * HOUR, None, NOW - rng.randint(0, 6) * HOUR, arrival=i,
+                            priority=rng.choice([0, 0, 0, -1])) for i in range(rng.randint(0, 10))]
+    charge, spares = rng.choice([0.5, 1.0, 4.0]), rng.choice([None, 8])
+    settings = PlannerSettings(queued_charge=charge, queued_charge_spares_gpus=spares)
+    rows = {row.project_id: row for row in standing(NOW, quotas, holds, usage, waiting, charge, spares)}
+    new = [LeaseRequest(f"new-{p}", p, "A100", 1, 1, HOUR, NOW, None, NOW, arrival=1000 + i)
+           for i, p in enumerate(rng.sample(projects, len(projects)))]
+    planned = plan(NOW, [Host("h1", "A100", 8)], holds, quotas, [*waiting, *new], usage, settings, explain=False)
+    ranks = [rows[lease_id.removeprefix("new-")].rank for lease_id in planned.leases if lease_id.startswith("new-")]
+    assert ranks == sorted(ranks), seed
+    assert len(set(ranks)) == len({rows[p].score + rows[p].charge for p in projects})
+    # the rule off: no charge, ranked by the score alone (as before)
+    assert all(row.charge == 0 for row in standing(NOW, quotas, holds, usage, waiting))
+
+
+def test_the_charge_in_the_standing_is_what_the_planner_charges_a_new_lease():
+    quotas = {(p, "A100"): QuotaLimit(p, "A100", 16, weight=2.0) for p in "ab"}
+    usage = {("a", "A100"): 4.0, ("b", "A100"): 10.0}   # scores 2 and 5: a first, by fair share alone
+    holds = [Hold("run", "a", "h1", "A100", 4, NOW - HOUR, NOW + 2 * HOUR)]                # 8 GPU-hours from now
+    waiting = [LeaseRequest("w", "a", "A100", 2, 1, 2 * HOUR, NOW - HOUR, None, NOW - HOUR),  # 4 more
+               LeaseRequest("big", "a", "A100", 8, 1, HOUR, NOW - HOUR, None, NOW - HOUR)]   # 8 more
+    assert [(r.project_id, r.rank, r.charge) for r in standing(NOW, quotas, holds, usage, waiting)] == [
+        ("a", 1, 0.0), ("b", 2, 0.0)]
+    rows = standing(NOW, quotas, holds, usage, waiting, 0.5)
+    assert [(r.project_id, r.rank, r.score, r.charge) for r in rows] == [
+        ("b", 1, 5.0, 0.0), ("a", 2, 2.0, 0.5 * (8 + 4 + 8) / 2)]
 
 
 def test_the_figures_of_one_model():
@@ -78,3 +118,9 @@ def test_every_code_has_words_that_name_no_project():
     assert set(ANONYMOUS) == set(PRECEDENCE)
     assert all("project " not in text.replace("its project", "") for text in ANONYMOUS.values())
     assert anonymous("unknown") == "waiting"
+
+
+def test_with_the_queued_charge_another_projects_fairshare_reason_says_committed_too():
+    assert anonymous("fairshare") == "behind projects that used less recently"   # the rule off: as it was
+    assert anonymous("fairshare", charged=True) == "behind projects that used or committed less (the queued charge)"
+    assert all(anonymous(code, charged=True) == anonymous(code) for code in ANONYMOUS if code != "fairshare")

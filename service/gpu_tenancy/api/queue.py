@@ -44,11 +44,13 @@ def query_gpu_model() -> str | None:
     return model
 
 
-def render_entry(row: Any, shown: bool) -> dict:
-    """`shown`: the caller may see whose lease it is (its project's own, or an admin)."""
+def render_entry(row: Any, shown: bool, charged: bool = False) -> dict:
+    """`shown`: the caller may see whose lease it is (its project's own, or an admin); `charged`: the
+    planner's queued charge is on."""
     reason = short_reason(row.queue_reasons or [])
     if reason is not None:
-        reason = {"code": reason["code"], "message": reason["message"] if shown else anonymous(reason["code"])}
+        reason = {"code": reason["code"],
+                  "message": reason["message"] if shown else anonymous(reason["code"], charged)}
     return {
         "position": row.queue_position,
         "gpu_model": row.gpu_model,
@@ -76,7 +78,8 @@ def show() -> ResponseReturnValue:
     model = query_gpu_model()
     everyone = rt.allowed("queue:show:all_projects")
     own = rt.context().project_id
+    charged = rt.planner_settings().queued_charge is not None
     with rt.transaction() as session:
         rows = queue.waiting(session, model)
     return {"queue": {"now": rfc3339(rt.now()), "gpu_model": model,
-                      "leases": [render_entry(row, everyone or row.project_id == own) for row in rows]}}
+                      "leases": [render_entry(row, everyone or row.project_id == own, charged) for row in rows]}}

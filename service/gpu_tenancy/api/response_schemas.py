@@ -224,8 +224,9 @@ QUEUE_ENTRY = {
                                           "words that name no project")),
 }
 SHARE_ROW = {
-    "rank": {"type": "integer", "description": "per GPU model: 1 goes first in fair share; equal scores share "
-                                               "a rank (priority and the wait bound come before fair share)"},
+    "rank": {"type": "integer", "description": "per GPU model: 1 goes first in fair share, by score plus "
+                                               "queued_charge; equal ones share a rank (priority and the wait "
+                                               "bound come before fair share)"},
     "gpu_model": STRING,
     "project": {"type": "string", "description": "the project's id, or 'another project'"},
     "project_id": nullable({"type": "string", "description": "null for another project's row when the caller "
@@ -239,6 +240,11 @@ SHARE_ROW = {
                                                            "half_life of age"},
     "weight": {"type": "number", "description": "fair-share weight of its quota (1 without one)"},
     "score": nullable({"type": "number", "description": "decayed_gpu_hours / weight: lower goes first"}),
+    "queued_charge": nullable({"type": "number", "description": "with the queued charge on (null: off), what it "
+                                                                "adds to the score of the project's next lease "
+                                                                "(asked now, priority 0, not spared): K x the "
+                                                                "GPU-hours it holds from now on and has waiting, "
+                                                                "over its weight"}),
     "waiting_leases": INTEGER,
 }
 

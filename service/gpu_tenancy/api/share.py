@@ -1,5 +1,6 @@
 """/v1/share: fair-share standing (Slurm's sshare) per project and GPU model, ranked as
-the planner orders equal-priority leases (engine/share.py).
+the planner orders equal-priority leases (engine/share.py; with the queued charge on, as it
+would order each project's next lease).
 
 Every reader sees every row, so that "why is the other lab first" has an answer (it
 used fewer GPU-hours per unit of weight lately); another project's row keeps its
@@ -23,10 +24,11 @@ bp = Blueprint("share", __name__, url_prefix="/v1/share")
 
 # the keys of a row, in order: the ShareRow schema of /v1/openapi.json is built from it
 FIELDS = ("rank", "gpu_model", "project", "project_id", "hidden", "nominal_gpus", "borrow_gpus", "in_use_gpus",
-          "borrowed_gpus", "decayed_gpu_hours", "weight", "score", "waiting_leases")
+          "borrowed_gpus", "decayed_gpu_hours", "weight", "score", "queued_charge", "waiting_leases")
 
 
-def render_row(row: Standing, shown: bool) -> dict:
+def render_row(row: Standing, shown: bool, charged: bool = False) -> dict:
+    """`charged`: the queued charge is on (its figure shown; null when off)."""
     return {
         "rank": row.rank,
         "gpu_model": row.gpu_model,
@@ -39,6 +41,7 @@ def render_row(row: Standing, shown: bool) -> dict:
         "decayed_gpu_hours": round(row.decayed_gpu_hours, 3),
         "weight": row.weight,
         "score": round(row.score, 6) if math.isfinite(row.score) else None,
+        "queued_charge": round(row.charge, 6) if charged else None,
         "waiting_leases": row.waiting,
     }
 
@@ -56,4 +59,5 @@ def show() -> ResponseReturnValue:
         rows.sort(key=lambda row: (row.gpu_model, row.rank, row.project_id != own, -row.nominal, -row.in_use,
                                    -row.decayed_gpu_hours, row.waiting))
     return {"share": {"now": rfc3339(now), "gpu_model": model, "half_life": settings.fairshare_half_life,
-                      "projects": [render_row(row, everyone or row.project_id == own) for row in rows]}}
+                      "projects": [render_row(row, everyone or row.project_id == own,
+                                              settings.queued_charge is not None) for row in rows]}}

@@ -40,4 +40,5 @@ def share():
     model = request.args.get("gpu_model") or None
     body = client.get("/v1/share", gpu_model=model)["share"]
     return render_template("dashboard/share.html", groups=by_model(body["projects"]), models=gpu_models(client),
-                           model=model, half_life=spoken_duration(body["half_life"]))
+                           model=model, half_life=spoken_duration(body["half_life"]),
+                           charged=any(r.get("queued_charge") is not None for r in body["projects"]))

@@ -6,7 +6,8 @@ wait_bound_leases per GPU model at a time); then fair share asc (share_score, ag
 size: domain/age_size.py); then created_at, arrival, lease_id (order_key). FairShareScores
 keeps each project's fair-share score once per plan; AheadCounter counts, as a plan goes, the
 leases ahead of each lease (LeasesAhead) by the part of the order that puts them there (what
-its reasons say). Pure.
+its reasons say): a project's own leases ahead with a lower score (age x size, the queued charge)
+apart from other projects' (with fair share alone its leases share one score). Pure.
 """
 from __future__ import annotations
 
@@ -121,7 +122,8 @@ class _Block:
     """For one GPU model: the positions where the current runs of the order began,
     of one priority, then of one tier (guarded, past the wait bound, fair share), then
     of one fair-share score, and how many leases of each tier the priority's run has
-    had. The leases of each part ahead of a lease are what its reasons count."""
+    had; per project, its leases in the fair-share run, the last one's score and how many
+    had that score. The leases of each part ahead of a lease are what its reasons count."""
     priority: int
     priority_from: int
     tier: int
@@ -129,6 +131,7 @@ class _Block:
     score: float | None
     score_from: int
     tiers: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    own: dict[str, tuple[int, float | None, int]] = field(default_factory=dict)
 
 
 class LeasesAhead(NamedTuple):
@@ -137,9 +140,11 @@ class LeasesAhead(NamedTuple):
     position: int      # 1-based
     priority: int      # of higher priority
     bound: int         # past the wait bound while it is not
-    fairshare: int     # of projects with a lower fair-share score
+    fairshare: int     # of other projects with a lower fair-share score
     order: int         # of its own tier and score, asked earlier (guarded: told an earlier ETA)
     guarded: int = 0   # keeping the ETA they were told while it is not
+    own: int = 0       # of its own project with a lower score: only with age x size or the queued charge
+                       # (fair share alone gives a project's leases one score: those are in `order`)
 
     @property
     def total(self) -> int:
@@ -147,11 +152,14 @@ class LeasesAhead(NamedTuple):
 
 
 class AheadCounter:
-    """The planner order seen per GPU model, as it goes: each lease's LeasesAhead."""
+    """The planner order seen per GPU model, as it goes: each lease's LeasesAhead. `aged`: age x
+    size or the queued charge is on (PlannerSettings.aged); off, a project's leases share one
+    score, so none of its own is of a lower score and they are not looked for."""
 
-    def __init__(self) -> None:
+    def __init__(self, aged: bool = True) -> None:
         self.count: dict[str, int] = defaultdict(int)
         self.blocks: dict[str, _Block] = {}
+        self.aged = aged
 
     def next(self, lr: LeaseRequest, tier: int, score: float | None) -> LeasesAhead:
         m = lr.gpu_model
@@ -164,7 +172,15 @@ class AheadCounter:
             b.tier, b.tier_from, b.score, b.score_from = tier, i, score, i
         elif b.score != score:
             b.score, b.score_from = score, i
+        own = 0
+        if tier == FAIR and self.aged:
+            # scores ascend: the project's leases of a lower score are all it had before its run of this one
+            had, last, same = b.own.get(lr.project_id, (0, None, 0))
+            same = same if last == score else 0
+            own = had - same
+            b.own[lr.project_id] = (had + 1, score, same + 1)
         ahead = LeasesAhead(i + 1, b.priority_from, b.tiers[BOUND] if tier == FAIR else 0,
-                            b.score_from - b.tier_from, i - b.score_from, b.tiers[GUARDED] if tier != GUARDED else 0)
+                            b.score_from - b.tier_from - own, i - b.score_from,
+                            b.tiers[GUARDED] if tier != GUARDED else 0, own)
         b.tiers[tier] += 1
         return ahead

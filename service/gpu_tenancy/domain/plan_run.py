@@ -70,8 +70,10 @@ class PlanRun:
         self.book: QuotaBook = backend.quota(now, quotas, holds)
         self.hosts = HostProfiles(hosts)
         self.bound_text = _bound_text(settings)   # once: it goes into the reasons of every lease behind the bound
+        self.own_text = _own_text(settings)       # once, likewise: why a project's own leases go first
         self.unbinding: set[tuple[str, str]] = set()   # quotas never read (skip_unbinding_quotas)
         self.used_text: dict[tuple[str, str], str] = {}   # explain(): each project's use, in words
+        self.charged: Mapping[str, float] = {}   # the queued charges (domain/queued_charge.py), set by the plan
 
     def skip_unbinding_quotas(self, holds: Sequence[Hold], quotas: Mapping[tuple[str, str], QuotaLimit]) -> None:
         """Leave out the quotas that can never bind: where the hosts fit a lease, its project
@@ -203,12 +205,20 @@ class PlanRun:
             if used is None:   # once per project: thousands of its leases repeat it
                 u = self.usage.get((p, m), 0.0) if self.usage else 0.0
                 used = self.used_text[(p, m)] = (f"project {p} has used {_gh(u)} {m} GPU-hours recently "
-                                                 f"against weight {q.weight:g}; ")
-            waited = " (or that waited more GPU-hours: age x size)" if settings.age_size_gpu_hours is not None else ""
-            if settings.queued_charge is not None:
-                waited += " (counting what each holds and has queued ahead: the queued charge)"
-            out.append(Reason("fairshare", f"{used}{plural(ahead.fairshare, 'lease')} of projects that used "
-                                           f"less{waited} go first"))
+                                                 f"against weight {q.weight:g}")
+            by_age = settings.age_size_gpu_hours is not None
+            if settings.queued_charge is None:
+                waited = " (or that waited more GPU-hours: age x size)" if by_age else ""
+                out.append(Reason("fairshare", f"{used}; {plural(ahead.fairshare, 'lease')} of projects that used "
+                                               f"less{waited} go first"))
+            else:
+                waited = ", or that waited more GPU-hours (age x size)," if by_age else ""
+                out.append(Reason("fairshare", f"{used}{self._charge_text(lr, q)}; "
+                                               f"{plural(ahead.fairshare, 'lease')} of projects that used or "
+                                               f"committed less (in all, over weight){waited} go first"))
+        if ahead.own:
+            out.append(Reason("order", f"behind {plural(ahead.own, 'lease')} of its own project that "
+                                       f"{'goes' if ahead.own == 1 else 'go'} first: {self.own_text}"))
         if ahead.order and tier == FAIR:
             out.append(Reason("order", f"behind {plural(ahead.order, 'lease')} submitted earlier"))
         t0 = max(now, lr.earliest_start)
@@ -225,6 +235,18 @@ class PlanRun:
                     else f"needs {n} VMs of {g} {m} at the same time, each on one host")
             out.append(Reason("capacity", f"{what}; the largest free block now is "
                                           f"{self.indexes[m].largest_free_now()}; earliest at {fmt_time(T)}"))
+
+    def _charge_text(self, lr: LeaseRequest, q: QuotaLimit) -> str:
+        """What the queued charge counts against this lease (queued_charge._charged, undone)."""
+        K, spares = self.settings.queued_charge, self.settings.queued_charge_spares_gpus
+        assert K is not None
+        c = self.charged.get(lr.lease_id, 0.0)
+        if c > 0:
+            return (f", and holds or has queued {_gh(c * q.weight / K)} more ahead of this lease, "
+                    f"counted {K:g}x (the queued charge)")
+        if spares is not None and lr.gpus_per_vm >= spares:
+            return f"; this lease, of {spares} GPUs per VM or more, is spared the queued charge"
+        return ", and holds or has queued nothing ahead of this lease (the queued charge)"
 
     def place(self, lr: LeaseRequest, q: QuotaLimit | None, ahead: LeasesAhead, tier: int, pl: PlannedLease,
               explain: bool = True) -> None:
@@ -309,6 +331,18 @@ def _gh(u: float) -> str:
 
 def _first(k: int | None) -> str:
     return "the first lease to reach it goes" if k == 1 else f"the first {k} leases to reach it go"
+
+
+def _own_text(s: PlannerSettings) -> str:
+    """Why a project's own lease goes before another of its: what can lower its score alone."""
+    why = []
+    if s.queued_charge is not None:
+        why.append("asked earlier (the queued charge grows along a project's queue)")
+        if s.queued_charge_spares_gpus is not None:
+            why.append(f"of {s.queued_charge_spares_gpus} GPUs per VM or more (spared the queued charge)")
+    if s.age_size_gpu_hours is not None:
+        why.append("waited more GPU-hours (age x size)")
+    return ", or ".join(why)
 
 
 def _bound_text(settings: PlannerSettings) -> str:

@@ -180,6 +180,7 @@ class Planning:
         if charged is None:
             charged = queued_charges(waiting, holds, now, quotas, settings.queued_charge,
                                      settings.queued_charge_spares_gpus)
+        run.charged = charged   # what the reasons tell
 
         def fair(lr: LeaseRequest) -> float:
             return aged_score(scores.of(lr.project_id, lr.gpu_model) + charged.get(lr.lease_id, 0.0), lr, now, age_size)
@@ -195,7 +196,7 @@ class Planning:
         self.ordered = sorted(waiting, key=key)
         self.done = 0   # how many of `ordered` are planned
         self.pending = sorted(turns, key=lambda t: t.key)
-        self.order = AheadCounter()
+        self.order = AheadCounter(settings.aged)
         self.plan = Plan(now, {})
 
     def advance(self, stop: Callable[[int], bool] | None = None) -> None:

@@ -40,6 +40,12 @@ def short_reason(reasons: Sequence[Mapping[str, str]]) -> Mapping[str, str] | No
     return min(reasons, key=lambda r: _rank(r.get("code", "")))
 
 
-def anonymous(code: str) -> str:
-    """The reason's code in words that name no project."""
-    return ANONYMOUS.get(code, "waiting")
+# ... where the queued charge (PlannerSettings.queued_charge) changes what the code means
+ANONYMOUS_CHARGED = {
+    "fairshare": "behind projects that used or committed less (the queued charge)",
+}
+
+
+def anonymous(code: str, charged: bool = False) -> str:
+    """The reason's code in words that name no project; `charged`: the queued charge is on."""
+    return (charged and ANONYMOUS_CHARGED.get(code)) or ANONYMOUS.get(code, "waiting")

@@ -6,7 +6,8 @@ from gpu_tenancy.osc.client import gpu_client
 
 COLUMNS = (("rank", "Rank"), ("gpu_model", "GPU Model"), ("project", "Project"), ("nominal_gpus", "Quota GPUs"),
            ("in_use_gpus", "In Use"), ("borrowed_gpus", "Borrowed"), ("decayed_gpu_hours", "Decayed GPU-hours"),
-           ("weight", "Weight"), ("score", "Score"), ("waiting_leases", "Waiting Leases"))
+           ("weight", "Weight"), ("score", "Score"), ("queued_charge", "Queued Charge"),
+           ("waiting_leases", "Waiting Leases"))
 
 
 class ShowShare(command.Lister):
@@ -21,4 +22,4 @@ class ShowShare(command.Lister):
 
     def take_action(self, args):
         share = gpu_client(self.app).share(args.gpu_model)
-        return [h for _, h in COLUMNS], [[row[k] for k, _ in COLUMNS] for row in share["projects"]]
+        return [h for _, h in COLUMNS], [[row.get(k) for k, _ in COLUMNS] for row in share["projects"]]

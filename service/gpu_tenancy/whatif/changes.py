@@ -8,7 +8,11 @@ history and the planner's settings. Every key names what it changes:
     weight.<project>=2                       the fair-share weight for every model it has a quota for
     priority_class.<name>.priority=10        the priority of the leases asked with that class
     planner.wait_bound=PT8H                  a planner option: wait_bound, wait_bound_gpu_hours,
-                                             wait_bound_leases, fairshare_half_life (none: off)
+                                             wait_bound_leases, fairshare_half_life, age_size_gpu_hours
+                                             (> 0), queued_charge (> 0, at most 1000),
+                                             queued_charge_spares_gpus (1 to 64) (none: off)
+
+The planner options take the bounds the service's configuration takes (config.py).
 
 A change that cannot apply raises BadChange, naming the key."""
 from __future__ import annotations
@@ -25,7 +29,16 @@ from gpu_tenancy.timeutil import parse_duration
 from gpu_tenancy.whatif.history import History
 
 QUOTA_FIELDS = ("gpus", "borrow_gpus", "weight", "max_duration")
-PLANNER_FIELDS = ("wait_bound", "wait_bound_gpu_hours", "wait_bound_leases", "fairshare_half_life")
+PLANNER_FIELDS = ("wait_bound", "wait_bound_gpu_hours", "wait_bound_leases", "fairshare_half_life",
+                  "age_size_gpu_hours", "queued_charge", "queued_charge_spares_gpus")
+# planner options that are numbers: (kind, lowest, highest, whether the lowest itself is refused), as config.py
+PLANNER_NUMBERS: dict[str, tuple[type, float, float, bool]] = {
+    "wait_bound_gpu_hours": (float, 1e-6, 10 ** 9, False),
+    "wait_bound_leases": (int, 1, 10 ** 9, False),
+    "age_size_gpu_hours": (float, 0, math.inf, True),
+    "queued_charge": (float, 0, 1000, True),
+    "queued_charge_spares_gpus": (int, 1, 64, False),
+}
 MAX_CHANGES = 100
 
 
@@ -55,15 +68,20 @@ def parse(items: Iterable[str]) -> list[Change]:
     return out
 
 
-def _number(c: Change, kind: type, low: float, none_ok: bool = False) -> Any:
+def _number(c: Change, kind: type, low: float, none_ok: bool = False, high: float = 10 ** 9,
+            above: bool = False) -> Any:
+    """The change's value as a `kind` from `low` (more than it, with `above`) to `high`."""
     if none_ok and c.value.lower() in ("none", "null", "off"):
         return None
     try:
         v = kind(c.value)
     except ValueError:
         raise BadChange(f"{c.key}: '{c.value}' is not {'an integer' if kind is int else 'a number'}") from None
-    if not math.isfinite(v) or v < low or v > 10 ** 9:
-        raise BadChange(f"{c.key}: {c.value} is out of range (at least {low:g})")
+    if not math.isfinite(v) or v < low or (above and v == low) or v > high:
+        bounds = f"more than {low:g}" if above else f"at least {low:g}"
+        if math.isfinite(high) and high < 10 ** 9:
+            bounds += f" and at most {high:g}"
+        raise BadChange(f"{c.key}: {c.value} is out of range ({bounds}{', or none' if none_ok else ''})")
     return v
 
 
@@ -110,10 +128,9 @@ def apply(history: History, settings: PlannerSettings, changes: Iterable[Change]
                 raise BadChange(f"{c.key}: a priority is from -100 to 100")
         elif kind == "planner" and len(parts) == 2 and parts[1] in PLANNER_FIELDS:
             name = parts[1]
-            if name == "wait_bound_gpu_hours":
-                value = _number(c, float, 1e-6, none_ok=True)
-            elif name == "wait_bound_leases":
-                value = _number(c, int, 1, none_ok=True)
+            if name in PLANNER_NUMBERS:
+                kind_of, low, high, above = PLANNER_NUMBERS[name]
+                value = _number(c, kind_of, low, none_ok=True, high=high, above=above)
             else:
                 value = _seconds(c, none_ok=name != "fairshare_half_life")
             settings = dataclasses.replace(settings, **{name: value})
