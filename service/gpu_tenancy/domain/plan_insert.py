@@ -91,14 +91,20 @@ class PlanBook:
         self._charge = NewLeaseCharge(requests, holds, run.now, quotas, settings.queued_charge,
                                       settings.queued_charge_spares_gpus)
         self._keys: dict[str, list[OrderKey]] = defaultdict(list)
-        # each lease's key, to move it when a new lease raises its charge (the rule on only)
+        # with the queued charge: each lease's key (to move it when a new lease raises its charge),
+        # each project's keys per model (its own leases ahead of a lower score, as the reasons
+        # count them) and each lease's charge (what the reasons tell: the run reads it)
+        self._charged = settings.queued_charge is not None
         self._key_of: dict[str, OrderKey] = {}
+        self._own_keys: dict[tuple[str, str], list[OrderKey]] = defaultdict(list)
+        self._charges: dict[str, float] = {}
+        run.charged = self._charges
         for lr in requests:
-            key = self._key(lr)
+            key = self._note(lr, self._key(lr))
             self._keys[lr.gpu_model].append(key)
-            if settings.queued_charge is not None:
-                self._key_of[lr.lease_id] = key
-        for keys in self._keys.values():
+            if self._charged:
+                self._own_keys[(lr.gpu_model, lr.project_id)].append(key)
+        for keys in (*self._keys.values(), *self._own_keys.values()):
             keys.sort()
         self.exact: dict[str, bool] = defaultdict(lambda: True, exact or {})
 
@@ -110,21 +116,42 @@ class PlanBook:
         return (-lr.priority, 1, self._scores.of(lr.project_id, lr.gpu_model) + self._charge(lr), lr.created_at,
                 lr.arrival, lr.lease_id)
 
+    def _note(self, lr: LeaseRequest, key: OrderKey) -> OrderKey:
+        """With the queued charge, lr's key and charge kept."""
+        if self._charged:
+            self._key_of[lr.lease_id] = key
+            self._charges[lr.lease_id] = self._charge(lr)
+        return key
+
     def _queue(self, lr: LeaseRequest) -> tuple[OrderKey, bool]:
         """lr's order key, and whether adding it to the waiting leases left the others' keys as
         they were. With the queued charge, a lease that goes before its project's own waiting
         leases (a higher priority) raises their charges: their keys move (plan() of them all
         would order them so), and the plan is no longer the full plan."""
-        key = self._key(lr)
+        key = self._note(lr, self._key(lr))
         raised = self._charge.add(lr)
-        if self.settings.queued_charge is not None:
-            self._key_of[lr.lease_id] = key
         for other in raised:
-            keys = self._keys[other.gpu_model]
-            del keys[bisect_left(keys, self._key_of[other.lease_id])]
-            moved = self._key_of[other.lease_id] = self._key(other)
+            keys, own = self._keys[other.gpu_model], self._own_keys[(other.gpu_model, other.project_id)]
+            old = self._key_of[other.lease_id]
+            del keys[bisect_left(keys, old)]
+            del own[bisect_left(own, old)]
+            moved = self._note(other, self._key(other))
             insort(keys, moved)
+            insort(own, moved)
         return key, not raised
+
+    def _own_ahead(self, lr: LeaseRequest, key: OrderKey) -> int:
+        """Its project's leases ahead of it, of its priority, with a lower score (AheadCounter's `own`)."""
+        if not self._charged:
+            return 0
+        own = self._own_keys[(lr.gpu_model, lr.project_id)]
+        return bisect_left(own, key[:3]) - bisect_left(own, key[:2])
+
+    def _insort(self, lr: LeaseRequest, key: OrderKey) -> None:
+        """lr's key into the order (and its project's)."""
+        insort(self._keys[lr.gpu_model], key)
+        if self._charged:
+            insort(self._own_keys[(lr.gpu_model, lr.project_id)], key)
 
     def add(self, p: Planned) -> None:
         """A lease another process inserted: reserved where it was placed, and in the order."""
@@ -140,7 +167,7 @@ class PlanBook:
         keys = self._keys[lr.gpu_model]
         key, kept = self._queue(lr)
         self.exact[lr.gpu_model] = self.exact[lr.gpu_model] and kept and (not keys or keys[-1] < key)
-        insort(keys, key)
+        self._insort(lr, key)
 
     def trial(self, now: int, lr: LeaseRequest) -> PlannedLease:
         """Where `lr` would be placed after every lease of the plan, nothing reserved for it
@@ -159,13 +186,14 @@ class PlanBook:
         higher = bisect_left(keys, (-lr.priority,))
         own_tier = bisect_left(keys, (-lr.priority, 1))
         own_score = bisect_left(keys, (-lr.priority, 1, key[2]))
-        ahead = LeasesAhead(i + 1, higher, own_tier - higher, own_score - own_tier, i - own_score)
+        own = self._own_ahead(lr, key)
+        ahead = LeasesAhead(i + 1, higher, own_tier - higher, own_score - own_tier - own, i - own_score, 0, own)
         q = self.quotas.get((lr.project_id, m))
         pl = PlannedLease(lr.lease_id, ahead.position, None, [])
         run.place(lr, q, ahead, FAIR, pl)   # always explained: the answer shows its reasons
         last = i == len(keys)
         was_exact = self.exact[m]
-        insort(keys, key)
+        self._insort(lr, key)
         self.exact[m] = was_exact and last and kept
         if not self.exact[m]:
             pl.reasons.append(provisional(len(keys) - 1 - i, was_exact))
