@@ -147,6 +147,8 @@ def make(name: str, cfg: dict, shares, capacity: int):
     if name.startswith("gpu-tenancy@"):   # '+noskip': keep_etas planning at every event (to measure the skip)
         parts = name.split("@", 1)[1].split("+")
         halves = [q for q in parts if q.endswith("hl")]   # '24hl': a fair-share half-life of 24 hours
+        if halves and not float(halves[-1][:-2]) > 0:
+            raise ValueError(f"{name}: a half-life must be more than 0 hours")
         return GpuTenancy(quota_limits(shares, capacity, "open"),
                           round(float(halves[-1][:-2]) * 3600) if halves else hl, name,
                           settings=bound_settings("+".join(q for q in parts if q != "noskip" and q not in halves)),

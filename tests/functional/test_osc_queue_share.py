@@ -46,6 +46,7 @@ def test_queue_and_share_for_a_member_and_an_admin(cli):
         own = [row for row in share if row["Project"] == "ml-vision"][0]
         assert (own["Quota GPUs"], own["In Use"], own["Borrowed"], own["Waiting Leases"]) == (16, 16, 0, 1)
         assert sorted(row["Rank"] for row in share) == [row["Rank"] for row in share]
+        assert all("Queued Charge" not in row for row in share)   # the rule is off: no column of nulls
         assert {row["Project"] for row in cli.json("gpu", "share", **ADMIN)} >= {"ml-vision", "nlp-lab"}
         bad = cli.run("gpu", "queue", "--gpu-model", "A 100")
         assert bad.returncode == 1 and "HTTP 400" in bad.stderr

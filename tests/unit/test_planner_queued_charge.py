@@ -10,6 +10,7 @@ import pytest
 
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit
 from gpu_tenancy.domain.offers import OfferRules, ShapeOption, offers
+from gpu_tenancy.domain.plan_insert import Planned, PlanBook
 from gpu_tenancy.domain.planner import PlannerSettings, order_key, plan
 from gpu_tenancy.domain.queued_charge import NewLeaseCharge, queued_charges
 from gpu_tenancy.whatif.event_loop import simulate
@@ -160,13 +161,46 @@ def test_the_reasons_count_a_projects_own_earlier_lease_as_its_own():
                       "4.0 more ahead of this lease, counted 1x (the queued charge); 1 lease of projects that used "
                       "or committed less (in all, over weight) go first"),
         ("order", "behind 1 lease of its own project that goes first: asked earlier (the queued charge grows "
-                  "along a project's queue)")]
+                  "along a project's queue), or preemptible (never charged)")]
     spared = plan(now, hosts, holds, quotas, [*waiting, _lr("big", "p", 8, 1, now)], usage,
                   PlannerSettings(queued_charge=1, queued_charge_spares_gpus=8))
     assert [r.message for r in spared.leases["big"].reasons if r.code == "fairshare"] == []   # first of fair share
     assert [r.message for r in spared.leases["b"].reasons if r.code == "order"] == [
         "behind 2 leases of its own project that go first: asked earlier (the queued charge grows along a "
-        "project's queue), or of 8 GPUs per VM or more (spared the queued charge)"]
+        "project's queue), or preemptible (never charged), or of 8 GPUs per VM or more (spared the queued charge)"]
+
+
+def test_a_preemptible_lease_ahead_of_its_projects_own_is_said_to_be_never_charged():
+    """A preemptible lease pays no charge: asked later, it still goes before its project's charged
+    leases, and their reason names that cause too (it said only "asked earlier")."""
+    now = 12 * H
+    quotas = {(p, "A100"): QuotaLimit(p, "A100", 16) for p in "pq"}
+    usage = {("p", "A100"): 10.0, ("q", "A100"): 1.0}
+    hosts, holds = [Host("h1", "A100", 8)], [Hold("run", "p", "h1", "A100", 8, now - H, now + 4 * H)]
+    waiting = [_lr("a", "p", 4, 1, now - 2 * H), _lr("c", "q", 4, 1, now - H),
+               _lr("pre", "p", 4, 1, now - H // 2, preemptible=True)]
+    got = plan(now, hosts, holds, quotas, waiting, usage, PlannerSettings(queued_charge=1))
+    own = [r.message for r in got.leases["a"].reasons if r.code == "order"]
+    assert own and "preemptible (never charged)" in own[0]
+
+
+def test_a_new_lease_before_its_projects_spared_one_leaves_the_fit_exact():
+    """A spared lease is charged nothing whatever is ahead of it: a new lease asked before it (a
+    create that raced it) moves no key, and the fit is plan()'s."""
+    now = 100 * H
+    quotas = {("p", "A100"): QuotaLimit("p", "A100", 64)}
+    hosts = [Host("h1", "A100", 8), Host("h2", "A100", 8)]
+    holds = [Hold("run", "p", "h1", "A100", 8, now - H, now + 2 * H), Hold("run2", "p", "h2", "A100", 8, now - H, now + 2 * H)]
+    settings = PlannerSettings(queued_charge=4.0, queued_charge_spares_gpus=8)
+    spared = LeaseRequest("S", "p", "A100", 8, 1, H, now, None, now - 5, arrival=1)
+    new = LeaseRequest("N", "p", "A100", 1, 1, H, now, None, now - 10, arrival=2)
+    full = plan(now, hosts, holds, quotas, [spared], {}, settings)
+    book = PlanBook(now, hosts, holds, quotas, [Planned(spared, full.leases["S"].placement)], {}, settings)
+    got = book.insert(now, new)
+    ref = plan(now, hosts, holds, quotas, [spared, new], {}, settings)
+    assert got.last and got.exact
+    assert got.planned.placement == ref.leases["N"].placement
+    assert not any(r.code == "provisional" for r in got.planned.reasons)
 
 
 def test_an_offer_tried_out_of_its_turn_is_charged_as_in_plan():

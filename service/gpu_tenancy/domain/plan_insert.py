@@ -73,7 +73,9 @@ class PlanBook:
                holds: Sequence[Hold]) -> PlanBook:
         """The book of a plan just made, its state taken over as it is (planner.Planning's run once
         every lease is reserved: the capacity and quota the book would rebuild from its placements),
-        `requests` its leases still waiting, `holds` the holds it was made with. The run is the book's from then on. Its fits are placed
+        `requests` its leases still waiting, `holds` the holds of now (the queued charge is read from
+        them: a lease the plan started is a hold here, which counts for all its project's leases;
+        the replay checks the order of now itself before it takes a fit as exact). The run is the book's from then on. Its fits are placed
         as a rebuilt book's (tests/property/test_lazy_plan_property.py); their reasons may differ
         where the plan was made without them (explain=False leaves the quotas that never bind
         unread) or earlier than the fit ("largest free block now" is the plan's now)."""

@@ -338,6 +338,7 @@ def _own_text(s: PlannerSettings) -> str:
     why = []
     if s.queued_charge is not None:
         why.append("asked earlier (the queued charge grows along a project's queue)")
+        why.append("preemptible (never charged)")
         if s.queued_charge_spares_gpus is not None:
             why.append(f"of {s.queued_charge_spares_gpus} GPUs per VM or more (spared the queued charge)")
     if s.age_size_gpu_hours is not None:

@@ -145,4 +145,6 @@ class NewLeaseCharge:
         leases.insert(i, lr)
         keys.insert(i, key)
         self._queues[pm] = keys, _ahead(self._held.get(pm, 0.0), leases)   # summed as queued_charges sums them
-        return leases[i + 1:]
+        # (a spared lease, or one of a project that weighs 0, is charged nothing whatever is ahead)
+        return [x for x in leases[i + 1:] if not _spared(x, self._spared_gpus)
+                and _charged(self._charge, 1.0, pm, self._quotas) > 0]

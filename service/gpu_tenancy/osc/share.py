@@ -21,5 +21,7 @@ class ShowShare(command.Lister):
         return parser
 
     def take_action(self, args):
-        share = gpu_client(self.app).share(args.gpu_model)
-        return [h for _, h in COLUMNS], [[row.get(k) for k, _ in COLUMNS] for row in share["projects"]]
+        rows = gpu_client(self.app).share(args.gpu_model)["projects"]
+        # the queued charge's column only where the rule is on (null in every row when off)
+        columns = [(k, h) for k, h in COLUMNS if k != "queued_charge" or any(r.get(k) is not None for r in rows)]
+        return [h for _, h in columns], [[row.get(k) for k, _ in columns] for row in rows]
