@@ -229,6 +229,10 @@ class GpuTenancy(Scheduler):
             -lr.priority, scores[lr.project_id] + charged.get(lr.lease_id, 0.0), lr.created_at, lr.arrival,
             lr.lease_id)))
 
+    def _kept_order(self, p: Plan | LazyPlan) -> tuple[str, ...] | None:
+        """With the queued charge, the order a kept plan was made in (_keeps reads it); None off."""
+        return _order_of(p) if self.settings.queued_charge is not None else None
+
     def _same_order(self, then: dict[str, float], now: dict[str, float]) -> bool:
         """The tenants with leases waiting are in the same fair-share order (ties alike) under
         both scores: then a plan made earlier is the plan made now (scores decide only the
@@ -270,7 +274,7 @@ class GpuTenancy(Scheduler):
                     return None   # this decision's full plan tells the ETA
                 made = (LazyPlan(now, self.hosts, holds, self.quotas, old, usage, self.settings) if self.lazy
                         else plan(now, self.hosts, holds, self.quotas, old, usage, self.settings, explain=False))
-                kept = _Kept(made, scores, _order_of(made) if self.settings.queued_charge is not None else None)
+                kept = _Kept(made, scores, self._kept_order(made))
                 self.plans += 1
                 self.eta_plans += 1
             # the plan's own state, its reservations made, is the book (no rebuild) while the holds are
@@ -394,8 +398,7 @@ class GpuTenancy(Scheduler):
                 if fit is not None:
                     fitted = fit[0]
                     self.inserted += len(fitted)
-            self.last_plan, self.book = _Kept(kept, self._scores(usage),
-                                              _order_of(kept) if self.settings.queued_charge is not None else None), None
+            self.last_plan, self.book = _Kept(kept, self._scores(usage), self._kept_order(kept)), None
         starts, wake = [], None
         # the API plans a lease when it is created (a full plan, or a fit into the plan): its start is the ETA
         self._told({**{jid: p.leases[jid].eta for jid in self.unplanned}, **(fitted or {})})
