@@ -107,16 +107,21 @@ def test_a_fitted_lease_that_goes_before_others_is_provisional_and_moves_no_late
         assert all(r["code"] != "provisional" for r in row.queue_reasons)
 
 
-def test_processes_with_their_own_plan_never_plan_two_leases_on_the_same_gpus(client, runtime, config, clock, cloud):
+@pytest.mark.parametrize("charge", [None, 4.0], ids=["fair-share", "queued-charge"])
+def test_processes_with_their_own_plan_never_plan_two_leases_on_the_same_gpus(client, runtime, config, clock, cloud,
+                                                                             charge):
     runtime.fits.min_waiting = 0
     other = create_app(config, clock=clock, cloud=cloud, start_engine=False)
     other.extensions["gpu_tenancy"].fits.min_waiting = 0
+    for rt in (runtime, other.extensions["gpu_tenancy"]):   # (each fits with its own book, charged or not)
+        rt.planner_settings = replace(rt.planner_settings, queued_charge=charge, queued_charge_spares_gpus=8)
     clients = [client, other.test_client()]
     fill(client)
     for k in range(12):   # each app fits around what the other fitted meanwhile
         create(clients[k % 2], ["ml-vision", "nlp-lab"][k // 3 % 2], ["a100.x8", "a100.x4", "a100.x2"][k % 3],
                1 + k % 4)
     assert planned_once(runtime) == 12
+    assert fitted(client) > 0
     other.extensions["gpu_tenancy"].sessions.kw["bind"].dispose()
 
 
