@@ -19,10 +19,10 @@ from gpu_tenancy.domain.fairshare import share_score
 from gpu_tenancy.domain.lazy_plan import LazyPlan
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, Plan, QuotaLimit
 from gpu_tenancy.domain.plan_insert import Planned, PlanBook
-from gpu_tenancy.domain.plan_run import PlanRun
 from gpu_tenancy.domain.planner import PlannerSettings, order_key, plan
 from gpu_tenancy.domain.queued_charge import queued_charges
 from gpu_tenancy.whatif.event_loop import Scheduler
+from gpu_tenancy.whatif.kept_plans import FittedBook, KeptPlan, keeps_order, order_of
 from gpu_tenancy.whatif.promise import breaches, promised_ids, shape_order, with_promises
 
 MODEL = "GPU"
@@ -105,8 +105,8 @@ class GpuTenancy(Scheduler):
         # that many are planned, and tells it that fit's ETA; so does the replay (default planner
         # only: the PlanBook takes neither a wait bound nor keep_etas). None: the ETA of a full plan.
         self.insert_min_waiting = insert_min_waiting
-        self.last_plan: _Kept | None = None   # the last full plan, while no job ended since
-        self.book: _Book | None = None        # the plan as fitted into since (no job ended since)
+        self.last_plan: KeptPlan | None = None   # the last full plan, while no job ended since
+        self.book: FittedBook | None = None        # the plan as fitted into since (no job ended since)
         self.inserted = 0     # ETAs told by fitting into the plan
         self.eta_plans = 0    # full plans made (on a full cluster) only to fit arrivals into
         self.fit_only = 0     # decisions the fit answered alone (it was the full plan, and started nothing)
@@ -230,8 +230,8 @@ class GpuTenancy(Scheduler):
             lr.lease_id)))
 
     def _kept_order(self, p: Plan | LazyPlan) -> tuple[str, ...] | None:
-        """With the queued charge, the order a kept plan was made in (_keeps reads it); None off."""
-        return _order_of(p) if self.settings.queued_charge is not None else None
+        """With the queued charge, the order a kept plan was made in (keeps_order reads it); None off."""
+        return order_of(p) if self.settings.queued_charge is not None else None
 
     def _same_order(self, then: dict[str, float], now: dict[str, float]) -> bool:
         """The tenants with leases waiting are in the same fair-share order (ties alike) under
@@ -262,19 +262,19 @@ class GpuTenancy(Scheduler):
         # (only when there is a plan to fit into: a plan made here is in the order of now)
         order = self._charged_order(now, holds, scores) if self.book or self.last_plan else None
         b = self.book
-        if b is not None and (not self._same_order(b.scores, scores) or not _keeps(b.order, order)
+        if b is not None and (not self._same_order(b.scores, scores) or not keeps_order(b.order, order)
                               or (not b.exact and now > b.fitted_at)):
             b = self.book = None
         if b is None:
             old = [self.requests[jid] for jid in islice(self.waiting, len(self.waiting) - k)]
             kept = self.last_plan
-            if (kept is None or not self._same_order(kept.scores, scores) or not _keeps(kept.order, order)
+            if (kept is None or not self._same_order(kept.scores, scores) or not keeps_order(kept.order, order)
                     or not all(lr.lease_id in leases for leases in (kept.plan.leases,) for lr in old)):
                 if not may_plan:
                     return None   # this decision's full plan tells the ETA
                 made = (LazyPlan(now, self.hosts, holds, self.quotas, old, usage, self.settings) if self.lazy
                         else plan(now, self.hosts, holds, self.quotas, old, usage, self.settings, explain=False))
-                kept = _Kept(made, scores, self._kept_order(made))
+                kept = KeptPlan(made, scores, self._kept_order(made))
                 self.plans += 1
                 self.eta_plans += 1
             # the plan's own state, its reservations made, is the book (no rebuild) while the holds are
@@ -289,7 +289,7 @@ class GpuTenancy(Scheduler):
                 planned = [Planned(lr, pl.placement, pl.borrowing) for lr in old
                            for pl in (kept.plan.leases[lr.lease_id],)]
                 book = PlanBook(now, self.hosts, holds, self.quotas, planned, usage, self.settings)
-            b = _Book(book, now, scores, order)
+            b = FittedBook(book, now, scores, order)
         self.last_plan, self.book = None, b   # the book holds the plan and the fits from now on
         fitted: dict[str, int | None] = {}
         for jid in new:
@@ -398,7 +398,7 @@ class GpuTenancy(Scheduler):
                 if fit is not None:
                     fitted = fit[0]
                     self.inserted += len(fitted)
-            self.last_plan, self.book = _Kept(kept, self._scores(usage), self._kept_order(kept)), None
+            self.last_plan, self.book = KeptPlan(kept, self._scores(usage), self._kept_order(kept)), None
         starts, wake = [], None
         # the API plans a lease when it is created (a full plan, or a fit into the plan): its start is the ETA
         self._told({**{jid: p.leases[jid].eta for jid in self.unplanned}, **(fitted or {})})
@@ -447,60 +447,3 @@ class GpuTenancy(Scheduler):
             wake = next_start
         self.next_start = wake
         return starts, wake
-
-
-def _order_of(p: Plan | LazyPlan) -> tuple[str, ...]:
-    """The plan's leases in its planner order (a whole plan's are kept in it)."""
-    if isinstance(p, LazyPlan):
-        return tuple(lr.lease_id for lr in p.planning.ordered)
-    return tuple(p.leases)
-
-
-def _only(order: tuple[str, ...] | None, among: tuple[str, ...] | None) -> tuple[str, ...]:
-    """`order`'s leases that are among `among`, in `order`'s order."""
-    if order is None or among is None:
-        return ()
-    keep = set(among)
-    return tuple(x for x in order if x in keep)
-
-
-def _keeps(then: tuple[str, ...] | None, now: tuple[str, ...] | None) -> bool:
-    """The leases of both orders (the queued charge's, _charged_order) are in the same order in
-    each: a plan made in `then`'s order is the plan made now. True with the rule off (None)."""
-    return then is None or now is None or _only(then, now) == _only(now, then)
-
-
-class _Kept:
-    """A full plan of the replay (a lazy one planned to its end when read), and the tenants'
-    fair-share scores it was made with (and with the queued charge, the leases' order)."""
-
-    def __init__(self, p: Plan | LazyPlan, scores: dict[str, float], order: tuple[str, ...] | None = None):
-        self._plan, self.scores, self.order = p, scores, order
-        self._lazy: LazyPlan | None = None
-
-    @property
-    def plan(self) -> Plan:
-        return self.finish()
-
-    def finish(self) -> Plan:
-        """The whole plan: a lazy one is planned to its end (once), its state kept for run()."""
-        if not isinstance(self._plan, Plan):
-            self._lazy, self._plan = self._plan, self._plan.finish()
-        return self._plan
-
-    def run(self) -> PlanRun | None:
-        """The state of the whole plan once every lease is reserved (None: kept as a Plan only).
-        Taken once: a PlanBook goes on from it."""
-        self.finish()
-        lazy, self._lazy = self._lazy, None
-        return lazy.planning.run if lazy is not None else None
-
-
-
-class _Book:
-    """The plan arrivals are fitted into (a PlanBook), as one API process keeps it."""
-
-    def __init__(self, book: PlanBook, made_at: int, scores: dict[str, float], order: tuple[str, ...] | None = None):
-        self.book, self.made_at, self.scores, self.order = book, made_at, scores, order
-        self.exact = True    # every fit so far went last in the planner's order
-        self.fitted_at = made_at
