@@ -97,6 +97,7 @@ def summarize(out, jobs, shares: dict[str, float], capacity: int) -> dict:
             vals.append(jain(c))
     r["jain_quota"] = float(np.mean(vals)) if vals else 1.0
     r.update(big_within_share(out, jobs, shares))
+    r["p90_tail"] = p90_tail(jobs, waits)
     r.update(eta_figures(out, jobs))
     plans = out.extra.get("plans")
     if plans:
@@ -121,6 +122,25 @@ def big_within_share(out, jobs, shares: dict[str, float]) -> dict:
     big = np.array([out.start[j.jid] - j.arrival for j in jobs if j.gpus >= 8 and j.tenant in within], dtype=float)
     return {"n_big_within": len(big), "big_p90_within": float(np.percentile(big, 90)) if len(big) else 0.0,
             "over_share": sorted(set(used) - within)}
+
+
+def p90_tail(jobs, waits, top: int = 4) -> list[tuple[str, int, int]]:
+    """Whose leases make the P90: the tenants with the most leases among those that waited at
+    least the P90, as (tenant, leases there, of which >= 8 GPUs), most first (then by name).
+    A setting that brings the big leases' P90 down can raise the P90 by putting another
+    tenant's small leases there (docs/performance.md, "A stronger setting for 95 %")."""
+    waits = np.asarray(waits, dtype=float)
+    if not len(waits):
+        return []
+    p90 = np.percentile(waits, 90)
+    count: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for j, w in zip(jobs, waits):
+        if w >= p90:
+            c = count[j.tenant]
+            c[0] += 1
+            c[1] += j.gpus >= 8
+    ranked = sorted(count.items(), key=lambda kv: (-kv[1][0], kv[0]))
+    return [(t, n, big) for t, (n, big) in ranked[:top]]
 
 
 def eta_figures(out, jobs) -> dict:

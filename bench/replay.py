@@ -280,6 +280,8 @@ def main(argv=None) -> int:
         print(f"  {name}: P50 {hms(r['p50'])} P90 {hms(r['p90'])} >=8 P90 {hms(r['big_p90'])} "
               f"(tenants within their share: {hms(r['big_p90_within'])}){eta} "
               f"({time.perf_counter() - t:.0f} s wall, {r['cpu_s']:.0f} s CPU{extra})", flush=True)
+        tail = ", ".join(f"{t} {n}" + (f" ({big} big)" if big else "") for t, n, big in r["p90_tail"])
+        print(f"    P90 tail (leases waiting at least the P90) by tenant: {tail}", flush=True)
         # the table so far, so that a long run that is stopped still leaves its finished rows
         text = write_report(a.out, tag, head, {**results, "lower bound (mean)": bound}, with_plots=False)
     text = write_report(a.out, tag, head, {**results, "lower bound (mean)": bound}, with_plots=True)

@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.abspath(BENCH))
 
 from gpu_tenancy.whatif.cluster_model import Cluster, demand, offered_load  # noqa: E402
 from gpu_tenancy.whatif.event_loop import Outcome  # noqa: E402
-from metrics import hourly, jain, summarize  # noqa: E402
+from metrics import hourly, jain, p90_tail, summarize  # noqa: E402
 from planner_scale import growth_exponent  # noqa: E402
 from report import hms, ratio, table  # noqa: E402
 from traces import Job  # noqa: E402
@@ -81,6 +81,20 @@ def test_big_leases_within_share_leave_out_the_tenants_over_theirs():
     assert r["over_share"] == ["a"] and r["n_big_within"] == 1
     assert r["big_p90_within"] == pytest.approx(2 * H)   # b's wait only (a's 5 h left out)
     assert r["big_p90"] > r["big_p90_within"]
+
+
+def test_the_p90_tail_names_the_tenants_whose_leases_wait_longest():
+    # ten leases, seven that did not wait and three that waited 9 h: the P90 is 9 h, and the
+    # tail is those three, b's two 1-GPU leases and a's 8-GPU one
+    jobs = [Job(f"x{i}", "x", 0, H, 1, 1) for i in range(7)] + [
+        Job("a1", "a", 0, H, 8, 1), Job("b1", "b", 0, H, 1, 1), Job("b2", "b", 0, H, 1, 1)]
+    waits = [0] * 7 + [9 * H, 9 * H, 9 * H]
+    assert p90_tail(jobs, waits) == [("b", 2, 0), ("a", 1, 1)]
+    assert p90_tail(jobs, waits, top=1) == [("b", 2, 0)]
+    assert p90_tail(jobs[:1], [0]) == [("x", 1, 0)]   # all the same: every lease is at the P90
+    assert p90_tail([], []) == []
+    out = outcome(jobs, {j.jid: w for j, w in zip(jobs, waits)})
+    assert summarize(out, jobs, {"a": 0.3, "b": 0.3, "x": 0.4}, 8)["p90_tail"] == [("b", 2, 0), ("a", 1, 1)]
 
 
 def test_table_ratios_against_easy():
