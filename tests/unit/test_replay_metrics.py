@@ -84,17 +84,22 @@ def test_big_leases_within_share_leave_out_the_tenants_over_theirs():
 
 
 def test_the_p90_tail_names_the_tenants_whose_leases_wait_longest():
-    # ten leases, seven that did not wait and three that waited 9 h: the P90 is 9 h, and the
-    # tail is those three, b's two 1-GPU leases and a's 8-GPU one
-    jobs = [Job(f"x{i}", "x", 0, H, 1, 1) for i in range(7)] + [
-        Job("a1", "a", 0, H, 8, 1), Job("b1", "b", 0, H, 1, 1), Job("b2", "b", 0, H, 1, 1)]
-    waits = [0] * 7 + [9 * H, 9 * H, 9 * H]
-    assert p90_tail(jobs, waits) == [("b", 2, 0), ("a", 1, 1)]
-    assert p90_tail(jobs, waits, top=1) == [("b", 2, 0)]
-    assert p90_tail(jobs[:1], [0]) == [("x", 1, 0)]   # all the same: every lease is at the P90
+    # twenty leases waiting 0..19 h in no particular order: the P90 is 17.1 h, so the tail is the
+    # 18 h and 19 h leases (the P80 would take four, the P99 one), c's 8-GPU one and b's 1-GPU
+    # one: one each, named in order; the leases last in the list are x's, whatever their waits
+    hours = [5, 9, 0, 18, 7, 12, 3, 16, 1, 10, 14, 19, 2, 8, 11, 4, 17, 6, 13, 15]
+    tenant = {3: ("c", 8), 11: ("b", 1), 16: ("a", 1), 7: ("a", 1)}
+    jobs = [Job(f"j{i}", tenant.get(i, ("x", 1))[0], 0, H, tenant.get(i, ("x", 1))[1], 1) for i in range(20)]
+    waits = [h * H for h in hours]
+    assert p90_tail(jobs, waits) == [("b", 1, 0), ("c", 1, 1)]
+    # the same leases with b's and c's waits swapped for two of x's: the tail is x's alone
+    hours2 = [h if i not in (3, 11) else h - 18 for i, h in enumerate(hours)]
+    hours2[0], hours2[1] = 18, 19
+    assert p90_tail(jobs, [h * H for h in hours2], top=1) == [("x", 2, 0)]
+    assert p90_tail(jobs[:1], [0]) == [("x", 1, 0)]   # one lease: it is at the P90
     assert p90_tail([], []) == []
     out = outcome(jobs, {j.jid: w for j, w in zip(jobs, waits)})
-    assert summarize(out, jobs, {"a": 0.3, "b": 0.3, "x": 0.4}, 8)["p90_tail"] == [("b", 2, 0), ("a", 1, 1)]
+    assert summarize(out, jobs, {"a": 0.2, "b": 0.2, "c": 0.2, "x": 0.4}, 8)["p90_tail"] == [("b", 1, 0), ("c", 1, 1)]
 
 
 def test_table_ratios_against_easy():

@@ -56,7 +56,6 @@ class KeptPlan:
         return lazy.planning.run if lazy is not None else None
 
 
-
 class FittedBook:
     """The plan arrivals are fitted into (a PlanBook), as one API process keeps it."""
 
