@@ -13,6 +13,7 @@ from gpu_tenancy.domain.eta_honesty import eta_honesty  # noqa: E402
 
 HOUR = 3600
 TAU = 600   # bounded slowdown: run times under 10 minutes count as 10 minutes
+BIG_GPUS = 8   # a "big" lease, as goal 4 counts them: 8 GPUs or more (one whole host here)
 
 
 def jain(xs) -> float:
@@ -50,7 +51,7 @@ def hourly(jobs_intervals, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
 
 def summarize(out, jobs, shares: dict[str, float], capacity: int) -> dict:
     waits = np.array([out.start[j.jid] - j.arrival for j in jobs], dtype=float)
-    big = np.array([out.start[j.jid] - j.arrival for j in jobs if j.gpus >= 8], dtype=float)
+    big = np.array([out.start[j.jid] - j.arrival for j in jobs if j.gpus >= BIG_GPUS], dtype=float)
     lo, hi = jobs[0].arrival, jobs[-1].arrival + 1          # the submission window
     end_all = max(out.start[j.jid] + j.runtime for j in jobs)
     # GPU use over time (hourly), and its mean over the submission window
@@ -119,7 +120,7 @@ def big_within_share(out, jobs, shares: dict[str, float]) -> dict:
         used[j.tenant] += j.gpus * j.runtime
     total = sum(used.values())
     within = {t for t, u in used.items() if u <= shares.get(t, 0.0) * total}
-    big = np.array([out.start[j.jid] - j.arrival for j in jobs if j.gpus >= 8 and j.tenant in within], dtype=float)
+    big = np.array([out.start[j.jid] - j.arrival for j in jobs if j.gpus >= BIG_GPUS and j.tenant in within], dtype=float)
     return {"n_big_within": len(big), "big_p90_within": float(np.percentile(big, 90)) if len(big) else 0.0,
             "over_share": sorted(set(used) - within)}
 
@@ -138,7 +139,7 @@ def p90_tail(jobs, waits, top: int = 4) -> list[tuple[str, int, int]]:
         if w >= p90:
             c = count[j.tenant]
             c[0] += 1
-            c[1] += j.gpus >= 8
+            c[1] += j.gpus >= BIG_GPUS
     ranked = sorted(count.items(), key=lambda kv: (-kv[1][0], kv[0]))
     return [(t, n, big) for t, (n, big) in ranked[:top]]
 

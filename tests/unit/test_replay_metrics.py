@@ -92,9 +92,8 @@ def test_the_p90_tail_names_the_tenants_whose_leases_wait_longest():
     jobs = [Job(f"j{i}", tenant.get(i, ("x", 1))[0], 0, H, tenant.get(i, ("x", 1))[1], 1) for i in range(20)]
     waits = [h * H for h in hours]
     assert p90_tail(jobs, waits) == [("b", 1, 0), ("c", 1, 1)]
-    # the same leases with b's and c's waits swapped for two of x's: the tail is x's alone
-    hours2 = [h if i not in (3, 11) else h - 18 for i, h in enumerate(hours)]
-    hours2[0], hours2[1] = 18, 19
+    # b's and c's waits cut to 0 h and 1 h, two of x's raised to 18 h and 19 h: the tail is x's alone
+    hours2 = [18, 19, 0, 0, 7, 12, 3, 16, 1, 10, 14, 1, 2, 8, 11, 4, 17, 6, 13, 15]
     assert p90_tail(jobs, [h * H for h in hours2], top=1) == [("x", 2, 0)]
     assert p90_tail(jobs[:1], [0]) == [("x", 1, 0)]   # one lease: it is at the P90
     assert p90_tail([], []) == []

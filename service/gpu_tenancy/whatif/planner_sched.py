@@ -106,7 +106,7 @@ class GpuTenancy(Scheduler):
         # only: the PlanBook takes neither a wait bound nor keep_etas). None: the ETA of a full plan.
         self.insert_min_waiting = insert_min_waiting
         self.last_plan: KeptPlan | None = None   # the last full plan, while no job ended since
-        self.book: FittedBook | None = None        # the plan as fitted into since (no job ended since)
+        self.book: FittedBook | None = None      # the plan as fitted into since (no job ended since)
         self.inserted = 0     # ETAs told by fitting into the plan
         self.eta_plans = 0    # full plans made (on a full cluster) only to fit arrivals into
         self.fit_only = 0     # decisions the fit answered alone (it was the full plan, and started nothing)
