@@ -9,7 +9,8 @@ from collections import defaultdict
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "service"))
-from gpu_tenancy.domain.eta_honesty import eta_honesty  # noqa: E402
+from gpu_tenancy.domain.eta_honesty import ETA_SLACK, eta_honesty  # noqa: E402
+from gpu_tenancy.domain.start_by import StartBy  # noqa: E402
 
 HOUR = 3600
 TAU = 600   # bounded slowdown: run times under 10 minutes count as 10 minutes
@@ -100,6 +101,7 @@ def summarize(out, jobs, shares: dict[str, float], capacity: int) -> dict:
     r.update(big_within_share(out, jobs, shares))
     r["p90_tail"] = p90_tail(jobs, waits)
     r.update(eta_figures(out, jobs))
+    r.update(start_by_figures(out, jobs))
     plans = out.extra.get("plans")
     if plans:
         r["plans"] = plans
@@ -154,3 +156,37 @@ def eta_figures(out, jobs) -> dict:
     h = eta_honesty((out.first_eta[j.jid], out.start[j.jid]) for j in waited if j.jid in out.first_eta)
     return {"n_waited": len(waited), "n_eta": h.leases, "eta_kept": h.kept_ratio,
             "late_p50": h.lateness_percentile(50), "late_p90": h.lateness_percentile(90)}
+
+
+def start_by_figures(out, jobs, model: StartBy | None = None) -> dict:
+    """The start-by (domain/start_by.py) each lease told an ETA would have been told with it, from
+    what had happened by then: the told ETAs and the starts, fed to the model in time order (a
+    start before a tell at the same second). Over the leases that waited: the share that started
+    by their start-by + 10 min, and the P50/P90 of its margin over the ETA and of how long before
+    it they started. None where the scheduler gives no ETA."""
+    told = out.first_eta
+    if not told:
+        return {"start_by_kept": None, "start_by_margin_p50": None, "start_by_margin_p90": None,
+                "start_by_early_p50": None}
+    model = model or StartBy()
+    events = []
+    for j in jobs:
+        if j.jid in told and out.start[j.jid] > j.arrival:   # (one that starts as told waits for nothing)
+            events.append((j.arrival, 1, j.jid, j))
+            events.append((out.start[j.jid], 0, j.jid, j))
+    events.sort(key=lambda e: e[:3])
+    by = {}
+    for t, kind, jid, j in events:
+        if kind:
+            by[jid] = model.tell(j.tenant, jid, t, told[jid])
+        else:
+            model.started(jid, t)
+    if not by:
+        return {"start_by_kept": None, "start_by_margin_p50": None, "start_by_margin_p90": None,
+                "start_by_early_p50": None}
+    margins = np.array([by[jid] - told[jid] for jid in by], dtype=float)
+    early = np.array([max(0, by[jid] - out.start[jid]) for jid in by], dtype=float)
+    return {"start_by_kept": sum(out.start[jid] <= b + ETA_SLACK for jid, b in by.items()) / len(by),
+            "start_by_margin_p50": float(np.percentile(margins, 50)),
+            "start_by_margin_p90": float(np.percentile(margins, 90)),
+            "start_by_early_p50": float(np.percentile(early, 50))}

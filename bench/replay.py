@@ -277,6 +277,9 @@ def main(argv=None) -> int:
                  f"{r['ms_per_plan']:.1f} ms/plan" if "plans" in r else "")
         eta = (f" ETA kept {100 * r['eta_kept']:.1f} % late P90 {hms(r['late_p90'])}"
                if r.get("eta_kept") is not None else "")
+        if r.get("start_by_kept") is not None:
+            eta += (f", start-by kept {100 * r['start_by_kept']:.1f} % (margin P50 "
+                    f"{hms(r['start_by_margin_p50'])} P90 {hms(r['start_by_margin_p90'])})")
         print(f"  {name}: P50 {hms(r['p50'])} P90 {hms(r['p90'])} >=8 P90 {hms(r['big_p90'])} "
               f"(tenants within their share: {hms(r['big_p90_within'])}){eta} "
               f"({time.perf_counter() - t:.0f} s wall, {r['cpu_s']:.0f} s CPU{extra})", flush=True)

@@ -13,7 +13,8 @@ sys.path.insert(0, os.path.abspath(BENCH))
 
 from gpu_tenancy.whatif.cluster_model import Cluster, demand, offered_load  # noqa: E402
 from gpu_tenancy.whatif.event_loop import Outcome  # noqa: E402
-from metrics import hourly, jain, p90_tail, summarize  # noqa: E402
+from metrics import hourly, jain, p90_tail, start_by_figures, summarize  # noqa: E402
+from gpu_tenancy.domain.start_by import StartBy  # noqa: E402
 from planner_scale import growth_exponent  # noqa: E402
 from report import hms, ratio, table  # noqa: E402
 from traces import Job  # noqa: E402
@@ -99,6 +100,26 @@ def test_the_p90_tail_names_the_tenants_whose_leases_wait_longest():
     assert p90_tail([], []) == []
     out = outcome(jobs, {j.jid: w for j, w in zip(jobs, waits)})
     assert summarize(out, jobs, {"a": 0.2, "b": 0.2, "c": 0.2, "x": 0.4}, 8)["p90_tail"] == [("b", 1, 0), ("c", 1, 1)]
+
+
+def test_start_by_figures_tell_each_lease_from_what_had_happened_by_then():
+    # a waits, told 1 h, starts 1 h late (ratio 1; nothing known when it was told: start-by = ETA,
+    # missed); b, told 4 h at 3 h, after a started, is told 4 h + 1 h and starts at 4.5 h (kept);
+    # c starts as told, at once: not among the leases that waited
+    jobs = [Job("a", "t", 0, H, 1, 1), Job("b", "t", 3 * H, H, 1, 1), Job("c", "u", H // 2, H, 1, 1)]
+    out = outcome(jobs, {"a": 2 * H, "b": 4 * H + H // 2, "c": H // 2})
+    out.first_eta = {"a": H, "b": 4 * H, "c": H // 2}
+    r = start_by_figures(out, jobs, StartBy(min_own=1))
+    assert r["start_by_kept"] == pytest.approx(0.5)
+    assert r["start_by_margin_p50"] == pytest.approx(H / 2)   # margins 0 and 1 h
+    assert r["start_by_early_p50"] == pytest.approx(H / 4)    # a none, b half an hour before it
+    # a starts after b: when b was told, a was waiting 2 h past its 1 h ETA (ratio 2 so far)
+    out.start["a"] = 4 * H + H // 2 + 1
+    r = start_by_figures(out, jobs, StartBy(min_own=1))
+    assert r["start_by_margin_p50"] == pytest.approx(H)       # margins 0 and 2 h
+    assert r["start_by_kept"] == pytest.approx(0.5)
+    out.first_eta = None   # a scheduler that tells no ETA
+    assert start_by_figures(out, jobs)["start_by_kept"] is None
 
 
 def test_table_ratios_against_easy():

@@ -1,0 +1,86 @@
+"""Start-by: the plan's ETA with a margin learnt from how late the project's leases started.
+
+A lease that waits is told the start the plan gives it now (its ETA). Under fair share that
+start can move later: a lighter project's lease asked afterwards goes before it. How far it
+moves depends mostly on whose lease it is (a project over its share is overtaken most), and
+grows with how far off the ETA is. So the start-by is the ETA plus the planned wait times a
+quantile (QUANTILE) of the project's recent lateness ratios: each lease's lateness over its
+planned wait, for its last WINDOW leases that waited and started, and for its leases still
+waiting past their ETA, at how late they are so far (without them the sample would miss the
+latest leases exactly when lateness grows). A project with fewer than MIN_OWN such leases
+uses everyone's. Nothing here changes a plan: it is what a lease is told beside its ETA.
+
+Pure and deterministic; epoch seconds in. The replay (bench/metrics.py) feeds it the events
+in time order and scores what each lease was told against its real start.
+"""
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, insort
+from collections import deque
+
+QUANTILE = 0.95   # the share of leases meant to start by their start-by
+WINDOW = 100      # a project's last started leases that count, and at most this many overdue ones
+MIN_OWN = 30      # a project with fewer samples than this uses everyone's
+FLOOR = 60        # a planned wait shorter than this counts as this (the ratio's denominator)
+
+
+def lateness_ratio(told_at: int, eta: int, at: int) -> float:
+    """How late a lease told `eta` at `told_at` is at `at` (its start, or now while it waits),
+    over its planned wait."""
+    return max(0, at - eta) / max(eta - told_at, FLOOR)
+
+
+def quantile(sample: list[float], q: float) -> float:
+    """The q-quantile of a sorted sample (the nearest rank at or above q; 0.0 when empty)."""
+    if not sample:
+        return 0.0
+    return sample[min(len(sample) - 1, max(0, math.ceil(q * len(sample)) - 1))]
+
+
+class StartBy:
+    """What the leases of each project were told and when they started, as they happen."""
+
+    def __init__(self, q: float = QUANTILE, window: int = WINDOW, min_own: int = MIN_OWN):
+        if not 0 < q <= 1 or window < 1 or min_own < 0:
+            raise ValueError("quantile in (0, 1], window >= 1, min_own >= 0")
+        self.q, self.window, self.min_own = q, window, min_own
+        self.own: dict[str, deque[float]] = {}                         # project -> its last ratios
+        self.everyone: deque[float] = deque(maxlen=window)
+        self.waiting: dict[str, list[tuple[int, str, int]]] = {}      # project -> (eta, lease, told_at), by ETA
+        self.told: dict[str, tuple[str, int, int]] = {}               # lease -> (project, told_at, eta)
+
+    def tell(self, project: str, lease_id: str, told_at: int, eta: int) -> int:
+        """The start-by of a lease told `eta` at `told_at` (from what is known then); from now
+        on it waits, and counts as overdue once past its ETA."""
+        by = eta + math.ceil(self.margin_ratio(project, told_at) * max(eta - told_at, FLOOR))
+        self.told[lease_id] = (project, told_at, eta)
+        insort(self.waiting.setdefault(project, []), (eta, lease_id, told_at))
+        return by
+
+    def started(self, lease_id: str, start: int) -> None:
+        """A lease told an ETA started (it counts if it waited past the moment it was told)."""
+        told = self.told.pop(lease_id, None)
+        if told is None:
+            return
+        project, told_at, eta = told
+        queue = self.waiting[project]
+        del queue[bisect_left(queue, (eta, lease_id, told_at))]
+        if start <= told_at:   # it did not wait: not among the leases a start-by is for
+            return
+        ratio = lateness_ratio(told_at, eta, start)
+        self.own.setdefault(project, deque(maxlen=self.window)).append(ratio)
+        self.everyone.append(ratio)
+
+    def margin_ratio(self, project: str, now: int) -> float:
+        """The quantile of the project's ratios now: its started leases', and its overdue ones'
+        so far (the WINDOW whose ETAs passed last); everyone's started leases' instead while it
+        has fewer than min_own."""
+        queue = self.waiting.get(project, [])
+        n_overdue = bisect_left(queue, (now,))   # ETA before now
+        overdue = [lateness_ratio(told_at, eta, now)
+                   for eta, _lease, told_at in queue[max(0, n_overdue - self.window):n_overdue]]
+        own = self.own.get(project, ())
+        sample = [*own, *overdue] if len(own) + len(overdue) >= self.min_own else [*self.everyone, *overdue]
+        sample.sort()
+        return quantile(sample, self.q)

@@ -1,0 +1,122 @@
+"""The start-by (domain/start_by.py): an ETA plus the planned wait times a quantile of the
+project's recent lateness ratios. Hand-made cases, then a seeded world whose lateness is drawn
+per project: the share of leases that start by their start-by is the quantile asked for."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from gpu_tenancy.domain.start_by import FLOOR, StartBy, lateness_ratio, quantile
+
+H = 3600
+
+
+def test_quantile_is_the_nearest_rank_at_or_above():
+    xs = [x / 10 for x in range(1, 11)]   # 0.1 .. 1.0
+    assert quantile(xs, 0.95) == 1.0
+    assert quantile(xs, 0.9) == 0.9
+    assert quantile(xs, 0.5) == 0.5
+    assert quantile(xs, 0.01) == 0.1
+    assert quantile([], 0.95) == 0.0
+
+
+def test_lateness_ratio_is_lateness_over_the_planned_wait():
+    assert lateness_ratio(0, 2 * H, 3 * H) == 0.5            # 1 h late on a 2 h wait
+    assert lateness_ratio(0, 2 * H, H) == 0.0                # early is not late
+    assert lateness_ratio(0, 10, 10 + FLOOR) == 1.0          # a short wait counts as FLOOR
+
+
+def test_no_history_tells_the_eta():
+    m = StartBy()
+    assert m.tell("p", "a", 0, 5 * H) == 5 * H
+
+
+def started_late(m: StartBy, project: str, n: int, ratio: float, t0: int = 0, wait: int = H) -> int:
+    """n leases of `project`, each told a `wait` ETA at t0 + i and started `ratio` x wait late."""
+    for i in range(n):
+        lid = f"{project}-{t0}-{i}"
+        m.tell(project, lid, t0 + i, t0 + i + wait)
+        m.started(lid, t0 + i + wait + int(ratio * wait))
+    return t0 + n
+
+
+def test_a_project_late_by_half_its_waits_is_told_half_again():
+    m = StartBy(min_own=5)
+    t = started_late(m, "p", 20, 0.5)
+    assert m.tell("p", "new", t, t + 4 * H) == t + 4 * H + 2 * H
+    # another project with no leases of its own takes everyone's (only p's so far)
+    assert m.tell("q", "new-q", t, t + 2 * H) == t + 2 * H + H
+
+
+def test_its_own_leases_once_it_has_enough():
+    m = StartBy(min_own=5)
+    t = started_late(m, "late", 20, 1.0)
+    t = started_late(m, "punctual", 5, 0.0, t0=t)
+    assert m.tell("punctual", "x", t, t + H) == t + H          # its own five: never late
+    m2 = StartBy(min_own=6)
+    t = started_late(m2, "late", 20, 1.0)
+    t = started_late(m2, "punctual", 5, 0.0, t0=t)
+    assert m2.tell("punctual", "x", t, t + H) == t + 2 * H      # five are too few: everyone's
+
+
+def test_leases_still_waiting_past_their_eta_count_at_how_late_they_are():
+    m = StartBy(min_own=1)
+    t = started_late(m, "p", 3, 0.0)
+    for i in range(10):                                       # told 1 h, still waiting 3 h later
+        m.tell("p", f"w{i}", t, t + H)
+    now = t + 3 * H
+    assert m.margin_ratio("p", now) == 2.0                    # 2 h late on a 1 h wait
+    assert m.tell("p", "new", now, now + H) == now + H + 2 * H
+    for i in range(10):                                       # they start: the sample is theirs now
+        m.started(f"w{i}", now)
+    assert m.margin_ratio("p", now) == 2.0
+
+
+def test_a_lease_that_did_not_wait_is_not_a_sample():
+    m = StartBy(min_own=1)
+    m.tell("p", "a", 0, 0)
+    m.started("a", 0)
+    assert m.own == {} and not m.everyone
+    m.started("never-told", 5)                                # nothing to learn, no error
+    assert m.told == {}
+
+
+def test_bad_settings_are_refused():
+    for kw in ({"q": 0.0}, {"q": 1.5}, {"window": 0}, {"min_own": -1}):
+        with pytest.raises(ValueError):
+            StartBy(**kw)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("q", [0.9, 0.95])
+def test_in_a_steady_world_the_share_kept_is_the_quantile(seed, q):
+    """Each project's leases are late by a ratio drawn from its own distribution (most on time,
+    some a little late, a few very late; projects differ by scale), told and started in time
+    order: about q of them start by their start-by, not all (a margin that kept every lease
+    would tell nothing), and the margins follow each project's scale."""
+    rng = random.Random(seed)
+    scale = {"light": 0.1, "mid": 0.6, "heavy": 2.5}
+    m = StartBy(q=q)
+    events = []
+    for i in range(6000):
+        project = rng.choice(list(scale))
+        told_at = i * 60
+        wait = int(rng.uniform(0.2, 6) * H)
+        late = 0.0 if rng.random() < 0.6 else rng.expovariate(1 / scale[project])
+        events.append((told_at, 1, f"l{i}", project, told_at + wait))
+        events.append((told_at + wait + int(late * wait), 0, f"l{i}", project, told_at + wait))
+    events.sort(key=lambda e: e[:3])
+    by, start, margin = {}, {}, {p: [] for p in scale}
+    for t, kind, lid, project, eta in events:
+        if kind:
+            by[lid] = m.tell(project, lid, t, eta)
+            margin[project].append((by[lid] - eta) / (eta - t))
+        else:
+            m.started(lid, t)
+            start[lid] = t
+    scored = list(by)[1000:]                                  # after the first samples came in
+    kept = sum(start[lid] <= by[lid] for lid in scored) / len(scored)
+    assert q - 0.03 <= kept <= q + 0.03
+    typical = {p: sorted(ms)[len(ms) // 2] for p, ms in margin.items()}
+    assert typical["light"] < typical["mid"] < typical["heavy"]
