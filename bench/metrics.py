@@ -102,6 +102,9 @@ def summarize(out, jobs, shares: dict[str, float], capacity: int) -> dict:
     r["p90_tail"] = p90_tail(jobs, waits)
     r.update(eta_figures(out, jobs))
     r.update(start_by_figures(out, jobs))
+    # each job's first ETA (None: not told), beside its wait: with them a saved run can be
+    # scored again under another start-by rule without replaying it
+    r["told"] = None if out.first_eta is None else [out.first_eta.get(j.jid) for j in jobs]
     plans = out.extra.get("plans")
     if plans:
         r["plans"] = plans

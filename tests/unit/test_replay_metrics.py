@@ -118,8 +118,11 @@ def test_start_by_figures_tell_each_lease_from_what_had_happened_by_then():
     r = start_by_figures(out, jobs, StartBy(min_own=1))
     assert r["start_by_margin_p50"] == pytest.approx(H)       # margins 0 and 2 h
     assert r["start_by_kept"] == pytest.approx(0.5)
+    summary = summarize(out, jobs, {"t": 0.5, "u": 0.5}, 8)   # saved with the run, aligned with the jobs
+    assert summary["told"] == [H, 4 * H, H // 2] and summary["start_by_kept"] == pytest.approx(0.5)
     out.first_eta = None   # a scheduler that tells no ETA
     assert start_by_figures(out, jobs)["start_by_kept"] is None
+    assert summarize(out, jobs, {"t": 0.5, "u": 0.5}, 8)["told"] is None
 
 
 def test_table_ratios_against_easy():
