@@ -168,9 +168,9 @@ def start_by_figures(out, jobs, model: StartBy | None = None) -> dict:
     by their start-by + 10 min, and the P50/P90 of its margin over the ETA and of how long before
     it they started. None where the scheduler gives no ETA."""
     told = out.first_eta
+    none = dict.fromkeys(("start_by_kept", "start_by_margin_p50", "start_by_margin_p90", "start_by_early_p50"))
     if not told:
-        return {"start_by_kept": None, "start_by_margin_p50": None, "start_by_margin_p90": None,
-                "start_by_early_p50": None}
+        return none
     model = model or StartBy()
     events = []
     for j in jobs:
@@ -185,8 +185,7 @@ def start_by_figures(out, jobs, model: StartBy | None = None) -> dict:
         else:
             model.started(jid, t)
     if not by:
-        return {"start_by_kept": None, "start_by_margin_p50": None, "start_by_margin_p90": None,
-                "start_by_early_p50": None}
+        return none
     margins = np.array([by[jid] - told[jid] for jid in by], dtype=float)
     early = np.array([max(0, by[jid] - out.start[jid]) for jid in by], dtype=float)
     return {"start_by_kept": sum(out.start[jid] <= b + ETA_SLACK for jid, b in by.items()) / len(by),
