@@ -120,6 +120,8 @@ def test_start_by_figures_tell_each_lease_from_what_had_happened_by_then():
     assert r["start_by_kept"] == pytest.approx(0.5)
     summary = summarize(out, jobs, {"t": 0.5, "u": 0.5}, 8)   # saved with the run, aligned with the jobs
     assert summary["told"] == [H, 4 * H, H // 2] and summary["start_by_kept"] == pytest.approx(0.5)
+    out.first_eta = {"c": H // 2}   # told, but no lease waited: nothing to score
+    assert start_by_figures(out, jobs)["start_by_kept"] is None
     out.first_eta = None   # a scheduler that tells no ETA
     assert start_by_figures(out, jobs)["start_by_kept"] is None
     assert summarize(out, jobs, {"t": 0.5, "u": 0.5}, 8)["told"] is None
