@@ -161,6 +161,9 @@ def eta_figures(out, jobs) -> dict:
             "late_p50": h.lateness_percentile(50), "late_p90": h.lateness_percentile(90)}
 
 
+START, TELL = 0, 1   # events of one second: the starts first (known to a lease told then)
+
+
 def start_by_figures(out, jobs, model: StartBy | None = None) -> dict:
     """The start-by (domain/start_by.py) each lease told an ETA would have been told with it, from
     what had happened by then: the told ETAs and the starts, fed to the model in time order (a
@@ -175,12 +178,12 @@ def start_by_figures(out, jobs, model: StartBy | None = None) -> dict:
     events = []
     for j in jobs:
         if j.jid in told and out.start[j.jid] > j.arrival:   # (one that starts as told waits for nothing)
-            events.append((j.arrival, 1, j.jid, j))
-            events.append((out.start[j.jid], 0, j.jid, j))
+            events.append((j.arrival, TELL, j.jid, j))
+            events.append((out.start[j.jid], START, j.jid, j))
     events.sort(key=lambda e: e[:3])
     by = {}
     for t, kind, jid, j in events:
-        if kind:
+        if kind == TELL:
             by[jid] = model.tell(j.tenant, jid, t, told[jid])
         else:
             model.started(jid, t)

@@ -191,7 +191,7 @@ def write_report(out_dir: str, tag: str, head: str, results: dict, with_plots: b
     with open(os.path.join(out_dir, tag + ".md"), "w") as f:
         f.write(text)
     with open(os.path.join(out_dir, tag + ".json"), "w") as f:
-        json.dump({k: {kk: vv for kk, vv in v.items() if kk not in ("hours", "use_series", "waits")}
+        json.dump({k: {kk: vv for kk, vv in v.items() if kk not in ("hours", "use_series", "waits", "told")}
                    for k, v in results.items()}, f, indent=1)
     return text
 

@@ -127,6 +127,27 @@ def test_start_by_figures_tell_each_lease_from_what_had_happened_by_then():
     assert summarize(out, jobs, {"t": 0.5, "u": 0.5}, 8)["told"] is None
 
 
+def test_start_by_figures_know_the_starts_of_the_second_they_tell_in():
+    # x: told 1 h, starts 2 h late (ratio 2); a: told at 2 h while x is 1 h past its ETA (ratio 1
+    # so far): a 2 h wait gets 2 h more; a starts on time at 4 h, the second b is told: with a's
+    # 0 known, the median of (0, 2) is 0 and b is told its ETA (told first, b would get 2 h more)
+    jobs = [Job("x", "t", 0, H, 1, 1), Job("a", "t", 2 * H, H, 1, 1), Job("b", "t", 4 * H, H, 1, 1)]
+    out = outcome(jobs, {"x": 3 * H, "a": 4 * H, "b": 5 * H})
+    out.first_eta = {"x": H, "a": 4 * H, "b": 5 * H}
+    r = start_by_figures(out, jobs, StartBy(q=0.5, min_own=1))
+    assert r["start_by_margin_p50"] == 0 and r["start_by_margin_p90"] == pytest.approx(1.6 * H)   # 0, 0, 2 h
+    assert r["start_by_kept"] == pytest.approx(2 / 3)
+
+
+def test_start_by_figures_allow_ten_minutes():
+    jobs = [Job("y", "u", 0, H, 1, 1)]
+    out = outcome(jobs, {"y": H + 600})          # told 1 h with no margin known, started 10 min after
+    out.first_eta = {"y": H}
+    assert start_by_figures(out, jobs)["start_by_kept"] == 1.0
+    out.start["y"] = H + 601
+    assert start_by_figures(out, jobs)["start_by_kept"] == 0.0
+
+
 def test_table_ratios_against_easy():
     base = {"p50": 60.0, "p90": 600.0, "p99": 6000.0, "mean": 100.0, "big_p50": 0.0, "big_p90": 1200.0,
             "use": 0.8, "frag": 0.01, "jain_slowdown": 0.9, "jain_quota": 0.95}

@@ -71,13 +71,43 @@ def test_leases_still_waiting_past_their_eta_count_at_how_late_they_are():
     for i in range(10):                                       # they start: the sample is theirs now
         m.started(f"w{i}", now)
     assert m.margin_ratio("p", now) == 2.0
+    assert [lease for _eta, lease, _at in m.waiting["p"]] == ["new"]   # started ones leave the waiting
+
+
+def test_only_the_leases_last_past_their_eta_count_as_overdue():
+    m = StartBy(window=3, min_own=1)
+    for i in range(5):                                        # ETAs at 1..5 h, each told an hour before
+        m.tell("p", f"w{i}", i * H, (i + 1) * H)
+    # at 5 h: four are past their ETA (1..4 h late, each on a 1 h wait); the window keeps the
+    # three whose ETAs passed last (1, 2, 3 h late): their 95th percentile is 3
+    assert m.margin_ratio("p", 5 * H) == 3.0
+
+
+def test_a_lease_forgotten_or_told_again_leaves_no_trace():
+    m = StartBy(min_own=1)
+    m.tell("p", "gone", 0, H)
+    assert m.margin_ratio("p", 100 * H) == 99.0               # past its ETA: ever later
+    assert m.forget("gone") == ("p", 0, H) and m.forget("gone") is None
+    assert m.margin_ratio("p", 100 * H) == 0.0 and m.waiting == {"p": []}
+    m.tell("p", "again", 0, H)
+    m.tell("p", "again", 2 * H, 3 * H)                        # a new ETA replaces the old
+    assert m.waiting == {"p": [(3 * H, "again", 2 * H)]}
+    m.started("again", 3 * H)
+    assert m.waiting == {"p": []} and list(m.own["p"]) == [0.0]
+
+
+def test_an_eta_before_the_tell_counts_from_the_tell():
+    m = StartBy(min_own=1)
+    assert m.tell("p", "a", 1000, 0) == 1000                  # told "now" (no margin known)
+    m.started("a", 1000 + 30)
+    assert list(m.own["p"]) == [30 / FLOOR]                   # 30 s late on a wait of FLOOR
 
 
 def test_a_lease_that_did_not_wait_is_not_a_sample():
     m = StartBy(min_own=1)
     m.tell("p", "a", 0, 0)
     m.started("a", 0)
-    assert m.own == {} and not m.everyone
+    assert m.own == {} and not m.everyone and m.waiting == {"p": []}
     m.started("never-told", 5)                                # nothing to learn, no error
     assert m.told == {}
 

@@ -52,20 +52,32 @@ class StartBy:
 
     def tell(self, project: str, lease_id: str, told_at: int, eta: int) -> int:
         """The start-by of a lease told `eta` at `told_at` (from what is known then); from now
-        on it waits, and counts as overdue once past its ETA."""
+        on it waits, and counts as overdue once past its ETA, until it starts or is forgotten.
+        Told again, the new ETA replaces the old. (A lease that already started is not told.)"""
+        eta = max(eta, told_at)   # no ETA is before the moment it is told
+        self.forget(lease_id)
         by = eta + math.ceil(self.margin_ratio(project, told_at) * max(eta - told_at, FLOOR))
         self.told[lease_id] = (project, told_at, eta)
         insort(self.waiting.setdefault(project, []), (eta, lease_id, told_at))
         return by
 
+    def forget(self, lease_id: str) -> tuple[str, int, int] | None:
+        """A waiting lease that will not start (cancelled, refused, expired) leaves the sample
+        without being one: else, past its ETA, it would count as ever later. Returns what it was
+        told (project, told_at, eta), None if it was not waiting."""
+        told = self.told.pop(lease_id, None)
+        if told is not None:
+            project, told_at, eta = told
+            queue = self.waiting[project]
+            del queue[bisect_left(queue, (eta, lease_id, told_at))]
+        return told
+
     def started(self, lease_id: str, start: int) -> None:
         """A lease told an ETA started (it counts if it waited past the moment it was told)."""
-        told = self.told.pop(lease_id, None)
+        told = self.forget(lease_id)
         if told is None:
             return
         project, told_at, eta = told
-        queue = self.waiting[project]
-        del queue[bisect_left(queue, (eta, lease_id, told_at))]
         if start <= told_at:   # it did not wait: not among the leases a start-by is for
             return
         ratio = lateness_ratio(told_at, eta, start)
