@@ -127,7 +127,7 @@ def test_a_fitted_lease_and_its_audit_record_are_written_as_the_answer_tells(cli
         assert row.arrival == first_event and row.plan_seq is not None and row.planned_hosts
         assert row.first_eta == row.queue_eta and row.network_via is not None
         assert {"position": row.queue_position, "eta": rfc3339(to_epoch(row.queue_eta)),
-                "reasons": row.queue_reasons} == made["queue"]
+                "start_by": rfc3339(to_epoch(row.first_start_by)), "reasons": row.queue_reasons} == made["queue"]
     assert [(r.action, r.after) for r in records] == [("lease.create", made)]
     assert client.get(f"/v1/leases/{made['id']}", headers=MEMBER).get_json()["lease"]["queue"] == made["queue"]
 

@@ -72,7 +72,7 @@ def test_the_dashboard_is_a_grafana_dashboard():
     text = json.dumps(panels)
     for needed in ("histogram_quantile(0.5, sum by (le, gpu_model) (gpu_tenancy_admission_wait_time_seconds_bucket",
                    "histogram_quantile(0.9, sum by (le, gpu_model) (gpu_tenancy_admission_wait_time_seconds_bucket",
-                   "sum by (reason) (gpu_tenancy_pending_leases", "gpu_tenancy_eta_kept_ratio",
+                   "sum by (reason) (gpu_tenancy_pending_leases", "gpu_tenancy_eta_kept_ratio", "gpu_tenancy_start_by_kept_ratio",
                    "gpu_tenancy_gpus_in_use", "sum by (failure_class) (increase(gpu_tenancy_lease_failures_total"):
         assert needed in text, needed
 

@@ -128,6 +128,11 @@ def test_eta_honesty_holds_each_started_lease_to_its_first_eta(client, clock, en
 
     samples = scrape(client)
     assert value(samples, "gpu_tenancy_eta_kept_ratio") == 0.5
+    # the first told no margin (nothing had started), the second the first's lateness ratio (a
+    # minute or so late over 2 h): neither start-by far past the ETA, so the second's missed too
+    assert first["queue"]["start_by"] == first["queue"]["eta"]
+    assert 0 < epoch(second["queue"]["start_by"]) - epoch(second["queue"]["eta"]) <= 600
+    assert value(samples, "gpu_tenancy_start_by_kept_ratio") == 0.5
     assert value(samples, "gpu_tenancy_eta_lateness_seconds_count", gpu_model="A100") == 2
     assert value(samples, "gpu_tenancy_eta_lateness_seconds_bucket", gpu_model="A100", le="600.0") == 1
     assert value(samples, "gpu_tenancy_eta_lateness_seconds_bucket", gpu_model="A100", le="10800.0") == 2
@@ -137,7 +142,7 @@ def test_eta_honesty_holds_each_started_lease_to_its_first_eta(client, clock, en
         figures = reports.all_figures(session, t0 - 86400, clock.now() + 3600, clock.now(), 0)
     assert figures["eta_kept"] == figures["eta_lateness"] == [
         {"day": "2026-12-01", "leases": 2, "kept": 1, "share": 0.5,
-         "p50_lateness_seconds": min(late), "p90_lateness_seconds": max(late)}]
+         "p50_lateness_seconds": min(late), "p90_lateness_seconds": max(late), "start_by_share": 0.5}]
 
 
 def epoch(stamp: str) -> int:

@@ -64,11 +64,11 @@ def test_the_lease_ask_indexes_go_and_come_back_valid(db_url):
     with statements_run() as run:
         command.downgrade(migrate.alembic_config(db_url), "0021_park")
     assert indexes() == set()
-    dropped = [s for s in run if s.startswith("DROP INDEX")]
+    dropped = [s for s in run if s.startswith("DROP INDEX") and any(name in s for name in names)]
     with statements_run() as run:
         migrate.upgrade(db_url)
     assert indexes() == names
-    created = [s for s in run if s.startswith("CREATE INDEX")]
+    created = [s for s in run if s.startswith("CREATE INDEX") and any(name in s for name in names)]
     assert len(dropped) == len(created) == 2
     if engine.dialect.name == "postgresql":
         assert all(s.startswith("DROP INDEX CONCURRENTLY IF EXISTS") for s in dropped)

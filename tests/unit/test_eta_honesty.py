@@ -42,23 +42,24 @@ def test_eta_honesty_counts_kept_and_lateness_percentiles():
     assert eta_honesty([]).kept_ratio is None and eta_honesty([]).lateness_percentile(90) is None
 
 
-def facts(name: str, *, first_eta=None, start=None) -> LeaseFacts:
-    return LeaseFacts(name, "p", "A100", 8, "active", DAY1, DAY1, start, start, None, None, None, first_eta)
+def facts(name: str, *, first_eta=None, start=None, start_by=None) -> LeaseFacts:
+    return LeaseFacts(name, "p", "A100", 8, "active", DAY1, DAY1, start, start, None, None, None, first_eta, start_by)
 
 
 def test_eta_kept_by_day_counts_leases_that_waited_and_started_by_day_of_the_start():
     now = DAY2 + 3600
-    leases = [facts("kept", first_eta=DAY1 + 3600, start=DAY1 + 3600 + 5 * MIN),
-              facts("late", first_eta=DAY1 + 3600, start=DAY1 + 3 * 3600),
+    leases = [facts("kept", first_eta=DAY1 + 3600, start=DAY1 + 3600 + 5 * MIN, start_by=DAY1 + 3600),
+              facts("late", first_eta=DAY1 + 3600, start=DAY1 + 3 * 3600, start_by=DAY1 + 2 * 3600 + 50 * MIN),
               facts("next day", first_eta=DAY1 + 20 * 3600, start=DAY2 + 60),
               facts("never waited", start=DAY1 + 60),                          # no first ETA
               facts("still waiting", first_eta=DAY2 + 7200, start=DAY2 + 7200),  # its start is to come
               facts("not started", first_eta=DAY1 + 3600)]
     assert eta_kept_by_day(leases, now) == [
         {"day": "2026-12-01", "leases": 2, "kept": 1, "share": 0.5,
-         "p50_lateness_seconds": 300, "p90_lateness_seconds": 7200},
+         "p50_lateness_seconds": 300, "p90_lateness_seconds": 7200, "start_by_share": 1.0},   # 10 min slack
         {"day": "2026-12-02", "leases": 1, "kept": 0, "share": 0.0,
-         "p50_lateness_seconds": 4 * 3600 + 60, "p90_lateness_seconds": 4 * 3600 + 60}]
+         "p50_lateness_seconds": 4 * 3600 + 60, "p90_lateness_seconds": 4 * 3600 + 60,
+         "start_by_share": None}]   # told no start-by
 
 
 def test_replay_eta_figures_are_over_the_jobs_that_waited():

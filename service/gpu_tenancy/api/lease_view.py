@@ -20,6 +20,8 @@ from sqlalchemy.orm import Session
 
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import to_epoch, utcnow_naive
+from gpu_tenancy.domain.start_by import start_by
 from gpu_tenancy.domain.failures import FailureClass, rule
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import networking, readiness
@@ -34,7 +36,7 @@ SHOWN = ("id", "name", "project_id", "user_id", "status", "shape", "gpu_model", 
          "earliest_start", "latest_start", "duration", "start_at", "end_at", "priority", "priority_class",
          "preemptible", "borrowing", "early_end_kind", "early_end_at", "early_end_for", "early_end_reason",
          "image", "volume_id", "volume_size_gb", "key_name", "queue_position", "queue_eta", "queue_reasons",
-         "readiness_probe", "failure_class", "failure_message", "boot", "flavor_id", "flavor_name",
+         "start_by_ratio", "readiness_probe", "failure_class", "failure_message", "boot", "flavor_id", "flavor_name",
          "created_at", "updated_at", "network_via", "network_id", "network_name", "floating_ip", "ssh_user",
          "parked_at", "resume_by", "remaining")
 # the keys render_view() answers, in order: the Lease schema of /v1/openapi.json is built
@@ -47,7 +49,7 @@ FIELDS = ("id", "name", "project_id", "user_id", "status", "shape", "gpu_model",
 
 
 def render(row: m.Lease) -> dict:
-    return render_view(row, row.allocations, row.servers, row.failures, lease_href(row.id), rt.is_admin())
+    return render_view(row, row.allocations, row.servers, row.failures, lease_href(row.id), rt.is_admin(), rt.now())
 
 
 # The cloud's own words, which the engine keeps after its message (read with the service's
@@ -69,10 +71,10 @@ def lease_href(lease_id: str) -> str:
 
 
 def render_view(row: Any, allocations: Sequence[Any], servers: Sequence[Any], failures: Sequence[Any], href: str,
-                operator: bool = True) -> dict:
+                operator: bool, now: int) -> dict:
     """`row`: a lease, or a row of its SHOWN columns; the others: its allocations,
     servers and failures, each in their order (VM index; VM index; id). `operator`:
-    failures with the cloud's text (else as for_tenant shows them)."""
+    failures with the cloud's text (else as for_tenant shows them); `now`: what its start-by is told from."""
     text = (lambda message: message) if operator else for_tenant
     never_ran = row.status in NEVER_RAN
     return {
@@ -109,7 +111,8 @@ def render_view(row: Any, allocations: Sequence[Any], servers: Sequence[Any], fa
                    if row.volume_id or row.volume_size_gb else None),
         "key_name": row.key_name,
         "queue": ({"position": row.queue_position, "eta": stamp(row.queue_eta),
-                   "reasons": row.queue_reasons or []} if row.status in WAITING else None),
+                   "start_by": start_by_now(row, now), "reasons": row.queue_reasons or []}
+                  if row.status in WAITING else None),
         "allocations": [{"instance": a.vm_index, "host": a.host, "gpus": a.gpus,
                          "start": stamp(a.start_at), "end": stamp(a.end_at)} for a in allocations],
         "servers": [{"instance": s.vm_index, "id": s.cloud_id, "host": s.host, "status": s.status,
@@ -131,6 +134,15 @@ def render_view(row: Any, allocations: Sequence[Any], servers: Sequence[Any], fa
 # while the lease's flavor can boot: its servers take its VMs one each, until deleted
 # (one the cloud refused, in ERROR, holds none)
 BOOTABLE = (LeaseState.PROVISIONING.value, LeaseState.ACTIVE.value)
+
+
+def start_by_now(row: Any, now: int) -> str | None:
+    """A waiting lease's start-by now: its ETA plus its project's margin (domain/start_by.py) for
+    the wait left; none without an ETA, or before its queue place was written with a margin."""
+    if row.queue_eta is None or row.start_by_ratio is None:
+        return None
+    return stamp(utcnow_naive(start_by(max(now, to_epoch(row.earliest_start)), to_epoch(row.queue_eta),
+                                       row.start_by_ratio)))
 
 
 def vms_free(row: Any, servers: Sequence[Any]) -> int | None:
@@ -206,9 +218,9 @@ def page(session: Session, project: str | None, statuses: list[str], marker: str
     allocations, servers, failures = (by_lease(session.execute(q, params)) for q in queries)
     # the links differ only by the id: url_for once, not once per lease
     base = url_for("leases.index", _external=True)
-    none, operator = (), rt.is_admin()
+    none, operator, now = (), rt.is_admin(), rt.now()
     return [render_view(r, allocations.get(r.id, none), servers.get(r.id, none), failures.get(r.id, none),
-                        f"{base}/{quote(r.id, safe='')}", operator) for r in rows], more
+                        f"{base}/{quote(r.id, safe='')}", operator, now) for r in rows], more
 
 
 def page_leases(project: str | None, statuses: list[str], rows: Sequence[Row[Any]]) -> tuple[tuple, dict]:

@@ -16,6 +16,7 @@ from flask.typing import ResponseReturnValue
 
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.api.catalog import GPU_MODEL
+from gpu_tenancy.api.lease_view import start_by_now
 from gpu_tenancy.domain.queue_reasons import anonymous, short_reason
 from gpu_tenancy.engine import queue
 from gpu_tenancy.errors import BadRequest
@@ -32,7 +33,7 @@ def whose(project_id: str, shown: bool) -> dict:
 # the keys of an entry, in order: the QueueEntry schema of /v1/openapi.json is built from it
 FIELDS = ("position", "gpu_model", "status", "project", "project_id", "lease_id", "name", "hidden", "shape",
           "gpus_per_instance", "instances", "gpus", "priority", "preemptible", "requested_start",
-          "waiting_since", "eta", "reason")
+          "waiting_since", "eta", "start_by", "reason")
 
 
 def query_gpu_model() -> str | None:
@@ -44,9 +45,10 @@ def query_gpu_model() -> str | None:
     return model
 
 
-def render_entry(row: Any, shown: bool, charged: bool = False) -> dict:
-    """`shown`: the caller may see whose lease it is (its project's own, or an admin); `charged`: the
-    planner's queued charge is on."""
+def render_entry(row: Any, shown: bool, now: int, charged: bool = False) -> dict:
+    """`shown`: the caller may see whose lease it is (its project's own, or an admin; else no
+    start-by either, whose margin tells how late that project's leases started); `now`: what the
+    start-by is told from; `charged`: the planner's queued charge is on."""
     reason = short_reason(row.queue_reasons or [])
     if reason is not None:
         reason = {"code": reason["code"],
@@ -68,6 +70,7 @@ def render_entry(row: Any, shown: bool, charged: bool = False) -> dict:
         "requested_start": stamp(row.earliest_start),
         "waiting_since": stamp(row.created_at),
         "eta": stamp(row.queue_eta),
+        "start_by": start_by_now(row, now) if shown else None,
         "reason": reason,
     }
 
@@ -81,5 +84,6 @@ def show() -> ResponseReturnValue:
     charged = rt.planner_settings().queued_charge is not None
     with rt.transaction() as session:
         rows = queue.waiting(session, model)
-    return {"queue": {"now": rfc3339(rt.now()), "gpu_model": model,
-                      "leases": [render_entry(row, everyone or row.project_id == own, charged) for row in rows]}}
+    now = rt.now()
+    return {"queue": {"now": rfc3339(now), "gpu_model": model,
+                      "leases": [render_entry(row, everyone or row.project_id == own, now, charged) for row in rows]}}

@@ -100,8 +100,12 @@ LEASE = {
     "image": nullable(STRING),
     "volume": nullable(closed({"id": nullable(STRING), "size_gb": nullable(INTEGER)})),
     "key_name": nullable(STRING),
-    "queue": nullable(closed({"position": nullable(INTEGER), "eta": nullable(TIME), "reasons": REASONS},
-                             description="for a waiting lease: its position, ETA and why it waits")),
+    "queue": nullable(closed({"position": nullable(INTEGER), "eta": nullable(TIME),
+                              "start_by": nullable({**TIME, "description": (
+                                  "the ETA with a margin learnt from how late the project's recent leases "
+                                  "started: most leases start by it (null: no ETA, or no margin told yet)")}),
+                              "reasons": REASONS},
+                             description="for a waiting lease: its position, ETA, start-by and why it waits")),
     "allocations": {"type": "array", "items": closed({"instance": INTEGER, "host": STRING, "gpus": INTEGER,
                                                       "start": TIME, "end": TIME})},
     "servers": {"type": "array", "items": closed({
@@ -219,6 +223,8 @@ QUEUE_ENTRY = {
     "requested_start": TIME,
     "waiting_since": {**TIME, "description": "when it was asked for"},
     "eta": nullable({**TIME, "description": "its planned start; null when it has no slot"}),
+    "start_by": nullable({**TIME, "description": "its ETA with its project's margin (as the lease's queue.start_by); "
+                                                 "null for another project's lease, or with no ETA"}),
     "reason": nullable(closed({"code": STRING, "message": STRING},
                               description="the reason that holds it back the most; for a hidden lease, in "
                                           "words that name no project")),

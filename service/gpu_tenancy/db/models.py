@@ -100,6 +100,10 @@ class Lease(Base):
     # the first ETA its owner was shown (when it was created, unless it had no slot then):
     # what ETA honesty (domain/eta_honesty.py) holds its real start against
     first_eta: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
+    # the start-by told with it (domain/start_by.py), held against its real start the same way;
+    # and the margin ratio its queue place was last written with (its start-by now: api/lease_view.py)
+    first_start_by: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
+    start_by_ratio: Mapped[float | None] = mapped_column(Float, nullable=True)
     # a waiting lease's planned hosts, one per VM (with start_at/end_at: its place in the plan),
     # and, when a create fitted it into the plan, the ledger's count of such fits then: what the
     # other processes read to fit the next lease around it (engine/plan_insert.py)
@@ -155,6 +159,8 @@ class Lease(Base):
         # a new lease's checks (engine/ask_facts.py): the name asked, the project's and user's waiting
         Index("ix_leases_project_name", "project_id", "name"),
         Index("ix_leases_project_status_user", "project_id", "status", "user_id"),
+        # each project's last started leases (engine/start_by_margins.py)
+        Index("ix_leases_project_start", "project_id", "start_at"),
     )
 
 
@@ -463,3 +469,13 @@ class WhatIfJob(Base):
     created_at: Mapped[datetime] = mapped_column(UTC, index=True)
     updated_at: Mapped[datetime] = mapped_column(UTC)
     finished_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
+
+
+class StartByMargin(Base):
+    """Each project's margin ratio (domain/start_by.py: margin) as the engine last computed it
+    (engine/start_by_margins.py); project "" is everyone's, for a project with no row."""
+    __tablename__ = "start_by_margins"
+    project_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    ratio: Mapped[float] = mapped_column(Float)
+    samples: Mapped[int] = mapped_column(Integer)   # the leases it was computed from
+    computed_at: Mapped[datetime] = mapped_column(UTC)

@@ -52,16 +52,21 @@ def eta_honesty(pairs: Iterable[tuple[int, int]], slack: int = ETA_SLACK) -> Eta
 
 def eta_kept_by_day(leases: Iterable[LeaseFacts], now: int, slack: int = ETA_SLACK) -> list[dict[str, Any]]:
     """Per day of the real start: leases that waited with a first ETA and have
-    started by `now`, the share that kept it, and P50/P90 lateness (seconds)."""
+    started by `now`, the share that kept it, and P50/P90 lateness (seconds); and
+    of those told a start-by with it, the share that started by that (None: none told)."""
     pairs: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    start_by: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for lease in leases:
         if lease.first_eta is not None and lease.start is not None and lease.start <= now:
             pairs[day(lease.start)].append((lease.first_eta, lease.start))
+            if lease.first_start_by is not None:
+                start_by[day(lease.start)].append((lease.first_start_by, lease.start))
     rows = []
     for d, values in sorted(pairs.items()):
-        honesty = eta_honesty(values, slack)
+        honesty, told = eta_honesty(values, slack), eta_honesty(start_by[d], slack)
         rows.append({"day": d, "leases": honesty.leases, "kept": honesty.kept,
                      "share": round(honesty.kept_ratio or 0.0, 4),
                      "p50_lateness_seconds": honesty.lateness_percentile(50),
-                     "p90_lateness_seconds": honesty.lateness_percentile(90)})
+                     "p90_lateness_seconds": honesty.lateness_percentile(90),
+                     "start_by_share": None if told.kept_ratio is None else round(told.kept_ratio, 4)})
     return rows

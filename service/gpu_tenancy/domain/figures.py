@@ -39,6 +39,7 @@ class LeaseFacts:
     first_provisioning_outcome: str | None = None  # the state after its first provisioning
     failure_class: str | None = None
     first_eta: int | None = None    # the ETA it was given when created, if it had to wait
+    first_start_by: int | None = None   # the start-by told with it (domain/start_by.py), if any
 
 
 @dataclass(frozen=True)

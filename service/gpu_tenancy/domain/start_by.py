@@ -10,14 +10,17 @@ waiting past their ETA, at how late they are so far (without them the sample wou
 latest leases exactly when lateness grows). A project with fewer than MIN_OWN such leases
 uses everyone's. Nothing here changes a plan: it is what a lease is told beside its ETA.
 
-Pure and deterministic; epoch seconds in. The replay (bench/metrics.py) feeds it the events
-in time order and scores what each lease was told against its real start.
+Pure and deterministic; epoch seconds in. The replay (bench/metrics.py) feeds StartBy the
+events in time order and scores what each lease was told against its real start; the service
+(engine/start_by_margins.py) computes each project's `margin` from the database now and then,
+and tells each lease `start_by` beside its ETA.
 """
 from __future__ import annotations
 
 import math
 from bisect import bisect_left, insort
 from collections import deque
+from collections.abc import Sequence
 
 QUANTILE = 0.95   # the share of leases meant to start by their start-by
 WINDOW = 100      # a project's last started leases that count, and at most this many overdue ones
@@ -38,6 +41,21 @@ def quantile(sample: list[float], q: float) -> float:
     return sample[min(len(sample) - 1, max(0, math.ceil(q * len(sample)) - 1))]
 
 
+def margin(own: Sequence[float], overdue: Sequence[float], everyone: Sequence[float], q: float = QUANTILE,
+           min_own: int = MIN_OWN) -> float:
+    """The margin ratio of a project: the q-quantile of its started leases' ratios (`own`) and
+    its overdue ones' so far (`overdue`); of everyone's started leases' and its overdue ones'
+    while it has fewer than `min_own` of both."""
+    sample = sorted([*own, *overdue] if len(own) + len(overdue) >= min_own else [*everyone, *overdue])
+    return quantile(sample, q)
+
+
+def start_by(told_at: int, eta: int, ratio: float) -> int:
+    """What a lease told `eta` at `told_at` is told to start by, with the margin ratio `ratio`."""
+    eta = max(eta, told_at)   # no ETA is before the moment it is told
+    return eta + math.ceil(ratio * max(eta - told_at, FLOOR))
+
+
 class StartBy:
     """What the leases of each project were told and when they started, as they happen."""
 
@@ -54,9 +72,9 @@ class StartBy:
         """The start-by of a lease told `eta` at `told_at` (from what is known then); from now
         on it waits, and counts as overdue once past its ETA, until it starts or is forgotten.
         Told again, the new ETA replaces the old. (A lease that already started is not told.)"""
-        eta = max(eta, told_at)   # no ETA is before the moment it is told
+        eta = max(eta, told_at)
         self.forget(lease_id)
-        by = eta + math.ceil(self.margin_ratio(project, told_at) * max(eta - told_at, FLOOR))
+        by = start_by(told_at, eta, self.margin_ratio(project, told_at))
         self.told[lease_id] = (project, told_at, eta)
         insort(self.waiting.setdefault(project, []), (eta, lease_id, told_at))
         return by
@@ -92,7 +110,4 @@ class StartBy:
         n_overdue = bisect_left(queue, (now,))   # ETA before now
         overdue = [lateness_ratio(told_at, eta, now)
                    for eta, _lease, told_at in queue[max(0, n_overdue - self.window):n_overdue]]
-        own = self.own.get(project, ())
-        sample = [*own, *overdue] if len(own) + len(overdue) >= self.min_own else [*self.everyone, *overdue]
-        sample.sort()
-        return quantile(sample, self.q)
+        return margin(self.own.get(project, ()), overdue, self.everyone, self.q, self.min_own)

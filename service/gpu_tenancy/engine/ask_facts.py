@@ -1,8 +1,8 @@
 """What a new lease's checks read of the database, in one statement: the shapes offered, the
 default image, how many leases the project and the user have waiting, the project's quota of
 the asked shape's GPU model, whether it has a budget of it, an unfinished lease of the project
-with the name asked, the hosts' GPU counts of that model and the ledger's counts (the fit's,
-engine/plan_insert.py). Each was a statement of its own, a round trip and about a millisecond
+with the name asked, the hosts' GPU counts of that model, the ledger's counts (the fit's,
+engine/plan_insert.py) and the project's start-by margin ratio (engine/start_by_margins.py). Each was a statement of its own, a round trip and about a millisecond
 of SQLAlchemy and psycopg in every create (bench/api_load.py --waiting); engine/leases.py
 checks them in the order it always did. Read afresh by every create: nothing is kept between
 requests, so an operator's change of the catalog, a quota or the hosts is seen by the next."""
@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
 from gpu_tenancy.domain.states import FINAL, WAITING, LeaseState
-from gpu_tenancy.engine import catalog
+from gpu_tenancy.engine import catalog, start_by_margins
 
 L = m.Lease
 # what counts against the waiting limits (engine/limits.py: Limits.check_waiting says why)
@@ -41,6 +41,7 @@ class AskFacts:
     name_taken: tuple[str, str] | None   # (id, status) of an unfinished lease with the name
     host_gpus: list[int]   # each host's GPUs, of the asked shape's model (none if it is unknown)
     ledger: tuple[int, int]   # the ledger's generation and count of fits
+    start_by_ratio: float = 0.0   # the project's, else everyone's (none kept yet: 0)
 
 
 # Separators of the rows and fields aggregated into one text (catalog names and GPU models
@@ -82,7 +83,9 @@ def _statement() -> Select:
         select(func.aggregate_strings(cast(m.Host.gpus, String), ",")).where(m.Host.gpu_model == gpu_model)
         .scalar_subquery(),
         select(m.Lock.generation).where(lock).scalar_subquery(),
-        select(m.Lock.inserted).where(lock).scalar_subquery())
+        select(m.Lock.inserted).where(lock).scalar_subquery(),
+        func.coalesce(*(select(m.StartByMargin.ratio).where(m.StartByMargin.project_id == project).scalar_subquery()
+                        for project in (project_id, start_by_margins.EVERYONE))))
 
 
 STATEMENT = _statement()
@@ -93,12 +96,13 @@ def read(session: Session, project_id: str, user_id: str, shape: str, name: str,
     """The facts for an ask of `shape` (quota, budget and hosts of its GPU model); the project's
     and the user's waiting leases counted up to one more than `most_project` and `most_user`."""
     (shapes, image, project, user, gpus, borrow, longest, budget, other, hosts, generation,
-     inserted) = session.execute(STATEMENT, {"project_id": project_id, "user_id": user_id, "shape": shape, "name": name,
+     inserted, ratio) = session.execute(STATEMENT, {"project_id": project_id, "user_id": user_id, "shape": shape, "name": name,
                                              "most_project": most_project + 1, "most_user": most_user + 1}).one()
     return AskFacts(offered_shapes(shapes), image, project, user,
                     None if gpus is None else QuotaLimits(gpus, borrow, longest),
                     budget is not None, None if other is None else pair(other),
-                    [int(g) for g in hosts.split(",")] if hosts else [], (generation or 0, inserted or 0))
+                    [int(g) for g in hosts.split(",")] if hosts else [], (generation or 0, inserted or 0),
+                    ratio or 0.0)
 
 
 def pair(text: str) -> tuple[str, str]:

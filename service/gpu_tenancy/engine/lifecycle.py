@@ -21,7 +21,8 @@ from gpu_tenancy.domain.planner import PlannerSettings
 from gpu_tenancy.domain.failures import FailureClass, classify_fault, cloud_said, rule
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import (early_ends, gpu_activity, held, host_failure, housekeeping, lease_flavor, networking,
-                                notifications, park, planner_settings, readiness, releasing, retry, webhooks)
+                                notifications, park, planner_settings, readiness, releasing, retry, start_by_margins,
+                                webhooks)
 from gpu_tenancy.engine.crashpoints import crash_point
 from gpu_tenancy.engine.events import entered_at, lease_in, record_event, record_transition
 from gpu_tenancy.engine.leases import end_allocations_at, finished_or_unknown
@@ -42,6 +43,7 @@ class Lifecycle:
         self._tasks: dict[str, str] = {}   # server id -> the cloud's last task seen while BUILD
         self._awaiting_release: dict[str, dict] = {}   # lease id -> hosts it waits on (told once)
         self._housekept_at: int | None = None
+        self._margins_at: int | None = None
 
     # --- one pass -------------------------------------------------------------------------
     def tick(self) -> bool:
@@ -61,6 +63,10 @@ class Lifecycle:
         for lease_id in self.ids(S.ENDING):
             self.finish_end(lease_id)
         releasing.confirm(self)
+        if self._margins_at is None or now - self._margins_at >= start_by_margins.EVERY:
+            with session_scope(self.sessions) as session:   # before the plan, which tells them
+                start_by_margins.refresh(session, now)
+            self._margins_at = now
         with session_scope(self.sessions) as session:
             # the plan, then reclaim and preemption, at the time read under the ledger lock
             plan = early_ends.replan(session, self.clock, self.config, self.planner_settings, ACTOR)

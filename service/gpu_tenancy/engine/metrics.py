@@ -95,14 +95,19 @@ class LeaseCollector:
 
     def _eta_honesty(self, session, now: int):
         """Leases that waited with a first ETA and have started: the share that started by
-        it + ETA_SLACK, and their lateness past it (domain/eta_honesty.py)."""
+        it + ETA_SLACK, and their lateness past it (domain/eta_honesty.py); and of those told a
+        start-by with it (domain/start_by.py), the share that started by that + ETA_SLACK."""
         admitted = select(m.Event.lease_id).where(m.Event.to_state == LeaseState.SCHEDULED.value)
-        rows = session.execute(select(m.Lease.gpu_model, m.Lease.first_eta, m.Lease.start_at).where(
+        rows = session.execute(select(m.Lease.gpu_model, m.Lease.first_eta, m.Lease.first_start_by,
+                                      m.Lease.start_at).where(
             m.Lease.id.in_(admitted), m.Lease.first_eta.is_not(None), m.Lease.start_at.is_not(None),
             m.Lease.start_at <= utcnow_naive(now)))
         pairs: dict[str, list[tuple[int, int]]] = {}
-        for model, eta, start in rows:
+        start_by_pairs = []
+        for model, eta, start_by, start in rows:
             pairs.setdefault(model, []).append((to_epoch(eta), to_epoch(start)))
+            if start_by is not None:
+                start_by_pairs.append((to_epoch(start_by), to_epoch(start)))
         ratio = GaugeMetricFamily(PREFIX + "eta_kept_ratio",
                                   f"Of the leases that waited and have started, the share that started no later "
                                   f"than the ETA they were first given + {ETA_SLACK // 60} min.")
@@ -110,6 +115,14 @@ class LeaseCollector:
         if everyone.kept_ratio is not None:
             ratio.add_metric([], everyone.kept_ratio)
         yield ratio
+        start_by_kept = GaugeMetricFamily(PREFIX + "start_by_kept_ratio",
+                                          f"Of the leases that waited and have started, told a start-by with their "
+                                          f"first ETA, the share that started no later than it + "
+                                          f"{ETA_SLACK // 60} min.")
+        told = eta_honesty(start_by_pairs)
+        if told.kept_ratio is not None:
+            start_by_kept.add_metric([], told.kept_ratio)
+        yield start_by_kept
         lateness = HistogramMetricFamily(PREFIX + "eta_lateness_seconds",
                                          "How long past the ETA they were first given leases that waited started "
                                          "(0: on time or early).", labels=["gpu_model"])

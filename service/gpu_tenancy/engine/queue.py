@@ -13,7 +13,7 @@ from gpu_tenancy.domain.states import WAITING
 COLUMNS = (m.Lease.id, m.Lease.name, m.Lease.project_id, m.Lease.status, m.Lease.shape, m.Lease.gpu_model,
            m.Lease.gpus_per_vm, m.Lease.instances, m.Lease.earliest_start, m.Lease.created_at,
            m.Lease.queue_position, m.Lease.queue_eta, m.Lease.queue_reasons, m.Lease.priority,
-           m.Lease.preemptible)
+           m.Lease.preemptible, m.Lease.start_by_ratio)
 
 
 def waiting(session: Session, gpu_model: str | None = None) -> list[Row]:

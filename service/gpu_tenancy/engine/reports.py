@@ -54,7 +54,7 @@ def _facts(row: m.Lease, events: list[m.Event]) -> figures.LeaseFacts:
         status=row.status, created_at=to_epoch(row.created_at), requested_start=to_epoch(row.earliest_start),
         start=to_epoch(row.start_at) if admitted else None, active_at=active_at, cancelled_at=cancelled_at,
         first_provisioning_outcome=outcome, failure_class=row.failure_class,
-        first_eta=to_epoch(row.first_eta))
+        first_eta=to_epoch(row.first_eta), first_start_by=to_epoch(row.first_start_by))
 
 
 def hosts_now(session: Session, now: int, floor: int) -> list[figures.HostNow]:

@@ -22,7 +22,7 @@ from gpu_tenancy.domain import planner
 from gpu_tenancy.domain.failures import FailureClass, retry_delay, rule
 from gpu_tenancy.domain.model import LeaseRequest
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.engine import lease_flavor, ledger, releasing
+from gpu_tenancy.engine import lease_flavor, ledger, releasing, start_by_margins
 from gpu_tenancy.engine.events import lease_in, record_event, record_transition
 from gpu_tenancy.timeutil import rfc3339
 
@@ -130,7 +130,8 @@ def replace(session: Session, row: m.Lease, now: int, earliest: int, *, avoid: l
         if row.status != S.QUEUED.value:
             record_transition(session, row, S.QUEUED, now, actor,
                               "no host can take it now; it waits in the queue again")
-        ledger.write_queue_info(row, planned, row.eta_guarded)   # planned alone: its guard kept
+        ratio = start_by_margins.ratio_of(start_by_margins.read(session), row.project_id)
+        ledger.write_queue_info(row, planned, now, ratio, row.eta_guarded)   # planned alone: its guard kept
 
 
 def remaining_seconds(row: m.Lease, now: int) -> int:

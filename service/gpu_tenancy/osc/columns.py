@@ -5,12 +5,13 @@ from cliff import columns
 
 
 class QueueColumn(columns.FormattableColumn):
-    """A waiting lease's place: position, ETA and the reasons in words."""
+    """A waiting lease's place: position, ETA, start-by and the reasons in words."""
 
     def human_readable(self) -> str:
         if not self._value:
             return ""
-        lines = [f"position {self._value.get('position')}, eta {self._value.get('eta') or 'unknown'}"]
+        lines = [f"position {self._value.get('position')}, eta {self._value.get('eta') or 'unknown'}"
+                 + (f", start by {self._value['start_by']}" if self._value.get("start_by") else "")]
         lines += [reason.get("message", "") for reason in self._value.get("reasons") or []]
         return "\n".join(lines)
 

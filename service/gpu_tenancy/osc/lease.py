@@ -95,7 +95,8 @@ def wait_for_lease(client, lease: dict, out, interval: float = WAIT_INTERVAL,
         queue = lease.get("queue")
         if lease["status"] == "queued" and queue and (queue["position"], queue["eta"]) != shown_queue:
             shown_queue = (queue["position"], queue["eta"])
-            out.write(f"queued: position {queue['position']}, eta {queue['eta'] or 'unknown'}\n")
+            by = f", start by {queue['start_by']}" if queue.get("start_by") else ""
+            out.write(f"queued: position {queue['position']}, eta {queue['eta'] or 'unknown'}{by}\n")
         out.flush()
         # a failed start passes through `ending` too, so only active or final ends the wait
         if lease["status"] == LeaseState.ACTIVE.value or lease["status"] in FINAL_STATES:
