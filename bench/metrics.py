@@ -10,7 +10,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "service"))
 from gpu_tenancy.domain.eta_honesty import ETA_SLACK, eta_honesty  # noqa: E402
-from gpu_tenancy.domain.start_by import StartBy  # noqa: E402
+from gpu_tenancy.domain.start_by import StartBy, told_start_bys  # noqa: E402
 
 HOUR = 3600
 TAU = 600   # bounded slowdown: run times under 10 minutes count as 10 minutes
@@ -161,32 +161,18 @@ def eta_figures(out, jobs) -> dict:
             "late_p50": h.lateness_percentile(50), "late_p90": h.lateness_percentile(90)}
 
 
-START, TELL = 0, 1   # events of one second: the starts first (known to a lease told then)
-
-
 def start_by_figures(out, jobs, model: StartBy | None = None) -> dict:
     """The start-by (domain/start_by.py) each lease told an ETA would have been told with it, from
-    what had happened by then: the told ETAs and the starts, fed to the model in time order (a
-    start before a tell at the same second). Over the leases that waited: the share that started
+    what had happened by then (told_start_bys). Over the leases that waited: the share that started
     by their start-by + 10 min, and the P50/P90 of its margin over the ETA and of how long before
     it they started. None where the scheduler gives no ETA."""
     told = out.first_eta
     none = dict.fromkeys(("start_by_kept", "start_by_margin_p50", "start_by_margin_p90", "start_by_early_p50"))
     if not told:
         return none
-    model = model or StartBy()
-    events = []
-    for j in jobs:
-        if j.jid in told and out.start[j.jid] > j.arrival:   # (one that starts as told waits for nothing)
-            events.append((j.arrival, TELL, j.jid, j))
-            events.append((out.start[j.jid], START, j.jid, j))
-    events.sort(key=lambda e: e[:3])
-    by = {}
-    for t, kind, jid, j in events:
-        if kind == TELL:
-            by[jid] = model.tell(j.tenant, jid, t, told[jid])
-        else:
-            model.started(jid, t)
+    # (one that starts as told waits for nothing)
+    by = told_start_bys(((j.tenant, j.jid, j.arrival, told[j.jid], out.start[j.jid]) for j in jobs
+                         if j.jid in told and out.start[j.jid] > j.arrival), model)
     if not by:
         return none
     margins = np.array([by[jid] - told[jid] for jid in by], dtype=float)

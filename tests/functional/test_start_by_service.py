@@ -1,94 +1,118 @@
-"""The start-by in the service: each project's margin ratio computed from the database
-(engine/start_by_margins.py) is the model's (domain/start_by.py: StartBy fed the same leases),
-and a lease that waits is told its ETA plus that margin, on both ways a create plans it."""
+"""The start-by in the service: each project's margin ratio, from the samples the ledger records
+at first starts and the leases waiting past their ETA (engine/start_by_margins.py), is the
+model's (domain/start_by.py: StartBy fed the same leases), and a lease that waits is told its
+ETA plus that margin, on both ways a create plans it."""
 from __future__ import annotations
 
 import random
 from datetime import datetime
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
-from gpu_tenancy.domain.start_by import FLOOR, StartBy, start_by
+from gpu_tenancy.domain.start_by import FLOOR, WINDOW, StartBy, start_by, waits_from
 from gpu_tenancy.engine import start_by_margins
+from gpu_tenancy.timeutil import rfc3339
 from tests.conftest import headers
 from tests.functional.test_dashboard import login
 from tests.functional.test_metrics import scrape, value
 
 DAY = 86400
-PROJECTS = {"big": (90, 170), "mid": (20, 45), "small": (0, 12)}   # leases each: some past WINDOW, some under MIN_OWN
+# leases each: "big" past WINDOW started and, in some seeds, overdue; "small" under MIN_OWN
+PROJECTS = {"big": (250, 420), "mid": (20, 45), "small": (0, 12)}
+KINDS = ["started", "waiting", "cancelled", "again"]   # again: started, then queued again (its host failed)
 
 
-def history(rng: random.Random, now: int) -> list[dict]:
-    """Leases of the last 20 days: started (late, on time, early, or without waiting), waiting
-    (some past their first ETA), cancelled, failed, and scheduled for later. Every time is
-    distinct, so that the last WINDOW of anything is one set."""
-    times = iter(rng.sample(range(now - 20 * DAY, now - 3600), 2000))
+def history(rng: random.Random, now: int, burst: bool = False) -> list[dict]:
+    """Leases of the last 20 days: told an ETA (some after they were asked for, some asked for a
+    later start), then started (late, on time, early, or at once), still waiting (some past their
+    ETA), cancelled, or started and queued again. Every time distinct, so that the last WINDOW of
+    anything is one set. `burst`: "big" has half its leases waiting, most past their ETA."""
+    times = iter(rng.sample(range(now - 20 * DAY, now - 3600), 3000))
     leases = []
     for project, (least, most) in PROJECTS.items():
+        weights = [40, 50, 5, 5] if project == "big" and burst else [70, 15, 8, 7]
         for k in range(rng.randint(least, most)):
             created = next(times)
-            asked = created + (rng.choice([0, 0, 0, rng.randint(60, DAY)]))   # some asked for a later start
-            eta = max(created, asked) + rng.choice([0, 30, rng.randint(60, 2 * DAY)])
-            kind = rng.choices(["started", "waiting", "cancelled", "failed", "later"], [60, 20, 8, 6, 6])[0]
+            asked = created + rng.choice([0, 0, 0, rng.randint(60, DAY)])
+            told = created + rng.choice([0, 0, rng.randint(1, 7200)])   # planned later: told later
+            eta = waits_from(told, asked) + rng.choice([0, 30, rng.randint(60, 2 * DAY)])
+            kind = rng.choices(KINDS, weights)[0]
             late = rng.choice([0, 0, rng.randint(1, 600), rng.randint(600, 3 * DAY), -rng.randint(1, 3600)])
-            start = eta + late + k % 7   # + k % 7: distinct enough, and never before the ask
-            if kind == "started" and rng.random() < 0.1:
-                start = max(created, asked)   # did not wait
-            status = {"started": rng.choice(["active", "ended", "provisioning", "preempted", "scheduled"]),
-                      "waiting": "queued", "cancelled": "cancelled", "failed": "failed", "later": "scheduled"}[kind]
-            if kind == "started" and start > now - 60:
-                kind, status = "waiting", "queued"
-            if kind == "later":
-                start = now + rng.randint(60, DAY)
+            start = max(eta + late + k % 7, told)   # never before the tell
+            if rng.random() < 0.1:
+                start = waits_from(told, asked)   # did not wait
+            if start > now - 60:
+                kind = "waiting"
             leases.append({"id": f"{project}-{k:04d}", "project": project, "created": created, "asked": asked,
-                           "eta": eta, "start": start, "kind": kind, "status": status})
+                           "told": told, "eta": eta, "start": start, "kind": kind})
     return leases
 
 
 def model_ratios(leases: list[dict], now: int) -> dict[str, float]:
-    """What the model says at `now`, each lease told at the start of its wait and started in
-    time order; those that will not start by the model's reckoning (cancelled, failed, and
-    scheduled for later: the service counts neither) forgotten."""
+    """What the model says at `now`: each lease told when its wait began, started in time order
+    (its first start only), those cancelled forgotten."""
     model = StartBy()
-    for x in sorted(leases, key=lambda x: max(x["created"], x["asked"])):
-        model.tell(x["project"], x["id"], max(x["created"], x["asked"]), x["eta"])
-    for x in sorted(leases, key=lambda x: x["start"]):
-        if x["kind"] == "started":
+    for x in sorted(leases, key=lambda x: waits_from(x["told"], x["asked"])):
+        model.tell(x["project"], x["id"], waits_from(x["told"], x["asked"]), x["eta"])
+    for x in sorted(leases, key=lambda x: (x["start"], x["id"])):
+        if x["kind"] in ("started", "again"):
             model.started(x["id"], x["start"])
-        elif x["kind"] != "waiting":
+        elif x["kind"] == "cancelled":
             model.forget(x["id"])
     return {project: model.margin_ratio(project, now) for project in [*PROJECTS, "nobody"]}
 
 
 def add(session, leases: list[dict]) -> None:
+    """The leases as the service would have them: told (first ETA, eta_told_at), and each start
+    recorded by the ledger's own record_start, in time order (a lease queued again is started
+    twice: its second start is no sample)."""
+    rows = {}
     for x in leases:
-        session.add(m.Lease(id=x["id"], name=x["id"], project_id=x["project"], user_id="u", status=x["status"],
-                            shape="a100.x1", gpu_model="A100", gpus_per_vm=1, instances=1, duration=3600,
-                            earliest_start=utcnow_naive(x["asked"]), start_at=utcnow_naive(x["start"]),
-                            end_at=utcnow_naive(x["start"] + 3600), first_eta=utcnow_naive(x["eta"]),
-                            queue_reasons=[], created_at=utcnow_naive(x["created"]),
-                            updated_at=utcnow_naive(x["created"])))
+        rows[x["id"]] = row = m.Lease(
+            id=x["id"], name=x["id"], project_id=x["project"], user_id="u", status="queued", shape="a100.x1",
+            gpu_model="A100", gpus_per_vm=1, instances=1, duration=3600, earliest_start=utcnow_naive(x["asked"]),
+            first_eta=utcnow_naive(x["eta"]), eta_told_at=utcnow_naive(x["told"]), queue_reasons=[],
+            created_at=utcnow_naive(x["created"]), updated_at=utcnow_naive(x["created"]))
+        session.add(row)
+    for x in sorted(leases, key=lambda x: (x["start"], x["id"])):
+        row = rows[x["id"]]
+        if x["kind"] in ("started", "again"):
+            start_by_margins.record_start(session, row, x["start"])
+            row.start_at, row.status = utcnow_naive(x["start"]), "active"
+        if x["kind"] == "again":   # its host failed: queued again, then started again
+            row.status = "queued"
+            start_by_margins.record_start(session, row, x["start"] + 600)
+            row.status = "queued"
+        if x["kind"] == "cancelled":
+            row.status = "cancelled"
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", range(10))
 def test_the_margins_kept_are_the_models(sessions, clock, seed):
     """Seeded histories: the ratio refresh() keeps for each project, and everyone's, is the one
-    StartBy computes from the same leases (its last 100 started that waited, its overdue ones,
-    everyone's while it has fewer than 30)."""
+    StartBy computes from the same leases (its last 100 that waited and started, its overdue ones,
+    everyone's while it has fewer than 30), and only each project's last 100 samples are kept."""
     rng, now = random.Random(seed), clock.now()
-    leases = history(rng, now)
+    leases = history(rng, now, burst=seed % 2 == 0)
     with session_scope(sessions) as session:
         add(session, leases)
     with session_scope(sessions) as session:
         start_by_margins.refresh(session, now)
     with session_scope(sessions) as session:
         kept = start_by_margins.read(session)
+        per_project = {project: n for project, n in session.execute(
+            select(m.StartBySample.project_id, func.count()).group_by(m.StartBySample.project_id))}
     expected = model_ratios(leases, now)
     assert {p: start_by_margins.ratio_of(kept, p) for p in expected} == expected
+    sampled = sum(x["kind"] in ("started", "again") and x["start"] > waits_from(x["told"], x["asked"])
+                  for x in leases if x["project"] == "big")
+    assert per_project["big"] == min(WINDOW, sampled) and (sampled > WINDOW or seed % 2 == 0)   # pruned
     assert expected["big"] > 0   # the seeds do make late leases
+    overdue = sum(x["kind"] == "waiting" and x["eta"] < now for x in leases if x["project"] == "big")
+    assert overdue > WINDOW or seed % 2 == 1   # every cut taken: more than WINDOW overdue too
 
 
 def test_a_waiting_lease_is_told_its_eta_plus_its_projects_margin(client, clock, engine_tick, sessions, runtime):
@@ -97,18 +121,17 @@ def test_a_waiting_lease_is_told_its_eta_plus_its_projects_margin(client, clock,
     the one fitted into the plan; the lease's answer and its row agree, and later the start-by
     is told for the wait left."""
     now = clock.now()
-    rng = random.Random(3)
-    started = [x for x in history(rng, now) if x["project"] == "big" and x["kind"] == "started"]
-    on_time = [{"id": f"on-time-{k}", "project": "nlp-lab", "created": now - 7200 + k, "asked": now - 7200 + k,
-                "eta": now - 3600 + k, "start": now - 3600 + k} for k in range(10)]   # the last 10 to start
-    with session_scope(sessions) as session:   # ended: none holds a GPU or waits
-        add(session, [{**x, "project": "ml-vision", "id": f"old-{x['id']}", "status": "ended"} for x in started]
-            + [{**x, "status": "ended"} for x in on_time])
+    samples = [("ml-vision", k / 10) for k in range(60)] + [("nlp-lab", 0.0)] * 29   # nlp-lab's the latest
+    with session_scope(sessions) as session:
+        session.add_all(m.StartBySample(lease_id=f"old-{k}", project_id=project, ratio=ratio,
+                                        started_at=utcnow_naive(now - DAY + k * 60))
+                        for k, (project, ratio) in enumerate(samples))
     engine_tick()   # the margins computed
     with session_scope(sessions) as session:
         ratios = start_by_margins.read(session)
     own, everyone = ratios["ml-vision"], ratios["nlp-lab"]
-    assert own > everyone == ratios[start_by_margins.EVERYONE]   # nlp-lab has fewer than 30: everyone's
+    # the 57th of ml-vision's 60, the 85th of the last 89 (nlp-lab has fewer than 30: everyone's)
+    assert (own, everyone) == (5.6, 5.5) and ratios[start_by_margins.EVERYONE] == everyone
 
     for project in ("ml-vision", "nlp-lab"):   # the whole A100 pool
         reply = client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT5H"},
@@ -131,6 +154,17 @@ def test_a_waiting_lease_is_told_its_eta_plus_its_projects_margin(client, clock,
             assert (to_epoch(row.first_eta), to_epoch(row.first_start_by)) == (eta, start_by(now, eta, ratio))
         told.append(lease)
 
+    # a lease asked for 2 h on: its wait is told from then (a reservation plans no wait before it)
+    asked = now + 2 * 3600
+    reply = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT1H", "start": rfc3339(asked)},
+                        headers=headers())
+    later = reply.get_json()["lease"]
+    eta = epoch(later["queue"]["eta"])
+    assert later["status"] == "queued" and eta > asked + FLOOR
+    assert epoch(later["queue"]["start_by"]) == start_by(asked, eta, own) < start_by(now, eta, own)
+    with session_scope(sessions) as session:
+        assert to_epoch(session.get_one(m.Lease, later["id"]).first_start_by) == start_by(asked, eta, own)
+
     engine_tick(advance=3600)   # an hour on: the start-by of the wait left, the first one kept
     for lease in told:
         now_lease = client.get(f"/v1/leases/{lease['id']}", headers=headers(lease["project_id"])).get_json()["lease"]
@@ -146,7 +180,7 @@ def test_a_waiting_lease_is_told_its_eta_plus_its_projects_margin(client, clock,
     entries = client.get("/v1/queue", headers=headers()).get_json()["queue"]["leases"]
     mine = {e["lease_id"]: e["start_by"] for e in entries if not e["hidden"]}
     assert mine == {lease["id"]: client.get(f"/v1/leases/{lease['id']}", headers=headers()).get_json()
-                    ["lease"]["queue"]["start_by"] for lease in told if lease["project_id"] == "ml-vision"}
+                    ["lease"]["queue"]["start_by"] for lease in [*told, later] if lease["project_id"] == "ml-vision"}
     assert [e["start_by"] for e in entries if e["hidden"]] == [None]
     # the dashboard's queue shows it beside the ETA
     login(client)
@@ -156,18 +190,21 @@ def test_a_waiting_lease_is_told_its_eta_plus_its_projects_margin(client, clock,
     assert f'start by <time datetime="{shown["start_by"]}">' in client.get("/dashboard/queue").text
 
 
-def test_no_history_tells_the_eta_and_a_margin_needs_leases_that_waited(sessions, clock):
-    """No lease has started: everyone's ratio is 0 (the start-by is the ETA); leases that
-    started without waiting, or long ago, count for nothing."""
+def test_no_history_tells_the_eta_and_old_samples_go(sessions, clock):
+    """No lease has started: everyone's ratio is 0 (the start-by is the ETA); a lease that started
+    without waiting leaves no sample; one older than HORIZON is dropped."""
     now = clock.now()
     with session_scope(sessions) as session:
         assert start_by_margins.refresh(session, now) == {start_by_margins.EVERYONE: (0.0, 0)}
         add(session, [{"id": "at-once", "project": "p", "created": now - 7200, "asked": now - 7200,
-                       "eta": now - 7200, "start": now - 7200, "status": "active"},
+                       "told": now - 7200, "eta": now - 7200, "start": now - 7200, "kind": "started"},
                       {"id": "old", "project": "p", "created": now - 40 * DAY, "asked": now - 40 * DAY,
-                       "eta": now - 40 * DAY + 60, "start": now - 39 * DAY, "status": "ended"}])
+                       "told": now - 40 * DAY, "eta": now - 40 * DAY + 60, "start": now - 39 * DAY,
+                       "kind": "started"}])
     with session_scope(sessions) as session:
+        assert session.scalars(select(m.StartBySample.lease_id)).all() == ["old"]
         assert start_by_margins.refresh(session, now) == {start_by_margins.EVERYONE: (0.0, 0)}
+        assert session.scalars(select(m.StartBySample.lease_id)).all() == []
         assert session.scalars(select(m.StartByMargin.project_id)).all() == [start_by_margins.EVERYONE]
 
 

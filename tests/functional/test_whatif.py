@@ -4,6 +4,7 @@ same history gives; and every bad ask is a 400 that makes nothing."""
 from __future__ import annotations
 
 import dataclasses
+from datetime import timedelta
 import json
 import math
 import time
@@ -15,6 +16,7 @@ from gpu_tenancy.api.openapi import build
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, utcnow_naive
 from gpu_tenancy.demo.history import seed_history
+from gpu_tenancy.domain.eta_honesty import ETA_SLACK
 from gpu_tenancy.engine import whatif_history
 from gpu_tenancy.whatif.event_loop import simulate
 from gpu_tenancy.whatif.replay import CloudCluster, CloudTenancy
@@ -88,6 +90,24 @@ def test_raising_a_weight_lowers_that_projects_p90_and_raises_the_others(client,
         every = [x for w in waits.values() for x in w]
         assert res[side]["p90"] == nearest_rank(every, 90)
         assert res[side]["never_started"] == 0
+        # a start-by is never before its ETA: kept at least as often (and here more often)
+        assert res[side]["eta_kept"] < res[side]["start_by_kept"] <= 1
+
+
+def test_the_seeded_history_keeps_the_start_by_each_lease_would_have_been_told(runtime, history):
+    """The demo's history carries each lease that waited its start-by beside its first ETA, as the
+    service would have told it: never before the ETA, past it where the project's leases had
+    started late, and kept more often than the ETA."""
+    with session_scope(runtime.sessions) as s:
+        told = s.execute(select(m.Lease.first_eta, m.Lease.first_start_by, m.Lease.start_at, m.Lease.created_at)
+                         .where(m.Lease.first_eta.is_not(None))).all()
+    waited = [r for r in told if r.start_at > r.created_at]
+    assert len(waited) > 100 and all(r.first_start_by >= r.first_eta for r in waited)
+    assert all(r.first_start_by is None for r in told if r.start_at <= r.created_at)   # told nothing: no wait
+    assert sum(r.first_start_by > r.first_eta for r in waited) > len(waited) / 10   # margins learnt
+    slack = timedelta(seconds=ETA_SLACK)
+    assert sum(r.start_at <= r.first_start_by + slack for r in waited) > sum(r.start_at <= r.first_eta + slack
+                                                                            for r in waited)
 
 
 BAD = [

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from gpu_tenancy.domain.start_by import FLOOR, StartBy, lateness_ratio, quantile
+from gpu_tenancy.domain.start_by import FLOOR, StartBy, lateness_ratio, quantile, told_start_bys
 
 H = 3600
 
@@ -150,3 +150,21 @@ def test_in_a_steady_world_the_share_kept_is_the_quantile(seed, q):
     assert q - 0.03 <= kept <= q + 0.03
     typical = {p: sorted(ms)[len(ms) // 2] for p, ms in margin.items()}
     assert typical["light"] < typical["mid"] < typical["heavy"]
+
+
+def test_told_start_bys_feeds_the_model_in_time_order_and_a_lease_not_started_stays_waiting():
+    """Each lease told from what had happened by its tell: the 40 leases of p that started 1 h
+    late on a 1 h wait make the 41st's margin its wait; leases told but never started count as
+    overdue once past their ETA (so q's later lease is told a margin), not before."""
+    told = [("p", f"p{k}", k * 10 * H, k * 10 * H + H, k * 10 * H + 2 * H) for k in range(40)]
+    told.append(("p", "p-next", 400 * H + 1, 401 * H + 1, None))
+    told += [("q", f"q-stuck{k}", 0, H, None) for k in range(2)] + [("q", f"q{k}", 0, H, H) for k in range(28)]
+    told.append(("q", "q-next", 2 * H, 3 * H, None))
+    by = told_start_bys(told)
+    assert by["p0"] == H and by["p-next"] == 401 * H + 1 + H   # ratio 1: 1 h more on a 1 h wait
+    # q: 28 on time and two stuck, 1 h past their ETA on a 1 h wait (ratio 1) when q-next is told:
+    # the 95th percentile of 30 is the 29th
+    assert by["q-next"] == 3 * H + H
+    # the same with the stuck ones not yet past their ETA at q-next's tell: no margin
+    later = [(p, lease, t, eta + 2 * H if "stuck" in lease else eta, s) for p, lease, t, eta, s in told]
+    assert told_start_bys(later)["q-next"] == 3 * H

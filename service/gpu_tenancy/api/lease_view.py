@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch, utcnow_naive
-from gpu_tenancy.domain.start_by import start_by
+from gpu_tenancy.domain.start_by import start_by, waits_from
 from gpu_tenancy.domain.failures import FailureClass, rule
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import networking, readiness
@@ -141,7 +141,7 @@ def start_by_now(row: Any, now: int) -> str | None:
     the wait left; none without an ETA, or before its queue place was written with a margin."""
     if row.queue_eta is None or row.start_by_ratio is None:
         return None
-    return stamp(utcnow_naive(start_by(max(now, to_epoch(row.earliest_start)), to_epoch(row.queue_eta),
+    return stamp(utcnow_naive(start_by(waits_from(now, to_epoch(row.earliest_start)), to_epoch(row.queue_eta),
                                        row.start_by_ratio)))
 
 

@@ -187,6 +187,8 @@ WHATIF_SIDE = closed({
     "big_p90": SECONDS,
     "eta_kept": nullable({"type": "number", "description": "share of the leases that waited which started by "
                                                           "their first ETA + 10 min"}),
+    "start_by_kept": nullable({"type": "number", "description": "share of the leases that waited which started by "
+                                                               "the start-by told with their first ETA + 10 min"}),
     "gpu_use": nullable({"type": "number", "description": "GPU-time held in the window over the GPUs in service"}),
     "jain": {"type": "number", "description": "Jain's index over projects of their mean bounded slowdown"},
     "groups": {"type": "array", "items": closed({"project_id": STRING, "gpu_model": STRING, **WHATIF_WAITS})},

@@ -101,8 +101,11 @@ class Lease(Base):
     # what ETA honesty (domain/eta_honesty.py) holds its real start against
     first_eta: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
     # the start-by told with it (domain/start_by.py), held against its real start the same way;
-    # and the margin ratio its queue place was last written with (its start-by now: api/lease_view.py)
+    # when it was told them, until its first start (then its lateness is a StartBySample, and a
+    # lease queued again after it ran is overdue by them no more); and the margin ratio its queue
+    # place was last written with (its start-by now: api/lease_view.py)
     first_start_by: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
+    eta_told_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
     start_by_ratio: Mapped[float | None] = mapped_column(Float, nullable=True)
     # a waiting lease's planned hosts, one per VM (with start_at/end_at: its place in the plan),
     # and, when a create fitted it into the plan, the ledger's count of such fits then: what the
@@ -159,8 +162,6 @@ class Lease(Base):
         # a new lease's checks (engine/ask_facts.py): the name asked, the project's and user's waiting
         Index("ix_leases_project_name", "project_id", "name"),
         Index("ix_leases_project_status_user", "project_id", "status", "user_id"),
-        # each project's last started leases (engine/start_by_margins.py)
-        Index("ix_leases_project_start", "project_id", "start_at"),
     )
 
 
@@ -469,6 +470,17 @@ class WhatIfJob(Base):
     created_at: Mapped[datetime] = mapped_column(UTC, index=True)
     updated_at: Mapped[datetime] = mapped_column(UTC)
     finished_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
+
+
+class StartBySample(Base):
+    """A lease that waited, at its first start: its lateness past its first ETA over the wait it
+    was told (domain/start_by.py: lateness_ratio). Each project's last WINDOW are kept, what its
+    margin is learnt from (engine/start_by_margins.py)."""
+    __tablename__ = "start_by_samples"
+    lease_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    project_id: Mapped[str] = mapped_column(String(64), index=True)
+    started_at: Mapped[datetime] = mapped_column(UTC)
+    ratio: Mapped[float] = mapped_column(Float)
 
 
 class StartByMargin(Base):

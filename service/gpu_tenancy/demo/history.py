@@ -17,6 +17,7 @@ from gpu_tenancy.db.session import utcnow_naive
 from gpu_tenancy.demo.seed import SHAPES
 from gpu_tenancy.domain.planner import PlannerSettings
 from gpu_tenancy.engine.ledger import host_from_row, quota_from_row
+from gpu_tenancy.whatif.figures import start_bys
 from gpu_tenancy.whatif.history import History, Lease
 from gpu_tenancy.whatif.replay import replay
 
@@ -55,8 +56,10 @@ def seed_history(session: Session, now: int, days: float = 30, per_day: float = 
     projects = sorted({p for p, _ in quotas})
     start = now - round(days * 86400)
     leases = requests(projects, start, days, per_day, rng)
-    out = replay(History(start, now, hosts, quotas, tuple(leases)), settings)
+    history = History(start, now, hosts, quotas, tuple(leases))
+    out = replay(history, settings)
     shape_of = {(spec[0], spec[1]): name for name, spec in SHAPES.items()}
+    start_by = start_bys(history, out)   # as the service would have told them
     written = 0
     for x in leases:
         began = out.start.get(x.jid)
@@ -69,6 +72,7 @@ def seed_history(session: Session, now: int, days: float = 30, per_day: float = 
                       earliest_start=utcnow_naive(x.arrival), start_at=utcnow_naive(began),
                       end_at=utcnow_naive(ended), priority=0, arrival=x.seq, queue_reasons=[],
                       first_eta=utcnow_naive(out.first_eta[x.jid]) if out.first_eta and x.jid in out.first_eta else None,
+                      first_start_by=utcnow_naive(start_by[x.jid]) if x.jid in start_by else None,
                       created_at=utcnow_naive(x.arrival), updated_at=utcnow_naive(ended))
         session.add(row)
         for i, h in enumerate(out.hosts[x.jid]):

@@ -20,12 +20,19 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, insort
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
+START, TELL = 0, 1   # events of one second: the starts first (known to a lease told then)
 QUANTILE = 0.95   # the share of leases meant to start by their start-by
 WINDOW = 100      # a project's last started leases that count, and at most this many overdue ones
 MIN_OWN = 30      # a project with fewer samples than this uses everyone's
 FLOOR = 60        # a planned wait shorter than this counts as this (the ratio's denominator)
+
+
+def waits_from(told_at: int, asked_start: int) -> int:
+    """When the wait a lease is told begins: when it is told, or the start it asked for if later
+    (a lease asked for next week plans no wait until then)."""
+    return max(told_at, asked_start)
 
 
 def lateness_ratio(told_at: int, eta: int, at: int) -> float:
@@ -111,3 +118,24 @@ class StartBy:
         overdue = [lateness_ratio(told_at, eta, now)
                    for eta, _lease, told_at in queue[max(0, n_overdue - self.window):n_overdue]]
         return margin(self.own.get(project, ()), overdue, self.everyone, self.q, self.min_own)
+
+
+def told_start_bys(told: Iterable[tuple[str, str, int, int, int | None]],
+                   model: StartBy | None = None) -> dict[str, int]:
+    """The start-by each lease was told, from what had happened by then: `told` holds each lease
+    told an ETA that waited, (project, lease, told_at, eta, start; None: it has not started),
+    fed to the model in time order, a start before a tell at the same second. lease -> start-by."""
+    model = model or StartBy()
+    events = []
+    for project, lease, told_at, eta, start in told:
+        events.append((told_at, TELL, lease, project, eta))
+        if start is not None:
+            events.append((start, START, lease, project, eta))
+    events.sort(key=lambda e: e[:3])
+    by = {}
+    for t, kind, lease, project, eta in events:
+        if kind == TELL:
+            by[lease] = model.tell(project, lease, t, eta)
+        else:
+            model.started(lease, t)
+    return by

@@ -18,7 +18,7 @@ from gpu_tenancy.db.session import ledger_lock, to_epoch, utcnow_naive
 from gpu_tenancy.domain import fairshare, planner
 from gpu_tenancy.domain.held import held_until
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, Placement, Plan, PlannedLease, QuotaLimit
-from gpu_tenancy.domain.start_by import start_by
+from gpu_tenancy.domain.start_by import start_by, waits_from
 from gpu_tenancy.domain.states import RESERVING, LeaseState
 from gpu_tenancy.engine import held, limits, start_by_margins
 from gpu_tenancy.engine.events import record_transition
@@ -205,6 +205,7 @@ def expire(session: Session, row: m.Lease, now: int, actor: str) -> None:
 
 def commit_allocation(session: Session, row: m.Lease, planned: PlannedLease, now: int, actor: str) -> None:
     place = add_allocations(session, row, planned)
+    start_by_margins.record_start(session, row, place.start)
     hosts = ", ".join(sorted(set(place.hosts)))
     when = "now" if place.start <= now else f"at {rfc3339(place.start)}"
     why = f"GPUs reserved on {hosts}, starting {when}"
@@ -264,9 +265,9 @@ def write_queue_info(row: m.Lease, planned: PlannedLease, now: int, ratio: float
     # the promise its real start will be held against, never moved; flagged on every
     # changed row so that all of them still have the same columns (one batch)
     if row.first_eta is None and planned.eta is not None:
-        row.first_eta = values[1]
-        row.first_start_by = utcnow_naive(start_by(max(now, to_epoch(row.earliest_start)), planned.eta, ratio))
-    for column in ("first_eta", "first_start_by", "start_by_ratio"):
+        row.first_eta, row.eta_told_at = values[1], utcnow_naive(now)
+        row.first_start_by = utcnow_naive(start_by(waits_from(now, to_epoch(row.earliest_start)), planned.eta, ratio))
+    for column in ("first_eta", "first_start_by", "eta_told_at", "start_by_ratio"):
         flag_modified(row, column)
 
 

@@ -115,9 +115,8 @@ def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease
     place = fitted.planned.placement
     if place is not None and (place.start <= now or place.start == lr.earliest_start):
         return None   # the full replan commits it (and is the one to decide reclaims)
-    if ratio is None:
-        ratio = start_by_margins.ratio_of(start_by_margins.read(session), row.project_id)
-    ledger.write_queue_info(row, fitted.planned, now, ratio)
+    ledger.write_queue_info(row, fitted.planned, now,
+                            start_by_margins.ratio_now(session, row.project_id) if ratio is None else ratio)
     row.plan_seq = snapshot.inserted = seq
     snapshot.recent = recent.with_fit(seq, row)
     CREATE_REPLANS.labels("fitted").inc()

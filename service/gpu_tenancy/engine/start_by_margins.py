@@ -1,71 +1,80 @@
-"""Each project's start-by margin ratio (domain/start_by.py), computed from the database now and
-then by the engine and kept in the start_by_margins table, where a create (engine/ask_facts.py)
-and a replan (engine/ledger.py) read it to tell a waiting lease its start-by beside its ETA.
+"""Each project's start-by margin ratio (domain/start_by.py), computed by the engine once a
+minute and kept in start_by_margins, where a create (engine/ask_facts.py) and a replan
+(engine/ledger.py) read it to tell a waiting lease its start-by beside its ETA.
 
-The samples are the model's: a project's last WINDOW leases that waited and started (their
-lateness past the first ETA over the wait it planned), and its leases still waiting past that
-ETA, at how late they are so far. A lease's wait is counted from when it was asked for, or from
-the start it asked for if later (a reservation for next week plans no wait). Started means given
-its GPUs: scheduled with its start come, or any state after; a failed lease is left out (it may
-have failed while it waited). Only leases started within HORIZON count, so the read stays a range
-of the (project, start) index however long the history."""
+The samples are the model's. A lease told an ETA keeps when it was told (eta_told_at) until
+its first start; then the ledger records its lateness ratio as a start_by_samples row
+(`record_start`: its wait counted from the tell, or from its asked start if later) and clears
+eta_told_at, so a lease queued again after it ran is neither sampled twice nor overdue by an ETA
+long past. The overdue are the waiting leases past the ETA they were told, at how late they are so
+far. Each refresh keeps only each project's last WINDOW samples (and none older than HORIZON),
+so what it reads is bounded by the projects, not by how many leases start: one tenant starting
+many short leases makes it no slower for the others."""
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import datetime
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch, utcnow_naive
-from gpu_tenancy.domain.start_by import WINDOW, lateness_ratio, margin
-from gpu_tenancy.domain.states import WAITING, LeaseState
+from gpu_tenancy.domain.start_by import WINDOW, lateness_ratio, margin, waits_from
+from gpu_tenancy.domain.states import WAITING
 
 EVERY = 60             # seconds between two computations (the engine's tick: engine/lifecycle.py)
-HORIZON = 30 * 86400   # started leases older than this do not count
+HORIZON = 30 * 86400   # samples older than this do not count
 EVERYONE = ""          # the row of everyone's ratio
-S = LeaseState
-STARTED = [s.value for s in (S.SCHEDULED, S.PROVISIONING, S.ACTIVE, S.ENDING, S.PARKING, S.PARKED, S.RESUMING,
-                             S.ENDED, S.PREEMPTED)]
-L = m.Lease
+L, SAMPLE = m.Lease, m.StartBySample
 
 
-def wait_from(created_at: datetime, earliest_start: datetime) -> int:
-    """When a lease's wait began: when it was asked for, or the start it asked for if later."""
-    return max(to_epoch(created_at), to_epoch(earliest_start))
+def record_start(session: Session, row: m.Lease, start: int) -> None:
+    """`row` given its GPUs from `start`: if it is its first start since it was told an ETA, and it
+    waited, its lateness ratio is a sample; either way the tell is settled."""
+    if row.eta_told_at is None or row.first_eta is None:
+        return
+    told = waits_from(to_epoch(row.eta_told_at), to_epoch(row.earliest_start))
+    if start > told:   # one that starts as told waits for nothing
+        session.add(SAMPLE(lease_id=row.id, project_id=row.project_id, started_at=utcnow_naive(start),
+                           ratio=lateness_ratio(told, to_epoch(row.first_eta), start)))
+    row.eta_told_at = None
 
 
-def samples(session: Session, now: int) -> tuple[dict[str, list[tuple[int, float]]], dict[str, list[float]]]:
-    """Per project: its last WINDOW started leases that waited, (start, ratio), latest first;
-    and the ratios so far of the WINDOW of its waiting leases whose first ETA passed last."""
-    at, since = utcnow_naive(now), utcnow_naive(now - HORIZON)
-    rank = func.row_number().over(partition_by=L.project_id, order_by=(L.start_at.desc(), L.id.desc()))
-    ranked = select(L.project_id, L.created_at, L.earliest_start, L.first_eta, L.start_at, rank.label("rank")).where(
-        L.status.in_(STARTED), L.first_eta.is_not(None), L.start_at <= at, L.start_at > since,
-        L.start_at > L.created_at, L.start_at > L.earliest_start).subquery()
-    started: dict[str, list[tuple[int, float]]] = defaultdict(list)
-    for r in session.execute(select(ranked).where(ranked.c.rank <= WINDOW)
-                             .order_by(ranked.c.project_id, ranked.c.rank)):
-        start = to_epoch(r.start_at)
-        started[r.project_id].append((start, lateness_ratio(wait_from(r.created_at, r.earliest_start),
-                                                            to_epoch(r.first_eta), start)))
-    late: dict[str, list[tuple[int, float]]] = defaultdict(list)
-    for r in session.execute(select(L.project_id, L.created_at, L.earliest_start, L.first_eta).where(
-            L.status.in_([s.value for s in WAITING]), L.first_eta < at)):
+def prune(session: Session, now: int) -> None:
+    """Only each project's last WINDOW samples, of the last HORIZON, are kept."""
+    session.execute(delete(SAMPLE).where(SAMPLE.started_at <= utcnow_naive(now - HORIZON)))
+    rank = func.row_number().over(partition_by=SAMPLE.project_id,
+                                  order_by=(SAMPLE.started_at.desc(), SAMPLE.lease_id.desc()))
+    ranked = select(SAMPLE.lease_id, rank.label("rank")).subquery()
+    session.execute(delete(SAMPLE).where(SAMPLE.lease_id.in_(
+        select(ranked.c.lease_id).where(ranked.c.rank > WINDOW))).execution_options(synchronize_session=False))
+
+
+def samples(session: Session, now: int) -> tuple[dict[str, list[tuple[int, str, float]]], dict[str, list[float]]]:
+    """Per project: its samples (start, lease, ratio), latest first; and the ratios so far of the
+    WINDOW of its waiting leases whose told ETA passed last."""
+    started: dict[str, list[tuple[int, str, float]]] = defaultdict(list)
+    for row in session.execute(select(SAMPLE.project_id, SAMPLE.started_at, SAMPLE.lease_id, SAMPLE.ratio)
+                             .order_by(SAMPLE.project_id, SAMPLE.started_at.desc(), SAMPLE.lease_id.desc())):
+        started[row.project_id].append((to_epoch(row.started_at), row.lease_id, row.ratio))
+    late: dict[str, list[tuple[int, str, float]]] = defaultdict(list)
+    for r in session.execute(select(L.id, L.project_id, L.eta_told_at, L.earliest_start, L.first_eta).where(
+            L.status.in_([s.value for s in WAITING]), L.eta_told_at.is_not(None), L.first_eta < utcnow_naive(now))):
         eta = to_epoch(r.first_eta)
-        late[r.project_id].append((eta, lateness_ratio(wait_from(r.created_at, r.earliest_start), eta, now)))
-    overdue = {project: [ratio for _eta, ratio in sorted(pairs)[-WINDOW:]] for project, pairs in late.items()}
+        told = waits_from(to_epoch(r.eta_told_at), to_epoch(r.earliest_start))
+        late[r.project_id].append((eta, r.id, lateness_ratio(told, eta, now)))
+    overdue = {project: [ratio for _eta, _id, ratio in sorted(rows)[-WINDOW:]] for project, rows in late.items()}
     return dict(started), overdue
 
 
-def compute(started: dict[str, list[tuple[int, float]]], overdue: dict[str, list[float]]) -> dict[str, tuple[float, int]]:
+def compute(started: dict[str, list[tuple[int, str, float]]],
+            overdue: dict[str, list[float]]) -> dict[str, tuple[float, int]]:
     """Each project's (ratio, samples), and everyone's under EVERYONE."""
-    latest = sorted((pair for pairs in started.values() for pair in pairs), reverse=True)[:WINDOW]
-    everyone = [ratio for _start, ratio in latest]
+    latest = sorted((sample for rows in started.values() for sample in rows[:WINDOW]), reverse=True)[:WINDOW]
+    everyone = [ratio for _start, _lease, ratio in latest]
     ratios = {EVERYONE: (margin((), (), everyone), len(everyone))}
     for project in started.keys() | overdue.keys():
-        own = [ratio for _start, ratio in started.get(project, ())]
+        own = [ratio for _start, _lease, ratio in started.get(project, [])[:WINDOW]]
         late = overdue.get(project, [])
         ratios[project] = (margin(own, late, everyone), len(own) + len(late))
     return ratios
@@ -73,6 +82,7 @@ def compute(started: dict[str, list[tuple[int, float]]], overdue: dict[str, list
 
 def refresh(session: Session, now: int) -> dict[str, tuple[float, int]]:
     """Compute every project's ratio and keep them (the caller commits); returns them."""
+    prune(session, now)
     ratios = compute(*samples(session, now))
     session.execute(delete(m.StartByMargin))
     session.add_all(m.StartByMargin(project_id=project, ratio=ratio, samples=n, computed_at=utcnow_naive(now))
@@ -82,9 +92,15 @@ def refresh(session: Session, now: int) -> dict[str, tuple[float, int]]:
 
 def read(session: Session) -> dict[str, float]:
     """The ratios kept: project -> ratio (everyone's under EVERYONE)."""
-    return {project: ratio for project, ratio in session.execute(select(m.StartByMargin.project_id, m.StartByMargin.ratio))}
+    return {project: ratio for project, ratio in
+            session.execute(select(m.StartByMargin.project_id, m.StartByMargin.ratio))}
 
 
 def ratio_of(ratios: dict[str, float], project_id: str) -> float:
     """A project's ratio, else everyone's, else none (0: the start-by is the ETA)."""
     return ratios.get(project_id, ratios.get(EVERYONE, 0.0))
+
+
+def ratio_now(session: Session, project_id: str) -> float:
+    """A project's ratio as kept now (one read; a create has it from its facts already)."""
+    return ratio_of(read(session), project_id)

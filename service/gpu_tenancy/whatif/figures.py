@@ -1,5 +1,5 @@
 """What a replay gives, in the figures an operator compares: waits (P50, P90) overall,
-per project and GPU model and for leases of 8 GPUs or more, ETA kept, GPU use, Jain's
+per project and GPU model and for leases of 8 GPUs or more, ETA and start-by kept, GPU use, Jain's
 fairness over projects, the wait CDF; and, between two replays, who gains and who loses.
 
 A lease's wait is from the start it asked for (its creation, or a later asked start) to
@@ -12,6 +12,7 @@ from typing import Any
 
 from gpu_tenancy.domain.eta_honesty import eta_honesty
 from gpu_tenancy.domain.figures import percentile
+from gpu_tenancy.domain.start_by import told_start_bys
 from gpu_tenancy.whatif.event_loop import Outcome
 from gpu_tenancy.whatif.history import History
 
@@ -45,6 +46,14 @@ def cdf(values: Sequence[int], points: int = CDF_POINTS) -> list[list[float]]:
     return out
 
 
+def start_bys(history: History, out: Outcome) -> dict[str, int]:
+    """jid: the start-by each lease told an ETA that waited was told with it (domain/start_by.py),
+    its wait counted from its asked start, as the service counts it (engine/start_by_margins.py)."""
+    told = out.first_eta or {}
+    waited = (x for x in history.leases if x.jid in told and out.start.get(x.jid, x.start_asked + 1) > x.start_asked)
+    return told_start_bys((x.tenant, x.jid, x.start_asked, told[x.jid], out.start.get(x.jid)) for x in waited)
+
+
 def summary(history: History, out: Outcome) -> dict[str, Any]:
     w = waits(history, out)
     leases = [x for x in history.leases if x.jid in w]
@@ -60,6 +69,8 @@ def summary(history: History, out: Outcome) -> dict[str, Any]:
     waited = [x for x in leases if w[x.jid] > 0]
     told = out.first_eta or {}
     honesty = eta_honesty((told[x.jid], out.start[x.jid]) for x in waited if x.jid in told)
+    start_by = start_bys(history, out)
+    kept_start_by = eta_honesty((start_by[x.jid], out.start[x.jid]) for x in waited if x.jid in start_by)
     span = max(1, history.end - history.start)
     used = sum(x.gpus * max(0, min(history.end, out.start[x.jid] + x.runtime) - max(history.start, out.start[x.jid]))
                for x in leases)
@@ -70,6 +81,7 @@ def summary(history: History, out: Outcome) -> dict[str, Any]:
         "p50": percentile(all_w, 50), "p90": percentile(all_w, 90),
         "big_leases": len(big), "big_p90": percentile(big, 90),
         "eta_kept": None if honesty.kept_ratio is None else round(honesty.kept_ratio, 4),
+        "start_by_kept": None if kept_start_by.kept_ratio is None else round(kept_start_by.kept_ratio, 4),
         "gpu_use": round(used / (capacity * span), 4) if capacity else None,
         "jain": round(jain([sum(v) / len(v) for _, v in sorted(slowdown.items())]), 4),
         "groups": [{"project_id": p, "gpu_model": m, "leases": len(v), "p50": percentile(v, 50),

@@ -25,6 +25,7 @@ def text(r: dict[str, Any]) -> str:
     rows = [("wait P50", hms(cur["p50"]), hms(new["p50"])), ("wait P90", hms(cur["p90"]), hms(new["p90"])),
             (">=8 GPUs wait P90", hms(cur["big_p90"]), hms(new["big_p90"])),
             ("ETA kept", pct(cur["eta_kept"]), pct(new["eta_kept"])),
+            ("start-by kept", pct(cur["start_by_kept"]), pct(new["start_by_kept"])),
             ("GPU use", pct(cur["gpu_use"]), pct(new["gpu_use"])),
             ("Jain fairness", f"{cur['jain']:.3f}", f"{new['jain']:.3f}"),
             ("never started", str(cur["never_started"]), str(new["never_started"]))]
