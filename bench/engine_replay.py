@@ -31,7 +31,9 @@ from gpu_tenancy.db import migrate  # noqa: E402
 from gpu_tenancy.db import models as m  # noqa: E402
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive  # noqa: E402
 from gpu_tenancy.demo.seed import seed  # noqa: E402
+from gpu_tenancy.domain.eta_honesty import ETA_SLACK  # noqa: E402
 from gpu_tenancy.domain.planner import PlannerSettings  # noqa: E402
+from gpu_tenancy.domain.start_by import told_start_bys  # noqa: E402
 from gpu_tenancy.engine import quotas as quota_api  # noqa: E402
 
 import replay  # noqa: E402
@@ -111,9 +113,11 @@ def run_engine(jobs, n_hosts: int, limits, host_gpus: int, half_life: int, workd
         eta = collect()
     wall = time.perf_counter() - wall
     with session_scope(rt.sessions) as s:
-        first_eta = {by_lease[lid].jid: to_epoch(e) for lid, e in s.execute(select(m.Lease.id, m.Lease.first_eta))}
+        told = s.execute(select(m.Lease.id, m.Lease.first_eta, m.Lease.first_start_by)).all()
+    first_eta = {by_lease[lid].jid: to_epoch(e) for lid, e, _by in told}
+    start_by = {by_lease[lid].jid: to_epoch(by) for lid, _e, by in told if by is not None}
     rt.sessions.kw["bind"].dispose()
-    return {by_lease[lid].jid: st for lid, st in started.items()}, first_eta, wall
+    return {by_lease[lid].jid: st for lid, st in started.items()}, first_eta, start_by, wall
 
 
 def main(argv=None) -> int:
@@ -145,7 +149,7 @@ def main(argv=None) -> int:
     fast = simulate(jobs, n_hosts, GpuTenancy(limits, hl, settings=PlannerSettings(keep_etas=a.keep_etas)))
     fast_wall = time.perf_counter() - t
     with tempfile.TemporaryDirectory() as d:
-        eng, eng_eta, eng_wall = run_engine(jobs, n_hosts, limits, cfg["host_gpus"], hl, d, a.keep_etas)
+        eng, eng_eta, eng_by, eng_wall = run_engine(jobs, n_hosts, limits, cfg["host_gpus"], hl, d, a.keep_etas)
     same = sum(1 for j in jobs if eng.get(j.jid) == fast.start[j.jid])
     waited = sum(1 for j in jobs if fast.start[j.jid] > j.arrival)
     diffs = [(j.jid, fast.start[j.jid] - j.arrival, eng.get(j.jid, -1) - j.arrival)
@@ -158,6 +162,17 @@ def main(argv=None) -> int:
     told = [j for j in jobs if fast.start[j.jid] > j.arrival]
     same_eta = sum(1 for j in told if eng_eta.get(j.jid) == fast.first_eta.get(j.jid))
     print(f"same first ETA for the jobs that waited: {same_eta} of {len(told)}")
+    # the start-by the service told (its margins computed once a minute) against the model's,
+    # which learns at every start (bench/metrics.py), on the same leases
+    model_by = told_start_bys((j.tenant, j.jid, j.arrival, fast.first_eta[j.jid], fast.start[j.jid])
+                              for j in told if j.jid in fast.first_eta)
+    both = [j for j in told if j.jid in model_by and j.jid in eng_by and j.jid in eng]
+    if both:
+        kept_eng = sum(eng[j.jid] <= eng_by[j.jid] + ETA_SLACK for j in both) / len(both)
+        kept_model = sum(fast.start[j.jid] <= model_by[j.jid] + ETA_SLACK for j in both) / len(both)
+        same_by = sum(eng_by[j.jid] == model_by[j.jid] for j in both)
+        print(f"start-by: {same_by} of {len(both)} the same as the model's; kept: service {kept_eng:.1%}, "
+              f"model {kept_model:.1%}")
     print(f"wall: engine {eng_wall:.1f} s ({1000 * eng_wall / len(jobs):.0f} ms/job), "
           f"fast {fast_wall:.2f} s ({1000 * fast_wall / len(jobs):.1f} ms/job), ratio {eng_wall / fast_wall:.0f}x")
     for d in diffs[:10]:
