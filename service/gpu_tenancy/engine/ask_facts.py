@@ -2,8 +2,9 @@
 default image, how many leases the project and the user have waiting, the project's quota of
 the asked shape's GPU model, whether it has a budget of it, an unfinished lease of the project
 with the name asked, the hosts' GPU counts of that model, the ledger's counts (the fit's,
-engine/plan_insert.py) and the project's start-by margin ratio (engine/start_by_margins.py). Each was a statement of its own, a round trip and about a millisecond
-of SQLAlchemy and psycopg in every create (bench/api_load.py --waiting); engine/leases.py
+engine/plan_insert.py) and the project's start-by margin ratio (engine/start_by_margins.py).
+Each was a statement of its own, a round trip and about a millisecond of SQLAlchemy and
+psycopg in every create (bench/api_load.py --waiting); engine/leases.py
 checks them in the order it always did. Read afresh by every create: nothing is kept between
 requests, so an operator's change of the catalog, a quota or the hosts is seen by the next."""
 from __future__ import annotations
@@ -96,8 +97,9 @@ def read(session: Session, project_id: str, user_id: str, shape: str, name: str,
     """The facts for an ask of `shape` (quota, budget and hosts of its GPU model); the project's
     and the user's waiting leases counted up to one more than `most_project` and `most_user`."""
     (shapes, image, project, user, gpus, borrow, longest, budget, other, hosts, generation,
-     inserted, ratio) = session.execute(STATEMENT, {"project_id": project_id, "user_id": user_id, "shape": shape, "name": name,
-                                             "most_project": most_project + 1, "most_user": most_user + 1}).one()
+     inserted, ratio) = session.execute(STATEMENT, {"project_id": project_id, "user_id": user_id, "shape": shape,
+                                                    "name": name, "most_project": most_project + 1,
+                                                    "most_user": most_user + 1}).one()
     return AskFacts(offered_shapes(shapes), image, project, user,
                     None if gpus is None else QuotaLimits(gpus, borrow, longest),
                     budget is not None, None if other is None else pair(other),
