@@ -50,7 +50,9 @@ def start_bys(history: History, out: Outcome) -> dict[str, int]:
     """jid: the start-by each lease told an ETA that waited was told with it (domain/start_by.py),
     its wait counted from its asked start, as the service counts it (engine/start_by_margins.py)."""
     told = out.first_eta or {}
-    waited = (x for x in history.leases if x.jid in told and out.start.get(x.jid, x.start_asked + 1) > x.start_asked)
+    # waited: started after its asked start, or not started at all (it waits still)
+    waited = (x for x in history.leases
+              if x.jid in told and (x.jid not in out.start or out.start[x.jid] > x.start_asked))
     return told_start_bys((x.tenant, x.jid, x.start_asked, told[x.jid], out.start.get(x.jid)) for x in waited)
 
 
