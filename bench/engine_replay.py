@@ -44,8 +44,10 @@ from gpu_tenancy.whatif.planner_sched import MODEL, GpuTenancy, quota_limits  # 
 
 
 def run_engine(jobs, n_hosts: int, limits, host_gpus: int, half_life: int, workdir: str, keep_etas: bool = False
-               ) -> tuple[dict, dict, float]:
-    """Each job's start and first ETA (leases.first_eta, None if it never waited), and the wall time."""
+               ) -> tuple[dict, dict, dict, float, dict]:
+    """Each job's start, first ETA (leases.first_eta, None if it never waited) and first start-by,
+    the wall time, and the jobs the engine ended early (reclaimed or preempted) with the end their
+    notice gave them."""
     url = f"sqlite:///{os.path.join(workdir, 'replay.db')}"
     migrate.upgrade(url)
     clock = VirtualClock(jobs[0].arrival)
@@ -86,10 +88,15 @@ def run_engine(jobs, n_hosts: int, limits, host_gpus: int, half_life: int, workd
                 m.Lease.id.in_([k for k in by_lease if k not in started]))).all()
             eta = min((to_epoch(e) for e in s.scalars(select(m.Lease.queue_eta).where(
                 m.Lease.status == "queued", m.Lease.queue_eta.is_not(None)))), default=None)
+            # a lease told to end early (a reclaim) ends at its notice's end: an event, as its own end is
+            cut = s.execute(select(m.Lease.id, m.Lease.early_end_at).where(
+                m.Lease.status == "active", m.Lease.early_end_at.is_not(None))).all()
         for lid, st, status in rows:
             if status not in ("queued", "requested") and st is not None:
                 started[lid] = to_epoch(st)
                 ends[lid] = to_epoch(st) + by_lease[lid].runtime
+        for lid, at in cut:
+            ends[lid] = min(ends[lid], to_epoch(at))
         return eta
 
     eta = None
@@ -114,10 +121,12 @@ def run_engine(jobs, n_hosts: int, limits, host_gpus: int, half_life: int, workd
     wall = time.perf_counter() - wall
     with session_scope(rt.sessions) as s:
         told = s.execute(select(m.Lease.id, m.Lease.first_eta, m.Lease.first_start_by)).all()
+        cut = s.execute(select(m.Lease.id, m.Lease.early_end_at).where(m.Lease.early_end_at.is_not(None))).all()
     first_eta = {by_lease[lid].jid: to_epoch(e) for lid, e, _by in told}
     start_by = {by_lease[lid].jid: to_epoch(by) for lid, _e, by in told if by is not None}
     rt.sessions.kw["bind"].dispose()
-    return {by_lease[lid].jid: st for lid, st in started.items()}, first_eta, start_by, wall
+    ended_early = {by_lease[lid].jid: to_epoch(at) for lid, at in cut}
+    return {by_lease[lid].jid: st for lid, st in started.items()}, first_eta, start_by, wall, ended_early
 
 
 def main(argv=None) -> int:
@@ -149,7 +158,8 @@ def main(argv=None) -> int:
     fast = simulate(jobs, n_hosts, GpuTenancy(limits, hl, settings=PlannerSettings(keep_etas=a.keep_etas)))
     fast_wall = time.perf_counter() - t
     with tempfile.TemporaryDirectory() as d:
-        eng, eng_eta, eng_by, eng_wall = run_engine(jobs, n_hosts, limits, cfg["host_gpus"], hl, d, a.keep_etas)
+        eng, eng_eta, eng_by, eng_wall, eng_cut = run_engine(jobs, n_hosts, limits, cfg["host_gpus"], hl, d,
+                                                             a.keep_etas)
     same = sum(1 for j in jobs if eng.get(j.jid) == fast.start[j.jid])
     waited = sum(1 for j in jobs if fast.start[j.jid] > j.arrival)
     diffs = [(j.jid, fast.start[j.jid] - j.arrival, eng.get(j.jid, -1) - j.arrival)
@@ -162,6 +172,9 @@ def main(argv=None) -> int:
     told = [j for j in jobs if fast.start[j.jid] > j.arrival]
     same_eta = sum(1 for j in told if eng_eta.get(j.jid) == fast.first_eta.get(j.jid))
     print(f"same first ETA for the jobs that waited: {same_eta} of {len(told)}")
+    # borrowed GPUs reclaimed for a lease within its quota (quotas 'quota' only: open ones lend nothing)
+    print(f"ended early by a reclaim: engine {len(eng_cut)}, fast replay {len(fast.ended_early)}, "
+          f"at the same second {sum(fast.ended_early.get(j) == at for j, at in eng_cut.items())}")
     # the start-by the service told (its margins computed once a minute) against the model's,
     # which learns at every start (bench/metrics.py), on the same leases
     model_by = told_start_bys((j.tenant, j.jid, j.arrival, fast.first_eta[j.jid], fast.start[j.jid])
@@ -177,7 +190,7 @@ def main(argv=None) -> int:
           f"fast {fast_wall:.2f} s ({1000 * fast_wall / len(jobs):.1f} ms/job), ratio {eng_wall / fast_wall:.0f}x")
     for d in diffs[:10]:
         print(f"  differs: {d[0]} wait fast {d[1]} s, engine {d[2]} s")
-    return 0 if same == len(jobs) and same_eta == len(told) else 1
+    return 0 if same == len(jobs) and same_eta == len(told) and eng_cut == fast.ended_early else 1
 
 
 if __name__ == "__main__":

@@ -54,9 +54,9 @@ def summarize(out, jobs, shares: dict[str, float], capacity: int) -> dict:
     waits = np.array([out.start[j.jid] - j.arrival for j in jobs], dtype=float)
     big = np.array([out.start[j.jid] - j.arrival for j in jobs if j.gpus >= BIG_GPUS], dtype=float)
     lo, hi = jobs[0].arrival, jobs[-1].arrival + 1          # the submission window
-    end_all = max(out.start[j.jid] + j.runtime for j in jobs)
+    end_all = max(out.end(j) for j in jobs)
     # GPU use over time (hourly), and its mean over the submission window
-    busy = [(out.start[j.jid], out.start[j.jid] + j.runtime, j.gpus) for j in jobs]
+    busy = [(out.start[j.jid], out.end(j), j.gpus) for j in jobs]
     hours, use = hourly(busy, lo, end_all)
     in_win = hours < hi
     r = {
@@ -82,8 +82,8 @@ def summarize(out, jobs, shares: dict[str, float], capacity: int) -> dict:
     per_t_use, per_t_want = defaultdict(list), defaultdict(list)
     for j in jobs:
         s = out.start[j.jid]
-        per_t_use[j.tenant].append((s, s + j.runtime, j.gpus))
-        per_t_want[j.tenant].append((j.arrival, s + j.runtime, j.gpus))
+        per_t_use[j.tenant].append((s, out.end(j), j.gpus))
+        per_t_want[j.tenant].append((j.arrival, out.end(j), j.gpus))
     sat = []
     for t in per_t_use:
         _, u = hourly(per_t_use[t], lo, hi)

@@ -200,7 +200,7 @@ def run_whatif(args) -> int:
     import json
 
     from gpu_tenancy.db.session import make_engine, make_sessionmaker, session_scope
-    from gpu_tenancy.engine import whatif_history
+    from gpu_tenancy.engine import early_ends, whatif_history
     from gpu_tenancy.engine.planner_settings import from_config
     from gpu_tenancy.whatif import changes, report
     from gpu_tenancy.whatif.compare import what_if
@@ -229,7 +229,7 @@ def run_whatif(args) -> int:
         if not proposed:
             print("gpu-tenancy whatif: give at least one --set KEY=VALUE", file=sys.stderr)
             return 2
-        result = what_if(history, settings, proposed)
+        result = what_if(history, settings, proposed, reclaim=early_ends.settings(config))
     except (ValueError, OSError) as exc:   # a bad change, too long a window, an unreadable file
         print(f"gpu-tenancy whatif: {exc}", file=sys.stderr)
         return 2

@@ -2,6 +2,10 @@
 extension windows. Every expected figure was worked out by hand."""
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
+
 from gpu_tenancy.domain import budget
 from gpu_tenancy.domain.extension import window_refusal
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit
@@ -96,6 +100,17 @@ def test_reclaim_takes_the_lowest_priority_first():
              held("lo", "h1", 4, "borrower", start=NOW - 4 * H, borrowing=True, priority=-10)]
     _, result = decide(hs, holds, [asked("l4", 4, "lender")])
     assert victims(result) == ["lo"]
+
+
+@pytest.mark.parametrize("ids", [("a", "z"), ("z", "a")])
+def test_of_borrowers_started_the_same_second_the_one_asked_for_last_goes(ids):
+    # not the one whose (random) lease id sorts first: the same history reclaims the same lease
+    first, last = ids
+    hs = hosts("h1")
+    holds = [replace(held(first, "h1", 4, "borrower", start=NOW - 2 * H, borrowing=True), asked=(NOW - 3 * H, 7)),
+             replace(held(last, "h1", 4, "borrower", start=NOW - 2 * H, borrowing=True), asked=(NOW - 3 * H, 9))]
+    _, result = decide(hs, holds, [asked("l4", 4, "lender")])
+    assert victims(result) == [last]
 
 
 def test_reclaim_of_several_leases_when_no_single_one_will_do():

@@ -12,7 +12,7 @@ from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.api.validation import check_identifier, json_body
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch
-from gpu_tenancy.engine import whatif_history, whatif_jobs
+from gpu_tenancy.engine import early_ends, whatif_history, whatif_jobs
 from gpu_tenancy.timeutil import rfc3339
 from gpu_tenancy.whatif.changes import MAX_CHANGES
 
@@ -51,7 +51,7 @@ def create() -> ResponseReturnValue:
     body = json_body(CREATE)
     run = rt.runtime()
     job_id, _ = whatif_jobs.start(run.sessions, run.clock, run.planner_settings, float(body.get("days", 30)),
-                                  body["changes"], rt.caller().user_id)
+                                  body["changes"], rt.caller().user_id, early_ends.settings(run.config))
     with rt.transaction() as session:
         return {"whatif": render(whatif_jobs.get(session, job_id))}, 202
 

@@ -63,10 +63,13 @@ def seed_history(session: Session, now: int, days: float = 30, per_day: float = 
     written = 0
     for x in leases:
         began = out.start.get(x.jid)
-        if began is None or began + x.runtime > now:
+        if began is None or out.end(x) > now:
             continue
-        ended = began + x.runtime
-        row = m.Lease(id=x.jid, name=f"history-{x.seq}", project_id=x.tenant, user_id="demo", status="ended",
+        ended = out.end(x)
+        cut = x.jid in out.ended_early   # reclaimed for a lease within its project's quota
+        row = m.Lease(id=x.jid, name=f"history-{x.seq}", project_id=x.tenant, user_id="demo",
+                      status="preempted" if cut else "ended",
+                      early_end_at=utcnow_naive(ended) if cut else None, early_end_kind="reclaimed" if cut else None,
                       shape=shape_of[(x.gpu_model, x.gpus_per_vm)], gpu_model=x.gpu_model,
                       gpus_per_vm=x.gpus_per_vm, instances=x.vms, duration=x.duration,
                       earliest_start=utcnow_naive(x.arrival), start_at=utcnow_naive(began),

@@ -31,6 +31,9 @@ class Hold:
     preemptible: bool = False     # runs on idle capacity outside quota; ended whenever needed
     priority: int = 0             # the lease's: reclaim takes the lowest first
     allowance: int = 0            # `end` is the planned end plus this (the cloud's release time)
+    # its lease's place in the order of asking (created_at, then the arrival sequence): of two
+    # borrowers started the same second, the one asked for later is reclaimed first
+    asked: tuple[int, int] = (0, 0)
 
 
 @dataclass(frozen=True)

@@ -237,9 +237,10 @@ def _borrowing_note(hs: list[Hold], why: str) -> str:
     return f"project {h0.project_id} is borrowing {gpus} {h0.gpu_model} until {until}; {why}"
 
 
-def _victim_order(h: Hold) -> tuple[bool, int, int, str]:
-    """Preemptible first, then lowest priority, newest first."""
-    return (not h.preemptible, h.priority, -h.start, h.lease_id)
+def _victim_order(h: Hold) -> tuple[bool, int, int, int, int, str]:
+    """Preemptible first, then lowest priority, newest first: started last, then asked for last
+    (a lease id is random: the order would change from one run of the same history to the next)."""
+    return (not h.preemptible, h.priority, -h.start, -h.asked[0], -h.asked[1], h.lease_id)
 
 
 def _fewest(ordered: list[str], fits: Callable[[list[str]], bool]) -> list[str] | None:

@@ -92,7 +92,8 @@ def load_allocations(session: Session, now: int, half_life: int,
     a = m.Allocation
     rows = session.execute(
         select(a.lease_id, a.project_id, a.host, a.gpu_model, a.gpus, a.start_at, a.end_at, a.borrowing,
-               m.Lease.status, m.Lease.preemptible, m.Lease.priority).join(m.Lease)
+               m.Lease.status, m.Lease.preemptible, m.Lease.priority, m.Lease.created_at, m.Lease.arrival)
+        .join(m.Lease)
         .where(m.Lease.status.in_(holding) | ((a.end_at > since) & (a.start_at < until))))
     holds, records, unreleased = [], [], set()
     for r in rows:
@@ -101,7 +102,8 @@ def load_allocations(session: Session, now: int, half_life: int,
             if r.status == S.ENDING.value or (end <= now and r.status != S.SCHEDULED.value):
                 unreleased.add(r.host)
             holds.append(Hold(r.lease_id, r.project_id, r.host, r.gpu_model, r.gpus, start,
-                              held_until(end, now, allowance), r.borrowing, r.preemptible, r.priority, allowance))
+                              held_until(end, now, allowance), r.borrowing, r.preemptible, r.priority, allowance,
+                              (to_epoch(r.created_at), r.arrival or 0)))
         if r.end_at > since and r.start_at < until:
             records.append((r.project_id, r.gpu_model, r.gpus, start, end))
     gone = held.releasing(session, now, allowance)   # VMs of re-placed leases the cloud still releases

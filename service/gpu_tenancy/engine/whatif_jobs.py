@@ -20,6 +20,7 @@ from gpu_tenancy import error_codes as codes
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, utcnow_naive
 from gpu_tenancy.domain.planner import PlannerSettings
+from gpu_tenancy.domain.reclaim import ReclaimSettings
 from gpu_tenancy.engine import whatif_history
 from gpu_tenancy.errors import BadRequest, Conflict, NotFound
 from gpu_tenancy.whatif import changes as ch
@@ -53,7 +54,8 @@ def prepare(session: Session, now: int, settings: PlannerSettings, days: float,
 
 
 def start(sessions: sessionmaker[Session], clock: Any, settings: PlannerSettings, days: float,
-          changes: Sequence[str], user: str | None) -> tuple[str, threading.Thread]:
+          changes: Sequence[str], user: str | None,
+          reclaim: ReclaimSettings = ReclaimSettings()) -> tuple[str, threading.Thread]:
     """Make the job and start its thread; 400 for a bad change or too large a window, 409 while
     another job runs."""
     with session_scope(sessions) as session:
@@ -76,14 +78,14 @@ def start(sessions: sessionmaker[Session], clock: Any, settings: PlannerSettings
             session.flush()
         except IntegrityError:   # another request made one meanwhile
             raise Conflict("another what-if started meanwhile: one at a time", codes.WHATIF_RUNNING) from None
-    thread = threading.Thread(target=run, args=(sessions, clock, job_id, history, settings, proposed),
+    thread = threading.Thread(target=run, args=(sessions, clock, job_id, history, settings, proposed, reclaim),
                               name=f"whatif-{job_id[:8]}", daemon=True)
     thread.start()
     return job_id, thread
 
 
 def run(sessions: sessionmaker[Session], clock: Any, job_id: str, history: History,
-        settings: PlannerSettings, proposed: Sequence[ch.Change]) -> None:
+        settings: PlannerSettings, proposed: Sequence[ch.Change], reclaim: ReclaimSettings = ReclaimSettings()) -> None:
     began = last = time.monotonic()
 
     def progress(done: float) -> None:
@@ -101,7 +103,7 @@ def run(sessions: sessionmaker[Session], clock: Any, job_id: str, history: Histo
     result: dict[str, Any] | None = None
     error = None
     try:
-        result = what_if(history, settings, proposed, progress)
+        result = what_if(history, settings, proposed, progress, reclaim)
     except TimeLimit as exc:
         error = str(exc)
     except Exception as exc:   # the job says it failed; the process goes on

@@ -4,7 +4,8 @@ the wake-ups a scheduler asks for, on virtual time (no sleeping).
 Semantics are the engine's: at an instant, all jobs that end release their
 GPUs first and the scheduler decides once; then each arrival is submitted
 and the scheduler decides after each (the API replans on every new lease).
-A job holds its GPUs from its start until its real end (start + runtime); a
+A job holds its GPUs from its start until its real end (start + runtime), or
+until the earlier end a scheduler gave it (the engine's reclaim: take_cuts); a
 scheduler only sees the duration the lease asked for (Job.duration).
 """
 from __future__ import annotations
@@ -31,6 +32,11 @@ class Outcome:
     decisions: int = 0                         # schedule() calls
     extra: dict = field(default_factory=dict)  # scheduler-specific figures (plans run, ...)
     first_eta: dict[str, int] | None = None    # jid -> the ETA given when it was submitted (None: none given)
+    ended_early: dict[str, int] = field(default_factory=dict)   # jid -> when a scheduler's cut ended it
+
+    def end(self, job) -> int:
+        """When a started job gave its GPUs back: its real end, or the earlier one a cut gave it."""
+        return self.ended_early.get(job.jid, self.start[job.jid] + job.runtime)
 
 
 class Scheduler:
@@ -48,6 +54,9 @@ class Scheduler:
     def oldest_waiting(self):
         """The waiting job that arrived first (None: nothing waits)."""
         raise NotImplementedError
+    def take_cuts(self) -> list[tuple[str, int]]:
+        """Running jobs to end earlier than their real end, decided since last asked: (jid, when)."""
+        return []
     def stats(self) -> dict:
         return {}
 
@@ -64,6 +73,10 @@ def simulate(jobs, n_hosts: int | Cluster, sched: Scheduler, progress: float | N
     seq = len(jobs)
     wakes: set[int] = set()
     running: dict[str, tuple] = {}            # jid -> (job, hosts, start)
+    ends: dict[str, int] = {}                 # jid -> when a running job ends (its END events at other times are void)
+
+    def void(entry) -> bool:
+        return entry[1] == END and ends.get(entry[3].jid) != entry[0]
     out = Outcome(sched.name, {}, {}, cluster)
     t_prev, frag_now = jobs[0].arrival if jobs else 0, 0
     wall0 = last = time.perf_counter()
@@ -72,7 +85,10 @@ def simulate(jobs, n_hosts: int | Cluster, sched: Scheduler, progress: float | N
             last = time.perf_counter()
             print(f"    {sched.name}: day {(t_prev - jobs[0].arrival) / 86400:.1f}, {len(out.start)} of "
                   f"{len(jobs)} started, {last - wall0:.0f} s wall", flush=True)
-        t, kind, _, job = heapq.heappop(heap)
+        entry = heapq.heappop(heap)
+        if void(entry):
+            continue   # the end of a job a cut ended earlier, or that ended before its cut
+        t, kind, _, job = entry
         if on_time is not None:
             on_time(t)
         if t > t_prev:
@@ -80,8 +96,11 @@ def simulate(jobs, n_hosts: int | Cluster, sched: Scheduler, progress: float | N
             t_prev = t
         if kind == END:
             _, hosts, _ = running.pop(job.jid)
+            del ends[job.jid]
             cluster.give(hosts, job.gpus_per_vm, t)
             sched.finished(job, t)
+            while heap and void(heap[0]):
+                heapq.heappop(heap)
             if heap and heap[0][0] == t and heap[0][1] == END:
                 continue   # all ends of this instant first, then one decision
         elif kind == ARRIVE:
@@ -95,7 +114,13 @@ def simulate(jobs, n_hosts: int | Cluster, sched: Scheduler, progress: float | N
             running[sj.jid] = (sj, hosts, t)
             out.start[sj.jid], out.hosts[sj.jid] = t, list(hosts)
             seq += 1
+            ends[sj.jid] = t + sj.runtime
             heapq.heappush(heap, (t + sj.runtime, END, seq, sj))
+        for jid, at in sched.take_cuts():
+            if jid in running and t < at < ends[jid]:
+                ends[jid] = out.ended_early[jid] = at
+                seq += 1
+                heapq.heappush(heap, (at, END, seq, running[jid][0]))
         if wake is not None and wake > t and wake not in wakes:
             wakes.add(wake)
             seq += 1

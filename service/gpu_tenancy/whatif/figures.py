@@ -74,7 +74,7 @@ def summary(history: History, out: Outcome) -> dict[str, Any]:
     start_by = start_bys(history, out)
     kept_start_by = eta_honesty((start_by[x.jid], out.start[x.jid]) for x in waited if x.jid in start_by)
     span = max(1, history.end - history.start)
-    used = sum(x.gpus * max(0, min(history.end, out.start[x.jid] + x.runtime) - max(history.start, out.start[x.jid]))
+    used = sum(x.gpus * max(0, min(history.end, out.end(x)) - max(history.start, out.start[x.jid]))
                for x in leases)
     capacity = sum(h.gpus for h in history.hosts if h.enabled)
     return {

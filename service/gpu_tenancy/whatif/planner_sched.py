@@ -21,9 +21,11 @@ from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, Plan, QuotaLimit
 from gpu_tenancy.domain.plan_insert import Planned, PlanBook
 from gpu_tenancy.domain.planner import PlannerSettings, order_key, plan
 from gpu_tenancy.domain.queued_charge import queued_charges
+from gpu_tenancy.domain.reclaim import ReclaimSettings
 from gpu_tenancy.whatif.event_loop import Scheduler
 from gpu_tenancy.whatif.kept_plans import FittedBook, KeptPlan, keeps_order, order_of
 from gpu_tenancy.whatif.promise import breaches, promised_ids, shape_order, with_promises
+from gpu_tenancy.whatif.reclaims import Reclaims
 
 MODEL = "GPU"
 BREACH_ROUNDS = 8   # promise='breach': plans made again at most this often in one decision
@@ -54,7 +56,8 @@ class GpuTenancy(Scheduler):
                  fairshare: bool = True, aging: int | None = None,
                  settings: PlannerSettings = PlannerSettings(), promise: str | None = None,
                  horizon: int = 0, skip_settled: bool = True,
-                 insert_min_waiting: int | None = INSERT_MIN_WAITING, lazy: bool = True):
+                 insert_min_waiting: int | None = INSERT_MIN_WAITING, lazy: bool = True,
+                 reclaim: ReclaimSettings | None = ReclaimSettings()):
         self.name = name
         # the planner's settings (the wait bound among them); the service's defaults unless given
         self.settings = replace(settings, fairshare_half_life=half_life)
@@ -115,6 +118,11 @@ class GpuTenancy(Scheduler):
         # (domain/lazy_plan.py; the rest when a fit reads the plan), and fit arrivals into that
         # plan's own state rather than a rebuilt one: the same decisions, less CPU
         self.lazy = lazy
+        # the engine's reclaim of borrowed GPUs (its defaults unless given; None: never): only quotas
+        # with borrowing let a job borrow, so with the trace replay's open quotas it never acts
+        self.reclaims = Reclaims(reclaim) if reclaim is not None else None
+        self.submitted = 0
+        self.asked: dict[str, tuple[int, int]] = {}   # a job's Hold.asked, until it ends
 
     def submit(self, job, now):
         if self.t0 is None:
@@ -123,6 +131,9 @@ class GpuTenancy(Scheduler):
         if self.first_eta is not None:
             self.unplanned.add(job.jid)
         self.requests[job.jid] = self.request(job)
+        # its place in the order of asking, as the engine keeps it (created_at, then the arrival sequence)
+        self.submitted += 1
+        self.asked[job.jid] = (job.arrival, self.submitted)
         shape = (job.gpus_per_vm, job.vms)
         self.shapes[shape] = self.shapes.get(shape, 0) + 1
         self.tenants[job.tenant] = self.tenants.get(job.tenant, 0) + 1
@@ -138,10 +149,13 @@ class GpuTenancy(Scheduler):
         if now != s + job.duration:   # ended before the end it held: the next plan has more room
             self.settled = False
         self.holds.pop(job.jid, None)
+        self.asked.pop(job.jid, None)
         self.e_start.pop(job.jid, None)
         key = self.usage_key(job)
         self.done_usage[key] = self.done_usage.get(key, 0.0) + job.gpus * self._integral(s, now)
         self.borrowing.discard(job.jid)
+        if self.reclaims is not None:
+            self.reclaims.finished(job.jid)
         self.last_plan = self.book = None   # its holds went: the engine plans again before the next fit
 
     def usage_key(self, job) -> tuple[str, str]:
@@ -170,6 +184,80 @@ class GpuTenancy(Scheduler):
 
     def oldest_waiting(self):
         return next(iter(self.waiting.values()), None)
+
+    def take_cuts(self) -> list[tuple[str, int]]:
+        return self.reclaims.take_cuts() if self.reclaims is not None else []
+
+    def _may_reclaim(self, now, running) -> frozenset[str]:
+        """The running jobs a decision now may end early (empty: none, so a plan of now decides
+        only starts, and the decisions skipped or answered by a fit are the same without it)."""
+        rc = self.reclaims
+        if rc is None or not self.borrowing:
+            return frozenset()
+        takeable = rc.takeable(running, self.borrowing)
+        deadline = now + rc.settings.notice
+        return takeable if any(st + job.duration > deadline for jid in takeable
+                               for job, _hosts, st in (running[jid],)) else frozenset()
+
+    def _reclaim(self, now, running, holds, asked, usage, p: Plan, takeable):
+        """The engine's reclaim after plan `p` (early_ends.replan): borrowing jobs told to end at
+        the notice's end. The holds then (theirs cut), whether any was, and the earliest start the
+        reclaims announced for later (a wake-up: the engine's queue ETA)."""
+        rc = self.reclaims
+        assert rc is not None and self.hosts is not None
+        decided = rc.decide(now, self.hosts, holds, self.quotas, asked, usage, p, takeable, self.settings)
+        if decided.ends:
+            for end in decided.ends:
+                self.holds[end.lease_id] = rc.cut(end.lease_id, self.holds[end.lease_id])
+            cut = {end.lease_id for end in decided.ends}
+            holds = [c for h in holds for c in (rc.cut(h.lease_id, [h]) if h.lease_id in cut else (h,))]
+            self.last_plan = self.book = None   # made with the holds before the cut
+        return holds, bool(decided.ends), min(decided.etas.values(), default=None)
+
+    def _reclaim_after_starts(self, now, running, cluster, holds, starts, usage, p: Plan, takeable,
+                              wake, reclaim_wake):
+        """The rest of the engine's pass whose plan `p` started `starts` (early_ends.replan): the
+        reclaim reads those as holds, no longer waiting, and if it ends any lease early the plan is
+        made again, and what that one starts now is started too. More starts, the earliest planned
+        start, and the earliest start announced for a later reclaim."""
+        assert self.hosts is not None
+        holds = holds + self._held_from_now(starts, cluster, now)
+        waiting = [self.requests[jid] for jid in self.waiting]
+        holds, cut, later = self._reclaim(now, running, holds, waiting, usage, p, takeable)
+        more: list = []
+        if cut and waiting:
+            p = plan(now, self.hosts, holds, self.quotas, waiting, usage, self.settings, explain=False)
+            self.plans += 1
+            more, wake = self._start_now(p, now, cluster)
+        return more, wake, min((w for w in (reclaim_wake, later) if w is not None), default=None)
+
+    def _held_from_now(self, starts, cluster, now: int) -> list[Hold]:
+        """The holds of jobs started now (as the next plan of this instant reads them)."""
+        return [Hold(job.jid, job.tenant, cluster.names[h], self.usage_key(job)[1], job.gpus_per_vm, now,
+                     now + job.duration, job.jid in self.borrowing, asked=self.asked[job.jid])
+                for job, hosts in starts for h in hosts]
+
+    def _reclaim_before_arrivals(self, now, running, holds, usage, takeable):
+        """The engine's pass at this instant before the arrivals' requests (it runs at every event,
+        and the API then fits each arrival into the plan as that pass left it): the reclaims it
+        decides for the leases waiting before them. The holds then, and its announced start."""
+        before = [self.requests[jid] for jid in self.waiting if jid not in self.unplanned]
+        if not before:
+            return holds, None
+        assert self.hosts is not None
+        p0 = plan(now, self.hosts, holds, self.quotas, before, usage, self.settings, explain=False)
+        self.plans += 1
+        # what it starts is held, no longer waiting, when it reclaims (the starts themselves are this
+        # decision's own plan's, with the arrivals: the same here, as bench/engine_replay.py checks)
+        starting = {lid: (pl.placement.hosts, pl.borrowing) for lid, pl in p0.leases.items()
+                    if pl.placement is not None and pl.placement.start <= now}
+        held = [Hold(lr.lease_id, lr.project_id, host, lr.gpu_model, lr.gpus_per_vm, now, now + lr.duration,
+                     borrowing, asked=self.asked[lr.lease_id])
+                for lr in before if lr.lease_id in starting
+                for hosts, borrowing in (starting[lr.lease_id],) for host in hosts]
+        rest = [lr for lr in before if lr.lease_id not in starting]
+        holds, _cut, wake = self._reclaim(now, running, holds + held, rest, usage, p0, takeable)
+        return [h for h in holds if h.lease_id not in starting], wake
 
     def stats(self):
         return {"plans": self.plans, "plan_seconds": self.plan_seconds, "skipped_full": self.skipped,
@@ -314,8 +402,9 @@ class GpuTenancy(Scheduler):
     def schedule(self, now, cluster, running):
         if not self.waiting:
             return [], None
+        takeable = self._may_reclaim(now, running)
         # (with keep_etas a plan also guards leases, which the engine keeps: not this skip, _settled's)
-        if not self.unplanned and not self.settings.keep_etas and not any(cluster.usable_by(g, n)
+        if not self.unplanned and not self.settings.keep_etas and not takeable and not any(cluster.usable_by(g, n)
                                                                            for g, n in self.shapes):
             # Nothing can start now whatever the plan says: no waiting lease fits even in the
             # GPUs free now, and none will until a running job ends, which is an event that
@@ -335,22 +424,29 @@ class GpuTenancy(Scheduler):
             if mine is None or mine[0].end <= now:   # an end past now: held one second more
                 mine = self.holds[job.jid] = [
                     Hold(job.jid, job.tenant, cluster.names[h], self.usage_key(job)[1], job.gpus_per_vm, st,
-                         max(st + job.duration, now + 1), job.jid in self.borrowing) for h in hosts]
+                         max(st + job.duration, now + 1), job.jid in self.borrowing,
+                         asked=self.asked[job.jid]) for h in hosts]
+                if self.reclaims is not None:
+                    mine = self.holds[job.jid] = self.reclaims.cut(job.jid, mine)
             holds += mine
         waiting = [self.requests[jid] for jid in self.waiting]
         if self.aging is not None:
             waiting = [replace(r, priority=1) if now - r.created_at >= self.aging else r for r in waiting]
         full = cluster.free_total == 0
+        early_wake = None
+        if takeable and self.unplanned:
+            holds, early_wake = self._reclaim_before_arrivals(now, running, holds, usage, takeable)
+            takeable = self._may_reclaim(now, running)
         fit = self._fit_arrivals(now, holds, usage, full)
         fitted = None
         if fit is not None:   # (at least insert_min_waiting planned: the service tells the fit's ETA)
             fitted, exact = fit
-            if full:
+            if full and not takeable:
                 self._told(fitted)
                 self.inserted += len(fitted)
                 self.next_start = min((s for s in (self.next_start, *fitted.values()) if s is not None), default=None)
                 return [], None   # told by the fit alone: nothing can start on a full cluster
-            elif exact and (self.next_start is None or self.next_start > now):
+            elif exact and not takeable and (self.next_start is None or self.next_start > now):
                 # The plan with the fits is the full plan of this decision (each went last in
                 # the order), and it starts nothing now: the plan is not made again.
                 self._told(fitted)
@@ -364,7 +460,7 @@ class GpuTenancy(Scheduler):
         promise = self.promise
         told = self.first_eta if promise and self.first_eta is not None else None
         asked = waiting
-        lazy = self.lazy and promise is None and not self.settings.keep_etas
+        lazy = self.lazy and promise is None and not self.settings.keep_etas and not takeable
         next_start: int | None = None   # lazy: the whole plan's earliest start after now
         for _ in range(BREACH_ROUNDS if self.promise == "breach" else 1):
             if told is not None and promise == "shape":
@@ -389,6 +485,7 @@ class GpuTenancy(Scheduler):
                 break
             self.breached |= late   # promised from now on: its ETA may only move earlier
             self.replans += 1
+        reclaim_wake = early_wake
         if self._fits():
             if fitted is None and self.unplanned and any((p.leases[j].eta or now + 1) > now for j in self.unplanned):
                 # An arrival that waits, fit not made (no plan kept to fit into): the service's
@@ -399,7 +496,6 @@ class GpuTenancy(Scheduler):
                     fitted = fit[0]
                     self.inserted += len(fitted)
             self.last_plan, self.book = KeptPlan(kept, self._scores(usage), self._kept_order(kept)), None
-        starts, wake = [], None
         # the API plans a lease when it is created (a full plan, or a fit into the plan): its start is the ETA
         self._told({**{jid: p.leases[jid].eta for jid in self.unplanned}, **(fitted or {})})
         for jid in p.guarded - self.guarded:   # keep_etas: guarded until it starts, as the ledger keeps it
@@ -412,11 +508,30 @@ class GpuTenancy(Scheduler):
         if self.settings.keep_etas:
             # (the tenants left waiting once some start are read when it is checked: _same_order)
             self.settled_scores = self._scores(usage)
-        if cluster.free_total == 0:
+        if cluster.free_total == 0 and not takeable:
             self.eta_only += 1
             self.next_start = next_start if lazy else min(
                 (pl.placement.start for pl in p.leases.values() if pl.placement is not None), default=None)
-            return [], None   # planned only for the ETAs: as when skipped, nothing starts and no wake-up
+            # planned only for the ETAs: as when skipped, nothing starts and no wake-up (but the one a
+            # reclaim announced for later asks for: nothing else happens then)
+            return [], reclaim_wake
+        starts, wake = self._start_now(p, now, cluster)
+        if lazy:   # (the leases not planned yet start later than those planned: LazyPlan.decide)
+            wake = next_start
+        if takeable:
+            more, wake, reclaim_wake = self._reclaim_after_starts(now, running, cluster, holds, starts, usage, p,
+                                                                  takeable, wake, reclaim_wake)
+            starts += more
+        self.next_start = wake
+        if reclaim_wake is not None and (wake is None or reclaim_wake < wake):
+            wake = reclaim_wake
+        return starts, wake
+
+    def _start_now(self, p: Plan, now: int, cluster) -> tuple[list, int | None]:
+        """The plan's leases whose start has come, started (out of the queue), and its earliest
+        start after now."""
+        starts: list = []
+        wake: int | None = None
         later = False   # a lease not starting now came before in the plan's order
         for pl in p.leases.values():
             if pl.placement is None or pl.placement.start > now:
@@ -443,7 +558,4 @@ class GpuTenancy(Scheduler):
                 starts.append((job, [cluster.index[h] for h in pl.placement.hosts]))
             elif wake is None or pl.placement.start < wake:
                 wake = pl.placement.start
-        if lazy:   # (the leases not planned yet start later than those planned: LazyPlan.decide)
-            wake = next_start
-        self.next_start = wake
         return starts, wake

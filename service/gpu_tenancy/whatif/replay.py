@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from gpu_tenancy.domain.model import Host, LeaseRequest
 from gpu_tenancy.domain.planner import PlannerSettings
+from gpu_tenancy.domain.reclaim import ReclaimSettings
 from gpu_tenancy.whatif.cluster_model import Cluster
 from gpu_tenancy.whatif.event_loop import Outcome, simulate
 from gpu_tenancy.whatif.history import History, Lease
@@ -36,10 +37,12 @@ class CloudCluster(Cluster):
 
 
 class CloudTenancy(GpuTenancy):
-    def __init__(self, history: History, settings: PlannerSettings, hosts: tuple[Host, ...]):
+    def __init__(self, history: History, settings: PlannerSettings, hosts: tuple[Host, ...],
+                 reclaim: ReclaimSettings = ReclaimSettings()):
         # arrivals told a full plan's ETA: the replay's fits into a kept plan (planner_sched) are
         # made for the trace replay's one GPU model, not for a cloud's several
-        super().__init__(history.quotas, settings.fairshare_half_life, settings=settings, insert_min_waiting=None)
+        super().__init__(history.quotas, settings.fairshare_half_life, settings=settings, insert_min_waiting=None,
+                         reclaim=reclaim)
         self.hosts = list(hosts)
 
     def request(self, job: Lease) -> LeaseRequest:   # type: ignore[override]
@@ -51,9 +54,10 @@ class CloudTenancy(GpuTenancy):
 
 
 def replay(history: History, settings: PlannerSettings,
-           on_time: Callable[[int], None] | None = None) -> Outcome:
+           on_time: Callable[[int], None] | None = None, reclaim: ReclaimSettings = ReclaimSettings()) -> Outcome:
     """Each lease's start (leases that never start, because no host or quota can take them,
-    are left out of out.start) and the ETA its first plan gave it."""
+    are left out of out.start), the ETA its first plan gave it, and the leases a reclaim ended
+    early (out.ended_early: a borrowing lease, for one within its project's quota)."""
     hosts = tuple(h for h in history.hosts if h.enabled)
     return simulate(list(history.leases), CloudCluster(hosts),
-                    CloudTenancy(history, settings, hosts), on_time=on_time, partial=True)
+                    CloudTenancy(history, settings, hosts, reclaim), on_time=on_time, partial=True)

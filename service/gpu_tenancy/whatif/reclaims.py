@@ -1,0 +1,66 @@
+"""The engine's reclaim in the replay (engine/early_ends.py, decided by domain/reclaim.py): after a
+plan, borrowing jobs are told to end at the notice's end so that a lease within its project's quota
+starts then, and a lease that a later reclaim will make room for is told that start.
+
+What the engine keeps in its rows is kept here: which running jobs are under notice (they are not
+taken again, and hold their GPUs only until the notice ends), and which projects yielded GPUs to
+which (no reclaim goes back the other way while the lease reclaimed for is not over)."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+
+from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, Plan, QuotaLimit
+from gpu_tenancy.domain.planner import PlannerSettings
+from gpu_tenancy.domain.reclaim import EarlyEndPlan, ReclaimSettings, early_ends
+
+
+class Reclaims:
+    def __init__(self, settings: ReclaimSettings):
+        self.settings = settings
+        self.noticed: dict[str, int] = {}   # jid -> the end its notice gave it
+        self.yielded: dict[str, tuple[str, str]] = {}   # victim jid -> (its project, the beneficiary's)
+        self.beneficiary: dict[str, str] = {}   # victim jid -> the lease it was reclaimed for
+        self.cuts: list[tuple[str, int]] = []   # decided, not yet handed to the event loop
+
+    def takeable(self, running: Iterable[str], borrowing: set[str]) -> frozenset[str]:
+        """The running jobs the engine may end early: borrowing, not under notice already."""
+        return frozenset(j for j in running if j in borrowing and j not in self.noticed)
+
+    def may_end(self, holds: Sequence[Hold], takeable: frozenset[str], now: int) -> bool:
+        """Could a decision now end anything early (early_ends' own first test)?"""
+        deadline = now + self.settings.notice
+        return any(h.lease_id in takeable and h.end > deadline for h in holds)
+
+    def decide(self, now: int, hosts: Sequence[Host], holds: Sequence[Hold],
+               quotas: Mapping[tuple[str, str], QuotaLimit], waiting: Sequence[LeaseRequest],
+               usage: Mapping[tuple[str, str], float] | None, current: Plan, takeable: frozenset[str],
+               planner_settings: PlannerSettings) -> EarlyEndPlan:
+        """What the engine's replan decides after `current`; the ends are noted as under notice."""
+        decided = early_ends(now, hosts, holds, quotas, waiting, usage, current, self.settings,
+                             takeable=takeable - self.noticed.keys(), yielded=frozenset(self.yielded.values()),
+                             planner_settings=planner_settings)
+        for end in decided.ends:
+            self.noticed[end.lease_id] = end.at
+            self.cuts.append((end.lease_id, end.at))
+            if end.kind == "reclaimed":
+                self.yielded[end.lease_id] = (end.project_id, end.for_project)
+                self.beneficiary[end.lease_id] = end.for_lease
+        return decided
+
+    def cut(self, jid: str, holds: list[Hold]) -> list[Hold]:
+        """A job's holds, ended at its notice's end if it is under one (as apply() cuts the ledger's)."""
+        at = self.noticed.get(jid)
+        return holds if at is None else [replace(h, end=min(h.end, at)) for h in holds]
+
+    def finished(self, jid: str) -> None:
+        """A job ended: it is no longer under notice, and if a reclaim was made for it, the
+        projects that yielded to it may reclaim from its project again."""
+        self.noticed.pop(jid, None)
+        for victim in [v for v, b in self.beneficiary.items() if b == jid]:
+            del self.beneficiary[victim]
+            del self.yielded[victim]
+
+    def take_cuts(self) -> list[tuple[str, int]]:
+        out, self.cuts = self.cuts, []
+        return out

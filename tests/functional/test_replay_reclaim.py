@@ -1,0 +1,111 @@
+"""The replay reclaims borrowed GPUs as the engine does.
+
+The bug: with quotas that lend (a project may borrow what others leave idle), the real engine
+ends a borrowing lease early, after a notice, for a lease within its own quota that would wait
+too long (domain/reclaim.py); the fast replay never did, so it started such leases later than the
+engine (4 of 300 jobs in `bench/engine_replay.py --jobs 300 --hosts 6 --quota quota`), and the
+what-if, which replays a cloud's history with its quotas, told starts the service would not give.
+Here seeded workloads where one project floods the cluster with long jobs run through both: the
+real engine (Flask API, ledger, Lifecycle on SQLite, simulated cloud, virtual clock) and the
+replay; every start and every early end must be the same second."""
+from __future__ import annotations
+
+import os
+import random
+import sys
+
+import pytest
+
+from gpu_tenancy.whatif.event_loop import Scheduler, simulate
+from gpu_tenancy.whatif.history import Lease as Job
+from gpu_tenancy.whatif.planner_sched import GpuTenancy, quota_limits
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+from engine_replay import run_engine  # noqa: E402
+
+HOSTS, HOST_GPUS, HALF_LIFE = 2, 8, 7 * 24 * 3600
+SHARES = {"flood": 0.25, "steady": 0.5, "small": 0.25}
+
+
+def workload(seed: int) -> list[Job]:
+    """A project that floods an idle cluster with long jobs (so it borrows), then the others'
+    jobs within their quotas, which wait for it unless its GPUs are reclaimed."""
+    rnd = random.Random(seed)
+    t0 = 1_500_000_000
+    jobs = [Job(f"f{i:02d}", "flood", t0 + 60 * i, rnd.randrange(4, 12) * 3600, rnd.choice((2, 4, 8)), 1)
+            for i in range(rnd.randrange(3, 6))]
+    for i in range(rnd.randrange(10, 16)):
+        tenant = rnd.choice(("steady", "steady", "small"))
+        jobs.append(Job(f"j{i:02d}", tenant, t0 + rnd.randrange(600, 6 * 3600, 60), rnd.randrange(1, 5) * 3600,
+                        rnd.choice((1, 2, 4)), 1))
+    jobs.sort(key=lambda j: (j.arrival, j.jid))
+    return jobs
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_replay_reclaims_what_the_engine_reclaims_at_the_same_second(seed, tmp_path):
+    jobs = workload(seed)
+    limits = quota_limits(SHARES, HOSTS * HOST_GPUS, "quota")
+    fast = simulate(jobs, HOSTS, GpuTenancy(limits, HALF_LIFE))
+    started, first_eta, _by, _wall, ended_early = run_engine(jobs, HOSTS, limits, HOST_GPUS, HALF_LIFE, str(tmp_path))
+    assert ended_early, "the workload is made so that the engine reclaims"
+    assert fast.ended_early == ended_early
+    assert fast.start == started
+    waited = [j.jid for j in jobs if fast.start[j.jid] > j.arrival]
+    assert {j: fast.first_eta.get(j) for j in waited} == {j: first_eta.get(j) for j in waited}
+
+
+def test_without_reclaim_the_replay_starts_later_than_the_engine(tmp_path):
+    """What the bug was: the same workload, reclaim off in the replay only, is not the engine's."""
+    jobs = workload(0)
+    limits = quota_limits(SHARES, HOSTS * HOST_GPUS, "quota")
+    fast = simulate(jobs, HOSTS, GpuTenancy(limits, HALF_LIFE, reclaim=None))
+    started, *_ = run_engine(jobs, HOSTS, limits, HOST_GPUS, HALF_LIFE, str(tmp_path))
+    assert not fast.ended_early
+    assert any(started[j] < fast.start[j] for j in started)
+
+
+class CutsOnce(Scheduler):
+    """Starts each job on arrival on host 0, and at its first decision cuts `jid` to `at`."""
+    name = "cuts-once"
+
+    def __init__(self, jid: str, at: int):
+        self.waiting: list[Job] = []
+        self.cut: list[tuple[str, int]] = [(jid, at)]
+        self.decided_at: list[int] = []
+        self.ended: list[tuple[str, int]] = []
+
+    def submit(self, job, now):
+        self.waiting.append(job)
+
+    def finished(self, job, now):
+        self.ended.append((job.jid, now))
+
+    def schedule(self, now, cluster, running):
+        self.decided_at.append(now)
+        starts, self.waiting = [(j, [0]) for j in self.waiting], []
+        return starts, None
+
+    def take_cuts(self):
+        out, self.cut = self.cut, []
+        return out
+
+    def oldest_waiting(self):
+        return self.waiting[0] if self.waiting else None
+
+
+def test_a_cut_ends_the_job_then_and_its_own_end_asks_for_nothing():
+    a, b = Job("a", "t", 0, 100, 1, 1), Job("b", "t", 10, 100, 1, 1)
+    s = CutsOnce("a", 50)
+    out = simulate([a, b], 1, s)
+    assert out.ended_early == {"a": 50}
+    assert s.ended == [("a", 50), ("b", 110)]
+    assert s.decided_at == [0, 10, 50, 110]   # none at 100, a's own end
+
+
+def test_a_cut_after_the_jobs_own_end_changes_nothing():
+    a = Job("a", "t", 0, 100, 1, 1)
+    s = CutsOnce("a", 150)
+    out = simulate([a], 1, s)
+    assert out.ended_early == {}
+    assert s.ended == [("a", 100)] and s.decided_at == [0, 100]
