@@ -53,7 +53,7 @@ def test_lazy_plans_decide_as_whole_plans(seed, asking):
     got = {}
     for lazy in (False, True):
         sched = Wakes(quota_limits(SHARES, hosts * 8, "open"), insert_min_waiting=8 if seed % 2 else None,
-                      lazy=lazy)
+                      lazy=lazy, reuse=lazy)   # (whole plans at every decision, against both shortcuts)
         out = simulate(jobs, hosts, sched)
         got[lazy] = (out.start, out.hosts, out.first_eta, sched.answers)
     assert got[True] == got[False]

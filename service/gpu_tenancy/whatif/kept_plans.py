@@ -4,7 +4,7 @@ made with, so that planner_sched can tell whether it still stands for a full pla
 from __future__ import annotations
 
 from gpu_tenancy.domain.lazy_plan import LazyPlan
-from gpu_tenancy.domain.model import Plan
+from gpu_tenancy.domain.model import Plan, PlannedLease
 from gpu_tenancy.domain.plan_insert import PlanBook
 from gpu_tenancy.domain.plan_run import PlanRun
 
@@ -57,9 +57,17 @@ class KeptPlan:
 
 
 class FittedBook:
-    """The plan arrivals are fitted into (a PlanBook), as one API process keeps it."""
+    """The plan arrivals are fitted into (a PlanBook), as one API process keeps it, and its leases'
+    places in the planner's order (the plan's, then each fit while every fit went last)."""
 
-    def __init__(self, book: PlanBook, made_at: int, scores: dict[str, float], order: tuple[str, ...] | None = None):
+    def __init__(self, book: PlanBook, made_at: int, scores: dict[str, float], order: tuple[str, ...] | None = None,
+                 leases: dict[str, PlannedLease] | None = None):
         self.book, self.made_at, self.scores, self.order = book, made_at, scores, order
         self.exact = True    # every fit so far went last in the planner's order
         self.fitted_at = made_at
+        self.leases: dict[str, PlannedLease] = leases if leases is not None else {}
+
+    @property
+    def plan(self) -> FittedBook:
+        """Read as a plan (its `leases`): while exact, the full plan with the fits."""
+        return self

@@ -57,7 +57,7 @@ class GpuTenancy(Scheduler):
                  settings: PlannerSettings = PlannerSettings(), promise: str | None = None,
                  horizon: int = 0, skip_settled: bool = True,
                  insert_min_waiting: int | None = INSERT_MIN_WAITING, lazy: bool = True,
-                 reclaim: ReclaimSettings | None = ReclaimSettings()):
+                 reclaim: ReclaimSettings | None = ReclaimSettings(), reuse: bool = True):
         self.name = name
         # the planner's settings (the wait bound among them); the service's defaults unless given
         self.settings = replace(settings, fairshare_half_life=half_life)
@@ -122,6 +122,12 @@ class GpuTenancy(Scheduler):
         # with borrowing let a job borrow, so with the trace replay's open quotas it never acts
         self.reclaims = Reclaims(reclaim) if reclaim is not None else None
         self.submitted = 0
+        # A decision at jobs' ends reuses the last plan instead of planning again (the same plan: see
+        # _reusable) while nothing but time and ends on time changed since; off: plans at every one
+        self.reuse = reuse and not any(q.borrow_gpus for q in quotas.values())   # (borrowing only now)
+        self.reusable: KeptPlan | FittedBook | None = None   # the last plan, while it stands for a plan of now
+        self.last_in_order = False   # the last decision's starts came first in its plan's order
+        self.reused = 0
         self.asked: dict[str, tuple[int, int]] = {}   # a job's Hold.asked, until it ends
 
     def submit(self, job, now):
@@ -137,6 +143,7 @@ class GpuTenancy(Scheduler):
         shape = (job.gpus_per_vm, job.vms)
         self.shapes[shape] = self.shapes.get(shape, 0) + 1
         self.tenants[job.tenant] = self.tenants.get(job.tenant, 0) + 1
+        self.reusable = None   # a new lease to plan
         self.settled = False   # a new lease: the next plan is not the last one (told an ETA or not)
 
     def request(self, job) -> LeaseRequest:
@@ -148,6 +155,11 @@ class GpuTenancy(Scheduler):
         s = self.starts_at.pop(job.jid)
         if now != s + job.duration:   # ended before the end it held: the next plan has more room
             self.settled = False
+            self.reusable = None
+        elif self.last_plan is not None:   # (the first of the jobs ending at this instant)
+            self.reusable = self.last_plan if self.last_in_order else None
+        elif self.book is not None:   # (the same, when arrivals were fitted into it since)
+            self.reusable = self.book if self.book.exact and self.last_in_order else None
         self.holds.pop(job.jid, None)
         self.asked.pop(job.jid, None)
         self.e_start.pop(job.jid, None)
@@ -187,6 +199,26 @@ class GpuTenancy(Scheduler):
 
     def take_cuts(self) -> list[tuple[str, int]]:
         return self.reclaims.take_cuts() if self.reclaims is not None else []
+
+    def _reusable(self, now, running, usage, takeable) -> KeptPlan | FittedBook | None:
+        """The last plan, if it is the plan a decision now would make: since it was made nothing
+        arrived, every job that ended held its GPUs to its own end (the plan counted them free
+        from then on), the jobs started since came first in its order (a lease before a backfilled
+        one was placed without it), no planned start has passed unmade, and the tenants' fair-share
+        order is its own. Then the holds from now on are its reservations, and a plan of now
+        places every lease as it did: where the planner's order or a lease's room moves with the
+        time itself (a wait bound, age x size, the queued charge, a borrower that may start only
+        now, a reclaim, the prototypes), never."""
+        kept, s = self.reusable, self.settings
+        if (kept is None or not self.reuse or self.unplanned or takeable or self.aging is not None
+                or self.promise is not None or s.bounded or s.aged or s.keep_etas or s.queued_charge is not None
+                or s.release_allowance):
+            return None
+        if self.next_start is not None and now > self.next_start:
+            return None
+        if any(st + job.duration <= now for job, _hosts, st in running.values()):
+            return None   # held one second past its end by a plan of now
+        return kept if self._same_order(kept.scores, self._scores(usage)) else None
 
     def _may_reclaim(self, now, running) -> frozenset[str]:
         """The running jobs a decision now may end early (empty: none, so a plan of now decides
@@ -228,7 +260,7 @@ class GpuTenancy(Scheduler):
         if cut and waiting:
             p = plan(now, self.hosts, holds, self.quotas, waiting, usage, self.settings, explain=False)
             self.plans += 1
-            more, wake = self._start_now(p, now, cluster)
+            more, wake, _ = self._start_now(p, now, cluster)
         return more, wake, min((w for w in (reclaim_wake, later) if w is not None), default=None)
 
     def _held_from_now(self, starts, cluster, now: int) -> list[Hold]:
@@ -264,7 +296,7 @@ class GpuTenancy(Scheduler):
                 "eta_only_plans": self.eta_only, "promise_replans": self.replans,
                 "skipped_settled": self.skipped_settled,
                 "etas_fitted": self.inserted, "eta_fit_plans": self.eta_plans,
-                "decided_by_fit": self.fit_only}
+                "decided_by_fit": self.fit_only, "plans_reused": self.reused}
 
     def _settled(self, now, running, usage) -> bool:
         """keep_etas: a plan now would be the last plan again, so it would start nothing and guard
@@ -377,7 +409,7 @@ class GpuTenancy(Scheduler):
                 planned = [Planned(lr, pl.placement, pl.borrowing) for lr in old
                            for pl in (kept.plan.leases[lr.lease_id],)]
                 book = PlanBook(now, self.hosts, holds, self.quotas, planned, usage, self.settings)
-            b = FittedBook(book, now, scores, order)
+            b = FittedBook(book, now, scores, order, dict(kept.plan.leases))
         self.last_plan, self.book = None, b   # the book holds the plan and the fits from now on
         fitted: dict[str, int | None] = {}
         for jid in new:
@@ -390,6 +422,7 @@ class GpuTenancy(Scheduler):
                 return None
             fitted[jid] = None if place is None else place.start
             b.exact, b.fitted_at = ins.exact, now
+            b.leases[jid] = ins.planned
         if self.settings.queued_charge is not None:
             # the book's order keys carry the charges as of its making: exact only if the fits went
             # last in the order of now too (else this decision's full plan is made, as for any other)
@@ -416,6 +449,17 @@ class GpuTenancy(Scheduler):
         if self.settings.keep_etas and self._settled(now, running, usage):
             self.skipped_settled += 1
             return [], None
+        kept_plan = self._reusable(now, running, usage, takeable)
+        if kept_plan is not None:
+            starts, wake, self.last_in_order = self._start_now(kept_plan.plan, now, cluster)
+            self.reused += 1
+            if isinstance(kept_plan, FittedBook):
+                self.last_plan, self.book = None, kept_plan
+            else:
+                self.last_plan, self.book = kept_plan, None
+            self.next_start = wake
+            return starts, wake
+        self.reusable = None
         if self.hosts is None:
             self.hosts = [Host(n, MODEL, cluster.host_gpus) for n in cluster.names]
         holds = []
@@ -510,12 +554,13 @@ class GpuTenancy(Scheduler):
             self.settled_scores = self._scores(usage)
         if cluster.free_total == 0 and not takeable:
             self.eta_only += 1
+            self.last_in_order = True   # (nothing starts)
             self.next_start = next_start if lazy else min(
                 (pl.placement.start for pl in p.leases.values() if pl.placement is not None), default=None)
             # planned only for the ETAs: as when skipped, nothing starts and no wake-up (but the one a
             # reclaim announced for later asks for: nothing else happens then)
             return [], reclaim_wake
-        starts, wake = self._start_now(p, now, cluster)
+        starts, wake, self.last_in_order = self._start_now(p, now, cluster)
         if lazy:   # (the leases not planned yet start later than those planned: LazyPlan.decide)
             wake = next_start
         if takeable:
@@ -527,13 +572,18 @@ class GpuTenancy(Scheduler):
             wake = reclaim_wake
         return starts, wake
 
-    def _start_now(self, p: Plan, now: int, cluster) -> tuple[list, int | None]:
-        """The plan's leases whose start has come, started (out of the queue), and its earliest
-        start after now."""
+    def _start_now(self, p: Plan | FittedBook, now: int, cluster) -> tuple[list, int | None, bool]:
+        """The plan's leases whose start has come, started (out of the queue), its earliest start
+        after now, and whether those started came before every lease left in its order. (Of a
+        plan reused, the leases it started earlier are skipped.)"""
         starts: list = []
         wake: int | None = None
         later = False   # a lease not starting now came before in the plan's order
+        in_order = True
+        waiting = self.waiting
         for pl in p.leases.values():
+            if pl.lease_id not in waiting:
+                continue
             if pl.placement is None or pl.placement.start > now:
                 later = True
             if pl.placement is None:
@@ -552,10 +602,11 @@ class GpuTenancy(Scheduler):
                 # a lease started now is held where the plan reserved it: the leases after it in the
                 # order saw that already, but one before it did not, and may be placed otherwise
                 self.settled = self.settled and not later
+                in_order = in_order and not later
                 self.starts_at[job.jid] = now
                 if pl.borrowing:
                     self.borrowing.add(job.jid)
                 starts.append((job, [cluster.index[h] for h in pl.placement.hosts]))
             elif wake is None or pl.placement.start < wake:
                 wake = pl.placement.start
-        return starts, wake
+        return starts, wake, in_order
