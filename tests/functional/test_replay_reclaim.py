@@ -42,7 +42,9 @@ def workload(seed: int) -> list[Job]:
     return jobs
 
 
-@pytest.mark.parametrize("seed", range(4))
+# 38 and 131: a borrower starts in the engine's second pass at an instant, once a lease that
+# started out of the planner's order is held (GpuTenancy's pass after out-of-order starts)
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 38, 131])
 def test_the_replay_reclaims_what_the_engine_reclaims_at_the_same_second(seed, tmp_path):
     jobs = workload(seed)
     limits = quota_limits(SHARES, HOSTS * HOST_GPUS, "quota")
