@@ -252,7 +252,8 @@ class GpuTenancy(Scheduler):
         """The rest of the engine's pass whose plan `p` started `starts` (early_ends.replan): the
         reclaim reads those as holds, no longer waiting, and if it ends any lease early the plan is
         made again, and what that one starts now is started too. More starts, the earliest planned
-        start, and the earliest start announced for a later reclaim."""
+        start, the earliest start announced for a later reclaim, and the holds then (every start
+        held, the ends cut)."""
         assert self.hosts is not None
         holds = holds + self._held_from_now(starts, cluster, now)
         waiting = [self.requests[jid] for jid in self.waiting]
@@ -262,7 +263,8 @@ class GpuTenancy(Scheduler):
             p = plan(now, self.hosts, holds, self.quotas, waiting, usage, self.settings, explain=False)
             self.plans += 1
             more, wake, _ = self._start_now(p, now, cluster)
-        return more, wake, min((w for w in (reclaim_wake, later) if w is not None), default=None)
+            holds = holds + self._held_from_now(more, cluster, now)
+        return more, wake, min((w for w in (reclaim_wake, later) if w is not None), default=None), holds
 
     def _held_from_now(self, starts, cluster, now: int) -> list[Hold]:
         """The holds of jobs started now (as the next plan of this instant reads them)."""
@@ -564,9 +566,10 @@ class GpuTenancy(Scheduler):
         starts, wake, self.last_in_order = self._start_now(p, now, cluster)
         if lazy:   # (the leases not planned yet start later than those planned: LazyPlan.decide)
             wake = next_start
+        held_now = None   # the holds once this pass's starts are held and its reclaims cut
         if takeable:
-            more, wake, reclaim_wake = self._reclaim_after_starts(now, running, cluster, holds, starts, usage, p,
-                                                                  takeable, wake, reclaim_wake)
+            more, wake, reclaim_wake, held_now = self._reclaim_after_starts(now, running, cluster, holds, starts, usage,
+                                                                            p, takeable, wake, reclaim_wake)
             starts += more
         if self.lends and not self.last_in_order and self.waiting and self.promise is None and not self.settings.keep_etas:
             # The engine's next pass at this instant (it runs again once the arrivals are asked for):
@@ -575,8 +578,10 @@ class GpuTenancy(Scheduler):
             # may find that now (bench/engine_replay.py --jobs 600 --hosts 8 --quota quota: p026121).
             # With quotas that lend nothing it starts nothing more here: not made.
             assert self.hosts is not None
-            again = plan(now, self.hosts, holds + self._held_from_now(starts, cluster, now), self.quotas,
-                         [self.requests[j] for j in self.waiting], usage, self.settings, explain=False)
+            if held_now is None:
+                held_now = holds + self._held_from_now(starts, cluster, now)
+            again = plan(now, self.hosts, held_now, self.quotas, [self.requests[j] for j in self.waiting], usage,
+                         self.settings, explain=False)
             self.plans += 1
             more, wake, self.last_in_order = self._start_now(again, now, cluster)
             starts += more
