@@ -19,18 +19,13 @@ class Reclaims:
     def __init__(self, settings: ReclaimSettings):
         self.settings = settings
         self.noticed: dict[str, int] = {}   # jid -> the end its notice gave it
-        self.yielded: dict[str, tuple[str, str]] = {}   # victim jid -> (its project, the beneficiary's)
-        self.beneficiary: dict[str, str] = {}   # victim jid -> the lease it was reclaimed for
+        # victim jid -> (its project, the beneficiary's project, the beneficiary's jid)
+        self.yielded: dict[str, tuple[str, str, str]] = {}
         self.cuts: list[tuple[str, int]] = []   # decided, not yet handed to the event loop
 
     def takeable(self, running: Iterable[str], borrowing: set[str]) -> frozenset[str]:
         """The running jobs the engine may end early: borrowing, not under notice already."""
         return frozenset(j for j in running if j in borrowing and j not in self.noticed)
-
-    def may_end(self, holds: Sequence[Hold], takeable: frozenset[str], now: int) -> bool:
-        """Could a decision now end anything early (early_ends' own first test)?"""
-        deadline = now + self.settings.notice
-        return any(h.lease_id in takeable and h.end > deadline for h in holds)
 
     def decide(self, now: int, hosts: Sequence[Host], holds: Sequence[Hold],
                quotas: Mapping[tuple[str, str], QuotaLimit], waiting: Sequence[LeaseRequest],
@@ -38,14 +33,14 @@ class Reclaims:
                planner_settings: PlannerSettings) -> EarlyEndPlan:
         """What the engine's replan decides after `current`; the ends are noted as under notice."""
         decided = early_ends(now, hosts, holds, quotas, waiting, usage, current, self.settings,
-                             takeable=takeable - self.noticed.keys(), yielded=frozenset(self.yielded.values()),
+                             takeable=takeable - self.noticed.keys(),
+                             yielded=frozenset((p, other) for p, other, _ in self.yielded.values()),
                              planner_settings=planner_settings)
         for end in decided.ends:
             self.noticed[end.lease_id] = end.at
             self.cuts.append((end.lease_id, end.at))
             if end.kind == "reclaimed":
-                self.yielded[end.lease_id] = (end.project_id, end.for_project)
-                self.beneficiary[end.lease_id] = end.for_lease
+                self.yielded[end.lease_id] = (end.project_id, end.for_project, end.for_lease)
         return decided
 
     def cut(self, jid: str, holds: list[Hold]) -> list[Hold]:
@@ -57,8 +52,7 @@ class Reclaims:
         """A job ended: it is no longer under notice, and if a reclaim was made for it, the
         projects that yielded to it may reclaim from its project again."""
         self.noticed.pop(jid, None)
-        for victim in [v for v, b in self.beneficiary.items() if b == jid]:
-            del self.beneficiary[victim]
+        for victim in [v for v, (_p, _other, b) in self.yielded.items() if b == jid]:
             del self.yielded[victim]
 
     def take_cuts(self) -> list[tuple[str, int]]:
