@@ -13,9 +13,10 @@ so while the earliest start planned so far is no later than that, it is the earl
 """
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from .model import Hold, Host, LeaseRequest, Plan, QuotaLimit
+from .plan_prefix import EarlierPlan
 from .planner import Planning, PlannerSettings
 from .profile import INF
 
@@ -24,10 +25,10 @@ class LazyPlan:
     def __init__(self, now: int, hosts: Sequence[Host], holds: Sequence[Hold],
                  quotas: Mapping[tuple[str, str], QuotaLimit], waiting: Sequence[LeaseRequest],
                  usage: Mapping[tuple[str, str], float] | None, settings: PlannerSettings,
-                 explain: bool = False):
+                 explain: bool = False, earlier: Callable[[], EarlierPlan | None] | None = None):
         if settings.keep_etas:   # its rounds read whole plans
             raise ValueError("a lazy plan does not keep ETAs")
-        self.planning = Planning(now, hosts, holds, quotas, waiting, usage, settings, explain)
+        self.planning = Planning(now, hosts, holds, quotas, waiting, usage, settings, explain, earlier=earlier)
         self.now = now
 
     @property

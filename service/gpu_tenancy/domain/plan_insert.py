@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from .model import Hold, Host, LeaseRequest, Placement, PlannedLease, QuotaLimit, Reason
 from .plan_order import FAIR, FairShareScores, LeasesAhead, OrderKey
+from .plan_prefix import placement_holds
 from .plan_run import FAST, PlanRun
 from .plan_settings import PlannerSettings
 from .plan_words import plural
@@ -220,9 +221,4 @@ def provisional(behind: int, was_exact: bool) -> Reason:
 
 
 def _holds(p: Planned, allowance: int) -> list[Hold]:
-    """A placement of the plan as holds, one per VM: what planner.plan reserves for it."""
-    lr, place = p.request, p.placement
-    if place is None:
-        return []
-    return [Hold(lr.lease_id, lr.project_id, host, lr.gpu_model, lr.gpus_per_vm, place.start, place.end + allowance,
-                 p.borrowing, lr.preemptible, lr.priority, allowance) for host in place.hosts]
+    return placement_holds(p.request, p.placement, p.borrowing, allowance)

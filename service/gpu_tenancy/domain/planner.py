@@ -60,6 +60,7 @@ from .host_profiles import HostProfiles
 from .model import Hold, Host, LeaseRequest, Placement, Plan, PlannedLease, QuotaLimit
 from .plan_order import (BOUND, FAIR, GUARDED, AheadCounter, FairShareScores, OrderKey, bound_protected,
                          bound_reached_at, guardable, order_key, past_wait_bound, waiting_since)
+from .plan_prefix import EarlierPlan, common_prefix
 from .plan_run import FAST, Backend, PlanRun
 from .plan_settings import (DEFAULT_AGE_SIZE_GPU_HOURS, DEFAULT_KEEP_ETAS, DEFAULT_QUEUED_CHARGE,
                             DEFAULT_QUEUED_CHARGE_SPARES_GPUS, DEFAULT_WAIT_BOUND,
@@ -168,11 +169,12 @@ class Planning:
                  quotas: Mapping[tuple[str, str], QuotaLimit], waiting: Sequence[LeaseRequest],
                  usage: Mapping[tuple[str, str], float] | None, settings: PlannerSettings, explain: bool,
                  backend: Backend = FAST, turns: Sequence[Turn] = (), guarded: frozenset[str] = frozenset(),
-                 charged: Mapping[str, float] | None = None):
-        run = self.run = PlanRun(now, hosts, holds, quotas, usage, settings, backend,
-                              bound_protected(waiting, now, settings))
-        if not explain:
-            run.skip_unbinding_quotas(holds, quotas)
+                 charged: Mapping[str, float] | None = None,
+                 earlier: Callable[[], EarlierPlan | None] | None = None):
+        """`earlier`: an earlier plan whose head a plan of now places as it did, as its caller vouches
+        (domain/plan_prefix.py; asked for only when planned on to the end): those leases are placed
+        there, not searched for."""
+        protected = bound_protected(waiting, now, settings)
         scores = self.scores = FairShareScores(quotas, usage)
         self.quotas, self.settings, self.explain, self.guarded = quotas, settings, explain, guarded
 
@@ -180,27 +182,63 @@ class Planning:
         if charged is None:
             charged = queued_charges(waiting, holds, now, quotas, settings.queued_charge,
                                      settings.queued_charge_spares_gpus)
-        run.charged = charged   # what the reasons tell
 
         def fair(lr: LeaseRequest) -> float:
             return aged_score(scores.of(lr.project_id, lr.gpu_model) + charged.get(lr.lease_id, 0.0), lr, now, age_size)
 
         def key(lr: LeaseRequest) -> OrderKey:
             if settings.bounded:
-                return order_key(lr, quotas, usage, now, settings, run.protected, guarded, charged)
+                return order_key(lr, quotas, usage, now, settings, protected, guarded, charged)
             # order_key without a wait bound, each project's score computed once
             if lr.lease_id in guarded:
                 return -lr.priority, GUARDED, lr.first_eta or 0, lr.created_at, lr.arrival, lr.lease_id
             return -lr.priority, FAIR, fair(lr), lr.created_at, lr.arrival, lr.lease_id
         self.key, self.fair = key, fair
+        self._inputs = (now, hosts, holds, usage, backend, protected, charged)
+        self.run = self._run(())
         self.ordered = sorted(waiting, key=key)
         self.done = 0   # how many of `ordered` are planned
         self.pending = sorted(turns, key=lambda t: t.key)
         self.order = AheadCounter(settings.aged)
         self.plan = Plan(now, {})
+        self.earlier = earlier
+        self.taken = 0   # leases placed from the earlier plan's head
+
+    def _run(self, reserved: Sequence[Hold]) -> PlanRun:
+        """A new state: the holds, and `reserved` (placements of the plan, as holds)."""
+        now, hosts, holds, usage, backend, protected, charged = self._inputs
+        run = PlanRun(now, hosts, [*holds, *reserved] if reserved else holds, self.quotas, usage, self.settings,
+                      backend, protected)
+        if not self.explain:
+            run.skip_unbinding_quotas(holds, self.quotas)
+        run.charged = charged   # what the reasons tell
+        return run
+
+    def _take_earlier(self) -> None:
+        """Before planning on to the end: the earlier plan's head past the leases planned so far
+        (which it places as they were) placed where it had them, in a state built at once with
+        them held (as their reservations one by one would leave it)."""
+        ask, self.earlier = self.earlier, None
+        earlier = ask() if ask is not None and not self.pending else None
+        if earlier is None:
+            return
+        kept = common_prefix(self.ordered, earlier, self.run.now)
+        if kept <= self.done:
+            return
+        head, placements, allowance = self.ordered[:kept], earlier.placements, self.settings.release_allowance
+        self.run = self._run([h for lr in head for h in earlier.holds(lr, allowance)])
+        protected, out = self.run.protected, self.plan.leases
+        for lr in head[self.done:]:
+            was = placements[lr.lease_id]
+            tier = GUARDED if lr.lease_id in self.guarded else BOUND if lr.lease_id in protected else FAIR
+            ahead = self.order.next(lr, tier, self.fair(lr) if tier == FAIR else None)
+            out[lr.lease_id] = PlannedLease(lr.lease_id, ahead.position, was.placement, [], was.borrowing)
+        self.taken, self.done = kept - self.done, kept
 
     def advance(self, stop: Callable[[int], bool] | None = None) -> None:
         """Plan the leases in order until stop(i) says so before the i-th (0-based), or to the end."""
+        if stop is None:
+            self._take_earlier()
         run, quotas, explain, guarded, pending, order, fair = (
             self.run, self.quotas, self.explain, self.guarded, self.pending, self.order, self.fair)
         out, ordered = self.plan.leases, self.ordered

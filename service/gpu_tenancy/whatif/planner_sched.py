@@ -13,15 +13,18 @@ import time
 from collections import OrderedDict
 from itertools import islice
 from dataclasses import replace
+from collections.abc import Callable
 from typing import Any
 
 from gpu_tenancy.domain.fairshare import share_score
 from gpu_tenancy.domain.lazy_plan import LazyPlan
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, Plan, QuotaLimit
 from gpu_tenancy.domain.plan_insert import Planned, PlanBook
+from gpu_tenancy.domain.plan_prefix import EarlierPlan
 from gpu_tenancy.domain.planner import PlannerSettings, order_key, plan
 from gpu_tenancy.domain.queued_charge import queued_charges
 from gpu_tenancy.domain.reclaim import ReclaimSettings
+from gpu_tenancy.whatif.earlier_plans import EarlierPlans
 from gpu_tenancy.whatif.event_loop import Scheduler
 from gpu_tenancy.whatif.kept_plans import FittedBook, KeptPlan, keeps_order, order_of
 from gpu_tenancy.whatif.promise import breaches, promised_ids, shape_order, with_promises
@@ -57,7 +60,7 @@ class GpuTenancy(Scheduler):
                  settings: PlannerSettings = PlannerSettings(), promise: str | None = None,
                  horizon: int = 0, skip_settled: bool = True,
                  insert_min_waiting: int | None = INSERT_MIN_WAITING, lazy: bool = True,
-                 reclaim: ReclaimSettings | None = ReclaimSettings(), reuse: bool = True):
+                 reclaim: ReclaimSettings | None = ReclaimSettings(), reuse: bool = True, prefix: bool = True):
         self.name = name
         # the planner's settings (the wait bound among them); the service's defaults unless given
         self.settings = replace(settings, fairshare_half_life=half_life)
@@ -130,6 +133,10 @@ class GpuTenancy(Scheduler):
         self.last_in_order = False   # the last decision's starts came first in its plan's order
         self.reused = 0
         self.asked: dict[str, tuple[int, int]] = {}   # a job's Hold.asked, until it ends
+        # A plan takes over the head of the last plan that a plan of now places as it did
+        # (domain/plan_prefix.py; _earlier says how far), and searches only for the rest
+        self.prefix = prefix and lazy
+        self.earlier = EarlierPlans() if self.prefix else None
 
     def submit(self, job, now):
         if self.t0 is None:
@@ -157,6 +164,8 @@ class GpuTenancy(Scheduler):
         if now != s + job.duration:   # ended before the end it held: the next plan has more room
             self.settled = False
             self.reusable = None
+            if self.earlier is not None:
+                self.earlier.moved()
         elif self.last_plan is not None:   # (the first of the jobs ending at this instant)
             self.reusable = self.last_plan if self.last_in_order else None
         elif self.book is not None:   # (the same, when arrivals were fitted into it since)
@@ -245,6 +254,8 @@ class GpuTenancy(Scheduler):
             cut = {end.lease_id for end in decided.ends}
             holds = [c for h in holds for c in (rc.cut(h.lease_id, [h]) if h.lease_id in cut else (h,))]
             self.last_plan = self.book = None   # made with the holds before the cut
+            if self.earlier is not None:
+                self.earlier.moved()
         return holds, bool(decided.ends), min(decided.etas.values(), default=None)
 
     def _reclaim_after_starts(self, now, running, cluster, holds, starts, usage, p: Plan, takeable,
@@ -299,7 +310,8 @@ class GpuTenancy(Scheduler):
                 "eta_only_plans": self.eta_only, "promise_replans": self.replans,
                 "skipped_settled": self.skipped_settled,
                 "etas_fitted": self.inserted, "eta_fit_plans": self.eta_plans,
-                "decided_by_fit": self.fit_only, "plans_reused": self.reused}
+                "decided_by_fit": self.fit_only, "plans_reused": self.reused,
+                "placed_from_earlier_plans": self.earlier.taken if self.earlier is not None else 0}
 
     def _settled(self, now, running, usage) -> bool:
         """keep_etas: a plan now would be the last plan again, so it would start nothing and guard
@@ -364,7 +376,7 @@ class GpuTenancy(Scheduler):
         return all((then[a] < then[b]) == (now[a] < now[b]) and (then[a] == then[b]) == (now[a] == now[b])
                    for a, b in zip(tenants, tenants[1:]))
 
-    def _fit_arrivals(self, now, holds, usage, may_plan: bool) -> tuple[dict[str, int | None], bool] | None:
+    def _fit_arrivals(self, now, running, holds, usage, may_plan: bool) -> tuple[dict[str, int | None], bool] | None:
         """The arrivals not yet planned fitted into the current plan, as the service's create
         fits them (engine/plan_insert.py): jid -> the ETA the fit tells, and whether the plan
         with them is still plan()'s (every fit went last in the planner's order). The plan
@@ -395,8 +407,10 @@ class GpuTenancy(Scheduler):
                     or not all(lr.lease_id in leases for leases in (kept.plan.leases,) for lr in old)):
                 if not may_plan:
                     return None   # this decision's full plan tells the ETA
-                made = (LazyPlan(now, self.hosts, holds, self.quotas, old, usage, self.settings) if self.lazy
+                made = (LazyPlan(now, self.hosts, holds, self.quotas, old, usage, self.settings,
+                                 earlier=self._head(now, running)) if self.lazy
                         else plan(now, self.hosts, holds, self.quotas, old, usage, self.settings, explain=False))
+                self._made(made)
                 kept = KeptPlan(made, scores, self._kept_order(made))
                 self.plans += 1
                 self.eta_plans += 1
@@ -465,6 +479,9 @@ class GpuTenancy(Scheduler):
         self.reusable = None
         if self.hosts is None:
             self.hosts = [Host(n, MODEL, cluster.host_gpus) for n in cluster.names]
+            size = cluster.host_gpus * len(cluster.names)
+            if any(q.borrow_gpus or q.gpus < size for q in self.quotas.values()):
+                self.earlier = None   # a quota may bind: a lease's search then depends on more (earlier_plans.py)
         holds = []
         for job, hosts, st in running.values():
             mine = self.holds.get(job.jid)
@@ -484,7 +501,7 @@ class GpuTenancy(Scheduler):
         if takeable and self.unplanned:
             holds, early_wake = self._reclaim_before_arrivals(now, running, holds, usage, takeable)
             takeable = self._may_reclaim(now, running)
-        fit = self._fit_arrivals(now, holds, usage, full)
+        fit = self._fit_arrivals(now, running, holds, usage, full)
         fitted = None
         if fit is not None:   # (at least insert_min_waiting planned: the service tells the fit's ETA)
             fitted, exact = fit
@@ -518,11 +535,14 @@ class GpuTenancy(Scheduler):
                 asked = with_promises(promise, waiting, told, promised)
             t = time.perf_counter()
             if lazy:
-                lazy_plan = LazyPlan(now, self.hosts, holds, self.quotas, asked, usage, self.settings)
+                lazy_plan = LazyPlan(now, self.hosts, holds, self.quotas, asked, usage, self.settings,
+                                     earlier=self._head(now, running))
+                self._made(lazy_plan)
                 p, next_start = lazy_plan.decide(self.unplanned)
                 kept: Plan | LazyPlan = lazy_plan
             else:
                 p = kept = plan(now, self.hosts, holds, self.quotas, asked, usage, self.settings, explain=False)
+                self._made(p)
             self.plan_seconds += time.perf_counter() - t
             self.plans += 1
             if told is None or self.promise != "breach":
@@ -538,7 +558,7 @@ class GpuTenancy(Scheduler):
                 # An arrival that waits, fit not made (no plan kept to fit into): the service's
                 # create fits it into the engine's plan of the leases before it (made here).
                 # One that starts now waits for nothing: the full plan's "now" is its ETA.
-                fit = self._fit_arrivals(now, holds, usage, True)
+                fit = self._fit_arrivals(now, running, holds, usage, True)
                 if fit is not None:
                     fitted = fit[0]
                     self.inserted += len(fitted)
@@ -592,6 +612,17 @@ class GpuTenancy(Scheduler):
             wake = reclaim_wake
         return starts, wake
 
+    def _head(self, now, running) -> Callable[[], EarlierPlan | None] | None:
+        """The head of the last plan that a plan of now places as it did (None: none is read)."""
+        if self.earlier is None or any(st + job.duration <= now for job, _hosts, st in running.values()):
+            return None   # (a job held past its end: held a second more than the plan counted)
+        return self.earlier.head()
+
+    def _made(self, p: Plan | LazyPlan) -> None:
+        if self.earlier is not None:
+            planning = p.planning if isinstance(p, LazyPlan) else None
+            self.earlier.made(planning)
+
     def _start_now(self, p: Plan | FittedBook, now: int, cluster) -> tuple[list, int | None, bool]:
         """The plan's leases whose start has come, started (out of the queue), its earliest start
         after now, and whether those started came before every lease left in its order. (Of a
@@ -624,6 +655,8 @@ class GpuTenancy(Scheduler):
                 self.settled = self.settled and not later
                 in_order = in_order and not later
                 self.starts_at[job.jid] = now
+                if self.earlier is not None:
+                    self.earlier.started(job.jid, now, pl.placement.hosts, now + job.duration)
                 if pl.borrowing:
                     self.borrowing.add(job.jid)
                 starts.append((job, [cluster.index[h] for h in pl.placement.hosts]))
