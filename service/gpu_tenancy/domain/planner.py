@@ -195,7 +195,8 @@ class Planning:
             return -lr.priority, FAIR, fair(lr), lr.created_at, lr.arrival, lr.lease_id
         self.key, self.fair = key, fair
         self._inputs = (now, hosts, holds, usage, backend, protected, charged)
-        self.run = self._run(())
+        self._state: PlanRun | None = None   # made when first read (a plan planned on at once from an
+        # earlier plan's head makes only the state with it)
         self.ordered = sorted(waiting, key=key)
         self.done = 0   # how many of `ordered` are planned
         self.pending = sorted(turns, key=lambda t: t.key)
@@ -203,6 +204,13 @@ class Planning:
         self.plan = Plan(now, {})
         self.earlier = earlier
         self.taken = 0   # leases placed from the earlier plan's head
+
+    @property
+    def run(self) -> PlanRun:
+        """The plan's state: capacity and quota as reserved so far."""
+        if self._state is None:
+            self._state = self._run(())
+        return self._state
 
     def _run(self, reserved: Sequence[Hold]) -> PlanRun:
         """A new state: the holds, and `reserved` (placements of the plan, as holds)."""
@@ -222,12 +230,13 @@ class Planning:
         earlier = ask() if ask is not None and not self.pending else None
         if earlier is None:
             return
-        kept = common_prefix(self.ordered, earlier, self.run.now)
+        now, protected = self._inputs[0], self._inputs[5]
+        kept = common_prefix(self.ordered, earlier, now)
         if kept <= self.done:
             return
         head, placements, allowance = self.ordered[:kept], earlier.placements, self.settings.release_allowance
-        self.run = self._run([h for lr in head for h in earlier.holds(lr, allowance)])
-        protected, out = self.run.protected, self.plan.leases
+        self._state = self._run([h for lr in head for h in earlier.holds(lr, allowance)])
+        out = self.plan.leases
         for lr in head[self.done:]:
             was = placements[lr.lease_id]
             tier = GUARDED if lr.lease_id in self.guarded else BOUND if lr.lease_id in protected else FAIR
