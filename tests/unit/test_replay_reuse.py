@@ -52,3 +52,17 @@ def test_no_reuse_where_a_plan_moves_with_time():
         plain, _ = decide(jobs, 3, False, 0, mode, settings)
         got, n = decide(jobs, 3, True, 0, mode, settings)
         assert got == plain and n == 0
+
+
+def test_no_reuse_after_a_start_out_of_the_order():
+    """x holds h0 and y and z hold half of h1 until 100 and 50; `a` (6 GPUs) waits for 100 and is
+    planned on h0 (both hosts all free then: the name decides); s, after it in the order, starts
+    now on h1 and runs past 100. When z ends on time at 50 a plan of now sees s held: h1 is the
+    tighter host at 100 and `a` starts there. The plan made at s's start (a on h0) is not reused."""
+    from gpu_tenancy.whatif.history import Lease
+    jobs = [Lease("x", "a", 0, 100, 8, 1), Lease("y", "a", 0, 100, 4, 1), Lease("z", "a", 0, 50, 1, 1),
+            Lease("A", "a", 1, 50, 6, 1), Lease("s", "a", 2, 200, 2, 1)]
+    for reuse in (False, True):
+        (start, hosts, _etas, _answers), _ = decide(jobs, 2, reuse, 1)   # (1: a plan is kept, for fits)
+        assert start["s"] == 2 and hosts["s"] == [1]
+        assert start["A"] == 100 and hosts["A"] == [1], reuse
