@@ -6,6 +6,9 @@
         # side by side with the bench and planner of a git ref: alternating fresh
         # processes, CPU time ratios, and whether both started every job at the same
         # time on the same hosts
+    python bench/replay_speed.py --loads 0.8 --against HEAD~3 --together
+        # the two at the same time, one per core: on a shared machine whose speed moves
+        # between runs, the only ratio that held here
 
 Each run is one process replaying the trace through the gpu-tenancy scheduler only
 (bench/replay.py runs the baselines and writes the report; this measures the planner).
@@ -49,12 +52,24 @@ def child(bench_dir: str, trace: str, load: float, days: float | None, overask: 
                       "plans": out.extra.get("plans"), "digest": h.hexdigest()[:16]}))
 
 
-def run_child(bench_dir: str, a: argparse.Namespace, load: float) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", bench_dir, "--trace", a.trace,
-           "--loads", str(load), "--traces", a.traces] + (["--days", str(a.days)] if a.days else []) + \
-          (["--overask"] if a.overask else [])
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def child_cmd(bench_dir: str, a: argparse.Namespace, load: float) -> list[str]:
+    return [sys.executable, os.path.abspath(__file__), "--child", bench_dir, "--trace", a.trace,
+            "--loads", str(load), "--traces", a.traces] + (["--days", str(a.days)] if a.days else []) + \
+           (["--overask"] if a.overask else [])
+
+
+def run_children(dirs: list[str], a: argparse.Namespace, load: float) -> list[dict]:
+    """One child per bench directory, all at once (each on its own core: the machine's speed then
+    moves for all of them alike, where one after the other it moved by 1.3x here)."""
+    procs = [subprocess.Popen(child_cmd(d, a, load), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for d in dirs]
+    out = []
+    for p in procs:
+        stdout, stderr = p.communicate()
+        if p.returncode:
+            raise subprocess.CalledProcessError(p.returncode, p.args, stdout, stderr)
+        out.append(json.loads(stdout.strip().splitlines()[-1]))
+    return out
 
 
 def export_ref(ref: str, into: str) -> str:
@@ -76,6 +91,8 @@ def main(argv=None) -> int:
     ap.add_argument("--traces", default=traces.default_trace_dir(), help=f"default ${traces.TRACES_ENV}")
     ap.add_argument("--against", metavar="REF", help="side by side with the bench and planner of this git ref")
     ap.add_argument("--runs", type=int, default=1, help="alternating runs each (median CPU time)")
+    ap.add_argument("--together", action="store_true",
+                    help="with --against: run the two at the same time (needs two free cores)")
     ap.add_argument("--child", metavar="BENCH_DIR", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if not a.traces:
@@ -88,15 +105,20 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         old = export_ref(a.against, tmp) if a.against else None
         print(f"replay of {what} through gpu-tenancy, CPU seconds per run"
-              + (f"; this tree (new) against {a.against} (old), {a.runs} alternating run(s) each" if old else ""))
+              + (f"; this tree (new) against {a.against} (old), {a.runs} "
+                 f"{'run(s) at the same time' if a.together else 'alternating run(s)'} each" if old else ""))
         print(f"{'load':>5} {'jobs':>6} {'hosts':>5} {'plans':>6} {'new cpu s':>9} {'new wall s':>10}"
               + (f" {'old cpu s':>9} {'new/old':>7} {'same':>5}" if old else ""), flush=True)
         for load in loads:
             got: dict[str, list[dict]] = {"new": [], "old": []}
             for r in range(a.runs):
                 order = [("new", HERE)] + ([("old", old)] if old else [])
+                if a.together:
+                    for (name, _d), res in zip(order, run_children([d for _n, d in order], a, load)):
+                        got[name].append(res)
+                    continue
                 for name, d in (order if r % 2 == 0 else order[::-1]):
-                    got[name].append(run_child(d, a, load))
+                    got[name].append(run_children([d], a, load)[0])
             n = got["new"][0]
             nc = statistics.median(x["cpu"] for x in got["new"])
             nw = statistics.median(x["wall"] for x in got["new"])
