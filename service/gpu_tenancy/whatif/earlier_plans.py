@@ -9,7 +9,9 @@ Since the last plan, with quotas that never bind (the trace replay's), a plan of
   hosts' free GPUs from its start on only (the same, so the same runs start there, with the
   same GPUs free), and before its start nothing fitted it then and less fits now;
 - leases that arrived since: they come in the order where they come (the head stops there);
-- a fair-share order that moved: likewise.
+- a fair-share order that moved: likewise;
+- a lease the plan placed that a plan of now does not have and that did not start (the arrivals
+  an arrival's fit plan leaves out): the leases after it saw it reserved, and the head stops there.
 Anything else (a job that ended early or started elsewhere, a hold past its end) and the
 head is not read: the plan is made whole, as before.
 """

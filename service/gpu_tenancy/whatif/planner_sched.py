@@ -12,8 +12,8 @@ import math
 import time
 from collections import OrderedDict
 from itertools import islice
-from dataclasses import replace
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from gpu_tenancy.domain.fairshare import share_score
@@ -133,8 +133,8 @@ class GpuTenancy(Scheduler):
         self.last_in_order = False   # the last decision's starts came first in its plan's order
         self.reused = 0
         self.asked: dict[str, tuple[int, int]] = {}   # a job's Hold.asked, until it ends
-        # A plan takes over the head of the last plan that a plan of now places as it did
-        # (domain/plan_prefix.py; _earlier says how far), and searches only for the rest
+        # A plan read to the end takes over the head of the last plan that a plan of now places as
+        # it did (domain/plan_prefix.py; whatif/earlier_plans.py says how far), and searches for the rest
         self.prefix = prefix and lazy
         self.earlier = EarlierPlans() if self.prefix else None
 
