@@ -227,7 +227,8 @@ class Planning:
         (which it places as they were) placed where it had them, in a state built at once with
         them held (as their reservations one by one would leave it)."""
         ask, self.earlier = self.earlier, None
-        earlier = ask() if ask is not None and not self.pending else None
+        # (its placements carry no reasons: only a plan that does not explain takes them over)
+        earlier = ask() if ask is not None and not self.pending and not self.explain else None
         if earlier is None:
             return
         now, protected = self._inputs[0], self._inputs[5]
