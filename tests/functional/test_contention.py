@@ -181,3 +181,57 @@ def test_a_reclaim_is_called_off_when_the_lease_it_served_is_cancelled(client, e
                                      "is gone; it ends at 2026-12-01T18:00:00Z again")
     engine_tick(advance=15 * 60)
     assert client.get(f"/v1/leases/{extra['id']}", headers=VISION).get_json()["lease"]["status"] == "active"
+
+
+def test_a_reclaim_is_called_off_when_the_lease_it_served_starts_on_other_gpus(client, engine_tick):
+    """The lease a borrower was reclaimed for starts elsewhere before the notice is over (another
+    lease of its project ended early): the borrower gets its own end back, as when it is cancelled."""
+    client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT10H"}, headers=VISION)
+    extra = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT10H"},
+                        headers=VISION).get_json()["lease"]
+    other = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT4H"}, headers=NLP).get_json()["lease"]
+    engine_tick()                                                     # the cloud is full: 16 + 8 + 8
+    engine_tick(advance=2 * HOUR)                                     # 10:00
+    train = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT4H"}, headers=NLP).get_json()["lease"]
+    engine_tick()   # train would wait for "other" until 12:00, 2 h: "extra" borrows, and is reclaimed
+    assert client.get(f"/v1/leases/{extra['id']}", headers=VISION).get_json()["lease"]["end"] == \
+        "2026-12-01T10:15:00Z"
+    engine_tick(advance=5 * 60)                                       # 10:05
+    assert client.delete(f"/v1/leases/{other['id']}", headers=NLP).status_code == 204
+    engine_tick(advance=10)                                           # "other"'s GPUs are back
+    engine_tick(advance=10)                                           # "train" starts on them
+    started = client.get(f"/v1/leases/{train['id']}", headers=NLP).get_json()["lease"]
+    assert started["status"] in ("scheduled", "provisioning", "active") and started["start"] < "2026-12-01T10:15"
+    engine_tick(advance=10)                                           # the next pass calls the reclaim off
+    kept = client.get(f"/v1/leases/{extra['id']}", headers=VISION).get_json()["lease"]
+    assert (kept["status"], kept["end"], kept["early_end"]) == ("active", "2026-12-01T18:00:00Z", None)
+    events = client.get(f"/v1/leases/{extra['id']}/events", headers=VISION).get_json()["events"]
+    assert events[-1]["message"] == (f"no longer reclaimed: lease {train['id']}, which it was to make room for, "
+                                     "has GPUs elsewhere; it ends at 2026-12-01T18:00:00Z again")
+    engine_tick(advance=15 * 60)                                      # past the notice it was given
+    assert client.get(f"/v1/leases/{extra['id']}", headers=VISION).get_json()["lease"]["status"] == "active"
+    with session_scope(client.application.extensions["gpu_tenancy"].sessions) as session:
+        assert yielded_pairs(session) == frozenset()   # nothing was yielded: ml-vision may reclaim from nlp-lab
+
+
+def test_a_reclaim_whose_gpus_are_planned_again_stands_when_its_lease_starts_elsewhere(client, engine_tick):
+    """As above, but a lease asked for meanwhile is planned on the noticed GPUs at the notice's end:
+    giving the borrower its end back would delay it, so the notice stands."""
+    client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT10H"}, headers=VISION)
+    extra = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT10H"},
+                        headers=VISION).get_json()["lease"]
+    other = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT4H"}, headers=NLP).get_json()["lease"]
+    engine_tick()
+    engine_tick(advance=2 * HOUR)                                     # 10:00
+    train = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT4H"}, headers=NLP).get_json()["lease"]
+    engine_tick()
+    engine_tick(advance=5 * 60)                                       # 10:05
+    assert client.delete(f"/v1/leases/{other['id']}", headers=NLP).status_code == 204
+    engine_tick(advance=10)
+    engine_tick(advance=10)
+    assert client.get(f"/v1/leases/{train['id']}", headers=NLP).get_json()["lease"]["status"] != "queued"
+    more = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT1H"}, headers=NLP).get_json()["lease"]
+    assert "2026-12-01T10:15:00Z" < more["queue"]["eta"] < "2026-12-01T10:16"   # on the GPUs "extra" gives back
+    engine_tick(advance=10)
+    cut = client.get(f"/v1/leases/{extra['id']}", headers=VISION).get_json()["lease"]
+    assert (cut["end"], cut["early_end"]["at"]) == ("2026-12-01T10:15:00Z", "2026-12-01T10:15:00Z")

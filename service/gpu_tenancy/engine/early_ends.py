@@ -13,7 +13,7 @@ from gpu_tenancy.db.session import ledger_lock, session_scope, to_epoch, utcnow_
 from gpu_tenancy.domain import planner, reclaim
 from gpu_tenancy.domain.model import Plan
 from gpu_tenancy.domain.planner import fmt_time
-from gpu_tenancy.domain.states import FINAL, LeaseState
+from gpu_tenancy.domain.states import FINAL, WAITING, LeaseState
 from gpu_tenancy.engine import ledger
 from gpu_tenancy.engine.events import record_event
 
@@ -107,14 +107,18 @@ def replan_locked(session: Session, now: int, config: Config, planner_settings: 
 
 
 def call_off_unneeded(session: Session, now: int, planner_settings: planner.PlannerSettings, actor: str) -> None:
-    """A lease under notice whose beneficiary was cancelled or expired gets its own end back,
-    if that end still fits as an extension would (no over-commit, within quota, delays nobody)."""
+    """A lease under notice whose beneficiary no longer waits (it was cancelled or expired, or it
+    got GPUs elsewhere: another lease ended early) gets its own end back, if that end still fits
+    as an extension would (no over-commit, within quota, delays nobody). A beneficiary given the
+    noticed GPUs themselves, from the notice's end, is a hold there: the extension conflicts."""
     gone = [S.CANCELLED.value, S.EXPIRED.value]
+    waits = [s.value for s in WAITING]
     beneficiary = m.Lease.__table__.alias("beneficiary")
-    rows = list(session.scalars(select(m.Lease).join(beneficiary, beneficiary.c.id == m.Lease.early_end_for)
-                                .where(m.Lease.status == S.ACTIVE.value, m.Lease.early_end_at > utcnow_naive(now),
-                                       m.Lease.early_end_from.is_not(None), beneficiary.c.status.in_(gone))))
-    for row in rows:
+    rows = list(session.execute(
+        select(m.Lease, beneficiary.c.status).join(beneficiary, beneficiary.c.id == m.Lease.early_end_for)
+        .where(m.Lease.status == S.ACTIVE.value, m.Lease.early_end_at > utcnow_naive(now),
+               m.Lease.early_end_from.is_not(None), beneficiary.c.status.not_in(waits))))
+    for row, status in rows:
         inputs = ledger.load_inputs(session, now, planner_settings)
         assert row.early_end_from is not None   # as selected
         own_end = to_epoch(row.early_end_from)
@@ -123,8 +127,9 @@ def call_off_unneeded(session: Session, now: int, planner_settings: planner.Plan
             continue   # its GPUs are promised again: the notice stands
         for alloc in row.allocations:
             alloc.end_at = row.early_end_from
+        why = "is gone" if status in gone else "has GPUs elsewhere"
         record_event(session, row, "change", f"no longer {row.early_end_kind}: lease {row.early_end_for}, "
-                                             f"which it was to make room for, is gone; it ends at "
+                                             f"which it was to make room for, {why}; it ends at "
                                              f"{fmt_time(own_end)} again", now, actor)
         row.end_at, row.warned_at = row.early_end_from, None
         row.early_end_at = row.early_end_kind = row.early_end_for = row.early_end_for_project = None
