@@ -22,7 +22,7 @@ from tests.functional.test_dashboard import login
 from tests.functional.test_readiness import guest_dirs
 from tests.ports import free_port
 
-PORT_RANGE = range(18850, 18900)
+PORT_RANGE = range(19050, 19100)   # apart from the integration tests' (run beside these on PostgreSQL)
 
 
 @pytest.fixture

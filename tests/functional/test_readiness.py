@@ -17,7 +17,7 @@ from gpu_tenancy.guest.readiness_probe import SCRIPT
 from tests.conftest import headers
 from tests.ports import free_port
 
-PORT_RANGE = range(18800, 18850)
+PORT_RANGE = range(19000, 19050)   # apart from the integration tests' (run beside these on PostgreSQL)
 
 
 @pytest.fixture
