@@ -199,10 +199,9 @@ def test_a_reclaim_is_called_off_when_the_lease_it_served_starts_on_other_gpus(c
     engine_tick(advance=5 * 60)                                       # 10:05
     assert client.delete(f"/v1/leases/{other['id']}", headers=NLP).status_code == 204
     engine_tick(advance=10)                                           # "other"'s GPUs are back
-    engine_tick(advance=10)                                           # "train" starts on them
+    engine_tick(advance=10)   # "train" starts on them, and the pass that started it calls the reclaim off
     started = client.get(f"/v1/leases/{train['id']}", headers=NLP).get_json()["lease"]
     assert started["status"] in ("scheduled", "provisioning", "active") and started["start"] < "2026-12-01T10:15"
-    engine_tick(advance=10)                                           # the next pass calls the reclaim off
     kept = client.get(f"/v1/leases/{extra['id']}", headers=VISION).get_json()["lease"]
     assert (kept["status"], kept["end"], kept["early_end"]) == ("active", "2026-12-01T18:00:00Z", None)
     events = client.get(f"/v1/leases/{extra['id']}/events", headers=VISION).get_json()["events"]
@@ -215,8 +214,8 @@ def test_a_reclaim_is_called_off_when_the_lease_it_served_starts_on_other_gpus(c
 
 
 def test_a_reclaim_whose_gpus_are_planned_again_stands_when_its_lease_starts_elsewhere(client, engine_tick):
-    """As above, but a lease asked for meanwhile is planned on the noticed GPUs at the notice's end:
-    giving the borrower its end back would delay it, so the notice stands."""
+    """As above, but a lease asked for before it starts is planned on the noticed GPUs at the
+    notice's end: giving the borrower its end back would delay it, so the notice stands."""
     client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT10H"}, headers=VISION)
     extra = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT10H"},
                         headers=VISION).get_json()["lease"]
@@ -227,11 +226,11 @@ def test_a_reclaim_whose_gpus_are_planned_again_stands_when_its_lease_starts_els
     engine_tick()
     engine_tick(advance=5 * 60)                                       # 10:05
     assert client.delete(f"/v1/leases/{other['id']}", headers=NLP).status_code == 204
+    more = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT1H"}, headers=NLP).get_json()["lease"]
+    assert "2026-12-01T10:15:00Z" < more["queue"]["eta"] < "2026-12-01T10:16"   # on the GPUs "extra" gives back
     engine_tick(advance=10)
     engine_tick(advance=10)
     assert client.get(f"/v1/leases/{train['id']}", headers=NLP).get_json()["lease"]["status"] != "queued"
-    more = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT1H"}, headers=NLP).get_json()["lease"]
-    assert "2026-12-01T10:15:00Z" < more["queue"]["eta"] < "2026-12-01T10:16"   # on the GPUs "extra" gives back
     engine_tick(advance=10)
     cut = client.get(f"/v1/leases/{extra['id']}", headers=VISION).get_json()["lease"]
     assert (cut["end"], cut["early_end"]["at"]) == ("2026-12-01T10:15:00Z", "2026-12-01T10:15:00Z")

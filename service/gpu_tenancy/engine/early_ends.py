@@ -55,7 +55,9 @@ def plan_new(session: Session, now: int, config: Config, planner_settings: plann
 
 def replan_locked(session: Session, now: int, config: Config, planner_settings: planner.PlannerSettings,
                   actor: str) -> Plan:
-    """replan, under the ledger lock, at `now`."""
+    """replan, under the ledger lock, at `now`. Notices are called off before the plan (their
+    lease was cancelled or started since) and after it (their lease started in this pass: the
+    plan after a reclaim can start it on other GPUs that the reclaim moved another lease off)."""
     call_off_unneeded(session, now, planner_settings, actor)
     plan = ledger.replan(session, now, planner_settings, actor)
     reasons: dict[str, list[dict]] = {}
@@ -84,6 +86,8 @@ def replan_locked(session: Session, now: int, config: Config, planner_settings: 
                     record_event(session, noted, "reclaim", note.message, now, actor)
                 else:
                     reasons.setdefault(lease_id, []).append({"code": note.code, "message": note.message})
+    if call_off_unneeded(session, now, planner_settings, actor):
+        plan = ledger.replan(session, now, planner_settings, actor)   # (no start moves: the hosts may)
     for victim in session.scalars(select(m.Lease).where(m.Lease.status == S.ACTIVE.value,
                                                         m.Lease.early_end_at.is_not(None))):
         assert victim.early_end_for is not None and victim.early_end_at is not None   # set together
@@ -106,7 +110,7 @@ def replan_locked(session: Session, now: int, config: Config, planner_settings: 
     return plan
 
 
-def call_off_unneeded(session: Session, now: int, planner_settings: planner.PlannerSettings, actor: str) -> None:
+def call_off_unneeded(session: Session, now: int, planner_settings: planner.PlannerSettings, actor: str) -> bool:
     """A lease under notice whose beneficiary no longer waits (it was cancelled or expired, or it
     got GPUs elsewhere: another lease ended early) gets its own end back, if that end still fits
     as an extension would (no over-commit, within quota, delays nobody). A beneficiary given the
@@ -117,7 +121,11 @@ def call_off_unneeded(session: Session, now: int, planner_settings: planner.Plan
     rows = list(session.execute(
         select(m.Lease, beneficiary.c.status).join(beneficiary, beneficiary.c.id == m.Lease.early_end_for)
         .where(m.Lease.status == S.ACTIVE.value, m.Lease.early_end_at > utcnow_naive(now),
-               m.Lease.early_end_from.is_not(None), beneficiary.c.status.not_in(waits))))
+               m.Lease.early_end_from.is_not(None), beneficiary.c.status.not_in(waits))
+        # each is checked with those before it given their ends back: in the order the replay's
+        # whatif/reclaims.py takes them (its lease ids are the trace's: ties at one second differ)
+        .order_by(m.Lease.early_end_at, m.Lease.created_at, m.Lease.id)))
+    called = False
     for row, status in rows:
         inputs = ledger.load_inputs(session, now, planner_settings)
         assert row.early_end_from is not None   # as selected
@@ -135,6 +143,8 @@ def call_off_unneeded(session: Session, now: int, planner_settings: planner.Plan
         row.early_end_at = row.early_end_kind = row.early_end_for = row.early_end_for_project = None
         row.early_end_reason = row.early_end_from = None
         session.flush()
+        called = True
+    return called
 
 
 def yielded_pairs(session: Session) -> frozenset[tuple[str, str]]:

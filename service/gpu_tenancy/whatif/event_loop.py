@@ -5,8 +5,8 @@ Semantics are the engine's: at an instant, all jobs that end release their
 GPUs first and the scheduler decides once; then each arrival is submitted
 and the scheduler decides after each (the API replans on every new lease).
 A job holds its GPUs from its start until its real end (start + runtime), or
-until the earlier end a scheduler gave it (the engine's reclaim: take_cuts); a
-scheduler only sees the duration the lease asked for (Job.duration).
+until the earlier end a scheduler gave it (the engine's reclaim: take_cuts) unless it
+calls that off (take_uncuts); a scheduler only sees the duration the lease asked for (Job.duration).
 """
 from __future__ import annotations
 
@@ -56,6 +56,9 @@ class Scheduler:
         raise NotImplementedError
     def take_cuts(self) -> list[tuple[str, int]]:
         """Running jobs to end earlier than their real end, decided since last asked: (jid, when)."""
+        return []
+    def take_uncuts(self) -> list[str]:
+        """Running jobs whose cut is called off since last asked: they end at their real end again."""
         return []
     def stats(self) -> dict:
         return {}
@@ -121,6 +124,13 @@ def simulate(jobs, n_hosts: int | Cluster, sched: Scheduler, progress: float | N
                 ends[jid] = out.ended_early[jid] = at
                 seq += 1
                 heapq.heappush(heap, (at, END, seq, running[jid][0]))
+        for jid in sched.take_uncuts():
+            if jid in out.ended_early and jid in running:   # (a cut past its real end never took)
+                del out.ended_early[jid]
+                sj, _, st = running[jid]
+                ends[jid] = st + sj.runtime   # the cut's END is void from now on
+                seq += 1
+                heapq.heappush(heap, (ends[jid], END, seq, sj))
         if wake is not None and wake > t and wake not in wakes:
             wakes.add(wake)
             seq += 1

@@ -12,7 +12,7 @@ import math
 import time
 from collections import OrderedDict
 from itertools import islice
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import replace
 from typing import Any
 
@@ -21,7 +21,7 @@ from gpu_tenancy.domain.lazy_plan import LazyPlan
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, Plan, QuotaLimit
 from gpu_tenancy.domain.plan_insert import Planned, PlanBook
 from gpu_tenancy.domain.plan_prefix import EarlierPlan
-from gpu_tenancy.domain.planner import PlannerSettings, order_key, plan
+from gpu_tenancy.domain.planner import PlannerSettings, extension_conflicts, order_key, plan
 from gpu_tenancy.domain.queued_charge import queued_charges
 from gpu_tenancy.domain.reclaim import ReclaimSettings
 from gpu_tenancy.whatif.earlier_plans import EarlierPlans
@@ -124,6 +124,7 @@ class GpuTenancy(Scheduler):
         # the engine's reclaim of borrowed GPUs (its defaults unless given; None: never): only quotas
         # with borrowing let a job borrow, so with the trace replay's open quotas it never acts
         self.reclaims = Reclaims(reclaim) if reclaim is not None else None
+        self.announced: dict[str, int] = {}   # a decision's reclaims' announced starts, by lease
         self.submitted = 0
         # A decision at jobs' ends reuses the last plan instead of planning again (the same plan: see
         # _reusable) while nothing but time and ends on time changed since; off: plans at every one
@@ -210,6 +211,9 @@ class GpuTenancy(Scheduler):
     def take_cuts(self) -> list[tuple[str, int]]:
         return self.reclaims.take_cuts() if self.reclaims is not None else []
 
+    def take_uncuts(self) -> list[str]:
+        return self.reclaims.take_uncuts() if self.reclaims is not None else []
+
     def _reusable(self, now, running, usage, takeable) -> KeptPlan | FittedBook | None:
         """The last plan, if it is the plan a decision now would make: since it was made nothing
         arrived, every job that ended held its GPUs to its own end (the plan counted them free
@@ -256,6 +260,7 @@ class GpuTenancy(Scheduler):
             self.last_plan = self.book = None   # made with the holds before the cut
             if self.earlier is not None:
                 self.earlier.moved()
+        self.announced.update(decided.etas)
         return holds, bool(decided.ends), min(decided.etas.values(), default=None)
 
     def _reclaim_after_starts(self, now, running, cluster, holds, starts, usage, p: Plan, takeable,
@@ -271,11 +276,22 @@ class GpuTenancy(Scheduler):
         holds, cut, later = self._reclaim(now, running, holds, waiting, usage, p, takeable)
         more: list = []
         if cut and waiting:
-            p = plan(now, self.hosts, holds, self.quotas, waiting, usage, self.settings, explain=False)
-            self.plans += 1
-            more, wake, _ = self._start_now(p, now, cluster)
-            holds = holds + self._held_from_now(more, cluster, now)
+            more, wake, holds = self._start_after_cut(now, cluster, holds, waiting, usage)
         return more, wake, min((w for w in (reclaim_wake, later) if w is not None), default=None), holds
+
+    def _start_after_cut(self, now, cluster, holds, waiting, usage) -> tuple[list, int | None, list[Hold]]:
+        """The engine's plan again once its pass ended a lease early (ledger.replan): it starts what
+        it starts now. Those starts, the earliest start it plans after now, and the holds with them."""
+        assert self.hosts is not None
+        p = plan(now, self.hosts, holds, self.quotas, waiting, usage, self.settings, explain=False)
+        self.plans += 1
+        more, wake, _ = self._start_now(p, now, cluster)
+        return more, wake, holds + self._held_from_now(more, cluster, now)
+
+    def _holds_after(self, running, starts, now: int, cluster) -> list[Hold]:
+        """Every hold once `starts` are started now (the running jobs' as kept, cut if under notice)."""
+        return [h for job, hosts, st in running.values() for h in self._running_holds(job, hosts, st, now, cluster)
+                ] + self._held_from_now(starts, cluster, now)
 
     def _held_from_now(self, starts, cluster, now: int) -> list[Hold]:
         """The holds of jobs started now (as the next plan of this instant reads them)."""
@@ -283,13 +299,14 @@ class GpuTenancy(Scheduler):
                      now + job.duration, job.jid in self.borrowing, asked=self.asked[job.jid])
                 for job, hosts in starts for h in hosts]
 
-    def _reclaim_before_arrivals(self, now, running, holds, usage, takeable):
+    def _reclaim_before_arrivals(self, now, running, holds, usage, takeable, cluster):
         """The engine's pass at this instant before the arrivals' requests (it runs at every event,
         and the API then fits each arrival into the plan as that pass left it): the reclaims it
-        decides for the leases waiting before them. The holds then, and its announced start."""
+        decides for the leases waiting before them. The holds then, its announced start, and what
+        it started."""
         before = [self.requests[jid] for jid in self.waiting if jid not in self.unplanned]
         if not before:
-            return holds, None
+            return holds, None, []
         assert self.hosts is not None
         p0 = plan(now, self.hosts, holds, self.quotas, before, usage, self.settings, explain=False)
         self.plans += 1
@@ -302,8 +319,18 @@ class GpuTenancy(Scheduler):
                 for lr in before if lr.lease_id in starting
                 for hosts, borrowing in (starting[lr.lease_id],) for host in hosts]
         rest = [lr for lr in before if lr.lease_id not in starting]
-        holds, _cut, wake = self._reclaim(now, running, holds + held, rest, usage, p0, takeable)
-        return [h for h in holds if h.lease_id not in starting], wake
+        holds, cut, wake = self._reclaim(now, running, holds + held, rest, usage, p0, takeable)
+        first: list = []
+        if cut and rest:
+            # what that pass's plan after the reclaim starts now starts before the arrivals are
+            # asked for: a borrower may find capacity idle from now to its end once a reservation
+            # moved onto the GPUs the reclaim frees
+            first, _wake, holds = self._start_after_cut(now, cluster, holds, rest, usage)
+        if self.reclaims is not None and self.reclaims.noticed_for:   # the engine's pass ends with it
+            called = self._call_off(now, running, cluster, holds,
+                                    [j for j in self.waiting if j not in starting and j not in self.unplanned])
+            holds = holds if called is None else called
+        return [h for h in holds if h.lease_id not in starting], wake, first
 
     def stats(self):
         return {"plans": self.plans, "plan_seconds": self.plan_seconds, "skipped_full": self.skipped,
@@ -449,7 +476,58 @@ class GpuTenancy(Scheduler):
         self.plan_seconds += time.perf_counter() - t
         return fitted, b.exact
 
+    def _running_holds(self, job, hosts, st: int, now: int, cluster) -> list[Hold]:
+        """A running job's holds (kept from one decision to the next), cut if it is under notice."""
+        mine = self.holds.get(job.jid)
+        if mine is None or mine[0].end <= now:   # an end past now: held one second more
+            mine = self.holds[job.jid] = [
+                Hold(job.jid, job.tenant, cluster.names[h], self.usage_key(job)[1], job.gpus_per_vm, st,
+                     max(st + job.duration, now + 1), job.jid in self.borrowing,
+                     asked=self.asked[job.jid]) for h in hosts]
+            if self.reclaims is not None:
+                mine = self.holds[job.jid] = self.reclaims.cut(job.jid, mine)
+        return mine
+
+    def _call_off(self, now, running, cluster, holds: list[Hold] | None = None,
+                  waiting: Collection[str] | None = None) -> list[Hold] | None:
+        """The engine's call_off_unneeded (engine/early_ends.py), before a pass plans and once it has
+        started what it starts: a job under notice whose lease no longer waits gets its own end back,
+        unless that end delays a waiting lease (or over-commits, or breaks a quota). `holds`: every
+        hold now (None: the running jobs'); `waiting`: the leases waiting (None: self.waiting). The
+        holds then, if any notice was called off (None: none was)."""
+        rc = self.reclaims
+        assert rc is not None
+        waiting = self.waiting if waiting is None else waiting
+        victims = rc.unneeded(waiting, {jid: job.arrival for jid, (job, _h, _s) in running.items()})
+        if not victims:
+            return None
+        assert self.hosts is not None   # (a notice was decided by a plan)
+        if holds is None:
+            holds = [h for job, hosts, st in running.values() for h in self._running_holds(job, hosts, st, now, cluster)]
+        asked = [self.requests[jid] for jid in waiting]
+        usage = self.usage(now, running) if self.fairshare else None
+        called = False
+        for jid in victims:
+            job, hosts, st = running[jid]
+            if extension_conflicts(now, self.hosts, holds, self.quotas, asked, usage, jid, st + job.duration,
+                                   self.settings):
+                continue   # its GPUs are promised again: the notice stands
+            rc.call_off(jid)
+            del self.holds[jid]
+            holds = [h for h in holds if h.lease_id != jid] + self._running_holds(job, hosts, st, now, cluster)
+            called = True
+        if not called:
+            return None
+        self.last_plan = self.book = self.reusable = None   # the plans kept were made with its end cut
+        self.settled = False
+        if self.earlier is not None:
+            self.earlier.moved()
+        return holds
+
     def schedule(self, now, cluster, running):
+        if self.reclaims is not None and self.reclaims.noticed_for:
+            self._call_off(now, running, cluster)
+        self.announced = {}   # the starts this decision's reclaims announce (the engine's queue ETAs)
         if not self.waiting:
             return [], None
         takeable = self._may_reclaim(now, running)
@@ -484,33 +562,28 @@ class GpuTenancy(Scheduler):
                 self.earlier = None   # a quota may bind: a lease's search then depends on more (earlier_plans.py)
         holds = []
         for job, hosts, st in running.values():
-            mine = self.holds.get(job.jid)
-            if mine is None or mine[0].end <= now:   # an end past now: held one second more
-                mine = self.holds[job.jid] = [
-                    Hold(job.jid, job.tenant, cluster.names[h], self.usage_key(job)[1], job.gpus_per_vm, st,
-                         max(st + job.duration, now + 1), job.jid in self.borrowing,
-                         asked=self.asked[job.jid]) for h in hosts]
-                if self.reclaims is not None:
-                    mine = self.holds[job.jid] = self.reclaims.cut(job.jid, mine)
-            holds += mine
+            holds += self._running_holds(job, hosts, st, now, cluster)
         waiting = [self.requests[jid] for jid in self.waiting]
         if self.aging is not None:
             waiting = [replace(r, priority=1) if now - r.created_at >= self.aging else r for r in waiting]
         full = cluster.free_total == 0
         early_wake = None
+        first: list = []   # started by the engine's pass before the arrivals, once it reclaimed
         if takeable and self.unplanned:
-            holds, early_wake = self._reclaim_before_arrivals(now, running, holds, usage, takeable)
+            holds, early_wake, first = self._reclaim_before_arrivals(now, running, holds, usage, takeable, cluster)
             takeable = self._may_reclaim(now, running)
+            if first:
+                waiting = [self.requests[jid] for jid in self.waiting]
         fit = self._fit_arrivals(now, running, holds, usage, full)
         fitted = None
         if fit is not None:   # (at least insert_min_waiting planned: the service tells the fit's ETA)
             fitted, exact = fit
-            if full and not takeable:
+            if full and not takeable and not first:
                 self._told(fitted)
                 self.inserted += len(fitted)
                 self.next_start = min((s for s in (self.next_start, *fitted.values()) if s is not None), default=None)
                 return [], None   # told by the fit alone: nothing can start on a full cluster
-            elif exact and not takeable and (self.next_start is None or self.next_start > now):
+            elif exact and not takeable and not first and (self.next_start is None or self.next_start > now):
                 # The plan with the fits is the full plan of this decision (each went last in
                 # the order), and it starts nothing now: the plan is not made again.
                 self._told(fitted)
@@ -575,7 +648,7 @@ class GpuTenancy(Scheduler):
         if self.settings.keep_etas:
             # (the tenants left waiting once some start are read when it is checked: _same_order)
             self.settled_scores = self._scores(usage)
-        if cluster.free_total == 0 and not takeable:
+        if cluster.free_total == 0 and not takeable and not first:
             self.eta_only += 1
             self.last_in_order = True   # (nothing starts)
             self.next_start = next_start if lazy else min(
@@ -584,6 +657,7 @@ class GpuTenancy(Scheduler):
             # reclaim announced for later asks for: nothing else happens then)
             return [], reclaim_wake
         starts, wake, self.last_in_order = self._start_now(p, now, cluster)
+        starts = first + starts
         if lazy:   # (the leases not planned yet start later than those planned: LazyPlan.decide)
             wake = next_start
         held_now = None   # the holds once this pass's starts are held and its reclaims cut
@@ -607,6 +681,11 @@ class GpuTenancy(Scheduler):
             starts += more
             self.last_plan = KeptPlan(again, self._scores(usage), self._kept_order(again)) if self._fits() else None
             self.book = None
+        if (self.reclaims is not None and self.reclaims.noticed_for
+                and self._call_off(now, running, cluster, self._holds_after(running, starts, now, cluster)) is not None):
+            # a notice called off no longer ends anything at its end: the engine is asked again then
+            # only for the starts it announces to leases still waiting (their queue ETAs)
+            reclaim_wake = min((eta for jid, eta in self.announced.items() if jid in self.waiting), default=None)
         self.next_start = wake
         if reclaim_wake is not None and (wake is None or reclaim_wake < wake):
             wake = reclaim_wake

@@ -4,10 +4,11 @@ starts then, and a lease that a later reclaim will make room for is told that st
 
 What the engine keeps in its rows is kept here: which running jobs are under notice (they are not
 taken again, and hold their GPUs only until the notice ends), and which projects yielded GPUs to
-which (no reclaim goes back the other way while the lease reclaimed for is not over)."""
+which (no reclaim goes back the other way while the lease reclaimed for is not over). A notice
+whose lease started meanwhile is called off as the engine calls it off (GpuTenancy._call_off)."""
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, Plan, QuotaLimit
@@ -19,9 +20,11 @@ class Reclaims:
     def __init__(self, settings: ReclaimSettings):
         self.settings = settings
         self.noticed: dict[str, int] = {}   # jid -> the end its notice gave it
+        self.noticed_for: dict[str, str] = {}   # jid under notice -> the lease it makes room for
         # victim jid -> (its project, the beneficiary's project, the beneficiary's jid)
         self.yielded: dict[str, tuple[str, str, str]] = {}
         self.cuts: list[tuple[str, int]] = []   # decided, not yet handed to the event loop
+        self.uncuts: list[str] = []               # called off, likewise
 
     def takeable(self, running: Iterable[str], borrowing: set[str]) -> frozenset[str]:
         """The running jobs the engine may end early: borrowing, not under notice already."""
@@ -38,6 +41,7 @@ class Reclaims:
                              planner_settings=planner_settings)
         for end in decided.ends:
             self.noticed[end.lease_id] = end.at
+            self.noticed_for[end.lease_id] = end.for_lease
             self.cuts.append((end.lease_id, end.at))
             if end.kind == "reclaimed":
                 self.yielded[end.lease_id] = (end.project_id, end.for_project, end.for_lease)
@@ -48,13 +52,30 @@ class Reclaims:
         at = self.noticed.get(jid)
         return holds if at is None else [replace(h, end=min(h.end, at)) for h in holds]
 
+    def unneeded(self, waiting: Container[str], arrival: Mapping[str, int]) -> list[str]:
+        """The jobs under notice whose lease no longer waits (it started), in the order the engine
+        checks them (engine/early_ends.call_off_unneeded: by notice's end, then by when asked)."""
+        return sorted((jid for jid, b in self.noticed_for.items() if b not in waiting),
+                      key=lambda jid: (self.noticed[jid], arrival[jid], jid))
+
+    def call_off(self, jid: str) -> None:
+        """jid's notice is called off: it ends when it would have (the event loop is told)."""
+        del self.noticed[jid], self.noticed_for[jid]
+        self.yielded.pop(jid, None)
+        self.uncuts.append(jid)
+
     def finished(self, jid: str) -> None:
         """A job ended: it is no longer under notice, and if a reclaim was made for it, the
         projects that yielded to it may reclaim from its project again."""
         self.noticed.pop(jid, None)
+        self.noticed_for.pop(jid, None)
         for victim in [v for v, (_p, _other, b) in self.yielded.items() if b == jid]:
             del self.yielded[victim]
 
     def take_cuts(self) -> list[tuple[str, int]]:
         out, self.cuts = self.cuts, []
+        return out
+
+    def take_uncuts(self) -> list[str]:
+        out, self.uncuts = self.uncuts, []
         return out
