@@ -503,7 +503,7 @@ class GpuTenancy(Scheduler):
             return None
         assert self.hosts is not None   # (a notice was decided by a plan)
         if holds is None:
-            holds = [h for job, hosts, st in running.values() for h in self._running_holds(job, hosts, st, now, cluster)]
+            holds = self._holds_after(running, (), now, cluster)
         asked = [self.requests[jid] for jid in waiting]
         usage = self.usage(now, running) if self.fairshare else None
         called = False
@@ -560,9 +560,7 @@ class GpuTenancy(Scheduler):
             size = cluster.host_gpus * len(cluster.names)
             if any(q.borrow_gpus or q.gpus < size for q in self.quotas.values()):
                 self.earlier = None   # a quota may bind: a lease's search then depends on more (earlier_plans.py)
-        holds = []
-        for job, hosts, st in running.values():
-            holds += self._running_holds(job, hosts, st, now, cluster)
+        holds = self._holds_after(running, (), now, cluster)
         waiting = [self.requests[jid] for jid in self.waiting]
         if self.aging is not None:
             waiting = [replace(r, priority=1) if now - r.created_at >= self.aging else r for r in waiting]
