@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import os
 import random
+import sqlite3
 import sys
+from collections import defaultdict
+from contextlib import closing
 
 import pytest
 
@@ -92,6 +95,26 @@ def test_the_replay_is_the_engine_with_quotas_that_lend_on_bursts(seed, tmp_path
     assert fast.start == started
     waited = [j.jid for j in jobs if fast.start[j.jid] > j.arrival]
     assert {j: fast.first_eta.get(j) for j in waited} == {j: first_eta.get(j) for j in waited}
+    # and the engine's ledger, the ends its call-offs gave back included, never held a GPU twice
+    assert max(ledger_peaks(tmp_path / "replay.db").values()) <= HOST_GPUS
+
+
+def ledger_peaks(db) -> dict[str, int]:
+    """Each host's most GPUs held at once by the allocations of a finished run (their windows are
+    the holds as they ended: cut, or given back by a call-off)."""
+    with closing(sqlite3.connect(db)) as c:
+        rows = c.execute("SELECT host, gpus, strftime('%s', start_at), strftime('%s', end_at) FROM allocations").fetchall()
+    steps: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for host, gpus, start, end in rows:
+        steps[host] += [(int(start), gpus), (int(end), -gpus)]
+    peaks = {}
+    for host, deltas in steps.items():
+        held = peak = 0
+        for _t, d in sorted(deltas):   # at one instant the releases (negative) first
+            held += d
+            peak = max(peak, held)
+        peaks[host] = peak
+    return peaks
 
 
 def test_without_reclaim_the_replay_starts_later_than_the_engine(tmp_path):
