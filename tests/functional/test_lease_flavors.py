@@ -149,3 +149,33 @@ def test_a_re_placed_lease_moves_its_inventory_and_its_tenant_loses_access(clien
     again = show(client, lease["id"])
     assert again["status"] == "active"
     assert cloud.lease_inventory()[lease["id"]] == {again["allocations"][0]["host"]: 1}
+
+
+def test_a_lease_cancelled_while_it_waits_again_after_a_failed_boot_leaves_nothing_in_the_cloud(
+        client, cloud, runtime, engine_tick):
+    """Sent back to wait after a boot the cloud refused, a lease keeps its class, inventory where it
+    is planned next and flavor; cancelled so, it never ends in the cloud: the next pass removes them
+    (not the reconcile, a minute or more later)."""
+    from gpu_tenancy.domain.failures import FailureClass
+    busy = [ask(client, shape="a100.x8", duration="PT2H")]
+    reply = client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT2H"},
+                        headers=headers("nlp-lab"))
+    busy.append(reply.get_json()["lease"])
+    engine_tick()
+    engine_tick(advance=30)
+    assert [show(client, b["id"])["status"] for b in busy[:1]] == ["active"]   # 3 of the 4 A100 hosts
+    lease = ask(client, shape="a100.x8")
+    cloud.inject_failure("server_error", FailureClass.NO_VALID_HOST)
+    engine_tick()
+    for _ in range(3):
+        engine_tick(advance=20)
+    waiting = show(client, lease["id"])
+    assert waiting["status"] == "scheduled" and waiting["flavor"], waiting   # re-placed after the busy ones
+    assert lease["id"] in cloud.leases_in_cloud()
+    flavor = waiting["flavor"]["id"]
+    assert client.delete(f"/v1/leases/{lease['id']}", headers=headers()).status_code == 204
+    engine_tick()
+    assert lease["id"] not in cloud.lease_inventory()
+    assert lease["id"] not in cloud.leases_in_cloud()
+    assert flavor not in cloud.flavors()
+    assert show(client, lease["id"])["flavor"] is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import (JSON, BigInteger, Boolean, CheckConstraint, DateTime, Float, ForeignKey, Index,
-                        Integer, String, Text, UniqueConstraint)
+                        Integer, String, Text, UniqueConstraint, text)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -65,6 +65,10 @@ class Quota(Base):
     updated_at: Mapped[datetime] = mapped_column(UTC)
     __table_args__ = (CheckConstraint("gpus >= 0 AND borrow_gpus >= 0 AND weight > 0",
                                       name="ck_quotas_nonneg"),)
+
+
+# cancelled or expired with its own flavor still in the cloud (engine/lease_flavor.py: remove_unstarted)
+LEFTOVERS = text("flavor_id IS NOT NULL AND status IN ('cancelled', 'expired')")
 
 
 class Lease(Base):
@@ -162,6 +166,9 @@ class Lease(Base):
         # a new lease's checks (engine/ask_facts.py): the name asked, the project's and user's waiting
         Index("ix_leases_project_name", "project_id", "name"),
         Index("ix_leases_project_status_user", "project_id", "status", "user_id"),
+        # the engine's pass reads the cancelled or expired leases whose flavor is still in the cloud
+        # (engine/lease_flavor.py: remove_unstarted): an index of those few rows alone
+        Index("ix_leases_flavor_leftovers", "id", "project_id", postgresql_where=LEFTOVERS, sqlite_where=LEFTOVERS),
     )
 
 

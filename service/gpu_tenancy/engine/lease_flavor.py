@@ -123,9 +123,10 @@ def teardown(lc, lease_id: str) -> bool:
     return True
 
 
-def remove_leftovers(lc, lease_id: str, project_id: str | None) -> None:
+def remove_leftovers(lc, lease_id: str, project_id: str | None) -> bool:
     """What a finished or unknown lease left in the cloud (a crash): its servers, then
-    inventory, flavor and class (the next reconcile finishes once the GPUs are released)."""
+    inventory, flavor and class (the next reconcile finishes once the GPUs are released).
+    True once nothing is left."""
     try:
         if project_id:
             lc.cloud.revoke_lease_flavor(lease_id, project_id)
@@ -135,8 +136,26 @@ def remove_leftovers(lc, lease_id: str, project_id: str | None) -> None:
         if lc.cloud.remove_lease_inventory(lease_id):
             lc.cloud.remove_lease_flavor(lease_id)
             lc.cloud.remove_lease_class(lease_id)
+            return True
     except CloudError as exc:
         log.warning("reconcile: removing what lease %s left: %s", lease_id, exc)
+    return False
+
+
+def remove_unstarted(lc) -> None:
+    """A lease sent back to wait after a failed boot keeps its class, inventory where it is
+    planned next, and flavor (follow_placement); cancelled or expired so, it never goes
+    through ENDING. Removed in the engine's next pass, not at the next reconcile, so that no
+    class has inventory outside its lease's window. The flavor id is cleared once they are
+    gone: what is left to do is the leases of these states that still have one."""
+    with session_scope(lc.sessions) as session:
+        rows = session.execute(select(m.Lease.id, m.Lease.project_id).where(
+            m.Lease.status.in_((S.CANCELLED.value, S.EXPIRED.value)), m.Lease.flavor_id.is_not(None))).all()
+    for lease_id, project in rows:
+        if remove_leftovers(lc, lease_id, project):
+            with session_scope(lc.sessions) as session:
+                row = session.get_one(m.Lease, lease_id)
+                row.flavor_id = row.flavor_name = None
 
 
 def reconcile(lc) -> None:

@@ -62,6 +62,7 @@ class Lifecycle:
             self.begin_end(lease_id, "its time is up")
         for lease_id in self.ids(S.ENDING):
             self.finish_end(lease_id)
+        lease_flavor.remove_unstarted(self)
         releasing.confirm(self)
         if self._margins_at is None or now - self._margins_at >= start_by_margins.EVERY:
             with session_scope(self.sessions) as session:   # before the plan, which tells them
