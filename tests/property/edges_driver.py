@@ -24,7 +24,7 @@ from gpu_tenancy.app import create_app
 from gpu_tenancy.clock import VirtualClock
 from gpu_tenancy.config import DEMO_CLOUD, Config
 from gpu_tenancy.db import models as m
-from gpu_tenancy.db.session import session_scope, to_epoch
+from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.demo.seed import seed as seed_demo
 from gpu_tenancy.domain.failures import FailureClass as F
 from gpu_tenancy.engine import park
@@ -34,13 +34,19 @@ from tests.property.edges_cloud import EdgeCloud
 
 INVARIANTS = ("overcommit", "cloud", "no_valid_host", "quota", "eta", "eta_kept", "stamps", "api", "inventory")
 PROJECTS = ("ml-vision", "nlp-lab")
+# a third project whose quota is mostly what it may borrow ("borrow" steps): its big, long leases
+# run on the others' nominal GPUs, so the others' leases reclaim them, and a notice is called off
+# when the lease it was for starts elsewhere
+BORROWER, BORROWER_QUOTA = "burst-lab", {"A100": (4, 24), "H100": (0, 8)}   # model -> (nominal, borrowable)
+# reclaims within the run's few hours of leases (the defaults wait an hour, then give an hour's runtime)
+SHARING = {"reclaim_after_seconds": 600, "reclaim_min_runtime_seconds": 600, "reclaim_notice_seconds": 600}
 SHAPES = {"A100": ((1, "a100.x1"), (2, "a100.x2"), (4, "a100.x4"), (8, "a100.x8")),
           "H100": ((1, "h100.x1"), (2, "h100.x2"), (4, "h100.x4"))}
 CLOUD_GPUS = {"A100": 32, "H100": 8}
 CLASSES = (None, None, None, "normal", "low", "preemptible", "high")   # high: admins only in the demo
 DURATIONS = (60, 120, 300, 600, 1800, 3600, 7200)
-OPS = {"create": 28, "burst": 4, "advance": 40, "cancel": 7, "cancel_at_start": 4, "extend": 6,
-       "slow_deletes": 1, "fail_deletes": 1, "boot_fault": 1, "host": 2, "mid_call": 3, "park": 3, "resume": 3}
+OPS = {"create": 28, "burst": 4, "borrow": 4, "make_room": 3, "advance": 40, "cancel": 7, "cancel_at_start": 4,
+       "extend": 6, "slow_deletes": 1, "fail_deletes": 1, "boot_fault": 1, "host": 2, "mid_call": 3, "park": 3, "resume": 3}
 MAX_LIVE = 24            # unfinished leases; beyond this the workload waits instead of asking
 MAX_TICKS = 3000         # engine passes in one advance: more means the engine never settles
 ACCEPTED = {"create": {201, 403}, "cancel": {204, 409}, "extend": {200, 400, 409}, "resume": {200, 409}}
@@ -77,6 +83,8 @@ class Report:
     checks: Counter = field(default_factory=Counter)
     ops: Counter = field(default_factory=Counter)        # steps of each kind
     quiet_steps: int = 0     # steps over which ETAs were held to the real starts
+    notices: int = 0         # early ends decided (reclaims and preemptions)
+    call_offs: int = 0       # early ends given back to a lease that still runs
     tolerated: list = field(default_factory=list)   # (step, text): what a release later than planned broke
     violations: dict = field(default_factory=lambda: defaultdict(list))   # invariant -> [(step, text)]
     log: list = field(default_factory=list)                                # one line per step
@@ -105,8 +113,12 @@ class Driver:
         self.last_event, self.last_at, self.boots_seen = 0, {}, 0
         self.etas: dict[str, int] = {}   # queued lease -> its ETA at the last look for what is due
         self.allowance = 0
+        self.allowances: list[tuple[int, int]] = []   # (when, the release allowance then), at each step
         self.seen: set[str] = set()
         self.snap = inv.read(self.sessions, self.clock.now(), 0)
+        self.noticed_last: set[str] = set()     # leases under notice at the last look
+        self.noticed_before: set[str] = set()   # ... at the step's start
+        self.noticed_in_step: set[str] = set()  # ... at any look in the step
 
     # --- the run -------------------------------------------------------------------------------
     def run(self, steps: int) -> Report:
@@ -117,8 +129,11 @@ class Driver:
                 self.report.log.append(f"{step} {rfc3339(self.clock.now())} {op}")
                 self.report.ops[op["op"]] += 1
                 quiet = op["op"] == "advance" and self.settled()
+                self.noticed_before = self.under_notice(self.snap)
+                self.noticed_in_step = set(self.noticed_before)
                 fired, before = len(self.cloud.fired), self.snap
                 self.allowance = release_allowance(self.rt)   # as the plan before the step had it
+                self.allowances.append((self.clock.now(), self.allowance))
                 self.apply(step, op)
                 quiet = quiet and len(self.cloud.fired) == fired and not self.cloud.fault_pending()
                 self.check(step, before, quiet)
@@ -135,23 +150,46 @@ class Driver:
         """The promises that hold at every instant: after each engine pass, and after each step."""
         snap = inv.read(self.sessions, self.clock.now(), self.last_event)
         late: list[str] = []
-        self.record(step, "overcommit", inv.overcommit(snap, self.allowance, late))
+        allowance = self.committed_allowance(snap)
+        self.record(step, "overcommit", inv.overcommit(snap, allowance, late))
         self.record(step, "cloud", inv.cloud_agrees(snap, self.cloud.holders(), self.cloud.free_gpus()))
         self.record(step, "inventory", inv.lease_inventory(snap, self.cloud.lease_inventory()))
-        self.record(step, "quota", inv.quotas(snap, self.allowance, late))
+        self.record(step, "quota", inv.quotas(snap, allowance, late))
         self.report.tolerated += [(step, text) for text in late if text not in self.seen]
         self.seen.update(late)
         self.record(step, "stamps", inv.stamps(snap, self.last_at))
         self.last_event = max([self.last_event] + [e[0] for e in snap.events])
+        self.count_notices(snap)
         return snap
+
+    @staticmethod
+    def under_notice(snap: inv.Snapshot) -> set[str]:
+        return {i for i, lease in snap.leases.items() if lease.early_end is not None}
+
+    def count_notices(self, snap: inv.Snapshot) -> None:
+        """Early ends decided, and called off, since the last look (each engine pass is looked at);
+        every notice seen in a step makes it not quiet, though its lease has ended by the step's end."""
+        now = self.under_notice(snap)
+        self.report.notices += len(now - self.noticed_last)
+        self.report.call_offs += sum(1 for i in self.noticed_last - now
+                                     if i in snap.leases and snap.leases[i].status == "active")
+        self.noticed_last = now
+        self.noticed_in_step |= now
+
+    def committed_allowance(self, snap: inv.Snapshot) -> int:
+        """The lowest release allowance since the oldest holding lease was placed: a lease keeps the
+        gap after its predecessor's end it was planned with, when the allowance grows later."""
+        oldest = min(snap.committed.values(), default=snap.now)
+        since = [a for t, a in self.allowances if t > oldest]
+        before = [a for t, a in self.allowances if t <= oldest][-1:]   # the one in force then
+        return min(before + since, default=self.allowance)
 
     def check(self, step: int, before: inv.Snapshot, quiet: bool) -> None:
         after = self.check_state(step)
         boots, self.boots_seen = self.cloud.boots[self.boots_seen:], len(self.cloud.boots)
         self.record(step, "no_valid_host", inv.no_valid_host(boots))
         self.record(step, "eta", inv.etas(after))
-        noticed = {i for i, lease in after.leases.items() if lease.early_end is not None}
-        earlier = {i for i, lease in before.leases.items() if lease.early_end is not None}
+        noticed, earlier = self.noticed_in_step, self.noticed_before
         # a lease parking gives its GPUs back early, as an early end does: not quiet
         parking = {i for snap in (before, after) for i, lease in snap.leases.items() if lease.status == "parking"}
         parked = {i for i, lease in after.leases.items() if lease.status == "parked"}
@@ -184,7 +222,7 @@ class Driver:
     def pick(self) -> dict:
         r, live = self.rng, list(self.snap.leases.values())
         kind = r.choices(list(OPS), weights=list(OPS.values()))[0]
-        if kind in ("create", "burst", "mid_call") and len(live) >= MAX_LIVE:
+        if kind in ("create", "burst", "borrow", "mid_call") and len(live) >= MAX_LIVE:
             kind = "advance"
         if kind in ("cancel", "extend") and not live:
             kind = "create"
@@ -193,6 +231,12 @@ class Driver:
                                                           r.choice([1800, 3600])])}
         if kind == "create":
             return {"op": kind, **self.new_lease()}
+        if kind == "borrow":
+            model = r.choices(("A100", "H100"), weights=(7, 3))[0]
+            gpus, shape = SHAPES[model][-1]
+            body = {"shape": shape, "duration": r.choice((3600, 7200, 14400)),
+                    "instances": r.randint(1, CLOUD_GPUS[model] // gpus // 2)}
+            return {"op": "borrow", "project": BORROWER, "admin": False, "body": body}
         if kind == "mid_call":   # asked when it fires, some steps on: for "now"
             ask = self.new_lease()
             ask["body"].pop("start", None)
@@ -202,6 +246,11 @@ class Driver:
             return {"op": "burst", "asks": [self.new_lease(project) for _ in range(r.randint(2, 3))]}
         if kind == "cancel":
             return {"op": "cancel", "lease": r.choice(live).id}
+        if kind == "make_room":   # a lease ends early while another is under notice: the notice's lease may
+            noticed = {lease.model for lease in live if lease.early_end is not None}   # start there instead
+            others = sorted(lease.id for lease in live if lease.model in noticed and lease.status == "active"
+                            and lease.early_end is None)
+            return {"op": "make_room", "lease": r.choice(others) if others else None}
         if kind == "cancel_at_start":   # in the very second it begins provisioning
             planned = sorted((lease.start, lease.id) for lease in live if lease.status == "scheduled")
             if not planned:
@@ -253,7 +302,7 @@ class Driver:
         kind, cloud = op["op"], self.cloud
         if kind == "advance":
             self.advance(op["seconds"], step)
-        elif kind == "create":
+        elif kind in ("create", "borrow"):
             self.ask(step, op)
             self.tick()
         elif kind == "burst":
@@ -262,7 +311,9 @@ class Driver:
             self.tick()
         elif kind == "mid_call":   # served while the engine waits on the cloud to delete a VM, a second later
             cloud.during_next_call = lambda: (self.clock.advance(1), self.ask(step, op))
-        elif kind == "cancel":
+        elif kind == "make_room" and op["lease"] is None:   # nothing under notice: time goes on
+            self.advance(60, step)
+        elif kind in ("cancel", "make_room"):
             self.call(step, "cancel", "delete", op["lease"])
             self.tick()
         elif kind == "cancel_at_start":
@@ -383,10 +434,13 @@ def make_app(database_url: str, start: int):
     started), on the EdgeCloud; the database must be migrated."""
     clock = VirtualClock(start)
     cloud = EdgeCloud.from_file(DEMO_CLOUD, clock)
-    config = Config.load(database_url=database_url, auth_strategy="noauth2", run_engine=True)
+    config = Config.load(database_url=database_url, auth_strategy="noauth2", run_engine=True, **SHARING)
     app = create_app(config, clock=clock, cloud=cloud, start_engine=False)
     runtime = app.extensions["gpu_tenancy"]
     with session_scope(runtime.sessions) as session:
         seed_demo(session, clock.now(), cloud.images())
+        for model, (gpus, borrow) in BORROWER_QUOTA.items():
+            session.add(m.Quota(project_id=BORROWER, gpu_model=model, gpus=gpus, borrow_gpus=borrow,
+                                max_duration=2 * 86400, weight=1.0, updated_at=utcnow_naive(clock.now())))
     runtime.engine.lifecycle.refresh_hosts()
     return app

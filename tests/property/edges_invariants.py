@@ -116,24 +116,29 @@ def _peaks(now: int, spans: list[Span]):
 
 def late_release(snap: Snapshot, live: list[Span], limit: int, allowance: int, on_host: bool) -> bool:
     """The over-commit no planner can avoid: the cloud releases a lease's GPUs later than
-    its end plus the release allowance (a slow or failing delete, a stuck boot), and the
-    leases committed, before that, to follow on them are already due. True if every
-    unreleased VM in `live` is past its lease's end plus the allowance, every other lease
-    there was committed before the first of those instants, and the sum is within
-    `limit` without the waiting leases on a host (scheduled, not booted, or parked at its slot), without the
-    unreleased VMs in a quota (a project's next lease runs; its last one is being deleted)."""
-    unreleased = [sp for sp in live if sp.unreleased]
-    due = [(sp.since if sp.since is not None else snap.leases[sp.lease].end or snap.now) + allowance
-           for sp in unreleased]
-    if not due or max(due) > snap.now:
+    planned (a slow or failing delete, a stuck boot), and the leases committed, before that,
+    to follow on them are already due. True if some unreleased VMs in `live` are late (past
+    their lease's end plus the allowance; a VM dropped from a re-placed lease, past the moment
+    its delete was asked for: its place in the plan ended then, if not before), every other
+    lease there was committed before the first of those instants, and without the late VMs
+    the sum is within `limit` (the plan was), as it is without the waiting leases on a host
+    (scheduled, not booted, or parked at its slot), or without the late VMs in a quota (a
+    project's next lease runs; its last one is being deleted)."""
+    def due(sp: Span) -> int:
+        return sp.since if sp.since is not None else (snap.leases[sp.lease].end or snap.now) + allowance
+
+    late = [sp for sp in live if sp.unreleased and due(sp) <= snap.now]
+    if not late:
         return False
+    first = min(map(due, late))
     others = [sp for sp in live if not sp.unreleased]
-    if not all(snap.committed.get(sp.lease, snap.now) < min(due) for sp in others):
+    if not all(snap.committed.get(sp.lease, snap.now) < first for sp in others):
         return False
+    used = sum(sp.gpus for sp in live)
     # a parked lease at its slot waits for the GPUs as a scheduled one does (engine/park.py: begin_resume)
     spare = ([sp for sp in others if snap.leases[sp.lease].status in ("scheduled", "parked")] if on_host
-             else unreleased)
-    return bool(spare) and sum(sp.gpus for sp in live) - sum(sp.gpus for sp in spare) <= limit
+             else late)
+    return bool(spare) and used - sum(sp.gpus for sp in late) <= limit and used - sum(sp.gpus for sp in spare) <= limit
 
 
 def overcommit(snap: Snapshot, allowance: int, tolerated: list[str]) -> tuple[int, list[str]]:
@@ -257,8 +262,10 @@ def kept_etas(before: Snapshot, after: Snapshot, booted: dict[str, int], allowan
     borrowing in the step (`borrowed`) are left out: borrowing is decided on capacity
     idle now only, so no ETA foresees it. A lease late because GPUs it was planned onto
     were released later than their end plus the allowance (released_late) goes to
-    `tolerated`, as the over-commits of a late release do. `booted`: lease -> when the
-    cloud took its last VM's boot."""
+    `tolerated`, as the over-commits of a late release do. Each lease of the model that
+    got GPUs and was gone within the step, before this one's, is one more release that can
+    come up to the allowance early (a chain of short leases), so one more allowance of
+    earliness. `booted`: lease -> when the cloud took its last VM's boot."""
     checks, bad = 0, []
     for lease_id, at in sorted(booted.items()):
         lease = before.leases.get(lease_id)
@@ -272,9 +279,13 @@ def kept_etas(before: Snapshot, after: Snapshot, booted: dict[str, int], allowan
                    f"{rfc3339(promised)}"
             late = released_late(before, after, lease_id, promised, allowance)
             (tolerated if late else bad).append(text + (f": {late} was released late" if late else ""))
-        elif promised - at > allowance and lease_id not in idle_only:
+            continue
+        chained = sum(1 for other, t in booted.items() if t < at and other not in after.leases
+                      and other in before.leases and before.leases[other].model == lease.model)
+        if promised - at > allowance * (1 + chained) and lease_id not in idle_only:
             bad.append(f"lease {lease_id[:8]} got its GPUs at {rfc3339(at)}, {promised - at} s before its ETA "
-                       f"{rfc3339(promised)} (release allowance {allowance} s)")
+                       f"{rfc3339(promised)} (release allowance {allowance} s, {chained} released before it "
+                       f"in the step)")
     return checks, bad
 
 
