@@ -86,8 +86,14 @@ def run_engine(jobs, n_hosts: int, limits, host_gpus: int, half_life: int, workd
         with session_scope(rt.sessions) as s:
             rows = s.execute(select(m.Lease.id, m.Lease.start_at, m.Lease.status).where(
                 m.Lease.id.in_([k for k in by_lease if k not in started]))).all()
-            eta = min((to_epoch(e) for e in s.scalars(select(m.Lease.queue_eta).where(
-                m.Lease.status == "queued", m.Lease.queue_eta.is_not(None)))), default=None)
+            etas = s.execute(select(m.Lease.queue_eta, m.Lease.planned_hosts).where(
+                m.Lease.status == "queued", m.Lease.queue_eta.is_not(None))).all()
+            # the queue's ETAs, and a notice before each that a reclaim announces for later (no
+            # planned hosts: early_ends.replan): the running engine looks every few seconds, so it
+            # decides that reclaim once the borrower's minimum runtime has run out
+            notice = rt.config.reclaim_notice_seconds
+            eta = min((to_epoch(e) - notice if hosts is None and to_epoch(e) - notice > clock.now() else to_epoch(e)
+                       for e, hosts in etas), default=None)
             # a lease told to end early (a reclaim) ends at its notice's end: an event, as its own end is
             cut = s.execute(select(m.Lease.id, m.Lease.early_end_at).where(
                 m.Lease.status == "active", m.Lease.early_end_at.is_not(None))).all()

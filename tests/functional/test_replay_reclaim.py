@@ -83,8 +83,10 @@ BURSTY = {"a": 0.4, "b": 0.3, "c": 0.2, "d": 0.1}
 # after the reclaim moved another lease onto the GPUs it frees), and the replay did not. 2: the
 # engine's pass before an instant's arrivals started a borrower once it had reclaimed, before the
 # arrivals were asked for; the replay left it to the plan with the arrivals, where an arrival took
-# that capacity first (71 of 100 starts the same).
-@pytest.mark.parametrize("seed", [1, 2])
+# that capacity first (71 of 100 starts the same). 15: a reclaim announced for later (a borrower's
+# minimum runtime to run out) was decided when some other event came, at a different one in each
+# (98 of 100); both now ask again a notice before the start it announces, when it can be decided.
+@pytest.mark.parametrize("seed", [1, 2, 10, 15])
 def test_the_replay_is_the_engine_with_quotas_that_lend_on_bursts(seed, tmp_path):
     jobs = bursty(seed, 100)
     hosts = 4

@@ -125,6 +125,11 @@ class GpuTenancy(Scheduler):
         # with borrowing let a job borrow, so with the trace replay's open quotas it never acts
         self.reclaims = Reclaims(reclaim) if reclaim is not None else None
         self.announced: dict[str, int] = {}   # a decision's reclaims' announced starts, by lease
+        # with reclaims: the wake-up the last decision asked for, when it was, and whether a job
+        # arrived or ended since (a wake-up asked for earlier and not since is no pass: see schedule)
+        self.asked_wake: int | None = None
+        self.decided_at: int | None = None
+        self.events_since = False
         self.submitted = 0
         # A decision at jobs' ends reuses the last plan instead of planning again (the same plan: see
         # _reusable) while nothing but time and ends on time changed since; off: plans at every one
@@ -140,6 +145,7 @@ class GpuTenancy(Scheduler):
         self.earlier = EarlierPlans() if self.prefix else None
 
     def submit(self, job, now):
+        self.events_since = True
         if self.t0 is None:
             self.t0 = now
         self.waiting[job.jid] = job
@@ -161,6 +167,7 @@ class GpuTenancy(Scheduler):
                             None, job.arrival)
 
     def finished(self, job, now):
+        self.events_since = True
         s = self.starts_at.pop(job.jid)
         if now != s + job.duration:   # ended before the end it held: the next plan has more room
             self.settled = False
@@ -260,11 +267,18 @@ class GpuTenancy(Scheduler):
             self.last_plan = self.book = None   # made with the holds before the cut
             if self.earlier is not None:
                 self.earlier.moved()
-        self.announced.update(decided.etas)
-        return holds, bool(decided.ends), min(decided.etas.values(), default=None)
+        self.announced = dict(decided.etas)   # each replan writes every queue ETA: the last one's stand
+        return holds, bool(decided.ends), self._reclaim_wake(now, decided.etas.values())
 
-    def _reclaim_after_starts(self, now, running, cluster, holds, starts, usage, p: Plan, takeable,
-                              wake, reclaim_wake):
+    def _reclaim_wake(self, now: int, announced) -> int | None:
+        """When to ask again for the starts reclaims announce for later: a notice before each (the
+        instant the engine can decide that reclaim, its borrower's minimum runtime run out; the
+        engine's runner looks every few seconds), and once that has passed, the start itself
+        (the lease's queue ETA). bench/engine_replay.py asks the engine at the same instants."""
+        notice = self.reclaims.settings.notice if self.reclaims is not None else 0
+        return min((a - notice if a - notice > now else a for a in announced), default=None)
+
+    def _reclaim_after_starts(self, now, running, cluster, holds, starts, usage, p: Plan, takeable, wake):
         """The rest of the engine's pass whose plan `p` started `starts` (early_ends.replan): the
         reclaim reads those as holds, no longer waiting, and if it ends any lease early the plan is
         made again, and what that one starts now is started too. More starts, the earliest planned
@@ -277,7 +291,7 @@ class GpuTenancy(Scheduler):
         more: list = []
         if cut and waiting:
             more, wake, holds = self._start_after_cut(now, cluster, holds, waiting, usage)
-        return more, wake, min((w for w in (reclaim_wake, later) if w is not None), default=None), holds
+        return more, wake, later, holds
 
     def _start_after_cut(self, now, cluster, holds, waiting, usage) -> tuple[list, int | None, list[Hold]]:
         """The engine's plan again once its pass ended a lease early (ledger.replan): it starts what
@@ -302,11 +316,10 @@ class GpuTenancy(Scheduler):
     def _reclaim_before_arrivals(self, now, running, holds, usage, takeable, cluster):
         """The engine's pass at this instant before the arrivals' requests (it runs at every event,
         and the API then fits each arrival into the plan as that pass left it): the reclaims it
-        decides for the leases waiting before them. The holds then, its announced start, and what
-        it started."""
+        decides for the leases waiting before them. The holds then, and what it started."""
         before = [self.requests[jid] for jid in self.waiting if jid not in self.unplanned]
         if not before:
-            return holds, None, []
+            return holds, []
         assert self.hosts is not None
         p0 = plan(now, self.hosts, holds, self.quotas, before, usage, self.settings, explain=False)
         self.plans += 1
@@ -319,7 +332,7 @@ class GpuTenancy(Scheduler):
                 for lr in before if lr.lease_id in starting
                 for hosts, borrowing in (starting[lr.lease_id],) for host in hosts]
         rest = [lr for lr in before if lr.lease_id not in starting]
-        holds, cut, wake = self._reclaim(now, running, holds + held, rest, usage, p0, takeable)
+        holds, cut, _later = self._reclaim(now, running, holds + held, rest, usage, p0, takeable)
         first: list = []
         if cut and rest:
             # what that pass's plan after the reclaim starts now starts before the arrivals are
@@ -330,7 +343,7 @@ class GpuTenancy(Scheduler):
             called = self._call_off(now, running, cluster, holds,
                                     [j for j in self.waiting if j not in starting and j not in self.unplanned])
             holds = holds if called is None else called
-        return [h for h in holds if h.lease_id not in starting], wake, first
+        return [h for h in holds if h.lease_id not in starting], first
 
     def stats(self):
         return {"plans": self.plans, "plan_seconds": self.plan_seconds, "skipped_full": self.skipped,
@@ -525,6 +538,22 @@ class GpuTenancy(Scheduler):
         return holds
 
     def schedule(self, now, cluster, running):
+        if self.reclaims is None:
+            return self._decide(now, cluster, running)
+        # The engine runs at arrivals, ends and the next instant its rows ask for (a queue ETA, a
+        # reclaim's decision), read after its last pass, and twice at each (before the arrivals
+        # and after; the second sees what the first started as running): a wake-up an earlier
+        # decision asked for and the last one did not is no pass, unless at that decision's
+        # instant. With reclaims it matters: a pass then could decide a reclaim (its borrower's
+        # minimum runtime run out) that the engine decides later.
+        if not self.events_since and now != self.asked_wake and now != self.decided_at:
+            return [], self.asked_wake
+        self.events_since = False
+        starts, wake = self._decide(now, cluster, running)
+        self.asked_wake, self.decided_at = wake, now
+        return starts, wake
+
+    def _decide(self, now, cluster, running):
         if self.reclaims is not None and self.reclaims.noticed_for:
             self._call_off(now, running, cluster)
         self.announced = {}   # the starts this decision's reclaims announce (the engine's queue ETAs)
@@ -565,10 +594,12 @@ class GpuTenancy(Scheduler):
         if self.aging is not None:
             waiting = [replace(r, priority=1) if now - r.created_at >= self.aging else r for r in waiting]
         full = cluster.free_total == 0
-        early_wake = None
         first: list = []   # started by the engine's pass before the arrivals, once it reclaimed
         if takeable and self.unplanned:
-            holds, early_wake, first = self._reclaim_before_arrivals(now, running, holds, usage, takeable, cluster)
+            # (what it announces for later does not stand: the replans that ask the arrivals for
+            # write every queue ETA again, with only what they announce)
+            holds, first = self._reclaim_before_arrivals(now, running, holds, usage, takeable, cluster)
+            self.announced = {}
             takeable = self._may_reclaim(now, running)
             if first:
                 waiting = [self.requests[jid] for jid in self.waiting]
@@ -623,7 +654,7 @@ class GpuTenancy(Scheduler):
                 break
             self.breached |= late   # promised from now on: its ETA may only move earlier
             self.replans += 1
-        reclaim_wake = early_wake
+        reclaim_wake = None   # when to ask again for what this plan's reclaim announces for later
         if self._fits():
             if fitted is None and self.unplanned and any((p.leases[j].eta or now + 1) > now for j in self.unplanned):
                 # An arrival that waits, fit not made (no plan kept to fit into): the service's
@@ -651,9 +682,9 @@ class GpuTenancy(Scheduler):
             self.last_in_order = True   # (nothing starts)
             self.next_start = next_start if lazy else min(
                 (pl.placement.start for pl in p.leases.values() if pl.placement is not None), default=None)
-            # planned only for the ETAs: as when skipped, nothing starts and no wake-up (but the one a
-            # reclaim announced for later asks for: nothing else happens then)
-            return [], reclaim_wake
+            # planned only for the ETAs: as when skipped, nothing starts and no wake-up (nothing may be
+            # reclaimed, so nothing is announced for later)
+            return [], None
         starts, wake, self.last_in_order = self._start_now(p, now, cluster)
         starts = first + starts
         if lazy:   # (the leases not planned yet start later than those planned: LazyPlan.decide)
@@ -661,7 +692,7 @@ class GpuTenancy(Scheduler):
         held_now = None   # the holds once this pass's starts are held and its reclaims cut
         if takeable:
             more, wake, reclaim_wake, held_now = self._reclaim_after_starts(now, running, cluster, holds, starts, usage,
-                                                                            p, takeable, wake, reclaim_wake)
+                                                                            p, takeable, wake)
             starts += more
         if self.lends and not self.last_in_order and self.waiting and self.promise is None and not self.settings.keep_etas:
             # The engine's next pass at this instant (it runs again once the arrivals are asked for):
@@ -683,7 +714,7 @@ class GpuTenancy(Scheduler):
                 and self._call_off(now, running, cluster, self._holds_after(running, starts, now, cluster)) is not None):
             # a notice called off no longer ends anything at its end: the engine is asked again then
             # only for the starts it announces to leases still waiting (their queue ETAs)
-            reclaim_wake = min((eta for jid, eta in self.announced.items() if jid in self.waiting), default=None)
+            reclaim_wake = self._reclaim_wake(now, [eta for jid, eta in self.announced.items() if jid in self.waiting])
         self.next_start = wake
         if reclaim_wake is not None and (wake is None or reclaim_wake < wake):
             wake = reclaim_wake
