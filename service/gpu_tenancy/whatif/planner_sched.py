@@ -1,10 +1,12 @@
 """gpu-tenancy in the replay: the service's own planner (domain.planner.plan)
-decides, with the engine's semantics (ledger.replan + Lifecycle.tick):
-every decision plans all waiting leases from scratch against the holds of
-the running ones; a lease whose planned start has come starts on the hosts
-the plan chose and holds them until it ends; the rest stay queued. Fair
-share is the engine's: decayed GPU-hours (half-life 7 days by default) of
-what each tenant held, against its quota weight.
+decides, with the engine's semantics (ledger.replan + Lifecycle.tick): each
+decision plans the waiting leases against the holds of the running ones (a
+kept plan reused, or its head taken over, where that is the same plan); a lease
+whose planned start has come starts on the hosts the plan chose and holds them
+until it ends; the rest stay queued, told the ETA the create's fit tells. Fair
+share is the engine's: decayed GPU-hours (half-life 7 days by default) of what
+each tenant held, against its quota weight. The engine's reclaim passes are
+whatif/reclaim_passes.py.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import math
 import time
 from collections import OrderedDict
 from itertools import islice
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -21,13 +23,14 @@ from gpu_tenancy.domain.lazy_plan import LazyPlan
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, Plan, QuotaLimit
 from gpu_tenancy.domain.plan_insert import Planned, PlanBook
 from gpu_tenancy.domain.plan_prefix import EarlierPlan
-from gpu_tenancy.domain.planner import PlannerSettings, extension_conflicts, order_key, plan
+from gpu_tenancy.domain.planner import PlannerSettings, order_key, plan
 from gpu_tenancy.domain.queued_charge import queued_charges
 from gpu_tenancy.domain.reclaim import ReclaimSettings
 from gpu_tenancy.whatif.earlier_plans import EarlierPlans
 from gpu_tenancy.whatif.event_loop import Scheduler
 from gpu_tenancy.whatif.kept_plans import FittedBook, KeptPlan, keeps_order, order_of
 from gpu_tenancy.whatif.promise import breaches, promised_ids, shape_order, with_promises
+from gpu_tenancy.whatif import reclaim_passes
 from gpu_tenancy.whatif.reclaims import Reclaims
 
 MODEL = "GPU"
@@ -241,67 +244,6 @@ class GpuTenancy(Scheduler):
             return None   # held one second past its end by a plan of now
         return kept if self._same_order(kept.scores, self._scores(usage)) else None
 
-    def _may_reclaim(self, now, running) -> frozenset[str]:
-        """The running jobs a decision now may end early (empty: none, so a plan of now decides
-        only starts, and the decisions skipped or answered by a fit are the same without it)."""
-        rc = self.reclaims
-        if rc is None or not self.borrowing:
-            return frozenset()
-        takeable = rc.takeable(running, self.borrowing)
-        deadline = now + rc.settings.notice
-        return takeable if any(st + job.duration > deadline for jid in takeable
-                               for job, _hosts, st in (running[jid],)) else frozenset()
-
-    def _reclaim(self, now, running, holds, asked, usage, p: Plan, takeable):
-        """The engine's reclaim after plan `p` (early_ends.replan): borrowing jobs told to end at
-        the notice's end. The holds then (theirs cut), whether any was, and the earliest start the
-        reclaims announced for later (a wake-up: the engine's queue ETA)."""
-        rc = self.reclaims
-        assert rc is not None and self.hosts is not None
-        decided = rc.decide(now, self.hosts, holds, self.quotas, asked, usage, p, takeable, self.settings)
-        if decided.ends:
-            for end in decided.ends:
-                self.holds[end.lease_id] = rc.cut(end.lease_id, self.holds[end.lease_id])
-            cut = {end.lease_id for end in decided.ends}
-            holds = [c for h in holds for c in (rc.cut(h.lease_id, [h]) if h.lease_id in cut else (h,))]
-            self.last_plan = self.book = None   # made with the holds before the cut
-            if self.earlier is not None:
-                self.earlier.moved()
-        self.announced = dict(decided.etas)   # each replan writes every queue ETA: the last one's stand
-        return holds, bool(decided.ends), self._reclaim_wake(now, decided.etas.values())
-
-    def _reclaim_wake(self, now: int, announced) -> int | None:
-        """When to ask again for the starts reclaims announce for later: a notice before each (the
-        instant the engine can decide that reclaim, its borrower's minimum runtime run out; the
-        engine's runner looks every few seconds), and once that has passed, the start itself
-        (the lease's queue ETA). bench/engine_replay.py asks the engine at the same instants."""
-        notice = self.reclaims.settings.notice if self.reclaims is not None else 0
-        return min((a - notice if a - notice > now else a for a in announced), default=None)
-
-    def _reclaim_after_starts(self, now, running, cluster, holds, starts, usage, p: Plan, takeable, wake):
-        """The rest of the engine's pass whose plan `p` started `starts` (early_ends.replan): the
-        reclaim reads those as holds, no longer waiting, and if it ends any lease early the plan is
-        made again, and what that one starts now is started too. More starts, the earliest planned
-        start, the earliest start announced for a later reclaim, and the holds then (every start
-        held, the ends cut)."""
-        assert self.hosts is not None
-        holds = holds + self._held_from_now(starts, cluster, now)
-        waiting = [self.requests[jid] for jid in self.waiting]
-        holds, cut, later = self._reclaim(now, running, holds, waiting, usage, p, takeable)
-        more: list = []
-        if cut and waiting:
-            more, wake, holds = self._start_after_cut(now, cluster, holds, waiting, usage)
-        return more, wake, later, holds
-
-    def _start_after_cut(self, now, cluster, holds, waiting, usage) -> tuple[list, int | None, list[Hold]]:
-        """The engine's plan again once its pass ended a lease early (ledger.replan): it starts what
-        it starts now. Those starts, the earliest start it plans after now, and the holds with them."""
-        assert self.hosts is not None
-        p = plan(now, self.hosts, holds, self.quotas, waiting, usage, self.settings, explain=False)
-        self.plans += 1
-        more, wake, _ = self._start_now(p, now, cluster)
-        return more, wake, holds + self._held_from_now(more, cluster, now)
-
     def _holds_after(self, running, starts, now: int, cluster) -> list[Hold]:
         """Every hold once `starts` are started now (the running jobs' as kept, cut if under notice)."""
         return [h for job, hosts, st in running.values() for h in self._running_holds(job, hosts, st, now, cluster)
@@ -312,38 +254,6 @@ class GpuTenancy(Scheduler):
         return [Hold(job.jid, job.tenant, cluster.names[h], self.usage_key(job)[1], job.gpus_per_vm, now,
                      now + job.duration, job.jid in self.borrowing, asked=self.asked[job.jid])
                 for job, hosts in starts for h in hosts]
-
-    def _reclaim_before_arrivals(self, now, running, holds, usage, takeable, cluster):
-        """The engine's pass at this instant before the arrivals' requests (it runs at every event,
-        and the API then fits each arrival into the plan as that pass left it): the reclaims it
-        decides for the leases waiting before them. The holds then, and what it started."""
-        before = [self.requests[jid] for jid in self.waiting if jid not in self.unplanned]
-        if not before:
-            return holds, []
-        assert self.hosts is not None
-        p0 = plan(now, self.hosts, holds, self.quotas, before, usage, self.settings, explain=False)
-        self.plans += 1
-        # what it starts is held, no longer waiting, when it reclaims (the starts themselves are this
-        # decision's own plan's, with the arrivals: the same here, as bench/engine_replay.py checks)
-        starting = {lid: (pl.placement.hosts, pl.borrowing) for lid, pl in p0.leases.items()
-                    if pl.placement is not None and pl.placement.start <= now}
-        held = [Hold(lr.lease_id, lr.project_id, host, lr.gpu_model, lr.gpus_per_vm, now, now + lr.duration,
-                     borrowing, asked=self.asked[lr.lease_id])
-                for lr in before if lr.lease_id in starting
-                for hosts, borrowing in (starting[lr.lease_id],) for host in hosts]
-        rest = [lr for lr in before if lr.lease_id not in starting]
-        holds, cut, _later = self._reclaim(now, running, holds + held, rest, usage, p0, takeable)
-        first: list = []
-        if cut and rest:
-            # what that pass's plan after the reclaim starts now starts before the arrivals are
-            # asked for: a borrower may find capacity idle from now to its end once a reservation
-            # moved onto the GPUs the reclaim frees
-            first, _wake, holds = self._start_after_cut(now, cluster, holds, rest, usage)
-        if self.reclaims is not None and self.reclaims.noticed_for:   # the engine's pass ends with it
-            called = self._call_off(now, running, cluster, holds,
-                                    [j for j in self.waiting if j not in starting and j not in self.unplanned])
-            holds = holds if called is None else called
-        return [h for h in holds if h.lease_id not in starting], first
 
     def stats(self):
         return {"plans": self.plans, "plan_seconds": self.plan_seconds, "skipped_full": self.skipped,
@@ -501,52 +411,10 @@ class GpuTenancy(Scheduler):
                 mine = self.holds[job.jid] = self.reclaims.cut(job.jid, mine)
         return mine
 
-    def _call_off(self, now, running, cluster, holds: list[Hold] | None = None,
-                  waiting: Collection[str] | None = None) -> list[Hold] | None:
-        """The engine's call_off_unneeded (engine/early_ends.py), before a pass plans and once it has
-        started what it starts: a job under notice whose lease no longer waits gets its own end back,
-        unless that end delays a waiting lease (or over-commits, or breaks a quota). `holds`: every
-        hold now (None: the running jobs'); `waiting`: the leases waiting (None: self.waiting). The
-        holds then, if any notice was called off (None: none was)."""
-        rc = self.reclaims
-        assert rc is not None
-        waiting = self.waiting if waiting is None else waiting
-        victims = rc.unneeded(waiting, {jid: job.arrival for jid, (job, _h, _s) in running.items()})
-        if not victims:
-            return None
-        assert self.hosts is not None   # (a notice was decided by a plan)
-        if holds is None:
-            holds = self._holds_after(running, (), now, cluster)
-        asked = [self.requests[jid] for jid in waiting]
-        usage = self.usage(now, running) if self.fairshare else None
-        called = False
-        for jid in victims:
-            job, hosts, st = running[jid]
-            if extension_conflicts(now, self.hosts, holds, self.quotas, asked, usage, jid, st + job.duration,
-                                   self.settings):
-                continue   # its GPUs are promised again: the notice stands
-            rc.call_off(jid)
-            del self.holds[jid]
-            holds = [h for h in holds if h.lease_id != jid] + self._running_holds(job, hosts, st, now, cluster)
-            called = True
-        if not called:
-            return None
-        self.last_plan = self.book = self.reusable = None   # the plans kept were made with its end cut
-        self.settled = False
-        if self.earlier is not None:
-            self.earlier.moved()
-        return holds
-
     def schedule(self, now, cluster, running):
         if self.reclaims is None:
             return self._decide(now, cluster, running)
-        # The engine runs at arrivals, ends and the next instant its rows ask for (a queue ETA, a
-        # reclaim's decision), read after its last pass, and twice at each (before the arrivals
-        # and after; the second sees what the first started as running): a wake-up an earlier
-        # decision asked for and the last one did not is no pass, unless at that decision's
-        # instant. With reclaims it matters: a pass then could decide a reclaim (its borrower's
-        # minimum runtime run out) that the engine decides later.
-        if not self.events_since and now != self.asked_wake and now != self.decided_at:
+        if reclaim_passes.no_pass(self, now):   # a wake-up the engine no longer asks for
             return [], self.asked_wake
         self.events_since = False
         starts, wake = self._decide(now, cluster, running)
@@ -555,11 +423,11 @@ class GpuTenancy(Scheduler):
 
     def _decide(self, now, cluster, running):
         if self.reclaims is not None and self.reclaims.noticed_for:
-            self._call_off(now, running, cluster)
+            reclaim_passes.call_off(self, now, running, cluster)
         self.announced = {}   # the starts this decision's reclaims announce (the engine's queue ETAs)
         if not self.waiting:
             return [], None
-        takeable = self._may_reclaim(now, running)
+        takeable = reclaim_passes.may_reclaim(self, now, running)
         # (with keep_etas a plan also guards leases, which the engine keeps: not this skip, _settled's)
         if not self.unplanned and not self.settings.keep_etas and not takeable and not any(cluster.usable_by(g, n)
                                                                            for g, n in self.shapes):
@@ -598,9 +466,9 @@ class GpuTenancy(Scheduler):
         if takeable and self.unplanned:
             # (what it announces for later does not stand: the replans that ask the arrivals for
             # write every queue ETA again, with only what they announce)
-            holds, first = self._reclaim_before_arrivals(now, running, holds, usage, takeable, cluster)
+            holds, first = reclaim_passes.before_arrivals(self, now, running, holds, usage, takeable, cluster)
             self.announced = {}
-            takeable = self._may_reclaim(now, running)
+            takeable = reclaim_passes.may_reclaim(self, now, running)
             if first:
                 waiting = [self.requests[jid] for jid in self.waiting]
         fit = self._fit_arrivals(now, running, holds, usage, full)
@@ -691,8 +559,8 @@ class GpuTenancy(Scheduler):
             wake = next_start
         held_now = None   # the holds once this pass's starts are held and its reclaims cut
         if takeable:
-            more, wake, reclaim_wake, held_now = self._reclaim_after_starts(now, running, cluster, holds, starts, usage,
-                                                                            p, takeable, wake)
+            more, wake, reclaim_wake, held_now = reclaim_passes.after_starts(
+                self, now, running, cluster, holds, starts, usage, p, takeable, wake)
             starts += more
         if self.lends and not self.last_in_order and self.waiting and self.promise is None and not self.settings.keep_etas:
             # The engine's next pass at this instant (it runs again once the arrivals are asked for):
@@ -711,10 +579,12 @@ class GpuTenancy(Scheduler):
             self.last_plan = KeptPlan(again, self._scores(usage), self._kept_order(again)) if self._fits() else None
             self.book = None
         if (self.reclaims is not None and self.reclaims.noticed_for
-                and self._call_off(now, running, cluster, self._holds_after(running, starts, now, cluster)) is not None):
+                and reclaim_passes.call_off(self, now, running, cluster,
+                                            self._holds_after(running, starts, now, cluster)) is not None):
             # a notice called off no longer ends anything at its end: the engine is asked again then
             # only for the starts it announces to leases still waiting (their queue ETAs)
-            reclaim_wake = self._reclaim_wake(now, [eta for jid, eta in self.announced.items() if jid in self.waiting])
+            reclaim_wake = reclaim_passes.reclaim_wake(
+                self, now, [eta for jid, eta in self.announced.items() if jid in self.waiting])
         self.next_start = wake
         if reclaim_wake is not None and (wake is None or reclaim_wake < wake):
             wake = reclaim_wake

@@ -5,7 +5,7 @@ starts then, and a lease that a later reclaim will make room for is told that st
 What the engine keeps in its rows is kept here: which running jobs are under notice (they are not
 taken again, and hold their GPUs only until the notice ends), and which projects yielded GPUs to
 which (no reclaim goes back the other way while the lease reclaimed for is not over). A notice
-whose lease started meanwhile is called off as the engine calls it off (GpuTenancy._call_off)."""
+whose lease started meanwhile is called off as the engine calls it off (whatif/reclaim_passes.call_off)."""
 from __future__ import annotations
 
 from collections.abc import Container, Iterable, Mapping, Sequence

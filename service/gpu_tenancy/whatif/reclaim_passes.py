@@ -1,0 +1,169 @@
+"""The engine's reclaim passes in the replay (engine/early_ends.py: replan, call_off_unneeded), as
+GpuTenancy's decisions take them: whatif/reclaims.py keeps what the engine keeps in its rows (who
+is under notice, for whom), these are the steps of a decision that read and change it.
+
+- after a plan, `after_starts` reclaims with that plan's starts held, and plans again if it ended
+  any lease early (`start_after_cut`);
+- in the engine's pass before an instant's arrivals, `before_arrivals` does the same on the leases
+  waiting before them;
+- before a decision plans and once it has started what it starts, `call_off` gives a job under
+  notice whose lease no longer waits its own end back, where the extension conflicts with nothing;
+- `reclaim_wake` and `no_pass` say when the engine asks again: a notice before each start a
+  reclaim announces for later, and never at a wake-up only an earlier decision asked for.
+"""
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import TYPE_CHECKING
+
+from gpu_tenancy.domain.model import Hold, Plan
+from gpu_tenancy.domain.planner import extension_conflicts, plan
+
+if TYPE_CHECKING:
+    from gpu_tenancy.whatif.planner_sched import GpuTenancy
+
+
+def may_reclaim(s: GpuTenancy, now: int, running) -> frozenset[str]:
+    """The running jobs a decision now may end early (empty: none, so a plan of now decides
+    only starts, and the decisions skipped or answered by a fit are the same without it)."""
+    rc = s.reclaims
+    if rc is None or not s.borrowing:
+        return frozenset()
+    takeable = rc.takeable(running, s.borrowing)
+    deadline = now + rc.settings.notice
+    return takeable if any(st + job.duration > deadline for jid in takeable
+                           for job, _hosts, st in (running[jid],)) else frozenset()
+
+
+def no_pass(s: GpuTenancy, now: int) -> bool:
+    """The engine runs at arrivals, ends and the next instant its rows ask for (a queue ETA, a
+    reclaim's decision), read after its last pass, and twice at each (before the arrivals and
+    after; the second sees what the first started as running): a wake-up an earlier decision
+    asked for and the last one did not is no pass, unless at that decision's instant. It
+    matters with reclaims: a pass then could decide a reclaim (its borrower's minimum runtime
+    run out) that the engine decides later."""
+    return not s.events_since and now != s.asked_wake and now != s.decided_at
+
+
+def reclaim(s: GpuTenancy, now: int, running, holds: list[Hold], asked, usage, p: Plan, takeable):
+    """The engine's reclaim after plan `p` (early_ends.replan): borrowing jobs told to end at
+    the notice's end. The holds then (theirs cut), whether any was, and the earliest start the
+    reclaims announced for later (a wake-up: the engine's queue ETA)."""
+    rc = s.reclaims
+    assert rc is not None and s.hosts is not None
+    decided = rc.decide(now, s.hosts, holds, s.quotas, asked, usage, p, takeable, s.settings)
+    if decided.ends:
+        for end in decided.ends:
+            s.holds[end.lease_id] = rc.cut(end.lease_id, s.holds[end.lease_id])
+        cut = {end.lease_id for end in decided.ends}
+        holds = [c for h in holds for c in (rc.cut(h.lease_id, [h]) if h.lease_id in cut else (h,))]
+        s.last_plan = s.book = None   # made with the holds before the cut
+        if s.earlier is not None:
+            s.earlier.moved()
+    s.announced = dict(decided.etas)   # each replan writes every queue ETA: the last one's stand
+    return holds, bool(decided.ends), reclaim_wake(s, now, decided.etas.values())
+
+
+def reclaim_wake(s: GpuTenancy, now: int, announced) -> int | None:
+    """When to ask again for the starts reclaims announce for later: a notice before each (the
+    instant the engine can decide that reclaim, its borrower's minimum runtime run out; the
+    engine's runner looks every few seconds), and once that has passed, the start itself
+    (the lease's queue ETA). bench/engine_replay.py asks the engine at the same instants."""
+    notice = s.reclaims.settings.notice if s.reclaims is not None else 0
+    return min((a - notice if a - notice > now else a for a in announced), default=None)
+
+
+def after_starts(s: GpuTenancy, now: int, running, cluster, holds: list[Hold], starts, usage, p: Plan,
+                 takeable, wake):
+    """The rest of the engine's pass whose plan `p` started `starts` (early_ends.replan): the
+    reclaim reads those as holds, no longer waiting, and if it ends any lease early the plan is
+    made again, and what that one starts now is started too. More starts, the earliest planned
+    start, the earliest start announced for a later reclaim, and the holds then (every start
+    held, the ends cut)."""
+    holds = holds + s._held_from_now(starts, cluster, now)
+    waiting = [s.requests[jid] for jid in s.waiting]
+    holds, cut, later = reclaim(s, now, running, holds, waiting, usage, p, takeable)
+    more: list = []
+    if cut and waiting:
+        more, wake, holds = start_after_cut(s, now, cluster, holds, waiting, usage)
+    return more, wake, later, holds
+
+
+def start_after_cut(s: GpuTenancy, now: int, cluster, holds: list[Hold], waiting, usage
+                    ) -> tuple[list, int | None, list[Hold]]:
+    """The engine's plan again once its pass ended a lease early (ledger.replan): it starts what
+    it starts now. Those starts, the earliest start it plans after now, and the holds with them."""
+    assert s.hosts is not None
+    p = plan(now, s.hosts, holds, s.quotas, waiting, usage, s.settings, explain=False)
+    s.plans += 1
+    more, wake, _ = s._start_now(p, now, cluster)
+    return more, wake, holds + s._held_from_now(more, cluster, now)
+
+
+def before_arrivals(s: GpuTenancy, now: int, running, holds: list[Hold], usage, takeable, cluster):
+    """The engine's pass at this instant before the arrivals' requests (it runs at every event,
+    and the API then fits each arrival into the plan as that pass left it): the reclaims it
+    decides for the leases waiting before them. The holds then, and what it started."""
+    before = [s.requests[jid] for jid in s.waiting if jid not in s.unplanned]
+    if not before:
+        return holds, []
+    assert s.hosts is not None
+    p0 = plan(now, s.hosts, holds, s.quotas, before, usage, s.settings, explain=False)
+    s.plans += 1
+    # what it starts is held, no longer waiting, when it reclaims (the starts themselves are this
+    # decision's own plan's, with the arrivals: the same here, as bench/engine_replay.py checks)
+    starting = {lid: (pl.placement.hosts, pl.borrowing) for lid, pl in p0.leases.items()
+                if pl.placement is not None and pl.placement.start <= now}
+    held = [Hold(lr.lease_id, lr.project_id, host, lr.gpu_model, lr.gpus_per_vm, now, now + lr.duration,
+                 borrowing, asked=s.asked[lr.lease_id])
+            for lr in before if lr.lease_id in starting
+            for hosts, borrowing in (starting[lr.lease_id],) for host in hosts]
+    rest = [lr for lr in before if lr.lease_id not in starting]
+    holds, cut, _later = reclaim(s, now, running, holds + held, rest, usage, p0, takeable)
+    first: list = []
+    if cut and rest:
+        # what that pass's plan after the reclaim starts now starts before the arrivals are
+        # asked for: a borrower may find capacity idle from now to its end once a reservation
+        # moved onto the GPUs the reclaim frees
+        first, _wake, holds = start_after_cut(s, now, cluster, holds, rest, usage)
+    if s.reclaims is not None and s.reclaims.noticed_for:   # the engine's pass ends with it
+        called = call_off(s, now, running, cluster, holds,
+                          [j for j in s.waiting if j not in starting and j not in s.unplanned])
+        holds = holds if called is None else called
+    return [h for h in holds if h.lease_id not in starting], first
+
+
+def call_off(s: GpuTenancy, now: int, running, cluster, holds: list[Hold] | None = None,
+             waiting: Collection[str] | None = None) -> list[Hold] | None:
+    """The engine's call_off_unneeded (engine/early_ends.py), before a pass plans and once it has
+    started what it starts: a job under notice whose lease no longer waits gets its own end back,
+    unless that end delays a waiting lease (or over-commits, or breaks a quota). `holds`: every
+    hold now (None: the running jobs'); `waiting`: the leases waiting (None: s.waiting). The
+    holds then, if any notice was called off (None: none was)."""
+    rc = s.reclaims
+    assert rc is not None
+    waiting = s.waiting if waiting is None else waiting
+    victims = rc.unneeded(waiting, {jid: job.arrival for jid, (job, _h, _s) in running.items()})
+    if not victims:
+        return None
+    assert s.hosts is not None   # (a notice was decided by a plan)
+    if holds is None:
+        holds = s._holds_after(running, (), now, cluster)
+    asked = [s.requests[jid] for jid in waiting]
+    usage = s.usage(now, running) if s.fairshare else None
+    called = False
+    for jid in victims:
+        job, hosts, st = running[jid]
+        if extension_conflicts(now, s.hosts, holds, s.quotas, asked, usage, jid, st + job.duration, s.settings):
+            continue   # its GPUs are promised again: the notice stands
+        rc.call_off(jid)
+        del s.holds[jid]
+        holds = [h for h in holds if h.lease_id != jid] + s._running_holds(job, hosts, st, now, cluster)
+        called = True
+    if not called:
+        return None
+    s.last_plan = s.book = s.reusable = None   # the plans kept were made with its end cut
+    s.settled = False
+    if s.earlier is not None:
+        s.earlier.moved()
+    return holds
