@@ -37,6 +37,7 @@ from gpu_tenancy.domain.start_by import told_start_bys  # noqa: E402
 from gpu_tenancy.engine import quotas as quota_api  # noqa: E402
 
 import replay  # noqa: E402
+from metrics import load_classes_at  # noqa: E402
 import traces  # noqa: E402
 from gpu_tenancy.whatif.cluster_model import hosts_for_load, offered_load, window_of  # noqa: E402
 from gpu_tenancy.whatif.event_loop import simulate  # noqa: E402
@@ -181,10 +182,11 @@ def main(argv=None) -> int:
     # borrowed GPUs reclaimed for a lease within its quota (quotas 'quota' only: open ones lend nothing)
     print(f"ended early by a reclaim: engine {len(eng_cut)}, fast replay {len(fast.ended_early)}, "
           f"at the same second {sum(fast.ended_early.get(j) == at for j, at in eng_cut.items())}")
-    # the start-by the service told (its margins computed once a minute) against the model's,
-    # which learns at every start (bench/metrics.py), on the same leases
-    model_by = told_start_bys((j.tenant, j.jid, j.arrival, fast.first_eta[j.jid], fast.start[j.jid])
-                              for j in told if j.jid in fast.first_eta)
+    # the start-by the service told (its margins, load classes among them, computed once a minute)
+    # against the model's, which learns at every start (bench/metrics.py), on the same leases
+    model_by = told_start_bys(((j.tenant, j.jid, j.arrival, fast.first_eta[j.jid], fast.start[j.jid])
+                               for j in told if j.jid in fast.first_eta), None,
+                              load_classes_at(fast, jobs, shares, cap))
     both = [j for j in told if j.jid in model_by and j.jid in eng_by and j.jid in eng]
     if both:
         kept_eng = sum(eng[j.jid] <= eng_by[j.jid] + ETA_SLACK for j in both) / len(both)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
+from bisect import bisect_left
 from collections import defaultdict
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "service"))
 from gpu_tenancy.domain.eta_honesty import ETA_SLACK, eta_honesty  # noqa: E402
-from gpu_tenancy.domain.start_by import StartBy, told_start_bys  # noqa: E402
+from gpu_tenancy.domain.start_by import StartBy, load_class, told_start_bys  # noqa: E402
 
 HOUR = 3600
 TAU = 600   # bounded slowdown: run times under 10 minutes count as 10 minutes
@@ -101,7 +102,7 @@ def summarize(out, jobs, shares: dict[str, float], capacity: int) -> dict:
     r.update(big_within_share(out, jobs, shares))
     r["p90_tail"] = p90_tail(jobs, waits)
     r.update(eta_figures(out, jobs))
-    r.update(start_by_figures(out, jobs))
+    r.update(start_by_figures(out, jobs, shares=shares, capacity=capacity))
     # each job's first ETA (None: not told), beside its wait: with them a saved run can be
     # scored again under another start-by rule without replaying it
     r["told"] = None if out.first_eta is None else [out.first_eta.get(j.jid) for j in jobs]
@@ -161,7 +162,31 @@ def eta_figures(out, jobs) -> dict:
             "late_p50": h.lateness_percentile(50), "late_p90": h.lateness_percentile(90)}
 
 
-def start_by_figures(out, jobs, model: StartBy | None = None) -> dict:
+def load_classes_at(out, jobs, shares: dict, capacity: int):
+    """load_at(project, t): the project's load class at t (domain/start_by.py: load_class), from
+    the GPUs its started jobs held just before (as the service's engine knows it: its refresh is
+    a minute old at a create, and a start's sample counts the holds before that pass's starts)
+    against its share of the cluster's GPUs."""
+    changes: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for j in jobs:
+        if j.jid in out.start:
+            changes[j.tenant][out.start[j.jid]] += j.gpus
+            changes[j.tenant][out.end(j)] -= j.gpus
+    steps = {}
+    for tenant, at in changes.items():
+        times = sorted(at)
+        held = np.cumsum([at[t] for t in times]).tolist()
+        steps[tenant] = (times, held)
+
+    def load_at(project: str, t: int) -> int:
+        times, held = steps.get(project, ([], []))
+        i = bisect_left(times, t)
+        return load_class(held[i - 1] if i else 0, shares.get(project, 0.0) * capacity)
+    return load_at
+
+
+def start_by_figures(out, jobs, model: StartBy | None = None, shares: dict | None = None,
+                     capacity: int | None = None) -> dict:
     """The start-by (domain/start_by.py) each lease told an ETA would have been told with it, from
     what had happened by then (told_start_bys). Over the leases that waited: the share that started
     by their start-by + 10 min, and the P50/P90 of its margin over the ETA and of how long before
@@ -170,9 +195,11 @@ def start_by_figures(out, jobs, model: StartBy | None = None) -> dict:
     none = dict.fromkeys(("start_by_kept", "start_by_margin_p50", "start_by_margin_p90", "start_by_early_p50"))
     if not told:
         return none
-    # (one that starts as told waits for nothing)
+    # (one that starts as told waits for nothing); with the tenants' shares, each told and
+    # sampled in its load class as the service does
+    load_at = load_classes_at(out, jobs, shares, capacity) if shares and capacity else None
     by = told_start_bys(((j.tenant, j.jid, j.arrival, told[j.jid], out.start[j.jid]) for j in jobs
-                         if j.jid in told and out.start[j.jid] > j.arrival), model)
+                         if j.jid in told and out.start[j.jid] > j.arrival), model, load_at)
     if not by:
         return none
     margins = np.array([by[jid] - told[jid] for jid in by], dtype=float)

@@ -190,6 +190,47 @@ def test_a_waiting_lease_is_told_its_eta_plus_its_projects_margin(client, clock,
     assert f'start by <time datetime="{shown["start_by"]}">' in client.get("/dashboard/queue").text
 
 
+def test_a_project_over_its_share_is_told_its_load_classes_margin_and_a_start_is_sampled_in_its_class(
+        client, clock, engine_tick, sessions):
+    """ml-vision's own leases all started on time (margin 0), but it now holds its whole fair part
+    (16 of the 32 A100s, weights 1 and 1: class 3), where nlp-lab's leases started late: its new
+    lease is told class 3's margin, not its own. When that lease starts, its sample is kept in
+    the class ml-vision is in then (8 GPUs held: class 2)."""
+    now = clock.now()
+    with session_scope(sessions) as session:
+        session.add_all(m.StartBySample(lease_id=f"late-{k}", project_id="nlp-lab", ratio=k / 10, load_class=3,
+                                        started_at=utcnow_naive(now - DAY + k * 60)) for k in range(60))
+        session.add_all(m.StartBySample(lease_id=f"on-time-{k}", project_id="ml-vision", ratio=0.0, load_class=0,
+                                        started_at=utcnow_naive(now - DAY + k * 60)) for k in range(40))
+    first = [ask(client, "ml-vision", "PT1H"), ask(client, "ml-vision", "PT3H"),
+             ask(client, "nlp-lab", "PT3H"), ask(client, "nlp-lab", "PT3H")]
+    engine_tick()
+    engine_tick(advance=60)   # all four running; the margins computed with them held
+    with session_scope(sessions) as session:
+        assert start_by_margins.loads_now(session, clock.now()) == {"ml-vision": 3, "nlp-lab": 3}
+        ratios = start_by_margins.read(session)
+    # class 3's 95th percentile (nlp-lab's 60: the 57th) for ml-vision, whose own is 0
+    assert (ratios["ml-vision"], ratios["nlp-lab"]) == (5.6, 5.6)
+    waiting = ask(client, "ml-vision", "PT1H")
+    assert waiting["status"] == "queued"
+    eta = epoch(waiting["queue"]["eta"])
+    assert epoch(waiting["queue"]["start_by"]) == start_by(clock.now(), eta, 5.6) > eta
+    engine_tick(advance=eta - clock.now())
+    for _ in range(3):
+        engine_tick(advance=30)
+    with session_scope(sessions) as session:
+        assert session.get_one(m.Lease, first[0]["id"]).status == "ended"
+        assert session.get_one(m.Lease, waiting["id"]).status in ("provisioning", "active")
+        sample = session.get_one(m.StartBySample, waiting["id"])
+        assert sample.load_class == 2   # ml-vision held 8 (its second lease) when it started
+
+
+def ask(client, project: str, duration: str) -> dict:
+    reply = client.post("/v1/leases", json={"shape": "a100.x8", "duration": duration}, headers=headers(project))
+    assert reply.status_code == 201, reply.get_json()
+    return reply.get_json()["lease"]
+
+
 def test_no_history_tells_the_eta_and_old_samples_go(sessions, clock):
     """No lease has started: everyone's ratio is 0 (the start-by is the ETA); a lease that started
     without waiting leaves no sample; one older than HORIZON is dropped."""

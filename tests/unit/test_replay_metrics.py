@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.abspath(BENCH))
 
 from gpu_tenancy.whatif.cluster_model import Cluster, demand, offered_load  # noqa: E402
 from gpu_tenancy.whatif.event_loop import Outcome  # noqa: E402
-from metrics import hourly, jain, p90_tail, start_by_figures, summarize  # noqa: E402
+from metrics import hourly, jain, load_classes_at, p90_tail, start_by_figures, summarize  # noqa: E402
 from gpu_tenancy.domain.start_by import StartBy  # noqa: E402
 from planner_scale import growth_exponent  # noqa: E402
 from report import hms, ratio, table  # noqa: E402
@@ -125,6 +125,18 @@ def test_start_by_figures_tell_each_lease_from_what_had_happened_by_then():
     out.first_eta = None   # a scheduler that tells no ETA
     assert start_by_figures(out, jobs)["start_by_kept"] is None
     assert summarize(out, jobs, {"t": 0.5, "u": 0.5}, 8)["told"] is None
+
+
+def test_a_tenants_load_class_is_what_its_jobs_held_just_before():
+    # shares of a 16-GPU cluster: t's fair part is 8 (a quarter: 2). t's 8-GPU job holds
+    # [H, 3 H): class 3 (8 = 4 quarters) from just after its start to its end, counted before
+    # each instant (so a start's own sample counts what was held before it); u holds nothing
+    jobs = [Job("a", "t", 0, 2 * H, 8, 1), Job("b", "u", 0, H, 1, 1)]
+    out = outcome(jobs, {"a": H, "b": 10 * H})
+    out.start["b"] = 10 * H
+    load_at = load_classes_at(out, jobs, {"t": 0.5, "u": 0.5}, 16)
+    assert [load_at("t", t) for t in (0, H, H + 1, 3 * H, 3 * H + 1)] == [0, 0, 3, 3, 0]
+    assert load_at("u", 5 * H) == 0 and load_at("nobody", H) == 0
 
 
 def test_start_by_figures_know_the_starts_of_the_second_they_tell_in():

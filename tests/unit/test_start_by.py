@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from gpu_tenancy.domain.start_by import FLOOR, StartBy, lateness_ratio, quantile, told_start_bys
+from gpu_tenancy.domain.start_by import (FLOOR, LOAD_QUANTILE, TOP_CLASS, StartBy, lateness_ratio, load_class,
+                                        load_classes, quantile, told_start_bys, with_load)
 
 H = 3600
 
@@ -168,3 +169,55 @@ def test_told_start_bys_feeds_the_model_in_time_order_and_a_lease_not_started_st
     # the same with the stuck ones not yet past their ETA at q-next's tell: no margin
     later = [(p, lease, t, eta + 2 * H if "stuck" in lease else eta, s) for p, lease, t, eta, s in told]
     assert told_start_bys(later)["q-next"] == 3 * H
+
+
+def test_a_load_class_is_one_per_doubling_above_a_quarter_of_the_fair_part():
+    fair = 16.0
+    assert [load_class(g, fair) for g in (0, 3, 4, 7, 8, 15, 16, 31, 32)] == [0, 0, 1, 1, 2, 2, 3, 3, 4]
+    assert load_class(10 ** 6, fair) == TOP_CLASS and load_class(0, 0.0) == 0 and load_class(1, 0.0) == TOP_CLASS
+
+
+def test_load_classes_take_the_weights_share_of_each_model_and_the_highest_over_models():
+    weights = {("a", "A100"): 1.0, ("b", "A100"): 3.0, ("a", "H100"): 1.0, ("c", "H100"): 1.0}
+    capacity = {"A100": 32.0, "H100": 8.0}
+    # a's fair parts: 8 A100 (a quarter: 2), 4 H100 (a quarter: 1); b's: 24 A100
+    held = {("a", "A100"): 2.0, ("a", "H100"): 4.0, ("b", "A100"): 24.0, ("d", "A100"): 1.0}
+    assert load_classes(held, weights, capacity) == {"a": 3, "b": 3, "c": 0, "d": TOP_CLASS}
+
+
+def test_with_load_raises_a_margin_to_its_classes_from_enough_samples_on():
+    sample = [k / 10 for k in range(100)]
+    assert with_load(0.0, sample) == quantile(sample, LOAD_QUANTILE) == 9.4
+    assert with_load(9.9, sample) == 9.9                     # never lowers the project's own
+    assert with_load(0.0, sample[:29]) == 0.0                # too few to say
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_project_whose_load_turns_is_told_its_new_classes_margin(seed):
+    """Leases are late by how far their project is over its fair part when told (a heavy
+    project is overtaken), not by whose they are. "steady" stays heavy and teaches class 3 its
+    lateness; "turning" is light for its first 400 leases (on time), then bursts (class 3): its
+    own history tells its burst no margin, its class does."""
+    rng = random.Random(seed)
+    events = []
+    for i in range(2000):
+        project = "steady" if i % 2 == 0 else "turning"
+        load = 3 if project == "steady" or i >= 800 else 0
+        told_at, wait = i * 60, int(rng.uniform(0.5, 4) * H)
+        late = rng.uniform(0.2, 1.5) if load else 0.0
+        events.append((told_at, 1, f"l{i}", project, told_at + wait, load))
+        events.append((told_at + wait + int(late * wait), 0, f"l{i}", project, told_at + wait, load))
+    events.sort(key=lambda e: e[:3])
+
+    def kept_by_the_burst(with_classes: bool) -> float:
+        m, by, start = StartBy(), {}, {}
+        for t, kind, lid, project, eta, load in events:
+            if kind:
+                by[lid] = m.tell(project, lid, t, eta, load if with_classes else None)
+            else:
+                m.started(lid, t, load if with_classes else None)
+                start[lid] = t
+        burst = [f"l{i}" for i in range(801, 1000, 2)]   # the turning project's first 100 heavy leases
+        return sum(start[lid] <= by[lid] for lid in burst) / len(burst)
+    assert kept_by_the_burst(True) >= 0.9
+    assert kept_by_the_burst(False) <= 0.5

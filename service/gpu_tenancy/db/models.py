@@ -482,12 +482,14 @@ class WhatIfJob(Base):
 class StartBySample(Base):
     """A lease that waited, at its first start: its lateness past its first ETA over the wait it
     was told (domain/start_by.py: lateness_ratio). Each project's last WINDOW are kept, what its
-    margin is learnt from (engine/start_by_margins.py)."""
+    margin is learnt from, and its load class's margin (engine/start_by_margins.py)."""
     __tablename__ = "start_by_samples"
     lease_id: Mapped[str] = mapped_column(String(36), primary_key=True)
     project_id: Mapped[str] = mapped_column(String(64), index=True)
     started_at: Mapped[datetime] = mapped_column(UTC)
     ratio: Mapped[float] = mapped_column(Float)
+    # its project's load class when it started (domain/start_by.py: load_class); None: not known
+    load_class: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class StartByMargin(Base):

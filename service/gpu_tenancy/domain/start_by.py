@@ -10,6 +10,12 @@ waiting past their ETA, at how late they are so far (without them the sample wou
 latest leases exactly when lateness grows). A project with fewer than MIN_OWN such leases
 uses everyone's. Nothing here changes a plan: it is what a lease is told beside its ETA.
 
+A project's own history lags when its load turns: a burst of its leases is told the margin of
+its last leases, which started on time, and is then overtaken as its own running raises its
+fair-share score. So each sample also counts in its load class, how far the project's GPUs held
+were above its fair part when the lease started (`load_class`), and a lease is told at least the
+LOAD_QUANTILE of the last CLASS_WINDOW samples of its project's class now (`with_load`).
+
 Pure and deterministic; epoch seconds in. The replay (bench/metrics.py) feeds StartBy the
 events in time order and scores what each lease was told against its real start; the service
 (engine/start_by_margins.py) computes each project's `margin` from the database now and then,
@@ -20,13 +26,17 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, insort
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 START, TELL = 0, 1   # events of one second: the starts first (known to a lease told then)
 QUANTILE = 0.95   # the share of leases meant to start by their start-by
 WINDOW = 100      # a project's last started leases that count, and at most this many overdue ones
 MIN_OWN = 30      # a project with fewer samples than this uses everyone's
 FLOOR = 60        # a planned wait shorter than this counts as this (the ratio's denominator)
+LOAD_QUANTILE = QUANTILE   # of a load class's samples (everyone's): at least this margin for its projects
+CLASS_WINDOW = 400     # a load class's last samples that count
+LOW_LOAD = 0.25        # class 0: holding less than this part of its fair part; one class per doubling above
+TOP_CLASS = 8          # the highest class (from 32 times its fair part on)
 
 
 def waits_from(told_at: int, asked_start: int) -> int:
@@ -57,6 +67,44 @@ def margin(own: Sequence[float], overdue: Sequence[float], everyone: Sequence[fl
     return quantile(sample, q)
 
 
+def load_class(held: float, fair: float) -> int:
+    """How far a project's GPUs held now are above its fair part (its weight's share of the GPUs
+    it may use): 0 below a quarter of it, then one class per doubling, at most TOP_CLASS."""
+    if held <= 0:
+        return 0
+    if held < fair * LOW_LOAD:
+        return 0
+    if fair <= 0:
+        return TOP_CLASS
+    return min(TOP_CLASS, math.floor(math.log2(held / (fair * LOW_LOAD))) + 1)
+
+
+def load_classes(held: Mapping[tuple[str, str], float], weights: Mapping[tuple[str, str], float],
+                 capacity: Mapping[str, float]) -> dict[str, int]:
+    """Each project's load class now: `held` GPUs per (project, model), quota `weights` per
+    (project, model), the GPUs of each model. A project's fair part of a model is its weight's
+    share of the weights there, times the model's GPUs; its class is its highest over its models
+    (it is overtaken where it is furthest over). A project holding what it has no weight for is
+    in the top class; one holding nothing is in class 0."""
+    total: dict[str, float] = {}
+    for (_project, model), w in weights.items():
+        total[model] = total.get(model, 0.0) + w
+    out: dict[str, int] = {project: 0 for project, _model in weights}
+    for (project, model), gpus in held.items():
+        w = weights.get((project, model), 0.0)
+        fair = w / total[model] * capacity.get(model, 0.0) if w > 0 else 0.0
+        out[project] = max(out.get(project, 0), load_class(gpus, fair))
+    return out
+
+
+def with_load(ratio: float, by_class: Sequence[float], min_samples: int = MIN_OWN) -> float:
+    """A project's margin ratio, raised to the LOAD_QUANTILE of its load class's samples (from
+    `min_samples` of them on)."""
+    if len(by_class) < min_samples:
+        return ratio
+    return max(ratio, quantile(sorted(by_class), LOAD_QUANTILE))
+
+
 def start_by(told_at: int, eta: int, ratio: float) -> int:
     """What a lease told `eta` at `told_at` is told to start by, with the margin ratio `ratio`."""
     eta = max(eta, told_at)   # no ETA is before the moment it is told
@@ -74,14 +122,16 @@ class StartBy:
         self.everyone: deque[float] = deque(maxlen=window)
         self.waiting: dict[str, list[tuple[int, str, int]]] = {}      # project -> (eta, lease, told_at), by ETA
         self.told: dict[str, tuple[str, int, int]] = {}               # lease -> (project, told_at, eta)
+        self.by_class: dict[int, deque[float]] = {}                   # load class -> its last ratios
 
-    def tell(self, project: str, lease_id: str, told_at: int, eta: int) -> int:
-        """The start-by of a lease told `eta` at `told_at` (from what is known then); from now
-        on it waits, and counts as overdue once past its ETA, until it starts or is forgotten.
-        Told again, the new ETA replaces the old. (A lease that already started is not told.)"""
+    def tell(self, project: str, lease_id: str, told_at: int, eta: int, load: int | None = None) -> int:
+        """The start-by of a lease told `eta` at `told_at` (from what is known then), its project
+        in load class `load` then (None: not known); from now on it waits, and counts as overdue
+        once past its ETA, until it starts or is forgotten. Told again, the new ETA replaces the
+        old. (A lease that already started is not told.)"""
         eta = max(eta, told_at)
         self.forget(lease_id)
-        by = start_by(told_at, eta, self.margin_ratio(project, told_at))
+        by = start_by(told_at, eta, self.margin_ratio(project, told_at, load))
         self.told[lease_id] = (project, told_at, eta)
         insort(self.waiting.setdefault(project, []), (eta, lease_id, told_at))
         return by
@@ -97,8 +147,9 @@ class StartBy:
             del queue[bisect_left(queue, (eta, lease_id, told_at))]
         return told
 
-    def started(self, lease_id: str, start: int) -> None:
-        """A lease told an ETA started (it counts if it waited past the moment it was told)."""
+    def started(self, lease_id: str, start: int, load: int | None = None) -> None:
+        """A lease told an ETA started (it counts if it waited past the moment it was told), its
+        project in load class `load` then (None: not known, a sample of no class)."""
         told = self.forget(lease_id)
         if told is None:
             return
@@ -108,23 +159,27 @@ class StartBy:
         ratio = lateness_ratio(told_at, eta, start)
         self.own.setdefault(project, deque(maxlen=self.window)).append(ratio)
         self.everyone.append(ratio)
+        if load is not None:
+            self.by_class.setdefault(load, deque(maxlen=CLASS_WINDOW)).append(ratio)
 
-    def margin_ratio(self, project: str, now: int) -> float:
+    def margin_ratio(self, project: str, now: int, load: int | None = None) -> float:
         """The quantile of the project's ratios now: its started leases', and its overdue ones'
         so far (the WINDOW whose ETAs passed last); everyone's started leases' instead while it
-        has fewer than min_own."""
+        has fewer than min_own; at least its load class's (with_load), in class `load` now."""
         queue = self.waiting.get(project, [])
         n_overdue = bisect_left(queue, (now,))   # ETA before now
         overdue = [lateness_ratio(told_at, eta, now)
                    for eta, _lease, told_at in queue[max(0, n_overdue - self.window):n_overdue]]
-        return margin(self.own.get(project, ()), overdue, self.everyone, self.q, self.min_own)
+        ratio = margin(self.own.get(project, ()), overdue, self.everyone, self.q, self.min_own)
+        return ratio if load is None else with_load(ratio, self.by_class.get(load, ()))
 
 
 def told_start_bys(told: Iterable[tuple[str, str, int, int, int | None]],
-                   model: StartBy | None = None) -> dict[str, int]:
+                   model: StartBy | None = None, load_at: Callable[[str, int], int] | None = None) -> dict[str, int]:
     """The start-by each lease was told, from what had happened by then: `told` holds each lease
     told an ETA that waited, (project, lease, told_at, eta, start; None: it has not started),
-    fed to the model in time order, a start before a tell at the same second. lease -> start-by."""
+    fed to the model in time order, a start before a tell at the same second; `load_at(project,
+    t)`: the project's load class at t (None: no classes). lease -> start-by."""
     model = model or StartBy()
     events = []
     for project, lease, told_at, eta, start in told:
@@ -134,8 +189,9 @@ def told_start_bys(told: Iterable[tuple[str, str, int, int, int | None]],
     events.sort(key=lambda e: e[:3])
     by = {}
     for t, kind, lease, project, eta in events:
+        load = load_at(project, t) if load_at is not None else None
         if kind == TELL:
-            by[lease] = model.tell(project, lease, t, eta)
+            by[lease] = model.tell(project, lease, t, eta, load)
         else:
-            model.started(lease, t)
+            model.started(lease, t, load)
     return by

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from gpu_tenancy.db.session import ledger_lock, to_epoch, utcnow_naive
 from gpu_tenancy.domain import fairshare, planner
 from gpu_tenancy.domain.held import held_until
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, Placement, Plan, PlannedLease, QuotaLimit
-from gpu_tenancy.domain.start_by import start_by, waits_from
+from gpu_tenancy.domain.start_by import load_classes, start_by, waits_from
 from gpu_tenancy.domain.states import RESERVING, LeaseState
 from gpu_tenancy.engine import held, limits, start_by_margins
 from gpu_tenancy.engine.events import record_transition
@@ -40,6 +41,19 @@ class PlannerInputs:
     # is not known, so nothing is committed there for later (it is planned, and committed once free)
     unreleased: frozenset[str] = frozenset()
     allowance: int = 0   # the release allowance the holds were read with (engine/held.py)
+
+    def load_classes(self, now: int) -> dict[str, int]:
+        """Each project's load class now (domain/start_by.py), from the holds begun by now, the
+        quotas' weights and the enabled hosts: what a start-by sample of a start now is kept in."""
+        held: dict[tuple[str, str], float] = defaultdict(float)
+        for h in self.holds:
+            if h.start <= now:
+                held[(h.project_id, h.gpu_model)] += h.gpus
+        capacity: dict[str, float] = defaultdict(float)
+        for host in self.hosts:
+            if host.enabled:
+                capacity[host.gpu_model] += host.gpus
+        return load_classes(held, {key: q.weight for key, q in self.quotas.items()}, capacity)
 
 
 def host_from_row(row: m.Host | Row[Any]) -> Host:   # an ORM object or a row of its table
@@ -155,6 +169,7 @@ def replan_locked(session: Session, now: int, settings: planner.PlannerSettings,
         plan = run_planner(inputs, now, settings)
     waiting = {r.lease_id: r for r in inputs.waiting}
     ratios = start_by_margins.read(session)
+    loads: dict[str, int] | None = None   # the projects' load classes, once a lease starts
     for planned in plan.leases.values():
         row = rows.get(planned.lease_id)
         if row is None:
@@ -163,7 +178,9 @@ def replan_locked(session: Session, now: int, settings: planner.PlannerSettings,
         place = planned.placement
         if place is not None and (place.start <= now or (place.start == request.earliest_start
                                                           and inputs.unreleased.isdisjoint(place.hosts))):
-            commit_allocation(session, row, planned, now, actor)
+            if loads is None:
+                loads = inputs.load_classes(now)
+            commit_allocation(session, row, planned, now, actor, loads.get(row.project_id, 0))
         else:
             write_queue_info(row, planned, now, start_by_margins.ratio_of(ratios, row.project_id),
                              planned.lease_id in plan.guarded)
@@ -205,9 +222,11 @@ def expire(session: Session, row: m.Lease, now: int, actor: str) -> None:
     clear_queue_info(row)
 
 
-def commit_allocation(session: Session, row: m.Lease, planned: PlannedLease, now: int, actor: str) -> None:
+def commit_allocation(session: Session, row: m.Lease, planned: PlannedLease, now: int, actor: str,
+                      load: int | None = None) -> None:
+    """`load`: its project's load class now (a start-by sample's, if this is one)."""
     place = add_allocations(session, row, planned)
-    start_by_margins.record_start(session, row, place.start)
+    start_by_margins.record_start(session, row, place.start, load)
     hosts = ", ".join(sorted(set(place.hosts)))
     when = "now" if place.start <= now else f"at {rfc3339(place.start)}"
     why = f"GPUs reserved on {hosts}, starting {when}"

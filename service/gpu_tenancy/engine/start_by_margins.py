@@ -9,7 +9,12 @@ eta_told_at, so a lease queued again after it ran is neither sampled twice nor o
 long past. The overdue are the waiting leases past the ETA they were told, at how late they are so
 far. Each refresh keeps only each project's last WINDOW samples (and none older than HORIZON),
 so what it reads is bounded by the projects, not by how many leases start: one tenant starting
-many short leases makes it no slower for the others."""
+many short leases makes it no slower for the others.
+
+Each sample also keeps its project's load class when the lease started (the ledger's holds then:
+domain/start_by.py, load_class), and each refresh raises a project's ratio to its class's
+(with_load: the last CLASS_WINDOW samples of the class it is in now, everyone's), so that a
+project whose load has just turned is not told the margin of its quieter past."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -19,8 +24,9 @@ from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch, utcnow_naive
-from gpu_tenancy.domain.start_by import WINDOW, lateness_ratio, margin, waits_from
-from gpu_tenancy.domain.states import WAITING
+from gpu_tenancy.domain.start_by import (CLASS_WINDOW, WINDOW, lateness_ratio, load_classes, margin, waits_from,
+                                        with_load)
+from gpu_tenancy.domain.states import HOLDING, WAITING
 
 EVERY = 60             # seconds between two computations (the engine's tick: engine/lifecycle.py)
 HORIZON = 30 * 86400   # samples older than this do not count
@@ -28,15 +34,16 @@ EVERYONE = ""          # the row of everyone's ratio
 L, SAMPLE = m.Lease, m.StartBySample
 
 
-def record_start(session: Session, row: m.Lease, start: int) -> None:
+def record_start(session: Session, row: m.Lease, start: int, load: int | None = None) -> None:
     """`row` given its GPUs from `start`: if it is its first start since it was told an ETA, and it
-    waited, its lateness ratio is a sample; either way the tell is settled."""
+    waited, its lateness ratio is a sample, in its project's load class then (`load`; None: not
+    known); either way the tell is settled."""
     if row.eta_told_at is None or row.first_eta is None:
         return
     told = waits_from(to_epoch(row.eta_told_at), to_epoch(row.earliest_start))
     if start > told:   # one that starts as told waits for nothing
         session.add(SAMPLE(lease_id=row.id, project_id=row.project_id, started_at=utcnow_naive(start),
-                           ratio=lateness_ratio(told, to_epoch(row.first_eta), start)))
+                           ratio=lateness_ratio(told, to_epoch(row.first_eta), start), load_class=load))
     row.eta_told_at = None
 
 
@@ -50,13 +57,23 @@ def prune(session: Session, now: int) -> None:
         select(ranked.c.lease_id).where(ranked.c.rank > WINDOW))).execution_options(synchronize_session=False))
 
 
-def samples(session: Session, now: int) -> tuple[dict[str, list[tuple[int, str, float]]], dict[str, list[float]]]:
-    """Per project: its samples (start, lease, ratio), latest first; and the ratios so far of the
-    WINDOW of its waiting leases whose told ETA passed last."""
+def samples(session: Session, now: int) -> tuple[dict[str, list[tuple[int, str, float]]], dict[str, list[float]],
+                                                dict[int, list[float]]]:
+    """Per project: its samples (start, lease, ratio), latest first; the ratios so far of the
+    WINDOW of its waiting leases whose told ETA passed last; and per load class the ratios of its
+    last CLASS_WINDOW samples, everyone's."""
     started: dict[str, list[tuple[int, str, float]]] = defaultdict(list)
-    for row in session.execute(select(SAMPLE.project_id, SAMPLE.started_at, SAMPLE.lease_id, SAMPLE.ratio)
+    classed: list[tuple[int, str, int, float]] = []
+    for row in session.execute(select(SAMPLE.project_id, SAMPLE.started_at, SAMPLE.lease_id, SAMPLE.ratio,
+                                      SAMPLE.load_class)
                              .order_by(SAMPLE.project_id, SAMPLE.started_at.desc(), SAMPLE.lease_id.desc())):
         started[row.project_id].append((to_epoch(row.started_at), row.lease_id, row.ratio))
+        if row.load_class is not None:
+            classed.append((to_epoch(row.started_at), row.lease_id, row.load_class, row.ratio))
+    by_class: dict[int, list[float]] = defaultdict(list)
+    for _start, _lease, load, ratio in sorted(classed, reverse=True):
+        if len(by_class[load]) < CLASS_WINDOW:
+            by_class[load].append(ratio)
     late: dict[str, list[tuple[int, str, float]]] = defaultdict(list)
     for r in session.execute(select(L.id, L.project_id, L.eta_told_at, L.earliest_start, L.first_eta).where(
             L.status.in_([s.value for s in WAITING]), L.eta_told_at.is_not(None), L.first_eta < utcnow_naive(now))):
@@ -64,26 +81,46 @@ def samples(session: Session, now: int) -> tuple[dict[str, list[tuple[int, str, 
         told = waits_from(to_epoch(r.eta_told_at), to_epoch(r.earliest_start))
         late[r.project_id].append((eta, r.id, lateness_ratio(told, eta, now)))
     overdue = {project: [ratio for _eta, _id, ratio in sorted(rows)[-WINDOW:]] for project, rows in late.items()}
-    return dict(started), overdue
+    return dict(started), overdue, dict(by_class)
 
 
-def compute(started: dict[str, list[tuple[int, str, float]]],
-            overdue: dict[str, list[float]]) -> dict[str, tuple[float, int]]:
-    """Each project's (ratio, samples), and everyone's under EVERYONE."""
+def loads_now(session: Session, now: int) -> dict[str, int]:
+    """Each project's load class now (domain/start_by.py: load_classes): the GPUs its leases
+    hold (allocations begun, of leases that hold GPUs), against its weight's share of the enabled
+    hosts' GPUs of each model."""
+    a = m.Allocation
+    held = {(project, model): float(gpus) for project, model, gpus in session.execute(
+        select(a.project_id, a.gpu_model, func.sum(a.gpus)).join(L, L.id == a.lease_id)
+        .where(L.status.in_([s.value for s in HOLDING]), a.start_at <= utcnow_naive(now))
+        .group_by(a.project_id, a.gpu_model))}
+    weights = {(q.project_id, q.gpu_model): q.weight for q in session.execute(
+        select(m.Quota.project_id, m.Quota.gpu_model, m.Quota.weight))}
+    capacity = {model: float(gpus) for model, gpus in session.execute(
+        select(m.Host.gpu_model, func.sum(m.Host.gpus)).where(m.Host.enabled.is_(True)).group_by(m.Host.gpu_model))}
+    return load_classes(held, weights, capacity)
+
+
+def compute(started: dict[str, list[tuple[int, str, float]]], overdue: dict[str, list[float]],
+            by_class: dict[int, list[float]] | None = None, loads: dict[str, int] | None = None
+            ) -> dict[str, tuple[float, int]]:
+    """Each project's (ratio, samples), and everyone's under EVERYONE; a project's ratio raised to
+    its load class's (`loads`: its class now; `by_class`: each class's ratios)."""
+    by_class, loads = by_class or {}, loads or {}
     latest = sorted((sample for rows in started.values() for sample in rows[:WINDOW]), reverse=True)[:WINDOW]
     everyone = [ratio for _start, _lease, ratio in latest]
     ratios = {EVERYONE: (margin((), (), everyone), len(everyone))}
-    for project in started.keys() | overdue.keys():
+    for project in started.keys() | overdue.keys() | {p for p, load in loads.items() if load in by_class}:
         own = [ratio for _start, _lease, ratio in started.get(project, [])[:WINDOW]]
         late = overdue.get(project, [])
-        ratios[project] = (margin(own, late, everyone), len(own) + len(late))
+        ratio = with_load(margin(own, late, everyone), by_class.get(loads.get(project, 0), ()))
+        ratios[project] = (ratio, len(own) + len(late))
     return ratios
 
 
 def refresh(session: Session, now: int) -> dict[str, tuple[float, int]]:
     """Compute every project's ratio and keep them (the caller commits); returns them."""
     prune(session, now)
-    ratios = compute(*samples(session, now))
+    ratios = compute(*samples(session, now), loads_now(session, now))
     session.execute(delete(m.StartByMargin))
     session.add_all(m.StartByMargin(project_id=project, ratio=ratio, samples=n, computed_at=utcnow_naive(now))
                     for project, (ratio, n) in ratios.items())
