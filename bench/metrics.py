@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
-from bisect import bisect_left
 from collections import defaultdict
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "service"))
 from gpu_tenancy.domain.eta_honesty import ETA_SLACK, eta_honesty  # noqa: E402
-from gpu_tenancy.domain.start_by import StartBy, load_class, told_start_bys  # noqa: E402
+from gpu_tenancy.domain.start_by import LoadTimeline, StartBy, told_start_bys  # noqa: E402
+from gpu_tenancy.whatif.planner_sched import MODEL  # noqa: E402
 
 HOUR = 3600
 TAU = 600   # bounded slowdown: run times under 10 minutes count as 10 minutes
@@ -163,26 +163,10 @@ def eta_figures(out, jobs) -> dict:
 
 
 def load_classes_at(out, jobs, shares: dict, capacity: int):
-    """load_at(project, t): the project's load class at t (domain/start_by.py: load_class), from
-    the GPUs its started jobs held just before (as the service's engine knows it: its refresh is
-    a minute old at a create, and a start's sample counts the holds before that pass's starts)
-    against its share of the cluster's GPUs."""
-    changes: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-    for j in jobs:
-        if j.jid in out.start:
-            changes[j.tenant][out.start[j.jid]] += j.gpus
-            changes[j.tenant][out.end(j)] -= j.gpus
-    steps = {}
-    for tenant, at in changes.items():
-        times = sorted(at)
-        held = np.cumsum([at[t] for t in times]).tolist()
-        steps[tenant] = (times, held)
-
-    def load_at(project: str, t: int) -> int:
-        times, held = steps.get(project, ([], []))
-        i = bisect_left(times, t)
-        return load_class(held[i - 1] if i else 0, shares.get(project, 0.0) * capacity)
-    return load_at
+    """load_at(project, t): the project's load class at t (domain/start_by.py: LoadTimeline), from
+    what its started jobs held just before t against its share of the cluster's GPUs."""
+    return LoadTimeline(((j.tenant, MODEL, j.gpus, out.start[j.jid], out.end(j)) for j in jobs if j.jid in out.start),
+                        {(t, MODEL): s for t, s in shares.items()}, {MODEL: capacity}).at
 
 
 def start_by_figures(out, jobs, model: StartBy | None = None, shares: dict | None = None,

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from gpu_tenancy.domain.start_by import (FLOOR, LOAD_QUANTILE, TOP_CLASS, StartBy, lateness_ratio, load_class,
+from gpu_tenancy.domain.start_by import (FLOOR, LOAD_QUANTILE, TOP_CLASS, LoadTimeline, StartBy, lateness_ratio, load_class,
                                         load_classes, quantile, told_start_bys, with_load)
 
 H = 3600
@@ -183,6 +183,15 @@ def test_load_classes_take_the_weights_share_of_each_model_and_the_highest_over_
     # a's fair parts: 8 A100 (a quarter: 2), 4 H100 (a quarter: 1); b's: 24 A100
     held = {("a", "A100"): 2.0, ("a", "H100"): 4.0, ("b", "A100"): 24.0, ("d", "A100"): 1.0}
     assert load_classes(held, weights, capacity) == {"a": 3, "b": 3, "c": 0, "d": TOP_CLASS}
+
+
+def test_a_load_timeline_is_the_classes_of_what_was_held_just_before_each_instant():
+    weights = {("a", "A100"): 1.0, ("b", "A100"): 1.0, ("a", "H100"): 1.0}
+    loads = LoadTimeline([("a", "A100", 4, 100, 300), ("a", "A100", 4, 200, 400), ("a", "H100", 8, 350, 500)],
+                         weights, {"A100": 32.0, "H100": 8.0})
+    # a's fair parts: 16 A100 (a quarter: 4), 8 H100 (a quarter: 2); its highest class counts
+    assert [loads.at("a", t) for t in (100, 101, 201, 301, 351, 401, 501)] == [0, 1, 2, 1, 3, 3, 0]
+    assert loads.at("b", 250) == 0
 
 
 def test_with_load_raises_a_margin_to_its_classes_from_enough_samples_on():

@@ -79,22 +79,57 @@ def load_class(held: float, fair: float) -> int:
     return min(TOP_CLASS, math.floor(math.log2(held / (fair * LOW_LOAD))) + 1)
 
 
-def load_classes(held: Mapping[tuple[str, str], float], weights: Mapping[tuple[str, str], float],
-                 capacity: Mapping[str, float]) -> dict[str, int]:
-    """Each project's load class now: `held` GPUs per (project, model), quota `weights` per
-    (project, model), the GPUs of each model. A project's fair part of a model is its weight's
-    share of the weights there, times the model's GPUs; its class is its highest over its models
-    (it is overtaken where it is furthest over). A project holding what it has no weight for is
-    in the top class; one holding nothing is in class 0."""
+def fair_parts(weights: Mapping[tuple[str, str], float], capacity: Mapping[str, float]) -> dict[tuple[str, str], float]:
+    """Each (project, model)'s fair part of the model's GPUs: its quota weight's share of the
+    weights there, times the model's GPUs."""
     total: dict[str, float] = {}
     for (_project, model), w in weights.items():
         total[model] = total.get(model, 0.0) + w
+    return {(project, model): w / total[model] * capacity.get(model, 0.0) if w > 0 else 0.0
+            for (project, model), w in weights.items()}
+
+
+def load_classes(held: Mapping[tuple[str, str], float], weights: Mapping[tuple[str, str], float],
+                 capacity: Mapping[str, float]) -> dict[str, int]:
+    """Each project's load class now: `held` GPUs per (project, model), quota `weights` per
+    (project, model), the GPUs of each model. Its class is its highest over its models (it is
+    overtaken where it is furthest over its fair part). A project holding what it has no
+    weight for is in the top class; one holding nothing is in class 0."""
+    fair = fair_parts(weights, capacity)
     out: dict[str, int] = {project: 0 for project, _model in weights}
     for (project, model), gpus in held.items():
-        w = weights.get((project, model), 0.0)
-        fair = w / total[model] * capacity.get(model, 0.0) if w > 0 else 0.0
-        out[project] = max(out.get(project, 0), load_class(gpus, fair))
+        out[project] = max(out.get(project, 0), load_class(gpus, fair.get((project, model), 0.0)))
     return out
+
+
+class LoadTimeline:
+    """Each project's load class over time (load_classes at every instant), from what its leases
+    held: (project, model, GPUs, start, end) spans. `at(project, t)` counts what was held just
+    before t, as the service knows it (a start's sample counts the holds before that pass's starts)."""
+
+    def __init__(self, spans: Iterable[tuple[str, str, int, int, int]], weights: Mapping[tuple[str, str], float],
+                 capacity: Mapping[str, float]):
+        self.fair = fair_parts(weights, capacity)
+        changes: dict[tuple[str, str], dict[int, int]] = {}
+        for project, model, gpus, start, end in spans:
+            at = changes.setdefault((project, model), {})
+            at[start] = at.get(start, 0) + gpus
+            at[end] = at.get(end, 0) - gpus
+        self.steps: dict[str, list[tuple[str, list[int], list[int]]]] = {}   # project -> (model, times, held)
+        for (project, model), at in changes.items():
+            times = sorted(at)
+            held, level = [], 0
+            for t in times:
+                level += at[t]
+                held.append(level)
+            self.steps.setdefault(project, []).append((model, times, held))
+
+    def at(self, project: str, t: int) -> int:
+        out = 0
+        for model, times, held in self.steps.get(project, ()):
+            i = bisect_left(times, t)
+            out = max(out, load_class(held[i - 1] if i else 0, self.fair.get((project, model), 0.0)))
+        return out
 
 
 def with_load(ratio: float, by_class: Sequence[float], min_samples: int = MIN_OWN) -> float:
