@@ -40,29 +40,56 @@ def history(rng: random.Random, now: int, burst: bool = False) -> list[dict]:
             told = created + rng.choice([0, 0, rng.randint(1, 7200)])   # planned later: told later
             eta = waits_from(told, asked) + rng.choice([0, 30, rng.randint(60, 2 * DAY)])
             kind = rng.choices(KINDS, weights)[0]
+            # its project's load class when it started: mostly one class (so that its window binds),
+            # whose leases are later (so that a project in it now is told more than its own or everyone's)
+            load = rng.choices(range(5), [10, 10, 10, 60, 10])[0]
             late = rng.choice([0, 0, rng.randint(1, 600), rng.randint(600, 3 * DAY), -rng.randint(1, 3600)])
+            late = late * 4 if load == 3 and late > 0 else late
             start = max(eta + late + k % 7, told)   # never before the tell
             if rng.random() < 0.1:
                 start = waits_from(told, asked)   # did not wait
             if start > now - 60:
                 kind = "waiting"
             leases.append({"id": f"{project}-{k:04d}", "project": project, "created": created, "asked": asked,
-                           "told": told, "eta": eta, "start": start, "kind": kind})
+                           "told": told, "eta": eta, "start": start, "kind": kind, "load": load})
     return leases
+
+
+# each project's load class now (held_now below: "big" and "small" hold 8 A100s each, 5x a quarter
+# of their fair part); "nobody" has no quota, so no class: everyone's ratio, not raised
+LOADS_NOW = {"big": 3, "mid": 0, "small": 3, "nobody": None}
 
 
 def model_ratios(leases: list[dict], now: int) -> dict[str, float]:
     """What the model says at `now`: each lease told when its wait began, started in time order
-    (its first start only), those cancelled forgotten."""
+    (its first start only, in its load class then), those cancelled forgotten; each project's
+    ratio in its class now."""
     model = StartBy()
     for x in sorted(leases, key=lambda x: waits_from(x["told"], x["asked"])):
         model.tell(x["project"], x["id"], waits_from(x["told"], x["asked"]), x["eta"])
     for x in sorted(leases, key=lambda x: (x["start"], x["id"])):
         if x["kind"] in ("started", "again"):
-            model.started(x["id"], x["start"])
+            model.started(x["id"], x["start"], x["load"])
         elif x["kind"] == "cancelled":
             model.forget(x["id"])
-    return {project: model.margin_ratio(project, now) for project in [*PROJECTS, "nobody"]}
+    return {project: model.margin_ratio(project, now, LOADS_NOW[project]) for project in [*PROJECTS, "nobody"]}
+
+
+def held_now(session, now: int) -> None:
+    """Quotas of weight 1 on the A100s for the three projects (five with the demo's two, 32 GPUs:
+    a fair part of 6.4 each) and 8 A100s held by "big" and by "small" now."""
+    session.add_all(m.Quota(project_id=p, gpu_model="A100", gpus=8, weight=1.0, updated_at=utcnow_naive(now))
+                    for p in PROJECTS)
+    for project, host in (("big", "gpu-a100-1"), ("small", "gpu-a100-2")):
+        session.add(m.Lease(id=f"{project}-holder", name=f"{project}-holder", project_id=project, user_id="u",
+                            status="active", shape="a100.x8", gpu_model="A100", gpus_per_vm=8, instances=1,
+                            duration=7200, earliest_start=utcnow_naive(now - 3600), start_at=utcnow_naive(now - 3600),
+                            end_at=utcnow_naive(now + 3600), queue_reasons=[], created_at=utcnow_naive(now - 3600),
+                            updated_at=utcnow_naive(now - 3600)))
+        session.flush()
+        session.add(m.Allocation(lease_id=f"{project}-holder", project_id=project, vm_index=0, host=host,
+                                 gpu_model="A100", gpus=8, start_at=utcnow_naive(now - 3600),
+                                 end_at=utcnow_naive(now + 3600)))
 
 
 def add(session, leases: list[dict]) -> None:
@@ -80,11 +107,11 @@ def add(session, leases: list[dict]) -> None:
     for x in sorted(leases, key=lambda x: (x["start"], x["id"])):
         row = rows[x["id"]]
         if x["kind"] in ("started", "again"):
-            start_by_margins.record_start(session, row, x["start"])
+            start_by_margins.record_start(session, row, x["start"], x.get("load"))
             row.start_at, row.status = utcnow_naive(x["start"]), "active"
         if x["kind"] == "again":   # its host failed: queued again, then started again
             row.status = "queued"
-            start_by_margins.record_start(session, row, x["start"] + 600)
+            start_by_margins.record_start(session, row, x["start"] + 600, x.get("load"))
             row.status = "queued"
         if x["kind"] == "cancelled":
             row.status = "cancelled"
@@ -94,11 +121,13 @@ def add(session, leases: list[dict]) -> None:
 def test_the_margins_kept_are_the_models(sessions, clock, seed):
     """Seeded histories: the ratio refresh() keeps for each project, and everyone's, is the one
     StartBy computes from the same leases (its last 100 that waited and started, its overdue ones,
-    everyone's while it has fewer than 30), and only each project's last 100 samples are kept."""
+    everyone's while it has fewer than 30, raised to its load class's), and only each project's
+    last 100 samples and each class's last 400 are kept."""
     rng, now = random.Random(seed), clock.now()
     leases = history(rng, now, burst=seed % 2 == 0)
     with session_scope(sessions) as session:
         add(session, leases)
+        held_now(session, now)
     with session_scope(sessions) as session:
         start_by_margins.refresh(session, now)
     with session_scope(sessions) as session:
@@ -109,8 +138,17 @@ def test_the_margins_kept_are_the_models(sessions, clock, seed):
     assert {p: start_by_margins.ratio_of(kept, p) for p in expected} == expected
     sampled = sum(x["kind"] in ("started", "again") and x["start"] > waits_from(x["told"], x["asked"])
                   for x in leases if x["project"] == "big")
-    assert per_project["big"] == min(WINDOW, sampled) and (sampled > WINDOW or seed % 2 == 0)   # pruned
+    kept_of_big = [load for load, in session_rows(sessions, "big")]
+    # pruned: big's last 100, and its older ones of a class whose last 400 they are among
+    assert per_project["big"] >= min(WINDOW, sampled) and (sampled > WINDOW or seed % 2 == 0)
+    assert len(kept_of_big) == per_project["big"] and (per_project["big"] > WINDOW) == (sampled > WINDOW)
     assert expected["big"] > 0   # the seeds do make late leases
+    unraised = StartBy()   # "small" is told at least everyone's (its own are too few), raised to its class's
+    for x in sorted(leases, key=lambda x: (x["start"], x["id"])):
+        if x["kind"] in ("started", "again"):
+            unraised.tell(x["project"], x["id"], waits_from(x["told"], x["asked"]), x["eta"])
+            unraised.started(x["id"], x["start"])
+    assert expected["small"] >= unraised.margin_ratio("small", now)
     overdue = sum(x["kind"] == "waiting" and x["eta"] < now for x in leases if x["project"] == "big")
     assert overdue > WINDOW or seed % 2 == 1   # every cut taken: more than WINDOW overdue too
 
@@ -247,6 +285,11 @@ def test_no_history_tells_the_eta_and_old_samples_go(sessions, clock):
         assert start_by_margins.refresh(session, now) == {start_by_margins.EVERYONE: (0.0, 0)}
         assert session.scalars(select(m.StartBySample.lease_id)).all() == []
         assert session.scalars(select(m.StartByMargin.project_id)).all() == [start_by_margins.EVERYONE]
+
+
+def session_rows(sessions, project: str) -> list:
+    with session_scope(sessions) as session:
+        return list(session.execute(select(m.StartBySample.load_class).where(m.StartBySample.project_id == project)))
 
 
 def epoch(stamp: str) -> int:

@@ -7,9 +7,10 @@ its first start; then the ledger records its lateness ratio as a start_by_sample
 (`record_start`: its wait counted from the tell, or from its asked start if later) and clears
 eta_told_at, so a lease queued again after it ran is neither sampled twice nor overdue by an ETA
 long past. The overdue are the waiting leases past the ETA they were told, at how late they are so
-far. Each refresh keeps only each project's last WINDOW samples (and none older than HORIZON),
-so what it reads is bounded by the projects, not by how many leases start: one tenant starting
-many short leases makes it no slower for the others.
+far. Each refresh keeps only each project's last WINDOW samples and each load class's last
+CLASS_WINDOW (and none older than HORIZON), so what it reads is bounded by the projects and
+classes, not by how many leases start: one tenant starting many short leases makes it no
+slower for the others.
 
 Each sample also keeps its project's load class when the lease started (the ledger's holds then:
 domain/start_by.py, load_class), and each refresh raises a project's ratio to its class's
@@ -48,13 +49,18 @@ def record_start(session: Session, row: m.Lease, start: int, load: int | None = 
 
 
 def prune(session: Session, now: int) -> None:
-    """Only each project's last WINDOW samples, of the last HORIZON, are kept."""
+    """Only each project's last WINDOW samples, and each load class's last CLASS_WINDOW, of the
+    last HORIZON, are kept (what the model reads: domain/start_by.py, StartBy)."""
     session.execute(delete(SAMPLE).where(SAMPLE.started_at <= utcnow_naive(now - HORIZON)))
-    rank = func.row_number().over(partition_by=SAMPLE.project_id,
-                                  order_by=(SAMPLE.started_at.desc(), SAMPLE.lease_id.desc()))
-    ranked = select(SAMPLE.lease_id, rank.label("rank")).subquery()
+    latest = (SAMPLE.started_at.desc(), SAMPLE.lease_id.desc())
+    in_project = func.row_number().over(partition_by=SAMPLE.project_id, order_by=latest)
+    in_class = func.row_number().over(partition_by=SAMPLE.load_class, order_by=latest)
+    ranked = select(SAMPLE.lease_id, SAMPLE.load_class, in_project.label("in_project"),
+                    in_class.label("in_class")).subquery()
     session.execute(delete(SAMPLE).where(SAMPLE.lease_id.in_(
-        select(ranked.c.lease_id).where(ranked.c.rank > WINDOW))).execution_options(synchronize_session=False))
+        select(ranked.c.lease_id).where(ranked.c.in_project > WINDOW,
+                                        ranked.c.load_class.is_(None) | (ranked.c.in_class > CLASS_WINDOW))))
+        .execution_options(synchronize_session=False))
 
 
 def samples(session: Session, now: int) -> tuple[dict[str, list[tuple[int, str, float]]], dict[str, list[float]],
