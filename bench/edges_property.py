@@ -41,7 +41,7 @@ def main(argv=None) -> int:
             app.extensions["gpu_tenancy"].sessions.kw["bind"].dispose()
         print(f"seed {seed}: {report.steps} steps in {report.seconds:.1f} s ({report.steps / report.seconds:.1f} "
               f"steps/s); ETAs held to the real starts over {report.quiet_steps} quiet steps; "
-              f"{report.notices} early ends decided, {report.call_offs} called off")
+              f"{report.notices} early ends decided, {report.call_offs} called off, {report.refused} call-offs refused")
         for name in INVARIANTS:
             print(f"  {name:14} {report.checks[name]:9d} checks  {len(report.violations.get(name, [])):6d} broken")
         print(f"  what a release later than planned broke, tolerated: {len(report.tolerated)}")

@@ -36,7 +36,7 @@ INVARIANTS = ("overcommit", "cloud", "no_valid_host", "quota", "eta", "eta_kept"
 PROJECTS = ("ml-vision", "nlp-lab")
 # a third project whose quota is mostly what it may borrow ("borrow" steps): its big, long leases
 # run on the others' nominal GPUs, so the others' leases reclaim them, and a notice is called off
-# when the lease it was for starts elsewhere
+# when the lease it was for starts elsewhere; they borrow often enough (OPS) for a few notices a run
 BORROWER, BORROWER_QUOTA = "burst-lab", {"A100": (4, 24), "H100": (0, 8)}   # model -> (nominal, borrowable)
 # reclaims within the run's few hours of leases (the defaults wait an hour, then give an hour's runtime)
 SHARING = {"reclaim_after_seconds": 600, "reclaim_min_runtime_seconds": 600, "reclaim_notice_seconds": 600}
@@ -45,8 +45,14 @@ SHAPES = {"A100": ((1, "a100.x1"), (2, "a100.x2"), (4, "a100.x4"), (8, "a100.x8"
 CLOUD_GPUS = {"A100": 32, "H100": 8}
 CLASSES = (None, None, None, "normal", "low", "preemptible", "high")   # high: admins only in the demo
 DURATIONS = (60, 120, 300, 600, 1800, 3600, 7200)
-OPS = {"create": 28, "burst": 4, "borrow": 4, "make_room": 3, "advance": 40, "cancel": 7, "cancel_at_start": 4,
-       "extend": 6, "slow_deletes": 1, "fail_deletes": 1, "boot_fault": 1, "host": 2, "mid_call": 3, "park": 3, "resume": 3}
+OPS = {"create": 28, "burst": 4, "borrow": 8, "make_room": 3, "advance": 40, "cancel": 7, "cancel_at_start": 4,
+       "extend": 6, "slow_deletes": 1, "fail_deletes": 1, "boot_fault": 1, "host": 2, "mid_call": 3, "park": 3, "resume": 3,
+       "take_freed": 0}   # take_freed: only while a notice stands (ON_NOTICE)
+# while a notice stands whose lease still waits (minutes: a few steps), the ops that end its wait weigh
+# more: make_room (it may start elsewhere: the notice is called off) and take_freed (the noticed GPUs are
+# booked first: the call-off is refused); at the usual weights a run of 200 steps reaches neither often
+ON_NOTICE = {"take_freed": 40, "make_room": 30}
+WAITING = ("requested", "queued")   # a notice's lease that is no longer in these has no need of it
 MAX_LIVE = 24            # unfinished leases; beyond this the workload waits instead of asking
 MAX_TICKS = 3000         # engine passes in one advance: more means the engine never settles
 ACCEPTED = {"create": {201, 403}, "cancel": {204, 409}, "extend": {200, 400, 409}, "resume": {200, 409}}
@@ -85,6 +91,7 @@ class Report:
     quiet_steps: int = 0     # steps over which ETAs were held to the real starts
     notices: int = 0         # early ends decided (reclaims and preemptions)
     call_offs: int = 0       # early ends given back to a lease that still runs
+    refused: int = 0         # notices that stood though the lease they were for no longer waited
     tolerated: list = field(default_factory=list)   # (step, text): what a release later than planned broke
     violations: dict = field(default_factory=lambda: defaultdict(list))   # invariant -> [(step, text)]
     log: list = field(default_factory=list)                                # one line per step
@@ -119,6 +126,7 @@ class Driver:
         self.noticed_last: set[str] = set()     # leases under notice at the last look
         self.noticed_before: set[str] = set()   # ... at the step's start
         self.noticed_in_step: set[str] = set()  # ... at any look in the step
+        self.refused: set[str] = set()          # leases whose notice was not called off, though unneeded
 
     # --- the run -------------------------------------------------------------------------------
     def run(self, steps: int) -> Report:
@@ -175,6 +183,11 @@ class Driver:
                                      if i in snap.leases and snap.leases[i].status == "active")
         self.noticed_last = now
         self.noticed_in_step |= now
+        # each engine pass, and each replan of the API, calls off what it can before it is looked at: a
+        # notice still standing for a lease that no longer waits was refused (its GPUs are promised again)
+        self.refused |= {i for i in now if snap.leases[i].status == "active" and snap.leases[i].early_end > snap.now
+                         and not waits(snap, snap.leases[i].early_end_for)}
+        self.report.refused = len(self.refused)
 
     def committed_allowance(self, snap: inv.Snapshot) -> int:
         """The lowest release allowance since the oldest holding lease was placed: a lease keeps the
@@ -219,9 +232,16 @@ class Driver:
                 self.report.violations[invariant].append((step, f"{rfc3339(self.clock.now())}: {text}"))
 
     # --- the workload ----------------------------------------------------------------------------
+    def open_notices(self) -> list[inv.Lease]:
+        """Leases under notice whose notice can still be called off: the lease it is for waits."""
+        snap = self.snap
+        return [lease for lease in snap.leases.values() if lease.status == "active" and lease.early_end is not None
+                and lease.early_end > snap.now and waits(snap, lease.early_end_for)]
+
     def pick(self) -> dict:
         r, live = self.rng, list(self.snap.leases.values())
-        kind = r.choices(list(OPS), weights=list(OPS.values()))[0]
+        weights = {**OPS, **ON_NOTICE} if self.open_notices() else OPS
+        kind = r.choices(list(weights), weights=list(weights.values()))[0]
         if kind in ("create", "burst", "borrow", "mid_call") and len(live) >= MAX_LIVE:
             kind = "advance"
         if kind in ("cancel", "extend") and not live:
@@ -251,6 +271,8 @@ class Driver:
             others = sorted(lease.id for lease in live if lease.model in noticed and lease.status == "active"
                             and lease.early_end is None)
             return {"op": "make_room", "lease": r.choice(others) if others else None}
+        if kind == "take_freed":
+            return self.take_freed()
         if kind == "cancel_at_start":   # in the very second it begins provisioning
             planned = sorted((lease.start, lease.id) for lease in live if lease.status == "scheduled")
             if not planned:
@@ -276,6 +298,27 @@ class Driver:
         if down and (len(down) >= 2 or r.random() < 0.5):
             return {"op": "host", "host": r.choice(down), "up": True}
         return {"op": "host", "host": r.choice(sorted(self.snap.hosts)), "up": False}
+
+    def take_freed(self) -> dict:
+        """An admin books, at high priority (planned before the lease a notice is for), what the notice
+        frees: its lease's VMs, or now and then one VM of any shape, from the instant its GPUs are back (its
+        end plus the release allowance: a booking from then is committed at once). Then the notice's lease
+        no longer waits: it is cancelled, or a lease of its model ends (it may start there). The booking,
+        if on the noticed GPUs, holds them: the notice must stand, or the host is over-committed."""
+        r = self.rng
+        noticed = r.choice(self.open_notices())
+        assert noticed.early_end is not None and noticed.early_end_for is not None   # as open_notices has them
+        vms = [sp.gpus for sp in self.snap.spans if sp.lease == noticed.id and not sp.unreleased]
+        shape = dict(SHAPES[noticed.model]).get(max(vms, default=0))
+        if shape is None or r.random() < 0.3:
+            _, shape = r.choice(SHAPES[noticed.model])
+            vms = [0]
+        body = {"shape": shape, "duration": r.choice(DURATIONS), "instances": len(vms), "priority_class": "high",
+                "start": rfc3339(noticed.early_end + release_allowance(self.rt))}
+        others = sorted(lease.id for lease in self.snap.leases.values() if lease.model == noticed.model
+                        and lease.status == "active" and lease.early_end is None)
+        then = r.choice(others) if others and r.random() < 0.5 else noticed.early_end_for
+        return {"op": "take_freed", "project": r.choice(PROJECTS), "admin": True, "body": body, "lease": then}
 
     def new_lease(self, project: str | None = None) -> dict:
         r, now = self.rng, self.clock.now()
@@ -314,6 +357,11 @@ class Driver:
         elif kind == "make_room" and op["lease"] is None:   # nothing under notice: time goes on
             self.advance(60, step)
         elif kind in ("cancel", "make_room"):
+            self.call(step, "cancel", "delete", op["lease"])
+            self.tick()
+        elif kind == "take_freed":
+            self.ask(step, op)
+            self.tick()
             self.call(step, "cancel", "delete", op["lease"])
             self.tick()
         elif kind == "cancel_at_start":
@@ -410,6 +458,12 @@ class Driver:
         if change is not None and (first is None or change < first):
             return change, True
         return first, False
+
+
+def waits(snap: inv.Snapshot, lease_id: str | None) -> bool:
+    """Whether the lease waits for GPUs (one finished is not in the snapshot: it does not)."""
+    lease = snap.leases.get(lease_id) if lease_id else None
+    return lease is not None and lease.status in WAITING
 
 
 def got_gpus(boots) -> dict[str, int]:

@@ -36,6 +36,7 @@ class Lease:
     eta: int | None
     early_end: int | None
     borrowing: bool
+    early_end_for: str | None = None   # the lease its notice makes room for
 
 
 @dataclass(frozen=True)
@@ -74,17 +75,19 @@ def read(sessions, now: int, after_event: int) -> Snapshot:
         L = m.Lease
         leases = {r.id: Lease(r.id, r.status, r.project_id, r.gpu_model, r.preemptible, to_epoch(r.earliest_start),
                               to_epoch(r.start_at), to_epoch(r.end_at), to_epoch(r.queue_eta), to_epoch(r.early_end_at),
-                              r.borrowing)
+                              r.borrowing, r.early_end_for)
                   for r in s.execute(select(L.id, L.status, L.project_id, L.gpu_model, L.preemptible, L.earliest_start,
-                                            L.start_at, L.end_at, L.queue_eta, L.early_end_at, L.borrowing)
+                                            L.start_at, L.end_at, L.queue_eta, L.early_end_at, L.borrowing,
+                                            L.early_end_for)
                                      .where(L.status.not_in(FINAL_NAMES)).order_by(L.created_at, L.id))}
         a = m.Allocation
         allocs = s.execute(select(a.lease_id, a.vm_index, a.host, a.gpus, a.start_at, a.end_at)
                            .join(L).where(L.status.in_(HOLDING_NAMES))).all()
         gpus = {r.id: r.gpus_per_vm for r in s.execute(select(L.id, L.gpus_per_vm).where(L.status.in_(LIVE)))}
         sv = m.Server
+        # an offloaded VM holds no GPUs, though its lease, ending from parking, has yet to delete it
         servers = s.execute(select(sv.lease_id, sv.vm_index, sv.host, sv.cloud_id).join(L).where(
-            L.status.in_(LIVE), sv.cloud_id.is_not(None), sv.status != "DELETED")).all()
+            L.status.in_(LIVE), sv.cloud_id.is_not(None), sv.status.not_in(("DELETED", "SHELVED_OFFLOADED")))).all()
         rg = m.ReleasingGpus   # VMs dropped from a re-placed lease, their GPUs not released yet
         releasing = s.execute(select(rg.lease_id, rg.vm_index, rg.host, rg.gpus, rg.cloud_id, rg.since)).all()
         owners = {r.id: (r.project_id, r.gpu_model, r.preemptible) for r in s.execute(
