@@ -28,6 +28,8 @@ from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from .model import Host
+
 START, TELL = 0, 1   # events of one second: the starts first (known to a lease told then)
 QUANTILE = 0.95   # the share of leases meant to start by their start-by
 WINDOW = 100      # a project's last started leases that count, and at most this many overdue ones
@@ -74,13 +76,20 @@ def margin(own: Sequence[float], overdue: Sequence[float], everyone: Sequence[fl
 def load_class(held: float, fair: float) -> int:
     """How far a project's GPUs held now are above its fair part (its weight's share of the GPUs
     it may use): 0 below a quarter of it, then one class per doubling, at most TOP_CLASS."""
-    if held <= 0:
-        return 0
-    if held < fair * LOW_LOAD:
+    if held <= 0 or held < fair * LOW_LOAD:
         return 0
     if fair <= 0:
         return TOP_CLASS
     return min(TOP_CLASS, math.floor(math.log2(held / (fair * LOW_LOAD))) + 1)
+
+
+def model_gpus(hosts: Iterable[Host]) -> dict[str, float]:
+    """The GPUs of each model on the hosts that take leases (enabled: up, not disabled or drained)."""
+    out: dict[str, float] = {}
+    for host in hosts:
+        if host.enabled:
+            out[host.gpu_model] = out.get(host.gpu_model, 0.0) + host.gpus
+    return out
 
 
 def fair_parts(weights: Mapping[tuple[str, str], float], capacity: Mapping[str, float]) -> dict[tuple[str, str], float]:

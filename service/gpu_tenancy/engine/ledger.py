@@ -19,7 +19,7 @@ from gpu_tenancy.db.session import ledger_lock, to_epoch, utcnow_naive
 from gpu_tenancy.domain import fairshare, planner
 from gpu_tenancy.domain.held import held_until
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, Placement, Plan, PlannedLease, QuotaLimit
-from gpu_tenancy.domain.start_by import load_classes, start_by, waits_from
+from gpu_tenancy.domain.start_by import load_classes, model_gpus, start_by, waits_from
 from gpu_tenancy.domain.states import RESERVING, LeaseState
 from gpu_tenancy.engine import held, limits, start_by_margins
 from gpu_tenancy.engine.events import record_transition
@@ -49,11 +49,7 @@ class PlannerInputs:
         for h in self.holds:
             if h.start <= now:
                 held[(h.project_id, h.gpu_model)] += h.gpus
-        capacity: dict[str, float] = defaultdict(float)
-        for host in self.hosts:
-            if host.enabled:
-                capacity[host.gpu_model] += host.gpus
-        return load_classes(held, {key: q.weight for key, q in self.quotas.items()}, capacity)
+        return load_classes(held, {key: q.weight for key, q in self.quotas.items()}, model_gpus(self.hosts))
 
 
 def host_from_row(row: m.Host | Row[Any]) -> Host:   # an ORM object or a row of its table

@@ -12,7 +12,7 @@ from typing import Any
 
 from gpu_tenancy.domain.eta_honesty import eta_honesty
 from gpu_tenancy.domain.figures import percentile
-from gpu_tenancy.domain.start_by import LoadTimeline, told_start_bys
+from gpu_tenancy.domain.start_by import LoadTimeline, model_gpus, told_start_bys
 from gpu_tenancy.whatif.event_loop import Outcome
 from gpu_tenancy.whatif.history import History
 
@@ -54,13 +54,9 @@ def start_bys(history: History, out: Outcome) -> dict[str, int]:
     waited = (x for x in history.leases
               if x.jid in told and (x.jid not in out.start or out.start[x.jid] > x.start_asked))
     # each told and sampled in its project's load class then, as the service does
-    capacity: dict[str, float] = defaultdict(float)
-    for h in history.hosts:
-        if h.enabled:
-            capacity[h.gpu_model] += h.gpus
     loads = LoadTimeline(((x.tenant, x.gpu_model, x.gpus, out.start[x.jid], out.end(x))
                           for x in history.leases if x.jid in out.start),
-                         {key: q.weight for key, q in history.quotas.items()}, capacity)
+                         {key: q.weight for key, q in history.quotas.items()}, model_gpus(history.hosts))
     return told_start_bys(((x.tenant, x.jid, x.start_asked, told[x.jid], out.start.get(x.jid)) for x in waited),
                           None, loads.at)
 
