@@ -12,16 +12,34 @@ import threading
 
 import openstack
 from openstack import config as os_config
+from urllib3.util.retry import Retry
 
 from gpu_tenancy.cloud.openstack.errors import is_unauthorized
 
 log = logging.getLogger(__name__)
 
+# An API server may close an idle keep-alive connection just as the next call
+# goes out on it: that call fails with no response ("Remote end closed
+# connection"). A read is safe to send again; a boot (POST) is not, since the
+# server may have acted on it, so keystoneauth's connect_retries (every method)
+# is not used. A failure to connect at all was never sent, so it is retried
+# whatever the method.
+READ_RETRIES = Retry(total=3, connect=3, read=3, status=0, other=0, redirect=0,
+                     allowed_methods=frozenset({"GET", "HEAD"}), backoff_factor=0.2,
+                     raise_on_status=False)
+
+
+def retry_reads(conn: openstack.connection.Connection) -> openstack.connection.Connection:
+    """Have the connection's HTTP adapters send a dropped read again (READ_RETRIES)."""
+    for adapter in conn.session.session.adapters.values():
+        adapter.max_retries = READ_RETRIES   # type: ignore[attr-defined]  # HTTPAdapter's
+    return conn
+
 
 def connect(cloud: str, clouds_yaml: str | None = None) -> openstack.connection.Connection:
     files = [clouds_yaml] if clouds_yaml else None
     region = os_config.OpenStackConfig(config_files=files).get_one(cloud=cloud)
-    return openstack.connection.Connection(config=region)
+    return retry_reads(openstack.connection.Connection(config=region))
 
 
 class Connections:
@@ -40,18 +58,21 @@ class Connections:
             return conn
 
     def _scoped(self, project_id: str):
-        conn = self.service.connect_as(project_id=project_id, project_name=None,
-                                       project_domain_id=None, project_domain_name=None)
+        conn = self._connect_as(project_id)
         try:
             conn.authorize()
         except Exception as exc:
             if not self.project_role or not is_unauthorized(exc):
                 raise
             self._grant(project_id)
-            conn = self.service.connect_as(project_id=project_id, project_name=None,
-                                           project_domain_id=None, project_domain_name=None)
+            conn = self._connect_as(project_id)
             conn.authorize()
         return conn
+
+    def _connect_as(self, project_id: str) -> openstack.connection.Connection:
+        # connect_as builds a new HTTP session, without the service connection's retries
+        return retry_reads(self.service.connect_as(project_id=project_id, project_name=None,
+                                                   project_domain_id=None, project_domain_name=None))
 
     def _grant(self, project_id: str) -> None:
         assert self.project_role is not None   # granted only when one is configured
