@@ -13,7 +13,8 @@ from sqlalchemy import func, select
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.domain.start_by import FLOOR, WINDOW, StartBy, start_by, waits_from
-from gpu_tenancy.engine import start_by_margins
+from gpu_tenancy.domain.planner import PlannerSettings
+from gpu_tenancy.engine import ledger, start_by_margins
 from gpu_tenancy.timeutil import rfc3339
 from tests.conftest import headers
 from tests.functional.test_dashboard import login
@@ -247,6 +248,16 @@ def test_a_project_over_its_share_is_told_its_load_classes_margin_and_a_start_is
     with session_scope(sessions) as session:
         assert start_by_margins.loads_now(session, clock.now()) == {"ml-vision": 3, "nlp-lab": 3}
         ratios = start_by_margins.read(session)
+    with session_scope(sessions) as session:
+        # a drained and a down host take no lease, so the fair part shrinks to 8 (class 4) both
+        # where a start is sampled (the ledger's inputs) and where the margin is raised (the refresh)
+        hosts = session.scalars(select(m.Host).where(m.Host.gpu_model == "A100").order_by(m.Host.name)).all()
+        hosts[0].drained, hosts[1].up = True, False
+        session.flush()
+        inputs = ledger.load_inputs(session, clock.now(), PlannerSettings())
+        assert start_by_margins.loads_now(session, clock.now()) == inputs.load_classes(clock.now()) == {
+            "ml-vision": 4, "nlp-lab": 4}
+        session.rollback()
     # class 3's 90th percentile (nlp-lab's 60: the 54th) for ml-vision, whose own is 0; nlp-lab
     # keeps its own 95th percentile (the 57th), higher
     assert (ratios["ml-vision"], ratios["nlp-lab"]) == (5.3, 5.6)

@@ -92,8 +92,8 @@ def samples(session: Session, now: int) -> tuple[dict[str, list[tuple[int, str, 
 
 def loads_now(session: Session, now: int) -> dict[str, int]:
     """Each project's load class now (domain/start_by.py: load_classes): the GPUs its leases
-    hold (allocations begun, of leases that hold GPUs), against its weight's share of the enabled
-    hosts' GPUs of each model."""
+    hold (allocations begun, of leases that hold GPUs), against its weight's share of the GPUs of
+    each model on the hosts that take leases (enabled, up, not drained)."""
     a = m.Allocation
     held = {(project, model): float(gpus) for project, model, gpus in session.execute(
         select(a.project_id, a.gpu_model, func.sum(a.gpus)).join(L, L.id == a.lease_id)
@@ -101,8 +101,10 @@ def loads_now(session: Session, now: int) -> dict[str, int]:
         .group_by(a.project_id, a.gpu_model))}
     weights = {(q.project_id, q.gpu_model): q.weight for q in session.execute(
         select(m.Quota.project_id, m.Quota.gpu_model, m.Quota.weight))}
+    # the hosts that take leases, as ledger.host_from_row reads them (the ledger imports this module)
+    takes_leases = (m.Host.enabled.is_(True), m.Host.up.is_(True), m.Host.drained.is_(False))
     capacity = {model: float(gpus) for model, gpus in session.execute(
-        select(m.Host.gpu_model, func.sum(m.Host.gpus)).where(m.Host.enabled.is_(True)).group_by(m.Host.gpu_model))}
+        select(m.Host.gpu_model, func.sum(m.Host.gpus)).where(*takes_leases).group_by(m.Host.gpu_model))}
     return load_classes(held, weights, capacity)
 
 
