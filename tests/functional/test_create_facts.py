@@ -8,6 +8,7 @@ import pytest
 
 from sqlalchemy import select, text
 
+from gpu_tenancy.api.lease_view import render_basis
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.domain.lease_ask import LeaseAsk
@@ -126,8 +127,11 @@ def test_a_fitted_lease_and_its_audit_record_are_written_as_the_answer_tells(cli
         first_event = session.scalar(select(m.Event.id).where(m.Event.lease_id == made["id"]).order_by(m.Event.id))
         assert row.arrival == first_event and row.plan_seq is not None and row.planned_hosts
         assert row.first_eta == row.queue_eta and row.network_via is not None
+        # no lease has waited and started yet: a margin of 0, learnt from no one
+        assert row.start_by_basis == {"source": "everyone", "samples": 0, "load_class": None}
         assert {"position": row.queue_position, "eta": rfc3339(to_epoch(row.queue_eta)),
-                "start_by": rfc3339(to_epoch(row.first_start_by)), "reasons": row.queue_reasons} == made["queue"]
+                "start_by": rfc3339(to_epoch(row.first_start_by)), "reasons": row.queue_reasons,
+                "start_by_basis": render_basis(row.start_by_ratio, row.start_by_basis)} == made["queue"]
     assert [(r.action, r.after) for r in records] == [("lease.create", made)]
     assert client.get(f"/v1/leases/{made['id']}", headers=MEMBER).get_json()["lease"]["queue"] == made["queue"]
 

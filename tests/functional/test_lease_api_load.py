@@ -158,7 +158,8 @@ def test_a_lease_whose_planning_fails_is_still_answered_and_the_engine_plans_it(
     reply = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT1H"}, headers=headers())
     assert reply.status_code == 201, reply.get_json()
     lease = reply.get_json()["lease"]
-    assert lease["status"] == "queued" and lease["queue"] == {"position": None, "eta": None, "start_by": None, "reasons": []}
+    assert lease["status"] == "queued" and lease["queue"] == {"position": None, "eta": None, "start_by": None,
+                                                    "start_by_basis": None, "reasons": []}
     record = client.get("/v1/audit?action=lease.create", headers=headers(roles="admin")).get_json()
     assert record["audit_records"][0]["after"] == lease
     monkeypatch.undo()

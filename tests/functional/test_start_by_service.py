@@ -8,11 +8,13 @@ import random
 from datetime import datetime
 
 import pytest
+from markupsafe import escape
 from sqlalchemy import func, select
 
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
-from gpu_tenancy.domain.start_by import FLOOR, WINDOW, StartBy, start_by, waits_from
+from gpu_tenancy.domain.start_by import (FLOOR, FROM_EVERYONE, FROM_LOAD_CLASS, FROM_PROJECT, WINDOW, MarginBasis,
+                                        StartBy, start_by, waits_from)
 from gpu_tenancy.domain.planner import PlannerSettings
 from gpu_tenancy.engine import ledger, start_by_margins
 from gpu_tenancy.timeutil import rfc3339
@@ -136,7 +138,7 @@ def test_the_margins_kept_are_the_models(sessions, clock, seed):
         per_project = {project: n for project, n in session.execute(
             select(m.StartBySample.project_id, func.count()).group_by(m.StartBySample.project_id))}
     expected = model_ratios(leases, now)
-    assert {p: start_by_margins.ratio_of(kept, p) for p in expected} == expected
+    assert {p: start_by_margins.basis_of(kept, p).ratio for p in expected} == expected
     sampled = sum(x["kind"] in ("started", "again") and x["start"] > waits_from(x["told"], x["asked"])
                   for x in leases if x["project"] == "big")
     kept_of_big = [load for load, in session_rows(sessions, "big")]
@@ -168,9 +170,11 @@ def test_a_waiting_lease_is_told_its_eta_plus_its_projects_margin(client, clock,
     engine_tick()   # the margins computed
     with session_scope(sessions) as session:
         ratios = start_by_margins.read(session)
-    own, everyone = ratios["ml-vision"], ratios["nlp-lab"]
     # the 57th of ml-vision's 60, the 85th of the last 89 (nlp-lab has fewer than 30: everyone's)
-    assert (own, everyone) == (5.6, 5.5) and ratios[start_by_margins.EVERYONE] == everyone
+    assert ratios["ml-vision"] == MarginBasis(5.6, FROM_PROJECT, 60, 0)
+    assert ratios["nlp-lab"] == MarginBasis(5.5, FROM_EVERYONE, 89, 0)
+    assert ratios[start_by_margins.EVERYONE] == MarginBasis(5.5, FROM_EVERYONE, 89)
+    own, everyone = ratios["ml-vision"].ratio, ratios["nlp-lab"].ratio
 
     for project in ("ml-vision", "nlp-lab"):   # the whole A100 pool
         reply = client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT5H"},
@@ -188,6 +192,19 @@ def test_a_waiting_lease_is_told_its_eta_plus_its_projects_margin(client, clock,
         eta = epoch(lease["queue"]["eta"])
         assert eta > now + FLOOR
         assert epoch(lease["queue"]["start_by"]) == start_by(now, eta, ratio)
+        # and why: whose leases the margin was learnt from, in the answer and on a read
+        assert lease["queue"]["start_by_basis"] == {
+            "ml-vision": {"source": "project", "quantile": 0.95, "samples": 60, "ratio": 5.6, "load_class": 0,
+                          "held_over_fair_share": {"from": 0.0, "below": 0.25},
+                          "message": "95 % of this project's last 60 leases that waited started no later than "
+                                     "their ETA plus 5.6 times the wait they were told"},
+            "nlp-lab": {"source": "everyone", "quantile": 0.95, "samples": 89, "ratio": 5.5, "load_class": 0,
+                        "held_over_fair_share": {"from": 0.0, "below": 0.25},
+                        "message": "this project has too few leases that waited to learn from, so the margin is "
+                                   "everyone's: 95 % of the last 89 leases that waited started no later than their "
+                                   "ETA plus 5.5 times the wait they were told"}}[project]
+        assert client.get(f"/v1/leases/{lease['id']}", headers=headers(project)).get_json()["lease"]["queue"][
+            "start_by_basis"] == lease["queue"]["start_by_basis"]
         with session_scope(sessions) as session:
             row = session.get_one(m.Lease, lease["id"])
             assert (to_epoch(row.first_eta), to_epoch(row.first_start_by)) == (eta, start_by(now, eta, ratio))
@@ -260,11 +277,18 @@ def test_a_project_over_its_share_is_told_its_load_classes_margin_and_a_start_is
         session.rollback()
     # class 3's 90th percentile (nlp-lab's 60: the 54th) for ml-vision, whose own is 0; nlp-lab
     # keeps its own 95th percentile (the 57th), higher
-    assert (ratios["ml-vision"], ratios["nlp-lab"]) == (5.3, 5.6)
+    assert ratios["ml-vision"] == MarginBasis(5.3, FROM_LOAD_CLASS, 60, 3)
+    assert ratios["nlp-lab"] == MarginBasis(5.6, FROM_PROJECT, 60, 3)
     waiting = ask(client, "ml-vision", "PT1H")
     assert waiting["status"] == "queued"
     eta = epoch(waiting["queue"]["eta"])
     assert epoch(waiting["queue"]["start_by"]) == start_by(clock.now(), eta, 5.3) > eta
+    basis = waiting["queue"]["start_by_basis"]
+    assert (basis["source"], basis["quantile"], basis["samples"], basis["load_class"]) == ("load_class", 0.9, 60, 3)
+    assert basis["held_over_fair_share"] == {"from": 1.0, "below": 2.0}
+    assert basis["message"].startswith("this project holds 1 to 2 times its fair share of the GPUs (load class 3)")
+    login(client)   # the dashboard tells it beside the start-by
+    assert f'Why that late: {escape(basis["message"])}' in client.get(f"/dashboard/leases/{waiting['id']}").text
     engine_tick(advance=eta - clock.now())
     for _ in range(3):
         engine_tick(advance=30)
@@ -286,7 +310,7 @@ def test_no_history_tells_the_eta_and_old_samples_go(sessions, clock):
     without waiting leaves no sample; one older than HORIZON is dropped."""
     now = clock.now()
     with session_scope(sessions) as session:
-        assert start_by_margins.refresh(session, now) == {start_by_margins.EVERYONE: (0.0, 0)}
+        assert start_by_margins.refresh(session, now) == {start_by_margins.EVERYONE: MarginBasis(0.0, FROM_EVERYONE, 0)}
         add(session, [{"id": "at-once", "project": "p", "created": now - 7200, "asked": now - 7200,
                        "told": now - 7200, "eta": now - 7200, "start": now - 7200, "kind": "started"},
                       {"id": "old", "project": "p", "created": now - 40 * DAY, "asked": now - 40 * DAY,
@@ -294,7 +318,7 @@ def test_no_history_tells_the_eta_and_old_samples_go(sessions, clock):
                        "kind": "started"}])
     with session_scope(sessions) as session:
         assert session.scalars(select(m.StartBySample.lease_id)).all() == ["old"]
-        assert start_by_margins.refresh(session, now) == {start_by_margins.EVERYONE: (0.0, 0)}
+        assert start_by_margins.refresh(session, now) == {start_by_margins.EVERYONE: MarginBasis(0.0, FROM_EVERYONE, 0)}
         assert session.scalars(select(m.StartBySample.lease_id)).all() == []
         assert session.scalars(select(m.StartByMargin.project_id)).all() == [start_by_margins.EVERYONE]
 

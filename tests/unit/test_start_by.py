@@ -7,8 +7,10 @@ import random
 
 import pytest
 
-from gpu_tenancy.domain.start_by import (FLOOR, LOAD_QUANTILE, TOP_CLASS, LoadTimeline, StartBy, lateness_ratio, load_class,
-                                        load_classes, quantile, told_start_bys, with_load)
+from gpu_tenancy.domain.start_by import (FLOOR, FROM_EVERYONE, FROM_LOAD_CLASS, FROM_PROJECT, LOAD_QUANTILE,
+                                        MIN_OWN, TOP_CLASS, LoadTimeline, MarginBasis, StartBy, basis_words,
+                                        held_range, lateness_ratio, load_class, load_classes, margin,
+                                        margin_basis, quantile, told_start_bys, with_load)
 
 H = 3600
 
@@ -230,3 +232,55 @@ def test_a_project_whose_load_turns_is_told_its_new_classes_margin(seed):
         return sum(start[lid] <= by[lid] for lid in burst) / len(burst)
     assert kept_by_the_burst(True) >= 0.9
     assert kept_by_the_burst(False) <= 0.5
+
+
+def test_a_margins_basis_says_whose_leases_it_was_learnt_from():
+    """Its own from MIN_OWN samples (overdue ones count), everyone's below; its load class's only
+    where the class asks more than that, from MIN_OWN of the class's samples on."""
+    own, everyone = [0.1] * MIN_OWN, [0.2] * 50
+    assert margin_basis(own, (), everyone) == MarginBasis(0.1, FROM_PROJECT, MIN_OWN)
+    assert margin_basis(own[:-2], [3.0, 3.0], everyone, load=2) == MarginBasis(3.0, FROM_PROJECT, MIN_OWN, 2)
+    assert margin_basis(own[:-1], (), everyone, load=0) == MarginBasis(0.2, FROM_EVERYONE, 50, 0)
+    high, low = [5.0] * MIN_OWN, [0.05] * 100
+    assert margin_basis(own, (), everyone, high, 4) == MarginBasis(5.0, FROM_LOAD_CLASS, MIN_OWN, 4)
+    assert margin_basis(own, (), everyone, high[:-1], 4) == MarginBasis(0.1, FROM_PROJECT, MIN_OWN, 4)
+    assert margin_basis(own, (), everyone, low, 4) == MarginBasis(0.1, FROM_PROJECT, MIN_OWN, 4)
+    assert margin_basis(own, (), everyone, high) == MarginBasis(0.1, FROM_PROJECT, MIN_OWN)   # no class: not raised
+    # the ratio is the one margin() and with_load() give, whatever the sample
+    rng = random.Random(7)
+    for _ in range(500):
+        xs, ys, zs, cs = ([rng.random() * 4 for _ in range(rng.randint(0, 60))] for _ in range(4))
+        load = rng.choice([None, 0, 3])
+        expected = margin(xs, ys, zs)
+        expected = expected if load is None else with_load(expected, cs)
+        b = margin_basis(xs, ys, zs, cs, load)
+        assert b.ratio == expected and b.quantile == (LOAD_QUANTILE if b.source == FROM_LOAD_CLASS else 0.95)
+
+
+@pytest.mark.parametrize("load", range(TOP_CLASS + 1))
+def test_a_load_classes_range_is_what_its_projects_hold_over_their_fair_part(load):
+    low, high = held_range(load)
+    fair = 64.0
+    assert load_class(low * fair, fair) == load or (load == 0 and low == 0)
+    if high is not None:
+        assert load_class(high * fair - 0.01, fair) == load and load_class(high * fair, fair) == load + 1
+    else:
+        assert load == TOP_CLASS and load_class(1000 * fair, fair) == TOP_CLASS
+
+
+def test_a_margins_basis_in_words():
+    assert basis_words(MarginBasis(1.53, FROM_PROJECT, 100)) == (
+        "95 % of this project's last 100 leases that waited started no later than their ETA plus 1.5 times "
+        "the wait they were told")
+    assert basis_words(MarginBasis(0.0, FROM_PROJECT, 40)) == (
+        "95 % of this project's last 40 leases that waited started by their ETA")
+    assert basis_words(MarginBasis(0.4, FROM_EVERYONE, 12)).startswith(
+        "this project has too few leases that waited to learn from, so the margin is everyone's: 95 % of the "
+        "last 12 leases")
+    assert basis_words(MarginBasis(5.3, FROM_LOAD_CLASS, 400, 4)) == (
+        "this project holds 2 to 4 times its fair share of the GPUs (load class 4), and leases that waited at "
+        "that load started later than its own: 90 % of the last 400 started no later than their ETA plus 5.3 "
+        "times the wait they were told")
+    assert "less than 0.25 of its fair share" in basis_words(MarginBasis(1.0, FROM_LOAD_CLASS, 40, 0))
+    assert "at least 32 times its fair share" in basis_words(MarginBasis(1.0, FROM_LOAD_CLASS, 40, TOP_CLASS))
+    assert basis_words(MarginBasis(0.0, FROM_EVERYONE, 0)).endswith("the start-by is the ETA")

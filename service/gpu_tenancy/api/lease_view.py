@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch, utcnow_naive
-from gpu_tenancy.domain.start_by import start_by, waits_from
+from gpu_tenancy.domain.start_by import MarginBasis, basis_words, held_range, start_by, waits_from
 from gpu_tenancy.domain.failures import FailureClass, rule
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import networking, readiness
@@ -36,7 +36,7 @@ SHOWN = ("id", "name", "project_id", "user_id", "status", "shape", "gpu_model", 
          "earliest_start", "latest_start", "duration", "start_at", "end_at", "priority", "priority_class",
          "preemptible", "borrowing", "early_end_kind", "early_end_at", "early_end_for", "early_end_reason",
          "image", "volume_id", "volume_size_gb", "key_name", "queue_position", "queue_eta", "queue_reasons",
-         "start_by_ratio", "readiness_probe", "failure_class", "failure_message", "boot", "flavor_id", "flavor_name",
+         "start_by_ratio", "start_by_basis", "readiness_probe", "failure_class", "failure_message", "boot", "flavor_id", "flavor_name",
          "created_at", "updated_at", "network_via", "network_id", "network_name", "floating_ip", "ssh_user",
          "parked_at", "resume_by", "remaining")
 # the keys render_view() answers, in order: the Lease schema of /v1/openapi.json is built
@@ -77,6 +77,7 @@ def render_view(row: Any, allocations: Sequence[Any], servers: Sequence[Any], fa
     failures with the cloud's text (else as for_tenant shows them); `now`: what its start-by is told from."""
     text = (lambda message: message) if operator else for_tenant
     never_ran = row.status in NEVER_RAN
+    by = start_by_now(row, now) if row.status in WAITING else None
     return {
         "id": row.id,
         "name": row.name,
@@ -110,8 +111,9 @@ def render_view(row: Any, allocations: Sequence[Any], servers: Sequence[Any], fa
         "volume": ({"id": row.volume_id, "size_gb": row.volume_size_gb}
                    if row.volume_id or row.volume_size_gb else None),
         "key_name": row.key_name,
-        "queue": ({"position": row.queue_position, "eta": stamp(row.queue_eta),
-                   "start_by": start_by_now(row, now), "reasons": row.queue_reasons or []}
+        "queue": ({"position": row.queue_position, "eta": stamp(row.queue_eta), "start_by": by,
+                   "start_by_basis": render_basis(row.start_by_ratio, row.start_by_basis) if by else None,
+                   "reasons": row.queue_reasons or []}
                   if row.status in WAITING else None),
         "allocations": [{"instance": a.vm_index, "host": a.host, "gpus": a.gpus,
                          "start": stamp(a.start_at), "end": stamp(a.end_at)} for a in allocations],
@@ -143,6 +145,20 @@ def start_by_now(row: Any, now: int) -> str | None:
         return None
     return stamp(utcnow_naive(start_by(waits_from(now, to_epoch(row.earliest_start)), to_epoch(row.queue_eta),
                                        row.start_by_ratio)))
+
+
+def render_basis(ratio: float | None, basis: dict | None) -> dict | None:
+    """Why the start-by is as far past the ETA as it is: what the margin `ratio` the lease was
+    last told was learnt from (domain/start_by.py: MarginBasis; None: told before it was kept)."""
+    if ratio is None or not basis:
+        return None
+    b = MarginBasis(ratio, basis["source"], basis["samples"], basis.get("load_class"))
+    held = None
+    if b.load_class is not None:
+        low, high = held_range(b.load_class)
+        held = {"from": low, "below": high}
+    return {"source": b.source, "quantile": b.quantile, "samples": b.samples, "ratio": round(b.ratio, 3),
+            "load_class": b.load_class, "held_over_fair_share": held, "message": basis_words(b)}
 
 
 def vms_free(row: Any, servers: Sequence[Any]) -> int | None:

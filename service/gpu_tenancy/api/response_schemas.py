@@ -104,6 +104,25 @@ LEASE = {
                               "start_by": nullable({**TIME, "description": (
                                   "the ETA with a margin learnt from how late the project's recent leases "
                                   "started: most leases start by it (null: no ETA, or no margin told yet)")}),
+                              "start_by_basis": nullable(closed({
+                                  "source": {"type": "string", "enum": ["project", "everyone", "load_class"],
+                                             "description": "whose leases the margin was learnt from: the "
+                                             "project's own, everyone's (it has too few), or those that "
+                                             "started at the project's load now, where they started later"},
+                                  "quantile": {"type": "number", "description": "the share of those leases "
+                                               "that started within the margin"},
+                                  "samples": INTEGER,
+                                  "ratio": {"type": "number", "description": "the margin over the wait told: "
+                                            "start-by = ETA + ratio x the wait left to the ETA (at least a minute)"},
+                                  "load_class": nullable(INTEGER),
+                                  "held_over_fair_share": nullable(closed(
+                                      {"from": NUMBER, "below": nullable(NUMBER)},
+                                      description="what the project holds now over its fair share of a GPU "
+                                                  "model's GPUs (its quota weight's part), at its most "
+                                                  "loaded model")),
+                                  "message": STRING},
+                                  description="why the start-by is as far past the ETA as it is (null: no "
+                                              "start-by, or the margin not computed since an upgrade)")),
                               "reasons": REASONS},
                              description="for a waiting lease: its position, ETA, start-by and why it waits")),
     "allocations": {"type": "array", "items": closed({"instance": INTEGER, "host": STRING, "gpus": INTEGER,

@@ -111,6 +111,9 @@ class Lease(Base):
     first_start_by: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
     eta_told_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
     start_by_ratio: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # and what that ratio was learnt from: {"source", "samples", "load_class"} (domain/start_by.py:
+    # MarginBasis), told beside the start-by; None: written before it was kept
+    start_by_basis: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     # a waiting lease's planned hosts, one per VM (with start_at/end_at: its place in the plan),
     # and, when a create fitted it into the plan, the ledger's count of such fits then: what the
     # other processes read to fit the next lease around it (engine/plan_insert.py)
@@ -493,10 +496,14 @@ class StartBySample(Base):
 
 
 class StartByMargin(Base):
-    """Each project's margin ratio (domain/start_by.py: margin) as the engine last computed it
+    """Each project's margin ratio (domain/start_by.py: margin_basis) as the engine last computed it
     (engine/start_by_margins.py); project "" is everyone's, for a project with no row."""
     __tablename__ = "start_by_margins"
     project_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     ratio: Mapped[float] = mapped_column(Float)
-    samples: Mapped[int] = mapped_column(Integer)   # the leases it was computed from
+    samples: Mapped[int] = mapped_column(Integer)   # the ratios it is the quantile of
     computed_at: Mapped[datetime] = mapped_column(UTC)
+    # what it was learnt from (domain/start_by.py: MarginBasis), and the project's load class then;
+    # None: computed before these were kept
+    source: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    load_class: Mapped[int | None] = mapped_column(Integer, nullable=True)

@@ -27,6 +27,7 @@ import math
 from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from .model import Host
 
@@ -151,6 +152,75 @@ def with_load(ratio: float, by_class: Sequence[float], min_samples: int = MIN_OW
     if len(by_class) < min_samples:
         return ratio
     return max(ratio, quantile(sorted(by_class), LOAD_QUANTILE))
+
+
+# what a project's margin ratio was learnt from (MarginBasis.source)
+FROM_PROJECT, FROM_EVERYONE, FROM_LOAD_CLASS = "project", "everyone", "load_class"
+
+
+@dataclass(frozen=True)
+class MarginBasis:
+    """A project's margin ratio and what it was learnt from, told beside its start-by: the
+    QUANTILE of its own leases' ratios (FROM_PROJECT), of everyone's while it has fewer than MIN_OWN
+    (FROM_EVERYONE), or the LOAD_QUANTILE of the leases that started in its load class now, where that
+    asks more (FROM_LOAD_CLASS). `samples`: how many ratios it is the quantile of; `load_class`: the
+    project's class now (None: not known)."""
+    ratio: float
+    source: str
+    samples: int
+    load_class: int | None = None
+
+    @property
+    def quantile(self) -> float:
+        return LOAD_QUANTILE if self.source == FROM_LOAD_CLASS else QUANTILE
+
+
+def margin_basis(own: Sequence[float], overdue: Sequence[float], everyone: Sequence[float],
+                 by_class: Sequence[float] = (), load: int | None = None) -> MarginBasis:
+    """margin() raised by with_load() (the class's ratios `by_class`, the project in class `load`),
+    with what the ratio came from."""
+    ratio = margin(own, overdue, everyone)
+    if load is not None:
+        raised = with_load(ratio, by_class)
+        if raised > ratio:
+            return MarginBasis(raised, FROM_LOAD_CLASS, len(by_class), load)
+    if len(own) + len(overdue) >= MIN_OWN:
+        return MarginBasis(ratio, FROM_PROJECT, len(own) + len(overdue), load)
+    return MarginBasis(ratio, FROM_EVERYONE, len(everyone) + len(overdue), load)
+
+
+def held_range(load: int) -> tuple[float, float | None]:
+    """What a project in load class `load` holds, over its fair part: [low, high) (None: no bound)."""
+    if load <= 0:
+        return 0.0, LOW_LOAD
+    low = LOW_LOAD * 2 ** (load - 1)
+    return low, (None if load >= TOP_CLASS else low * 2)
+
+
+def held_words(load: int) -> str:
+    """What a project in load class `load` holds, over its fair part, in words."""
+    low, high = held_range(load)
+    if high is None:
+        return f"at least {low:g} times its fair share of the GPUs"
+    if low == 0:
+        return f"less than {high:g} of its fair share of the GPUs"
+    return f"{low:g} to {high:g} times its fair share of the GPUs"
+
+
+def basis_words(b: MarginBasis) -> str:
+    """Why a start-by is as far past the ETA as it is, for the lease's project."""
+    within = ("started by their ETA" if b.ratio <= 0 else
+              f"started no later than their ETA plus {b.ratio:.2g} times the wait they were told")
+    share = f"{b.quantile * 100:.0f} %"
+    if b.samples == 0:
+        return "no lease that waited has started yet to learn a margin from: the start-by is the ETA"
+    if b.source == FROM_LOAD_CLASS:
+        return (f"this project holds {held_words(b.load_class or 0)} (load class {b.load_class}), and leases "
+                f"that waited at that load started later than its own: {share} of the last {b.samples} {within}")
+    if b.source == FROM_EVERYONE:
+        return (f"this project has too few leases that waited to learn from, so the margin is everyone's: {share} of "
+                f"the last {b.samples} leases that waited {within}")
+    return f"{share} of this project's last {b.samples} leases that waited {within}"
 
 
 def start_by(told_at: int, eta: int, ratio: float) -> int:

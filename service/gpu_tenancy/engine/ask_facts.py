@@ -2,7 +2,7 @@
 default image, how many leases the project and the user have waiting, the project's quota of
 the asked shape's GPU model, whether it has a budget of it, an unfinished lease of the project
 with the name asked, the hosts' GPU counts of that model, the ledger's counts (the fit's,
-engine/plan_insert.py) and the project's start-by margin ratio (engine/start_by_margins.py).
+engine/plan_insert.py) and the project's start-by margin (engine/start_by_margins.py).
 Each was a statement of its own, a round trip and about a millisecond of SQLAlchemy and
 psycopg in every create (bench/api_load.py --waiting); engine/leases.py
 checks them in the order it always did. Read afresh by every create: nothing is kept between
@@ -15,6 +15,7 @@ from sqlalchemy import Integer, Select, String, bindparam, cast, func, select
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
+from gpu_tenancy.domain.start_by import MarginBasis
 from gpu_tenancy.domain.states import FINAL, WAITING, LeaseState
 from gpu_tenancy.engine import catalog, start_by_margins
 
@@ -42,7 +43,8 @@ class AskFacts:
     name_taken: tuple[str, str] | None   # (id, status) of an unfinished lease with the name
     host_gpus: list[int]   # each host's GPUs, of the asked shape's model (none if it is unknown)
     ledger: tuple[int, int]   # the ledger's generation and count of fits
-    start_by_ratio: float = 0.0   # the project's, else everyone's (none kept yet: 0)
+    # the project's start-by margin, else everyone's (none kept yet: NONE_YET)
+    start_by_margin: MarginBasis = start_by_margins.NONE_YET
 
 
 # Separators of the rows and fields aggregated into one text (catalog names and GPU models
@@ -66,6 +68,11 @@ def _statement() -> Select:
     def counted(rows: Select, most: str) -> Select:
         return select(func.count()).select_from(rows.limit(bindparam(most, type_=Integer)).subquery())
     quota = m.Quota
+    margin = m.StartByMargin
+    # what the ratio was learnt from, one text (never NULL in a row, so that the ratio and it are of one row;
+    # the ratio read apart: its text could round it)
+    margin_basis = (func.coalesce(margin.source, "") + FIELD + cast(margin.samples, String) + FIELD
+                    + func.coalesce(cast(margin.load_class, String), ""))
     of_quota = (quota.project_id == project_id, quota.gpu_model == gpu_model)
     clash = select(L.id + FIELD + L.status).where(   # its id and status, in one scan
         L.project_id == project_id, L.name == name, L.status.not_in([s.value for s in FINAL])).limit(1)
@@ -85,8 +92,9 @@ def _statement() -> Select:
         .scalar_subquery(),
         select(m.Lock.generation).where(lock).scalar_subquery(),
         select(m.Lock.inserted).where(lock).scalar_subquery(),
-        func.coalesce(*(select(m.StartByMargin.ratio).where(m.StartByMargin.project_id == project).scalar_subquery()
-                        for project in (project_id, start_by_margins.EVERYONE))))
+        *(func.coalesce(*(select(column).where(margin.project_id == project).scalar_subquery()
+                          for project in (project_id, start_by_margins.EVERYONE)))
+          for column in (margin.ratio, margin_basis)))
 
 
 STATEMENT = _statement()
@@ -97,14 +105,19 @@ def read(session: Session, project_id: str, user_id: str, shape: str, name: str,
     """The facts for an ask of `shape` (quota, budget and hosts of its GPU model); the project's
     and the user's waiting leases counted up to one more than `most_project` and `most_user`."""
     (shapes, image, project, user, gpus, borrow, longest, budget, other, hosts, generation,
-     inserted, ratio) = session.execute(STATEMENT, {"project_id": project_id, "user_id": user_id, "shape": shape,
+     inserted, ratio, basis) = session.execute(STATEMENT, {"project_id": project_id, "user_id": user_id, "shape": shape,
                                                     "name": name, "most_project": most_project + 1,
                                                     "most_user": most_user + 1}).one()
     return AskFacts(offered_shapes(shapes), image, project, user,
                     None if gpus is None else QuotaLimits(gpus, borrow, longest),
                     budget is not None, None if other is None else pair(other),
                     [int(g) for g in hosts.split(",")] if hosts else [], (generation or 0, inserted or 0),
-                    ratio or 0.0)
+                    start_by_margins.NONE_YET if ratio is None else margin_of(ratio, basis))
+
+
+def margin_of(ratio: float, basis: str) -> MarginBasis:
+    source, samples, load = basis.split(FIELD)
+    return MarginBasis(ratio, source, int(samples), int(load) if load else None)
 
 
 def pair(text: str) -> tuple[str, str]:

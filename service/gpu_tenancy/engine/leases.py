@@ -242,7 +242,7 @@ def create(session: Session, now: int, limits: Limits, caller: Caller, ask: Leas
     # for the fit of the lease made here (plan_insert.fit_made pops them): a dry run, which
     # fits nothing, leaves none behind in its session
     session.info[plan_insert.LEDGER_COUNTS] = facts.ledger
-    session.info[plan_insert.START_BY_RATIO] = facts.start_by_ratio
+    session.info[plan_insert.START_BY_MARGIN] = facts.start_by_margin
     check_name_untaken(caller.project_id, columns["name"], facts.name_taken)
     hook.ask("accept", {"id": lease_id, "project_id": caller.project_id, "user_id": caller.user_id,
                         "gpu_model": request.gpu_model, "gpus_per_instance": request.gpus_per_vm,

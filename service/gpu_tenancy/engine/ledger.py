@@ -19,7 +19,7 @@ from gpu_tenancy.db.session import ledger_lock, to_epoch, utcnow_naive
 from gpu_tenancy.domain import fairshare, planner
 from gpu_tenancy.domain.held import held_until
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, Placement, Plan, PlannedLease, QuotaLimit
-from gpu_tenancy.domain.start_by import load_classes, model_gpus, start_by, waits_from
+from gpu_tenancy.domain.start_by import MarginBasis, load_classes, model_gpus, start_by, waits_from
 from gpu_tenancy.domain.states import RESERVING, LeaseState
 from gpu_tenancy.engine import held, limits, start_by_margins
 from gpu_tenancy.engine.events import record_transition
@@ -164,7 +164,7 @@ def replan_locked(session: Session, now: int, settings: planner.PlannerSettings,
     with PLANNER_SECONDS.time():
         plan = run_planner(inputs, now, settings)
     waiting = {r.lease_id: r for r in inputs.waiting}
-    ratios = start_by_margins.read(session)
+    margins = start_by_margins.read(session)
     loads: dict[str, int] | None = None   # the projects' load classes, once a lease starts
     for planned in plan.leases.values():
         row = rows.get(planned.lease_id)
@@ -178,7 +178,7 @@ def replan_locked(session: Session, now: int, settings: planner.PlannerSettings,
                 loads = inputs.load_classes(now)
             commit_allocation(session, row, planned, now, actor, loads.get(row.project_id, 0))
         else:
-            write_queue_info(row, planned, now, start_by_margins.ratio_of(ratios, row.project_id),
+            write_queue_info(row, planned, now, start_by_margins.basis_of(margins, row.project_id),
                              planned.lease_id in plan.guarded)
     return plan
 
@@ -262,10 +262,11 @@ def held_slot(session: Session, row: m.Lease, now: int, earliest: int, duration:
 QUEUE_INFO = ("queue_position", "queue_eta", "queue_reasons", "start_at", "end_at", "planned_hosts", "eta_guarded")
 
 
-def write_queue_info(row: m.Lease, planned: PlannedLease, now: int, ratio: float, guarded: bool = False) -> None:
+def write_queue_info(row: m.Lease, planned: PlannedLease, now: int, margin: MarginBasis,
+                     guarded: bool = False) -> None:
     """A waiting lease's position, ETA, reasons, planned window and hosts, whether it goes by
     its first ETA (`guarded`: the planner's keep_etas), and its first ETA if it has none yet,
-    with the start-by told beside it (from its project's margin `ratio`: domain/start_by.py).
+    with the start-by told beside it (from its project's `margin`: domain/start_by.py).
     Unchanged, it is not written; changed, it is written whole, so that the flush sends
     every changed lease in one batch (rows of differing columns would each be a statement)."""
     place = planned.placement
@@ -278,13 +279,15 @@ def write_queue_info(row: m.Lease, planned: PlannedLease, now: int, ratio: float
     for column, value in zip(QUEUE_INFO, values):
         setattr(row, column, value)
         flag_modified(row, column)
-    row.start_by_ratio = ratio
+    row.start_by_ratio = ratio = margin.ratio
+    row.start_by_basis = ({"source": margin.source, "samples": margin.samples, "load_class": margin.load_class}
+                          if margin.source else None)
     # the promise its real start will be held against, never moved; flagged on every
     # changed row so that all of them still have the same columns (one batch)
     if row.first_eta is None and planned.eta is not None:
         row.first_eta, row.eta_told_at = values[1], utcnow_naive(now)
         row.first_start_by = utcnow_naive(start_by(waits_from(now, to_epoch(row.earliest_start)), planned.eta, ratio))
-    for column in ("first_eta", "first_start_by", "eta_told_at", "start_by_ratio"):
+    for column in ("first_eta", "first_start_by", "eta_told_at", "start_by_ratio", "start_by_basis"):
         flag_modified(row, column)
 
 

@@ -87,7 +87,7 @@ def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease
     # the ledger's counts as the ask's checks read them in this transaction (engine/ask_facts.py),
     # else read below: either way before the lock, and the claim reads them again under it
     counts = session.info.pop(LEDGER_COUNTS, None)
-    ratio = session.info.pop(START_BY_RATIO, None)   # the project's start-by margin, read with them
+    margin = session.info.pop(START_BY_MARGIN, None)   # the project's start-by margin, read with them
     if not settings.fits_one_by_one:
         return None
     snapshot, cache.last = cache.last, None   # until this fit commits, the plan here is not known
@@ -116,7 +116,7 @@ def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease
     if place is not None and (place.start <= now or place.start == lr.earliest_start):
         return None   # the full replan commits it (and is the one to decide reclaims)
     ledger.write_queue_info(row, fitted.planned, now,
-                            start_by_margins.ratio_now(session, row.project_id) if ratio is None else ratio)
+                            start_by_margins.basis_now(session, row.project_id) if margin is None else margin)
     row.plan_seq = snapshot.inserted = seq
     snapshot.recent = recent.with_fit(seq, row)
     CREATE_REPLANS.labels("fitted").inc()
@@ -134,7 +134,7 @@ def call_before(before: BeforeFit | None, session: Session, snapshot: Snapshot, 
 
 COUNTS = select(m.Lock.generation, m.Lock.inserted).where(m.Lock.name == "ledger")
 LEDGER_COUNTS = "ledger_counts"   # the key of COUNTS' answer in session.info, when read already
-START_BY_RATIO = "start_by_ratio"   # and of the project's start-by margin ratio
+START_BY_MARGIN = "start_by_margin"   # and of the project's start-by margin
 
 
 def claim(session: Session) -> tuple[int, int, Recent]:

@@ -130,7 +130,7 @@ def replace(session: Session, row: m.Lease, now: int, earliest: int, *, avoid: l
         if row.status != S.QUEUED.value:
             record_transition(session, row, S.QUEUED, now, actor,
                               "no host can take it now; it waits in the queue again")
-        ledger.write_queue_info(row, planned, now, start_by_margins.ratio_now(session, row.project_id),
+        ledger.write_queue_info(row, planned, now, start_by_margins.basis_now(session, row.project_id),
                                 row.eta_guarded)   # planned alone: its guard kept
 
 

@@ -25,8 +25,8 @@ from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch, utcnow_naive
-from gpu_tenancy.domain.start_by import (CLASS_WINDOW, WINDOW, lateness_ratio, load_classes, margin, waits_from,
-                                        with_load)
+from gpu_tenancy.domain.start_by import (CLASS_WINDOW, FROM_EVERYONE, WINDOW, MarginBasis, lateness_ratio,
+                                        load_classes, margin_basis, waits_from)
 from gpu_tenancy.domain.states import HOLDING, WAITING
 
 EVERY = 60             # seconds between two computations (the engine's tick: engine/lifecycle.py)
@@ -110,42 +110,48 @@ def loads_now(session: Session, now: int) -> dict[str, int]:
 
 def compute(started: dict[str, list[tuple[int, str, float]]], overdue: dict[str, list[float]],
             by_class: dict[int, list[float]] | None = None, loads: dict[str, int] | None = None
-            ) -> dict[str, tuple[float, int]]:
-    """Each project's (ratio, samples), and everyone's under EVERYONE; a project's ratio raised to
-    its load class's (`loads`: its class now; `by_class`: each class's ratios)."""
+            ) -> dict[str, MarginBasis]:
+    """Each project's ratio with what it was learnt from, and everyone's under EVERYONE; a
+    project's ratio raised to its load class's (`loads`: its class now, 0 without one;
+    `by_class`: each class's ratios)."""
     by_class, loads = by_class or {}, loads or {}
     latest = sorted((sample for rows in started.values() for sample in rows[:WINDOW]), reverse=True)[:WINDOW]
     everyone = [ratio for _start, _lease, ratio in latest]
-    ratios = {EVERYONE: (margin((), (), everyone), len(everyone))}
+    bases = {EVERYONE: margin_basis((), (), everyone)}
     for project in started.keys() | overdue.keys() | {p for p, load in loads.items() if load in by_class}:
         own = [ratio for _start, _lease, ratio in started.get(project, [])[:WINDOW]]
-        late = overdue.get(project, [])
-        ratio = with_load(margin(own, late, everyone), by_class.get(loads.get(project, 0), ()))
-        ratios[project] = (ratio, len(own) + len(late))
-    return ratios
+        load = loads.get(project, 0)
+        bases[project] = margin_basis(own, overdue.get(project, []), everyone, by_class.get(load, ()), load)
+    return bases
 
 
-def refresh(session: Session, now: int) -> dict[str, tuple[float, int]]:
+def refresh(session: Session, now: int) -> dict[str, MarginBasis]:
     """Compute every project's ratio and keep them (the caller commits); returns them."""
     prune(session, now)
-    ratios = compute(*samples(session, now), loads_now(session, now))
+    bases = compute(*samples(session, now), loads_now(session, now))
     session.execute(delete(m.StartByMargin))
-    session.add_all(m.StartByMargin(project_id=project, ratio=ratio, samples=n, computed_at=utcnow_naive(now))
-                    for project, (ratio, n) in ratios.items())
-    return ratios
+    session.add_all(m.StartByMargin(project_id=project, ratio=b.ratio, samples=b.samples, source=b.source,
+                                    load_class=b.load_class, computed_at=utcnow_naive(now))
+                    for project, b in bases.items())
+    return bases
 
 
-def read(session: Session) -> dict[str, float]:
-    """The ratios kept: project -> ratio (everyone's under EVERYONE)."""
-    return {project: ratio for project, ratio in
-            session.execute(select(m.StartByMargin.project_id, m.StartByMargin.ratio))}
+def read(session: Session) -> dict[str, MarginBasis]:
+    """The margins kept: project -> its ratio and what it was learnt from (everyone's under
+    EVERYONE; source "" in a row computed before the source was kept)."""
+    return {r.project_id: MarginBasis(r.ratio, r.source or "", r.samples, r.load_class)
+            for r in session.execute(select(m.StartByMargin.project_id, m.StartByMargin.ratio, m.StartByMargin.source,
+                                            m.StartByMargin.samples, m.StartByMargin.load_class))}
 
 
-def ratio_of(ratios: dict[str, float], project_id: str) -> float:
-    """A project's ratio, else everyone's, else none (0: the start-by is the ETA)."""
-    return ratios.get(project_id, ratios.get(EVERYONE, 0.0))
+NONE_YET = MarginBasis(0.0, FROM_EVERYONE, 0)   # nothing kept yet: the start-by is the ETA
 
 
-def ratio_now(session: Session, project_id: str) -> float:
-    """A project's ratio as kept now (one read; a create has it from its facts already)."""
-    return ratio_of(read(session), project_id)
+def basis_of(bases: dict[str, MarginBasis], project_id: str) -> MarginBasis:
+    """A project's margin, else everyone's, else NONE_YET."""
+    return bases.get(project_id) or bases.get(EVERYONE) or NONE_YET
+
+
+def basis_now(session: Session, project_id: str) -> MarginBasis:
+    """A project's margin as kept now (one read; a create has it from its facts already)."""
+    return basis_of(read(session), project_id)

@@ -5,13 +5,17 @@ from cliff import columns
 
 
 class QueueColumn(columns.FormattableColumn):
-    """A waiting lease's place: position, ETA, start-by and the reasons in words."""
+    """A waiting lease's place: position, ETA, start-by (and why it is past the ETA) and the
+    reasons in words."""
 
     def human_readable(self) -> str:
         if not self._value:
             return ""
         lines = [f"position {self._value.get('position')}, eta {self._value.get('eta') or 'unknown'}"
                  + (f", start by {self._value['start_by']}" if self._value.get("start_by") else "")]
+        basis = self._value.get("start_by_basis")
+        if basis and self._value.get("start_by") != self._value.get("eta"):
+            lines.append(f"start by, why: {basis.get('message', '')}")
         lines += [reason.get("message", "") for reason in self._value.get("reasons") or []]
         return "\n".join(lines)
 
