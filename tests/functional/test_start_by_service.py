@@ -9,7 +9,7 @@ from datetime import datetime
 
 import pytest
 from markupsafe import escape
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
@@ -196,13 +196,13 @@ def test_a_waiting_lease_is_told_its_eta_plus_its_projects_margin(client, clock,
         assert lease["queue"]["start_by_basis"] == {
             "ml-vision": {"source": "project", "quantile": 0.95, "samples": 60, "ratio": 5.6, "load_class": 0,
                           "held_over_fair_share": {"from": 0.0, "below": 0.25},
-                          "message": "95 % of this project's last 60 leases that waited started no later than "
-                                     "their ETA plus 5.6 times the wait they were told"},
+                          "message": "the margin is learnt from this project's last 60 leases that waited, 95 % of "
+                                     "which started no later than their ETA plus 5.6 times the wait they were told"},
             "nlp-lab": {"source": "everyone", "quantile": 0.95, "samples": 89, "ratio": 5.5, "load_class": 0,
                         "held_over_fair_share": {"from": 0.0, "below": 0.25},
-                        "message": "this project has too few leases that waited to learn from, so the margin is "
-                                   "everyone's: 95 % of the last 89 leases that waited started no later than their "
-                                   "ETA plus 5.5 times the wait they were told"}}[project]
+                        "message": "this project has too few leases that waited, so the margin is learnt from "
+                                   "everyone's last 89, 95 % of which started no later than their ETA plus 5.5 "
+                                   "times the wait they were told"}}[project]
         assert client.get(f"/v1/leases/{lease['id']}", headers=headers(project)).get_json()["lease"]["queue"][
             "start_by_basis"] == lease["queue"]["start_by_basis"]
         with session_scope(sessions) as session:
@@ -286,7 +286,7 @@ def test_a_project_over_its_share_is_told_its_load_classes_margin_and_a_start_is
     basis = waiting["queue"]["start_by_basis"]
     assert (basis["source"], basis["quantile"], basis["samples"], basis["load_class"]) == ("load_class", 0.9, 60, 3)
     assert basis["held_over_fair_share"] == {"from": 1.0, "below": 2.0}
-    assert basis["message"].startswith("this project holds 1 to 2 times its fair share of the GPUs (load class 3)")
+    assert basis["message"].startswith("this project held 1 to 2 times its fair share of the GPUs (load class 3)")
     login(client)   # the dashboard tells it beside the start-by
     assert f'Why that late: {escape(basis["message"])}' in client.get(f"/dashboard/leases/{waiting['id']}").text
     engine_tick(advance=eta - clock.now())
@@ -330,3 +330,24 @@ def session_rows(sessions, project: str) -> list:
 
 def epoch(stamp: str) -> int:
     return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp())
+
+
+def test_a_margin_computed_before_its_basis_was_kept_tells_the_start_by_without_a_why(client, sessions, clock,
+                                                                                       runtime):
+    """Margin rows from before migration 0027 have no source: a lease told their ratio (by the
+    replan and by the fit) gets its start-by from it, and no basis (SQL NULL), until the next refresh."""
+    with session_scope(sessions) as session:
+        session.execute(delete(m.StartByMargin))
+        session.add(m.StartByMargin(project_id="ml-vision", ratio=2.0, samples=50,
+                                    computed_at=utcnow_naive(clock.now())))
+    for project in ("ml-vision", "ml-vision", "nlp-lab", "nlp-lab"):   # the 32 A100s taken
+        assert ask(client, project, "PT3H")["status"] == "scheduled"
+    waiting = [ask(client, "ml-vision", "PT1H")]
+    runtime.fits.min_waiting = 0   # the next one fitted into the plan
+    waiting.append(ask(client, "ml-vision", "PT1H"))
+    for lease in waiting:
+        assert lease["status"] == "queued" and lease["queue"]["start_by"] != lease["queue"]["eta"]
+        assert lease["queue"]["start_by_basis"] is None
+        with session_scope(sessions) as session:
+            assert session.scalar(select(func.count()).select_from(m.Lease).where(
+                m.Lease.id == lease["id"], m.Lease.start_by_basis.is_(None), m.Lease.start_by_ratio == 2.0)) == 1

@@ -9,18 +9,17 @@ import threading
 
 import pytest
 from keystoneauth1 import exceptions as ksa
-from openstack import config as os_config
-from openstack import connection as os_connection
 
 from gpu_tenancy.cloud.openstack.connection import READ_RETRIES, Connections, connect
 
 
 class HangingUpServer:
     """Answers 200 to every request after the first `drops`, which it reads and
-    then closes without a word, as a server whose keep-alive timed out does."""
+    then closes without a word, as a server whose keep-alive timed out does
+    (`answers` False: it answers none, a server too slow to)."""
 
-    def __init__(self, drops: int):
-        self.drops = drops
+    def __init__(self, drops: int, answers: bool = True):
+        self.drops, self.answers = drops, answers
         self.methods: list[str] = []
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v2.1/servers/detail"
@@ -40,6 +39,9 @@ class HangingUpServer:
                 self.methods.append(request.split(b" ", 1)[0].decode())
                 if len(self.methods) <= self.drops:
                     continue   # hang up, no response
+                if not self.answers:   # keep the connection, say nothing until the client gives up
+                    client.recv(1)
+                    continue
                 body = b'{"servers": []}'
                 client.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                                b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
@@ -107,16 +109,21 @@ def test_a_read_the_server_keeps_dropping_fails_after_the_retries(clouds_yaml):
 
 
 def test_a_project_connection_retries_reads_too(clouds_yaml):
-    region = os_config.OpenStackConfig(config_files=[clouds_yaml]).get_one(cloud="loop")
-
-    class Service:   # connect_as makes a new HTTP session, as openstacksdk's does
-        def connect_as(self, **_scope):
-            return os_connection.Connection(config=region)
-
-    conn = Connections(Service(), project_role=None)._connect_as("p1")   # type: ignore[arg-type]
+    # connect_as builds a new HTTP session (no Keystone asked until a call is authenticated)
+    conn = Connections(connect("loop", clouds_yaml), project_role=None)._connect_as("p1")
     server = HangingUpServer(drops=1)
     try:
         assert conn.session.get(server.url, authenticated=False).status_code == 200
     finally:
         server.close()
     assert server.methods == ["GET", "GET"]
+
+
+def test_a_read_that_is_only_slow_is_not_sent_again(clouds_yaml):
+    server = HangingUpServer(drops=0, answers=False)
+    try:
+        with pytest.raises(ksa.ConnectTimeout):   # the timeout it was, as before the retries
+            connect("loop", clouds_yaml).session.get(server.url, authenticated=False, timeout=0.5)
+    finally:
+        server.close()
+    assert server.methods == ["GET"]

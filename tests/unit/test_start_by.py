@@ -9,7 +9,7 @@ import pytest
 
 from gpu_tenancy.domain.start_by import (FLOOR, FROM_EVERYONE, FROM_LOAD_CLASS, FROM_PROJECT, LOAD_QUANTILE,
                                         MIN_OWN, TOP_CLASS, LoadTimeline, MarginBasis, StartBy, basis_words,
-                                        held_range, lateness_ratio, load_class, load_classes, margin,
+                                        held_range, lateness_ratio, ratio_words, load_class, load_classes, margin,
                                         margin_basis, quantile, told_start_bys, with_load)
 
 H = 3600
@@ -270,17 +270,23 @@ def test_a_load_classes_range_is_what_its_projects_hold_over_their_fair_part(loa
 
 def test_a_margins_basis_in_words():
     assert basis_words(MarginBasis(1.53, FROM_PROJECT, 100)) == (
-        "95 % of this project's last 100 leases that waited started no later than their ETA plus 1.5 times "
-        "the wait they were told")
+        "the margin is learnt from this project's last 100 leases that waited, 95 % of which started no later "
+        "than their ETA plus 1.5 times the wait they were told")
     assert basis_words(MarginBasis(0.0, FROM_PROJECT, 40)) == (
-        "95 % of this project's last 40 leases that waited started by their ETA")
-    assert basis_words(MarginBasis(0.4, FROM_EVERYONE, 12)).startswith(
-        "this project has too few leases that waited to learn from, so the margin is everyone's: 95 % of the "
-        "last 12 leases")
+        "the margin is learnt from this project's last 40 leases that waited, 95 % of which started by their ETA")
+    assert basis_words(MarginBasis(0.4, FROM_EVERYONE, 12)) == (
+        "this project has too few leases that waited, so the margin is learnt from everyone's last 12, 95 % of "
+        "which started no later than their ETA plus 0.4 times the wait they were told")
     assert basis_words(MarginBasis(5.3, FROM_LOAD_CLASS, 400, 4)) == (
-        "this project holds 2 to 4 times its fair share of the GPUs (load class 4), and leases that waited at "
-        "that load started later than its own: 90 % of the last 400 started no later than their ETA plus 5.3 "
-        "times the wait they were told")
+        "this project held 2 to 4 times its fair share of the GPUs (load class 4) when the margin was computed, "
+        "and leases at that load started later: the margin is learnt from the last 400 leases that waited at "
+        "that load, 90 % of which started no later than their ETA plus 5.3 times the wait they were told")
     assert "less than 0.25 of its fair share" in basis_words(MarginBasis(1.0, FROM_LOAD_CLASS, 40, 0))
     assert "at least 32 times its fair share" in basis_words(MarginBasis(1.0, FROM_LOAD_CLASS, 40, TOP_CLASS))
     assert basis_words(MarginBasis(0.0, FROM_EVERYONE, 0)).endswith("the start-by is the ETA")
+
+
+@pytest.mark.parametrize("ratio, words", [(0.013, "0.013"), (0.4, "0.4"), (0.999, "1"), (1.0, "1"), (1.53, "1.5"),
+                                          (14.7, "14.7"), (120.0, "120"), (120.44, "120.4"), (2500.0, "2500")])
+def test_a_ratio_reads_without_an_exponent(ratio, words):
+    assert ratio_words(ratio) == words

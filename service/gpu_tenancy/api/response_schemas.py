@@ -108,7 +108,8 @@ LEASE = {
                                   "source": {"type": "string", "enum": ["project", "everyone", "load_class"],
                                              "description": "whose leases the margin was learnt from: the "
                                              "project's own, everyone's (it has too few), or those that "
-                                             "started at the project's load now, where they started later"},
+                                             "started at the project's load when the margin was computed, where they "
+                                             "started later"},
                                   "quantile": {"type": "number", "description": "the share of those leases "
                                                "that started within the margin"},
                                   "samples": INTEGER,
@@ -117,9 +118,9 @@ LEASE = {
                                   "load_class": nullable(INTEGER),
                                   "held_over_fair_share": nullable(closed(
                                       {"from": NUMBER, "below": nullable(NUMBER)},
-                                      description="what the project holds now over its fair share of a GPU "
+                                      description="what the project held over its fair share of a GPU "
                                                   "model's GPUs (its quota weight's part), at its most "
-                                                  "loaded model")),
+                                                  "loaded model, when the margin was computed")),
                                   "message": STRING},
                                   description="why the start-by is as far past the ETA as it is (null: no "
                                               "start-by, or the margin not computed since an upgrade)")),

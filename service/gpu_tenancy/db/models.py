@@ -113,7 +113,7 @@ class Lease(Base):
     start_by_ratio: Mapped[float | None] = mapped_column(Float, nullable=True)
     # and what that ratio was learnt from: {"source", "samples", "load_class"} (domain/start_by.py:
     # MarginBasis), told beside the start-by; None: written before it was kept
-    start_by_basis: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    start_by_basis: Mapped[dict | None] = mapped_column(JSON(none_as_null=True), nullable=True)
     # a waiting lease's planned hosts, one per VM (with start_at/end_at: its place in the plan),
     # and, when a create fitted it into the plan, the ledger's count of such fits then: what the
     # other processes read to fit the next lease around it (engine/plan_insert.py)

@@ -207,20 +207,27 @@ def held_words(load: int) -> str:
     return f"{low:g} to {high:g} times its fair share of the GPUs"
 
 
+def ratio_words(ratio: float) -> str:
+    """A margin ratio as a person reads it: two figures below 1, one decimal above (never 1e+02)."""
+    return f"{ratio:.2g}" if ratio < 1 else f"{ratio:.1f}".removesuffix(".0")
+
+
 def basis_words(b: MarginBasis) -> str:
-    """Why a start-by is as far past the ETA as it is, for the lease's project."""
-    within = ("started by their ETA" if b.ratio <= 0 else
-              f"started no later than their ETA plus {b.ratio:.2g} times the wait they were told")
-    share = f"{b.quantile * 100:.0f} %"
+    """Why a start-by is as far past the ETA as it is: what its project's margin was learnt from
+    when it was last computed (the leases still waiting past their ETA count as late as they are)."""
     if b.samples == 0:
         return "no lease that waited has started yet to learn a margin from: the start-by is the ETA"
+    of_which = f"{b.quantile * 100:.0f} % of which started " + (
+        "by their ETA" if b.ratio <= 0 else
+        f"no later than their ETA plus {ratio_words(b.ratio)} times the wait they were told")
     if b.source == FROM_LOAD_CLASS:
-        return (f"this project holds {held_words(b.load_class or 0)} (load class {b.load_class}), and leases "
-                f"that waited at that load started later than its own: {share} of the last {b.samples} {within}")
+        return (f"this project held {held_words(b.load_class or 0)} (load class {b.load_class}) when the margin "
+                f"was computed, and leases at that load started later: the margin is learnt from the last "
+                f"{b.samples} leases that waited at that load, {of_which}")
     if b.source == FROM_EVERYONE:
-        return (f"this project has too few leases that waited to learn from, so the margin is everyone's: {share} of "
-                f"the last {b.samples} leases that waited {within}")
-    return f"{share} of this project's last {b.samples} leases that waited {within}"
+        return (f"this project has too few leases that waited, so the margin is learnt from everyone's last "
+                f"{b.samples}, {of_which}")
+    return f"the margin is learnt from this project's last {b.samples} leases that waited, {of_which}"
 
 
 def start_by(told_at: int, eta: int, ratio: float) -> int:

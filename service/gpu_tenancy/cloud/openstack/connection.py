@@ -12,21 +12,34 @@ import threading
 
 import openstack
 from openstack import config as os_config
+from urllib3.exceptions import ReadTimeoutError
 from urllib3.util.retry import Retry
 
 from gpu_tenancy.cloud.openstack.errors import is_unauthorized
 
 log = logging.getLogger(__name__)
 
+class DroppedReadRetry(Retry):
+    """A read sent again when its connection dropped with no answer, never when the answer was
+    only slow (a read timeout): the server got it and is busy, so sending it again would only
+    add to its load and multiply the wait (the error stays the timeout it was)."""
+
+    def increment(self, method=None, url=None, response=None, error=None, _pool=None, _stacktrace=None):
+        if isinstance(error, ReadTimeoutError):
+            raise error.with_traceback(_stacktrace)
+        return super().increment(method, url, response, error, _pool, _stacktrace)
+
+
 # An API server may close an idle keep-alive connection just as the next call
 # goes out on it: that call fails with no response ("Remote end closed
 # connection"). A read is safe to send again; a boot (POST) is not, since the
 # server may have acted on it, so keystoneauth's connect_retries (every method)
 # is not used. A failure to connect at all was never sent, so it is retried
-# whatever the method.
-READ_RETRIES = Retry(total=3, connect=3, read=3, status=0, other=0, redirect=0,
-                     allowed_methods=frozenset({"GET", "HEAD"}), backoff_factor=0.2,
-                     raise_on_status=False)
+# whatever the method. (A cloud's `connect_retries` in clouds.yaml, keystoneauth's
+# own, would multiply with these.)
+READ_RETRIES = DroppedReadRetry(total=3, connect=3, read=3, status=0, other=0, redirect=0,
+                                allowed_methods=frozenset({"GET", "HEAD"}), backoff_factor=0.2,
+                                raise_on_status=False)
 
 
 def retry_reads(conn: openstack.connection.Connection) -> openstack.connection.Connection:

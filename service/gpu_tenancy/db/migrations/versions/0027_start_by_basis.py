@@ -1,7 +1,9 @@
 """what each project's start-by margin was learnt from (its own leases, everyone's, or its load
 class's: domain/start_by.py, MarginBasis) and its load class then, and what a waiting lease's was
 (leases.start_by_basis), told beside its start-by; NULL where computed or written before (the
-engine computes the margins again within a minute, and writes a lease's at its next change)
+engine computes the margins again within a minute, and writes a lease's at its next change).
+Upgrade the engine with the API: an engine of the code before writes ratios without their basis,
+so a lease's basis could speak of a ratio it no longer has.
 
 Revision ID: 0027_start_by_basis
 Revises: 0026_start_by_load_class
