@@ -151,11 +151,9 @@ def test_a_re_placed_lease_moves_its_inventory_and_its_tenant_loses_access(clien
     assert cloud.lease_inventory()[lease["id"]] == {again["allocations"][0]["host"]: 1}
 
 
-def test_a_lease_cancelled_while_it_waits_again_after_a_failed_boot_leaves_nothing_in_the_cloud(
-        client, cloud, runtime, engine_tick):
-    """Sent back to wait after a boot the cloud refused, a lease keeps its class, inventory where it
-    is planned next and flavor; cancelled so, it never ends in the cloud: the next pass removes them
-    (not the reconcile, a minute or more later)."""
+def cancelled_after_a_failed_boot(client, cloud, engine_tick) -> tuple[dict, str]:
+    """A lease sent back to wait after a boot the cloud refused, then cancelled: (its last view
+    before the cancel, its flavor id)."""
     from gpu_tenancy.domain.failures import FailureClass
     busy = [ask(client, shape="a100.x8", duration="PT2H")]
     reply = client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT2H"},
@@ -173,10 +171,48 @@ def test_a_lease_cancelled_while_it_waits_again_after_a_failed_boot_leaves_nothi
     waiting = show(client, lease["id"])
     assert waiting["status"] == "scheduled" and waiting["flavor"], waiting   # re-placed after the busy ones
     assert lease["id"] in cloud.leases_in_cloud()
-    flavor = waiting["flavor"]["id"]
     assert client.delete(f"/v1/leases/{lease['id']}", headers=headers()).status_code == 204
+    return lease, waiting["flavor"]["id"]
+
+
+def test_a_lease_cancelled_while_it_waits_again_after_a_failed_boot_leaves_nothing_in_the_cloud(
+        client, cloud, runtime, engine_tick):
+    """Sent back to wait after a boot the cloud refused, a lease keeps its class, inventory where it
+    is planned next and flavor; cancelled so, it never ends in the cloud: the next pass removes them
+    (not the reconcile, a minute or more later)."""
+    lease, flavor = cancelled_after_a_failed_boot(client, cloud, engine_tick)
     engine_tick()
     assert lease["id"] not in cloud.lease_inventory()
     assert lease["id"] not in cloud.leases_in_cloud()
     assert flavor not in cloud.flavors()
     assert show(client, lease["id"])["flavor"] is None
+
+
+def test_leftovers_the_cloud_refuses_to_remove_are_tried_again_less_and_less_often(
+        client, cloud, runtime, engine_tick, monkeypatch):
+    """While the cloud refuses, each try is several API calls and a warning: after a refusal the
+    next comes after a doubling wait (10 s, 20 s, ... up to 10 min), not at every pass; once the
+    cloud takes it again, the leftovers go at the next try."""
+    from gpu_tenancy.cloud.driver import CloudError
+    from gpu_tenancy.domain.failures import FailureClass
+    from gpu_tenancy.engine.lease_flavor import LEFTOVER_WAIT_MAX
+    lease, flavor = cancelled_after_a_failed_boot(client, cloud, engine_tick)
+    tries = []
+
+    def refuse(lease_id):
+        tries.append(runtime.clock.now())
+        raise CloudError(FailureClass.API_ERROR, "placement is down")
+    monkeypatch.setattr(cloud, "remove_lease_inventory", refuse)
+    start = runtime.clock.now()
+    for _ in range(360):   # an hour of passes, 10 s apart
+        engine_tick(advance=10)
+    gaps = [b - a for a, b in zip(tries, tries[1:])]
+    assert 8 <= len(tries) <= 16   # not 360
+    assert gaps == sorted(gaps) and gaps[0] <= 20 and max(gaps) <= LEFTOVER_WAIT_MAX + 10
+    assert lease["id"] in cloud.leases_in_cloud() and show(client, lease["id"])["flavor"]
+    monkeypatch.undo()
+    for _ in range(LEFTOVER_WAIT_MAX // 10 + 1):
+        engine_tick(advance=10)
+    assert lease["id"] not in cloud.leases_in_cloud() and flavor not in cloud.flavors()
+    assert show(client, lease["id"])["flavor"] is None and runtime.engine.lifecycle.leftover_tries == {}
+    assert tries[0] - start <= 10

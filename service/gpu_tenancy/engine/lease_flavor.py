@@ -123,10 +123,10 @@ def teardown(lc, lease_id: str) -> bool:
     return True
 
 
-def remove_leftovers(lc, lease_id: str, project_id: str | None) -> bool:
+def remove_leftovers(lc, lease_id: str, project_id: str | None) -> bool | None:
     """What a finished or unknown lease left in the cloud (a crash): its servers, then
     inventory, flavor and class (the next reconcile finishes once the GPUs are released).
-    True once nothing is left."""
+    True once nothing is left; False while its GPUs are being released; None: the cloud refused."""
     try:
         if project_id:
             lc.cloud.revoke_lease_flavor(lease_id, project_id)
@@ -139,7 +139,30 @@ def remove_leftovers(lc, lease_id: str, project_id: str | None) -> bool:
             return True
     except CloudError as exc:
         log.warning("reconcile: removing what lease %s left: %s", lease_id, exc)
+        return None
     return False
+
+
+# while the cloud keeps refusing to remove a lease's leftovers: the first wait between two tries,
+# doubled at each refusal up to the last (each try is several API calls and a warning, and both
+# the pass below and the reconcile would try)
+LEFTOVER_WAIT, LEFTOVER_WAIT_MAX = 10, 600
+
+
+def try_removal(lc, lease_id: str, project_id: str | None) -> bool:
+    """remove_leftovers, unless the cloud refused it too lately (lc.leftover_tries: lease id ->
+    (refusals, next try)); True once nothing is left. (A removal waiting on its GPUs' release
+    is not refused: it is tried again at the next pass.)"""
+    now, tries = lc.clock.now(), lc.leftover_tries
+    refused, due = tries.get(lease_id, (0, now))
+    if due > now:
+        return False
+    removed = remove_leftovers(lc, lease_id, project_id)
+    if removed is None:
+        tries[lease_id] = (refused + 1, now + min(LEFTOVER_WAIT * 2 ** refused, LEFTOVER_WAIT_MAX))
+        return False
+    tries.pop(lease_id, None)   # gone, or its GPUs on their way back: the next pass looks again
+    return removed
 
 
 def remove_unstarted(lc) -> None:
@@ -152,13 +175,17 @@ def remove_unstarted(lc) -> None:
         rows = session.execute(select(m.Lease.id, m.Lease.project_id).where(
             m.Lease.status.in_((S.CANCELLED.value, S.EXPIRED.value)), m.Lease.flavor_id.is_not(None))).all()
     for lease_id, project in rows:
-        if remove_leftovers(lc, lease_id, project):
+        if try_removal(lc, lease_id, project):
             with session_scope(lc.sessions) as session:
                 row = session.get_one(m.Lease, lease_id)
                 row.flavor_id = row.flavor_name = None
 
 
 def reconcile(lc) -> None:
+    now = lc.clock.now()
+    for lease_id, (_refused, due) in list(lc.leftover_tries.items()):   # tried by no one since: gone
+        if due < now - LEFTOVER_WAIT_MAX:
+            del lc.leftover_tries[lease_id]
     try:
         in_cloud = lc.cloud.leases_in_cloud()
     except CloudError as exc:
@@ -167,7 +194,7 @@ def reconcile(lc) -> None:
     with session_scope(lc.sessions) as session:
         over = finished_or_unknown(session, in_cloud)
     for lease_id in sorted(over):
-        remove_leftovers(lc, lease_id, over[lease_id])
+        try_removal(lc, lease_id, over[lease_id])
 
 
 def follow_placement(lc, lease_id: str) -> None:

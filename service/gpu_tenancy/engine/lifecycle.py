@@ -44,6 +44,8 @@ class Lifecycle:
         self._awaiting_release: dict[str, dict] = {}   # lease id -> hosts it waits on (told once)
         self._housekept_at: int | None = None
         self._margins_at: int | None = None
+        # lease id -> (refusals, next try): leftovers the cloud refused to remove (engine/lease_flavor.py)
+        self.leftover_tries: dict[str, tuple[int, int]] = {}
 
     # --- one pass -------------------------------------------------------------------------
     def tick(self) -> bool:
