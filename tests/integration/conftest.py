@@ -50,15 +50,16 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(skip)
 
 
-def wait_for(what: str, check, timeout: float = 120, every: float = 0.5):
-    """Poll check() until it returns something true; fail with `what` after timeout seconds."""
+def wait_for(what: str, check, timeout: float = 120, every: float = 0.5, detail=None):
+    """Poll check() until it returns something true; fail with `what` after timeout seconds,
+    and with what detail() says of the state then (so that a timeout in CI tells where it stood)."""
     deadline = time.monotonic() + timeout
     while True:
         value = check()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+            pytest.fail(f"timed out after {timeout} s waiting for {what}" + (f"; {detail()}" if detail else ""))
         time.sleep(every)
 
 

@@ -30,7 +30,13 @@ def tick_until(app, client, token, lease_id, status, timeout=120):
         if lease["status"] == "failed" and status != "failed":
             pytest.fail(f"lease failed: {lease.get('failure')}")
         return lease if lease["status"] == status else None
-    return wait_for(f"lease {lease_id} to be {status}", reached, timeout=timeout, every=0.5)
+
+    def where() -> str:
+        lease = client.get(f"/v1/leases/{lease_id}", headers=auth(token)).get_json()["lease"]
+        events = client.get(f"/v1/leases/{lease_id}/events", headers=auth(token)).get_json()["events"]
+        return (f"it is {lease['status']} (queue {lease.get('queue')}, servers {lease['servers']}); "
+                f"its last events: {[(e.get('kind'), e.get('to'), e.get('message')) for e in events[-5:]]}")
+    return wait_for(f"lease {lease_id} to be {status}", reached, timeout=timeout, every=0.5, detail=where)
 
 
 def create(client, token, **body):
