@@ -146,7 +146,7 @@ start() {
     # Blazar 18's blazar-api command serves from a daemon thread and returns at
     # once (the process exits), so its WSGI app runs under gunicorn instead
     launch blazar-api env OS_BLAZAR_CONFIG_DIR="$BZ_ETC" "$BZ_VENV/bin/gunicorn" --no-control-socket \
-        --bind "$LB_IP:$BZ_PORT" --workers 1 --threads 8 --timeout 120 --graceful-timeout 5 \
+        --bind "$LB_IP:$BZ_PORT" --workers 1 --threads 8 --timeout 120 --graceful-timeout 5 --keep-alive 30 \
         --error-logfile - "blazar.api.wsgi_app:init_app()"
     local i
     for ((i = 0; i < 300; i++)); do

@@ -43,12 +43,15 @@ done
 trap 'rc=$?; [ $rc = 0 ] || say "start failed (exit $rc); logs: $LB_LOGS; stop what did start with: bash $LB_HOME/stop.sh"' EXIT
 export OS_CLIENT_CONFIG_FILE="$LB_CLOUDS"
 
-# api NAME PORT FACTORY: a gunicorn server for one WSGI app of wsgi_apps.py
+# api NAME PORT FACTORY: a gunicorn server for one WSGI app of wsgi_apps.py. Idle
+# connections are kept 30 s, not gunicorn's 2: a client reusing one just as the server
+# closes it gets no answer ("Connection reset by peer"), and with 2 s that struck a test
+# now and then (the service retries reads so dropped; a write or a test's own call it cannot).
 api() {
     local name=$1 port=$2 factory=$3
     launch "$name" env GT_LB_ETC="$LB_ETC" "$BIN/gunicorn" \
         --no-control-socket --chdir "$LB_HOME" --bind "$LB_IP:$port" \
-        --workers 1 --threads 4 --timeout 120 --graceful-timeout 5 \
+        --workers 1 --threads 4 --timeout 120 --graceful-timeout 5 --keep-alive 30 \
         --access-logfile - --error-logfile - "wsgi_apps:$factory()"
 }
 

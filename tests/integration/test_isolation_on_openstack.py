@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from keystoneauth1 import exceptions as ksa
 from openstack import exceptions as sdk_exceptions
 
 from gpu_tenancy.cloud.driver import LEASE_FLAVOR_PREFIX, lease_flavor_name
@@ -44,9 +45,15 @@ def revoked_token(admin):
     """A fresh token of alice, revoked in Keystone before the service ever saw it:
     keystonemiddleware refuses it as it refuses an expired one (both fail validation)."""
     token = connect("gt-alice", CLOUDS).session.get_token()
-    reply = admin.session.delete(f"{KEYSTONE}/auth/tokens", headers={"X-Subject-Token": token},
-                                 endpoint_filter=None)
-    assert reply.status_code == 204
+    for attempt in range(3):   # a connection Keystone dropped unanswered: did it revoke? ask again
+        try:
+            reply = admin.session.delete(f"{KEYSTONE}/auth/tokens", headers={"X-Subject-Token": token},
+                                         endpoint_filter=None, raise_exc=False)
+            break
+        except ksa.ConnectFailure:
+            if attempt == 2:
+                raise
+    assert reply.status_code == 204 or (attempt and reply.status_code == 404)   # 404: the dropped one did
     return token
 
 
