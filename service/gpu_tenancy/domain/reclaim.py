@@ -15,6 +15,8 @@ and waits for GPUs is looked at:
 The victims are the fewest leases that let it start at the notice deadline,
 preemptible first, then lowest priority, newest first. Each is told and ends
 at `now + notice`. What was decided counts at once for the leases after it.
+Each set tried is a plan of the leases ahead of it: a pass makes a bounded
+number of them (reclaim_trials.py).
 
 A lease the notes tell will be reclaimed for once it has run its minimum runtime
 gets the ETA that reclaim gives it, if that is sooner than the plan's: the reason
@@ -26,10 +28,11 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from .model import Hold, Host, LeaseRequest, Plan, QuotaLimit, Reason
+from .model import Hold, Host, LeaseRequest, Placement, Plan, QuotaLimit, Reason
 from .plan_words import duration_text, fmt_time
 from .planner import PlannerSettings, plan
 from .profile import INF, StepProfile
+from .reclaim_trials import RoomOnHosts, TrialBudget, TrialsSpent, room_by
 
 __all__ = ["ReclaimSettings", "EarlyEnd", "EarlyEndPlan", "early_ends"]
 
@@ -40,6 +43,12 @@ class ReclaimSettings:
     notice: int = 900             # warning before a lease is ended early
     min_runtime: int = 3600       # a borrowing lease younger than this is not reclaimed
     max_examined: int = 16        # waiting leases tried per pass: bounds the cost of a replan
+    # trials per pass (each a plan of the leases ahead of the one examined, with some borrowers
+    # ended), and the leases they may place in all: with max_examined, they bound a pass however
+    # many leases borrow (a lease examined tries up to three per borrower it could end: _fewest)
+    # and however long the queue is (at 10,000 waiting on 1,000 hosts a plan takes about a second)
+    max_trials: int = 64
+    max_trial_leases: int = 20_000
 
 
 @dataclass(frozen=True)
@@ -96,6 +105,7 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
     promised: set[str] = set()   # counted on, by an ETA, for a reclaim later
     order_of: dict[str, list[LeaseRequest]] = defaultdict(list)   # model -> waiting in plan order
     examined = 0
+    trials = TrialBudget(settings.max_trials, settings.max_trial_leases)
     for lid, planned in current.leases.items():
         lr = requests.get(lid)
         if lr is None:
@@ -127,33 +137,63 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
                 eligible.append((vid, why_not))
         out.notes[lid] = [Reason("borrowing", _borrowing_note(by_lease[vid], why)) for vid, why in blocked]
 
-        def start_if_ended(victims: list[str], at: int) -> int | None:
-            """Its planned start if `victims` end at `at` (and their GPUs are back after the release)."""
-            trial = _cut(holds, set(victims), at, m)
-            placed = plan(now, hosts_of[m], trial, quotas, [*ahead, lr], usage, planner_settings).leases[lid]
-            return placed.placement.start if placed.placement is not None else None
+        one_vm: list[RoomOnHosts] = []   # (made at the first trial: most leases examined make none)
 
-        def fits(victims: list[str]) -> bool:
-            start = start_if_ended(victims, deadline)
-            return start is not None and start <= deadline + planner_settings.release_allowance
+        def placed_if_ended(victims: list[str], at: int) -> Placement | None:
+            """Its placement if `victims` end at `at` (and their GPUs are back after the release),
+            when it starts by the release after `at`; None: later, or nowhere. Planned only where the
+            hosts alone would have room for it by then (reclaim_trials.py)."""
+            allowance = planner_settings.release_allowance
+            by = at + allowance
+            trial = _cut(holds, set(victims), at, m)
+            if lr.instances == 1:
+                if not one_vm:
+                    one_vm.append(RoomOnHosts(now, hosts_of[m], holds, lr, allowance))
+                ended: dict[str, list[Hold]] = defaultdict(list)
+                for vid in victims:
+                    for h in by_lease[vid]:
+                        ended[h.host].append(h)
+                if not one_vm[0].allows(ended, at, by):
+                    return None
+                trials.take(len(ahead) + 1)
+            else:
+                trials.take(len(ahead) + 1)
+                if not room_by(now, hosts_of[m], trial, lr, by, allowance):
+                    return None
+            # (its reasons are not read: the placements are the same without them)
+            placed = plan(now, hosts_of[m], trial, quotas, [*ahead, lr], usage, planner_settings,
+                          explain=False).leases[lid]
+            return placed.placement if placed.placement is not None and placed.placement.start <= by else None
+
+        def start_if_ended(victims: list[str], at: int) -> int | None:
+            placed = placed_if_ended(victims, at)
+            return placed.start if placed is not None else None
+
+        def fits(victims: list[str]) -> Placement | None:
+            return placed_if_ended(victims, deadline)
+
+        def on_its_hosts(victims: list[str], placed: Placement) -> list[str]:
+            return [vid for vid in victims if any(h.host in placed.hosts for h in by_lease[vid])]
 
         chosen = None
-        if eligible:
-            examined += 1
-            if examined > settings.max_examined:
-                break
-            eligible.sort(key=lambda e: _victim_order(by_lease[e[0]][0]))
-            chosen = _fewest([vid for vid, _ in eligible], fits)
-        if chosen is None:
-            later = [(at, vid) for vid, _ in blocked if vid not in promised
-                     and (at := _reclaimable_at(now, by_lease[vid][0], p, eta, settings, yielded)) is not None]
-            if later:
+        try:   # (trials spent: this lease and those after it wait for the next pass, as past max_examined)
+            if eligible:
                 examined += 1
                 if examined > settings.max_examined:
                     break
-                _count_on_later_reclaim(out, lid, eta, sorted(later), settings, planner_settings,
-                                        start_if_ended, promised)
-            continue
+                eligible.sort(key=lambda e: _victim_order(by_lease[e[0]][0]))
+                chosen = _fewest([vid for vid, _ in eligible], fits, on_its_hosts)
+            if chosen is None:
+                later = [(at, vid) for vid, _ in blocked if vid not in promised
+                         and (at := _reclaimable_at(now, by_lease[vid][0], p, eta, settings, yielded)) is not None]
+                if later:
+                    examined += 1
+                    if examined > settings.max_examined:
+                        break
+                    _count_on_later_reclaim(out, lid, eta, sorted(later), settings, start_if_ended, promised)
+                continue
+        except TrialsSpent:
+            break
         for vid in chosen:
             taken.add(vid)
             out.ends.append(_early_end(by_lease[vid], lr, quotas, now, deadline, settings))
@@ -211,17 +251,15 @@ def _reclaimable_at(now: int, h: Hold, p: str, eta: int, s: ReclaimSettings,
 
 
 def _count_on_later_reclaim(out: EarlyEndPlan, lid: str, eta: int, later: list[tuple[int, str]],
-                            s: ReclaimSettings, planner_settings: PlannerSettings,
-                            start_if_ended: Callable[[list[str], int], int | None], promised: set[str]) -> None:
+                            s: ReclaimSettings, start_if_ended: Callable[[list[str], int], int | None], promised: set[str]) -> None:
     """The ETA the announced reclaims give: as the engine will decide then, at the moment each
     borrower may be taken, the first of them that (all ending with that notice) let it start
     at the notice's end."""
     victims: list[str] = []
     for at, vid in later:
         victims.append(vid)
-        deadline = at + s.notice
-        start = start_if_ended(victims, deadline)
-        if start is not None and start <= deadline + planner_settings.release_allowance:
+        start = start_if_ended(victims, at + s.notice)   # (by the release after that notice's end)
+        if start is not None:
             if start < eta:
                 out.etas[lid] = start
                 promised.update(victims)
@@ -243,23 +281,36 @@ def _victim_order(h: Hold) -> tuple[bool, int, int, int, int, str]:
     return (not h.preemptible, h.priority, -h.start, -h.asked[0], -h.asked[1], h.lease_id)
 
 
-def _fewest(ordered: list[str], fits: Callable[[list[str]], bool]) -> list[str] | None:
+def _fewest(ordered: list[str], fits: Callable[[list[str]], Placement | None],
+            on_its_hosts: Callable[[list[str], Placement], list[str]]) -> list[str] | None:
     """The fewest leases, taken in `ordered`'s preference, whose end lets the lease start:
-    one lease if one will do; else the first that together will, less any not needed."""
+    one lease if one will do; else the first that together will, less any not needed: first
+    all but those on the hosts it was placed on, if that still fits (one trial, where dropping
+    them one by one would take one each), then one by one, as far as the pass's trials go."""
     if not ordered or not fits(ordered):
         return None
     for vid in ordered:
         if fits([vid]):
             return [vid]
     chosen: list[str] = []
+    placed = None
     for vid in ordered:
         chosen.append(vid)
-        if fits(chosen):
+        placed = fits(chosen)
+        if placed is not None:
             break
-    for vid in reversed(chosen[:-1]):
-        fewer = [c for c in chosen if c != vid]
-        if fits(fewer):
-            chosen = fewer
+    try:
+        last = chosen[-1:]   # (without it the set did not fit)
+        if placed is not None:
+            mine = on_its_hosts(chosen, placed)
+            if mine and len(mine) < len(chosen) and fits(mine):
+                chosen, last = mine, []
+        for vid in reversed(chosen[:len(chosen) - len(last)]):
+            fewer = [c for c in chosen if c != vid]
+            if fits(fewer):
+                chosen = fewer
+    except TrialsSpent:
+        pass   # the pass's trials are spent: the set found stands (it fits), if not the fewest
     return chosen
 
 
