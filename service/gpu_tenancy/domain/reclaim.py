@@ -145,7 +145,7 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
             hosts alone would have room for it by then (reclaim_trials.py)."""
             allowance = planner_settings.release_allowance
             by = at + allowance
-            trial = _cut(holds, set(victims), at, m)
+            gone = set(victims)
             if lr.instances == 1:
                 if not one_vm:
                     one_vm.append(RoomOnHosts(now, hosts_of[m], holds, lr, allowance))
@@ -156,8 +156,10 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
                 if not one_vm[0].allows(ended, at, by):
                     return None
                 trials.take(len(ahead) + 1)
+                trial = _cut(holds, gone, at, m)
             else:
                 trials.take(len(ahead) + 1)
+                trial = _cut(holds, gone, at, m)
                 if not room_by(now, hosts_of[m], trial, lr, by, allowance):
                     return None
             # (its reasons are not read: the placements are the same without them)
