@@ -32,7 +32,7 @@ from .model import Hold, Host, LeaseRequest, Placement, Plan, QuotaLimit, Reason
 from .plan_words import duration_text, fmt_time
 from .planner import PlannerSettings, plan
 from .profile import INF, StepProfile
-from .reclaim_trials import RoomOnHosts, TrialBudget, TrialsSpent, room_by
+from .reclaim_trials import LeaseTrialsSpent, RoomOnHosts, TrialBudget, TrialsSpent
 
 __all__ = ["ReclaimSettings", "EarlyEnd", "EarlyEndPlan", "early_ends"]
 
@@ -49,6 +49,7 @@ class ReclaimSettings:
     # and however long the queue is (at 10,000 waiting on 1,000 hosts a plan takes about a second)
     max_trials: int = 64
     max_trial_leases: int = 20_000
+    max_trials_per_lease: int = 32   # (so that one lease no set helps leaves the next ones some)
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
     promised: set[str] = set()   # counted on, by an ETA, for a reclaim later
     order_of: dict[str, list[LeaseRequest]] = defaultdict(list)   # model -> waiting in plan order
     examined = 0
-    trials = TrialBudget(settings.max_trials, settings.max_trial_leases)
+    trials = TrialBudget(settings.max_trials, settings.max_trial_leases, settings.max_trials_per_lease)
     for lid, planned in current.leases.items():
         lr = requests.get(lid)
         if lr is None:
@@ -137,7 +138,7 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
                 eligible.append((vid, why_not))
         out.notes[lid] = [Reason("borrowing", _borrowing_note(by_lease[vid], why)) for vid, why in blocked]
 
-        one_vm: list[RoomOnHosts] = []   # (made at the first trial: most leases examined make none)
+        room: list[RoomOnHosts] = []   # (made at the first trial: most leases examined make none)
 
         def placed_if_ended(victims: list[str], at: int) -> Placement | None:
             """Its placement if `victims` end at `at` (and their GPUs are back after the release),
@@ -145,23 +146,16 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
             hosts alone would have room for it by then (reclaim_trials.py)."""
             allowance = planner_settings.release_allowance
             by = at + allowance
-            gone = set(victims)
-            if lr.instances == 1:
-                if not one_vm:
-                    one_vm.append(RoomOnHosts(now, hosts_of[m], holds, lr, allowance))
-                ended: dict[str, list[Hold]] = defaultdict(list)
-                for vid in victims:
-                    for h in by_lease[vid]:
-                        ended[h.host].append(h)
-                if not one_vm[0].allows(ended, at, by):
-                    return None
-                trials.take(len(ahead) + 1)
-                trial = _cut(holds, gone, at, m)
-            else:
-                trials.take(len(ahead) + 1)
-                trial = _cut(holds, gone, at, m)
-                if not room_by(now, hosts_of[m], trial, lr, by, allowance):
-                    return None
+            if not room:
+                room.append(RoomOnHosts(now, hosts_of[m], holds, lr, allowance))
+            ended: dict[str, list[Hold]] = defaultdict(list)
+            for vid in victims:
+                for h in by_lease[vid]:
+                    ended[h.host].append(h)
+            if not room[0].allows(ended, at, by):
+                return None
+            trials.take(len(ahead) + 1)
+            trial = _cut(holds, set(victims), at, m)
             # (its reasons are not read: the placements are the same without them)
             placed = plan(now, hosts_of[m], trial, quotas, [*ahead, lr], usage, planner_settings,
                           explain=False).leases[lid]
@@ -178,13 +172,14 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
             return [vid for vid in victims if any(h.host in placed.hosts for h in by_lease[vid])]
 
         chosen = None
-        try:   # (trials spent: this lease and those after it wait for the next pass, as past max_examined)
+        trials.start_lease()
+        try:   # (trials spent: this lease, and past the pass's share those after it, wait for the next pass)
             if eligible:
                 examined += 1
                 if examined > settings.max_examined:
                     break
                 eligible.sort(key=lambda e: _victim_order(by_lease[e[0]][0]))
-                chosen = _fewest([vid for vid, _ in eligible], fits, on_its_hosts)
+                chosen = _fewest([vid for vid, _ in eligible], fits, on_its_hosts, lambda: trials.for_lease)
             if chosen is None:
                 later = [(at, vid) for vid, _ in blocked if vid not in promised
                          and (at := _reclaimable_at(now, by_lease[vid][0], p, eta, settings, yielded)) is not None]
@@ -194,6 +189,8 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
                         break
                     _count_on_later_reclaim(out, lid, eta, sorted(later), settings, start_if_ended, promised)
                 continue
+        except LeaseTrialsSpent:
+            continue
         except TrialsSpent:
             break
         for vid in chosen:
@@ -284,11 +281,12 @@ def _victim_order(h: Hold) -> tuple[bool, int, int, int, int, str]:
 
 
 def _fewest(ordered: list[str], fits: Callable[[list[str]], Placement | None],
-            on_its_hosts: Callable[[list[str], Placement], list[str]]) -> list[str] | None:
+            on_its_hosts: Callable[[list[str], Placement], list[str]], left: Callable[[], int]) -> list[str] | None:
     """The fewest leases, taken in `ordered`'s preference, whose end lets the lease start:
-    one lease if one will do; else the first that together will, less any not needed: first
-    all but those on the hosts it was placed on, if that still fits (one trial, where dropping
-    them one by one would take one each), then one by one, as far as the pass's trials go."""
+    one lease if one will do; else the first that together will, less any not needed, tried one
+    by one. When that would take more trials than are `left`, first all but those on the hosts
+    the lease was placed on, if that still fits (one trial): that set stands if the trials run
+    out while dropping the rest one by one (TrialsSpent otherwise: the lease waits)."""
     if not ordered or not fits(ordered):
         return None
     for vid in ordered:
@@ -301,18 +299,20 @@ def _fewest(ordered: list[str], fits: Callable[[list[str]], Placement | None],
         placed = fits(chosen)
         if placed is not None:
             break
+    drop = chosen[:-1]   # (without the last the set did not fit)
+    narrowed = False
+    if placed is not None and len(drop) > left():
+        mine = on_its_hosts(chosen, placed)
+        if mine and len(mine) < len(chosen) and fits(mine):
+            chosen, drop, narrowed = mine, mine, True
     try:
-        last = chosen[-1:]   # (without it the set did not fit)
-        if placed is not None:
-            mine = on_its_hosts(chosen, placed)
-            if mine and len(mine) < len(chosen) and fits(mine):
-                chosen, last = mine, []
-        for vid in reversed(chosen[:len(chosen) - len(last)]):
+        for vid in reversed(drop):
             fewer = [c for c in chosen if c != vid]
             if fits(fewer):
                 chosen = fewer
     except TrialsSpent:
-        pass   # the pass's trials are spent: the set found stands (it fits), if not the fewest
+        if not narrowed:
+            raise
     return chosen
 
 

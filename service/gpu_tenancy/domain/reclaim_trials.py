@@ -4,62 +4,73 @@ To choose whom to end early for a waiting lease, the pass (reclaim.early_ends) p
 leases ahead of it with some borrowers ended: a trial, as costly as a plan of that part of the
 queue. A lease examined may try up to three sets per borrower it could end, and a tenant decides
 how many leases it borrows with. So a pass makes at most `ReclaimSettings.max_trials` trial
-plans, placing at most `max_trial_leases` leases in all (TrialBudget); past that, the leases
-not yet examined wait for the next pass, as past `max_examined`.
+plans, placing at most `max_trial_leases` leases in all, and one lease examined at most
+`max_trials_per_lease` of them (TrialBudget): past the lease's share it waits for the next pass
+and the pass goes on with the next lease; past the pass's, the leases left wait, as past
+`max_examined`.
 
-Most sets tried cannot help at all: the GPUs they give back leave no host, even with nothing
-else waiting, with room for the lease by the notice's end. The leases ahead only take GPUs, so
+Most sets tried cannot help at all: the GPUs they give back leave the hosts, even with nothing
+else waiting, no room for the lease by the notice's end. The leases ahead only take GPUs, so
 where the hosts alone have no room, the trial's plan has none either: such a set is refused
-without a plan, and costs no trial (RoomOnHosts, per host for a one-VM lease; room_by, the plan's
-own index search, for a gang, counted as a trial: it builds an index of the model's hosts).
+without a plan, and costs no trial (RoomOnHosts).
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
 from .model import Hold, Host, LeaseRequest
-from .plan_run import FAST
 from .profile import INF, StepProfile
 
 
 class TrialsSpent(Exception):
-    """The pass has made all the trials it may."""
+    """The pass has made all the trial plans it may."""
+
+
+class LeaseTrialsSpent(TrialsSpent):
+    """The lease examined has made all the trial plans one lease may: it waits for the next pass."""
 
 
 class TrialBudget:
-    """The trial plans a pass may still make, and the leases they may still place."""
+    """The trial plans a pass may still make, the leases they may still place, and the trial plans
+    left to the lease examined (start_lease)."""
 
-    def __init__(self, most: int, leases: int):
-        self.left, self.leases = most, leases
+    def __init__(self, most: int, leases: int, per_lease: int):
+        self.left, self.leases, self.per_lease = most, leases, per_lease
+        self.lease_left = per_lease
+
+    def start_lease(self) -> None:
+        self.lease_left = self.per_lease
+
+    @property
+    def for_lease(self) -> int:
+        """Trial plans the lease examined may still make."""
+        return min(self.left, self.lease_left)
 
     def take(self, leases: int) -> None:
-        """One trial placing `leases` leases (TrialsSpent: no more)."""
+        """One trial plan placing `leases` leases."""
         if self.left <= 0 or leases > self.leases:
             raise TrialsSpent
+        if self.lease_left <= 0:
+            raise LeaseTrialsSpent
         self.left -= 1
+        self.lease_left -= 1
         self.leases -= leases
 
 
-def room_by(now: int, hosts: Sequence[Host], holds: Sequence[Hold], lr: LeaseRequest, by: int,
-            allowance: int) -> bool:
-    """Could the hosts alone (these holds, no lease waiting, no quota) start lr by `by`? The plan's
-    own search on the same index: a plan that places lr by then finds room here too."""
-    mi = FAST.capacity(now, hosts, holds).get(lr.gpu_model)
-    room = mi.earliest(max(now, lr.earliest_start), lr.duration + allowance, lr.gpus_per_vm,
-                       lr.instances) if mi is not None else None
-    return room is not None and room[0] <= by
-
-
 class RoomOnHosts:
-    """room_by for a one-VM lease, host by host and without an index: each host's profile of
-    free GPUs is made once, and a set of borrowers ended is read on the hosts they hold only
-    (on the others, when the lease fits by then is known once). The same answer as room_by:
-    a one-VM lease fits where one host has its GPUs free for its whole time."""
+    """Could the hosts alone (the holds, with some borrowers ended; no lease waiting, no quota)
+    start the lease's VMs by a time? Each host's profile of free GPUs is made once, and a set of
+    borrowers ended is read on the hosts they hold only. For each host, the most of the lease's
+    VMs it could start at one time by then; the lease may fit only where those add up to its VMs
+    (a gang's VMs start together, so this may say yes where the planner's search says no, never
+    the reverse; for one VM it answers as the planner's index does)."""
 
     def __init__(self, now: int, hosts: Sequence[Host], holds: Sequence[Hold], lr: LeaseRequest, allowance: int):
-        self.now, self.g = now, lr.gpus_per_vm
+        self.g, self.n = lr.gpus_per_vm, lr.instances
         self.t, self.d = max(now, lr.earliest_start), lr.duration + allowance
+        self.model = lr.gpu_model
         # as the plan's index counts them: enabled hosts of its model, holds of GPUs not ended yet
         spans: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
         for h in holds:
@@ -67,34 +78,44 @@ class RoomOnHosts:
                 spans[h.host].append((h.start, h.end, -h.gpus))
         self.free = {h.name: StepProfile.of_spans(now, h.gpus, spans.get(h.name, ()))
                      for h in hosts if h.enabled and h.gpus > 0 and h.gpu_model == lr.gpu_model}
-        fits = ((self._fits(prof), name) for name, prof in self.free.items())
-        self.alone = sorted((INF if s is None else s, name) for s, name in fits)   # each host's first fit, as held
-        self.known: dict[tuple[str, int, tuple[str, ...]], int | None] = {}   # a host's first fit, some ended
+        self.held = {name: self._vms(prof) for name, prof in self.free.items()}
+        self.totals: dict[int, int] = {}   # by -> the VMs the hosts could start by then, as held
+        self.known: dict[tuple[str, int, tuple[str, ...]], list[tuple[int, int]]] = {}   # a host's, some ended
 
-    def _fits(self, prof: StepProfile) -> int | None:
-        return prof.earliest_fit(self.t, self.d, self.g)
+    def _vms(self, prof: StepProfile) -> list[tuple[int, int]]:
+        """The most VMs the host could start at one time by s, where that rises: [(s, VMs)]."""
+        out: list[tuple[int, int]] = []
+        most = 0
+        for s in (self.t, *(x for x in prof.times if x > self.t)):
+            k = max(prof.min_on(s, s + self.d), 0) // self.g
+            if k > most:
+                most = k
+                out.append((s, k))
+        return out
+
+    @staticmethod
+    def _by(vms: list[tuple[int, int]], by: int) -> int:
+        i = bisect_right(vms, (by, INF)) - 1
+        return vms[i][1] if i >= 0 else 0
 
     def allows(self, ended: Mapping[str, Sequence[Hold]], at: int, by: int) -> bool:
-        """Could it start by `by` with the holds `ended` (by host) ended at `at` (held until the
-        release after it, as reclaim._cut leaves them)?"""
-        for s, name in self.alone:
-            if s > by:
-                break
-            if name not in ended:
-                return True
+        """With the holds `ended` (by host) ended at `at` (held until the release after it, as
+        reclaim._cut leaves them)?"""
+        total = self.totals.get(by)
+        if total is None:
+            total = self.totals[by] = sum(self._by(vms, by) for vms in self.held.values())
         for name, hs in ended.items():
+            prof = self.free.get(name)
+            if prof is None:
+                continue
             key = (name, at, tuple(sorted(h.lease_id for h in hs)))
-            if key not in self.known:
-                prof = self.free.get(name)
-                if prof is None:
-                    self.known[key] = None
-                    continue
+            vms = self.known.get(key)
+            if vms is None:
                 back = StepProfile.__new__(StepProfile)
                 back.times, back.vals = prof.times[:], prof.vals[:]
                 for h in hs:
-                    back.add(at + h.allowance, h.end, h.gpus)   # (add() keeps the origin: now)
-                self.known[key] = self._fits(back)
-            first = self.known[key]
-            if first is not None and first <= by:
-                return True
-        return False
+                    if h.gpu_model == self.model:
+                        back.add(max(at + h.allowance, h.start), h.end, h.gpus)
+                vms = self.known[key] = self._vms(back)
+            total += self._by(vms, by) - self._by(self.held[name], by)
+        return total >= self.n
