@@ -31,6 +31,8 @@ def test_the_queue_and_share_pages_for_a_member_and_an_admin(page, demo, artifac
     page.click("nav.side >> text=Everyone's queue")
     assert page.url.endswith("/dashboard/queue")
     page.click("text=H100")
+    # loaded before the rows are counted (a locator's count() does not wait: a CI run counted none)
+    page.wait_for_url("**/dashboard/queue?gpu_model=H100")
     h100 = page.locator("table.queue[data-gpu-model='H100']")
     assert h100.locator("tr.mine").count() == 1 and h100.locator("tr.other").count() == 1
     assert "alice-h100-next" in h100.locator("tr.mine").inner_text()
@@ -44,7 +46,7 @@ def test_the_queue_and_share_pages_for_a_member_and_an_admin(page, demo, artifac
     assert page.url.endswith(f"/dashboard/leases/{mine['id']}")
 
     page.click("nav.side >> text=Fair share")
-    assert page.url.endswith("/dashboard/share")
+    page.wait_for_url("**/dashboard/share")
     share = page.locator("table.share[data-gpu-model='H100']")
     assert share.locator("tr.mine").count() == 1 and "4 of 4" in share.locator("tr.mine").inner_text()
     assert "nlp-lab" not in page.content()
