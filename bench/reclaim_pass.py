@@ -23,6 +23,8 @@ import sys
 import tempfile
 import time
 
+from replay_speed import export_ref
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 NOW = 1_800_000_000
 H = 3600
@@ -66,14 +68,6 @@ def run(service_dir: str, hosts: int, waiting: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def export_ref(ref: str, into: str) -> str:
-    """service/ of git ref `ref` under `into`; returns that service directory."""
-    archive = subprocess.run(["git", "-C", os.path.join(HERE, ".."), "archive", ref, "service"], check=True,
-                             capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
-    return os.path.join(into, "service")
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hosts", default="20,100", help="host counts (8 one-GPU borrowers each)")
@@ -86,7 +80,8 @@ def main(argv=None) -> int:
         return 0
     new = os.path.join(HERE, "..", "service")
     with tempfile.TemporaryDirectory() as tmp:
-        old = export_ref(a.against, tmp) if a.against else None
+        # (replay_speed's export: the ref's bench/ and service/; its service is the bench's sibling)
+        old = os.path.join(export_ref(a.against, tmp), "..", "service") if a.against else None
         print(f"one reclaim pass, CPU seconds and trial plans{f'; this tree (new) against {a.against} (old)' if old else ''}")
         print(f"{'hosts':>5} {'borrowers':>9} {'waiting':>7} {'new cpu s':>9} {'plans':>6} {'ended':>5}"
               + (f" {'old cpu s':>9} {'plans':>6} {'ended':>5} {'new/old':>7} {'same ends':>9}" if old else ""))
