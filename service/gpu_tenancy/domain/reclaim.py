@@ -140,36 +140,49 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
 
         room: list[RoomOnHosts] = []   # (made at the first trial: most leases examined make none)
 
-        def placed_if_ended(victims: list[str], at: int) -> Placement | None:
-            """Its placement if `victims` end at `at` (and their GPUs are back after the release),
-            when it starts by the release after `at`; None: later, or nowhere. Planned only where the
-            hosts alone would have room for it by then (reclaim_trials.py)."""
-            allowance = planner_settings.release_allowance
-            by = at + allowance
+        def room_if_ended(victims: list[str], at: int) -> bool:
+            """Whether the hosts alone would have room for it by the release after `at`, if
+            `victims` end at `at` (no trial: reclaim_trials.py)."""
             if not room:
-                room.append(RoomOnHosts(now, hosts_of[m], holds, lr, allowance))
+                room.append(RoomOnHosts(now, hosts_of[m], holds, lr, planner_settings.release_allowance))
             ended: dict[str, list[Hold]] = defaultdict(list)
             for vid in victims:
                 for h in by_lease[vid]:
                     ended[h.host].append(h)
-            if not room[0].allows(ended, at, by):
+            return room[0].allows(ended, at, at + planner_settings.release_allowance)
+
+        def tried(victims: list[str], at: int) -> tuple[Placement, frozenset[str]] | None:
+            """Its placement if `victims` end at `at` (and their GPUs are back after the release),
+            when it starts by the release after `at`, and the hosts of every lease that starts by
+            then in that trial (those the GPUs given back may go to); None: later, or nowhere.
+            Planned only where the hosts alone would have room for it by then."""
+            if not room_if_ended(victims, at):
                 return None
             trials.take(len(ahead) + 1)
             trial = _cut(holds, set(victims), at, m)
             # (its reasons are not read: the placements are the same without them)
-            placed = plan(now, hosts_of[m], trial, quotas, [*ahead, lr], usage, planner_settings,
-                          explain=False).leases[lid]
-            return placed.placement if placed.placement is not None and placed.placement.start <= by else None
+            leases = plan(now, hosts_of[m], trial, quotas, [*ahead, lr], usage, planner_settings,
+                          explain=False).leases
+            by = at + planner_settings.release_allowance
+            placed = leases[lid].placement
+            if placed is None or placed.start > by:
+                return None
+            return placed, frozenset(h for pl in leases.values() if pl.placement is not None
+                                     and pl.placement.start <= by for h in pl.placement.hosts)
 
         def start_if_ended(victims: list[str], at: int) -> int | None:
-            placed = placed_if_ended(victims, at)
-            return placed.start if placed is not None else None
+            found = tried(victims, at)
+            return found[0].start if found is not None else None
 
-        def fits(victims: list[str]) -> Placement | None:
-            return placed_if_ended(victims, deadline)
+        def fits(victims: list[str]) -> frozenset[str] | None:
+            found = tried(victims, deadline)
+            return found[1] if found is not None else None
 
-        def on_its_hosts(victims: list[str], placed: Placement) -> list[str]:
-            return [vid for vid in victims if any(h.host in placed.hosts for h in by_lease[vid])]
+        def could_fit(victims: list[str]) -> bool:
+            return room_if_ended(victims, deadline)
+
+        def on_hosts(victims: list[str], used: frozenset[str]) -> list[str]:
+            return [vid for vid in victims if any(h.host in used for h in by_lease[vid])]
 
         chosen = None
         trials.start_lease()
@@ -179,7 +192,8 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
                 if examined > settings.max_examined:
                     break
                 eligible.sort(key=lambda e: _victim_order(by_lease[e[0]][0]))
-                chosen = _fewest([vid for vid, _ in eligible], fits, on_its_hosts, lambda: trials.for_lease)
+                chosen = _fewest([vid for vid, _ in eligible], could_fit, fits, on_hosts,
+                                 lambda: trials.for_lease)
             if chosen is None:
                 later = [(at, vid) for vid, _ in blocked if vid not in promised
                          and (at := _reclaimable_at(now, by_lease[vid][0], p, eta, settings, yielded)) is not None]
@@ -280,29 +294,60 @@ def _victim_order(h: Hold) -> tuple[bool, int, int, int, int, str]:
     return (not h.preemptible, h.priority, -h.start, -h.asked[0], -h.asked[1], h.lease_id)
 
 
-def _fewest(ordered: list[str], fits: Callable[[list[str]], Placement | None],
-            on_its_hosts: Callable[[list[str], Placement], list[str]], left: Callable[[], int]) -> list[str] | None:
+def _fewest(ordered: list[str], could_fit: Callable[[list[str]], bool],
+            fits: Callable[[list[str]], frozenset[str] | None], on_hosts: Callable[[list[str], frozenset[str]], list[str]],
+            left: Callable[[], int]) -> list[str] | None:
     """The fewest leases, taken in `ordered`'s preference, whose end lets the lease start:
     one lease if one will do; else the first that together will, less any not needed, tried one
-    by one. When that would take more trials than are `left`, first all but those on the hosts
-    the lease was placed on, if that still fits (one trial): that set stands if the trials run
-    out while dropping the rest one by one (TrialsSpent otherwise: the lease waits)."""
-    if not ordered or not fits(ordered):
+    by one. `fits` is a trial (`could_fit`, the check that may refuse a set without one, is
+    free), and where the trials `left` are too few for all of that:
+    - once a set the check let through was refused by its trial, the leases alone, and the
+      first ones together, are tried only while enough trials are left to find by halving the
+      first that together will among the rest (where more ended never leaves less room, the
+      same set);
+    - before dropping those not needed one by one, all but those on the hosts that the leases
+      starting by the deadline in its trial were placed on (`fits` gives them; it, and those
+      ahead that the GPUs given back let start too) are dropped, if that still fits (one
+      trial): that set stands if the trials run out while dropping the rest (TrialsSpent
+      otherwise: the lease waits).
+    (Without the halving, a lease whose sets the check cannot refuse, because the room that a
+    lease given a reclaim earlier in the pass will take looks free to it, spent its share on
+    the leases alone, pass after pass, until that lease started.)"""
+    whole = fits(ordered) if ordered else None
+    if whole is None:
         return None
+    n = len(ordered)
+    refused = False   # a set the check let through was refused by its trial: the check may be blind
     for vid in ordered:
-        if fits([vid]):
-            return [vid]
-    chosen: list[str] = []
-    placed = None
-    for vid in ordered:
-        chosen.append(vid)
-        placed = fits(chosen)
-        if placed is not None:
-            break
+        if could_fit([vid]):
+            if refused and left() <= 2 * (_halvings(n) + 1):   # (the search, a narrowing, some to drop)
+                break
+            if fits([vid]):
+                return [vid]
+            refused = True
+    fit, unfit, placed = n, 0, whole   # the first `fit` together fit, the first `unfit` do not
+    for k in range(1, n):
+        if could_fit(ordered[:k]):
+            if refused and left() < fit - unfit:   # (one more at a time may not end in the trials left)
+                break
+            p = fits(ordered[:k])
+            if p is not None:
+                fit, placed = k, p
+                break
+            refused = True
+        unfit = k
+    while fit - unfit > 1:
+        mid = (fit + unfit) // 2
+        p = fits(ordered[:mid])
+        if p is not None:
+            fit, placed = mid, p
+        else:
+            unfit = mid
+    chosen = ordered[:fit]
     drop = chosen[:-1]   # (without the last the set did not fit)
     narrowed = False
-    if placed is not None and len(drop) > left():
-        mine = on_its_hosts(chosen, placed)
+    if len(drop) > left():
+        mine = on_hosts(chosen, placed)
         if mine and len(mine) < len(chosen) and fits(mine):
             chosen, drop, narrowed = mine, mine, True
     try:
@@ -314,6 +359,11 @@ def _fewest(ordered: list[str], fits: Callable[[list[str]], Placement | None],
         if not narrowed:
             raise
     return chosen
+
+
+def _halvings(n: int) -> int:
+    """Trials a halving search among n sets takes at most."""
+    return max(n - 1, 0).bit_length()
 
 
 def _early_end(hs: list[Hold], lr: LeaseRequest, quotas: Mapping[tuple[str, str], QuotaLimit], now: int,
