@@ -25,7 +25,7 @@ and the ETA tell the same story.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from .model import Hold, Host, LeaseRequest, Placement, Plan, QuotaLimit, Reason
@@ -44,11 +44,13 @@ class ReclaimSettings:
     min_runtime: int = 3600       # a borrowing lease younger than this is not reclaimed
     max_examined: int = 16        # waiting leases tried per pass: bounds the cost of a replan
     # trials per pass (each a plan of the leases ahead of the one examined, with some borrowers
-    # ended), and the leases they may place in all: with max_examined, they bound a pass however
-    # many leases borrow (a lease examined tries up to three per borrower it could end: _fewest)
-    # and however long the queue is (at 10,000 waiting on 1,000 hosts a plan takes about a second)
+    # ended), and their size in all (the leases each places and the hosts it indexes): with
+    # max_examined, they bound a pass however many leases borrow (a lease examined tries up to
+    # three per borrower it could end: _fewest), however long the queue is and however many hosts
+    # there are (at 10,000 waiting on 1,000 hosts a plan takes about a second; with no lease ahead a
+    # trial on 1,000 hosts still indexes them, about 30 ms: 64 of them were 1.9 s under the lock)
     max_trials: int = 64
-    max_trial_leases: int = 20_000
+    max_trial_size: int = 20_000
     max_trials_per_lease: int = 32   # (so that one lease no set helps leaves the next ones some)
 
 
@@ -106,7 +108,8 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
     promised: set[str] = set()   # counted on, by an ETA, for a reclaim later
     order_of: dict[str, list[LeaseRequest]] = defaultdict(list)   # model -> waiting in plan order
     examined = 0
-    trials = TrialBudget(settings.max_trials, settings.max_trial_leases, settings.max_trials_per_lease)
+    cut_before: dict[tuple[Hold, int], Hold] = {}   # (the trials' holds cut: _cut)
+    trials = TrialBudget(settings.max_trials, settings.max_trial_size, settings.max_trials_per_lease)
     for lid, planned in current.leases.items():
         lr = requests.get(lid)
         if lr is None:
@@ -140,16 +143,19 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
 
         room: list[RoomOnHosts] = []   # (made at the first trial: most leases examined make none)
 
+        def check() -> RoomOnHosts:
+            if not room:
+                room.append(RoomOnHosts(now, hosts_of[m], holds, lr, planner_settings.release_allowance))
+            return room[0]
+
         def room_if_ended(victims: list[str], at: int) -> bool:
             """Whether the hosts alone would have room for it by the release after `at`, if
             `victims` end at `at` (no trial: reclaim_trials.py)."""
-            if not room:
-                room.append(RoomOnHosts(now, hosts_of[m], holds, lr, planner_settings.release_allowance))
             ended: dict[str, list[Hold]] = defaultdict(list)
             for vid in victims:
                 for h in by_lease[vid]:
                     ended[h.host].append(h)
-            return room[0].allows(ended, at, at + planner_settings.release_allowance)
+            return check().allows(ended, at, at + planner_settings.release_allowance)
 
         def tried(victims: list[str], at: int) -> tuple[Placement, frozenset[str]] | None:
             """Its placement if `victims` end at `at` (and their GPUs are back after the release),
@@ -158,8 +164,8 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
             Planned only where the hosts alone would have room for it by then."""
             if not room_if_ended(victims, at):
                 return None
-            trials.take(len(ahead) + 1)
-            trial = _cut(holds, set(victims), at, m)
+            trials.take(len(ahead) + 1 + len(hosts_of[m]))   # (the leases it places, the hosts it indexes)
+            trial = _cut(holds, set(victims), at, m, cut_before)
             # (its reasons are not read: the placements are the same without them)
             leases = plan(now, hosts_of[m], trial, quotas, [*ahead, lr], usage, planner_settings,
                           explain=False).leases
@@ -181,6 +187,10 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
         def could_fit(victims: list[str]) -> bool:
             return room_if_ended(victims, deadline)
 
+        def could_fit_each_more(victims: list[str]) -> Iterator[bool]:
+            return check().allows_each_more((by_lease[vid] for vid in victims), deadline,
+                                            deadline + planner_settings.release_allowance)
+
         def on_hosts(victims: list[str], used: frozenset[str]) -> list[str]:
             return [vid for vid in victims if any(h.host in used for h in by_lease[vid])]
 
@@ -192,7 +202,7 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
                 if examined > settings.max_examined:
                     break
                 eligible.sort(key=lambda e: _victim_order(by_lease[e[0]][0]))
-                chosen = _fewest([vid for vid, _ in eligible], could_fit, fits, on_hosts,
+                chosen = _fewest([vid for vid, _ in eligible], could_fit, could_fit_each_more, fits, on_hosts,
                                  lambda: trials.for_lease)
             if chosen is None:
                 later = [(at, vid) for vid, _ in blocked if vid not in promised
@@ -229,11 +239,25 @@ def _within_nominal(holds: Sequence[Hold], p: str, m: str, q: QuotaLimit, need: 
     return prof.max_on(start, start + duration) + need <= q.gpus
 
 
-def _cut(holds: Sequence[Hold], gone: set[str], at: int, model: str | None = None) -> list[Hold]:
+def _cut(holds: Sequence[Hold], gone: set[str], at: int, model: str | None = None,
+         made: dict[tuple[Hold, int], Hold] | None = None) -> list[Hold]:
     """The holds (of `model`, or all) with those of the leases in `gone` ended at `at`: held
-    until the release after it, as the ledger will then read them."""
-    return [replace(h, end=min(h.end, at + h.allowance)) if h.lease_id in gone else h
-            for h in holds if model is None or h.gpu_model == model]
+    until the release after it, as the ledger will then read them. `made`: the holds cut before
+    in this pass, each made once (a trial may end thousands of borrowers, and its sets overlap)."""
+    out = []
+    for h in holds:
+        if model is not None and h.gpu_model != model:
+            continue
+        if h.lease_id in gone:
+            if made is None:
+                h = replace(h, end=min(h.end, at + h.allowance))
+            else:
+                cut = made.get((h, at))
+                if cut is None:
+                    cut = made[(h, at)] = replace(h, end=min(h.end, at + h.allowance))
+                h = cut
+        out.append(h)
+    return out
 
 
 def _why_not_reclaim(now: int, h: Hold, p: str, wait: int, s: ReclaimSettings,
@@ -295,12 +319,14 @@ def _victim_order(h: Hold) -> tuple[bool, int, int, int, int, str]:
 
 
 def _fewest(ordered: list[str], could_fit: Callable[[list[str]], bool],
-            fits: Callable[[list[str]], frozenset[str] | None], on_hosts: Callable[[list[str], frozenset[str]], list[str]],
-            left: Callable[[], int]) -> list[str] | None:
+            could_fit_each_more: Callable[[list[str]], Iterator[bool]],
+            fits: Callable[[list[str]], frozenset[str] | None],
+            on_hosts: Callable[[list[str], frozenset[str]], list[str]], left: Callable[[], int]) -> list[str] | None:
     """The fewest leases, taken in `ordered`'s preference, whose end lets the lease start:
     one lease if one will do; else the first that together will, less any not needed, tried one
     by one. `fits` is a trial (`could_fit`, the check that may refuse a set without one, is
-    free), and where the trials `left` are too few for all of that:
+    free; `could_fit_each_more` answers it for the first one, two, ... in turn), and where the
+    trials `left` are too few for all of that:
     - once a set the check let through was refused by its trial, the leases alone, and the
       first ones together, are tried only while enough trials are left to find by halving the
       first that together will among the rest (where more ended never leaves less room, the
@@ -326,8 +352,8 @@ def _fewest(ordered: list[str], could_fit: Callable[[list[str]], bool],
                 return [vid]
             refused = True
     fit, unfit, placed = n, 0, whole   # the first `fit` together fit, the first `unfit` do not
-    for k in range(1, n):
-        if could_fit(ordered[:k]):
+    for k, room in zip(range(1, n), could_fit_each_more(ordered)):
+        if room:
             if refused and left() < fit - unfit:   # (one more at a time may not end in the trials left)
                 break
             p = fits(ordered[:k])

@@ -4,7 +4,8 @@ To choose whom to end early for a waiting lease, the pass (reclaim.early_ends) p
 leases ahead of it with some borrowers ended: a trial, as costly as a plan of that part of the
 queue. A lease examined may try up to three sets per borrower it could end, and a tenant decides
 how many leases it borrows with. So a pass makes at most `ReclaimSettings.max_trials` trial
-plans, placing at most `max_trial_leases` leases in all, and one lease examined at most
+plans, of a size at most `max_trial_size` in all (the leases each places and the hosts it
+indexes), and one lease examined at most
 `max_trials_per_lease` of them (TrialBudget): past the lease's share it waits for the next pass
 and the pass goes on with the next lease; past the pass's, the leases left wait, as past
 `max_examined`.
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from .model import Hold, Host, LeaseRequest
 from .profile import INF, StepProfile
@@ -33,11 +34,11 @@ class LeaseTrialsSpent(TrialsSpent):
 
 
 class TrialBudget:
-    """The trial plans a pass may still make, the leases they may still place, and the trial plans
-    left to the lease examined (start_lease)."""
+    """The trial plans a pass may still make, the size left to them (the leases they place and the
+    hosts they index), and the trial plans left to the lease examined (start_lease)."""
 
-    def __init__(self, most: int, leases: int, per_lease: int):
-        self.left, self.leases, self.per_lease = most, leases, per_lease
+    def __init__(self, most: int, size: int, per_lease: int):
+        self.left, self.size, self.per_lease = most, size, per_lease
         self.lease_left = per_lease
 
     def start_lease(self) -> None:
@@ -48,15 +49,15 @@ class TrialBudget:
         """Trial plans the lease examined may still make."""
         return min(self.left, self.lease_left)
 
-    def take(self, leases: int) -> None:
-        """One trial plan placing `leases` leases."""
-        if self.left <= 0 or leases > self.leases:
+    def take(self, size: int) -> None:
+        """One trial plan of `size` (the leases it places and the hosts it indexes)."""
+        if self.left <= 0 or size > self.size:
             raise TrialsSpent
         if self.lease_left <= 0:
             raise LeaseTrialsSpent
         self.left -= 1
         self.lease_left -= 1
-        self.leases -= leases
+        self.size -= size
 
 
 class RoomOnHosts:
@@ -98,24 +99,51 @@ class RoomOnHosts:
         i = bisect_right(vms, (by, INF)) - 1
         return vms[i][1] if i >= 0 else 0
 
-    def allows(self, ended: Mapping[str, Sequence[Hold]], at: int, by: int) -> bool:
-        """With the holds `ended` (by host) ended at `at` (held until the release after it, as
-        reclaim._cut leaves them)?"""
+    def _total(self, by: int) -> int:
+        """The VMs the hosts could start by `by`, as held."""
         total = self.totals.get(by)
         if total is None:
             total = self.totals[by] = sum(self._by(vms, by) for vms in self.held.values())
+        return total
+
+    def _vms_with(self, name: str, hs: Sequence[Hold], at: int) -> list[tuple[int, int]]:
+        """Host `name`'s _vms with the holds `hs` (on it) ended at `at`."""
+        key = (name, at, tuple(sorted(h.lease_id for h in hs)))
+        vms = self.known.get(key)
+        if vms is None:
+            prof = self.free[name]
+            back = StepProfile.__new__(StepProfile)
+            back.times, back.vals = prof.times[:], prof.vals[:]
+            for h in hs:
+                if h.gpu_model == self.model:
+                    back.add(max(at + h.allowance, h.start), h.end, h.gpus)
+            vms = self.known[key] = self._vms(back)
+        return vms
+
+    def allows(self, ended: Mapping[str, Sequence[Hold]], at: int, by: int) -> bool:
+        """With the holds `ended` (by host) ended at `at` (held until the release after it, as
+        reclaim._cut leaves them)?"""
+        total = self._total(by)
         for name, hs in ended.items():
-            prof = self.free.get(name)
-            if prof is None:
-                continue
-            key = (name, at, tuple(sorted(h.lease_id for h in hs)))
-            vms = self.known.get(key)
-            if vms is None:
-                back = StepProfile.__new__(StepProfile)
-                back.times, back.vals = prof.times[:], prof.vals[:]
-                for h in hs:
-                    if h.gpu_model == self.model:
-                        back.add(max(at + h.allowance, h.start), h.end, h.gpus)
-                vms = self.known[key] = self._vms(back)
-            total += self._by(vms, by) - self._by(self.held[name], by)
+            if name in self.free:
+                total += self._by(self._vms_with(name, hs, at), by) - self._by(self.held[name], by)
         return total >= self.n
+
+    def allows_each_more(self, victims: Iterable[Sequence[Hold]], at: int, by: int) -> Iterator[bool]:
+        """allows() for the first one, two, ... of `victims` (each a lease's holds) ended together,
+        in turn: each answer reads again only the hosts of the lease added (one by one, a set of
+        thousands of borrowers cost the square of their number)."""
+        total = self._total(by)
+        ended: dict[str, list[Hold]] = defaultdict(list)
+        now_on: dict[str, int] = {}   # a host's VMs by `by` with its holds ended so far
+        for hs in victims:
+            for name in dict.fromkeys(h.host for h in hs):
+                if name not in self.free:
+                    continue
+                was = now_on.get(name)
+                if was is None:
+                    was = self._by(self.held[name], by)
+                ended[name].extend(h for h in hs if h.host == name)
+                now_on[name] = vms = self._by(self._vms_with(name, ended[name], at), by)
+                total += vms - was
+            yield total >= self.n
