@@ -148,6 +148,9 @@ def test_a_lease_past_its_share_leaves_the_trials_to_the_leases_after_it(monkeyp
     got = ended_for(result)
     assert len(got["l8"]) == 8 and len(got["x1"]) == 1 and "w8" not in got
     assert len(made) <= 3 + 4 + 2
+    # and its reasons say why no reclaim, though borrowers may be ended for it
+    assert [r.message for r in result.notes["w8"]] == [reclaim.UNSETTLED.format("its share")]
+    assert all(r.code == "reclaim" for r in result.notes["x1"])
 
 
 def test_the_fewest_are_chosen_as_before_when_the_trials_allow():
@@ -218,6 +221,9 @@ def test_when_the_trials_are_spent_the_leases_left_wait_for_the_next_pass(monkey
     assert [(e.lease_id, e.for_lease) for e in first.ends] == [("b2", "l1")] and len(made) == 2
     none = early_ends(NOW, hs, holds, QUOTAS, waiting, None, current, replace(SETTINGS, max_trials=1))
     assert none.ends == [] and none.etas == {}   # l1's set of all was tried; its single was not
+    # l1's reasons say the pass ran out; l2 was not examined (as past max_examined): no word
+    assert [r.message for r in none.notes["l1"]] == [reclaim.UNSETTLED.format("this pass's")]
+    assert "l2" not in none.notes
 
 
 def scenario(rng: random.Random):

@@ -54,6 +54,11 @@ class ReclaimSettings:
     max_trials_per_lease: int = 32   # (so that one lease no set helps leaves the next ones some)
 
 
+# why a lease examined got no reclaim though borrowers may be ended for it (reclaim_trials.py)
+UNSETTLED = ("borrowed GPUs may be reclaimed for it, but whom to end early was not settled in this pass "
+             "({} of trial plans ran out); the next pass tries again")
+
+
 @dataclass(frozen=True)
 class EarlyEnd:
     """A running lease to end at `at`, for `for_lease`. `kind` is the state it ends in's
@@ -214,8 +219,10 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
                     _count_on_later_reclaim(out, lid, eta, sorted(later), settings, start_if_ended, promised)
                 continue
         except LeaseTrialsSpent:
+            out.notes[lid] = out.notes[lid] + [Reason("borrowing", UNSETTLED.format("its share"))]
             continue
         except TrialsSpent:
+            out.notes[lid] = out.notes[lid] + [Reason("borrowing", UNSETTLED.format("this pass's"))]
             break
         for vid in chosen:
             taken.add(vid)
