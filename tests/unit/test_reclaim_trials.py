@@ -384,3 +384,30 @@ def test_a_pass_reads_each_borrower_a_bounded_number_of_times_however_many_there
     result = early_ends(NOW, hs, holds, QUOTAS, waiting, None, current, SETTINGS)
     assert len(result.ends) == 8
     assert reads[0] <= 4 * len(holds)
+
+
+@pytest.mark.parametrize("chunk", range(3))
+def test_with_few_trials_every_reclaim_decided_lets_its_lease_start_by_the_deadline(chunk):
+    """However few the trials (the halving, the narrowing to the trial's hosts and a set that stands
+    when they run out), each lease given a reclaim starts by the notice's end (and its release) in
+    the plan with every end of the pass, and only leases that may be ended are."""
+    decided = 0
+    for seed in range(chunk * 100, chunk * 100 + 100):
+        rng = random.Random(5000 + seed)
+        hs, holds, waiting, ps = scenario(rng)
+        usage = {("lender", M): 1.0, ("other", M): 2.0}
+        current = plan(NOW, hs, holds, QUOTAS, waiting, usage, ps)
+        few = replace(SETTINGS, max_trials=rng.randint(2, 12), max_trials_per_lease=rng.randint(1, 6))
+        got = early_ends(NOW, hs, holds, QUOTAS, waiting, usage, current, few, planner_settings=ps)
+        if not got.ends:
+            continue
+        decided += 1
+        gone = {e.lease_id for e in got.ends}
+        assert all(e.lease_id[0] in "bp" for e in got.ends), seed   # borrowed or preemptible only
+        deadline = NOW + few.notice
+        cut = [replace(h, end=min(h.end, deadline + h.allowance)) if h.lease_id in gone else h for h in holds]
+        after = plan(NOW, hs, cut, QUOTAS, waiting, usage, ps)
+        for lid in {e.for_lease for e in got.ends}:
+            placed = after.leases[lid].placement
+            assert placed is not None and placed.start <= deadline + ps.release_allowance, (seed, lid)
+    assert decided >= 10
