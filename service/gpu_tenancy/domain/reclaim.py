@@ -110,6 +110,7 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
     hosts_of = {m: [h for h in hosts if h.gpu_model == m] for m in candidates}
     holds = list(holds)
     taken: set[str] = set()
+    spare: set[str] = set()   # models where a reclaim of this pass frees more GPUs than its lease needs
     promised: set[str] = set()   # counted on, by an ETA, for a reclaim later
     order_of: dict[str, list[LeaseRequest]] = defaultdict(list)   # model -> waiting in plan order
     examined = 0
@@ -169,7 +170,7 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
             Planned only where the hosts alone would have room for it by then."""
             if not room_if_ended(victims, at):
                 return None
-            trials.take(len(ahead) + 1 + len(hosts_of[m]))   # (the leases it places, the hosts it indexes)
+            trials.take(trial_size)
             trial = _cut(holds, set(victims), at, m, cut_before)
             # (its reasons are not read: the placements are the same without them)
             leases = plan(now, hosts_of[m], trial, quotas, [*ahead, lr], usage, planner_settings,
@@ -200,12 +201,15 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
             return [vid for vid in victims if any(h.host in used for h in by_lease[vid])]
 
         chosen = None
-        trials.start_lease()
+        trial_size = len(ahead) + 1 + len(hosts_of[m])   # (the leases a trial places, the hosts it indexes)
+        trials.start_lease(trial_size)
         try:   # (trials spent: this lease, and past the pass's share those after it, wait for the next pass)
             if eligible:
                 examined += 1
                 if examined > settings.max_examined:
                     break
+                if m in spare and fits([]) is not None:
+                    continue   # what an earlier reclaim of this pass frees lets it start too: none ended for it
                 eligible.sort(key=lambda e: _victim_order(by_lease[e[0]][0]))
                 chosen = _fewest([vid for vid, _ in eligible], could_fit, could_fit_each_more, fits, on_hosts,
                                  lambda: trials.for_lease)
@@ -229,6 +233,8 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
             out.ends.append(_early_end(by_lease[vid], lr, quotas, now, deadline, settings))
         holds = _cut(holds, set(chosen), deadline)
         freed = sum(h.gpus for vid in chosen for h in by_lease[vid])
+        if freed > need:
+            spare.add(m)
         was = f"until {fmt_time(eta)}" if eta < INF else "with no slot in sight"
         out.notes[lid] = out.notes[lid] + [Reason(
             "reclaim", f"{len(chosen)} lease(s) holding {freed} {m} GPUs ({', '.join(sorted(chosen))}) "
@@ -350,16 +356,23 @@ def _fewest(ordered: list[str], could_fit: Callable[[list[str]], bool],
     if whole is None:
         return None
     n = len(ordered)
+    if n == 1:
+        return ordered
     refused = False   # a set the check let through was refused by its trial: the check may be blind
-    for vid in ordered:
+    first_alone = False   # the first alone is known not to fit
+    for i, vid in enumerate(ordered):
         if could_fit([vid]):
             if refused and left() <= 2 * (_halvings(n) + 1):   # (the search, a narrowing, some to drop)
                 break
             if fits([vid]):
                 return [vid]
             refused = True
+        first_alone = first_alone or i == 0
     fit, unfit, placed = n, 0, whole   # the first `fit` together fit, the first `unfit` do not
     for k, room in zip(range(1, n), could_fit_each_more(ordered)):
+        if k == 1 and first_alone:
+            unfit = 1
+            continue
         if room:
             if refused and left() < fit - unfit:   # (one more at a time may not end in the trials left)
                 break
@@ -381,7 +394,9 @@ def _fewest(ordered: list[str], could_fit: Callable[[list[str]], bool],
     narrowed = False
     if len(drop) > left():
         mine = on_hosts(chosen, placed)
-        if mine and len(mine) < len(chosen) and fits(mine):
+        if len(mine) == len(chosen):
+            narrowed = True   # (all on those hosts already: it stands as it is)
+        elif mine and fits(mine):
             chosen, drop, narrowed = mine, mine, True
     try:
         for vid in reversed(drop):

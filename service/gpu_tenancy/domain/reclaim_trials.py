@@ -40,14 +40,17 @@ class TrialBudget:
     def __init__(self, most: int, size: int, per_lease: int):
         self.left, self.size, self.per_lease = most, size, per_lease
         self.lease_left = per_lease
+        self.trial_size = 1
 
-    def start_lease(self) -> None:
-        self.lease_left = self.per_lease
+    def start_lease(self, trial_size: int) -> None:
+        """A lease examined, each of whose trial plans is of `trial_size`."""
+        self.lease_left, self.trial_size = self.per_lease, max(trial_size, 1)
 
     @property
     def for_lease(self) -> int:
-        """Trial plans the lease examined may still make."""
-        return min(self.left, self.lease_left)
+        """Trial plans the lease examined may still make (by the size left too: on a big cloud
+        that runs out first)."""
+        return min(self.left, self.lease_left, self.size // self.trial_size)
 
     def take(self, size: int) -> None:
         """One trial plan of `size` (the leases it places and the hosts it indexes)."""
