@@ -342,28 +342,32 @@ def test_the_check_answers_as_the_index_does(seed):
             assert room.allows(ended, at, by), (seed, sorted(gone), at, by)
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_the_check_one_more_at_a_time_answers_as_the_check_of_each_set(seed):
-    rng = random.Random(1000 + seed)
-    hs, holds, _, ps = scenario(rng)
-    lr = asked("l", rng.choice([1, 2, 4, 8]), instances=rng.choice([1, 1, 2]), duration=rng.randint(1, 12) * 1800)
-    room = RoomOnHosts(NOW, hs, holds, lr, ps.release_allowance)
-    by_lease: dict[str, list[Hold]] = {}
-    for h in holds:
-        if h.lease_id[0] in "bp":
-            by_lease.setdefault(h.lease_id, []).append(h)
-    order = list(by_lease)
-    rng.shuffle(order)
-    at = NOW + rng.choice([0, 900])
-    by = at + ps.release_allowance + rng.choice([0, 600])
-    each = list(room.allows_each_more((by_lease[v] for v in order), at, by))
-    assert len(each) == len(order)
-    for k in range(1, len(order) + 1):
-        ended: dict[str, list[Hold]] = {}
-        for v in order[:k]:
-            for h in by_lease[v]:
-                ended.setdefault(h.host, []).append(h)
-        assert each[k - 1] == room.allows(ended, at, by), (seed, k)
+def test_the_check_one_more_at_a_time_answers_as_the_check_of_each_set():
+    turned = 0   # clusters where some first ones leave no room and more do: the answers are not all alike
+    for seed in range(40):
+        rng = random.Random(1000 + seed)
+        hs, holds, _, ps = scenario(rng)
+        lr = asked("l", rng.choice([1, 2, 4, 8]), instances=rng.choice([1, 1, 2]),
+                   duration=rng.randint(1, 12) * 1800)
+        room = RoomOnHosts(NOW, hs, holds, lr, ps.release_allowance)
+        by_lease: dict[str, list[Hold]] = {}
+        for h in holds:
+            if h.lease_id[0] in "bp":
+                by_lease.setdefault(h.lease_id, []).append(h)
+        order = list(by_lease)
+        rng.shuffle(order)
+        at = NOW + rng.choice([0, 900])
+        by = at + ps.release_allowance + rng.choice([0, 600])
+        each = list(room.allows_each_more((by_lease[v] for v in order), at, by))
+        assert len(each) == len(order)
+        for k in range(1, len(order) + 1):
+            ended: dict[str, list[Hold]] = {}
+            for v in order[:k]:
+                for h in by_lease[v]:
+                    ended.setdefault(h.host, []).append(h)
+            assert each[k - 1] == room.allows(ended, at, by), (seed, k)
+        turned += any(each) and not all(each)
+    assert turned >= 5
 
 
 def test_a_pass_reads_each_borrower_a_bounded_number_of_times_however_many_there_are(monkeypatch):

@@ -147,7 +147,7 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
                 eligible.append((vid, why_not))
         out.notes[lid] = [Reason("borrowing", _borrowing_note(by_lease[vid], why)) for vid, why in blocked]
 
-        room: list[RoomOnHosts] = []   # (made at the first trial: most leases examined make none)
+        room: list[RoomOnHosts] = []   # (made at the first check: most leases examined make none)
 
         def check() -> RoomOnHosts:
             if not room:
@@ -171,7 +171,7 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
             if not room_if_ended(victims, at):
                 return None
             trials.take(trial_size)
-            trial = _cut(holds, set(victims), at, m, cut_before)
+            trial = _cut(holds, set(victims), at, cut_before, m)
             # (its reasons are not read: the placements are the same without them)
             leases = plan(now, hosts_of[m], trial, quotas, [*ahead, lr], usage, planner_settings,
                           explain=False).leases
@@ -231,7 +231,7 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
         for vid in chosen:
             taken.add(vid)
             out.ends.append(_early_end(by_lease[vid], lr, quotas, now, deadline, settings))
-        holds = _cut(holds, set(chosen), deadline)
+        holds = _cut(holds, set(chosen), deadline, cut_before)
         freed = sum(h.gpus for vid in chosen for h in by_lease[vid])
         if freed > need:
             spare.add(m)
@@ -252,8 +252,8 @@ def _within_nominal(holds: Sequence[Hold], p: str, m: str, q: QuotaLimit, need: 
     return prof.max_on(start, start + duration) + need <= q.gpus
 
 
-def _cut(holds: Sequence[Hold], gone: set[str], at: int, model: str | None = None,
-         made: dict[tuple[Hold, int], Hold] | None = None) -> list[Hold]:
+def _cut(holds: Sequence[Hold], gone: set[str], at: int, made: dict[tuple[Hold, int], Hold],
+         model: str | None = None) -> list[Hold]:
     """The holds (of `model`, or all) with those of the leases in `gone` ended at `at`: held
     until the release after it, as the ledger will then read them. `made`: the holds cut before
     in this pass, each made once (a trial may end thousands of borrowers, and its sets overlap)."""
@@ -262,13 +262,10 @@ def _cut(holds: Sequence[Hold], gone: set[str], at: int, model: str | None = Non
         if model is not None and h.gpu_model != model:
             continue
         if h.lease_id in gone:
-            if made is None:
-                h = replace(h, end=min(h.end, at + h.allowance))
-            else:
-                cut = made.get((h, at))
-                if cut is None:
-                    cut = made[(h, at)] = replace(h, end=min(h.end, at + h.allowance))
-                h = cut
+            cut = made.get((h, at))
+            if cut is None:
+                cut = made[(h, at)] = replace(h, end=min(h.end, at + h.allowance))
+            h = cut
         out.append(h)
     return out
 
@@ -359,41 +356,38 @@ def _fewest(ordered: list[str], could_fit: Callable[[list[str]], bool],
     if n == 1:
         return ordered
     refused = False   # a set the check let through was refused by its trial: the check may be blind
-    first_alone = False   # the first alone is known not to fit
-    for i, vid in enumerate(ordered):
+    alone_known = 0   # the first this many are known not to fit alone
+    for vid in ordered:
         if could_fit([vid]):
             if refused and left() <= 2 * (_halvings(n) + 1):   # (the search, a narrowing, some to drop)
                 break
             if fits([vid]):
                 return [vid]
             refused = True
-        first_alone = first_alone or i == 0
-    fit, unfit, placed = n, 0, whole   # the first `fit` together fit, the first `unfit` do not
+        alone_known += 1
+    fit, unfit, used = n, 0, whole   # the first `fit` together fit (on the hosts `used`), the first `unfit` do not
     for k, room in zip(range(1, n), could_fit_each_more(ordered)):
-        if k == 1 and first_alone:
-            unfit = 1
-            continue
-        if room:
+        if room and not (k == 1 and alone_known):   # (the first alone: known already)
             if refused and left() < fit - unfit:   # (one more at a time may not end in the trials left)
                 break
-            p = fits(ordered[:k])
-            if p is not None:
-                fit, placed = k, p
+            hosts = fits(ordered[:k])
+            if hosts is not None:
+                fit, used = k, hosts
                 break
             refused = True
         unfit = k
     while fit - unfit > 1:
         mid = (fit + unfit) // 2
-        p = fits(ordered[:mid])
-        if p is not None:
-            fit, placed = mid, p
+        hosts = fits(ordered[:mid])
+        if hosts is not None:
+            fit, used = mid, hosts
         else:
             unfit = mid
     chosen = ordered[:fit]
     drop = chosen[:-1]   # (without the last the set did not fit)
     narrowed = False
     if len(drop) > left():
-        mine = on_hosts(chosen, placed)
+        mine = on_hosts(chosen, used)
         if len(mine) == len(chosen):
             narrowed = True   # (all on those hosts already: it stands as it is)
         elif mine and fits(mine):
