@@ -44,11 +44,12 @@ from gpu_tenancy.whatif.event_loop import simulate  # noqa: E402
 from gpu_tenancy.whatif.planner_sched import MODEL, GpuTenancy, quota_limits  # noqa: E402
 
 
-def run_engine(jobs, n_hosts: int, limits, host_gpus: int, half_life: int, workdir: str, keep_etas: bool = False
-               ) -> tuple[dict, dict, dict, float, dict]:
+def run_engine(jobs, n_hosts: int, limits, host_gpus: int, half_life: int, workdir: str, keep_etas: bool = False,
+               fit_min_waiting: int | None = None) -> tuple[dict, dict, dict, float, dict]:
     """Each job's start, first ETA (leases.first_eta, None if it never waited) and first start-by,
     the wall time, and the jobs the engine ended early (reclaimed or preempted) with the end their
-    notice gave them."""
+    notice gave them. `fit_min_waiting`: the plan length from which a create fits its lease into
+    the plan (the service's plan_insert_min_waiting; None: its default)."""
     url = f"sqlite:///{os.path.join(workdir, 'replay.db')}"
     migrate.upgrade(url)
     clock = VirtualClock(jobs[0].arrival)
@@ -63,7 +64,8 @@ def run_engine(jobs, n_hosts: int, limits, host_gpus: int, half_life: int, workd
                          warn_before_end_seconds=0,
                          # a trace tenant has hundreds waiting at once: the per-user and project limits off
                          max_waiting_leases_per_project=10 ** 6, max_waiting_leases_per_user=10 ** 6,
-                         planner_keep_etas=keep_etas)
+                         planner_keep_etas=keep_etas,
+                         **({} if fit_min_waiting is None else {"plan_insert_min_waiting": fit_min_waiting}))
     app = create_app(config, clock=clock, cloud=cloud, start_engine=False)
     rt = app.extensions["gpu_tenancy"]
     now = clock.now()

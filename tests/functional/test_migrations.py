@@ -148,3 +148,44 @@ def test_a_migration_failing_after_0022_keeps_the_versions_before_it(db_url, tmp
     engine.dispose()
     assert version == head
     assert {"ix_leases_project_name", "ix_leases_project_status_user"} <= made
+
+
+def test_planned_hosts_cleared_as_json_null_become_null(db_url):
+    """0028: hosts a replan cleared were stored as JSON null, which the create's fit took for a
+    lease placed on no hosts (engine/plan_insert.py, build); they become NULL, kept hosts stay."""
+    from datetime import datetime
+
+    from alembic import command
+    from sqlalchemy import JSON, String, cast, update
+    from sqlalchemy.orm import Session
+
+    from gpu_tenancy.db import migrate
+    from gpu_tenancy.db import models as m
+    config = migrate.alembic_config(db_url)
+    command.downgrade(config, "0027_start_by_basis")
+    engine = create_engine(db_url)
+    at = datetime(2026, 12, 5, 8, 0, 0)
+    with Session(engine) as session:
+        session.add(m.Shape(name="a100.x1", gpu_model="A100", gpus=1, vcpus=1, ram_mb=1024, disk_gb=10,
+                            pci_alias="gpu", created_at=at))
+        session.flush()
+        for k, hosts in enumerate((["h1", "h1"], None, None)):
+            session.add(m.Lease(
+                id=f"3f0c2d1e-0000-4000-8000-00000000000{k}", name=f"l{k}", project_id="p", user_id="u",
+                status="queued", shape="a100.x1", gpu_model="A100", gpus_per_vm=1, instances=2, duration=3600,
+                earliest_start=at, start_at=at, end_at=at, queue_reasons=[], planned_hosts=hosts,
+                flavor_id="f", flavor_name="lease-l", priority_class=None, preemptible=False,
+                created_at=at, updated_at=at))
+        session.flush()
+        # the second as the code before cleared it (JSON null); the third never had any (NULL)
+        session.execute(update(m.Lease).where(m.Lease.name == "l1").values(planned_hosts=JSON.NULL))
+        session.commit()
+
+    def stored() -> dict[str, str | None]:
+        with engine.connect() as conn:
+            return dict(conn.execute(select(m.Lease.name, cast(m.Lease.planned_hosts, String))).all())
+    assert stored()["l1"] == "null"
+    command.upgrade(config, "head")
+    after = stored()
+    engine.dispose()
+    assert after["l1"] is None and after["l2"] is None and after["l0"].replace(" ", "") == '["h1","h1"]'

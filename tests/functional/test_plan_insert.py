@@ -229,3 +229,32 @@ def test_a_fit_kept_in_the_lock_row_plans_as_its_row_read_from_the_leases(client
             assert kept is not None and len(kept) == 1
             assert plan_insert.planned(kept[0]) == plan_insert.planned(read)
             assert dict(kept[0]) == dict(read._mapping)
+
+
+def test_a_lease_awaiting_an_announced_reclaim_keeps_creates_from_fitting(client, runtime, clock):
+    """A pass that announces a reclaim for later writes the lease's start and clears its hosts
+    (early_ends.replan: which GPUs the reclaim frees is not known). A plan with such a lease is
+    not fitted into: the fit would count the GPUs its plan gave it as free. The cleared hosts
+    were stored as JSON null, which the fit read as a lease placed on no hosts."""
+    runtime.fits.min_waiting = 0
+    fill(client)
+    waiting = create(client, "ml-vision", "a100.x8", 2)
+    cache = plan_insert.InsertCache(min_waiting=0)
+
+    def build():
+        with session_scope(runtime.sessions) as session:
+            generation, inserted = session.execute(plan_insert.COUNTS).one()
+            return plan_insert.build(session, clock.now(), runtime.planner_settings, cache, generation, inserted)
+    assert build() is not None
+    with session_scope(runtime.sessions) as session:   # as early_ends.replan announces a reclaim
+        row = session.get_one(m.Lease, waiting["id"])
+        row.queue_eta = row.start_at = utcnow_naive(clock.now() + 900)
+        row.planned_hosts = None
+    with session_scope(runtime.sessions) as session:
+        assert session.scalar(select(m.Lease.id).where(m.Lease.planned_hosts.is_(None),
+                                                       m.Lease.status == "queued")) == waiting["id"]
+    assert build() is None
+    runtime.fits.last = None   # its copy of the plan dropped, as the replan that announced it does
+    before = fitted(client)
+    create(client, "nlp-lab", "a100.x8", 1)
+    assert fitted(client) == before   # planned by the full replan

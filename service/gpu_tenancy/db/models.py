@@ -117,7 +117,8 @@ class Lease(Base):
     # a waiting lease's planned hosts, one per VM (with start_at/end_at: its place in the plan),
     # and, when a create fitted it into the plan, the ledger's count of such fits then: what the
     # other processes read to fit the next lease around it (engine/plan_insert.py)
-    planned_hosts: Mapped[list | None] = mapped_column(JSON, nullable=True)
+    # NULL, not JSON null, when cleared: a fit reads NULL as "not placed on known hosts" (plan_insert.build)
+    planned_hosts: Mapped[list | None] = mapped_column(JSON(none_as_null=True), nullable=True)
     plan_seq: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
     # with the planner's keep_etas: a plan once broke that ETA, so the lease goes by it until it starts
     eta_guarded: Mapped[bool] = mapped_column(Boolean, default=False)

@@ -128,6 +128,7 @@ class GpuTenancy(Scheduler):
         # with borrowing let a job borrow, so with the trace replay's open quotas it never acts
         self.reclaims = Reclaims(reclaim) if reclaim is not None else None
         self.announced: dict[str, int] = {}   # a decision's reclaims' announced starts, by lease
+        self.awaiting_reclaim: frozenset[str] = frozenset()
         # with reclaims: the wake-up the last decision asked for, when it was, and whether a job
         # arrived or ended since (a wake-up asked for earlier and not since is no pass: see schedule)
         self.asked_wake: int | None = None
@@ -342,6 +343,8 @@ class GpuTenancy(Scheduler):
         new = list(islice(reversed(self.waiting), k))[::-1]   # submitted last: none planned yet
         if set(new) != self.unplanned or len(self.waiting) - k < (self.insert_min_waiting or 0):
             return None   # (a fit below that costs more than the plans it saves)
+        if self.awaiting_reclaim:
+            return None   # the service's create replans in full (a lease waits for a reclaim announced)
         t = time.perf_counter()
         scores = self._scores(usage)
         # (only when there is a plan to fit into: a plan made here is in the order of now)
@@ -425,6 +428,7 @@ class GpuTenancy(Scheduler):
         if self.reclaims is not None and self.reclaims.noticed_for:
             reclaim_passes.call_off(self, now, running, cluster)
         self.announced = {}   # the starts this decision's reclaims announce (the engine's queue ETAs)
+        self.awaiting_reclaim = frozenset()   # leases the pass before the arrivals announced a reclaim for
         if not self.waiting:
             return [], None
         takeable = reclaim_passes.may_reclaim(self, now, running)
@@ -467,6 +471,9 @@ class GpuTenancy(Scheduler):
             # (what it announces for later does not stand: the replans that ask the arrivals for
             # write every queue ETA again, with only what they announce)
             holds, first = reclaim_passes.before_arrivals(self, now, running, holds, usage, takeable, cluster)
+            # their rows say so when the arrivals are asked for (a start, no hosts), and no create
+            # fits into a plan that has such a lease: it replans in full (engine/plan_insert.py, build)
+            self.awaiting_reclaim = frozenset(j for j in self.announced if j in self.waiting)
             self.announced = {}
             takeable = reclaim_passes.may_reclaim(self, now, running)
             if first:
