@@ -14,6 +14,7 @@ from gpu_tenancy.app import create_app
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.engine import early_ends, offers, plan_insert
+from gpu_tenancy.domain.plan_insert import PlanBook
 from tests.conftest import PG_URL, headers
 from tests.functional.test_metrics import scrape, value
 
@@ -258,3 +259,22 @@ def test_a_lease_awaiting_an_announced_reclaim_keeps_creates_from_fitting(client
     before = fitted(client)
     create(client, "nlp-lab", "a100.x8", 1)
     assert fitted(client) == before   # planned by the full replan
+
+
+def test_a_fit_with_no_room_after_every_lease_is_planned_by_the_full_replan(client, runtime, monkeypatch):
+    """Fitted after every lease, a lease may find no room (one bigger than its project's quota may
+    only borrow what is idle from now on): the full replan, where it goes by its order, places it
+    (it may start now). It was fitted with no ETA and waited for the engine's next pass."""
+    runtime.fits.min_waiting = 0
+    fill(client)
+    create(client, "ml-vision", "a100.x8", 2)
+    real = PlanBook.insert
+
+    def no_room(self, now, lr):
+        made = real(self, now, lr)
+        return replace(made, planned=replace(made.planned, placement=None))
+    monkeypatch.setattr(PlanBook, "insert", no_room)
+    before = fitted(client)
+    lease = create(client, "nlp-lab", "a100.x8", 1)
+    assert fitted(client) == before
+    assert lease["queue"]["eta"] is not None   # the full replan's

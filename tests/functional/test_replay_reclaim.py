@@ -107,9 +107,12 @@ def test_the_replay_is_the_engine_with_quotas_that_lend_on_bursts(seed, tmp_path
 # is not known). The row's hosts were written as JSON null, not NULL, so creates were fitted all
 # the same, onto the GPUs the plan had given that lease: told ETAs hours before they started
 # (11 of 1,039 first ETAs differed in `bench/engine_replay.py --jobs 1200 --hosts 6 --quota quota`).
-# 2: j026 and j027 were told the ETA of a fit onto the GPUs of a lease awaiting a reclaim (1 and 5
-# fit without one)
-@pytest.mark.parametrize("seed", [1, 2, 5])
+# 2: j026 and j027 were told the ETA of a fit onto the GPUs of a lease awaiting a reclaim. 0 and 4:
+# arrivals of one instant fitted one after another, where the replay planned (and reclaimed) after
+# each (4: 63 of 100 starts differed). 7: a fit that found no room after every lease was told no ETA
+# and waited for the next pass, while the next arrival's create started first. 3: the replay's second
+# pass at an instant (the engine's after the arrivals) ran between two arrivals.
+@pytest.mark.parametrize("seed", [0, 2, 3, 4, 7])
 def test_creates_fitted_into_the_plan_tell_the_engines_etas_around_reclaims(seed, tmp_path):
     jobs = bursty(seed, 100)
     hosts = 4

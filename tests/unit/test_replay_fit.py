@@ -39,7 +39,8 @@ def busy_trace(rng: random.Random, n: int = 120) -> list[Job]:
 class CreateReference(GpuTenancy):
     """Records, before each arrival's decision, the ETA the service's create answers: the
     engine's full plan of the leases waiting before it with the new one fitted in (a full
-    plan with it instead below insert_min_waiting, or when the fit would start it now)."""
+    plan with it instead below insert_min_waiting, or when the fit would start it now or finds
+    no room for it)."""
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
@@ -61,7 +62,7 @@ class CreateReference(GpuTenancy):
                                 [Planned(lr, p0.leases[lr.lease_id].placement) for lr in old], usage, self.settings)
                 place = book.insert(now, new).planned.placement
                 eta = place.start if place is not None else None
-                full = place is not None and place.start <= now
+                full = place is None or place.start <= now   # (no room after every lease: planned in full)
             if len(old) < (self.insert_min_waiting or 0) or full:
                 eta = plan(now, hosts, holds, self.quotas, [*old, new], usage, self.settings,
                            explain=False).leases[jid].eta
@@ -102,3 +103,20 @@ def test_fitting_arrivals_changes_no_start(seed, order):
     assert runs[1][2]["etas_fitted"] > 0 and runs[0][2]["etas_fitted"] == 0
     # with every arrival fitted, the fits that stood for a full plan saved plans
     assert runs[1][2]["plans"] <= runs[0][2]["plans"]
+
+
+def test_the_loop_tells_whether_another_arrival_comes_at_the_same_instant():
+    """The service's creates of one instant are fitted one after another with no pass between
+    (engine/plan_insert.py): the replay's scheduler is told which arrival is not the last."""
+    seen: list[tuple[str, int, bool]] = []
+
+    class Recording(GpuTenancy):
+        def schedule(self, now, cluster, running):
+            seen.append((",".join(sorted(self.unplanned)), now, self.arrivals_follow))
+            return super().schedule(now, cluster, running)
+    jobs = [Job("a1", "a", 10, 600, 8, 1), Job("a2", "b", 10, 600, 8, 1), Job("a3", "c", 10, 600, 8, 1),
+            Job("b1", "a", 20, 600, 8, 1)]
+    simulate(jobs, HOSTS, Recording(quota_limits(SHARES, HOSTS * 8, "open")))
+    assert [(u, t, f) for u, t, f in seen if u] == [("a1", 10, True), ("a2", 10, True), ("a3", 10, False),
+                                                    ("b1", 20, False)]
+    assert not any(f for u, _t, f in seen if not u)   # an end's or a wake-up's decision

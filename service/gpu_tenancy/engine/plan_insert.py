@@ -81,8 +81,9 @@ def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease
     have planned it), under the ledger lock taken here: the lease fitted into the current
     plan, its queue information written; the snapshot to confirm once that transaction has
     committed. None: a full replan must plan it once committed (the plan is short or not
-    known here, a wait bound, age x size or keep_etas is set, or the lease would start now or exactly
-    when asked, which commits GPUs: only the full replan does that). `before` is called with the plan the
+    known here, a wait bound, age x size or keep_etas is set, the lease would start now or exactly
+    when asked, which commits GPUs: only the full replan does that, or it has no room after every
+    lease of the plan). `before` is called with the plan the
     lease is fitted into, without it (before the lock when no fit committed meanwhile)."""
     # the ledger's counts as the ask's checks read them in this transaction (engine/ask_facts.py),
     # else read below: either way before the lock, and the claim reads them again under it
@@ -113,8 +114,10 @@ def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease
         log.exception("fitting lease %s into the plan failed", row.id)
         return None
     place = fitted.planned.placement
-    if place is not None and (place.start <= now or place.start == lr.earliest_start):
-        return None   # the full replan commits it (and is the one to decide reclaims)
+    if place is None or place.start <= now or place.start == lr.earliest_start:
+        # the full replan commits it (and is the one to decide reclaims); with no room after every
+        # lease of the plan, it finds where the lease goes in its order (a borrower may start now)
+        return None
     ledger.write_queue_info(row, fitted.planned, now,
                             start_by_margins.basis_now(session, row.project_id) if margin is None else margin)
     row.plan_seq = snapshot.inserted = seq

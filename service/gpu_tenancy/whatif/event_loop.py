@@ -45,6 +45,8 @@ class Scheduler:
     ETA it gave each job when the job was submitted (its decision right after)."""
     name = "scheduler"
     first_eta: dict[str, int] | None = None
+    # set by the loop before each schedule(): another arrival comes at this instant
+    arrivals_follow: bool = False
 
     def submit(self, job, now: int) -> None: ...
     def finished(self, job, now: int) -> None: ...
@@ -110,6 +112,7 @@ def simulate(jobs, n_hosts: int | Cluster, sched: Scheduler, progress: float | N
             sched.submit(job, t)
         else:
             wakes.discard(t)
+        sched.arrivals_follow = kind == ARRIVE and bool(heap) and heap[0][0] == t and heap[0][1] == ARRIVE
         starts, wake = sched.schedule(t, cluster, running)
         out.decisions += 1
         for sj, hosts in starts:

@@ -129,6 +129,9 @@ class GpuTenancy(Scheduler):
         self.reclaims = Reclaims(reclaim) if reclaim is not None else None
         self.announced: dict[str, int] = {}   # a decision's reclaims' announced starts, by lease
         self.awaiting_reclaim: frozenset[str] = frozenset()
+        # the instant whose arrivals were fitted with more to come: the service's creates fit them one
+        # after another with no pass between (engine/plan_insert.py), the engine's pass comes after the last
+        self.fitting_at: int | None = None
         # with reclaims: the wake-up the last decision asked for, when it was, and whether a job
         # arrived or ended since (a wake-up asked for earlier and not since is no pass: see schedule)
         self.asked_wake: int | None = None
@@ -386,11 +389,11 @@ class GpuTenancy(Scheduler):
             lr = self.requests[jid]
             ins = b.book.insert(now, lr)
             place = ins.planned.placement
-            if place is not None and (place.start <= now or place.start == lr.earliest_start):
-                self.book = None   # the service's create replans in full then (it commits GPUs)
+            if place is None or place.start <= now or place.start == lr.earliest_start:
+                self.book = None   # the service's create replans in full then (it commits GPUs, or finds room)
                 self.plan_seconds += time.perf_counter() - t
                 return None
-            fitted[jid] = None if place is None else place.start
+            fitted[jid] = place.start
             b.exact, b.fitted_at = ins.exact, now
             b.leases[jid] = ins.planned
         if self.settings.queued_charge is not None:
@@ -467,7 +470,7 @@ class GpuTenancy(Scheduler):
             waiting = [replace(r, priority=1) if now - r.created_at >= self.aging else r for r in waiting]
         full = cluster.free_total == 0
         first: list = []   # started by the engine's pass before the arrivals, once it reclaimed
-        if takeable and self.unplanned:
+        if takeable and self.unplanned and self.fitting_at != now:
             # (what it announces for later does not stand: the replans that ask the arrivals for
             # write every queue ETA again, with only what they announce)
             holds, first = reclaim_passes.before_arrivals(self, now, running, holds, usage, takeable, cluster)
@@ -478,10 +481,19 @@ class GpuTenancy(Scheduler):
             takeable = reclaim_passes.may_reclaim(self, now, running)
             if first:
                 waiting = [self.requests[jid] for jid in self.waiting]
-        fit = self._fit_arrivals(now, running, holds, usage, full)
+        # (with more arrivals at this instant, the fit is made whatever it costs: it decides whether
+        # the engine plans between their creates)
+        fit = self._fit_arrivals(now, running, holds, usage, full or self.arrivals_follow)
         fitted = None
         if fit is not None:   # (at least insert_min_waiting planned: the service tells the fit's ETA)
             fitted, exact = fit
+            if self.arrivals_follow:
+                # the create fitted it and did no more: the next arrival's is fitted into the same plan,
+                # and the engine's pass (plan, starts, reclaims) comes once the last one is asked for
+                self._told(fitted)
+                self.inserted += len(fitted)
+                self.fitting_at = now
+                return first, None
             if full and not takeable and not first:
                 self._told(fitted)
                 self.inserted += len(fitted)
@@ -569,7 +581,9 @@ class GpuTenancy(Scheduler):
             more, wake, reclaim_wake, held_now = reclaim_passes.after_starts(
                 self, now, running, cluster, holds, starts, usage, p, takeable, wake)
             starts += more
-        if self.lends and not self.last_in_order and self.waiting and self.promise is None and not self.settings.keep_etas:
+        # (with more arrivals at this instant, their creates come first, and the pass after the last one)
+        if (not self.arrivals_follow and self.lends and not self.last_in_order and self.waiting and self.promise is None
+                and not self.settings.keep_etas):
             # The engine's next pass at this instant (it runs again once the arrivals are asked for):
             # with what started out of order held, a lease before it in the order may be placed
             # elsewhere, and a borrower, which may start only on capacity idle from now to its end,
