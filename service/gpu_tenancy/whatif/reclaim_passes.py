@@ -96,6 +96,11 @@ def start_after_cut(s: GpuTenancy, now: int, cluster, holds: list[Hold], waiting
     assert s.hosts is not None
     p = plan(now, s.hosts, holds, s.quotas, waiting, usage, s.settings, explain=False)
     s.plans += 1
+    # the engine writes a start a reclaim announces only where it is earlier than this plan's
+    # (early_ends.replan_locked): where it is not, the lease's row keeps the plan's start and hosts
+    planned = {jid: pl.eta for jid, pl in p.leases.items()}
+    s.announced = {jid: at for jid, at in s.announced.items()
+                   if (eta := planned.get(jid)) is None or at < eta}
     more, wake, _ = s._start_now(p, now, cluster)
     return more, wake, holds + s._held_from_now(more, cluster, now)
 
