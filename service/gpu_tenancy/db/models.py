@@ -282,7 +282,7 @@ class Server(Base):
     readiness_detail: Mapped[str | None] = mapped_column(Text, nullable=True)
     readiness_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
     # its addresses once ACTIVE: [{"network", "ip", "kind": fixed|floating}]
-    addresses: Mapped[list | None] = mapped_column(JSON, nullable=True)
+    addresses: Mapped[list | None] = mapped_column(JSON(none_as_null=True), nullable=True)
     updated_at: Mapped[datetime] = mapped_column(UTC)
     lease: Mapped[Lease] = relationship(back_populates="servers")
     __table_args__ = (UniqueConstraint("lease_id", "vm_index", name="uq_servers_lease_vm"),)
