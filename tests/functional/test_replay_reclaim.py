@@ -111,8 +111,12 @@ def test_the_replay_is_the_engine_with_quotas_that_lend_on_bursts(seed, tmp_path
 # arrivals of one instant fitted one after another, where the replay planned (and reclaimed) after
 # each (4: 63 of 100 starts differed). 7: a fit that found no room after every lease was told no ETA
 # and waited for the next pass, while the next arrival's create started first. 3: the replay's second
-# pass at an instant (the engine's after the arrivals) ran between two arrivals.
-@pytest.mark.parametrize("seed", [0, 2, 3, 4, 7])
+# pass at an instant (the engine's after the arrivals) ran between two arrivals. 19: a create whose
+# fit would start its lease now is told the full replan's ETA; the replay fitted it a second time.
+# 24: at an instant of ends and an arrival the replay fitted the arrival into its second pass's plan,
+# which the engine runs after the creates (the creates read the first pass's rows). 22: the same,
+# where those rows await an announced reclaim, so the create replans in full.
+@pytest.mark.parametrize("seed", [0, 2, 3, 4, 7, 19, 22, 24])
 def test_creates_fitted_into_the_plan_tell_the_engines_etas_around_reclaims(seed, tmp_path):
     jobs = bursty(seed, 100)
     hosts = 4

@@ -47,6 +47,8 @@ class Scheduler:
     first_eta: dict[str, int] | None = None
     # set by the loop before each schedule(): another arrival comes at this instant
     arrivals_follow: bool = False
+    # set by the loop before each schedule(): an arrival comes next at this instant (whatever this event is)
+    arrival_next: bool = False
 
     def submit(self, job, now: int) -> None: ...
     def finished(self, job, now: int) -> None: ...
@@ -112,7 +114,8 @@ def simulate(jobs, n_hosts: int | Cluster, sched: Scheduler, progress: float | N
             sched.submit(job, t)
         else:
             wakes.discard(t)
-        sched.arrivals_follow = kind == ARRIVE and bool(heap) and heap[0][0] == t and heap[0][1] == ARRIVE
+        sched.arrival_next = bool(heap) and heap[0][0] == t and heap[0][1] == ARRIVE
+        sched.arrivals_follow = kind == ARRIVE and sched.arrival_next
         starts, wake = sched.schedule(t, cluster, running)
         out.decisions += 1
         for sj, hosts in starts:

@@ -37,6 +37,9 @@ class KeptPlan:
     def __init__(self, p: Plan | LazyPlan, scores: dict[str, float], order: tuple[str, ...] | None = None):
         self._plan, self.scores, self.order = p, scores, order
         self._lazy: LazyPlan | None = None
+        # the plan of a pass that started leases out of order, kept for the creates of the arrivals
+        # that follow at its instant (the engine's rows until its next pass): not a plan of now
+        self.stale = False
 
     @property
     def plan(self) -> Plan:

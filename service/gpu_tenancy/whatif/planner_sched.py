@@ -129,6 +129,10 @@ class GpuTenancy(Scheduler):
         self.reclaims = Reclaims(reclaim) if reclaim is not None else None
         self.announced: dict[str, int] = {}   # a decision's reclaims' announced starts, by lease
         self.awaiting_reclaim: frozenset[str] = frozenset()
+        # (the instant, the leases awaiting an announced reclaim) of the decision at an instant's ends that
+        # arrivals follow: the engine's pass before their creates (its plan is kept for them: KeptPlan.stale)
+        self.rows_before_arrivals: tuple[int, frozenset[str]] | None = None
+        self.fit_refused = False   # this decision's fit would have started its lease now, or found no room
         # the instant whose arrivals were fitted with more to come: the service's creates fit them one
         # after another with no pass between (engine/plan_insert.py), the engine's pass comes after the last
         self.fitting_at: int | None = None
@@ -383,6 +387,8 @@ class GpuTenancy(Scheduler):
                            for pl in (kept.plan.leases[lr.lease_id],)]
                 book = PlanBook(now, self.hosts, holds, self.quotas, planned, usage, self.settings)
             b = FittedBook(book, now, scores, order, dict(kept.plan.leases))
+            if kept.stale:
+                book.exact[MODEL] = False   # not the plan of now: the fits are not plan()'s either
         self.last_plan, self.book = None, b   # the book holds the plan and the fits from now on
         fitted: dict[str, int | None] = {}
         for jid in new:
@@ -391,6 +397,7 @@ class GpuTenancy(Scheduler):
             place = ins.planned.placement
             if place is None or place.start <= now or place.start == lr.earliest_start:
                 self.book = None   # the service's create replans in full then (it commits GPUs, or finds room)
+                self.fit_refused = True   # and tells that replan's ETA: no other fit is made for it
                 self.plan_seconds += time.perf_counter() - t
                 return None
             fitted[jid] = place.start
@@ -432,6 +439,7 @@ class GpuTenancy(Scheduler):
             reclaim_passes.call_off(self, now, running, cluster)
         self.announced = {}   # the starts this decision's reclaims announce (the engine's queue ETAs)
         self.awaiting_reclaim = frozenset()   # leases the pass before the arrivals announced a reclaim for
+        rows = self.rows_before_arrivals if self.rows_before_arrivals and self.rows_before_arrivals[0] == now else None
         if not self.waiting:
             return [], None
         takeable = reclaim_passes.may_reclaim(self, now, running)
@@ -470,7 +478,11 @@ class GpuTenancy(Scheduler):
             waiting = [replace(r, priority=1) if now - r.created_at >= self.aging else r for r in waiting]
         full = cluster.free_total == 0
         first: list = []   # started by the engine's pass before the arrivals, once it reclaimed
-        if takeable and self.unplanned and self.fitting_at != now:
+        if rows is not None:
+            # the engine's pass before this instant's arrivals was this instant's decision at its ends:
+            # the creates read the rows it wrote (its reclaims announced for later among them)
+            self.awaiting_reclaim = frozenset(j for j in rows[1] if j in self.waiting)
+        elif takeable and self.unplanned and self.fitting_at != now:
             # (what it announces for later does not stand: the replans that ask the arrivals for
             # write every queue ETA again, with only what they announce)
             holds, first = reclaim_passes.before_arrivals(self, now, running, holds, usage, takeable, cluster)
@@ -483,6 +495,7 @@ class GpuTenancy(Scheduler):
                 waiting = [self.requests[jid] for jid in self.waiting]
         # (with more arrivals at this instant, the fit is made whatever it costs: it decides whether
         # the engine plans between their creates)
+        self.fit_refused = False
         fit = self._fit_arrivals(now, running, holds, usage, full or self.arrivals_follow)
         fitted = None
         if fit is not None:   # (at least insert_min_waiting planned: the service tells the fit's ETA)
@@ -510,6 +523,7 @@ class GpuTenancy(Scheduler):
                 return [], wake
             else:
                 self.inserted += len(fitted)
+        self.rows_before_arrivals = None   # this plan is a pass of the engine's: its rows are written anew
         promise = self.promise
         told = self.first_eta if promise and self.first_eta is not None else None
         asked = waiting
@@ -543,7 +557,7 @@ class GpuTenancy(Scheduler):
             self.replans += 1
         reclaim_wake = None   # when to ask again for what this plan's reclaim announces for later
         if self._fits():
-            if fitted is None and self.unplanned and any((p.leases[j].eta or now + 1) > now for j in self.unplanned):
+            if fitted is None and not self.fit_refused and self.unplanned and any((p.leases[j].eta or now + 1) > now for j in self.unplanned):
                 # An arrival that waits, fit not made (no plan kept to fit into): the service's
                 # create fits it into the engine's plan of the leases before it (made here).
                 # One that starts now waits for nothing: the full plan's "now" is its ETA.
@@ -595,9 +609,15 @@ class GpuTenancy(Scheduler):
             again = plan(now, self.hosts, held_now, self.quotas, [self.requests[j] for j in self.waiting], usage,
                          self.settings, explain=False)
             self.plans += 1
+            first_plan = self.last_plan
             more, wake, self.last_in_order = self._start_now(again, now, cluster)
             starts += more
             self.last_plan = KeptPlan(again, self._scores(usage), self._kept_order(again)) if self._fits() else None
+            if self.arrival_next and first_plan is not None and self.last_plan is not None:
+                # an arrival follows at this instant: its create fits into the rows this pass wrote
+                # (the engine's next pass, this one, comes after the creates), not into this plan
+                first_plan.stale = True
+                self.last_plan = first_plan
             self.book = None
         if (self.reclaims is not None and self.reclaims.noticed_for
                 and reclaim_passes.call_off(self, now, running, cluster,
@@ -606,6 +626,9 @@ class GpuTenancy(Scheduler):
             # only for the starts it announces to leases still waiting (their queue ETAs)
             reclaim_wake = reclaim_passes.reclaim_wake(
                 self, now, [eta for jid, eta in self.announced.items() if jid in self.waiting])
+        if self.arrival_next and not self.unplanned:
+            # the rows this pass leaves are what the creates of this instant's arrivals read
+            self.rows_before_arrivals = (now, frozenset(j for j in self.announced if j in self.waiting))
         self.next_start = wake
         if reclaim_wake is not None and (wake is None or reclaim_wake < wake):
             wake = reclaim_wake
