@@ -97,15 +97,17 @@ def run_engine(jobs, n_hosts: int, limits, host_gpus: int, half_life: int, workd
             notice = rt.config.reclaim_notice_seconds
             eta = min((to_epoch(e) - notice if hosts is None and to_epoch(e) - notice > clock.now() else to_epoch(e)
                        for e, hosts in etas), default=None)
-            # a lease told to end early (a reclaim) ends at its notice's end: an event, as its own end is
-            cut = s.execute(select(m.Lease.id, m.Lease.early_end_at).where(
-                m.Lease.status == "active", m.Lease.early_end_at.is_not(None))).all()
+            # a lease told to end early (a reclaim) ends at its notice's end: an event, as its own end is;
+            # one whose notice was called off (early_ends.call_off_unneeded) ends at its own end again
+            cut = s.execute(select(m.Lease.id, m.Lease.early_end_at).where(m.Lease.status == "active")).all()
         for lid, st, status in rows:
             if status not in ("queued", "requested") and st is not None:
                 started[lid] = to_epoch(st)
                 ends[lid] = to_epoch(st) + by_lease[lid].runtime
         for lid, at in cut:
-            ends[lid] = min(ends[lid], to_epoch(at))
+            if lid in started:
+                own = started[lid] + by_lease[lid].runtime
+                ends[lid] = own if at is None else min(own, to_epoch(at))
         return eta
 
     eta = None

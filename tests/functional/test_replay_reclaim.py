@@ -86,7 +86,10 @@ BURSTY = {"a": 0.4, "b": 0.3, "c": 0.2, "d": 0.1}
 # that capacity first (71 of 100 starts the same). 15: a reclaim announced for later (a borrower's
 # minimum runtime to run out) was decided when some other event came, at a different one in each
 # (98 of 100); both now ask again a notice before the start it announces, when it can be decided.
-@pytest.mark.parametrize("seed", [1, 2, 10, 15])
+# 0: the bench's driver, not either side: a notice called off gives its lease its own end back, and
+# the driver kept asking the engine at the notice's end only, so the engine first ran 60 s after that
+# lease's real end and started the lease waiting for its GPUs then (two starts 60 s apart).
+@pytest.mark.parametrize("seed", [0, 1, 2, 10, 15])
 def test_the_replay_is_the_engine_with_quotas_that_lend_on_bursts(seed, tmp_path):
     jobs = bursty(seed, 100)
     hosts = 4
