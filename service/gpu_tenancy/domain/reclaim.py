@@ -220,10 +220,7 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
                     examined += 1
                     if examined > settings.max_examined:
                         break
-                    # (borrowers taken at the same instant started the same second: in the order they were
-                    # asked for, not by their lease ids, which are random: the same history, the same ETAs)
-                    later.sort(key=lambda e: (e[0], by_lease[e[1]][0].asked, e[1]))
-                    _count_on_later_reclaim(out, lid, eta, later, settings, start_if_ended, promised)
+                    _count_on_later_reclaim(out, lid, eta, sorted(later), settings, start_if_ended, promised)
                 continue
         except LeaseTrialsSpent:
             out.notes[lid] = out.notes[lid] + [Reason("borrowing", UNSETTLED.format("its share"))]

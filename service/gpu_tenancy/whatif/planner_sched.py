@@ -587,7 +587,7 @@ class GpuTenancy(Scheduler):
             # reclaimed, so nothing is announced for later)
             return [], None
         starts, wake, self.last_in_order = self._start_now(p, now, cluster)
-        # (what the pass before the arrivals started, `first`, is in `holds` already: held once)
+        starts = first + starts
         if lazy:   # (the leases not planned yet start later than those planned: LazyPlan.decide)
             wake = next_start
         held_now = None   # the holds once this pass's starts are held and its reclaims cut
@@ -619,7 +619,6 @@ class GpuTenancy(Scheduler):
                 first_plan.stale = True
                 self.last_plan = first_plan
             self.book = None
-        starts = first + starts
         if (self.reclaims is not None and self.reclaims.noticed_for
                 and reclaim_passes.call_off(self, now, running, cluster,
                                             self._holds_after(running, starts, now, cluster)) is not None):
