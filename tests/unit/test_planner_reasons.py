@@ -116,3 +116,29 @@ def test_no_eta_is_promised_when_the_wait_is_too_short_to_reclaim_for():
     result = early_ends(NOW, hosts, holds, quotas, waiting, None, current, settings)
     assert "reclaim only for a wait over 1 hour" in result.notes["l8"][0].message
     assert result.ends == [] and result.etas == {}
+
+
+def test_borrowers_taken_at_one_instant_are_counted_on_in_the_order_they_were_asked_for_not_by_id():
+    """Two borrowers started the same second, so a later reclaim may take both at 08:50: "small"
+    holds all 4 A100 of h1, "big" all 8 of h2. lender's l8 (8 GPUs) then l4 (4 GPUs) wait for
+    them. Which one l8 counts on decides whether l4 can count on the other. The engine's lease ids
+    are random, so the same history, its leases named otherwise, must tell the same ETAs. The ties
+    go in the order the reclaim at 08:50 will take victims (asked for last, first): l8 counts on
+    big alone and l4 on small, as that reclaim will decide. By id, "a" small first, l8 counted on
+    both and l4 on none."""
+    m = "A100"
+    settings = ReclaimSettings(reclaim_after=H, notice=15 * 60, min_runtime=H)
+    hosts = [Host("h1", m, 4), Host("h2", m, 8)]
+    quotas = {("lender", m): QuotaLimit("lender", m, 12),
+              ("borrower", m): QuotaLimit("borrower", m, 0, borrow_gpus=12)}
+    waiting = [LeaseRequest("l8", "lender", m, 8, 1, 2 * H, NOW, None, NOW - 60),
+               LeaseRequest("l4", "lender", m, 4, 1, 2 * H, NOW, None, NOW - 30)]
+    told = []
+    for small, big in (("a", "b"), ("b", "a")):
+        holds = [Hold(small, "borrower", "h1", m, 4, NOW - 10 * 60, NOW + 10 * H, borrowing=True,
+                      asked=(NOW - 20 * 60, 1)),
+                 Hold(big, "borrower", "h2", m, 8, NOW - 10 * 60, NOW + 10 * H, borrowing=True,
+                      asked=(NOW - 20 * 60, 2))]
+        current = plan(NOW, hosts, holds, quotas, waiting)
+        told.append(early_ends(NOW, hosts, holds, quotas, waiting, None, current, settings).etas)
+    assert told[0] == told[1] == {"l8": NOW + 65 * 60, "l4": NOW + 65 * 60}

@@ -220,7 +220,10 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
                     examined += 1
                     if examined > settings.max_examined:
                         break
-                    _count_on_later_reclaim(out, lid, eta, sorted(later), settings, start_if_ended, promised)
+                    # (borrowers that may be taken at one instant, in the order that reclaim will take
+                    # them: not by lease id, which is random, so that one history tells the same ETAs)
+                    later.sort(key=lambda e: (e[0], _victim_order(by_lease[e[1]][0])))
+                    _count_on_later_reclaim(out, lid, eta, later, settings, start_if_ended, promised)
                 continue
         except LeaseTrialsSpent:
             out.notes[lid] = out.notes[lid] + [Reason("borrowing", UNSETTLED.format("its share"))]
