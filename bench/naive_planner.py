@@ -78,6 +78,7 @@ class NaiveQuota:
     def __init__(self, now, quotas, holds):
         self.now, self.quotas = now, quotas
         self.iv = defaultdict(list)
+        self.planned = defaultdict(list)   # reservations that start after now
         for h in holds:
             if h.end > now and h.gpus > 0 and not h.preemptible:   # preemptible leases use no quota
                 self.iv[(h.project_id, h.gpu_model)].append((max(h.start, now), h.end, h.gpus))
@@ -99,6 +100,19 @@ class NaiveQuota:
 
     def reserve(self, p, m, a, b, need):
         self.iv[(p, m)].append((a, b, need))
+        if a > self.now:
+            self.planned[(p, m)].append((a, b, need))
+
+    def note_planned(self, reserved):
+        for h in reserved:
+            if h.start > self.now and h.end > h.start and h.gpus > 0 and not h.preemptible:
+                self.planned[(h.project_id, h.gpu_model)].append((h.start, h.end, h.gpus))
+
+    def overtakes(self, p, m, a, b, need):
+        planned, held = self.planned[(p, m)], self.iv[(p, m)]
+        instants = {a} | {x for (s, e, g) in planned + held for x in (s, e) if a < x < b}
+        return any(_used(planned, x, x + 1) > 0 and self._nominal(p, m) - _used(held, x, x + 1) < need
+                   for x in instants)
 
 
 NAIVE = Backend(capacity=naive_capacity, quota=NaiveQuota)

@@ -118,8 +118,13 @@ def test_the_replay_is_the_engine_with_quotas_that_lend_on_bursts(seed, tmp_path
 # fit would start its lease now is told the full replan's ETA; the replay fitted it a second time.
 # 24: at an instant of ends and an arrival the replay fitted the arrival into its second pass's plan,
 # which the engine runs after the creates (the creates read the first pass's rows). 22: the same,
-# where those rows await an announced reclaim, so the create replans in full.
-@pytest.mark.parametrize("seed", [0, 2, 3, 4, 7, 19, 22, 24])
+# where those rows await an announced reclaim, so the create replans in full. With a borrower that
+# pushes back no lease of its project (domain/quota_book.py, overtakes): 6, the engine's pass before
+# an instant's arrivals started a borrower that the passing time alone let borrow (no job ended), and
+# the replay planned it with the arrivals, one of them on its host; 16, a lease a create started is
+# scheduled, not running, when the pass after the creates reclaims, so it is no borrower to end there
+# (the replay counted it, and examined its limit of leases before the one reclaimed for).
+@pytest.mark.parametrize("seed", [0, 2, 3, 4, 6, 7, 16, 19, 22, 24])
 def test_creates_fitted_into_the_plan_tell_the_engines_etas_around_reclaims(seed, tmp_path):
     jobs = bursty(seed, 100)
     hosts = 4

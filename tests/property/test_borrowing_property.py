@@ -1,14 +1,11 @@
-"""A borrower a plan starts should push back none of its own project's leases that plan placed
-later. Not kept yet: a strict xfail, like the unit case in tests/unit/test_planner.py.
+"""A borrower a plan starts pushes back none of its own project's leases that plan placed later.
 
 Once started, a borrower is a hold, and a hold counts against its project's quota before every
 planned lease; in the plan that started it, it was placed after the leases ahead of it in the
 order. So a borrower whose run overlaps a lease of its project planned beyond what the quota
-has left moves that lease to the borrower's end in the next plan: a start told, then broken by
-the plan that told it (found tracing the replay against the engine: 136 of 8,516 seeded worlds
-below that borrow do so). A planner that refuses such a borrow was tried and taken out: it
-passed every world here, but the engine and the replay then disagreed on some seeded workloads
-with every create fitted (docs/design.md, "Borrowing", says what was found).
+has left would move that lease to the borrower's end in the next plan: a start told, then
+broken by the plan that told it (found tracing the replay against the engine; 136 of 8,516
+seeded worlds below that borrow did so). `QuotaBook.overtakes` refuses such a borrow.
 
 Other projects' leases are not checked: a started lease changes which host is tightest, and
 the best fit then cascades on the hosts (about 1 world in 2,000 here), which is not quota's."""
@@ -42,8 +39,6 @@ def world(seed: int):
     return hosts, holds, quotas, waiting
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="not yet: a started borrower counts against its "
-                   "project's quota before the leases planned ahead of it (docs/design.md, Borrowing)")
 @pytest.mark.parametrize("block", range(8))
 def test_a_started_borrower_keeps_the_starts_planned_for_its_projects_leases(block):
     settings = PlannerSettings(release_allowance=300 * (block % 2))

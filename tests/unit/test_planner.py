@@ -1,8 +1,6 @@
 """Hand-checked planner cases: every expected time below was worked out by hand."""
 from __future__ import annotations
 
-import pytest
-
 from gpu_tenancy.domain.capacity import StepProfile
 from gpu_tenancy.domain.planner import (
     can_ever_fit, extension_conflicts, fmt_time, largest_free_block, plan)
@@ -140,27 +138,24 @@ def test_borrowing_on_idle_capacity_now():
     assert "borrowing" in codes(pl)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "not yet: a borrower counts against its project's nominal quota after the leases ahead of it in "
-    "the plan that starts it, and before them once it runs (a hold), so the next plan moves the "
-    "project's lease ahead to the borrower's end; the reclaim ends no project's borrower for its "
-    "own leases"))
-def test_a_borrower_a_plan_starts_keeps_the_start_that_plan_gave_its_projects_lease_ahead():
+def test_a_borrower_pushes_back_no_lease_of_its_project_planned_ahead_of_it():
     """h1 is busy for 20 minutes; h2 is idle until 6000 s. a (4 GPUs, 2 h) cannot finish on h2 in
     time: it is planned on h1 at 20 minutes, within p1's quota of 4. b (4 GPUs, 1.5 h, after a in
-    the order) fits on h2 now, borrowing, since a holds the quota from 20 minutes. Once b runs,
-    a plan of the same instant should still start a at 20 minutes: b borrows, within 4 + 4."""
+    the order) would fit on h2 now by borrowing, but once it ran it would count against p1's quota
+    before a (a hold), and the next plan would move a to b's end: b waits for the quota instead."""
     hosts = [host("h1"), host("h2", gpus=4)]
     holds = [hold("x", "h1", 8, NOW + 1200), hold("y", "h2", 4, NOW + 9000, start=NOW + 6000)]
     q = {("p1", M): QuotaLimit("p1", M, 4, borrow_gpus=4), ("busy", M): QuotaLimit("busy", M, 12)}
     a, b = lease("a", 4, 2 * H, created=NOW - 20), lease("b", 4, 5400, created=NOW - 10)
-    first = plan(NOW, hosts, holds, q, [a, b])
-    assert first.leases["a"].placement.start == NOW + 1200
-    started = first.leases["b"]
-    assert started.placement.start == NOW and started.placement.hosts == ("h2",) and started.borrowing
-    b_held = hold("b", "h2", 4, NOW + 5400, project="p1", start=NOW, borrowing=True)
-    again = plan(NOW, hosts, [*holds, b_held], q, [a])
-    assert again.leases["a"].placement.start == NOW + 1200
+    p = plan(NOW, hosts, holds, q, [a, b])
+    assert p.leases["a"].placement.start == NOW + 1200
+    assert not p.leases["b"].borrowing and p.leases["b"].placement.start == NOW + 1200 + 2 * H
+    assert any("may not borrow" in r.message for r in p.leases["b"].reasons)
+    # where its project has nothing planned over its run, it still borrows (a is another
+    # project's here, and p1 has no nominal quota left)
+    q_apart = {**q, ("p1", M): QuotaLimit("p1", M, 0, borrow_gpus=4), ("p2", M): QuotaLimit("p2", M, 4)}
+    p = plan(NOW, hosts, holds, q_apart, [lease("a", 4, 2 * H, project="p2", created=NOW - 20), b])
+    assert p.leases["b"].borrowing and p.leases["b"].placement.start == NOW
 
 
 def test_no_quota_means_zero():

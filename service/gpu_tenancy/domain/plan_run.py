@@ -152,7 +152,9 @@ class PlanRun:
 
     def borrow(self, lr: LeaseRequest, q: QuotaLimit, slot: Slot, pl: PlannedLease) -> None:
         """Beyond its nominal quota, up to borrow_gpus, a lease asked for now may start now
-        on capacity idle now (never later), when it could not start now within quota."""
+        on capacity idle now (never later), when it could not start now within quota, and
+        where it pushes back none of its project's leases planned ahead of it (a backfill
+        delays no lease ahead)."""
         now, p, m = self.now, lr.project_id, lr.gpu_model
         if not (q.borrow_gpus > 0 and max(now, lr.earliest_start) == now
                 and (slot.start is None or slot.start > now)):
@@ -160,6 +162,10 @@ class PlanRun:
         need, d = lr.gpus_per_vm * lr.instances, lr.duration + self.settings.release_allowance
         left = self.book.min_remaining(p, m, now, now + d)
         if left + q.borrow_gpus < need:
+            return
+        if self.book.overtakes(p, m, now, now + d, need):
+            pl.reasons.append(Reason("quota", f"may not borrow idle {m} GPUs now: project {p}'s leases planned "
+                                              f"ahead of it would then wait for its end"))
             return
         r = self.indexes[m].earliest(now, d, lr.gpus_per_vm, lr.instances)
         if r is None or r[0] != now:

@@ -236,7 +236,9 @@ class Planning:
         if kept <= self.done:
             return
         head, placements, allowance = self.ordered[:kept], earlier.placements, self.settings.release_allowance
-        self._state = self._run([h for lr in head for h in earlier.holds(lr, allowance)])
+        reserved = [h for lr in head for h in earlier.holds(lr, allowance)]
+        self._state = self._run(reserved)
+        self._state.book.note_planned(reserved)   # they are planned leases, not holds, to a borrower
         out = self.plan.leases
         for lr in head[self.done:]:
             was = placements[lr.lease_id]

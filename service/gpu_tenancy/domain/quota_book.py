@@ -23,6 +23,9 @@ class QuotaBook:
         self.floor: dict[tuple[str, str], int] = {}
         # the holds' quota use, made into a profile only for the (project, model) a lease asks about
         self.held: dict[tuple[str, str], list[tuple[int, int, int]]] = defaultdict(list)
+        # this plan's reservations that start later than now, per (project, model): GPUs planned
+        # over time (a borrower must not push them back: `overtakes`)
+        self.planned: dict[tuple[str, str], StepProfile] = {}
         for h in holds:
             if h.end > now and h.gpus > 0 and not h.preemptible:   # preemptible leases use no quota
                 self.held[(h.project_id, h.gpu_model)].append((h.start, h.end, -h.gpus))
@@ -51,3 +54,36 @@ class QuotaBook:
         self._prof(p, m).add(a, b, -need)
         if b > max(a, self.now):
             self.floor[(p, m)] -= need
+        if a > self.now:
+            self._planned(p, m, a, b, need)
+
+    def note_planned(self, reserved: Sequence[Hold]) -> None:
+        """Placements of the plan handed in as holds (a plan book rebuilt from them, an earlier
+        plan's head taken over), already counted against the quota: those that start later than
+        now are planned leases too, which a borrower must not push back."""
+        for h in reserved:
+            if h.start > self.now and h.end > h.start and h.gpus > 0 and not h.preemptible:
+                self._planned(h.project_id, h.gpu_model, h.start, h.end, h.gpus)
+
+    def _planned(self, p: str, m: str, a: int, b: int, gpus: int) -> None:
+        """`gpus` planned for the project over [a, b), kept only where it may borrow (nobody
+        else asks: a plan with no quota that lends keeps none)."""
+        planned = self.planned.get((p, m))
+        if planned is None:
+            q = self.quotas.get((p, m))
+            if q is None or q.borrow_gpus <= 0:
+                return
+            planned = self.planned[(p, m)] = StepProfile(self.now, 0)
+        planned.add(a, b, gpus)
+
+    def overtakes(self, p: str, m: str, a: int, b: int, need: int) -> bool:
+        """Would `need` GPUs held over [a, b) push back a lease this plan placed later for the
+        project? Once held, a lease counts against the quota before every planned one, so at an
+        instant where the project has a lease planned it must fit within what the quota has left
+        (a borrower placed after them in the order otherwise moves them to its end)."""
+        planned = self.planned.get((p, m))
+        if planned is None:
+            return False
+        left = self._prof(p, m)
+        instants = {a, *(t for t in planned.times if a < t < b), *(t for t in left.times if a < t < b)}
+        return any(planned.value_at(t) > 0 and left.value_at(t) < need for t in instants)

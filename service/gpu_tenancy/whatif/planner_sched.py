@@ -136,6 +136,13 @@ class GpuTenancy(Scheduler):
         # the instant whose arrivals were fitted with more to come: the service's creates fit them one
         # after another with no pass between (engine/plan_insert.py), the engine's pass comes after the last
         self.fitting_at: int | None = None
+        # The engine's passes at one instant: its tick, then the creates of the arrivals, then a tick.
+        # What a create starts is scheduled, not running, until the tick after its plan: not taken
+        # by that tick's reclaim (early_ends.replan_locked takes active leases only)
+        self.instant: int | None = None   # the instant of the last decision
+        self.ticked = False               # the engine's pass before the arrivals is made at it
+        self.scheduled: set[str] = set()  # started at it by the creates of its arrivals
+        self.tick_started: set[str] = set()   # started in this decision by that pass
         # with reclaims: the wake-up the last decision asked for, when it was, and whether a job
         # arrived or ended since (a wake-up asked for earlier and not since is no pass: see schedule)
         self.asked_wake: int | None = None
@@ -425,16 +432,25 @@ class GpuTenancy(Scheduler):
         return mine
 
     def schedule(self, now, cluster, running):
-        if self.reclaims is None:
-            return self._decide(now, cluster, running)
-        if reclaim_passes.no_pass(self, now):   # a wake-up the engine no longer asks for
-            return [], self.asked_wake
-        self.events_since = False
+        if self.reclaims is not None:
+            if reclaim_passes.no_pass(self, now):   # a wake-up the engine no longer asks for
+                return [], self.asked_wake
+            self.events_since = False
+        if self.instant != now:
+            self.instant, self.ticked, self.scheduled = now, False, set()
+        creates = bool(self.unplanned) and self.arrivals_follow   # (the last create's plan is the tick's)
+        self.tick_started = set()
         starts, wake = self._decide(now, cluster, running)
-        self.asked_wake, self.decided_at = wake, now
+        if creates:
+            self.scheduled |= {job.jid for job, _hosts in starts} - self.tick_started
+        else:
+            self.ticked = True
+        if self.reclaims is not None:
+            self.asked_wake, self.decided_at = wake, now
         return starts, wake
 
     def _decide(self, now, cluster, running):
+        creates = bool(self.unplanned)   # the decision of the arrivals' creates, then the engine's pass
         if self.reclaims is not None and self.reclaims.noticed_for:
             reclaim_passes.call_off(self, now, running, cluster)
         self.announced = {}   # the starts this decision's reclaims announce (the engine's queue ETAs)
@@ -477,20 +493,21 @@ class GpuTenancy(Scheduler):
         if self.aging is not None:
             waiting = [replace(r, priority=1) if now - r.created_at >= self.aging else r for r in waiting]
         full = cluster.free_total == 0
-        first: list = []   # started by the engine's pass before the arrivals, once it reclaimed
+        first: list = []   # started by the engine's pass before the arrivals
         if rows is not None:
             # the engine's pass before this instant's arrivals was this instant's decision at its ends:
             # the creates read the rows it wrote (its reclaims announced for later among them)
             self.awaiting_reclaim = frozenset(j for j in rows[1] if j in self.waiting)
-        elif takeable and self.unplanned and self.fitting_at != now:
+        elif (takeable or self.lends) and self.unplanned and not self.ticked:
             # (what it announces for later does not stand: the replans that ask the arrivals for
             # write every queue ETA again, with only what they announce)
             holds, first = reclaim_passes.before_arrivals(self, now, running, holds, usage, takeable, cluster)
+            self.ticked, self.tick_started = True, {job.jid for job, _hosts in first}
             # their rows say so when the arrivals are asked for (a start, no hosts), and no create
             # fits into a plan that has such a lease: it replans in full (engine/plan_insert.py, build)
             self.awaiting_reclaim = frozenset(j for j in self.announced if j in self.waiting)
             self.announced = {}
-            takeable = reclaim_passes.may_reclaim(self, now, running)
+            takeable = reclaim_passes.may_reclaim(self, now, running, first)
             if first:
                 waiting = [self.requests[jid] for jid in self.waiting]
         # (with more arrivals at this instant, the fit is made whatever it costs: it decides whether
@@ -587,21 +604,29 @@ class GpuTenancy(Scheduler):
             # reclaimed, so nothing is announced for later)
             return [], None
         starts, wake, self.last_in_order = self._start_now(p, now, cluster)
-        starts = first + starts
+        # (what the pass before the arrivals started, `first`, is in `holds` already: held once)
         if lazy:   # (the leases not planned yet start later than those planned: LazyPlan.decide)
             wake = next_start
         held_now = None   # the holds once this pass's starts are held and its reclaims cut
+        cuts_before = len(self.reclaims.cuts) if self.reclaims is not None else 0
         if takeable:
             more, wake, reclaim_wake, held_now = reclaim_passes.after_starts(
                 self, now, running, cluster, holds, starts, usage, p, takeable, wake)
             starts += more
+        # The engine's second tick at an instant of ends or a wake-up, which follows at once when no
+        # arrival comes (bench/engine_replay.py asks twice): what this pass changed, it reads.
+        tick_again = (not creates and not self.arrival_next and self.reclaims is not None
+                      and bool(starts or len(self.reclaims.cuts) > cuts_before))
         # (with more arrivals at this instant, their creates come first, and the pass after the last one)
-        if (not self.arrivals_follow and self.lends and not self.last_in_order and self.waiting and self.promise is None
-                and not self.settings.keep_etas):
+        if (not self.arrivals_follow and self.lends and self.waiting and self.promise is None
+                and not self.settings.keep_etas
+                and (not self.last_in_order or tick_again)):
             # The engine's next pass at this instant (it runs again once the arrivals are asked for):
             # with what started out of order held, a lease before it in the order may be placed
             # elsewhere, and a borrower, which may start only on capacity idle from now to its end,
             # may find that now (bench/engine_replay.py --jobs 600 --hosts 8 --quota quota: p026121).
+            # Its reclaim reads what this one started as running (the leases examined, and the
+            # borrowers a later reclaim may take, are others) and writes the queue's ETAs again.
             # With quotas that lend nothing it starts nothing more here: not made.
             assert self.hosts is not None
             if held_now is None:
@@ -611,14 +636,29 @@ class GpuTenancy(Scheduler):
             self.plans += 1
             first_plan = self.last_plan
             more, wake, self.last_in_order = self._start_now(again, now, cluster)
+            recut = False
+            if tick_again:   # (its reclaim: what the first tick started runs, and borrowers may be taken later)
+                takeable = reclaim_passes.may_reclaim(self, now, running, starts)
+                if takeable:
+                    assert self.reclaims is not None
+                    cuts_before = len(self.reclaims.cuts)
+                    after, wake, reclaim_wake, held_now = reclaim_passes.after_starts(
+                        self, now, running, cluster, held_now, more, usage, again, takeable, wake)
+                    more += after
+                    recut = len(self.reclaims.cuts) > cuts_before
+                else:   # its plan writes the queue's ETAs again, and nothing is announced for later
+                    reclaim_wake, self.announced = None, {}
             starts += more
-            self.last_plan = KeptPlan(again, self._scores(usage), self._kept_order(again)) if self._fits() else None
+            # (after a cut, the plan after_starts made again is the rows': not kept)
+            self.last_plan = (KeptPlan(again, self._scores(usage), self._kept_order(again))
+                              if self._fits() and not recut else None)
             if self.arrival_next and first_plan is not None and self.last_plan is not None:
                 # an arrival follows at this instant: its create fits into the rows this pass wrote
                 # (the engine's next pass, this one, comes after the creates), not into this plan
                 first_plan.stale = True
                 self.last_plan = first_plan
             self.book = None
+        starts = first + starts
         if (self.reclaims is not None and self.reclaims.noticed_for
                 and reclaim_passes.call_off(self, now, running, cluster,
                                             self._holds_after(running, starts, now, cluster)) is not None):

@@ -4,8 +4,10 @@ is under notice, for whom), these are the steps of a decision that read and chan
 
 - after a plan, `after_starts` reclaims with that plan's starts held, and plans again if it ended
   any lease early (`start_after_cut`);
-- in the engine's pass before an instant's arrivals, `before_arrivals` does the same on the leases
-  waiting before them;
+- in the engine's pass before an instant's arrivals, `before_arrivals` starts what its plan starts
+  now and does the same on the leases waiting before them;
+- `may_reclaim` says which running jobs a pass may end: not those this instant's creates started
+  (scheduled, not running, for the engine's pass after them);
 - before a decision plans and once it has started what it starts, `call_off` gives a job under
   notice whose lease no longer waits its own end back, where the extension conflicts with nothing;
 - `reclaim_wake` and `no_pass` say when the engine asks again: a notice before each start a
@@ -18,21 +20,26 @@ from typing import TYPE_CHECKING
 
 from gpu_tenancy.domain.model import Hold, Plan
 from gpu_tenancy.domain.planner import extension_conflicts, plan
+from gpu_tenancy.whatif.kept_plans import KeptPlan
 
 if TYPE_CHECKING:
     from gpu_tenancy.whatif.planner_sched import GpuTenancy
 
 
-def may_reclaim(s: GpuTenancy, now: int, running) -> frozenset[str]:
+def may_reclaim(s: GpuTenancy, now: int, running, started=()) -> frozenset[str]:
     """The running jobs a decision now may end early (empty: none, so a plan of now decides
-    only starts, and the decisions skipped or answered by a fit are the same without it)."""
+    only starts, and the decisions skipped or answered by a fit are the same without it).
+    `started`: (job, hosts) started now by an engine's pass before this one, running for it."""
     rc = s.reclaims
     if rc is None or not s.borrowing:
         return frozenset()
-    takeable = rc.takeable(running, s.borrowing)
+    ends = {jid: st + job.duration for jid, (job, _hosts, st) in running.items()}
+    ends.update((job.jid, now + job.duration) for job, _hosts in started)
+    takeable = rc.takeable(ends, s.borrowing)
+    if s.instant == now and s.scheduled:
+        takeable -= s.scheduled   # (scheduled by this instant's creates: not running yet for the engine)
     deadline = now + rc.settings.notice
-    return takeable if any(st + job.duration > deadline for jid in takeable
-                           for job, _hosts, st in (running[jid],)) else frozenset()
+    return takeable if any(ends[jid] > deadline for jid in takeable) else frozenset()
 
 
 def no_pass(s: GpuTenancy, now: int) -> bool:
@@ -107,35 +114,35 @@ def start_after_cut(s: GpuTenancy, now: int, cluster, holds: list[Hold], waiting
 
 def before_arrivals(s: GpuTenancy, now: int, running, holds: list[Hold], usage, takeable, cluster):
     """The engine's pass at this instant before the arrivals' requests (it runs at every event,
-    and the API then fits each arrival into the plan as that pass left it): the reclaims it
-    decides for the leases waiting before them. The holds then, and what it started."""
+    and the API then fits each arrival into the plan as that pass left it): what it starts, held
+    before the arrivals are planned (with time alone the fair-share order moves, and capacity idle
+    from now to a borrower's end appears), and the reclaims it decides for the leases waiting
+    before them. The holds then, and what it started."""
     before = [s.requests[jid] for jid in s.waiting if jid not in s.unplanned]
     if not before:
         return holds, []
     assert s.hosts is not None
     p0 = plan(now, s.hosts, holds, s.quotas, before, usage, s.settings, explain=False)
     s.plans += 1
-    # what it starts is held, no longer waiting, when it reclaims (the starts themselves are this
-    # decision's own plan's, with the arrivals: the same here, as bench/engine_replay.py checks)
-    starting = {lid: (pl.placement.hosts, pl.borrowing) for lid, pl in p0.leases.items()
-                if pl.placement is not None and pl.placement.start <= now}
-    held = [Hold(lr.lease_id, lr.project_id, host, lr.gpu_model, lr.gpus_per_vm, now, now + lr.duration,
-                 borrowing, asked=s.asked[lr.lease_id])
-            for lr in before if lr.lease_id in starting
-            for hosts, borrowing in (starting[lr.lease_id],) for host in hosts]
-    rest = [lr for lr in before if lr.lease_id not in starting]
-    holds, cut, _later = reclaim(s, now, running, holds + held, rest, usage, p0, takeable)
-    first: list = []
+    first, _wake, _in_order = s._start_now(p0, now, cluster)
+    holds = holds + s._held_from_now(first, cluster, now)
+    rest = [lr for lr in before if lr.lease_id in s.waiting]
+    cut = False
+    if takeable:
+        holds, cut, _later = reclaim(s, now, running, holds, rest, usage, p0, takeable)
     if cut and rest:
         # what that pass's plan after the reclaim starts now starts before the arrivals are
         # asked for: a borrower may find capacity idle from now to its end once a reservation
         # moved onto the GPUs the reclaim frees
-        first, _wake, holds = start_after_cut(s, now, cluster, holds, rest, usage)
+        more, _wake, holds = start_after_cut(s, now, cluster, holds, rest, usage)
+        first += more
+    elif s._fits():
+        s.last_plan, s.book = KeptPlan(p0, s._scores(usage), s._kept_order(p0)), None   # the rows the creates read
     if s.reclaims is not None and s.reclaims.noticed_for:   # the engine's pass ends with it
         called = call_off(s, now, running, cluster, holds,
-                          [j for j in s.waiting if j not in starting and j not in s.unplanned])
+                          [j for j in s.waiting if j not in s.unplanned])
         holds = holds if called is None else called
-    return [h for h in holds if h.lease_id not in starting], first
+    return holds, first
 
 
 def call_off(s: GpuTenancy, now: int, running, cluster, holds: list[Hold] | None = None,
