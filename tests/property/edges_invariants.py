@@ -122,13 +122,14 @@ def late_release(snap: Snapshot, live: list[Span], limit: int, allowance: int, o
     planned (a slow or failing delete, a stuck boot), and the leases committed, before that,
     to follow on them are already due. True if some unreleased VMs in `live` are late (past
     their lease's end plus the allowance; a VM dropped from a re-placed lease, past the moment
-    its delete was asked for: its place in the plan ended then, if not before), every other
+    its delete was asked for plus the allowance: the engine's plan holds it until then,
+    engine/held.releasing, and may commit a lease onto it from then, in that very step), every other
     lease there was committed before the first of those instants, and without the late VMs
     the sum is within `limit` (the plan was), as it is without the waiting leases on a host
     (scheduled, not booted, or parked at its slot), or without the late VMs in a quota (a
     project's next lease runs; its last one is being deleted)."""
     def due(sp: Span) -> int:
-        return sp.since if sp.since is not None else (snap.leases[sp.lease].end or snap.now) + allowance
+        return (sp.since if sp.since is not None else snap.leases[sp.lease].end or snap.now) + allowance
 
     late = [sp for sp in live if sp.unreleased and due(sp) <= snap.now]
     if not late:
