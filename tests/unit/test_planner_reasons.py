@@ -118,7 +118,7 @@ def test_no_eta_is_promised_when_the_wait_is_too_short_to_reclaim_for():
     assert result.ends == [] and result.etas == {}
 
 
-def test_borrowers_taken_at_one_instant_are_counted_on_in_the_order_they_were_asked_for_not_by_id():
+def test_borrowers_taken_at_one_instant_are_counted_on_in_the_order_that_reclaim_takes_them_not_by_id():
     """Two borrowers started the same second, so a later reclaim may take both at 08:50: "small"
     holds all 4 A100 of h1, "big" all 8 of h2. lender's l8 (8 GPUs) then l4 (4 GPUs) wait for
     them. Which one l8 counts on decides whether l4 can count on the other. The engine's lease ids
