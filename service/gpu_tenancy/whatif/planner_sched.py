@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import time
 from collections import OrderedDict
-from itertools import islice
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -21,16 +20,15 @@ from typing import Any
 from gpu_tenancy.domain.fairshare import share_score
 from gpu_tenancy.domain.lazy_plan import LazyPlan
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, Plan, QuotaLimit
-from gpu_tenancy.domain.plan_insert import Planned, PlanBook
 from gpu_tenancy.domain.plan_prefix import EarlierPlan
 from gpu_tenancy.domain.planner import PlannerSettings, order_key, plan
 from gpu_tenancy.domain.queued_charge import queued_charges
 from gpu_tenancy.domain.reclaim import ReclaimSettings
 from gpu_tenancy.whatif.earlier_plans import EarlierPlans
 from gpu_tenancy.whatif.event_loop import Scheduler
-from gpu_tenancy.whatif.kept_plans import FittedBook, KeptPlan, keeps_order, order_of
+from gpu_tenancy.whatif.kept_plans import FittedBook, KeptPlan, order_of
 from gpu_tenancy.whatif.promise import breaches, promised_ids, shape_order, with_promises
-from gpu_tenancy.whatif import reclaim_passes
+from gpu_tenancy.whatif import arrival_fits, reclaim_passes
 from gpu_tenancy.whatif.reclaims import Reclaims
 
 MODEL = "GPU"
@@ -341,84 +339,6 @@ class GpuTenancy(Scheduler):
         return all((then[a] < then[b]) == (now[a] < now[b]) and (then[a] == then[b]) == (now[a] == now[b])
                    for a, b in zip(tenants, tenants[1:]))
 
-    def _fit_arrivals(self, now, running, holds, usage, may_plan: bool) -> tuple[dict[str, int | None], bool] | None:
-        """The arrivals not yet planned fitted into the current plan, as the service's create
-        fits them (engine/plan_insert.py): jid -> the ETA the fit tells, and whether the plan
-        with them is still plan()'s (every fit went last in the planner's order). The plan
-        fitted into is the engine's: its full plan of the leases waiting before them (the last
-        full plan here while no job ended and the fair-share order stood; with `may_plan` and
-        at least insert_min_waiting planned, otherwise made now), with the fits made
-        since, unless one went out of order at an earlier instant (the engine replanned since).
-        None: nothing kept to fit into, or a fit would start now (the service's create then
-        replans in full): this decision's full plan tells the ETA, as before."""
-        if not self.unplanned or not self._fits() or self.hosts is None:
-            return None
-        k = len(self.unplanned)
-        new = list(islice(reversed(self.waiting), k))[::-1]   # submitted last: none planned yet
-        if set(new) != self.unplanned or len(self.waiting) - k < (self.insert_min_waiting or 0):
-            return None   # (a fit below that costs more than the plans it saves)
-        if self.awaiting_reclaim:
-            return None   # the service's create replans in full (a lease waits for a reclaim announced)
-        t = time.perf_counter()
-        scores = self._scores(usage)
-        # (only when there is a plan to fit into: a plan made here is in the order of now)
-        order = self._charged_order(now, holds, scores) if self.book or self.last_plan else None
-        b = self.book
-        if b is not None and (not self._same_order(b.scores, scores) or not keeps_order(b.order, order)
-                              or (not b.exact and now > b.fitted_at)):
-            b = self.book = None
-        if b is None:
-            old = [self.requests[jid] for jid in islice(self.waiting, len(self.waiting) - k)]
-            kept = self.last_plan
-            if (kept is None or not self._same_order(kept.scores, scores) or not keeps_order(kept.order, order)
-                    or not all(lr.lease_id in leases for leases in (kept.plan.leases,) for lr in old)):
-                if not may_plan:
-                    return None   # this decision's full plan tells the ETA
-                made = (LazyPlan(now, self.hosts, holds, self.quotas, old, usage, self.settings,
-                                 earlier=self._head(now, running)) if self.lazy
-                        else plan(now, self.hosts, holds, self.quotas, old, usage, self.settings, explain=False))
-                self._made(made)
-                kept = KeptPlan(made, scores, self._kept_order(made))
-                self.plans += 1
-                self.eta_plans += 1
-            # the plan's own state, its reservations made, is the book (no rebuild) while the holds are
-            # the plan's: none is held past its asked end (held to a second after each decision), and the
-            # leases the plan started hold what it reserved for them (no release allowance, which a plan
-            # adds and the replay's holds do not); jobs leave only by ending (finished() drops the plan)
-            same_holds = self.settings.release_allowance == 0 and all(h.end > now + 1 for h in holds)
-            run = kept.run() if same_holds else None
-            if run is not None:
-                book = PlanBook.of_run(run, self.quotas, old, usage, self.settings, holds)
-            else:
-                planned = [Planned(lr, pl.placement, pl.borrowing) for lr in old
-                           for pl in (kept.plan.leases[lr.lease_id],)]
-                book = PlanBook(now, self.hosts, holds, self.quotas, planned, usage, self.settings)
-            b = FittedBook(book, now, scores, order, dict(kept.plan.leases))
-            if kept.stale:
-                book.exact[MODEL] = False   # not the plan of now: the fits are not plan()'s either
-        self.last_plan, self.book = None, b   # the book holds the plan and the fits from now on
-        fitted: dict[str, int | None] = {}
-        for jid in new:
-            lr = self.requests[jid]
-            ins = b.book.insert(now, lr)
-            place = ins.planned.placement
-            if place is None or place.start <= now or place.start == lr.earliest_start:
-                self.book = None   # the service's create replans in full then (it commits GPUs, or finds room)
-                self.fit_refused = True   # and tells that replan's ETA: no other fit is made for it
-                self.plan_seconds += time.perf_counter() - t
-                return None
-            fitted[jid] = place.start
-            b.exact, b.fitted_at = ins.exact, now
-            b.leases[jid] = ins.planned
-        if self.settings.queued_charge is not None:
-            # the book's order keys carry the charges as of its making: exact only if the fits went
-            # last in the order of now too (else this decision's full plan is made, as for any other)
-            now_order = order or self._charged_order(now, holds, scores) or ()
-            b.exact = b.exact and now_order[len(now_order) - len(new):] == tuple(new)
-            b.order = now_order   # (the waiting leases are the book's now)
-        self.plan_seconds += time.perf_counter() - t
-        return fitted, b.exact
-
     def _running_holds(self, job, hosts, st: int, now: int, cluster) -> list[Hold]:
         """A running job's holds (kept from one decision to the next), cut if it is under notice."""
         mine = self.holds.get(job.jid)
@@ -450,6 +370,9 @@ class GpuTenancy(Scheduler):
         return starts, wake
 
     def _decide(self, now, cluster, running):
+        """One decision: a pass of the engine's (its plan, starts and reclaims), after the creates
+        of this instant's arrivals where they come (their ETAs told by a fit into the plan), or
+        those creates alone while more arrivals follow. The starts and the wake-up asked for."""
         creates = bool(self.unplanned)   # the decision of the arrivals' creates, then the engine's pass
         if self.reclaims is not None and self.reclaims.noticed_for:
             reclaim_passes.call_off(self, now, running, cluster)
@@ -474,14 +397,7 @@ class GpuTenancy(Scheduler):
             return [], None
         kept_plan = self._reusable(now, running, usage, takeable)
         if kept_plan is not None:
-            starts, wake, self.last_in_order = self._start_now(kept_plan.plan, now, cluster)
-            self.reused += 1
-            if isinstance(kept_plan, FittedBook):
-                self.last_plan, self.book = None, kept_plan
-            else:
-                self.last_plan, self.book = kept_plan, None
-            self.next_start = wake
-            return starts, wake
+            return self._start_reused(kept_plan, now, cluster)
         self.reusable = None
         if self.hosts is None:
             self.hosts = [Host(n, MODEL, cluster.host_gpus) for n in cluster.names]
@@ -489,9 +405,6 @@ class GpuTenancy(Scheduler):
             if any(q.borrow_gpus or q.gpus < size for q in self.quotas.values()):
                 self.earlier = None   # a quota may bind: a lease's search then depends on more (earlier_plans.py)
         holds = self._holds_after(running, (), now, cluster)
-        waiting = [self.requests[jid] for jid in self.waiting]
-        if self.aging is not None:
-            waiting = [replace(r, priority=1) if now - r.created_at >= self.aging else r for r in waiting]
         full = cluster.free_total == 0
         first: list = []   # started by the engine's pass before the arrivals
         if rows is not None:
@@ -508,39 +421,116 @@ class GpuTenancy(Scheduler):
             self.awaiting_reclaim = frozenset(j for j in self.announced if j in self.waiting)
             self.announced = {}
             takeable = reclaim_passes.may_reclaim(self, now, running, first)
-            if first:
-                waiting = [self.requests[jid] for jid in self.waiting]
         # (with more arrivals at this instant, the fit is made whatever it costs: it decides whether
         # the engine plans between their creates)
         self.fit_refused = False
-        fit = self._fit_arrivals(now, running, holds, usage, full or self.arrivals_follow)
+        fit = arrival_fits.fit_arrivals(self, now, running, holds, usage, full or self.arrivals_follow)
         fitted = None
         if fit is not None:   # (at least insert_min_waiting planned: the service tells the fit's ETA)
             fitted, exact = fit
-            if self.arrivals_follow:
-                # the create fitted it and did no more: the next arrival's is fitted into the same plan,
-                # and the engine's pass (plan, starts, reclaims) comes once the last one is asked for
-                self._told(fitted)
-                self.inserted += len(fitted)
-                self.fitting_at = now
-                return first, None
-            if full and not takeable and not first:
-                self._told(fitted)
-                self.inserted += len(fitted)
-                self.next_start = min((s for s in (self.next_start, *fitted.values()) if s is not None), default=None)
-                return [], None   # told by the fit alone: nothing can start on a full cluster
-            elif exact and not takeable and not first and (self.next_start is None or self.next_start > now):
-                # The plan with the fits is the full plan of this decision (each went last in
-                # the order), and it starts nothing now: the plan is not made again.
-                self._told(fitted)
-                self.inserted += len(fitted)
-                self.fit_only += 1
-                wake = min((s for s in (self.next_start, *fitted.values()) if s is not None), default=None)
-                self.next_start = wake
-                return [], wake
-            else:
-                self.inserted += len(fitted)
+            answered = self._answered_by_fit(now, fitted, exact, full, bool(takeable or first))
+            if answered is not None:
+                starts, wake = answered
+                return first + starts, wake
         self.rows_before_arrivals = None   # this plan is a pass of the engine's: its rows are written anew
+        p, kept, lazy, next_start = self._plan_now(now, running, holds, usage, takeable)
+        self._tell_planned(now, running, holds, usage, p, kept, fitted)
+        if cluster.free_total == 0 and not takeable and not first:
+            self.eta_only += 1
+            self.last_in_order = True   # (nothing starts)
+            self.next_start = next_start if lazy else min(
+                (pl.placement.start for pl in p.leases.values() if pl.placement is not None), default=None)
+            # planned only for the ETAs: as when skipped, nothing starts and no wake-up (nothing may be
+            # reclaimed, so nothing is announced for later)
+            return [], None
+        starts, wake, self.last_in_order = self._start_now(p, now, cluster)
+        # (what the pass before the arrivals started, `first`, is in `holds` already: held once)
+        if lazy:   # (the leases not planned yet start later than those planned: LazyPlan.decide)
+            wake = next_start
+        reclaim_wake = None   # when to ask again for what this plan's reclaim announces for later
+        held_now = None   # the holds once this pass's starts are held and its reclaims cut
+        cuts_before = len(self.reclaims.cuts) if self.reclaims is not None else 0
+        if takeable:
+            more, wake, reclaim_wake, held_now = reclaim_passes.after_starts(
+                self, now, running, cluster, holds, starts, usage, p, takeable, wake)
+            starts += more
+        # The engine's second tick at an instant of ends or a wake-up, which follows at once when no
+        # arrival comes (bench/engine_replay.py asks twice): what this pass changed, it reads.
+        tick_again = (not creates and not self.arrival_next and self.reclaims is not None
+                      and bool(starts or len(self.reclaims.cuts) > cuts_before))
+        # (with more arrivals at this instant, their creates come first, and the pass after the last one)
+        if (not self.arrivals_follow and self.lends and self.waiting and self.promise is None
+                and not self.settings.keep_etas
+                and (not self.last_in_order or tick_again)):
+            if held_now is None:
+                held_now = holds + self._held_from_now(starts, cluster, now)
+            more, wake, reclaim_wake = reclaim_passes.pass_again(
+                self, now, running, cluster, held_now, starts, usage, tick_again, reclaim_wake)
+            starts += more
+        starts = first + starts
+        if (self.reclaims is not None and self.reclaims.noticed_for
+                and reclaim_passes.call_off(self, now, running, cluster,
+                                            self._holds_after(running, starts, now, cluster)) is not None):
+            # a notice called off no longer ends anything at its end: the engine is asked again then
+            # only for the starts it announces to leases still waiting (their queue ETAs)
+            reclaim_wake = reclaim_passes.reclaim_wake(
+                self, now, [eta for jid, eta in self.announced.items() if jid in self.waiting])
+        if self.arrival_next and not self.unplanned:
+            # the rows this pass leaves are what the creates of this instant's arrivals read
+            self.rows_before_arrivals = (now, frozenset(j for j in self.announced if j in self.waiting))
+        self.next_start = wake
+        if reclaim_wake is not None and (wake is None or reclaim_wake < wake):
+            wake = reclaim_wake
+        return starts, wake
+
+    def _start_reused(self, kept_plan: KeptPlan | FittedBook, now: int, cluster) -> tuple[list, int | None]:
+        """A decision answered by the last plan (_reusable): what starts now, and the next start."""
+        starts, wake, self.last_in_order = self._start_now(kept_plan.plan, now, cluster)
+        self.reused += 1
+        if isinstance(kept_plan, FittedBook):
+            self.last_plan, self.book = None, kept_plan
+        else:
+            self.last_plan, self.book = kept_plan, None
+        self.next_start = wake
+        return starts, wake
+
+    def _answered_by_fit(self, now: int, fitted: dict[str, int | None], exact: bool, full: bool, passed: bool
+                         ) -> tuple[list, int | None] | None:
+        """The arrivals fitted into the plan (`exact`: the plan with them is the full plan of now):
+        the decision, where the fit answers it alone; None: the engine's pass plans. `passed`: a
+        borrower may be taken, or the pass before the arrivals started something."""
+        self.inserted += len(fitted)
+        if self.arrivals_follow:
+            # the create fitted it and did no more: the next arrival's is fitted into the same plan,
+            # and the engine's pass (plan, starts, reclaims) comes once the last one is asked for
+            self._told(fitted)
+            self.fitting_at = now
+            return [], None
+        if passed:
+            return None
+        if full:
+            self._told(fitted)
+            self.next_start = min((s for s in (self.next_start, *fitted.values()) if s is not None), default=None)
+            return [], None   # told by the fit alone: nothing can start on a full cluster
+        if exact and (self.next_start is None or self.next_start > now):
+            # The plan with the fits is the full plan of this decision (each went last in
+            # the order), and it starts nothing now: the plan is not made again.
+            self._told(fitted)
+            self.fit_only += 1
+            wake = min((s for s in (self.next_start, *fitted.values()) if s is not None), default=None)
+            self.next_start = wake
+            return [], wake
+        return None
+
+    def _plan_now(self, now: int, running, holds: list[Hold], usage, takeable
+                  ) -> tuple[Plan, Plan | LazyPlan, bool, int | None]:
+        """The engine's plan of every lease waiting now (the prototypes' promises kept their own
+        way): the plan, the plan to keep (a LazyPlan reads on when a fit asks), whether it is
+        lazy, and then the whole plan's earliest start after now."""
+        assert self.hosts is not None   # (set by the decision that plans)
+        waiting = [self.requests[jid] for jid in self.waiting]
+        if self.aging is not None:
+            waiting = [replace(r, priority=1) if now - r.created_at >= self.aging else r for r in waiting]
         promise = self.promise
         told = self.first_eta if promise and self.first_eta is not None else None
         asked = waiting
@@ -572,13 +562,18 @@ class GpuTenancy(Scheduler):
                 break
             self.breached |= late   # promised from now on: its ETA may only move earlier
             self.replans += 1
-        reclaim_wake = None   # when to ask again for what this plan's reclaim announces for later
+        return p, kept, lazy, next_start
+
+    def _tell_planned(self, now: int, running, holds: list[Hold], usage, p: Plan, kept: Plan | LazyPlan,
+                      fitted: dict[str, int | None] | None) -> None:
+        """After the engine's plan `p`: the arrivals told their ETA (the fit's, or this plan's), the
+        plan kept for the next creates to fit into, and keep_etas's guards as the ledger keeps them."""
         if self._fits():
             if fitted is None and not self.fit_refused and self.unplanned and any((p.leases[j].eta or now + 1) > now for j in self.unplanned):
                 # An arrival that waits, fit not made (no plan kept to fit into): the service's
                 # create fits it into the engine's plan of the leases before it (made here).
                 # One that starts now waits for nothing: the full plan's "now" is its ETA.
-                fit = self._fit_arrivals(now, running, holds, usage, True)
+                fit = arrival_fits.fit_arrivals(self, now, running, holds, usage, True)
                 if fit is not None:
                     fitted = fit[0]
                     self.inserted += len(fitted)
@@ -595,84 +590,6 @@ class GpuTenancy(Scheduler):
         if self.settings.keep_etas:
             # (the tenants left waiting once some start are read when it is checked: _same_order)
             self.settled_scores = self._scores(usage)
-        if cluster.free_total == 0 and not takeable and not first:
-            self.eta_only += 1
-            self.last_in_order = True   # (nothing starts)
-            self.next_start = next_start if lazy else min(
-                (pl.placement.start for pl in p.leases.values() if pl.placement is not None), default=None)
-            # planned only for the ETAs: as when skipped, nothing starts and no wake-up (nothing may be
-            # reclaimed, so nothing is announced for later)
-            return [], None
-        starts, wake, self.last_in_order = self._start_now(p, now, cluster)
-        # (what the pass before the arrivals started, `first`, is in `holds` already: held once)
-        if lazy:   # (the leases not planned yet start later than those planned: LazyPlan.decide)
-            wake = next_start
-        held_now = None   # the holds once this pass's starts are held and its reclaims cut
-        cuts_before = len(self.reclaims.cuts) if self.reclaims is not None else 0
-        if takeable:
-            more, wake, reclaim_wake, held_now = reclaim_passes.after_starts(
-                self, now, running, cluster, holds, starts, usage, p, takeable, wake)
-            starts += more
-        # The engine's second tick at an instant of ends or a wake-up, which follows at once when no
-        # arrival comes (bench/engine_replay.py asks twice): what this pass changed, it reads.
-        tick_again = (not creates and not self.arrival_next and self.reclaims is not None
-                      and bool(starts or len(self.reclaims.cuts) > cuts_before))
-        # (with more arrivals at this instant, their creates come first, and the pass after the last one)
-        if (not self.arrivals_follow and self.lends and self.waiting and self.promise is None
-                and not self.settings.keep_etas
-                and (not self.last_in_order or tick_again)):
-            # The engine's next pass at this instant (it runs again once the arrivals are asked for):
-            # with what started out of order held, a lease before it in the order may be placed
-            # elsewhere, and a borrower, which may start only on capacity idle from now to its end,
-            # may find that now (bench/engine_replay.py --jobs 600 --hosts 8 --quota quota: p026121).
-            # Its reclaim reads what this one started as running (the leases examined, and the
-            # borrowers a later reclaim may take, are others) and writes the queue's ETAs again.
-            # With quotas that lend nothing it starts nothing more here: not made.
-            assert self.hosts is not None
-            if held_now is None:
-                held_now = holds + self._held_from_now(starts, cluster, now)
-            again = plan(now, self.hosts, held_now, self.quotas, [self.requests[j] for j in self.waiting], usage,
-                         self.settings, explain=False)
-            self.plans += 1
-            first_plan = self.last_plan
-            more, wake, self.last_in_order = self._start_now(again, now, cluster)
-            recut = False
-            if tick_again:   # (its reclaim: what the first tick started runs, and borrowers may be taken later)
-                takeable = reclaim_passes.may_reclaim(self, now, running, starts)
-                if takeable:
-                    assert self.reclaims is not None
-                    cuts_before = len(self.reclaims.cuts)
-                    after, wake, reclaim_wake, held_now = reclaim_passes.after_starts(
-                        self, now, running, cluster, held_now, more, usage, again, takeable, wake)
-                    more += after
-                    recut = len(self.reclaims.cuts) > cuts_before
-                else:   # its plan writes the queue's ETAs again, and nothing is announced for later
-                    reclaim_wake, self.announced = None, {}
-            starts += more
-            # (after a cut, the plan after_starts made again is the rows': not kept)
-            self.last_plan = (KeptPlan(again, self._scores(usage), self._kept_order(again))
-                              if self._fits() and not recut else None)
-            if self.arrival_next and first_plan is not None and self.last_plan is not None:
-                # an arrival follows at this instant: its create fits into the rows this pass wrote
-                # (the engine's next pass, this one, comes after the creates), not into this plan
-                first_plan.stale = True
-                self.last_plan = first_plan
-            self.book = None
-        starts = first + starts
-        if (self.reclaims is not None and self.reclaims.noticed_for
-                and reclaim_passes.call_off(self, now, running, cluster,
-                                            self._holds_after(running, starts, now, cluster)) is not None):
-            # a notice called off no longer ends anything at its end: the engine is asked again then
-            # only for the starts it announces to leases still waiting (their queue ETAs)
-            reclaim_wake = reclaim_passes.reclaim_wake(
-                self, now, [eta for jid, eta in self.announced.items() if jid in self.waiting])
-        if self.arrival_next and not self.unplanned:
-            # the rows this pass leaves are what the creates of this instant's arrivals read
-            self.rows_before_arrivals = (now, frozenset(j for j in self.announced if j in self.waiting))
-        self.next_start = wake
-        if reclaim_wake is not None and (wake is None or reclaim_wake < wake):
-            wake = reclaim_wake
-        return starts, wake
 
     def _head(self, now, running) -> Callable[[], EarlierPlan | None] | None:
         """The head of the last plan that a plan of now places as it did (None: none is read)."""

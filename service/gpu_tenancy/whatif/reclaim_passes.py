@@ -4,6 +4,7 @@ is under notice, for whom), these are the steps of a decision that read and chan
 
 - after a plan, `after_starts` reclaims with that plan's starts held, and plans again if it ended
   any lease early (`start_after_cut`);
+- `pass_again` is the engine's next pass at an instant, with what the last one started held;
 - in the engine's pass before an instant's arrivals, `before_arrivals` starts what its plan starts
   now and does the same on the leases waiting before them;
 - `may_reclaim` says which running jobs a pass may end: not those this instant's creates started
@@ -110,6 +111,45 @@ def start_after_cut(s: GpuTenancy, now: int, cluster, holds: list[Hold], waiting
                    if (eta := planned.get(jid)) is None or at < eta}
     more, wake, _ = s._start_now(p, now, cluster)
     return more, wake, holds + s._held_from_now(more, cluster, now)
+
+
+def pass_again(s: GpuTenancy, now: int, running, cluster, held_now: list[Hold], started, usage, tick_again: bool,
+               reclaim_wake: int | None) -> tuple[list, int | None, int | None]:
+    """The engine's next pass at this instant, with what this one started (`started`) held in
+    `held_now`: a lease before those in the order may be placed elsewhere, and a borrower, which
+    may start only on capacity idle from now to its end, may find that now (bench/engine_replay.py
+    --jobs 600 --hosts 8 --quota quota: p026121). `tick_again`: it is the engine's second tick at an
+    instant of ends or a wake-up, whose reclaim reads what the first one started as running (the
+    leases examined, and the borrowers a later reclaim may take, are others) and writes the queue's
+    ETAs again. What it starts, its earliest planned start, and the wake-up for the starts the
+    reclaims announce for later (`reclaim_wake` unless this pass reclaims)."""
+    assert s.hosts is not None
+    again = plan(now, s.hosts, held_now, s.quotas, [s.requests[j] for j in s.waiting], usage, s.settings,
+                 explain=False)
+    s.plans += 1
+    first_plan = s.last_plan
+    more, wake, s.last_in_order = s._start_now(again, now, cluster)
+    recut = False
+    if tick_again:
+        takeable = may_reclaim(s, now, running, started)
+        if takeable:
+            assert s.reclaims is not None
+            cuts_before = len(s.reclaims.cuts)
+            after, wake, reclaim_wake, _held = after_starts(
+                s, now, running, cluster, held_now, more, usage, again, takeable, wake)
+            more += after
+            recut = len(s.reclaims.cuts) > cuts_before
+        else:   # its plan writes the queue's ETAs again, and nothing is announced for later
+            reclaim_wake, s.announced = None, {}
+    # (after a cut, the plan after_starts made again is the rows': not kept)
+    s.last_plan = KeptPlan(again, s._scores(usage), s._kept_order(again)) if s._fits() and not recut else None
+    if s.arrival_next and first_plan is not None and s.last_plan is not None:
+        # an arrival follows at this instant: its create fits into the rows this pass wrote
+        # (the engine's next pass, this one, comes after the creates), not into this plan
+        first_plan.stale = True
+        s.last_plan = first_plan
+    s.book = None
+    return more, wake, reclaim_wake
 
 
 def before_arrivals(s: GpuTenancy, now: int, running, holds: list[Hold], usage, takeable, cluster):
