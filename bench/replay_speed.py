@@ -28,7 +28,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def child(bench_dir: str, trace: str, load: float, days: float | None, overask: bool, traces_dir: str) -> None:
+def child(bench_dir: str, trace: str, load: float, days: float | None, overask: str | None, traces_dir: str) -> None:
     """One replay in this process with the bench (and its planner) of bench_dir; prints a JSON line."""
     sys.path[:0] = [bench_dir, os.path.join(bench_dir, "..", "service")]
     import yaml
@@ -55,7 +55,7 @@ def child(bench_dir: str, trace: str, load: float, days: float | None, overask: 
 def child_cmd(bench_dir: str, a: argparse.Namespace, load: float) -> list[str]:
     return [sys.executable, os.path.abspath(__file__), "--child", bench_dir, "--trace", a.trace,
             "--loads", str(load), "--traces", a.traces] + (["--days", str(a.days)] if a.days else []) + \
-           (["--overask"] if a.overask else [])
+           (["--overask", a.overask] if a.overask else [])
 
 
 def run_children(dirs: list[str], a: argparse.Namespace, load: float) -> list[dict]:
@@ -81,19 +81,26 @@ def export_ref(ref: str, into: str) -> str:
     return os.path.join(into, "bench")
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
     import traces
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trace", default="philly-final")
     ap.add_argument("--loads", default="0.8,0.95", help="offered loads, e.g. 0.8,0.95")
     ap.add_argument("--days", type=float, help="only the first DAYS days of submissions")
-    ap.add_argument("--overask", action="store_true", help="durations rounded up to the hour (replay.py's)")
+    ap.add_argument("--overask", nargs="?", const="hour", choices=("hour", "2x"),
+                    help="durations over-asked as replay.py's: to the next hour, or 2x (twice, to the hour)")
     ap.add_argument("--traces", default=traces.default_trace_dir(), help=f"default ${traces.TRACES_ENV}")
     ap.add_argument("--against", metavar="REF", help="side by side with the bench and planner of this git ref")
     ap.add_argument("--runs", type=int, default=1, help="alternating runs each (median CPU time)")
     ap.add_argument("--together", action="store_true",
                     help="with --against: run the two at the same time (needs two free cores)")
     ap.add_argument("--child", metavar="BENCH_DIR", help=argparse.SUPPRESS)
+    return ap
+
+
+def main(argv=None) -> int:
+    import traces
+    ap = parser()
     a = ap.parse_args(argv)
     if not a.traces:
         ap.error(f"give --traces or set {traces.TRACES_ENV} to the directory of the trace CSVs")
@@ -101,7 +108,7 @@ def main(argv=None) -> int:
     if a.child:
         child(a.child, a.trace, loads[0], a.days, a.overask, a.traces)
         return 0
-    what = f"{a.trace}{f' first {a.days:g} days' if a.days else ''}{' overask' if a.overask else ''}"
+    what = f"{a.trace}{f' first {a.days:g} days' if a.days else ''}{f' overask {a.overask}' if a.overask else ''}"
     with tempfile.TemporaryDirectory() as tmp:
         old = export_ref(a.against, tmp) if a.against else None
         print(f"replay of {what} through gpu-tenancy, CPU seconds per run"
