@@ -65,8 +65,7 @@ class PlanBook:
                  exact: Mapping[str, bool] | None = None):
         _refuse_unfittable(settings)
         reserved = [hold for p in planned for hold in _holds(p, settings.release_allowance)]
-        run = PlanRun(now, hosts, [*holds, *reserved], quotas, usage, settings, FAST, set())
-        run.book.note_planned(reserved)   # a borrower fitted in pushes none of them back, as in plan()
+        run = PlanRun(now, hosts, holds, quotas, usage, settings, FAST, set(), planned=reserved)
         self._setup(run, quotas, [p.request for p in planned], usage, settings, exact, holds)
 
     @classmethod

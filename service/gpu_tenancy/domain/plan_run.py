@@ -64,10 +64,14 @@ class PlanRun:
 
     def __init__(self, now: int, hosts: Sequence[Host], holds: Sequence[Hold],
                  quotas: Mapping[tuple[str, str], QuotaLimit], usage: Mapping[tuple[str, str], float] | None,
-                 settings: PlannerSettings, backend: Backend, protected: set[str]):
+                 settings: PlannerSettings, backend: Backend, protected: set[str], planned: Sequence[Hold] = ()):
+        """`planned`: placements of the plan itself, as holds (a book rebuilt from a plan, an earlier
+        plan's head taken over): held as `holds` are, and to a borrower planned leases, not holds."""
         self.now, self.usage, self.settings, self.protected = now, usage, settings, protected
-        self.indexes: dict[str, ModelIndex] = backend.capacity(now, hosts, holds)
-        self.book: QuotaBook = backend.quota(now, quotas, holds)
+        held = [*holds, *planned] if planned else holds
+        self.indexes: dict[str, ModelIndex] = backend.capacity(now, hosts, held)
+        self.book: QuotaBook = backend.quota(now, quotas, held)
+        self.book.note_planned(planned)   # a borrower pushes none of them back, as none planned here
         self.hosts = HostProfiles(hosts)
         self.bound_text = _bound_text(settings)   # once: it goes into the reasons of every lease behind the bound
         self.own_text = _own_text(settings)       # once, likewise: why a project's own leases go first

@@ -215,8 +215,7 @@ class Planning:
     def _run(self, reserved: Sequence[Hold]) -> PlanRun:
         """A new state: the holds, and `reserved` (placements of the plan, as holds)."""
         now, hosts, holds, usage, backend, protected, charged = self._inputs
-        run = PlanRun(now, hosts, [*holds, *reserved] if reserved else holds, self.quotas, usage, self.settings,
-                      backend, protected)
+        run = PlanRun(now, hosts, holds, self.quotas, usage, self.settings, backend, protected, planned=reserved)
         if not self.explain:
             run.skip_unbinding_quotas(holds, self.quotas)
         run.charged = charged   # what the reasons tell
@@ -237,8 +236,7 @@ class Planning:
             return
         head, placements, allowance = self.ordered[:kept], earlier.placements, self.settings.release_allowance
         reserved = [h for lr in head for h in earlier.holds(lr, allowance)]
-        self._state = self._run(reserved)
-        self._state.book.note_planned(reserved)   # they are planned leases, not holds, to a borrower
+        self._state = self._run(reserved)   # (planned leases, not holds, to a borrower)
         out = self.plan.leases
         for lr in head[self.done:]:
             was = placements[lr.lease_id]
