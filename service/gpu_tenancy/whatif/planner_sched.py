@@ -24,6 +24,7 @@ from gpu_tenancy.domain.plan_prefix import EarlierPlan
 from gpu_tenancy.domain.planner import PlannerSettings, order_key, plan
 from gpu_tenancy.domain.queued_charge import queued_charges
 from gpu_tenancy.domain.reclaim import ReclaimSettings
+from gpu_tenancy.whatif.decayed_usage import DecayedUsage
 from gpu_tenancy.whatif.earlier_plans import EarlierPlans
 from gpu_tenancy.whatif.event_loop import Scheduler
 from gpu_tenancy.whatif.kept_plans import FittedBook, KeptPlan, order_of
@@ -80,11 +81,9 @@ class GpuTenancy(Scheduler):
         self.replans = 0   # promise='breach': plans made again because one broke a promise
         self.fairshare = fairshare   # False (diagnosis only): no usage, so the order is priority then age
         self.quotas = quotas
-        self.lam = math.log(2) / half_life
+        self.decayed = DecayedUsage(half_life)   # what each tenant held, for fair share
         self.waiting: OrderedDict[str, Any] = OrderedDict()
         self.requests: dict[str, LeaseRequest] = {}
-        self.done_usage: dict[tuple[str, str], float] = {}   # (tenant, model): sum of g * (e^{lam e} - e^{lam s}) / lam, times from t0
-        self.t0: int | None = None
         self.plans = 0
         self.plan_seconds = 0.0
         self.skipped = 0
@@ -100,8 +99,6 @@ class GpuTenancy(Scheduler):
         # the waiting leases' shapes (GPUs per VM, VMs): how many of each
         self.shapes: dict[tuple[int, int], int] = {}
         self.holds: dict[str, list[Hold]] = {}   # a running job's holds, made once
-        # a running job's usage key, GPUs and exp(lam (start - t0)), for usage() (each read once per job)
-        self.e_start: dict[str, tuple[tuple[str, str], int, float]] = {}
         # keep_etas: skip a plan that would be the last one again (_settled); False plans at every event
         self.skip_settled = skip_settled
         self.settled = False   # the last plan kept every ETA it could, and nothing but time has changed since
@@ -162,8 +159,7 @@ class GpuTenancy(Scheduler):
 
     def submit(self, job, now):
         self.events_since = True
-        if self.t0 is None:
-            self.t0 = now
+        self.decayed.begin(now)
         self.waiting[job.jid] = job
         if self.first_eta is not None:
             self.unplanned.add(job.jid)
@@ -196,9 +192,7 @@ class GpuTenancy(Scheduler):
             self.reusable = self.book if self.book.exact and self.last_in_order else None
         self.holds.pop(job.jid, None)
         self.asked.pop(job.jid, None)
-        self.e_start.pop(job.jid, None)
-        key = self.usage_key(job)
-        self.done_usage[key] = self.done_usage.get(key, 0.0) + job.gpus * self._integral(s, now)
+        self.decayed.ended(job.jid, self.usage_key(job), job.gpus, s, now)
         self.borrowing.discard(job.jid)
         if self.reclaims is not None:
             self.reclaims.finished(job.jid)
@@ -208,25 +202,9 @@ class GpuTenancy(Scheduler):
         """Whose fair share a job's GPU-hours count in: (project, GPU model)."""
         return job.tenant, MODEL
 
-    def _integral(self, s: int, e: int) -> float:
-        lam, t0 = self.lam, self.t0 or 0   # set by the first submit, before any finish
-        return (math.exp(lam * (e - t0)) - math.exp(lam * (s - t0))) / lam
-
     def usage(self, now, running) -> dict:
         """The engine's fairshare.decayed_gpu_hours, kept incrementally."""
-        lam, t0 = self.lam, self.t0 or 0   # set by the first submit, before any finish
-        scale = math.exp(-lam * (now - t0)) / 3600.0
-        acc = dict(self.done_usage)
-        e_now, e_start = math.exp(lam * (now - t0)), self.e_start
-        get = acc.get
-        for job, _hosts, st in running.values():
-            known = e_start.get(job.jid)
-            if known is None:
-                known = e_start[job.jid] = (self.usage_key(job), job.gpus, math.exp(lam * (st - t0)))
-            # job.gpus * self._integral(st, now), its start's exponential computed once
-            key, gpus, e_st = known
-            acc[key] = get(key, 0.0) + gpus * ((e_now - e_st) / lam)
-        return {k: v * scale for k, v in acc.items()}
+        return self.decayed.at(now, running, self.usage_key)
 
     def oldest_waiting(self):
         return next(iter(self.waiting.values()), None)
