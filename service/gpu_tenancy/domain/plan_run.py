@@ -71,7 +71,7 @@ class PlanRun:
         held = [*holds, *planned] if planned else holds
         self.indexes: dict[str, ModelIndex] = backend.capacity(now, hosts, held)
         self.book: QuotaBook = backend.quota(now, quotas, held)
-        self.book.note_planned(planned)   # a borrower pushes none of them back, as none planned here
+        self.book.note_planned(planned)   # a borrower pushes none of them back, as none this plan places
         self.hosts = HostProfiles(hosts)
         self.bound_text = _bound_text(settings)   # once: it goes into the reasons of every lease behind the bound
         self.own_text = _own_text(settings)       # once, likewise: why a project's own leases go first

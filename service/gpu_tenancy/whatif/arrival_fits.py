@@ -17,6 +17,7 @@ from gpu_tenancy.whatif.kept_plans import FittedBook, KeptPlan, keeps_order
 if TYPE_CHECKING:
     from gpu_tenancy.whatif.planner_sched import GpuTenancy
 
+
 def fit_arrivals(s: GpuTenancy, now: int, running, holds: list[Hold], usage, may_plan: bool
                  ) -> tuple[dict[str, int | None], bool] | None:
     """The arrivals not yet planned fitted into the current plan, as the service's create

@@ -16,7 +16,7 @@ class DecayedUsage:
         self.lam = math.log(2) / half_life
         self.t0: int | None = None   # the first submission
         self.done: dict[Key, float] = {}   # key: sum of gpus * (e^{lam end} - e^{lam start}) / lam
-        self.running: dict[str, tuple[Key, int, float]] = {}   # jid: key, GPUs, e^{lam start}
+        self.starts: dict[str, tuple[Key, int, float]] = {}   # a running job's key, GPUs, e^{lam start}
 
     def begin(self, now: int) -> None:
         """A job was submitted: the first one sets t0."""
@@ -24,7 +24,7 @@ class DecayedUsage:
             self.t0 = now
 
     def ended(self, jid: str, key: Key, gpus: int, start: int, end: int) -> None:
-        self.running.pop(jid, None)
+        self.starts.pop(jid, None)
         lam, t0 = self.lam, self.t0 or 0
         held = (math.exp(lam * (end - t0)) - math.exp(lam * (start - t0))) / lam
         self.done[key] = self.done.get(key, 0.0) + gpus * held
@@ -35,7 +35,7 @@ class DecayedUsage:
         lam, t0 = self.lam, self.t0 or 0   # set by the first submit, before any decision
         scale = math.exp(-lam * (now - t0)) / 3600.0
         acc = dict(self.done)
-        e_now, known_starts = math.exp(lam * (now - t0)), self.running
+        e_now, known_starts = math.exp(lam * (now - t0)), self.starts
         get = acc.get
         for job, _hosts, st in running.values():
             known = known_starts.get(job.jid)

@@ -486,18 +486,19 @@ class GpuTenancy(Scheduler):
             return [], None
         if passed:
             return None
+        # (the earliest planned start, the fits' among them)
+        earliest = min((s for s in (self.next_start, *fitted.values()) if s is not None), default=None)
         if full:
             self._told(fitted)
-            self.next_start = min((s for s in (self.next_start, *fitted.values()) if s is not None), default=None)
+            self.next_start = earliest
             return [], None   # told by the fit alone: nothing can start on a full cluster
         if exact and (self.next_start is None or self.next_start > now):
             # The plan with the fits is the full plan of this decision (each went last in
             # the order), and it starts nothing now: the plan is not made again.
             self._told(fitted)
             self.fit_only += 1
-            wake = min((s for s in (self.next_start, *fitted.values()) if s is not None), default=None)
-            self.next_start = wake
-            return [], wake
+            self.next_start = earliest
+            return [], earliest
         return None
 
     def _plan_now(self, now: int, running, holds: list[Hold], usage, takeable
