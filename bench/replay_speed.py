@@ -28,9 +28,19 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def use_bench(bench_dir: str) -> None:
+    """Put bench_dir and its service first on the path, before anything imports gpu_tenancy (this
+    script's own `traces` does): once imported from this tree, a ref's planner was never run,
+    and every --against compared this tree with itself (from 97ff4fd until this was found)."""
+    sys.path[:0] = [bench_dir, os.path.join(bench_dir, "..", "service")]
+
+
 def child(bench_dir: str, trace: str, load: float, days: float | None, overask: str | None, traces_dir: str) -> None:
     """One replay in this process with the bench (and its planner) of bench_dir; prints a JSON line."""
-    sys.path[:0] = [bench_dir, os.path.join(bench_dir, "..", "service")]
+    import gpu_tenancy
+    service = os.path.realpath(os.path.join(bench_dir, "..", "service"))
+    if not os.path.realpath(gpu_tenancy.__file__).startswith(service + os.sep):
+        raise SystemExit(f"the child replay runs {gpu_tenancy.__file__}, not the service of {bench_dir}")
     import yaml
     import replay
     try:   # the replay's core moved from bench/ into the service (gpu_tenancy.whatif)
@@ -139,5 +149,8 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, HERE)
+    if "--child" in sys.argv[:-1]:
+        use_bench(sys.argv[sys.argv.index("--child") + 1])
+    else:
+        sys.path.insert(0, HERE)
     sys.exit(main())

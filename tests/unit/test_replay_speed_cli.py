@@ -29,3 +29,16 @@ def test_the_child_replay_gets_the_over_ask_model_it_was_asked_for(argv, model, 
 def test_an_unknown_over_ask_model_is_refused():
     with pytest.raises(SystemExit):
         replay_speed.parser().parse_args(["--overask", "3x", "--traces", "traces"])
+
+
+def test_the_child_runs_the_service_beside_the_bench_it_was_given(tmp_path):
+    """A ref's child imports that ref's service, not this tree's (the script's own `traces`
+    imported this tree's first, and --against compared this tree with itself)."""
+    import subprocess
+    (tmp_path / "bench").mkdir()
+    fake = tmp_path / "service" / "gpu_tenancy"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('raise SystemExit("the exported service was imported")\n')
+    r = subprocess.run([sys.executable, os.path.join(BENCH, "replay_speed.py"), "--child", str(tmp_path / "bench"),
+                        "--traces", str(tmp_path), "--loads", "0.8"], capture_output=True, text=True, timeout=60)
+    assert "the exported service was imported" in r.stderr, r.stderr
