@@ -53,6 +53,7 @@ import requests  # noqa: E402
 import yaml  # noqa: E402
 from sqlalchemy import create_engine, func, select, text  # noqa: E402
 
+from git_export import export_ref  # noqa: E402
 from planner_scale import machine  # noqa: E402
 from throwaway_pg import ThrowawayPostgres  # noqa: E402
 
@@ -254,17 +255,6 @@ def create_replans(metrics_dir: str) -> dict:
             for outcome in ("replanned", "shared")}
 
 
-def export_ref(ref: str, workdir: str) -> str:
-    """The service's code at git ref `ref`, exported (git archive) under workdir; its service/ directory."""
-    root = subprocess.run(["git", "-C", HERE, "rev-parse", "--show-toplevel"], check=True, capture_output=True,
-                          text=True).stdout.strip()
-    out = os.path.join(workdir, "ref")
-    os.makedirs(out)
-    archive = subprocess.run(["git", "-C", root, "archive", ref, "service"], check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", out], input=archive, check=True)
-    return os.path.join(out, "service")
-
-
 def prepare_waiting(code: str, url: str, workdir: str, a, projects: list[str], waiting: int) -> tuple[str, dict]:
     """In a process of `code`'s service (its migrations, its replan): a database with `waiting`
     leases waiting; returns its config file and what clone_waiting says."""
@@ -290,7 +280,8 @@ def waiting_main(a, ports: list[int], projects: list[str], workdir: str) -> int:
     """--waiting: the create phase with each queue length, this tree's code and --against's, beside the bare INSERT."""
     codes = [("new", os.path.abspath(SERVICE))]
     if a.against:
-        codes.insert(0, (f"{a.against}", export_ref(a.against, workdir)))
+        ref_dir = export_ref(a.against, os.path.join(workdir, "ref"), ("service",))
+        codes.insert(0, (f"{a.against}", os.path.join(ref_dir, "service")))
     rows = []
     with ThrowawayPostgres(ports[0], a.pg_bin) as pg, gunicorns(workdir) as procs:
         db = create_engine(pg.url, isolation_level="AUTOCOMMIT")

@@ -37,6 +37,7 @@ sys.path.insert(0, os.environ.get(SERVICE_ENV) or os.path.join(HERE, "..", "serv
 
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit  # noqa: E402
 from gpu_tenancy.domain.planner import plan  # noqa: E402
+from git_export import export_ref  # noqa: E402
 
 NOW = 1_800_000_000
 
@@ -114,15 +115,6 @@ def child(n_hosts: int, n_waiting: int) -> None:
     print(json.dumps({"wall": wall, "cpu": time_plan.last_cpu, "digest": plan_digest(res)}))
 
 
-def export_ref(ref: str, into: str) -> str:
-    """The service/ directory of git ref `ref`, exported under `into`."""
-    repo = os.path.join(HERE, "..")
-    archive = subprocess.run(["git", "-C", repo, "archive", ref, "service"], check=True,
-                             capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
-    return os.path.join(into, "service")
-
-
 def run_child(service_dir: str, n_hosts: int, n_waiting: int) -> dict:
     env = dict(os.environ, **{SERVICE_ENV: os.path.abspath(service_dir)})
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", "--hosts", str(n_hosts),
@@ -139,7 +131,7 @@ def side_by_side(ref: str, host_counts, sizes, runs: int) -> None:
     print(f"{'hosts':>6} {'waiting':>8} {'old cpu s':>10} {'new cpu s':>10} {'new/old':>8} "
           f"{'new wall s':>10} {'same plan':>9}")
     with tempfile.TemporaryDirectory() as tmp:
-        old = export_ref(ref, tmp)
+        old = os.path.join(export_ref(ref, tmp, ("service",)), "service")
         for nh in host_counts:
             for nw in sizes:
                 got = {"old": [], "new": []}

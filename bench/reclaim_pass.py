@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 
-from replay_speed import export_ref
+from git_export import export_ref
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NOW = 1_800_000_000
@@ -81,7 +81,7 @@ def main(argv=None) -> int:
     new = os.path.join(HERE, "..", "service")
     with tempfile.TemporaryDirectory() as tmp:
         # (replay_speed's export: the ref's bench/ and service/; its service is the bench's sibling)
-        old = os.path.join(export_ref(a.against, tmp), "..", "service") if a.against else None
+        old = os.path.join(export_ref(a.against, tmp, ("service",)), "service") if a.against else None
         print(f"one reclaim pass, CPU seconds and trial plans{f'; this tree (new) against {a.against} (old)' if old else ''}")
         print(f"{'hosts':>5} {'borrowers':>9} {'waiting':>7} {'new cpu s':>9} {'plans':>6} {'ended':>5}"
               + (f" {'old cpu s':>9} {'plans':>6} {'ended':>5} {'new/old':>7} {'same ends':>9}" if old else ""))

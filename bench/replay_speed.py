@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 
+from git_export import export_ref
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -82,15 +84,6 @@ def run_children(dirs: list[str], a: argparse.Namespace, load: float) -> list[di
     return out
 
 
-def export_ref(ref: str, into: str) -> str:
-    """bench/ and service/ of git ref `ref` under `into`; returns its bench directory."""
-    repo = os.path.join(HERE, "..")
-    archive = subprocess.run(["git", "-C", repo, "archive", ref, "bench", "service"], check=True,
-                             capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
-    return os.path.join(into, "bench")
-
-
 def parser() -> argparse.ArgumentParser:
     import traces
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -120,7 +113,7 @@ def main(argv=None) -> int:
         return 0
     what = f"{a.trace}{f' first {a.days:g} days' if a.days else ''}{f' overask {a.overask}' if a.overask else ''}"
     with tempfile.TemporaryDirectory() as tmp:
-        old = export_ref(a.against, tmp) if a.against else None
+        old = os.path.join(export_ref(a.against, tmp), "bench") if a.against else None
         print(f"replay of {what} through gpu-tenancy, CPU seconds per run"
               + (f"; this tree (new) against {a.against} (old), {a.runs} "
                  f"{'run(s) at the same time' if a.together else 'alternating run(s)'} each" if old else ""))

@@ -12,9 +12,10 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 from naive_planner import NAIVE  # noqa: E402
 
-from gpu_tenancy.domain import capacity  # noqa: E402
+from gpu_tenancy.domain import capacity, scan_index  # noqa: E402
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit  # noqa: E402
 from gpu_tenancy.domain.planner import PlannerSettings, plan  # noqa: E402
+from tests.scan_index_built import require_scan_index  # noqa: E402
 
 NOW = 1_800_000_000
 
@@ -55,10 +56,15 @@ def case(seed):
     return hosts, holds, quotas, waiting, usage
 
 
-@pytest.fixture(params=["levels", "scan"])
+@pytest.fixture(params=["levels", "scan", "compiled"])
 def fit_path(request, monkeypatch):
-    """Both ways the index answers "who fits at t": its free levels (from LEVELS_HOSTS hosts) and
-    a read of every host (fewer); these cases have few hosts, so the levels are forced."""
+    """The three ways a plan's index answers: the Python index's free levels (from LEVELS_HOSTS
+    hosts), its read of every host (fewer), and the compiled scan index (up to SCAN_HOSTS hosts,
+    where built); these cases have few hosts, so the first two are forced."""
+    if request.param == "compiled":
+        require_scan_index()
+        return request.param
+    monkeypatch.setattr(scan_index, "SCAN_HOSTS", 0)
     if request.param == "levels":
         monkeypatch.setattr(capacity, "LEVELS_HOSTS", 1)
     return request.param

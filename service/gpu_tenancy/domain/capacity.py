@@ -173,6 +173,10 @@ class ModelIndex:
                     c = ((e - s) >> 6).bit_length()   # length_class, inline: it runs for every new run
                     insort(heap_g[c if c < NCLS else NCLS - 1], (s, f, name, e))
 
+    def overcommitted(self, host: str) -> bool:
+        """Whether the host's holds take more GPUs than it has at some instant."""
+        return min(self.hosts[host].prof.vals) < 0
+
     def largest_free_now(self) -> int:
         for f in range(self.max_gpus, -1, -1):
             if self.now_count[f]:

@@ -9,6 +9,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from . import scan_index
 from .capacity import ModelIndex
 from .host_profiles import HostProfiles
 from .model import Hold, Host, LeaseRequest, Placement, PlannedLease, QuotaLimit, Reason
@@ -16,9 +17,12 @@ from .plan_order import BOUND, FAIR, GUARDED, LeasesAhead, past_wait_bound
 from .plan_settings import PlannerSettings
 from .plan_words import duration_text, fmt_time, plural
 from .quota_book import QuotaBook
+from .scan_index import ScanIndex
+
+CapacityIndex = ModelIndex | ScanIndex   # one GPU model's hosts, as a plan asks about them
 
 
-def _fast_capacity(now: int, hosts: Sequence[Host], holds: Sequence[Hold]) -> dict[str, ModelIndex]:
+def _fast_capacity(now: int, hosts: Sequence[Host], holds: Sequence[Hold]) -> dict[str, CapacityIndex]:
     by_model: dict[str, list[Host]] = defaultdict(list)
     for h in hosts:
         if h.enabled:
@@ -29,17 +33,26 @@ def _fast_capacity(now: int, hosts: Sequence[Host], holds: Sequence[Hold]) -> di
             on = spans.get(hd.gpu_model)
             if on is not None:
                 on[hd.host].append((hd.start, hd.end, -hd.gpus))
-    idx = {m: ModelIndex(m, hs, now, spans[m]) for m, hs in by_model.items()}
+    idx = {m: _index_of(m, hs, now, spans[m]) for m, hs in by_model.items()}
     for mi in idx.values():
         mi.build()
     return idx
+
+
+def _index_of(model: str, hosts: Sequence[Host], now: int, spans: Mapping[str, list[tuple[int, int, int]]]
+              ) -> CapacityIndex:
+    """The compiled scan index on a model's few hosts where it is built, else the Python index
+    (the same answers: tests/property/test_scan_index_agrees.py)."""
+    if scan_index.available and len(hosts) <= scan_index.SCAN_HOSTS:
+        return ScanIndex(model, hosts, now, spans)
+    return ModelIndex(model, hosts, now, spans)
 
 
 @dataclass(frozen=True)
 class Backend:
     """How a plan builds its capacity index and quota book: the fast ones (FAST, the default) or a
     brute-force reference (bench/naive_planner.py: NAIVE) for the oracle tests and the bench."""
-    capacity: Callable[[int, Sequence[Host], Sequence[Hold]], dict[str, ModelIndex]] = _fast_capacity
+    capacity: Callable[[int, Sequence[Host], Sequence[Hold]], dict[str, CapacityIndex]] = _fast_capacity
     quota: Callable[[int, Mapping[tuple[str, str], QuotaLimit], Sequence[Hold]], QuotaBook] = QuotaBook
 
 
@@ -69,7 +82,7 @@ class PlanRun:
         plan's head taken over): held as `holds` are, and to a borrower planned leases, not holds."""
         self.now, self.usage, self.settings, self.protected = now, usage, settings, protected
         held = [*holds, *planned] if planned else holds
-        self.indexes: dict[str, ModelIndex] = backend.capacity(now, hosts, held)
+        self.indexes: dict[str, CapacityIndex] = backend.capacity(now, hosts, held)
         self.book: QuotaBook = backend.quota(now, quotas, held)
         self.book.note_planned(planned)   # a borrower pushes none of them back, as none this plan places
         self.hosts = HostProfiles(hosts)
@@ -96,8 +109,7 @@ class PlanRun:
                 out = uncounted.get(key)
                 if out is None:
                     mi = self.indexes.get(h.gpu_model)
-                    hs = mi.hosts.get(h.host) if mi is not None else None
-                    out = uncounted[key] = hs is None or min(hs.prof.vals) < 0
+                    out = uncounted[key] = mi is None or h.host not in mi.hosts or mi.overcommitted(h.host)
                 if out:
                     outside[(h.project_id, h.gpu_model)] += h.gpus
         size = {m: sum(hs.gpus for hs in mi.hosts.values()) for m, mi in self.indexes.items()}
@@ -309,7 +321,7 @@ def _no_slot_reason(lr: LeaseRequest, q: QuotaLimit) -> Reason:
     return Reason("capacity", f"no slot found for {need} {m} GPUs")  # pragma: no cover - capacity tails are free
 
 
-def _place_preemptible(now: int, lr: LeaseRequest, pl: PlannedLease, mi: ModelIndex, ahead: int,
+def _place_preemptible(now: int, lr: LeaseRequest, pl: PlannedLease, mi: CapacityIndex, ahead: int,
                        allowance: int = 0) -> None:
     """A preemptible lease takes no quota and any size, wherever GPUs are idle; it
     reserves capacity only (so nothing within quota is planned around it)."""

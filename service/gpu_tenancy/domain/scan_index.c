@@ -1,0 +1,352 @@
+/* The capacity index of one GPU model as plain integer arrays, answered by scanning.
+ *
+ * Each host's free GPUs are a step function from the origin (times[i] where segment i
+ * starts, vals[i] its value; the last segment runs forever), kept as StepProfile keeps
+ * them (profile.py: same breakpoints, equal neighbours merged). A question is answered
+ * the way the planner's reference answers it (bench/naive_planner.py): the earliest
+ * start at or after t at which the VMs fit for d seconds, then among the hosts that fit
+ * then the least (free at the start, name). Hosts are held in name order.
+ *
+ * Why: the Python index (capacity.py) keeps runs per GPU count in heaps so that a
+ * question does not read every host. On the few tens of hosts a cloud region (and the
+ * trace replay) has, upkeeping those runs costs more than reading every profile in C
+ * does: no tuples, no sets, no heaps, and a reservation is an insert into two arrays.
+ * scan_index.py wraps it with ModelIndex's interface; plan_run.py picks one or the other.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef long long i64;
+#define FOREVER ((i64)1 << 62)   /* profile.INF */
+
+typedef struct {
+    i64 *times;
+    i64 *vals;
+    Py_ssize_t n, cap;
+    i64 gpus;
+} Profile;
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t nhosts;
+    Profile *hosts;
+    i64 origin;
+} ScanObject;
+
+/* index of the segment holding t: the last i with times[i] <= t (t >= times[0]) */
+static Py_ssize_t segment_at(const Profile *p, i64 t) {
+    Py_ssize_t lo = 0, hi = p->n;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (p->times[mid] <= t) lo = mid + 1; else hi = mid;
+    }
+    return lo - 1;
+}
+
+static int grow(Profile *p, Py_ssize_t more) {
+    if (p->n + more <= p->cap) return 0;
+    Py_ssize_t cap = p->cap ? p->cap : 4;
+    while (cap < p->n + more) cap *= 2;
+    i64 *t = PyMem_Realloc(p->times, cap * sizeof(i64));
+    if (!t) { PyErr_NoMemory(); return -1; }
+    p->times = t;
+    i64 *v = PyMem_Realloc(p->vals, cap * sizeof(i64));
+    if (!v) { PyErr_NoMemory(); return -1; }
+    p->vals = v;
+    p->cap = cap;
+    return 0;
+}
+
+static void insert_at(Profile *p, Py_ssize_t i, i64 t, i64 v) {
+    memmove(p->times + i + 1, p->times + i, (p->n - i) * sizeof(i64));
+    memmove(p->vals + i + 1, p->vals + i, (p->n - i) * sizeof(i64));
+    p->times[i] = t;
+    p->vals[i] = v;
+    p->n++;
+}
+
+static void delete_at(Profile *p, Py_ssize_t i) {
+    memmove(p->times + i, p->times + i + 1, (p->n - i - 1) * sizeof(i64));
+    memmove(p->vals + i, p->vals + i + 1, (p->n - i - 1) * sizeof(i64));
+    p->n--;
+}
+
+/* StepProfile.add: delta on [start, end), clipped to the origin, equal neighbours merged */
+static int profile_add(Profile *p, i64 start, i64 end, i64 delta) {
+    if (start < p->times[0]) start = p->times[0];
+    if (end <= start || delta == 0) return 0;
+    if (grow(p, 2) < 0) return -1;
+    Py_ssize_t i = segment_at(p, start), j;
+    if (p->times[i] != start) {
+        i++;
+        insert_at(p, i, start, p->vals[i - 1]);
+    }
+    if (end >= FOREVER) {
+        j = p->n;
+    } else {
+        j = segment_at(p, end);
+        if (p->times[j] != end) {
+            j++;
+            insert_at(p, j, end, p->vals[j - 1]);
+        }
+    }
+    for (Py_ssize_t k = i; k < j; k++) p->vals[k] += delta;
+    if (j < p->n && p->vals[j] == p->vals[j - 1]) delete_at(p, j);
+    if (i > 0 && p->vals[i] == p->vals[i - 1]) delete_at(p, i);
+    return 0;
+}
+
+static void Scan_dealloc(ScanObject *self) {
+    for (Py_ssize_t h = 0; h < self->nhosts; h++) {
+        PyMem_Free(self->hosts[h].times);
+        PyMem_Free(self->hosts[h].vals);
+    }
+    PyMem_Free(self->hosts);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int read_i64_list(PyObject *seq, i64 *out, Py_ssize_t n) {
+    for (Py_ssize_t k = 0; k < n; k++) {
+        out[k] = PyLong_AsLongLong(PyList_GET_ITEM(seq, k));
+        if (out[k] == -1 && PyErr_Occurred()) return -1;
+    }
+    return 0;
+}
+
+/* Scan(origin, [(gpus, times, vals), ...]): the hosts in name order, each with its
+ * profile's two lists (times[0] == origin) */
+static int Scan_init(ScanObject *self, PyObject *args, PyObject *Py_UNUSED(kw)) {
+    long long origin;
+    PyObject *profiles;
+    if (!PyArg_ParseTuple(args, "LO!", &origin, &PyList_Type, &profiles)) return -1;
+    if (self->hosts) {
+        PyErr_SetString(PyExc_TypeError, "a Scan is made once");
+        return -1;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(profiles);
+    self->origin = origin;
+    self->hosts = PyMem_Calloc(n ? n : 1, sizeof(Profile));
+    if (!self->hosts) { PyErr_NoMemory(); return -1; }
+    self->nhosts = n;
+    for (Py_ssize_t h = 0; h < n; h++) {
+        long long gpus;
+        PyObject *times, *vals;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(profiles, h), "LO!O!", &gpus, &PyList_Type, &times,
+                              &PyList_Type, &vals)) return -1;
+        Py_ssize_t m = PyList_GET_SIZE(times);
+        if (m == 0 || PyList_GET_SIZE(vals) != m) {
+            PyErr_SetString(PyExc_ValueError, "a profile needs as many values as times, at least one");
+            return -1;
+        }
+        Profile *p = &self->hosts[h];
+        p->gpus = gpus;
+        if (grow(p, m) < 0) return -1;
+        if (read_i64_list(times, p->times, m) < 0 || read_i64_list(vals, p->vals, m) < 0) return -1;
+        p->n = m;
+        if (p->times[0] != origin) {
+            PyErr_SetString(PyExc_ValueError, "a profile must start at the origin");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int host_arg(ScanObject *self, Py_ssize_t h) {
+    if (h < 0 || h >= self->nhosts) {
+        PyErr_SetString(PyExc_IndexError, "no such host");
+        return -1;
+    }
+    return 0;
+}
+
+/* reserve(host, start, end, gpus): take gpus over [start, end) */
+static PyObject *Scan_reserve(ScanObject *self, PyObject *args) {
+    Py_ssize_t h;
+    long long start, end, gpus;
+    if (!PyArg_ParseTuple(args, "nLLL", &h, &start, &end, &gpus) || host_arg(self, h) < 0) return NULL;
+    if (profile_add(&self->hosts[h], start, end, -gpus) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* The earliest start >= t on host p at which it has >= g free all over [start, start+d);
+ * -1 when there is none at or before `until`. *seg: the segment holding that start. */
+static i64 host_earliest(const Profile *p, i64 t, i64 d, i64 g, i64 until, Py_ssize_t *seg) {
+    Py_ssize_t k = segment_at(p, t), n = p->n, first = k;
+    i64 cand = t;
+    while (k < n) {
+        if (cand > until) return -1;
+        i64 seg_end = k + 1 < n ? p->times[k + 1] : FOREVER;
+        if (p->vals[k] < g) {
+            if (k + 1 >= n) return -1;
+            cand = seg_end;
+            first = k + 1;
+        } else if (seg_end - cand >= d) {
+            *seg = first;
+            return cand;
+        }
+        k++;
+    }
+    return -1;
+}
+
+/* earliest_one(t, d, g) -> (start, host) or None: one VM of g GPUs for d seconds */
+static PyObject *Scan_earliest_one(ScanObject *self, PyObject *args) {
+    long long t, d, g;
+    if (!PyArg_ParseTuple(args, "LLL", &t, &d, &g)) return NULL;
+    if (t < self->origin) t = self->origin;
+    i64 best = FOREVER, best_free = 0;
+    Py_ssize_t best_host = -1;
+    for (Py_ssize_t h = 0; h < self->nhosts; h++) {
+        const Profile *p = &self->hosts[h];
+        if (p->gpus < g) continue;
+        Py_ssize_t seg;
+        i64 s = host_earliest(p, t, d, g, best, &seg);
+        if (s < 0) continue;
+        i64 f = p->vals[seg] < p->gpus ? p->vals[seg] : p->gpus;
+        /* hosts in name order: a later host wins only with an earlier start or fewer free */
+        if (best_host < 0 || s < best || (s == best && f < best_free)) {
+            best = s;
+            best_free = f;
+            best_host = h;
+        }
+    }
+    if (best_host < 0) Py_RETURN_NONE;
+    return Py_BuildValue("(Ln)", best, best_host);
+}
+
+/* the least value of p over [T, T+d) (T in segment k) */
+static i64 least_on(const Profile *p, Py_ssize_t k, i64 T, i64 d) {
+    i64 least = p->vals[k];
+    i64 until = d >= FOREVER - T ? FOREVER : T + d;
+    for (Py_ssize_t i = k + 1; i < p->n && p->times[i] < until; i++)
+        if (p->vals[i] < least) least = p->vals[i];
+    return least;
+}
+
+/* earliest_gang(t, d, g, n) -> (start, [(free at start, host, VMs that fit), ...]) or None:
+ * the earliest start at which n VMs of g GPUs fit for d seconds on the hosts together,
+ * and every host that takes at least one then (the choice among them is
+ * capacity.select_gang_hosts's). Tried at t, then at each breakpoint after it. */
+static PyObject *Scan_earliest_gang(ScanObject *self, PyObject *args) {
+    long long t, d, g, n;
+    if (!PyArg_ParseTuple(args, "LLLL", &t, &d, &g, &n)) return NULL;
+    if (g <= 0) Py_RETURN_NONE;
+    i64 T = t < self->origin ? self->origin : t;
+    for (;;) {
+        i64 total = 0, next = FOREVER;
+        for (Py_ssize_t h = 0; h < self->nhosts; h++) {
+            const Profile *p = &self->hosts[h];
+            if (p->gpus < g) continue;
+            Py_ssize_t k = segment_at(p, T);
+            if (k + 1 < p->n && p->times[k + 1] < next) next = p->times[k + 1];
+            i64 least = least_on(p, k, T, d);
+            if (least >= g) total += least / g;
+        }
+        if (total >= n) break;
+        if (next >= FOREVER) Py_RETURN_NONE;
+        T = next;
+    }
+    PyObject *cands = PyList_New(0);
+    if (!cands) return NULL;
+    for (Py_ssize_t h = 0; h < self->nhosts; h++) {
+        const Profile *p = &self->hosts[h];
+        if (p->gpus < g) continue;
+        Py_ssize_t k = segment_at(p, T);
+        i64 least = least_on(p, k, T, d);
+        if (least < g) continue;
+        PyObject *c = Py_BuildValue("(LnL)", p->vals[k], h, least / g);
+        if (!c || PyList_Append(cands, c) < 0) {
+            Py_XDECREF(c);
+            Py_DECREF(cands);
+            return NULL;
+        }
+        Py_DECREF(c);
+    }
+    return Py_BuildValue("(LN)", T, cands);
+}
+
+/* largest_free_now() -> the most GPUs free on one host at the origin */
+static PyObject *Scan_largest_free_now(ScanObject *self, PyObject *Py_UNUSED(ignored)) {
+    i64 best = 0;
+    for (Py_ssize_t h = 0; h < self->nhosts; h++) {
+        const Profile *p = &self->hosts[h];
+        i64 v = p->vals[0] < p->gpus ? p->vals[0] : p->gpus;
+        if (v > best) best = v;
+    }
+    return PyLong_FromLongLong(best);
+}
+
+/* overcommitted(host) -> whether its holds take more GPUs than it has at some instant */
+static PyObject *Scan_overcommitted(ScanObject *self, PyObject *args) {
+    Py_ssize_t h;
+    if (!PyArg_ParseTuple(args, "n", &h) || host_arg(self, h) < 0) return NULL;
+    const Profile *p = &self->hosts[h];
+    for (Py_ssize_t i = 0; i < p->n; i++)
+        if (p->vals[i] < 0) Py_RETURN_TRUE;
+    Py_RETURN_FALSE;
+}
+
+/* profile(host) -> (times, vals): the host's free GPUs as StepProfile would hold them */
+static PyObject *Scan_profile(ScanObject *self, PyObject *args) {
+    Py_ssize_t h;
+    if (!PyArg_ParseTuple(args, "n", &h) || host_arg(self, h) < 0) return NULL;
+    const Profile *p = &self->hosts[h];
+    PyObject *times = PyList_New(p->n), *vals = PyList_New(p->n);
+    if (!times || !vals) goto fail;
+    for (Py_ssize_t i = 0; i < p->n; i++) {
+        PyObject *a = PyLong_FromLongLong(p->times[i]), *b = PyLong_FromLongLong(p->vals[i]);
+        if (!a || !b) { Py_XDECREF(a); Py_XDECREF(b); goto fail; }
+        PyList_SET_ITEM(times, i, a);
+        PyList_SET_ITEM(vals, i, b);
+    }
+    return Py_BuildValue("(NN)", times, vals);
+fail:
+    Py_XDECREF(times);
+    Py_XDECREF(vals);
+    return NULL;
+}
+
+static PyMethodDef Scan_methods[] = {
+    {"reserve", (PyCFunction)Scan_reserve, METH_VARARGS, "reserve(host, start, end, gpus)"},
+    {"earliest_one", (PyCFunction)Scan_earliest_one, METH_VARARGS, "earliest_one(t, d, g) -> (start, host) | None"},
+    {"earliest_gang", (PyCFunction)Scan_earliest_gang, METH_VARARGS,
+     "earliest_gang(t, d, g, n) -> (start, [(free, host, vms)]) | None"},
+    {"largest_free_now", (PyCFunction)Scan_largest_free_now, METH_NOARGS, "largest_free_now() -> int"},
+    {"overcommitted", (PyCFunction)Scan_overcommitted, METH_VARARGS, "overcommitted(host) -> bool"},
+    {"profile", (PyCFunction)Scan_profile, METH_VARARGS, "profile(host) -> (times, vals)"},
+    {NULL, NULL, 0, NULL}
+};
+
+static PyTypeObject ScanType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "gpu_tenancy.domain._scan_index.Scan",
+    .tp_basicsize = sizeof(ScanObject),
+    .tp_dealloc = (destructor)Scan_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Scan(origin, [(gpus, times, vals), ...]): one GPU model's hosts in name order",
+    .tp_methods = Scan_methods,
+    .tp_init = (initproc)Scan_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static struct PyModuleDef scan_module = {
+    .m_base = PyModuleDef_HEAD_INIT,
+    .m_name = "_scan_index",
+    .m_doc = "The capacity index as integer arrays (scan_index.c).",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC PyInit__scan_index(void) {
+    if (PyType_Ready(&ScanType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&scan_module);
+    if (!m) return NULL;
+    Py_INCREF(&ScanType);
+    if (PyModule_AddObject(m, "Scan", (PyObject *)&ScanType) < 0) {
+        Py_DECREF(&ScanType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,95 @@
+"""The compiled scan index (scan_index.c) with ModelIndex's interface.
+
+It answers the planner's capacity questions as the reference does (bench/naive_planner.py:
+the earliest start, then the least (free GPUs at the start, host name); gangs chosen by
+select_gang_hosts), by reading every host's free-GPU profile in C. On tens of hosts that is
+cheaper than the runs and heaps ModelIndex keeps up to date; on many hosts ModelIndex, which
+does not read every host, is (plan_run.py chooses, by SCAN_HOSTS).
+
+The C module is built when the package is installed with a C compiler (setup.py; optional):
+without it ``available`` is False and every plan uses ModelIndex, with the same results.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from .capacity import select_gang_hosts
+from .model import Host
+from .profile import StepProfile
+
+try:
+    from ._scan_index import Scan
+    available = True
+except ImportError:   # installed without a C compiler: ModelIndex answers alone
+    available = False
+
+# up to this many hosts of one model a plan uses the scan index (where built): measured with
+# bench/planner_scale.py and bench/replay_speed.py (docs/performance.md, "The scan index")
+SCAN_HOSTS = 128
+
+
+class ScanIndex:
+    """Enabled hosts of one GPU model, their free GPUs as integer arrays in C."""
+
+    __slots__ = ("gpu_model", "origin", "hosts", "max_gpus", "_names", "_pos", "_scan")
+
+    def __init__(self, gpu_model: str, hosts: Iterable[Host], origin: int,
+                 holds: Mapping[str, Iterable[tuple[int, int, int]]] | None = None):
+        """holds: each host's holds as (start, end, -gpus), as ModelIndex takes them."""
+        self.gpu_model = gpu_model
+        self.origin = origin
+        ordered = sorted((h for h in hosts if h.gpus > 0), key=lambda h: h.name)
+        self.hosts: dict[str, Host] = {h.name: h for h in ordered}
+        self.max_gpus = max((h.gpus for h in ordered), default=0)
+        self._names = [h.name for h in ordered]
+        self._pos = {name: i for i, name in enumerate(self._names)}
+        profiles = []
+        for h in ordered:
+            spans = holds.get(h.name) if holds is not None else None
+            if spans is None:
+                profiles.append((h.gpus, [origin], [h.gpus]))
+            else:
+                prof = StepProfile.of_spans(origin, h.gpus, spans)
+                profiles.append((h.gpus, prof.times, prof.vals))
+        self._scan = Scan(origin, profiles)
+
+    def build(self) -> None:
+        """Nothing to build (ModelIndex's step, kept for the same interface)."""
+
+    def reserve(self, host: str, start: int, end: int, gpus: int) -> None:
+        self._scan.reserve(self._pos[host], start, end, gpus)
+
+    def earliest(self, t: int, duration: int, gpus: int, instances: int = 1
+                 ) -> tuple[int, tuple[str, ...]] | None:
+        """Earliest start >= t where `instances` VMs of `gpus` GPUs fit for `duration`,
+        and the hosts chosen (one per VM)."""
+        if gpus <= 0 or gpus > self.max_gpus:
+            return None
+        if instances == 1:
+            one = self._scan.earliest_one(t, duration, gpus)
+            return None if one is None else (one[0], (self._names[one[1]],))
+        gang = self._scan.earliest_gang(t, duration, gpus, instances)
+        if gang is None:
+            return None
+        start, found = gang
+        names = self._names
+        cands = [(free, names[i], self.hosts[names[i]].aggregate, vms) for free, i, vms in found]
+        return start, select_gang_hosts(cands, instances)
+
+    def fits_at(self, t: int, duration: int, gpus: int, instances: int = 1) -> tuple[str, ...] | None:
+        r = self.earliest(t, duration, gpus, instances)
+        if r is not None and r[0] == t:
+            return r[1]
+        return None
+
+    def largest_free_now(self) -> int:
+        return int(self._scan.largest_free_now())
+
+    def overcommitted(self, host: str) -> bool:
+        """Whether the host's holds take more GPUs than it has at some instant."""
+        return bool(self._scan.overcommitted(self._pos[host]))
+
+    def profile(self, host: str) -> tuple[list[int], list[int]]:
+        """The host's free GPUs as (times, values), as StepProfile holds them."""
+        times, vals = self._scan.profile(self._pos[host])
+        return list(times), list(vals)

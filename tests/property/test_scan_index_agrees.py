@@ -1,0 +1,99 @@
+"""The compiled scan index (domain/scan_index.c) answers every capacity question as the
+Python index (ModelIndex) does, and keeps the same profiles: seeded random clusters, holds
+and thousands of questions, each answer reserved (as a plan does) before the next.
+Whole plans with one index and the other are compared in tests/unit/test_planner_oracle.py's
+backends too.
+
+Without the compiled module (installed with no C compiler) these are skipped, except in CI,
+which builds it: there a missing module fails."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from gpu_tenancy.domain.capacity import ModelIndex
+from gpu_tenancy.domain.model import Host
+from gpu_tenancy.domain.profile import INF
+from gpu_tenancy.domain.scan_index import ScanIndex
+from tests.scan_index_built import require_scan_index
+
+
+@pytest.fixture(autouse=True)
+def built():
+    require_scan_index()
+
+
+NOW = 1_800_000_000
+
+
+def cluster(rng: random.Random):
+    n = rng.choice([1, 2, 3, 5, 8, 13, 30])
+    hosts = [Host(f"h{i:03d}", "A100", rng.choice([1, 2, 4, 8, 8, 8]), aggregate=rng.choice([None, "a", "b", "c"]))
+             for i in range(n)]
+    rng.shuffle(hosts)   # the index orders them by name itself
+    spans: dict[str, list[tuple[int, int, int]]] = {}
+    for h in hosts:
+        for _ in range(rng.randint(0, 6)):
+            start = NOW + rng.randint(-86400, 86400)
+            end = INF if rng.random() < 0.05 else start + rng.randint(1, 3 * 86400)
+            # some hosts over-committed (a hold the cloud placed beyond the plan's view)
+            spans.setdefault(h.name, []).append((start, end, -rng.randint(1, h.gpus + (rng.random() < 0.1))))
+    return hosts, spans
+
+
+def ask(rng: random.Random, origin: int):
+    t = origin if rng.random() < 0.6 else origin + rng.randint(-3600, 3 * 86400)
+    d = rng.choice([1, 60, 600, 3600, 7200, 86400, 5 * 86400, rng.randint(1, 4 * 86400)])
+    g = rng.choice([1, 1, 2, 3, 4, 8, 9])
+    n = 1 if rng.random() < 0.8 else rng.randint(2, 6)
+    return t, d, g, n
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_the_scan_index_answers_as_the_python_index(seed):
+    rng = random.Random(seed)
+    hosts, spans = cluster(rng)
+    ours = ScanIndex("A100", hosts, NOW, spans)
+    ref = ModelIndex("A100", hosts, NOW, spans)
+    ref.build()
+    ours.build()
+    assert list(ours.hosts) == list(ref.hosts)
+    for name in ref.hosts:
+        assert ours.overcommitted(name) == ref.overcommitted(name)
+    for step in range(300):
+        t, d, g, n = ask(rng, NOW)
+        got, want = ours.earliest(t, d, g, n), ref.earliest(t, d, g, n)
+        assert got == want, (seed, step, (t, d, g, n))
+        assert ours.fits_at(t, d, g, n) == ref.fits_at(t, d, g, n)
+        assert ours.largest_free_now() == ref.largest_free_now()
+        if want is not None and rng.random() < 0.7:
+            start, chosen = want
+            for h in chosen:
+                ours.reserve(h, start, start + d, g)
+                ref.reserve(h, start, start + d, g)
+        if rng.random() < 0.1:   # a reservation nobody asked about: clipped at the origin, or empty
+            h = rng.choice(list(ref.hosts))
+            a = NOW + rng.randint(-7200, 86400)
+            b = a + rng.randint(-60, 86400)
+            gp = rng.randint(0, 3)
+            ours.reserve(h, a, b, gp)
+            ref.reserve(h, a, b, gp)
+    for name, hs in ref.hosts.items():
+        assert ours.profile(name) == (hs.prof.times, hs.prof.vals), name
+
+
+def test_an_empty_model_and_asks_beyond_its_hosts():
+    ours = ScanIndex("A100", [], NOW)
+    assert ours.earliest(NOW, 60, 1) is None
+    assert ours.largest_free_now() == 0
+    one = ScanIndex("A100", [Host("h1", "A100", 4)], NOW)
+    assert one.earliest(NOW, 60, 8) is None            # more GPUs than a host has
+    assert one.earliest(NOW, 60, 0) is None
+    assert one.earliest(NOW, 60, 2, 3) is None         # a gang the hosts can never take at once
+    assert one.earliest(NOW - 99, 60, 2, 2) == (NOW, ("h1", "h1"))   # before the origin: from the origin
+    one.reserve("h1", NOW, NOW + 600, 3)
+    assert one.earliest(NOW, 10**9, 2) == (NOW + 600, ("h1",))        # long: once free for good
+    assert one.largest_free_now() == 1
+    with pytest.raises(KeyError):
+        one.reserve("h9", NOW, NOW + 1, 1)
