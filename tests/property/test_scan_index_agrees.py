@@ -33,10 +33,11 @@ def cluster(rng: random.Random):
              for i in range(n)]
     rng.shuffle(hosts)   # the index orders them by name itself
     spans: dict[str, list[tuple[int, int, int]]] = {}
+    grid = rng.choice([1, 1800])   # on a grid, holds meet end to start and cancel out (equal neighbours)
     for h in hosts:
         for _ in range(rng.randint(0, 6)):
-            start = NOW + rng.randint(-86400, 86400)
-            end = INF if rng.random() < 0.05 else start + rng.randint(1, 3 * 86400)
+            start = NOW + rng.randint(-86400, 86400) // grid * grid
+            end = INF if rng.random() < 0.05 else start + max(1, rng.randint(1, 3 * 86400) // grid * grid)
             # some hosts over-committed (a hold the cloud placed beyond the plan's view)
             spans.setdefault(h.name, []).append((start, end, -rng.randint(1, h.gpus + (rng.random() < 0.1))))
     return hosts, spans
@@ -97,3 +98,15 @@ def test_an_empty_model_and_asks_beyond_its_hosts():
     assert one.largest_free_now() == 1
     with pytest.raises(KeyError):
         one.reserve("h9", NOW, NOW + 1, 1)
+
+
+@pytest.mark.parametrize("spans", [
+    [(NOW + 60, NOW + 120, -2), (NOW + 120, NOW + 180, -2)],         # end to start, equal: one segment
+    [(NOW - 60, NOW + 120, -1), (NOW + 120, INF, -1)],                 # from before the origin, on forever
+    [(NOW - 60, NOW, -4), (NOW + 5, NOW + 5, -4), (NOW + 9, NOW + 10, 0)],   # ended by the origin; empty
+    [(NOW + 30, NOW + 90, -3), (NOW + 30, NOW + 90, 3)],               # cancelled out
+])
+def test_a_host_profile_is_built_as_step_profile_builds_it(spans):
+    from gpu_tenancy.domain.profile import StepProfile
+    want = StepProfile.of_spans(NOW, 8, spans)
+    assert ScanIndex("A100", [Host("h1", "A100", 8)], NOW, {"h1": spans}).profile("h1") == (want.times, want.vals)

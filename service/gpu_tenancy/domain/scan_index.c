@@ -107,48 +107,85 @@ static void Scan_dealloc(ScanObject *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static int read_i64_list(PyObject *seq, i64 *out, Py_ssize_t n) {
-    for (Py_ssize_t k = 0; k < n; k++) {
-        out[k] = PyLong_AsLongLong(PyList_GET_ITEM(seq, k));
-        if (out[k] == -1 && PyErr_Occurred()) return -1;
-    }
-    return 0;
+typedef struct {
+    i64 t, delta;
+} Change;
+
+static int by_time(const void *a, const void *b) {
+    i64 x = ((const Change *)a)->t, y = ((const Change *)b)->t;
+    return (x > y) - (x < y);
 }
 
-/* Scan(origin, [(gpus, times, vals), ...]): the hosts in name order, each with its
- * profile's two lists (times[0] == origin) */
+/* StepProfile.of_spans: the host's gpus, plus delta on each (start, end, delta), built at once */
+static int profile_of_spans(Profile *p, i64 origin, PyObject *spans) {
+    PyObject *seq = PySequence_Fast(spans, "a host's holds must be a sequence of (start, end, delta)");
+    if (!seq) return -1;
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(seq), k = 0;
+    Change *ch = PyMem_Malloc((2 * m + 1) * sizeof(Change));
+    if (!ch) { Py_DECREF(seq); PyErr_NoMemory(); return -1; }
+    i64 first = p->gpus;   /* spans that start by the origin go straight into its value */
+    for (Py_ssize_t i = 0; i < m; i++) {
+        long long a, b, d;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "LLL", &a, &b, &d)) goto fail;
+        if (a <= origin) {
+            if (b <= origin || d == 0) continue;
+            first += d;
+        } else {
+            if (b <= a || d == 0) continue;
+            ch[k].t = a;
+            ch[k++].delta = d;
+        }
+        if (b < FOREVER) {
+            ch[k].t = b;
+            ch[k++].delta = -d;
+        }
+    }
+    Py_DECREF(seq);
+    seq = NULL;
+    qsort(ch, k, sizeof(Change), by_time);
+    if (grow(p, k + 1) < 0) goto fail;
+    p->times[0] = origin;
+    p->vals[0] = first;
+    p->n = 1;
+    i64 v = first;
+    for (Py_ssize_t i = 0; i < k;) {
+        i64 t = ch[i].t, sum = 0;
+        for (; i < k && ch[i].t == t; i++) sum += ch[i].delta;
+        if (sum) {   /* equal neighbours merged, as add() leaves them */
+            v += sum;
+            p->times[p->n] = t;
+            p->vals[p->n++] = v;
+        }
+    }
+    PyMem_Free(ch);
+    return 0;
+fail:
+    Py_XDECREF(seq);
+    PyMem_Free(ch);
+    return -1;
+}
+
+/* Scan(origin, [(gpus, holds), ...]): the hosts in name order, each with its holds as
+ * (start, end, -gpus) */
 static int Scan_init(ScanObject *self, PyObject *args, PyObject *Py_UNUSED(kw)) {
     long long origin;
-    PyObject *profiles;
-    if (!PyArg_ParseTuple(args, "LO!", &origin, &PyList_Type, &profiles)) return -1;
+    PyObject *hosts;
+    if (!PyArg_ParseTuple(args, "LO!", &origin, &PyList_Type, &hosts)) return -1;
     if (self->hosts) {
         PyErr_SetString(PyExc_TypeError, "a Scan is made once");
         return -1;
     }
-    Py_ssize_t n = PyList_GET_SIZE(profiles);
+    Py_ssize_t n = PyList_GET_SIZE(hosts);
     self->origin = origin;
     self->hosts = PyMem_Calloc(n ? n : 1, sizeof(Profile));
     if (!self->hosts) { PyErr_NoMemory(); return -1; }
     self->nhosts = n;
     for (Py_ssize_t h = 0; h < n; h++) {
         long long gpus;
-        PyObject *times, *vals;
-        if (!PyArg_ParseTuple(PyList_GET_ITEM(profiles, h), "LO!O!", &gpus, &PyList_Type, &times,
-                              &PyList_Type, &vals)) return -1;
-        Py_ssize_t m = PyList_GET_SIZE(times);
-        if (m == 0 || PyList_GET_SIZE(vals) != m) {
-            PyErr_SetString(PyExc_ValueError, "a profile needs as many values as times, at least one");
-            return -1;
-        }
-        Profile *p = &self->hosts[h];
-        p->gpus = gpus;
-        if (grow(p, m) < 0) return -1;
-        if (read_i64_list(times, p->times, m) < 0 || read_i64_list(vals, p->vals, m) < 0) return -1;
-        p->n = m;
-        if (p->times[0] != origin) {
-            PyErr_SetString(PyExc_ValueError, "a profile must start at the origin");
-            return -1;
-        }
+        PyObject *spans;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(hosts, h), "LO", &gpus, &spans)) return -1;
+        self->hosts[h].gpus = gpus;
+        if (profile_of_spans(&self->hosts[h], origin, spans) < 0) return -1;
     }
     return 0;
 }
@@ -325,7 +362,7 @@ static PyTypeObject ScanType = {
     .tp_basicsize = sizeof(ScanObject),
     .tp_dealloc = (destructor)Scan_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Scan(origin, [(gpus, times, vals), ...]): one GPU model's hosts in name order",
+    .tp_doc = "Scan(origin, [(gpus, holds), ...]): one GPU model's hosts in name order, holds as (start, end, -gpus)",
     .tp_methods = Scan_methods,
     .tp_init = (initproc)Scan_init,
     .tp_new = PyType_GenericNew,

@@ -15,7 +15,6 @@ from collections.abc import Iterable, Mapping
 
 from .capacity import select_gang_hosts
 from .model import Host
-from .profile import StepProfile
 
 try:
     from ._scan_index import Scan
@@ -43,15 +42,9 @@ class ScanIndex:
         self.max_gpus = max((h.gpus for h in ordered), default=0)
         self._names = [h.name for h in ordered]
         self._pos = {name: i for i, name in enumerate(self._names)}
-        profiles = []
-        for h in ordered:
-            spans = holds.get(h.name) if holds is not None else None
-            if spans is None:
-                profiles.append((h.gpus, [origin], [h.gpus]))
-            else:
-                prof = StepProfile.of_spans(origin, h.gpus, spans)
-                profiles.append((h.gpus, prof.times, prof.vals))
-        self._scan = Scan(origin, profiles)
+        spans: Mapping[str, Iterable[tuple[int, int, int]]] = holds if holds is not None else {}
+        # each host's profile built in C, as StepProfile.of_spans builds it (a plan builds one per host)
+        self._scan = Scan(origin, [(h.gpus, spans.get(h.name, ())) for h in ordered])
 
     def build(self) -> None:
         """Nothing to build (ModelIndex's step, kept for the same interface)."""
