@@ -265,7 +265,9 @@ static i64 least_on(const Profile *p, Py_ssize_t k, i64 T, i64 d) {
 /* earliest_gang(t, d, g, n) -> (start, [(free at start, host, VMs that fit), ...]) or None:
  * the earliest start at which n VMs of g GPUs fit for d seconds on the hosts together,
  * and every host that takes at least one then (the choice among them is
- * capacity.select_gang_hosts's). Tried at t, then at each breakpoint after it. */
+ * capacity.select_gang_hosts's). Tried at t, then at the next time a host's free GPUs rise:
+ * until a host's next rise the VMs it takes for [T, T+d) can only stay or drop as T moves on
+ * (the values from T to there do not rise, so the window gains nothing it did not lose). */
 static PyObject *Scan_earliest_gang(ScanObject *self, PyObject *args) {
     long long t, d, g, n;
     if (!PyArg_ParseTuple(args, "LLLL", &t, &d, &g, &n)) return NULL;
@@ -276,8 +278,9 @@ static PyObject *Scan_earliest_gang(ScanObject *self, PyObject *args) {
         for (Py_ssize_t h = 0; h < self->nhosts; h++) {
             const Profile *p = &self->hosts[h];
             if (p->gpus < g) continue;
-            Py_ssize_t k = segment_at(p, T);
-            if (k + 1 < p->n && p->times[k + 1] < next) next = p->times[k + 1];
+            Py_ssize_t k = segment_at(p, T), r = k + 1;
+            while (r < p->n && p->vals[r] <= p->vals[r - 1] && p->times[r] < next) r++;
+            if (r < p->n && p->times[r] < next) next = p->times[r];
             i64 least = least_on(p, k, T, d);
             if (least >= g) total += least / g;
         }
