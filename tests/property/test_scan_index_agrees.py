@@ -110,3 +110,27 @@ def test_a_host_profile_is_built_as_step_profile_builds_it(spans):
     from gpu_tenancy.domain.profile import StepProfile
     want = StepProfile.of_spans(NOW, 8, spans)
     assert ScanIndex("A100", [Host("h1", "A100", 8)], NOW, {"h1": spans}).profile("h1") == (want.times, want.vals)
+
+
+def test_odd_input_is_refused_or_answered_as_the_python_index():
+    """What the planner never passes is still safe: values that would overflow C's integers are
+    refused, a failed build leaves an index with no hosts, a name given twice is one host."""
+    from gpu_tenancy.domain._scan_index import Scan
+    with pytest.raises(ValueError):
+        Scan(-1, [])                                       # no start before 0: -1 means "none" in C
+    with pytest.raises(ValueError):
+        Scan(NOW, [(8, [(NOW, NOW + 60, -(1 << 40))])])    # GPU counts whose sums could overflow
+    with pytest.raises(TypeError):
+        Scan(NOW, [(8, [[NOW, NOW + 60, -1]])])            # a hold given as a list
+    half = Scan.__new__(Scan)
+    with pytest.raises(ValueError):
+        half.__init__(NOW, [(8, []), (8, [(NOW, NOW + 1, 1 << 62)])])
+    assert half.largest_free_now() == 0 and half.earliest_one(NOW, 60, 1) is None   # no hosts, no crash
+    ours = ScanIndex("A100", [Host("h1", "A100", 8)], NOW)
+    with pytest.raises(ValueError):
+        ours.earliest(NOW, INF + 1, 1)
+    twice = [Host("h1", "A100", 4), Host("h1", "A100", 8)]
+    spans = {"h1": [(NOW, NOW + 600, -4)]}
+    ref = ModelIndex("A100", twice, NOW, spans)
+    ref.build()
+    assert ScanIndex("A100", twice, NOW, spans).earliest(NOW, 60, 4, 2) == ref.earliest(NOW, 60, 4, 2)

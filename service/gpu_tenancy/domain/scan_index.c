@@ -20,6 +20,16 @@
 
 typedef long long i64;
 #define FOREVER ((i64)1 << 62)   /* profile.INF */
+#define MOST_GPUS ((i64)1 << 20)  /* bounds on GPU counts, so that no sum of them overflows */
+
+/* Times and durations in [0, FOREVER], GPU counts within +-MOST_GPUS: what the planner passes
+ * (epoch seconds, durations the API bounds), and what keeps every sum and difference below
+ * in range (signed overflow is undefined in C; -1 can mean "none" as no start is negative). */
+static int in_range(i64 x, i64 lo, i64 hi, const char *what) {
+    if (x >= lo && x <= hi) return 0;
+    PyErr_Format(PyExc_ValueError, "%s out of range: %lld", what, (long long)x);
+    return -1;
+}
 
 typedef struct {
     i64 *times;
@@ -98,12 +108,10 @@ static int profile_add(Profile *p, i64 start, i64 end, i64 delta) {
     return 0;
 }
 
+static void free_profiles(Profile *hosts, Py_ssize_t n);
+
 static void Scan_dealloc(ScanObject *self) {
-    for (Py_ssize_t h = 0; h < self->nhosts; h++) {
-        PyMem_Free(self->hosts[h].times);
-        PyMem_Free(self->hosts[h].vals);
-    }
-    PyMem_Free(self->hosts);
+    free_profiles(self->hosts, self->nhosts);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -118,15 +126,22 @@ static int by_time(const void *a, const void *b) {
 
 /* StepProfile.of_spans: the host's gpus, plus delta on each (start, end, delta), built at once */
 static int profile_of_spans(Profile *p, i64 origin, PyObject *spans) {
-    PyObject *seq = PySequence_Fast(spans, "a host's holds must be a sequence of (start, end, delta)");
+    PyObject *seq = PySequence_Tuple(spans);   /* a copy: nothing the caller runs meanwhile changes it */
     if (!seq) return -1;
-    Py_ssize_t m = PySequence_Fast_GET_SIZE(seq), k = 0;
+    Py_ssize_t m = PyTuple_GET_SIZE(seq), k = 0;
     Change *ch = PyMem_Malloc((2 * m + 1) * sizeof(Change));
     if (!ch) { Py_DECREF(seq); PyErr_NoMemory(); return -1; }
     i64 first = p->gpus;   /* spans that start by the origin go straight into its value */
     for (Py_ssize_t i = 0; i < m; i++) {
         long long a, b, d;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "LLL", &a, &b, &d)) goto fail;
+        PyObject *span = PyTuple_GET_ITEM(seq, i);
+        if (!PyTuple_Check(span)) {
+            PyErr_SetString(PyExc_TypeError, "a hold must be a tuple (start, end, delta)");
+            goto fail;
+        }
+        if (!PyArg_ParseTuple(span, "LLL", &a, &b, &d) || in_range(a, -FOREVER, FOREVER, "a hold's start") < 0 ||
+            in_range(b, -FOREVER, FOREVER, "a hold's end") < 0 || in_range(d, -MOST_GPUS, MOST_GPUS, "a hold's GPUs") < 0)
+            goto fail;
         if (a <= origin) {
             if (b <= origin || d == 0) continue;
             first += d;
@@ -167,27 +182,47 @@ fail:
 
 /* Scan(origin, [(gpus, holds), ...]): the hosts in name order, each with its holds as
  * (start, end, -gpus) */
+static void free_profiles(Profile *hosts, Py_ssize_t n) {
+    for (Py_ssize_t h = 0; h < n; h++) {
+        PyMem_Free(hosts[h].times);
+        PyMem_Free(hosts[h].vals);
+    }
+    PyMem_Free(hosts);
+}
+
+/* Scan(origin, [(gpus, holds), ...]): the hosts in name order, each with its holds as
+ * (start, end, -gpus). Built aside and kept only whole: a failed __init__ leaves no hosts. */
 static int Scan_init(ScanObject *self, PyObject *args, PyObject *Py_UNUSED(kw)) {
     long long origin;
-    PyObject *hosts;
-    if (!PyArg_ParseTuple(args, "LO!", &origin, &PyList_Type, &hosts)) return -1;
+    PyObject *list;
+    if (!PyArg_ParseTuple(args, "LO!", &origin, &PyList_Type, &list) ||
+        in_range(origin, 0, FOREVER, "the origin") < 0) return -1;
     if (self->hosts) {
         PyErr_SetString(PyExc_TypeError, "a Scan is made once");
         return -1;
     }
-    Py_ssize_t n = PyList_GET_SIZE(hosts);
-    self->origin = origin;
-    self->hosts = PyMem_Calloc(n ? n : 1, sizeof(Profile));
-    if (!self->hosts) { PyErr_NoMemory(); return -1; }
-    self->nhosts = n;
+    PyObject *items = PyList_AsTuple(list);   /* a copy, as for the holds */
+    if (!items) return -1;
+    Py_ssize_t n = PyTuple_GET_SIZE(items);
+    Profile *hosts = PyMem_Calloc(n ? n : 1, sizeof(Profile));
+    if (!hosts) { Py_DECREF(items); PyErr_NoMemory(); return -1; }
     for (Py_ssize_t h = 0; h < n; h++) {
         long long gpus;
         PyObject *spans;
-        if (!PyArg_ParseTuple(PyList_GET_ITEM(hosts, h), "LO", &gpus, &spans)) return -1;
-        self->hosts[h].gpus = gpus;
-        if (profile_of_spans(&self->hosts[h], origin, spans) < 0) return -1;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(items, h), "LO", &gpus, &spans) ||
+            in_range(gpus, 0, MOST_GPUS, "a host's GPUs") < 0) goto fail;
+        hosts[h].gpus = gpus;
+        if (profile_of_spans(&hosts[h], origin, spans) < 0) goto fail;
     }
+    Py_DECREF(items);
+    self->origin = origin;
+    self->hosts = hosts;
+    self->nhosts = n;
     return 0;
+fail:
+    Py_DECREF(items);
+    free_profiles(hosts, n);
+    return -1;
 }
 
 static int host_arg(ScanObject *self, Py_ssize_t h) {
@@ -202,7 +237,9 @@ static int host_arg(ScanObject *self, Py_ssize_t h) {
 static PyObject *Scan_reserve(ScanObject *self, PyObject *args) {
     Py_ssize_t h;
     long long start, end, gpus;
-    if (!PyArg_ParseTuple(args, "nLLL", &h, &start, &end, &gpus) || host_arg(self, h) < 0) return NULL;
+    if (!PyArg_ParseTuple(args, "nLLL", &h, &start, &end, &gpus) || host_arg(self, h) < 0 ||
+        in_range(start, -FOREVER, FOREVER, "start") < 0 || in_range(end, -FOREVER, FOREVER, "end") < 0 ||
+        in_range(gpus, -MOST_GPUS, MOST_GPUS, "gpus") < 0) return NULL;
     if (profile_add(&self->hosts[h], start, end, -gpus) < 0) return NULL;
     Py_RETURN_NONE;
 }
@@ -231,7 +268,8 @@ static i64 host_earliest(const Profile *p, i64 t, i64 d, i64 g, i64 until, Py_ss
 /* earliest_one(t, d, g) -> (start, host) or None: one VM of g GPUs for d seconds */
 static PyObject *Scan_earliest_one(ScanObject *self, PyObject *args) {
     long long t, d, g;
-    if (!PyArg_ParseTuple(args, "LLL", &t, &d, &g)) return NULL;
+    if (!PyArg_ParseTuple(args, "LLL", &t, &d, &g) || in_range(t, -FOREVER, FOREVER, "t") < 0 ||
+        in_range(d, 0, FOREVER, "d") < 0 || in_range(g, -MOST_GPUS, MOST_GPUS, "g") < 0) return NULL;
     if (t < self->origin) t = self->origin;
     i64 best = FOREVER, best_free = 0;
     Py_ssize_t best_host = -1;
@@ -270,7 +308,8 @@ static i64 least_on(const Profile *p, Py_ssize_t k, i64 T, i64 d) {
  * (the values from T to there do not rise, so the window gains nothing it did not lose). */
 static PyObject *Scan_earliest_gang(ScanObject *self, PyObject *args) {
     long long t, d, g, n;
-    if (!PyArg_ParseTuple(args, "LLLL", &t, &d, &g, &n)) return NULL;
+    if (!PyArg_ParseTuple(args, "LLLL", &t, &d, &g, &n) || in_range(t, -FOREVER, FOREVER, "t") < 0 ||
+        in_range(d, 0, FOREVER, "d") < 0 || in_range(g, -MOST_GPUS, MOST_GPUS, "g") < 0) return NULL;
     if (g <= 0) Py_RETURN_NONE;
     i64 T = t < self->origin ? self->origin : t;
     for (;;) {

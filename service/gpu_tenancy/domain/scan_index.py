@@ -37,8 +37,10 @@ class ScanIndex:
         """holds: each host's holds as (start, end, -gpus), as ModelIndex takes them."""
         self.gpu_model = gpu_model
         self.origin = origin
-        ordered = sorted((h for h in hosts if h.gpus > 0), key=lambda h: h.name)
-        self.hosts: dict[str, Host] = {h.name: h for h in ordered}
+        # a name given twice is one host, the last given (as ModelIndex keeps its hosts)
+        self.hosts: dict[str, Host] = {h.name: h for h in sorted((h for h in hosts if h.gpus > 0),
+                                                                 key=lambda h: h.name)}
+        ordered = list(self.hosts.values())
         self.max_gpus = max((h.gpus for h in ordered), default=0)
         self._names = [h.name for h in ordered]
         self._pos = {name: i for i, name in enumerate(self._names)}
