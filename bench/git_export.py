@@ -10,7 +10,7 @@ import sys
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 SCAN_INDEX = os.path.join("service", "gpu_tenancy", "domain", "scan_index.c")
 
-# setuptools builds the one extension in place, as setup.py declares it (older refs have no setup.py)
+# setuptools builds the one extension in place, as setup.py declares it (the export holds only `parts`, not setup.py)
 _BUILD = ("import setuptools; setuptools.setup(name='ref', script_args=['-q', 'build_ext', '--inplace'], "
           "package_dir={'': 'service'}, ext_modules=[setuptools.Extension("
           "'gpu_tenancy.domain._scan_index', [%r])])" % SCAN_INDEX)

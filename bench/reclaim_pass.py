@@ -80,7 +80,7 @@ def main(argv=None) -> int:
         return 0
     new = os.path.join(HERE, "..", "service")
     with tempfile.TemporaryDirectory() as tmp:
-        # (replay_speed's export: the ref's bench/ and service/; its service is the bench's sibling)
+        # (the ref's service/ alone, its scan index built: bench/git_export.py)
         old = os.path.join(export_ref(a.against, tmp, ("service",)), "service") if a.against else None
         print(f"one reclaim pass, CPU seconds and trial plans{f'; this tree (new) against {a.against} (old)' if old else ''}")
         print(f"{'hosts':>5} {'borrowers':>9} {'waiting':>7} {'new cpu s':>9} {'plans':>6} {'ended':>5}"

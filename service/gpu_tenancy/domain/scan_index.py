@@ -86,5 +86,4 @@ class ScanIndex:
 
     def profile(self, host: str) -> tuple[list[int], list[int]]:
         """The host's free GPUs as (times, values), as StepProfile holds them."""
-        times, vals = self._scan.profile(self._pos[host])
-        return list(times), list(vals)
+        return self._scan.profile(self._pos[host])
