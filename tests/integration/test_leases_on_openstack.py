@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpu_tenancy.timeutil import parse_time
 from tests.integration.conftest import auth, gpu_usage, wait_for
 
 HOUR = 3600
@@ -29,6 +30,7 @@ def tick_until(app, client, token, lease_id, status, timeout=120):
         lease = client.get(f"/v1/leases/{lease_id}", headers=auth(token)).get_json()["lease"]
         if lease["status"] == "failed" and status != "failed":
             pytest.fail(f"lease failed: {lease.get('failure')}")
+        skip_to_planned_start(runtime.clock, lease)
         return lease if lease["status"] == status else None
 
     def where() -> str:
@@ -37,6 +39,15 @@ def tick_until(app, client, token, lease_id, status, timeout=120):
         return (f"it is {lease['status']} (queue {lease.get('queue')}, servers {lease['servers']}); "
                 f"its last events: {[(e.get('kind'), e.get('to'), e.get('message')) for e in events[-5:]]}")
     return wait_for(f"lease {lease_id} to be {status}", reached, timeout=timeout, every=0.5, detail=where)
+
+
+def skip_to_planned_start(clock, lease) -> None:
+    """A lease put back after a failed boot (the loopback's claim race, shared
+    OPENSTACK-LOOPBACK.md trap 9) is planned on its hosts after a backoff; this
+    clock moves only when told, so move it there rather than wait for ever."""
+    start = lease.get("start")
+    if lease["status"] == "scheduled" and start and parse_time(start) > clock.now():
+        clock.set(parse_time(start))
 
 
 def create(client, token, **body):
