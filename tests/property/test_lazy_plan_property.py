@@ -8,11 +8,12 @@ from dataclasses import replace
 
 import pytest
 
-from gpu_tenancy.domain import capacity
+from gpu_tenancy.domain import capacity, scan_index
 from gpu_tenancy.domain.lazy_plan import LazyPlan
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit
 from gpu_tenancy.domain.plan_insert import Planned, PlanBook
 from gpu_tenancy.domain.planner import PlannerSettings, Planning, plan
+from tests.scan_index_built import require_scan_index
 
 NOW = 1_800_000_000
 MODELS = ("A100", "H100")
@@ -50,11 +51,16 @@ def world(seed: int):
     return hosts, holds, quotas, waiting, usage, settings, rng
 
 
-@pytest.fixture(params=["scan", "levels and floors"])
+@pytest.fixture(params=["compiled", "python scan", "python levels and floors"])
 def index_kind(request, monkeypatch):
-    """Both ways the index reads few hosts and many: these worlds have few, so the free levels
-    and the start floors (kept from LEVELS_HOSTS and FLOOR_HOSTS hosts) are forced on."""
-    if request.param != "scan":
+    """The compiled index (where built), and without it both ways the Python index reads few
+    hosts and many: these worlds have few, so its free levels and start floors (kept from
+    LEVELS_HOSTS and FLOOR_HOSTS hosts) are forced on."""
+    if request.param == "compiled":
+        require_scan_index()
+        return request.param
+    monkeypatch.setattr(scan_index, "available", False)
+    if request.param == "python levels and floors":
         monkeypatch.setattr(capacity, "LEVELS_HOSTS", 1)
         monkeypatch.setattr(capacity, "FLOOR_HOSTS", 1)
     return request.param

@@ -84,6 +84,43 @@ def test_the_scan_index_answers_as_the_python_index(seed):
         assert ours.profile(name) == (hs.prof.times, hs.prof.vals), name
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_start_bounds_kept_across_reservations_answer_as_a_fresh_index(seed):
+    """The index keeps, per host, GPU count and duration class, the earliest start from the
+    origin (a bound a question skips hosts by). After reservations that take GPUs and some
+    that give them back (which can move a bound earlier), every answer is the answer of an
+    index built afresh from the same holds, whose bounds are all worked out anew."""
+    rng = random.Random(seed)
+    hosts, spans = cluster(rng)
+    ours = ScanIndex("A100", hosts, NOW, spans)
+    taken: dict[str, list[tuple[int, int, int]]] = {h: list(s) for h, s in spans.items()}
+    for step in range(120):
+        for _ in range(3):   # questions first, so that bounds are worked out before the change
+            t, d, g, n = ask(rng, NOW)
+            ours.earliest(t, d, g, n)
+        h = rng.choice(list(ours.hosts))
+        a = NOW + rng.randint(-3600, 2 * 86400) // 600 * 600
+        b = a + rng.randint(1, 86400) // 600 * 600
+        gp = rng.choice([1, 2, 4, -1, -2, -4])   # given back: as a hold's end would
+        ours.reserve(h, a, b, gp)
+        taken.setdefault(h, []).append((a, b, -gp))
+        fresh = ScanIndex("A100", hosts, NOW, taken)
+        for _ in range(4):
+            t, d, g, n = ask(rng, NOW)
+            assert ours.earliest(t, d, g, n) == fresh.earliest(t, d, g, n), (seed, step, (t, d, g, n))
+
+
+def test_a_question_after_a_failed_build_then_a_build_is_safe():
+    from gpu_tenancy.domain._scan_index import Scan
+    scan = Scan.__new__(Scan)
+    with pytest.raises(ValueError):
+        scan.__init__(NOW, [(8, [(NOW, NOW + 1, 1 << 62)])])
+    assert scan.earliest_one(NOW, 60, 1) is None   # bounds made for no hosts
+    scan.__init__(NOW, [(8, []), (8, [(NOW, NOW + 600, -8)])])
+    assert scan.earliest_one(NOW, 60, 8) == (NOW, 0)
+    assert scan.earliest_one(NOW + 1, 86400, 8) == (NOW + 1, 0)
+
+
 def test_an_empty_model_and_asks_beyond_its_hosts():
     ours = ScanIndex("A100", [], NOW)
     assert ours.earliest(NOW, 60, 1) is None

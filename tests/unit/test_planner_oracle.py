@@ -58,13 +58,13 @@ def case(seed):
 
 @pytest.fixture(params=["levels", "scan", "compiled"])
 def fit_path(request, monkeypatch):
-    """The three ways a plan's index answers: the Python index's free levels (from LEVELS_HOSTS
-    hosts), its read of every host (fewer), and the compiled scan index (up to SCAN_HOSTS hosts,
-    where built); these cases have few hosts, so the first two are forced."""
+    """The three ways a plan's index answers: the compiled scan index (where built), and without
+    it the Python index's free levels (from LEVELS_HOSTS hosts) or its read of every host
+    (fewer); these cases have few hosts, so the levels are forced."""
     if request.param == "compiled":
         require_scan_index()
         return request.param
-    monkeypatch.setattr(scan_index, "SCAN_HOSTS", 0)
+    monkeypatch.setattr(scan_index, "available", False)
     if request.param == "levels":
         monkeypatch.setattr(capacity, "LEVELS_HOSTS", 1)
     return request.param

@@ -41,9 +41,9 @@ def _fast_capacity(now: int, hosts: Sequence[Host], holds: Sequence[Hold]) -> di
 
 def _index_of(model: str, hosts: Sequence[Host], now: int, spans: Mapping[str, list[tuple[int, int, int]]]
               ) -> CapacityIndex:
-    """The compiled scan index on a model's few hosts where it is built, else the Python index
-    (the same answers: tests/property/test_scan_index_agrees.py)."""
-    if scan_index.available and len(hosts) <= scan_index.SCAN_HOSTS:
+    """The compiled scan index where it is built, else the Python index (the same answers:
+    tests/property/test_scan_index_agrees.py)."""
+    if scan_index.available:
         return ScanIndex(model, hosts, now, spans)
     return ModelIndex(model, hosts, now, spans)
 

@@ -38,12 +38,36 @@ typedef struct {
     i64 gpus;
 } Profile;
 
+/* Start bounds: for one VM of g GPUs (g <= BOUND_LEVELS) and a duration class c, each host's
+ * earliest start from the origin at which g GPUs are free for dlo(c) seconds, the least
+ * duration of the class (-1: never; UNKNOWN: not worked out since the host last changed).
+ * A lease of d >= dlo(c) seconds cannot start on that host before it, so a question skips
+ * every host whose bound lies past the best start found so far, and reads the others from
+ * their bound: on many hosts most are skipped at one comparison each. */
+#define BOUND_LEVELS 64
+#define CLASSES 24
+#define UNKNOWN (-2)
+
 typedef struct {
     PyObject_HEAD
     Py_ssize_t nhosts;
     Profile *hosts;
     i64 origin;
+    i64 *bounds[BOUND_LEVELS + 1];   /* by GPU count: nhosts x CLASSES, made at its first question */
+    int levels[BOUND_LEVELS];        /* the GPU counts made, in order made */
+    int nlevels;
 } ScanObject;
+
+/* the class of a duration d >= 1: [1, 64) is class 0, then one class per power of two */
+static int class_of(i64 d) {
+    int c = 0;
+    while (c < CLASSES - 1 && (d >> (c + 6)) != 0) c++;
+    return c;
+}
+
+static i64 class_least(int c) {
+    return c == 0 ? 1 : (i64)1 << (c + 5);
+}
 
 /* index of the segment holding t: the last i with times[i] <= t (t >= times[0]) */
 static Py_ssize_t segment_at(const Profile *p, i64 t) {
@@ -112,6 +136,7 @@ static void free_profiles(Profile *hosts, Py_ssize_t n);
 
 static void Scan_dealloc(ScanObject *self) {
     free_profiles(self->hosts, self->nhosts);
+    for (int i = 0; i < self->nlevels; i++) PyMem_Free(self->bounds[self->levels[i]]);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -215,6 +240,11 @@ static int Scan_init(ScanObject *self, PyObject *args, PyObject *Py_UNUSED(kw)) 
         if (profile_of_spans(&hosts[h], origin, spans) < 0) goto fail;
     }
     Py_DECREF(items);
+    for (int i = 0; i < self->nlevels; i++) {   /* made for no hosts, by a question after a failed build */
+        PyMem_Free(self->bounds[self->levels[i]]);
+        self->bounds[self->levels[i]] = NULL;
+    }
+    self->nlevels = 0;
     self->origin = origin;
     self->hosts = hosts;
     self->nhosts = n;
@@ -233,6 +263,34 @@ static int host_arg(ScanObject *self, Py_ssize_t h) {
     return 0;
 }
 
+/* After host h lost `gpus` over [start, end): a bound whose window [b, b + dlo) lies outside
+ * that span still holds (no GPUs were freed anywhere, so nothing fits earlier, and its window
+ * is untouched); the others are worked out again when next asked. GPUs given back (gpus < 0)
+ * can move any bound earlier: all of the host's are. */
+static void forget_bounds(ScanObject *self, Py_ssize_t h, i64 start, i64 end, i64 gpus) {
+    if (gpus == 0 || end <= start) return;
+    for (int i = 0; i < self->nlevels; i++) {
+        i64 *b = self->bounds[self->levels[i]] + h * CLASSES;
+        for (int c = 0; c < CLASSES; c++) {
+            if (b[c] == UNKNOWN || (gpus > 0 && (b[c] < 0 || b[c] + class_least(c) <= start || b[c] >= end)))
+                continue;
+            b[c] = UNKNOWN;
+        }
+    }
+}
+
+/* the bounds of g GPUs (1 <= g <= BOUND_LEVELS), made all UNKNOWN at the first question of g */
+static i64 *bounds_of(ScanObject *self, i64 g) {
+    if (self->bounds[g]) return self->bounds[g];
+    Py_ssize_t n = self->nhosts * CLASSES;
+    i64 *b = PyMem_Malloc((n ? n : 1) * sizeof(i64));
+    if (!b) { PyErr_NoMemory(); return NULL; }
+    for (Py_ssize_t i = 0; i < n; i++) b[i] = UNKNOWN;
+    self->bounds[g] = b;
+    self->levels[self->nlevels++] = (int)g;
+    return b;
+}
+
 /* reserve(host, start, end, gpus): take gpus over [start, end) */
 static PyObject *Scan_reserve(ScanObject *self, PyObject *args) {
     Py_ssize_t h;
@@ -241,6 +299,7 @@ static PyObject *Scan_reserve(ScanObject *self, PyObject *args) {
         in_range(start, -FOREVER, FOREVER, "start") < 0 || in_range(end, -FOREVER, FOREVER, "end") < 0 ||
         in_range(gpus, -MOST_GPUS, MOST_GPUS, "gpus") < 0) return NULL;
     if (profile_add(&self->hosts[h], start, end, -gpus) < 0) return NULL;
+    forget_bounds(self, h, start, end, gpus);
     Py_RETURN_NONE;
 }
 
@@ -265,19 +324,41 @@ static i64 host_earliest(const Profile *p, i64 t, i64 d, i64 g, i64 until, Py_ss
     return -1;
 }
 
+/* host h's bound for g GPUs and class c (see ScanObject), worked out if unknown */
+static i64 host_bound(ScanObject *self, i64 *b, Py_ssize_t h, i64 g, int c) {
+    i64 *slot = b + h * CLASSES + c;
+    if (*slot == UNKNOWN) {
+        Py_ssize_t seg;
+        *slot = host_earliest(&self->hosts[h], self->origin, class_least(c), g, FOREVER, &seg);
+    }
+    return *slot;
+}
+
 /* earliest_one(t, d, g) -> (start, host) or None: one VM of g GPUs for d seconds */
 static PyObject *Scan_earliest_one(ScanObject *self, PyObject *args) {
     long long t, d, g;
     if (!PyArg_ParseTuple(args, "LLL", &t, &d, &g) || in_range(t, -FOREVER, FOREVER, "t") < 0 ||
         in_range(d, 0, FOREVER, "d") < 0 || in_range(g, -MOST_GPUS, MOST_GPUS, "g") < 0) return NULL;
     if (t < self->origin) t = self->origin;
+    i64 *bounds = NULL;
+    int c = 0;
+    if (g >= 1 && g <= BOUND_LEVELS && d >= 1) {
+        if (!(bounds = bounds_of(self, g))) return NULL;
+        c = class_of(d);
+    }
     i64 best = FOREVER, best_free = 0;
     Py_ssize_t best_host = -1;
     for (Py_ssize_t h = 0; h < self->nhosts; h++) {
         const Profile *p = &self->hosts[h];
         if (p->gpus < g) continue;
+        i64 from = t;
+        if (bounds) {
+            i64 lb = host_bound(self, bounds, h, g, c);
+            if (lb < 0 || lb > best) continue;
+            if (lb > from) from = lb;
+        }
         Py_ssize_t seg;
-        i64 s = host_earliest(p, t, d, g, best, &seg);
+        i64 s = host_earliest(p, from, d, g, best, &seg);
         if (s < 0) continue;
         i64 f = p->vals[seg] < p->gpus ? p->vals[seg] : p->gpus;
         /* hosts in name order: a later host wins only with an earlier start or fewer free */
@@ -312,11 +393,25 @@ static PyObject *Scan_earliest_gang(ScanObject *self, PyObject *args) {
         in_range(d, 0, FOREVER, "d") < 0 || in_range(g, -MOST_GPUS, MOST_GPUS, "g") < 0) return NULL;
     if (g <= 0) Py_RETURN_NONE;
     i64 T = t < self->origin ? self->origin : t;
+    i64 *bounds = NULL;
+    int c = 0;
+    if (g <= BOUND_LEVELS && d >= 1) {
+        if (!(bounds = bounds_of(self, g))) return NULL;
+        c = class_of(d);
+    }
     for (;;) {
         i64 total = 0, next = FOREVER;
         for (Py_ssize_t h = 0; h < self->nhosts; h++) {
             const Profile *p = &self->hosts[h];
             if (p->gpus < g) continue;
+            if (bounds) {   /* a host takes no VM before its bound, which is a time its free GPUs rise */
+                i64 lb = host_bound(self, bounds, h, g, c);
+                if (lb < 0) continue;
+                if (lb > T) {
+                    if (lb < next) next = lb;
+                    continue;
+                }
+            }
             Py_ssize_t k = segment_at(p, T), r = k + 1;
             while (r < p->n && p->vals[r] <= p->vals[r - 1] && p->times[r] < next) r++;
             if (r < p->n && p->times[r] < next) next = p->times[r];
@@ -331,7 +426,7 @@ static PyObject *Scan_earliest_gang(ScanObject *self, PyObject *args) {
     if (!cands) return NULL;
     for (Py_ssize_t h = 0; h < self->nhosts; h++) {
         const Profile *p = &self->hosts[h];
-        if (p->gpus < g) continue;
+        if (p->gpus < g || (bounds && (bounds[h * CLASSES + c] < 0 || bounds[h * CLASSES + c] > T))) continue;
         Py_ssize_t k = segment_at(p, T);
         i64 least = least_on(p, k, T, d);
         if (least < g) continue;

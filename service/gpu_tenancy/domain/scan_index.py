@@ -2,9 +2,10 @@
 
 It answers the planner's capacity questions as the reference does (bench/naive_planner.py:
 the earliest start, then the least (free GPUs at the start, host name); gangs chosen by
-select_gang_hosts), by reading every host's free-GPU profile in C. On tens of hosts that is
-cheaper than the runs and heaps ModelIndex keeps up to date; on many hosts ModelIndex, which
-does not read every host, is (plan_run.py chooses, by SCAN_HOSTS).
+select_gang_hosts), by reading the hosts' free-GPU profiles in C, each from a start bound
+it keeps per host, GPU count and duration class, and skipping the hosts whose bound lies
+past the best start found. On any number of hosts that costs less than the runs and heaps
+ModelIndex keeps up to date (docs/performance.md, "Start bounds in the scan index").
 
 The C module is built when the package is installed with a C compiler (setup.py; optional):
 without it ``available`` is False and every plan uses ModelIndex, with the same results.
@@ -21,10 +22,6 @@ try:
     available = True
 except ImportError:   # installed without a C compiler: ModelIndex answers alone
     available = False
-
-# up to this many hosts of one model a plan uses the scan index (where built): measured with
-# bench/planner_scale.py and bench/replay_speed.py (docs/performance.md, "The scan index")
-SCAN_HOSTS = 128
 
 
 class ScanIndex:
