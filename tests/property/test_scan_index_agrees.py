@@ -110,6 +110,15 @@ def test_start_bounds_kept_across_reservations_answer_as_a_fresh_index(seed):
             assert ours.earliest(t, d, g, n) == fresh.earliest(t, d, g, n), (seed, step, (t, d, g, n))
 
 
+def test_a_gang_whose_window_runs_past_forever_is_answered_as_without_bounds():
+    """earliest_gang cuts a window at INF, earliest_one does not: a host whose only free run
+    starts within a duration class of INF still takes a gang's VMs (found by fuzzing)."""
+    from gpu_tenancy.domain._scan_index import Scan
+    scan = Scan(0, [(16, [(0, INF - 100, -16)])])
+    assert scan.earliest_gang(INF - 50, 600, 8, 2) == (INF - 50, [(16, 0, 2)])
+    assert scan.earliest_one(INF - 50, 600, 8) is None
+
+
 def test_a_question_after_a_failed_build_then_a_build_is_safe():
     from gpu_tenancy.domain._scan_index import Scan
     scan = Scan.__new__(Scan)

@@ -6,7 +6,7 @@ its value until ``times[i+1]`` (the last segment runs forever).
 """
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 
 INF = 1 << 62          # "forever" for run and segment ends
@@ -109,6 +109,15 @@ class StepProfile:
     def min_on(self, start: int, end: int) -> int:
         """Minimum value over [start, end)."""
         return min(self.values_on(start, end))
+
+    def least(self) -> int:
+        """The least value anywhere."""
+        return min(self.vals)
+
+    def times_between(self, a: int, b: int) -> list[int]:
+        """The segment starts t with a < t < b."""
+        times = self.times
+        return times[bisect_right(times, a):bisect_left(times, b)]
 
     def max_on(self, start: int, end: int) -> int:
         """Maximum value over [start, end)."""

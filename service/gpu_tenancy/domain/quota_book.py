@@ -4,10 +4,33 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
+from typing import Protocol
+
+from . import scan_index
 from .model import Hold, QuotaLimit
 from .profile import StepProfile
 
 __all__ = ["QuotaBook"]
+
+
+class QuotaProfile(Protocol):
+    """A project's remaining quota over time: StepProfile, or the compiled Steps (the same values)."""
+
+    def add(self, start: int, end: int, delta: int) -> None: ...
+    def earliest_fit(self, t0: int, duration: int, need: int) -> int | None: ...
+    def min_on(self, start: int, end: int) -> int: ...
+    def value_at(self, t: int) -> int: ...
+    def least(self) -> int: ...
+    def times_between(self, a: int, b: int) -> list[int]: ...
+
+
+def quota_profile(origin: int, value: int, spans: Sequence[tuple[int, int, int]]) -> QuotaProfile:
+    """The compiled step function where it is built (each reservation of a plan lands in one of
+    these: in C it is an insert into two arrays), else StepProfile."""
+    if scan_index.available and -scan_index.MOST_GPUS <= value <= scan_index.MOST_GPUS \
+            and all(-scan_index.MOST_GPUS <= d <= scan_index.MOST_GPUS for _, _, d in spans):
+        return scan_index.Steps(origin, value, spans)
+    return StepProfile.of_spans(origin, value, spans)
 
 
 class QuotaBook:
@@ -16,7 +39,7 @@ class QuotaBook:
     def __init__(self, now: int, quotas: Mapping[tuple[str, str], QuotaLimit], holds: Sequence[Hold]):
         self.now = now
         self.quotas = quotas
-        self.profs: dict[tuple[str, str], StepProfile] = {}
+        self.profs: dict[tuple[str, str], QuotaProfile] = {}
         # at most the lowest remaining quota anywhere in the profile: while it covers a
         # lease, the lease fits at once without walking the profile (a reserve lowers it
         # by its GPUs; the true lowest is read again only when it no longer covers one)
@@ -30,19 +53,18 @@ class QuotaBook:
             if h.end > now and h.gpus > 0 and not h.preemptible:   # preemptible leases use no quota
                 self.held[(h.project_id, h.gpu_model)].append((h.start, h.end, -h.gpus))
 
-    def _prof(self, p: str, m: str) -> StepProfile:
+    def _prof(self, p: str, m: str) -> QuotaProfile:
         pr = self.profs.get((p, m))
         if pr is None:
             q = self.quotas.get((p, m))
-            pr = self.profs[(p, m)] = StepProfile.of_spans(self.now, q.gpus if q else 0,
-                                                           self.held.pop((p, m), ()))
-            self.floor[(p, m)] = min(pr.vals)
+            pr = self.profs[(p, m)] = quota_profile(self.now, q.gpus if q else 0, self.held.pop((p, m), []))
+            self.floor[(p, m)] = pr.least()
         return pr
 
     def earliest(self, p: str, m: str, t: int, d: int, need: int) -> int | None:
         prof = self._prof(p, m)
         if self.floor[(p, m)] < need:
-            self.floor[(p, m)] = min(prof.vals)
+            self.floor[(p, m)] = prof.least()
         if self.floor[(p, m)] >= need:
             return t if t > self.now else self.now
         return prof.earliest_fit(t, d, need)
@@ -85,5 +107,5 @@ class QuotaBook:
         if planned is None:
             return False
         left = self._prof(p, m)
-        instants = {a, *(t for t in planned.times if a < t < b), *(t for t in left.times if a < t < b)}
+        instants = {a, *planned.times_between(a, b), *left.times_between(a, b)}
         return any(planned.value_at(t) > 0 and left.value_at(t) < need for t in instants)

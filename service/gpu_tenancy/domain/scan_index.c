@@ -328,8 +328,14 @@ static i64 host_earliest(const Profile *p, i64 t, i64 d, i64 g, i64 until, Py_ss
 static i64 host_bound(ScanObject *self, i64 *b, Py_ssize_t h, i64 g, int c) {
     i64 *slot = b + h * CLASSES + c;
     if (*slot == UNKNOWN) {
-        Py_ssize_t seg;
-        *slot = host_earliest(&self->hosts[h], self->origin, class_least(c), g, FOREVER, &seg);
+        const Profile *p = &self->hosts[h];
+        Py_ssize_t seg, k = p->n - 1;
+        i64 s = host_earliest(p, self->origin, class_least(c), g, FOREVER, &seg);
+        if (s < 0 && p->vals[k] >= g) {   /* earliest_gang cuts a window at FOREVER: its last run fits */
+            while (k > 0 && p->vals[k - 1] >= g) k--;
+            s = p->times[k];
+        }
+        *slot = s;
     }
     return *slot;
 }
@@ -462,11 +468,8 @@ static PyObject *Scan_overcommitted(ScanObject *self, PyObject *args) {
     Py_RETURN_FALSE;
 }
 
-/* profile(host) -> (times, vals): the host's free GPUs as StepProfile would hold them */
-static PyObject *Scan_profile(ScanObject *self, PyObject *args) {
-    Py_ssize_t h;
-    if (!PyArg_ParseTuple(args, "n", &h) || host_arg(self, h) < 0) return NULL;
-    const Profile *p = &self->hosts[h];
+/* (times, vals) of a profile as two lists */
+static PyObject *profile_lists(const Profile *p) {
     PyObject *times = PyList_New(p->n), *vals = PyList_New(p->n);
     if (!times || !vals) goto fail;
     for (Py_ssize_t i = 0; i < p->n; i++) {
@@ -480,6 +483,13 @@ fail:
     Py_XDECREF(times);
     Py_XDECREF(vals);
     return NULL;
+}
+
+/* profile(host) -> (times, vals): the host's free GPUs as StepProfile would hold them */
+static PyObject *Scan_profile(ScanObject *self, PyObject *args) {
+    Py_ssize_t h;
+    if (!PyArg_ParseTuple(args, "n", &h) || host_arg(self, h) < 0) return NULL;
+    return profile_lists(&self->hosts[h]);
 }
 
 static PyMethodDef Scan_methods[] = {
@@ -505,6 +515,152 @@ static PyTypeObject ScanType = {
     .tp_new = PyType_GenericNew,
 };
 
+/* Steps(origin, value, spans): one step function as StepProfile (profile.py) keeps it, for the
+ * planner's quota book (quota_book.py), whose profiles take a reservation per lease planned:
+ * the same arrays and operations as a host's profile above, with StepProfile's methods. */
+typedef struct {
+    PyObject_HEAD
+    Profile p;
+} StepsObject;
+
+static void Steps_dealloc(StepsObject *self) {
+    PyMem_Free(self->p.times);
+    PyMem_Free(self->p.vals);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Steps_init(StepsObject *self, PyObject *args, PyObject *Py_UNUSED(kw)) {
+    long long origin, value;
+    PyObject *spans;
+    if (!PyArg_ParseTuple(args, "LLO", &origin, &value, &spans) || in_range(origin, 0, FOREVER, "the origin") < 0 ||
+        in_range(value, -MOST_GPUS, MOST_GPUS, "the value") < 0) return -1;
+    if (self->p.times) {
+        PyErr_SetString(PyExc_TypeError, "a Steps is made once");
+        return -1;
+    }
+    Profile p = {0};
+    p.gpus = value;   /* the value at the origin before the spans */
+    if (profile_of_spans(&p, origin, spans) < 0) {
+        PyMem_Free(p.times);
+        PyMem_Free(p.vals);
+        return -1;
+    }
+    self->p = p;
+    return 0;
+}
+
+static int made(StepsObject *self) {
+    if (self->p.n > 0) return 0;
+    PyErr_SetString(PyExc_ValueError, "Steps not made");
+    return -1;
+}
+
+/* add(start, end, delta): delta on [start, end), clipped to the origin */
+static PyObject *Steps_add(StepsObject *self, PyObject *args) {
+    long long start, end, delta;
+    if (made(self) < 0 || !PyArg_ParseTuple(args, "LLL", &start, &end, &delta) ||
+        in_range(start, -FOREVER, FOREVER, "start") < 0 || in_range(end, -FOREVER, FOREVER, "end") < 0 ||
+        in_range(delta, -MOST_GPUS, MOST_GPUS, "delta") < 0) return NULL;
+    if (profile_add(&self->p, start, end, delta) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* earliest_fit(t0, duration, need) -> the earliest t >= t0 with value >= need all over
+ * [t, t + duration), or None */
+static PyObject *Steps_earliest_fit(StepsObject *self, PyObject *args) {
+    long long t, d, need;
+    if (made(self) < 0 || !PyArg_ParseTuple(args, "LLL", &t, &d, &need) ||
+        in_range(t, -FOREVER, FOREVER, "t0") < 0 || in_range(d, 0, FOREVER, "duration") < 0 ||
+        in_range(need, -MOST_GPUS, MOST_GPUS, "need") < 0) return NULL;
+    if (t < self->p.times[0]) t = self->p.times[0];
+    Py_ssize_t seg;
+    i64 s = host_earliest(&self->p, t, d, need, FOREVER, &seg);
+    if (s < 0) Py_RETURN_NONE;
+    return PyLong_FromLongLong(s);
+}
+
+/* value_at(t) -> the value at t (at the origin for t before it) */
+static PyObject *Steps_value_at(StepsObject *self, PyObject *args) {
+    long long t;
+    if (made(self) < 0 || !PyArg_ParseTuple(args, "L", &t)) return NULL;
+    Py_ssize_t i = segment_at(&self->p, t);
+    return PyLong_FromLongLong(self->p.vals[i > 0 ? i : 0]);
+}
+
+/* min_on(start, end) -> the least value of the segments that meet [start, end) */
+static PyObject *Steps_min_on(StepsObject *self, PyObject *args) {
+    long long a, b;
+    if (made(self) < 0 || !PyArg_ParseTuple(args, "LL", &a, &b) || in_range(a, -FOREVER, FOREVER, "start") < 0 ||
+        in_range(b, -FOREVER, FOREVER, "end") < 0) return NULL;
+    const Profile *p = &self->p;
+    Py_ssize_t i = segment_at(p, a), j;
+    if (i < 0) i = 0;
+    j = b < FOREVER ? segment_at(p, b - 1) + 1 : p->n;
+    if (j < i + 1) j = i + 1;
+    i64 least = p->vals[i];
+    for (Py_ssize_t k = i + 1; k < j; k++)
+        if (p->vals[k] < least) least = p->vals[k];
+    return PyLong_FromLongLong(least);
+}
+
+/* least() -> the least value anywhere */
+static PyObject *Steps_least(StepsObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (made(self) < 0) return NULL;
+    i64 least = self->p.vals[0];
+    for (Py_ssize_t k = 1; k < self->p.n; k++)
+        if (self->p.vals[k] < least) least = self->p.vals[k];
+    return PyLong_FromLongLong(least);
+}
+
+/* times_between(a, b) -> [the segment starts t with a < t < b] */
+static PyObject *Steps_times_between(StepsObject *self, PyObject *args) {
+    long long a, b;
+    if (made(self) < 0 || !PyArg_ParseTuple(args, "LL", &a, &b)) return NULL;
+    const Profile *p = &self->p;
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    for (Py_ssize_t k = segment_at(p, a) + 1; k < p->n && p->times[k] < b; k++) {
+        if (p->times[k] <= a) continue;
+        PyObject *t = PyLong_FromLongLong(p->times[k]);
+        if (!t || PyList_Append(out, t) < 0) {
+            Py_XDECREF(t);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(t);
+    }
+    return out;
+}
+
+/* steps() -> (times, vals): as StepProfile holds them */
+static PyObject *Steps_steps(StepsObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (made(self) < 0) return NULL;
+    return profile_lists(&self->p);
+}
+
+static PyMethodDef Steps_methods[] = {
+    {"add", (PyCFunction)Steps_add, METH_VARARGS, "add(start, end, delta)"},
+    {"earliest_fit", (PyCFunction)Steps_earliest_fit, METH_VARARGS, "earliest_fit(t0, duration, need) -> int | None"},
+    {"value_at", (PyCFunction)Steps_value_at, METH_VARARGS, "value_at(t) -> int"},
+    {"min_on", (PyCFunction)Steps_min_on, METH_VARARGS, "min_on(start, end) -> int"},
+    {"least", (PyCFunction)Steps_least, METH_NOARGS, "least() -> int"},
+    {"times_between", (PyCFunction)Steps_times_between, METH_VARARGS, "times_between(a, b) -> [int]"},
+    {"steps", (PyCFunction)Steps_steps, METH_NOARGS, "steps() -> (times, vals)"},
+    {NULL, NULL, 0, NULL}
+};
+
+static PyTypeObject StepsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "gpu_tenancy.domain._scan_index.Steps",
+    .tp_basicsize = sizeof(StepsObject),
+    .tp_dealloc = (destructor)Steps_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Steps(origin, value, spans): a step function from the origin, spans as (start, end, delta)",
+    .tp_methods = Steps_methods,
+    .tp_init = (initproc)Steps_init,
+    .tp_new = PyType_GenericNew,
+};
+
 static struct PyModuleDef scan_module = {
     .m_base = PyModuleDef_HEAD_INIT,
     .m_name = "_scan_index",
@@ -513,12 +669,18 @@ static struct PyModuleDef scan_module = {
 };
 
 PyMODINIT_FUNC PyInit__scan_index(void) {
-    if (PyType_Ready(&ScanType) < 0) return NULL;
+    if (PyType_Ready(&ScanType) < 0 || PyType_Ready(&StepsType) < 0) return NULL;
     PyObject *m = PyModule_Create(&scan_module);
     if (!m) return NULL;
     Py_INCREF(&ScanType);
     if (PyModule_AddObject(m, "Scan", (PyObject *)&ScanType) < 0) {
         Py_DECREF(&ScanType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&StepsType);
+    if (PyModule_AddObject(m, "Steps", (PyObject *)&StepsType) < 0) {
+        Py_DECREF(&StepsType);
         Py_DECREF(m);
         return NULL;
     }

@@ -18,10 +18,12 @@ from .capacity import select_gang_hosts
 from .model import Host
 
 try:
-    from ._scan_index import Scan
+    from ._scan_index import Scan, Steps as Steps   # Steps: the quota book's (quota_book.py)
     available = True
-except ImportError:   # installed without a C compiler: ModelIndex answers alone
+except ImportError:   # installed without a C compiler: ModelIndex and StepProfile answer alone
     available = False
+
+MOST_GPUS = 1 << 20   # the compiled module's bound on a GPU count (scan_index.c)
 
 
 class ScanIndex:
