@@ -90,6 +90,9 @@ class PlanRun:
         self.own_text = _own_text(settings)       # once, likewise: why a project's own leases go first
         self.unbinding: set[tuple[str, str]] = set()   # quotas never read (skip_unbinding_quotas)
         self.used_text: dict[tuple[str, str], str] = {}   # explain(): each project's use, in words
+        # explain(): reasons (and their parts) that many leases repeat word for word, made once
+        self.said: dict[tuple[object, ...], Reason] = {}
+        self.capacity_said: dict[tuple[str, int, int, int], str] = {}
         self.charged: Mapping[str, float] = {}   # the queued charges (domain/queued_charge.py), set by the plan
 
     def skip_unbinding_quotas(self, holds: Sequence[Hold], quotas: Mapping[tuple[str, str], QuotaLimit]) -> None:
@@ -202,8 +205,13 @@ class PlanRun:
         p, m, need = lr.project_id, lr.gpu_model, lr.gpus_per_vm * lr.instances
         out = pl.reasons
         aged = tier == BOUND
+        said = self.said
         if ahead.priority:
-            out.append(Reason("priority", f"behind {plural(ahead.priority, 'lease')} of higher priority"))
+            r = said.get(("priority", ahead.priority))
+            if r is None:
+                r = said[("priority", ahead.priority)] = Reason(
+                    "priority", f"behind {plural(ahead.priority, 'lease')} of higher priority")
+            out.append(r)
         if tier == GUARDED:
             assert lr.first_eta is not None   # guardable
             behind = f"; behind {plural(ahead.order, 'lease')} told an earlier ETA" if ahead.order else ""
@@ -223,26 +231,16 @@ class PlanRun:
                                        f"{_first(settings.wait_bound_leases)} before fair share; "
                                        f"its turn comes as those start"))
         if ahead.fairshare:
-            used = self.used_text.get((p, m))
-            if used is None:   # once per project: thousands of its leases repeat it
-                u = self.usage.get((p, m), 0.0) if self.usage else 0.0
-                used = self.used_text[(p, m)] = (f"project {p} has used {_gh(u)} {m} GPU-hours recently "
-                                                 f"against weight {q.weight:g}")
-            by_age = settings.age_size_gpu_hours is not None
-            if settings.queued_charge is None:
-                waited = " (or that waited more GPU-hours: age x size)" if by_age else ""
-                out.append(Reason("fairshare", f"{used}; {plural(ahead.fairshare, 'lease')} of projects that used "
-                                               f"less{waited} go first"))
-            else:
-                waited = ", or that waited more GPU-hours (age x size)," if by_age else ""
-                out.append(Reason("fairshare", f"{used}{self._charge_text(lr, q)}; "
-                                               f"{plural(ahead.fairshare, 'lease')} of projects that used or "
-                                               f"committed less (in all, over weight){waited} go first"))
+            out.append(self._fairshare_reason(lr, q, ahead.fairshare))
         if ahead.own:
             out.append(Reason("order", f"behind {plural(ahead.own, 'lease')} of its own project that "
                                        f"{'goes' if ahead.own == 1 else 'go'} first: {self.own_text}"))
         if ahead.order and tier == FAIR:
-            out.append(Reason("order", f"behind {plural(ahead.order, 'lease')} submitted earlier"))
+            r = said.get(("order", ahead.order))
+            if r is None:
+                r = said[("order", ahead.order)] = Reason(
+                    "order", f"behind {plural(ahead.order, 'lease')} submitted earlier")
+            out.append(r)
         t0 = max(now, lr.earliest_start)
         if t0 > now:
             out.append(Reason("order", f"asked to start no earlier than {fmt_time(t0)}"))
@@ -252,11 +250,37 @@ class PlanRun:
             out.append(Reason("quota", f"project {p} holds {held} of {q.gpus} {m} GPUs until "
                                        f"{fmt_time(slot.quota_at)} (this lease needs {need})"))
         if slot.cap_pushed:
-            g, n = lr.gpus_per_vm, lr.instances
-            what = (f"needs {g} {m} on one host" if n == 1
-                    else f"needs {n} VMs of {g} {m} at the same time, each on one host")
-            out.append(Reason("capacity", f"{what}; the largest free block now is "
-                                          f"{self.indexes[m].largest_free_now()}; earliest at {fmt_time(T)}"))
+            g, n, largest = lr.gpus_per_vm, lr.instances, self.indexes[m].largest_free_now()
+            what = self.capacity_said.get((m, g, n, largest))
+            if what is None:
+                what = self.capacity_said[(m, g, n, largest)] = (
+                    f"needs {g} {m} on one host" if n == 1
+                    else f"needs {n} VMs of {g} {m} at the same time, each on one host"
+                ) + f"; the largest free block now is {largest}; earliest at "
+            out.append(Reason("capacity", what + fmt_time(T)))
+
+    def _fairshare_reason(self, lr: LeaseRequest, q: QuotaLimit, ahead: int) -> Reason:
+        """Why `ahead` leases of projects of a lower fair-share score go first. Without the queued
+        charge (which counts per lease) it is the same for all of a project's leases that far
+        back, so made once: thousands of leases repeat it."""
+        settings, p, m = self.settings, lr.project_id, lr.gpu_model
+        key = ("fairshare", p, m, ahead)
+        if settings.queued_charge is None and (r := self.said.get(key)) is not None:
+            return r
+        used = self.used_text.get((p, m))
+        if used is None:
+            u = self.usage.get((p, m), 0.0) if self.usage else 0.0
+            used = self.used_text[(p, m)] = (f"project {p} has used {_gh(u)} {m} GPU-hours recently "
+                                             f"against weight {q.weight:g}")
+        by_age = settings.age_size_gpu_hours is not None
+        if settings.queued_charge is not None:
+            waited = ", or that waited more GPU-hours (age x size)," if by_age else ""
+            return Reason("fairshare", f"{used}{self._charge_text(lr, q)}; {plural(ahead, 'lease')} of projects "
+                                       f"that used or committed less (in all, over weight){waited} go first")
+        waited = " (or that waited more GPU-hours: age x size)" if by_age else ""
+        r = self.said[key] = Reason("fairshare", f"{used}; {plural(ahead, 'lease')} of projects that used "
+                                                 f"less{waited} go first")
+        return r
 
     def _charge_text(self, lr: LeaseRequest, q: QuotaLimit) -> str:
         """What the queued charge counts against this lease (queued_charge._charged, undone)."""

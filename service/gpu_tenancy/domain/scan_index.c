@@ -53,9 +53,11 @@ typedef struct {
     Py_ssize_t nhosts;
     Profile *hosts;
     i64 origin;
-    i64 *bounds[BOUND_LEVELS + 1];   /* by GPU count: nhosts x CLASSES, made at its first question */
+    i64 *bounds[BOUND_LEVELS + 1];   /* by GPU count: CLASSES rows of nhosts (a question reads one row
+                                        through), made at its first question */
     int levels[BOUND_LEVELS];        /* the GPU counts made, in order made */
     int nlevels;
+    i64 largest_now;                 /* largest_free_now's answer, -1: not since a reservation at the origin */
 } ScanObject;
 
 /* the class of a duration d >= 1: [1, 64) is class 0, then one class per power of two */
@@ -245,6 +247,7 @@ static int Scan_init(ScanObject *self, PyObject *args, PyObject *Py_UNUSED(kw)) 
         self->bounds[self->levels[i]] = NULL;
     }
     self->nlevels = 0;
+    self->largest_now = -1;
     self->origin = origin;
     self->hosts = hosts;
     self->nhosts = n;
@@ -270,11 +273,12 @@ static int host_arg(ScanObject *self, Py_ssize_t h) {
 static void forget_bounds(ScanObject *self, Py_ssize_t h, i64 start, i64 end, i64 gpus) {
     if (gpus == 0 || end <= start) return;
     for (int i = 0; i < self->nlevels; i++) {
-        i64 *b = self->bounds[self->levels[i]] + h * CLASSES;
+        i64 *b = self->bounds[self->levels[i]] + h;
         for (int c = 0; c < CLASSES; c++) {
-            if (b[c] == UNKNOWN || (gpus > 0 && (b[c] < 0 || b[c] + class_least(c) <= start || b[c] >= end)))
+            i64 *slot = b + c * self->nhosts;
+            if (*slot == UNKNOWN || (gpus > 0 && (*slot < 0 || *slot + class_least(c) <= start || *slot >= end)))
                 continue;
-            b[c] = UNKNOWN;
+            *slot = UNKNOWN;
         }
     }
 }
@@ -300,6 +304,7 @@ static PyObject *Scan_reserve(ScanObject *self, PyObject *args) {
         in_range(gpus, -MOST_GPUS, MOST_GPUS, "gpus") < 0) return NULL;
     if (profile_add(&self->hosts[h], start, end, -gpus) < 0) return NULL;
     forget_bounds(self, h, start, end, gpus);
+    if (start <= self->origin && end > self->origin) self->largest_now = -1;
     Py_RETURN_NONE;
 }
 
@@ -324,10 +329,13 @@ static i64 host_earliest(const Profile *p, i64 t, i64 d, i64 g, i64 until, Py_ss
     return -1;
 }
 
-/* host h's bound for g GPUs and class c (see ScanObject), worked out if unknown */
+/* host h's bound for g GPUs and class c (see ScanObject), worked out if unknown; a host of
+ * fewer than g GPUs never takes the VM */
 static i64 host_bound(ScanObject *self, i64 *b, Py_ssize_t h, i64 g, int c) {
-    i64 *slot = b + h * CLASSES + c;
-    if (*slot == UNKNOWN) {
+    i64 *slot = b + c * self->nhosts + h;
+    if (*slot == UNKNOWN && self->hosts[h].gpus < g) {
+        *slot = -1;
+    } else if (*slot == UNKNOWN) {
         const Profile *p = &self->hosts[h];
         Py_ssize_t seg, k = p->n - 1;
         i64 s = host_earliest(p, self->origin, class_least(c), g, FOREVER, &seg);
@@ -354,15 +362,17 @@ static PyObject *Scan_earliest_one(ScanObject *self, PyObject *args) {
     }
     i64 best = FOREVER, best_free = 0;
     Py_ssize_t best_host = -1;
+    const i64 *row = bounds ? bounds + c * self->nhosts : NULL;
     for (Py_ssize_t h = 0; h < self->nhosts; h++) {
-        const Profile *p = &self->hosts[h];
-        if (p->gpus < g) continue;
         i64 from = t;
-        if (bounds) {
-            i64 lb = host_bound(self, bounds, h, g, c);
+        if (row) {   /* most hosts are skipped here, on one row read through, touching no profile */
+            i64 lb = row[h] == UNKNOWN ? host_bound(self, bounds, h, g, c) : row[h];
             if (lb < 0 || lb > best) continue;
             if (lb > from) from = lb;
+        } else if (self->hosts[h].gpus < g) {
+            continue;
         }
+        const Profile *p = &self->hosts[h];
         Py_ssize_t seg;
         i64 s = host_earliest(p, from, d, g, best, &seg);
         if (s < 0) continue;
@@ -432,7 +442,7 @@ static PyObject *Scan_earliest_gang(ScanObject *self, PyObject *args) {
     if (!cands) return NULL;
     for (Py_ssize_t h = 0; h < self->nhosts; h++) {
         const Profile *p = &self->hosts[h];
-        if (p->gpus < g || (bounds && (bounds[h * CLASSES + c] < 0 || bounds[h * CLASSES + c] > T))) continue;
+        if (p->gpus < g || (bounds && (bounds[c * self->nhosts + h] < 0 || bounds[c * self->nhosts + h] > T))) continue;
         Py_ssize_t k = segment_at(p, T);
         i64 least = least_on(p, k, T, d);
         if (least < g) continue;
@@ -449,12 +459,14 @@ static PyObject *Scan_earliest_gang(ScanObject *self, PyObject *args) {
 
 /* largest_free_now() -> the most GPUs free on one host at the origin */
 static PyObject *Scan_largest_free_now(ScanObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (self->largest_now >= 0) return PyLong_FromLongLong(self->largest_now);   /* a plan asks once per lease */
     i64 best = 0;
     for (Py_ssize_t h = 0; h < self->nhosts; h++) {
         const Profile *p = &self->hosts[h];
         i64 v = p->vals[0] < p->gpus ? p->vals[0] : p->gpus;
         if (v > best) best = v;
     }
+    self->largest_now = best;
     return PyLong_FromLongLong(best);
 }
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from .capacity import select_gang_hosts
 from .model import Host
 
 try:
@@ -29,7 +28,7 @@ MOST_GPUS = 1 << 20   # the compiled module's bound on a GPU count (scan_index.c
 class ScanIndex:
     """Enabled hosts of one GPU model, their free GPUs as integer arrays in C."""
 
-    __slots__ = ("gpu_model", "origin", "hosts", "max_gpus", "_names", "_pos", "_scan")
+    __slots__ = ("gpu_model", "origin", "hosts", "max_gpus", "_names", "_pos", "_aggs", "_scan")
 
     def __init__(self, gpu_model: str, hosts: Iterable[Host], origin: int,
                  holds: Mapping[str, Iterable[tuple[int, int, int]]] | None = None):
@@ -43,6 +42,10 @@ class ScanIndex:
         self.max_gpus = max((h.gpus for h in ordered), default=0)
         self._names = [h.name for h in ordered]
         self._pos = {name: i for i, name in enumerate(self._names)}
+        # each host's aggregate as its rank among the aggregates' names (-1: none)
+        agg_names = sorted({h.aggregate for h in ordered if h.aggregate is not None})
+        agg_rank = {a: k for k, a in enumerate(agg_names)}
+        self._aggs = [-1 if h.aggregate is None else agg_rank[h.aggregate] for h in ordered]
         spans: Mapping[str, Iterable[tuple[int, int, int]]] = holds if holds is not None else {}
         # each host's profile built in C, as StepProfile.of_spans builds it (a plan builds one per host)
         self._scan = Scan(origin, [(h.gpus, spans.get(h.name, ())) for h in ordered])
@@ -66,9 +69,34 @@ class ScanIndex:
         if gang is None:
             return None
         start, found = gang
-        names = self._names
-        cands = [(free, names[i], self.hosts[names[i]].aggregate, vms) for free, i, vms in found]
-        return start, select_gang_hosts(cands, instances)
+        return start, self._gang_hosts(found, instances)
+
+    def _gang_hosts(self, found: list[tuple[int, int, int]], n: int) -> tuple[str, ...]:
+        """select_gang_hosts's choice among (free at the start, host, VMs that fit), on host
+        positions (name order) and aggregate numbers rather than names: a gang on 2,000 hosts
+        has about as many candidates. tests/property/test_scan_index_agrees.py holds them equal."""
+        aggs = self._aggs
+        pool = found
+        if n > 1:
+            free_of: dict[int, int] = {}
+            vms_of: dict[int, int] = {}
+            for free, i, vms in found:
+                a = aggs[i]
+                if a >= 0:
+                    free_of[a] = free_of.get(a, 0) + free
+                    vms_of[a] = vms_of.get(a, 0) + vms
+            fitting = [(f, a) for a, f in free_of.items() if vms_of[a] >= n]
+            if fitting:
+                best = min(fitting)[1]   # aggregate numbers are in name order: (free, number) is (free, name)
+                pool = [c for c in found if aggs[c[1]] == best]
+        names, out, left = self._names, [], n
+        for _free, i, vms in sorted(pool):
+            k = vms if vms < left else left
+            out += [names[i]] * k
+            left -= k
+            if left <= 0:
+                break
+        return tuple(out)
 
     def fits_at(self, t: int, duration: int, gpus: int, instances: int = 1) -> tuple[str, ...] | None:
         r = self.earliest(t, duration, gpus, instances)
