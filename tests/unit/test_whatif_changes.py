@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -137,4 +138,4 @@ def test_random_changes_touch_only_their_own_quota():
                                    ("weight", rng.choice([0.5, 2.0, 7.25]))])
         h, _ = apply(f"quota.{project}.{model}.{field}={value}")
         for key, q in h.quotas.items():
-            assert q == (QUOTAS[key] if key != (project, model) else QuotaLimit(**{**QUOTAS[key].__dict__, field: value}))
+            assert q == (QUOTAS[key] if key != (project, model) else replace(QUOTAS[key], **{field: value}))

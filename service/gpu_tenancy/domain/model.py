@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Host:
     """A compute node with GPUs of one model."""
     name: str
@@ -17,7 +17,7 @@ class Host:
     aggregate: str | None = None  # gang VMs prefer hosts of one aggregate
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Hold:
     """GPUs already committed on a host: a VM of an active or scheduled lease."""
     lease_id: str
@@ -36,7 +36,7 @@ class Hold:
     asked: tuple[int, int] = (0, 0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class QuotaLimit:
     """A project's limits for one GPU model."""
     project_id: str
@@ -47,7 +47,7 @@ class QuotaLimit:
     weight: float = 1.0              # fair-share weight
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LeaseRequest:
     """A lease waiting for GPUs (queued, not yet holding any)."""
     lease_id: str
@@ -67,7 +67,7 @@ class LeaseRequest:
     guarded: bool = False         # a plan once broke that ETA: it goes by it from then on (keep_etas)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Reason:
     """Why a lease waits, in words a user can act on. `code` is one of
     quota, capacity, priority, fairshare, order, duration, latest_start,
@@ -77,7 +77,7 @@ class Reason:
     message: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Placement:
     """Where and when a lease will run: one host name per VM (a host may
     appear more than once when it holds several of the gang's VMs)."""
@@ -86,7 +86,7 @@ class Placement:
     hosts: tuple[str, ...]
 
 
-@dataclass
+@dataclass(slots=True)
 class PlannedLease:
     lease_id: str
     position: int                    # 1-based rank among leases waiting for the same GPU model
@@ -99,7 +99,7 @@ class PlannedLease:
         return self.placement.start if self.placement else None
 
 
-@dataclass
+@dataclass(slots=True)
 class Plan:
     now: int
     leases: dict[str, PlannedLease]  # in planner order

@@ -59,7 +59,7 @@ class Backend:
 FAST = Backend()
 
 
-@dataclass
+@dataclass(slots=True)
 class Slot:
     """Where a lease can start: the start and hosts (None: nowhere yet), when its quota
     first let it in if that was later than asked, whether capacity pushed it later, and

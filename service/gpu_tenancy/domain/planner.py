@@ -52,6 +52,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence, Set as AbstractSet
 from dataclasses import dataclass, replace
+from operator import itemgetter
 
 from . import extension
 from .age_size import aged_score
@@ -197,7 +198,10 @@ class Planning:
         self._inputs = (now, hosts, holds, usage, backend, protected, charged)
         self._state: PlanRun | None = None   # made when first read (a plan planned on at once from an
         # earlier plan's head makes only the state with it)
-        self.ordered = sorted(waiting, key=key)
+        keyed = sorted([(key(lr), lr) for lr in waiting], key=itemgetter(0))
+        self.ordered = [lr for _, lr in keyed]
+        # each lease's fair-share score as its key has it (FAIR tier), read again by the reasons
+        self.fair_scores: list[float | None] = [k[2] if k[1] == FAIR else None for k, _ in keyed]
         self.done = 0   # how many of `ordered` are planned
         self.pending = sorted(turns, key=lambda t: t.key)
         self.order = AheadCounter(settings.aged)
@@ -249,15 +253,15 @@ class Planning:
         """Plan the leases in order until stop(i) says so before the i-th (0-based), or to the end."""
         if stop is None:
             self._take_earlier()
-        run, quotas, explain, guarded, pending, order, fair = (
-            self.run, self.quotas, self.explain, self.guarded, self.pending, self.order, self.fair)
+        run, quotas, explain, guarded, pending, order, fair, scores = (
+            self.run, self.quotas, self.explain, self.guarded, self.pending, self.order, self.fair, self.fair_scores)
         out, ordered = self.plan.leases, self.ordered
         i = self.done
         n = len(ordered)
         while i < n:
             if stop is not None and stop(i):
                 break
-            lr = ordered[i]
+            lr, score = ordered[i], scores[i]
             i += 1
             if pending:
                 k = self.key(lr)
@@ -265,7 +269,9 @@ class Planning:
                     pending.pop(0).then(Trials(run, quotas))
             q = quotas.get((lr.project_id, lr.gpu_model))
             tier = GUARDED if lr.lease_id in guarded else BOUND if lr.lease_id in run.protected else FAIR
-            ahead = order.next(lr, tier, fair(lr) if tier == FAIR else None)
+            if tier == FAIR and score is None:
+                score = fair(lr)
+            ahead = order.next(lr, tier, score if tier == FAIR else None)
             pl = out[lr.lease_id] = PlannedLease(lr.lease_id, ahead.position, None, [])
             run.place(lr, q, ahead, tier, pl, explain)
         self.done = i
