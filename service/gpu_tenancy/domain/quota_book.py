@@ -47,8 +47,9 @@ class QuotaBook:
         # the holds' quota use, made into a profile only for the (project, model) a lease asks about
         self.held: dict[tuple[str, str], list[tuple[int, int, int]]] = defaultdict(list)
         # this plan's reservations that start later than now, per (project, model): GPUs planned
-        # over time (a borrower must not push them back: `overtakes`)
-        self.planned: dict[tuple[str, str], StepProfile] = {}
+        # over time (a borrower must not push them back: `overtakes`); None: not kept, as the
+        # project may not borrow
+        self.planned: dict[tuple[str, str], QuotaProfile | None] = {}
         for h in holds:
             if h.end > now and h.gpus > 0 and not h.preemptible:   # preemptible leases use no quota
                 self.held[(h.project_id, h.gpu_model)].append((h.start, h.end, -h.gpus))
@@ -73,9 +74,11 @@ class QuotaBook:
         return self._prof(p, m).min_on(a, b)
 
     def reserve(self, p: str, m: str, a: int, b: int, need: int) -> None:
-        self._prof(p, m).add(a, b, -need)
+        key = (p, m)
+        prof = self.profs.get(key)
+        (prof if prof is not None else self._prof(p, m)).add(a, b, -need)
         if b > max(a, self.now):
-            self.floor[(p, m)] -= need
+            self.floor[key] -= need
         if a > self.now:
             self._planned(p, m, a, b, need)
 
@@ -90,13 +93,14 @@ class QuotaBook:
     def _planned(self, p: str, m: str, a: int, b: int, gpus: int) -> None:
         """`gpus` planned for the project over [a, b), kept only where it may borrow (nobody
         else asks: a plan with no quota that lends keeps none)."""
-        planned = self.planned.get((p, m))
-        if planned is None:
-            q = self.quotas.get((p, m))
-            if q is None or q.borrow_gpus <= 0:
-                return
-            planned = self.planned[(p, m)] = StepProfile(self.now, 0)
-        planned.add(a, b, gpus)
+        key = (p, m)
+        if key in self.planned:
+            planned = self.planned[key]
+        else:
+            q = self.quotas.get(key)
+            planned = self.planned[key] = quota_profile(self.now, 0, []) if q is not None and q.borrow_gpus > 0 else None
+        if planned is not None:
+            planned.add(a, b, gpus)
 
     def overtakes(self, p: str, m: str, a: int, b: int, need: int) -> bool:
         """Would `need` GPUs held over [a, b) push back a lease this plan placed later for the

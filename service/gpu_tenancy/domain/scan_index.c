@@ -382,6 +382,7 @@ static PyObject *Scan_earliest_one(ScanObject *self, PyObject *args) {
             best = s;
             best_free = f;
             best_host = h;
+            if (best == t && best_free == g) break;   /* no later host starts earlier or fits tighter */
         }
     }
     if (best_host < 0) Py_RETURN_NONE;
