@@ -40,6 +40,7 @@ from gpu_tenancy.domain.planner import plan  # noqa: E402
 from git_export import export_ref  # noqa: E402
 
 NOW = 1_800_000_000
+REPLAN_GOALS = {(1000, 10000): 0.2, (2000, 20000): 0.5}   # (hosts, waiting): most CPU seconds for one plan
 
 
 def workload(n_hosts: int, n_waiting: int, seed: int = 1, fill: float = 0.6):
@@ -219,10 +220,12 @@ def main(argv=None):
             k = growth_exponent(host_counts, [cpu[(nh, nw)] for nh in host_counts])
             print(f"growth in hosts at {nw} waiting: cpu ~ h^{k:.2f} "
                   f"({host_counts[-1]}/{host_counts[0]} hosts: x{cpu[(host_counts[-1], nw)] / cpu[(host_counts[0], nw)]:.1f})")
-    if (1000, 10000) in table:
-        t, c = table[(1000, 10000)], cpu[(1000, 10000)]
-        print(f"goal: 10k waiting on 1k hosts under 1 s: {t:.2f} s wall, {c:.2f} s cpu: "
-              f"{'met' if max(t, c) < 1 else 'met on cpu time only' if c < 1 else 'NOT met'}")
+    # issue 18's replan goals, on CPU time (the wall time on a shared machine is the neighbours')
+    for (nh, nw), most in REPLAN_GOALS.items():
+        if (nh, nw) in cpu:
+            c = cpu[(nh, nw)]
+            print(f"goal: {nw // 1000}k waiting on {nh // 1000}k hosts within {most} s of CPU: {c:.3f} s: "
+                  f"{'met' if c <= most else 'NOT met'}")
 
     # baseline: the naive reference on small sizes, same run
     from naive_planner import NAIVE

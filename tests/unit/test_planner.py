@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from gpu_tenancy.domain.capacity import StepProfile
 from gpu_tenancy.domain.planner import (
-    can_ever_fit, extension_conflicts, fmt_time, largest_free_block, plan)
+    can_ever_fit, can_ever_fit_on, extension_conflicts, fmt_time, largest_free_block, plan)
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit
 
 NOW = 1_800_000_000
@@ -313,3 +313,11 @@ def test_step_profile():
     p.add(10, 30, 4)
     p.add(15, 20, 4)
     assert p.times == [0] and p.vals == [8]
+
+
+def test_can_ever_fit_on_gpu_counts_alone():
+    assert can_ever_fit_on([4, 4], 4, 2) and can_ever_fit_on([4, 4], 2, 4) and can_ever_fit_on([8, 3], 3, 3)
+    assert not can_ever_fit_on([4, 4], 8, 1)
+    assert not can_ever_fit_on([4, 4], 4, 3)
+    assert not can_ever_fit_on([8, 3], 3, 4)
+    assert not can_ever_fit_on([8], 0, 1) and not can_ever_fit_on([8], 1, 0) and not can_ever_fit_on([], 1, 1)

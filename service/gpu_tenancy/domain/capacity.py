@@ -425,14 +425,20 @@ def select_gang_hosts(cands: Sequence[tuple[int, str, str | None, int]], n: int)
 def can_ever_fit(hosts: Sequence[Host], gpu_model: str, gpus_per_vm: int, instances: int) -> bool:
     """Whether the enabled hosts of gpu_model could ever take this lease
     (each VM's GPUs on one host; all VMs of a gang at once)."""
+    return can_ever_fit_on((h.gpus for h in hosts if h.enabled and h.gpu_model == gpu_model),
+                           gpus_per_vm, instances)
+
+
+def can_ever_fit_on(host_gpus: Iterable[int], gpus_per_vm: int, instances: int) -> bool:
+    """can_ever_fit on hosts given by their GPU counts alone (a create reads no more: a Host
+    each would be thousands of objects per request on a large cloud)."""
     if gpus_per_vm <= 0 or instances <= 0:
         return False
     total = 0
-    for h in hosts:
-        if h.enabled and h.gpu_model == gpu_model and h.gpus >= gpus_per_vm:
-            total += h.gpus // gpus_per_vm
-            if total >= instances:
-                return True
+    for gpus in host_gpus:
+        total += gpus // gpus_per_vm
+        if total >= instances:
+            return True
     return False
 
 

@@ -56,7 +56,7 @@ from operator import itemgetter
 
 from . import extension
 from .age_size import aged_score
-from .capacity import can_ever_fit, largest_free_block
+from .capacity import can_ever_fit, can_ever_fit_on, largest_free_block
 from .host_profiles import HostProfiles
 from .model import Hold, Host, LeaseRequest, Placement, Plan, PlannedLease, QuotaLimit
 from .plan_order import (BOUND, FAIR, GUARDED, AheadCounter, FairShareScores, OrderKey, bound_protected,
@@ -70,7 +70,7 @@ from .plan_words import duration_text, fmt_time
 from .queued_charge import queued_charges
 
 __all__ = [
-    "PlannerSettings", "plan", "extension_conflicts", "can_ever_fit", "largest_free_block",
+    "PlannerSettings", "plan", "extension_conflicts", "can_ever_fit", "can_ever_fit_on", "largest_free_block",
     "order_key", "fmt_time", "DEFAULT_WAIT_BOUND", "DEFAULT_WAIT_BOUND_GPU_HOURS", "DEFAULT_WAIT_BOUND_LEASES",
     "past_wait_bound", "bound_reached_at", "bound_protected", "waiting_since", "DEFAULT_KEEP_ETAS",
     "guardable", "GUARD_ROUNDS", "DEFAULT_AGE_SIZE_GPU_HOURS", "DEFAULT_QUEUED_CHARGE",

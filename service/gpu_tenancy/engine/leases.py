@@ -14,7 +14,7 @@ from gpu_tenancy.config import Config
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import ledger_lock, to_epoch, utcnow_naive
 from gpu_tenancy.domain import planner
-from gpu_tenancy.domain.model import Host, LeaseRequest
+from gpu_tenancy.domain.model import LeaseRequest
 from gpu_tenancy.domain.planner import PlannerSettings
 from gpu_tenancy.domain.states import FINAL, HOLDING, LeaseState
 from gpu_tenancy.domain.budget import Span
@@ -78,10 +78,9 @@ def checked_request(session: Session, now: int, limits: Limits, caller: Caller, 
     priority, class_name, preemptible = resolve_priority(session, caller, ask)
     # The cloud's size before the quota: "the cloud has 32" says more than "may hold 16 (+8)".
     # "Ever" counts hosts that are down or drained too: they come back, and the lease waits for them.
-    hosts = [Host(f"host-{i}", shape.gpu_model, gpus) for i, gpus in enumerate(facts.host_gpus)]
-    if not planner.can_ever_fit(hosts, shape.gpu_model, shape.gpus, instances):
-        total = sum(h.gpus for h in hosts)
-        largest = max((h.gpus for h in hosts), default=0)
+    if not planner.can_ever_fit_on(facts.host_gpus, shape.gpus, instances):
+        total = sum(facts.host_gpus)
+        largest = max(facts.host_gpus, default=0)
         raise BadRequest(
             f"{instances} x {shape.name} needs {instances * shape.gpus} {shape.gpu_model} GPUs, "
             f"{shape.gpus} on one host; the cloud has {total}, at most {largest} on one host",
