@@ -105,6 +105,7 @@ def test_start_bounds_kept_across_reservations_answer_as_a_fresh_index(seed):
         ours.reserve(h, a, b, gp)
         taken.setdefault(h, []).append((a, b, -gp))
         fresh = ScanIndex("A100", hosts, NOW, taken)
+        assert ours.largest_free_now() == fresh.largest_free_now(), (seed, step)   # kept until the origin changes
         for _ in range(4):
             t, d, g, n = ask(rng, NOW)
             assert ours.earliest(t, d, g, n) == fresh.earliest(t, d, g, n), (seed, step, (t, d, g, n))
