@@ -4,6 +4,7 @@ for every request waiting there; a page of leases costs the same few statements
 whatever its size. On the test database (SQLite, or PostgreSQL with GPU_TENANCY_TEST_DB)."""
 from __future__ import annotations
 
+import gc
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -252,3 +253,19 @@ def test_a_listed_lease_is_what_its_own_page_shows(client, engine_tick, cloud):
     by_status = client.get("/v1/leases?status=active&status=queued&limit=20", headers=headers()).get_json()
     assert by_status["leases"] == [lease for lease in listed if lease["status"] in ("active", "queued")]
     assert any(lease["servers"] for lease in by_status["leases"])
+
+
+def test_a_replan_runs_with_the_collector_paused_and_leaves_it_on(client, runtime, monkeypatch):
+    """engine/gc_pause.py: a full collection walks every row a replan loaded, again and again."""
+    seen = []
+    planning = ledger.run_planner
+
+    def watched(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return planning(*args, **kwargs)
+    monkeypatch.setattr(ledger, "run_planner", watched)
+    client.post("/v1/leases", json={"shape": "a100.x8", "duration": 3600}, headers=headers())
+    with session_scope(runtime.sessions) as session:
+        ledger.replan(session, runtime.clock.now(), runtime.planner_settings)
+    assert seen and not any(seen)
+    assert gc.isenabled()

@@ -23,6 +23,7 @@ from gpu_tenancy.domain.start_by import MarginBasis, load_classes, model_gpus, s
 from gpu_tenancy.domain.states import RESERVING, LeaseState
 from gpu_tenancy.engine import held, limits, start_by_margins
 from gpu_tenancy.engine.events import record_transition
+from gpu_tenancy.engine.gc_pause import collector_paused
 from gpu_tenancy.engine.metrics import CREATE_REPLANS, PLANNER_SECONDS
 from gpu_tenancy.timeutil import rfc3339
 
@@ -148,6 +149,11 @@ def replan(session: Session, now: int, settings: planner.PlannerSettings, actor:
 
 
 def replan_locked(session: Session, now: int, settings: planner.PlannerSettings, actor: str) -> Plan:
+    with collector_paused():
+        return _replan_locked(session, now, settings, actor)
+
+
+def _replan_locked(session: Session, now: int, settings: planner.PlannerSettings, actor: str) -> Plan:
     limits.fail_unplannable(session, now, actor)
     # under the lock already held: one more statement on its row
     session.execute(update(m.Lock).where(m.Lock.name == "ledger").values(generation=m.Lock.generation + 1))
