@@ -1,6 +1,6 @@
 """Python's cyclic garbage collector paused over a replan. A replan loads, plans and writes
 thousands of leases, and each full collection that the allocations set off walks every
-object alive, the loaded rows among them, again: about a fifth of a replan's CPU at 10,000
+object alive, the loaded rows among them, again: about a third of a replan's CPU at 10,000
 waiting leases (docs/performance.md, "The collector paused over a replan"). Nothing a replan
 makes needs the collector (its objects are freed by reference counts, or once it is back on).
 Process-wide, as the collector is: paused while any thread is inside, back as it was after
