@@ -74,11 +74,9 @@ class QuotaBook:
         return self._prof(p, m).min_on(a, b)
 
     def reserve(self, p: str, m: str, a: int, b: int, need: int) -> None:
-        key = (p, m)
-        prof = self.profs.get(key)
-        (prof if prof is not None else self._prof(p, m)).add(a, b, -need)
+        self._prof(p, m).add(a, b, -need)
         if b > max(a, self.now):
-            self.floor[key] -= need
+            self.floor[(p, m)] -= need
         if a > self.now:
             self._planned(p, m, a, b, need)
 

@@ -331,8 +331,8 @@ static i64 host_earliest(const Profile *p, i64 t, i64 d, i64 g, i64 until, Py_ss
 
 /* host h's bound for g GPUs and class c (see ScanObject), worked out if unknown; a host of
  * fewer than g GPUs never takes the VM */
-static i64 host_bound(ScanObject *self, i64 *b, Py_ssize_t h, i64 g, int c) {
-    i64 *slot = b + c * self->nhosts + h;
+static i64 host_bound(ScanObject *self, i64 *row, Py_ssize_t h, i64 g, int c) {
+    i64 *slot = row + h;
     if (*slot == UNKNOWN && self->hosts[h].gpus < g) {
         *slot = -1;
     } else if (*slot == UNKNOWN) {
@@ -354,19 +354,19 @@ static PyObject *Scan_earliest_one(ScanObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "LLL", &t, &d, &g) || in_range(t, -FOREVER, FOREVER, "t") < 0 ||
         in_range(d, 0, FOREVER, "d") < 0 || in_range(g, -MOST_GPUS, MOST_GPUS, "g") < 0) return NULL;
     if (t < self->origin) t = self->origin;
-    i64 *bounds = NULL;
+    i64 *row = NULL;   /* the bounds of g GPUs and d's class, one per host */
     int c = 0;
     if (g >= 1 && g <= BOUND_LEVELS && d >= 1) {
-        if (!(bounds = bounds_of(self, g))) return NULL;
+        if (!(row = bounds_of(self, g))) return NULL;
         c = class_of(d);
+        row += c * self->nhosts;
     }
     i64 best = FOREVER, best_free = 0;
     Py_ssize_t best_host = -1;
-    const i64 *row = bounds ? bounds + c * self->nhosts : NULL;
     for (Py_ssize_t h = 0; h < self->nhosts; h++) {
         i64 from = t;
         if (row) {   /* most hosts are skipped here, on one row read through, touching no profile */
-            i64 lb = row[h] == UNKNOWN ? host_bound(self, bounds, h, g, c) : row[h];
+            i64 lb = row[h] == UNKNOWN ? host_bound(self, row, h, g, c) : row[h];   /* the call only when unknown */
             if (lb < 0 || lb > best) continue;
             if (lb > from) from = lb;
         } else if (self->hosts[h].gpus < g) {
@@ -410,19 +410,20 @@ static PyObject *Scan_earliest_gang(ScanObject *self, PyObject *args) {
         in_range(d, 0, FOREVER, "d") < 0 || in_range(g, -MOST_GPUS, MOST_GPUS, "g") < 0) return NULL;
     if (g <= 0) Py_RETURN_NONE;
     i64 T = t < self->origin ? self->origin : t;
-    i64 *bounds = NULL;
+    i64 *row = NULL;   /* as in earliest_one */
     int c = 0;
     if (g <= BOUND_LEVELS && d >= 1) {
-        if (!(bounds = bounds_of(self, g))) return NULL;
+        if (!(row = bounds_of(self, g))) return NULL;
         c = class_of(d);
+        row += c * self->nhosts;
     }
     for (;;) {
         i64 total = 0, next = FOREVER;
         for (Py_ssize_t h = 0; h < self->nhosts; h++) {
             const Profile *p = &self->hosts[h];
             if (p->gpus < g) continue;
-            if (bounds) {   /* a host takes no VM before its bound, which is a time its free GPUs rise */
-                i64 lb = host_bound(self, bounds, h, g, c);
+            if (row) {   /* a host takes no VM before its bound, which is a time its free GPUs rise */
+                i64 lb = host_bound(self, row, h, g, c);
                 if (lb < 0) continue;
                 if (lb > T) {
                     if (lb < next) next = lb;
@@ -443,7 +444,7 @@ static PyObject *Scan_earliest_gang(ScanObject *self, PyObject *args) {
     if (!cands) return NULL;
     for (Py_ssize_t h = 0; h < self->nhosts; h++) {
         const Profile *p = &self->hosts[h];
-        if (p->gpus < g || (bounds && (bounds[c * self->nhosts + h] < 0 || bounds[c * self->nhosts + h] > T))) continue;
+        if (p->gpus < g || (row && (row[h] < 0 || row[h] > T))) continue;
         Py_ssize_t k = segment_at(p, T);
         i64 least = least_on(p, k, T, d);
         if (least < g) continue;
