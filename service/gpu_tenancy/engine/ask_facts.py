@@ -105,9 +105,9 @@ def read(session: Session, project_id: str, user_id: str, shape: str, name: str,
     """The facts for an ask of `shape` (quota, budget and hosts of its GPU model); the project's
     and the user's waiting leases counted up to one more than `most_project` and `most_user`."""
     (shapes, image, project, user, gpus, borrow, longest, budget, other, hosts, generation,
-     inserted, ratio, basis) = session.execute(STATEMENT, {"project_id": project_id, "user_id": user_id, "shape": shape,
-                                                    "name": name, "most_project": most_project + 1,
-                                                    "most_user": most_user + 1}).one()
+     inserted, ratio, basis) = session.connection().execute(   # not the session's: no ORM rows to make
+        STATEMENT, {"project_id": project_id, "user_id": user_id, "shape": shape, "name": name,
+                    "most_project": most_project + 1, "most_user": most_user + 1}).one()
     return AskFacts(offered_shapes(shapes), image, project, user,
                     None if gpus is None else QuotaLimits(gpus, borrow, longest),
                     budget is not None, None if other is None else pair(other),

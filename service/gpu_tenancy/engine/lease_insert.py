@@ -1,5 +1,5 @@
-"""A new lease's row and its first events, written as two INSERTs of their values rather
-than through the session's unit of work: the same rows, events and notices as adding them
+"""A new lease's row and its first events, written as INSERTs of their values (one statement on
+PostgreSQL, two on SQLite) rather than through the session's unit of work: the same rows, events and notices as adding them
 (engine/events.py: record_transition) and flushing, at half the CPU (the flush of a lease
 and two events was about a fifth of a create: bench/api_load.py --waiting). The row is then
 in the session as if it had been loaded, every column known, so that nothing reads it
@@ -9,9 +9,8 @@ from __future__ import annotations
 import functools
 from typing import Any, cast
 
-from sqlalchemy import Insert, Table, bindparam, insert, inspect, update
+from sqlalchemy import Insert, Table, bindparam, cast as sql_cast, insert, inspect, select, union_all, update
 from sqlalchemy.orm import Session, make_transient_to_detached
-from sqlalchemy.orm.attributes import set_committed_value
 
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import utcnow_naive
@@ -44,9 +43,17 @@ def insert_new(session: Session, row: m.Lease, steps: list[tuple[LeaseState, str
     values = {c.key: value_of(row, c) for c in COLUMNS}
     # only the values given: None is the column's own (fewer parameters: psycopg parses a
     # statement of more than 50 again on every execution)
+    given = {k: v for k, v in values.items() if v is not None}
     connection = session.connection()
-    connection.execute(INSERT_LEASE, {k: v for k, v in values.items() if v is not None})
-    ids = list(connection.execute(INSERT_EVENTS, events).scalars())
+    if connection.dialect.name == "postgresql":   # one statement, one round trip
+        statement = insert_with_events(tuple(given), len(events))
+        parameters = {**{f"p_lease_{k}": v for k, v in given.items()},
+                      **{f"p_event{i}_{k}": v for i, event in enumerate(events) for k, v in event.items()}}
+        # the ids come from the sequence row by row, in the order of the VALUES: ascending
+        ids = sorted(connection.execute(statement, parameters).scalars())
+    else:   # SQLite has no INSERT in a WITH
+        connection.execute(INSERT_LEASE, given)
+        ids = list(connection.execute(INSERT_EVENTS, events).scalars())
     for key, value in values.items():   # every column known (committed below): nothing is loaded again
         row.__dict__.setdefault(key, value)
     make_transient_to_detached(row)
@@ -63,17 +70,19 @@ def commit_fitted(session: Session, row: m.Lease, record: m.AuditRecord, recent:
     in the WITH of the record's INSERT, sent with the COMMIT in one round trip (psycopg's
     pipeline). The ledger lock is held from the fit's claim to the commit, and the flush's two
     round trips and the commit's were most of that time (bench/api_load.py --waiting). The
-    session then has nothing to write (its commit finds the transaction done); the record has
-    no id (nothing reads it). False on SQLite (no UPDATE in a WITH): the session's commit
+    session then has nothing to write (its commit finds the transaction done); the row is detached,
+    as written, and the record has no id (nothing reads it). False on SQLite (no UPDATE in a WITH): the session's commit
     writes them, as before."""
     assert inspect(record).pending, "the record is written here: one already flushed would be written twice"
     if session.get_bind().dialect.name != "postgresql":
         return False
     state = inspect(row)
     changed = {key: state.dict[key] for key in state.committed_state if key in KEYS}   # set, or flagged modified
-    for key, value in changed.items():   # written below
-        set_committed_value(row, key, value)
-    session.expunge(record)   # written below
+    # both written below, so both leave the session: the row kept as it is now, for the answer
+    # (marking its changes committed left it flagged dirty, and two flushes with nothing to write,
+    # here and at the session's commit, were a twentieth of a create)
+    session.expunge(row)
+    session.expunge(record)
     session.flush()   # anything else made, first, in this transaction (the notices were, by insert_new)
     given = {k: v for k, v in ((c.key, value_of(record, c)) for c in AUDIT.columns) if v is not None}
     # named apart from every column: a parameter named as a column would be taken as its value
@@ -100,6 +109,23 @@ def pipelined(driver: str) -> bool:
         return False
     import psycopg   # only with PostgreSQL (the postgres extra)
     return psycopg.Pipeline.is_supported()
+
+
+EVENT_KEYS = ("lease_id", "at", "actor", "kind", "from_state", "to_state", "message")   # insert_new's, each event
+
+
+@functools.cache
+def insert_with_events(lease_columns: tuple[str, ...], n_events: int) -> Insert:
+    """insert_new's statement on PostgreSQL for these columns and this many events, built once:
+    the lease's INSERT in the WITH of its events' (their foreign key is checked at the end of the
+    statement), the events' ids returned; parameters p_lease_<column> and p_event<i>_<key>. The
+    events are a SELECT of each, not a multi-row VALUES, which SQLAlchemy compiles afresh on every
+    execution (it is not cached): that cost more than the round trip saved."""
+    lease = (insert(LEASES).values({k: bindparam(f"p_lease_{k}", type_=LEASES.c[k].type) for k in lease_columns})
+             .cte("lease"))
+    rows = union_all(*(select(*(sql_cast(bindparam(f"p_event{i}_{k}"), EVENTS.c[k].type).label(k) for k in EVENT_KEYS))
+                       for i in range(n_events)))
+    return insert(EVENTS).from_select(list(EVENT_KEYS), rows).add_cte(lease).returning(EVENTS.c.id)
 
 
 @functools.cache
