@@ -9,9 +9,10 @@ checks them in the order it always did. Read afresh by every create: nothing is 
 requests, so an operator's change of the catalog, a quota or the hosts is seen by the next."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sqlalchemy import Integer, Select, String, bindparam, cast, func, select
+from sqlalchemy import ColumnClause, Integer, Select, String, bindparam, cast, func, literal_column, select
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
@@ -63,7 +64,7 @@ def _statement() -> Select:
     # counted only up to one past the limit (parameters most_project, most_user): all the check
     # needs, and a project's count no longer grows with its queue; of the index's own columns
     # (project, status, user: migration 0022), so that the index alone answers, as for count(*)
-    waiting = select(L.status).where(L.project_id == project_id, L.status.in_(WAITING_STATES))
+    waiting = select(L.status).where(L.project_id == project_id, L.status.in_(constants(WAITING_STATES)))
 
     def counted(rows: Select, most: str) -> Select:
         return select(func.count()).select_from(rows.limit(bindparam(most, type_=Integer)).subquery())
@@ -75,7 +76,7 @@ def _statement() -> Select:
                     + func.coalesce(cast(margin.load_class, String), ""))
     of_quota = (quota.project_id == project_id, quota.gpu_model == gpu_model)
     clash = select(L.id + FIELD + L.status).where(   # its id and status, in one scan
-        L.project_id == project_id, L.name == name, L.status.not_in([s.value for s in FINAL])).limit(1)
+        L.project_id == project_id, L.name == name, L.status.not_in(constants(s.value for s in FINAL))).limit(1)
     return select(
         select(func.aggregate_strings(m.Shape.name + FIELD + m.Shape.gpu_model + FIELD + cast(m.Shape.gpus, String),
                                       ROW)).where(offered).scalar_subquery(),
@@ -95,6 +96,14 @@ def _statement() -> Select:
         *(func.coalesce(*(select(column).where(margin.project_id == project).scalar_subquery()
                           for project in (project_id, start_by_margins.EVERYONE)))
           for column in (margin.ratio, margin_basis)))
+
+
+def constants(states: Iterable[str]) -> list[ColumnClause]:
+    """Lease states written into the statement: a list of values given as parameters would be
+    expanded into the SQL again on every execution (SQLAlchemy's "expanding" IN)."""
+    listed = list(states)
+    assert all(s.isidentifier() for s in listed)   # nothing to quote
+    return [literal_column(f"'{s}'") for s in listed]
 
 
 STATEMENT = _statement()
