@@ -55,7 +55,8 @@ def fit(column: str, value: str | None) -> str | None:
     the column, so that an odd header can never fail (and so undo) the change."""
     if value is None:
         return None
-    value = "".join(c for c in value if c.isprintable())
+    if not value.isprintable():   # the usual header is: not read character by character
+        value = "".join(c for c in value if c.isprintable())
     return value[:cast(String, m.AuditRecord.__table__.c[column].type).length]
 
 
