@@ -101,7 +101,7 @@ def _statement() -> Select:
 def constants(states: Iterable[str]) -> list[ColumnClause]:
     """Lease states written into the statement: a list of values given as parameters would be
     expanded into the SQL again on every execution (SQLAlchemy's "expanding" IN)."""
-    listed = list(states)
+    listed = sorted(states)   # the same text in every process (FINAL is a set)
     assert all(s.isidentifier() for s in listed)   # nothing to quote
     return [literal_column(f"'{s}'") for s in listed]
 

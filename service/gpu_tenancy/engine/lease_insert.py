@@ -46,10 +46,10 @@ def insert_new(session: Session, row: m.Lease, steps: list[tuple[LeaseState, str
     given = {k: v for k, v in values.items() if v is not None}
     connection = session.connection()
     if connection.dialect.name == "postgresql":   # one statement, one round trip
-        statement = insert_with_events(tuple(given), len(events))
+        statement = insert_with_events(tuple(given), tuple(events[0]), len(events))   # each event of these keys
         parameters = {**{f"p_lease_{k}": v for k, v in given.items()},
                       **{f"p_event{i}_{k}": v for i, event in enumerate(events) for k, v in event.items()}}
-        # the ids come from the sequence row by row, in the order of the VALUES: ascending
+        # the ids come from the sequence row by row, in the order of the SELECTs: ascending
         ids = sorted(connection.execute(statement, parameters).scalars())
     else:   # SQLite has no INSERT in a WITH
         connection.execute(INSERT_LEASE, given)
@@ -111,11 +111,8 @@ def pipelined(driver: str) -> bool:
     return psycopg.Pipeline.is_supported()
 
 
-EVENT_KEYS = ("lease_id", "at", "actor", "kind", "from_state", "to_state", "message")   # insert_new's, each event
-
-
 @functools.cache
-def insert_with_events(lease_columns: tuple[str, ...], n_events: int) -> Insert:
+def insert_with_events(lease_columns: tuple[str, ...], event_columns: tuple[str, ...], n_events: int) -> Insert:
     """insert_new's statement on PostgreSQL for these columns and this many events, built once:
     the lease's INSERT in the WITH of its events' (their foreign key is checked at the end of the
     statement), the events' ids returned; parameters p_lease_<column> and p_event<i>_<key>. The
@@ -123,9 +120,9 @@ def insert_with_events(lease_columns: tuple[str, ...], n_events: int) -> Insert:
     execution (it is not cached): that cost more than the round trip saved."""
     lease = (insert(LEASES).values({k: bindparam(f"p_lease_{k}", type_=LEASES.c[k].type) for k in lease_columns})
              .cte("lease"))
-    rows = union_all(*(select(*(sql_cast(bindparam(f"p_event{i}_{k}"), EVENTS.c[k].type).label(k) for k in EVENT_KEYS))
-                       for i in range(n_events)))
-    return insert(EVENTS).from_select(list(EVENT_KEYS), rows).add_cte(lease).returning(EVENTS.c.id)
+    rows = union_all(*(select(*(sql_cast(bindparam(f"p_event{i}_{k}"), EVENTS.c[k].type).label(k)
+                                for k in event_columns)) for i in range(n_events)))
+    return insert(EVENTS).from_select(list(event_columns), rows).add_cte(lease).returning(EVENTS.c.id)
 
 
 @functools.cache
