@@ -1,9 +1,10 @@
-"""A new lease's row and its first events, written as INSERTs of their values (one statement on
-PostgreSQL, two on SQLite) rather than through the session's unit of work: the same rows, events and notices as adding them
-(engine/events.py: record_transition) and flushing, at half the CPU (the flush of a lease
-and two events was about a fifth of a create: bench/api_load.py --waiting). The row is then
-in the session as if it had been loaded, every column known, so that nothing reads it
-again and its next changes (its arrival and queue place) are one UPDATE, as before."""
+"""A new lease's row and its first events, written as INSERTs of their values (one statement
+on PostgreSQL, two on SQLite) rather than through the session's unit of work: the same rows,
+events and notices as adding them (engine/events.py: record_transition) and flushing, at half
+the CPU (the flush of a lease and two events was about a fifth of a create: bench/api_load.py
+--waiting). The row is then in the session as if it had been loaded, every column known, so
+that nothing reads it again and its next changes (its arrival and queue place) are one UPDATE,
+as before."""
 from __future__ import annotations
 
 import functools
@@ -70,9 +71,9 @@ def commit_fitted(session: Session, row: m.Lease, record: m.AuditRecord, recent:
     in the WITH of the record's INSERT, sent with the COMMIT in one round trip (psycopg's
     pipeline). The ledger lock is held from the fit's claim to the commit, and the flush's two
     round trips and the commit's were most of that time (bench/api_load.py --waiting). The
-    session then has nothing to write (its commit finds the transaction done); the row is detached,
-    as written, and the record has no id (nothing reads it). False on SQLite (no UPDATE in a WITH): the session's commit
-    writes them, as before."""
+    session then has nothing to write (its commit finds the transaction done); the row is
+    detached, as written, and the record has no id (nothing reads it). False on SQLite (no
+    UPDATE in a WITH): the session's commit writes them, as before."""
     assert inspect(record).pending, "the record is written here: one already flushed would be written twice"
     if session.get_bind().dialect.name != "postgresql":
         return False
