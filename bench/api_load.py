@@ -11,6 +11,9 @@ database with that many leases waiting (cloned in SQL from one made through the 
 planned by one full replan, untimed), and with --against the same with a git ref's code
 (its own database and gunicorn), one after the other in one run, each right after a phase
 of the bare INSERT (the ratio is to that one: the machine's load moves between phases).
+Each phase also prints the CPU a request cost in the client, the gunicorn workers and
+PostgreSQL (bench/process_cpu.py): which of them a create's difference from the bare
+INSERT is in.
 
 It starts its own throwaway PostgreSQL (as scripts/run-tests does; initdb
 must be installed) and two gunicorns on 127.0.0.1, and stops them by PID.
@@ -55,6 +58,7 @@ from sqlalchemy import create_engine, func, select, text  # noqa: E402
 
 from git_export import export_ref  # noqa: E402
 from planner_scale import machine  # noqa: E402
+from process_cpu import own_cpu, tree_cpu  # noqa: E402
 from throwaway_pg import ThrowawayPostgres  # noqa: E402
 
 BARE_SCHEMA = "CREATE TABLE bench_bare (id bigserial PRIMARY KEY, project text, body text)"
@@ -206,9 +210,11 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def hammer(make_request, seconds: float, clients: int) -> dict:
+def hammer(make_request, seconds: float, clients: int, servers: dict[str, int] | None = None) -> dict:
     """`clients` threads send requests back to back for `seconds`; latencies
-    of the successful ones, and the count of the others."""
+    of the successful ones, and the count of the others; with `servers` (a name
+    and the pid whose process tree it is), the CPU each, and this client, used
+    per successful request ("cpu_ms")."""
     lat: list[float] = []
     bad: list[str] = []
     lock = threading.Lock()
@@ -226,6 +232,8 @@ def hammer(make_request, seconds: float, clients: int) -> dict:
                 (lat.append(dt) if r.status_code < 300 else bad.append(f"{r.status_code} {r.text[:200]}"))
             i += 1
 
+    servers = servers or {}
+    cpu0 = {"client": own_cpu(), **{name: tree_cpu(pid) for name, pid in servers.items()}}
     t0 = time.perf_counter()
     threads = [threading.Thread(target=run, args=(k,)) for k in range(clients)]
     for th in threads:
@@ -233,9 +241,22 @@ def hammer(make_request, seconds: float, clients: int) -> dict:
     for th in threads:
         th.join()
     wall = time.perf_counter() - t0
+    cpu1 = {"client": own_cpu(), **{name: tree_cpu(pid) for name, pid in servers.items()}}
     return {"ok": len(lat), "bad": len(bad), "first_bad": bad[:1], "rps": len(lat) / wall,
+            "cpu_ms": {name: 1000 * (cpu1[name] - cpu0[name]) / max(1, len(lat)) for name in cpu0},
             "p50": percentile(lat, 50), "p99": percentile(lat, 99),
             "mean": statistics.fmean(lat) if lat else float("nan")}
+
+
+SPLIT = "client / workers / PostgreSQL"
+
+
+def cpu_split(r: dict) -> str:
+    """The CPU a request cost, in ms: the client's, the gunicorn workers' and PostgreSQL's, and
+    their sum. With every core busy, a phase's req/s is about 1,000 x cores over the sum."""
+    ms = r["cpu_ms"]
+    parts = [ms["client"], ms.get("workers", float("nan")), ms.get("PostgreSQL", float("nan"))]
+    return " / ".join(f"{v:.2f}" for v in parts) + f" = {sum(parts):.2f}"
 
 
 def create_outcomes(metrics_dir: str) -> dict:
@@ -300,9 +321,10 @@ def waiting_main(a, ports: list[int], projects: list[str], workdir: str) -> int:
         def bare_insert(session, rng, k, i):
             return session.post(f"http://127.0.0.1:{ports[2]}/bare", headers=headers(k), json=ask(rng, k, i))
 
-        r = hammer(bare_insert, a.seconds, a.clients)
+        r = hammer(bare_insert, a.seconds, a.clients, {"workers": bare.pid, "PostgreSQL": pg.pid})
         rows.append(("bare INSERT", "", "", r, None))
-        print(f"  bare INSERT: {r['rps']:.1f} req/s, p99 {1000 * r['p99']:.0f} ms", flush=True)
+        print(f"  bare INSERT: {r['rps']:.1f} req/s, p99 {1000 * r['p99']:.0f} ms, CPU per request {cpu_split(r)}",
+              flush=True)
         for n in [int(x) for x in a.waiting.split(",")]:
             for label, code in codes:
                 name = f"db_{label.replace('-', '_').replace('/', '_')}_{n}".lower()
@@ -322,25 +344,26 @@ def waiting_main(a, ports: list[int], projects: list[str], workdir: str) -> int:
                     return session.post(f"http://127.0.0.1:{ports[1]}/v1/leases", headers=headers(k), json=ask(rng, k, i))
 
                 # the bare INSERT again just before: the machine's load moves between phases
-                b = hammer(bare_insert, a.seconds, a.clients)
-                r = hammer(lease_create, a.seconds, a.clients)
+                b = hammer(bare_insert, a.seconds, a.clients, {"workers": bare.pid, "PostgreSQL": pg.pid})
+                r = hammer(lease_create, a.seconds, a.clients, {"workers": svc.pid, "PostgreSQL": pg.pid})
                 stop(svc)
                 procs.remove(svc)
                 outcomes = create_outcomes(os.path.join(phase_dir, "metrics"))
                 rows.append((label, n, b, r, outcomes))
                 print(f"  {label}, {n} waiting (set up: {figures['by_status']}, replan {figures['replan_s']:.1f} s): "
                       f"{r['rps']:.1f} req/s, p50 {1000 * r['p50']:.0f} ms, p99 {1000 * r['p99']:.0f} ms, "
-                      f"{r['ok']} ok, {r['bad']} failed {r['first_bad']}; {outcomes}; bare INSERT just before {b['rps']:.1f} req/s", flush=True)
+                      f"{r['ok']} ok, {r['bad']} failed {r['first_bad']}; {outcomes}; CPU per create {cpu_split(r)}; "
+                      f"bare INSERT just before {b['rps']:.1f} req/s, CPU per request {cpu_split(b)}", flush=True)
         db.dispose()
     shutil.rmtree(workdir, ignore_errors=True)
     print()
     print("| code | waiting | POST /v1/leases req/s | p50 | p99 | bare INSERT just before, req/s | ÷ bare "
-          "| creates fitted / replanned / shared |")
-    print("|---|---|---|---|---|---|---|---|")
+          f"| creates fitted / replanned / shared | CPU ms per create ({SPLIT}) | per bare INSERT |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for label, n, b, r, outcomes in rows[1:]:
         print(f"| {label} | {n:,} | {r['rps']:.1f} | {1000 * r['p50']:.0f} ms | {1000 * r['p99']:.0f} ms "
               f"| {b['rps']:.1f} | {r['rps'] / b['rps']:.2f} | {outcomes['fitted']:.0f} / {outcomes['replanned']:.0f} / "
-              f"{outcomes['shared']:.0f} |")
+              f"{outcomes['shared']:.0f} | {cpu_split(r)} | {cpu_split(b)} |")
     print(f"\nbare INSERT at the start: {rows[0][3]['rps']:.1f} req/s (p99 {1000 * rows[0][3]['p99']:.0f} ms)")
     return 0
 
