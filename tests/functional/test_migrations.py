@@ -189,3 +189,51 @@ def test_planned_hosts_cleared_as_json_null_become_null(db_url):
     after = stored()
     engine.dispose()
     assert after["l1"] is None and after["l2"] is None and after["l0"].replace(" ", "") == '["h1","h1"]'
+
+
+def test_unfinished_leases_sharing_a_name_keep_it_on_the_first_and_the_index_is_built(db_url):
+    """0029: the first made of a project's unfinished leases of one name keeps it; each other is
+    renamed to its id, with an event saying so; finished leases and other projects' are left as
+    they are; after, a second unfinished lease of a name is refused by the database."""
+    from datetime import datetime, timedelta
+
+    from alembic import command
+    from sqlalchemy.exc import IntegrityError
+    from sqlalchemy.orm import Session
+
+    from gpu_tenancy.db import migrate
+    from gpu_tenancy.db import models as m
+    config = migrate.alembic_config(db_url)
+    command.downgrade(config, "0028_planned_hosts_null")
+    engine = create_engine(db_url)
+    at = datetime(2026, 12, 6, 8, 0, 0)
+
+    def lease(k: int, project: str, status: str, made: datetime) -> m.Lease:
+        return m.Lease(id=f"3f0c2d1e-0000-4000-8000-0000000000{k:02d}", name="train", project_id=project,
+                       user_id="u", status=status, shape="a100.x1", gpu_model="A100", gpus_per_vm=1, instances=1,
+                       duration=3600, earliest_start=made, queue_reasons=[], created_at=made, updated_at=made)
+    with Session(engine) as session:
+        session.add(m.Shape(name="a100.x1", gpu_model="A100", gpus=1, vcpus=1, ram_mb=1024, disk_gb=10,
+                            pci_alias="gpu", created_at=at))
+        session.flush()
+        # made in the order 3, 1, 2 (by created_at); 4 is finished; 5 is another project's
+        for k, project, status, made in ((1, "p", "queued", at + timedelta(minutes=1)),
+                                         (2, "p", "active", at + timedelta(minutes=2)), (3, "p", "scheduled", at),
+                                         (4, "p", "ended", at - timedelta(days=1)),
+                                         (5, "q", "queued", at + timedelta(minutes=3))):
+            session.add(lease(k, project, status, made))
+        session.commit()
+    command.upgrade(config, "head")
+    with Session(engine) as session:
+        names = dict(session.execute(select(m.Lease.id, m.Lease.name)).all())
+        events = session.execute(select(m.Event.lease_id, m.Event.kind, m.Event.actor, m.Event.message)).all()
+    ids = sorted(names)
+    assert [names[i] for i in ids] == [ids[0], ids[1], "train", "train", "train"]   # 3 was made first
+    assert sorted((e.lease_id, e.kind, e.actor) for e in events) == [(ids[0], "renamed", "migration"),
+                                                                     (ids[1], "renamed", "migration")]
+    assert all("'train'" in e.message and ids[2] in e.message for e in events)   # which lease kept it
+    with Session(engine) as session:
+        session.add(lease(6, "p", "queued", at + timedelta(minutes=9)))
+        with pytest.raises(IntegrityError):
+            session.commit()
+    engine.dispose()

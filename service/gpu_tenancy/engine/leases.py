@@ -3,10 +3,13 @@ The API calls these; each runs in the caller's transaction (a new lease is
 planned in a second one: see create)."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
 from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpu_tenancy import error_codes as codes
@@ -186,8 +189,9 @@ def check_quota_of(limits: Limits, project_id: str, quota: m.Quota | ask_facts.Q
 
 def check_name_free(session: Session, project_id: str, name: str) -> None:
     """A name finds one lease: refuse a name another unfinished lease of the project has (the CLI
-    and dashboard take names where ids are long). Two requests racing with one name can both pass;
-    the second's owner then gives the id, as the CLI says."""
+    and dashboard take names where ids are long). Two requests that pass this at once are told
+    apart by the database's unique index (db/models.py): the second's write is refused, and
+    name_written says why."""
     other = session.execute(select(m.Lease.id, m.Lease.status).where(
         m.Lease.project_id == project_id, m.Lease.name == name,
         m.Lease.status.not_in([s.value for s in FINAL])).limit(1)).first()
@@ -197,8 +201,30 @@ def check_name_free(session: Session, project_id: str, name: str) -> None:
 def check_name_untaken(project_id: str, name: str, other: tuple[str, str] | None) -> None:
     """check_name_free's, with the other lease of that name read (id, status; None: none)."""
     if other is not None:
-        raise Conflict(f"project {project_id} already has a lease named '{name}' ({other[0]}, {other[1]}); "
-                       "choose another name, or cancel that one first", codes.LEASE_NAME_TAKEN)
+        raise name_taken(project_id, name, f"{other[0]}, {other[1]}")
+
+
+def name_taken(project_id: str, name: str, which: str) -> Conflict:
+    return Conflict(f"project {project_id} already has a lease named '{name}' ({which}); "
+                    "choose another name, or cancel that one first", codes.LEASE_NAME_TAKEN)
+
+
+# how each database names the unique index of a project's unfinished leases' names in its refusal
+NAME_INDEX_REFUSALS = ("uq_leases_project_name_unfinished", "leases.project_id, leases.name")
+
+
+@contextmanager
+def name_written(project_id: str, name: str) -> Iterator[None]:
+    """A write of a lease's name (its INSERT, a rename's flush), refused by the unique index
+    because another request made or renamed a lease to that name since this one's check: the
+    409 the check gives, rather than a 500. The transaction is rolled back as the error leaves
+    it (on PostgreSQL it cannot go on), so nothing of this request is kept."""
+    try:
+        yield
+    except IntegrityError as e:
+        if not any(refusal in str(e.orig) for refusal in NAME_INDEX_REFUSALS):
+            raise
+        raise name_taken(project_id, name, "made by another request at the same time") from None
 
 
 def rename(session: Session, now: int, row: m.Lease, name: str, actor: str) -> None:
@@ -209,7 +235,8 @@ def rename(session: Session, now: int, row: m.Lease, name: str, actor: str) -> N
     check_name_free(session, row.project_id, name)
     record_event(session, row, "renamed", f"renamed from '{row.name}' to '{name}'", now, actor)
     row.name, row.updated_at = name, utcnow_naive(now)
-    session.flush()
+    with name_written(row.project_id, name):
+        session.flush()
 
 
 def finished_or_unknown(session: Session, lease_ids) -> dict[str, str | None]:
@@ -258,8 +285,9 @@ def create(session: Session, now: int, limits: Limits, caller: Caller, ask: Leas
                   priority=request.priority, created_at=stamp, updated_at=stamp, queue_reasons=[],
                   allocations=[], servers=[], failures=[],   # known empty: rendering loads nothing
                   **columns)
-    first, _ = lease_insert.insert_new(session, row, [(S.REQUESTED, caller.user_id, "asked for by the user"),
-                                                       (S.QUEUED, "planner", "waiting for its turn")], now)
+    with name_written(caller.project_id, row.name):
+        first, _ = lease_insert.insert_new(session, row, [(S.REQUESTED, caller.user_id, "asked for by the user"),
+                                                           (S.QUEUED, "planner", "waiting for its turn")], now)
     # its place in the order of asking: the id of its first event, from the database's own
     # monotonic sequence (created_at has whole seconds, the lease id is random); written with
     # the lease's next change (its queue place), not a statement of its own
