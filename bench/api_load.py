@@ -4,7 +4,7 @@ workers) on PostgreSQL, side by side with a bare Flask endpoint
 the same gunicorn. Prints figures; asserts nothing.
 
     python bench/api_load.py [--port 0] [--seconds 20] [--clients 8]
-    python bench/api_load.py --waiting 1000,10000 --against main [--seconds 20]
+    python bench/api_load.py --waiting 1000,10000 --against main [--seconds 20] [--floor]
 
 With --waiting, the create phase alone, once per queue length: each starts from a
 database with that many leases waiting (cloned in SQL from one made through the API, then
@@ -13,7 +13,9 @@ planned by one full replan, untimed), and with --against the same with a git ref
 of the bare INSERT (the ratio is to that one: the machine's load moves between phases).
 Each phase also prints the CPU a request cost in the client, the gunicorn workers and
 PostgreSQL (bench/process_cpu.py): which of them a create's difference from the bare
-INSERT is in.
+INSERT is in. With --floor, each create phase is followed by the create's SQL statements
+alone (bench/floor_app.py: one create's statements caught and run again with new ids), beside
+the bare INSERT again: what a create would cost if all its Python but the driver's were free.
 
 It starts its own throwaway PostgreSQL (as scripts/run-tests does; initdb
 must be installed) and two gunicorns on 127.0.0.1, and stops them by PID.
@@ -306,7 +308,7 @@ def waiting_main(a, ports: list[int], projects: list[str], workdir: str) -> int:
     if a.against:
         ref_dir = export_ref(a.against, os.path.join(workdir, "ref"), ("service",))
         codes.insert(0, (f"{a.against}", os.path.join(ref_dir, "service")))
-    rows = []
+    rows, floors = [], []
     with ThrowawayPostgres(ports[0], a.pg_bin) as pg, gunicorns(workdir) as procs:
         db = create_engine(pg.url, isolation_level="AUTOCOMMIT")
         with db.connect() as conn:
@@ -350,6 +352,9 @@ def waiting_main(a, ports: list[int], projects: list[str], workdir: str) -> int:
                 procs.remove(svc)
                 outcomes = create_outcomes(os.path.join(phase_dir, "metrics"))
                 rows.append((label, n, b, r, outcomes))
+                if a.floor:
+                    floors.append((label, n, *floor_phase(a, ports, pg, code, config_file, phase_dir, bare_insert,
+                                                          bare.pid, headers)))
                 print(f"  {label}, {n} waiting (set up: {figures['by_status']}, replan {figures['replan_s']:.1f} s): "
                       f"{r['rps']:.1f} req/s, p50 {1000 * r['p50']:.0f} ms, p99 {1000 * r['p99']:.0f} ms, "
                       f"{r['ok']} ok, {r['bad']} failed {r['first_bad']}; {outcomes}; CPU per create {cpu_split(r)}; "
@@ -365,7 +370,35 @@ def waiting_main(a, ports: list[int], projects: list[str], workdir: str) -> int:
               f"| {b['rps']:.1f} | {r['rps'] / b['rps']:.2f} | {outcomes['fitted']:.0f} / {outcomes['replanned']:.0f} / "
               f"{outcomes['shared']:.0f} | {cpu_split(r)} | {cpu_split(b)} |")
     print(f"\nbare INSERT at the start: {rows[0][3]['rps']:.1f} req/s (p99 {1000 * rows[0][3]['p99']:.0f} ms)")
+    if floors:
+        print("\nThe floor: a create's SQL statements alone (bench/floor_app.py), after the create phase")
+        print(f"| code | waiting | floor req/s | bare INSERT just before, req/s | ÷ bare | CPU ms a request ({SPLIT}) |")
+        print("|---|---|---|---|---|---|")
+        for label, n, b, f in floors:
+            print(f"| {label} | {n:,} | {f['rps']:.1f} | {b['rps']:.1f} | {f['rps'] / b['rps']:.2f} | {cpu_split(f)} |")
     return 0
+
+
+def floor_phase(a, ports: list[int], pg, code: str, config_file: str, phase_dir: str, bare_insert, bare_pid: int,
+                headers) -> tuple[dict, dict]:
+    """--floor: the create's statements alone, replayed by bench/floor_app.py on the phase's
+    database (one gunicorn of it, then stopped), right after a phase of the bare INSERT."""
+    metrics = os.path.join(phase_dir, "floor-metrics")
+    os.makedirs(metrics)
+    floor = start_gunicorn("floor_app:application", ports[1],
+                           {"FLOOR_CONFIG": config_file, "PYTHONPATH": code, "PROMETHEUS_MULTIPROC_DIR": metrics},
+                           a.workers, os.path.join(phase_dir, "floor.log"))
+    try:
+        def floor_create(session, rng, k, i):
+            return session.post(f"http://127.0.0.1:{ports[1]}/floor", headers=headers(k), json=ask(rng, k, i))
+        b = hammer(bare_insert, a.seconds, a.clients, {"workers": bare_pid, "PostgreSQL": pg.pid})
+        f = hammer(floor_create, a.seconds, a.clients, {"workers": floor.pid, "PostgreSQL": pg.pid})
+    finally:
+        stop(floor)
+    print(f"  floor (the create's SQL alone): {f['rps']:.1f} req/s, p99 {1000 * f['p99']:.0f} ms, {f['ok']} ok, "
+          f"{f['bad']} failed {f['first_bad']}; CPU a request {cpu_split(f)}; bare INSERT just before "
+          f"{b['rps']:.1f} req/s, CPU a request {cpu_split(b)}", flush=True)
+    return b, f
 
 
 def main(argv=None) -> int:
@@ -380,6 +413,8 @@ def main(argv=None) -> int:
     ap.add_argument("--page", type=int, default=50, help="page size of the list phases")
     ap.add_argument("--waiting", help="comma-separated queue lengths: the create phase alone, with that many waiting")
     ap.add_argument("--against", help="with --waiting: also measure this git ref's code (e.g. main), in the same run")
+    ap.add_argument("--floor", action="store_true",
+                    help="with --waiting: after each create phase, its SQL statements alone (bench/floor_app.py)")
     ap.add_argument("--prepare", help=argparse.SUPPRESS)       # internal: prepare_waiting's subprocess
     ap.add_argument("--prepare-dir", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
