@@ -25,15 +25,16 @@ TREE = ("import subprocess, sys, time\n"
 
 
 def test_a_tree_counts_its_live_processes_and_those_they_waited_for():
-    before = own_cpu()
     proc = subprocess.Popen([sys.executable, "-c", TREE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "done"   # the child has exited; the parent is alive, idle
         used = tree_cpu(proc.pid)
         # both burns (0.5 s), and the two interpreters' start-up, counted; not much more
         assert 0.5 <= used < 0.5 + 2.0, used
-        # the tree of this test's process holds it, and its own CPU besides
-        assert tree_cpu(os.getpid()) >= used + (own_cpu() - before) - 0.02
+        # the tree of this test's process holds that tree, besides its own CPU and its waited-for children's
+        t = os.times()
+        mine = t.user + t.system + t.children_user + t.children_system
+        assert tree_cpu(os.getpid()) - mine >= used - 0.02
     finally:
         proc.stdin.close()
         proc.wait(timeout=30)
@@ -48,6 +49,6 @@ def test_a_tree_of_a_process_that_is_gone_uses_nothing():
 def test_own_cpu_grows_with_the_work_of_this_process():
     before = own_cpu()
     t = time.process_time()
-    while time.process_time() - t < 0.1:
+    while time.process_time() - t < 0.2:
         pass
-    assert own_cpu() - before >= 0.09
+    assert own_cpu() - before >= 0.15   # counted in clock ticks: a tick or two may fall either side

@@ -69,9 +69,10 @@ class Quota(Base):
 
 # cancelled or expired with its own flavor still in the cloud (engine/lease_flavor.py: remove_unstarted)
 LEFTOVERS = text("flavor_id IS NOT NULL AND status IN ('cancelled', 'expired')")
-# not finished (domain/states.py: FINAL, the states with no way out; tests/unit/test_lease_names.py
+# not finished (domain/states.py: FINAL, the states with no way out; tests/functional/test_lease_names.py
 # holds the two the same): where a lease's name is the project's handle for it
 UNFINISHED = text("status NOT IN ('cancelled', 'ended', 'expired', 'failed', 'preempted')")
+NAME_INDEX = "uq_leases_project_name_unfinished"   # engine/leases.py: name_written knows its refusal by it
 
 
 class Lease(Base):
@@ -174,7 +175,7 @@ class Lease(Base):
         Index("ix_leases_project_name", "project_id", "name"),
         # one unfinished lease of a name in a project, even when two requests pass the check at once
         # (engine/leases.py: check_name_free); a finished lease's name may be given again
-        Index("uq_leases_project_name_unfinished", "project_id", "name", unique=True,
+        Index(NAME_INDEX, "project_id", "name", unique=True,
               postgresql_where=UNFINISHED, sqlite_where=UNFINISHED),
         Index("ix_leases_project_status_user", "project_id", "status", "user_id"),
         # the engine's pass reads the cancelled or expired leases whose flavor is still in the cloud

@@ -209,8 +209,8 @@ def name_taken(project_id: str, name: str, which: str) -> Conflict:
                     "choose another name, or cancel that one first", codes.LEASE_NAME_TAKEN)
 
 
-# how each database names the unique index of a project's unfinished leases' names in its refusal
-NAME_INDEX_REFUSALS = ("uq_leases_project_name_unfinished", "leases.project_id, leases.name")
+# how each database names that unique index in its refusal: PostgreSQL by its name, SQLite by its columns
+NAME_INDEX_REFUSALS = (m.NAME_INDEX, "leases.project_id, leases.name")
 
 
 @contextmanager
