@@ -72,6 +72,24 @@ def test_a_rename_past_the_check_is_refused_by_the_index_and_changes_nothing(cli
         assert s.get(m.Lease, ids[1]).name == "eval"
 
 
+def test_a_blazar_update_refused_for_its_name_leaves_the_end_as_it_was(client, sessions, monkeypatch):
+    """The end and the name of one Blazar update are one transaction: a name taken after the
+    check (the index refuses it) leaves the end where it was, and no event or record of it."""
+    ids = [client.post("/v1/leases", json={**ASK, "name": n}, headers=headers()).get_json()["lease"]["id"]
+           for n in ("train", "eval")]
+    with session_scope(sessions) as s:
+        duration = s.get(m.Lease, ids[1]).duration
+    before = kept(sessions, "ml-vision", "train")
+    monkeypatch.setattr(leases, "check_name_free", lambda *a: None)
+    refused = client.put(f"/reservation/v1/leases/{ids[1]}", json={"name": "train", "end_date": "2026-12-02 12:00"},
+                         headers=headers())
+    assert refused.status_code == 409, refused.get_json()
+    assert kept(sessions, "ml-vision", "train") == before
+    with session_scope(sessions) as s:
+        row = s.get(m.Lease, ids[1])
+        assert (row.name, row.duration) == ("eval", duration)
+
+
 @pytest.mark.skipif(not PG_URL, reason="on SQLite a create holds the database's write lock from its start: "
                                        "two cannot pass the check at once")
 def test_two_creates_with_one_name_at_once_make_one_lease(app, sessions, monkeypatch):

@@ -167,15 +167,18 @@ def resume(lease_id: str) -> ResponseReturnValue:
     return {"lease": rendered}
 
 
-def change_end(lease_id: str, change_asked: EndChange) -> dict:
+def change_end(lease_id: str, change_asked: EndChange, name: str | None = None) -> dict:
     """A lease's new end (authorized, audited, asked of the decision service); the lease
-    as rendered after. Also the Blazar API's (api/blazar/leases.py)."""
+    as rendered after. Also the Blazar API's (api/blazar/leases.py), whose update may rename
+    the lease too (`name`): in the same transaction, so that a taken name leaves the end as it was."""
     cfg = rt.runtime().config
 
     def change(session: Session, hook: DecisionHook) -> dict:
         row = load(session, lease_id)
         rt.authorize("lease:update", row.project_id)
         before = render(row)
+        if name is not None:
+            leases.rename(session, rt.now(), row, name, rt.caller().user_id)
         leases.change_end(session, rt.now(), cfg, rt.planner_settings(), rt.limits(), row, change_asked,
                           rt.caller().user_id, cfg.extension_window_seconds, hook)
         rendered = render(row)

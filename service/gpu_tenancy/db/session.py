@@ -76,6 +76,18 @@ def ledger_lock(session: Session) -> None:
         session.execute(text("UPDATE locks SET holder = holder WHERE name = 'ledger'"))
 
 
+def key_lock(session: Session, key: str) -> None:
+    """Serialise the transactions about one thing (`key`, e.g. a volume) until this one ends, so
+    that a check read after it sees what an earlier one committed. PostgreSQL: a transaction
+    advisory lock on the key's 64-bit hash (two keys of one hash only wait for each other);
+    SQLite: the transaction already holds the database's write lock (BEGIN IMMEDIATE)."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(KEY_LOCK, {"key": key})
+
+
+KEY_LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))")
+
+
 def utcnow_naive(epoch: int) -> datetime:
     return datetime.fromtimestamp(epoch, tz=timezone.utc).replace(tzinfo=None)
 

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from gpu_tenancy import error_codes as codes
 from gpu_tenancy.config import Config
 from gpu_tenancy.db import models as m
-from gpu_tenancy.db.session import ledger_lock, to_epoch, utcnow_naive
+from gpu_tenancy.db.session import key_lock, ledger_lock, to_epoch, utcnow_naive
 from gpu_tenancy.domain import planner
 from gpu_tenancy.domain.model import LeaseRequest
 from gpu_tenancy.domain.planner import PlannerSettings
@@ -250,6 +250,9 @@ def finished_or_unknown(session: Session, lease_ids) -> dict[str, str | None]:
 
 
 def check_volume_free(session: Session, project_id: str, volume_id: str) -> None:
+    """A volume is the data volume of one unfinished lease. Two creates asking for it at once take
+    turns from here to their commit: the second's check reads the first's lease."""
+    key_lock(session, f"volume {project_id} {volume_id}")
     busy = session.scalar(select(m.Lease.id).where(
         m.Lease.project_id == project_id, m.Lease.volume_id == volume_id,
         m.Lease.status.not_in([s.value for s in FINAL])).limit(1))

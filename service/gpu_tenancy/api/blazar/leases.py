@@ -119,12 +119,10 @@ def update(lease_id: str) -> ResponseReturnValue:
         rt.authorize("lease:update", row.project_id)
         start, end = view.window(row)
         changes = asks.update(given, row, start, end, rt.now(), LeaseState(row.status) in FINAL)
-        if changes.name is not None:   # a taken name refuses the whole update, before the end moves
-            leases.check_name_free(session, row.project_id, changes.name)
-    if changes.end is not None:
-        native.change_end(lease_id, changes.end)
+    if changes.end is not None:   # and the name, in one transaction: a taken name refuses the whole update
+        native.change_end(lease_id, changes.end, changes.name)
         rt.runtime().wake_engine()
-    if changes.name is not None:
+    elif changes.name is not None:
         native.rename(lease_id, changes.name)
     with rt.transaction() as session:
         return {"lease": view.render_one(session, load(session, lease_id))}
