@@ -14,7 +14,9 @@ from werkzeug.serving import make_server
 
 from gpu_tenancy.config import Config
 from gpu_tenancy.guest.readiness_probe import SCRIPT
-from tests.conftest import headers
+from gpu_tenancy.engine import readiness
+from tests.conftest import PG_URL, headers
+from tests.races import Held, race
 from tests.ports import free_port
 
 PORT_RANGE = range(19000, 19050)   # apart from the integration tests' (run beside these on PostgreSQL)
@@ -75,6 +77,26 @@ def test_a_lease_with_the_probe_is_ready_only_after_every_vm_reports(client, eng
     assert [i["status"] for i in lease["readiness"]["instances"]] == ["ready", "ready"]
     events = client.get(f"/v1/leases/{lease['id']}/events", headers=headers()).get_json()["events"]
     assert any(e["message"] == "every VM reported its GPUs ready" for e in events)
+
+
+@pytest.mark.skipif(not PG_URL, reason="on SQLite every transaction holds the write lock from its start")
+def test_two_vms_reporting_at_once_make_the_lease_ready(app, client, engine_tick, boots, db_url, monkeypatch):
+    """The first report held past its write of its VM's readiness: the second waits for it and
+    then sees both (each saw only its own, and the lease was never told ready)."""
+    lease = start_active(client, engine_tick, instances=2)
+    token = probe_of(boots[0].user_data)[0].split('READINESS_TOKEN="${READINESS_TOKEN:-')[1].split("}")[0]
+    url = f"/v1/leases/{lease['id']}/readiness"
+    point = Held(lambda out, session, row, kind, message, now, actor: "VM 0" in message)
+    monkeypatch.setattr(readiness, "record_event", point.around(readiness.record_event))
+
+    def report(instance: int) -> int:
+        return app.test_client().post(url, json={"instance": instance, "ok": True},
+                                      headers={"X-Lease-Token": token}).status_code
+    assert race(db_url, point, lambda: report(0), lambda: report(1)) == (200, 200)
+    lease = client.get(f"/v1/leases/{lease['id']}", headers=headers()).get_json()["lease"]
+    assert lease["ready"] is True
+    events = client.get(f"/v1/leases/{lease['id']}/events", headers=headers()).get_json()["events"]
+    assert sum(e["message"] == "every VM reported its GPUs ready" for e in events) == 1
 
 
 def test_the_users_own_user_data_stays_beside_the_probe(client, engine_tick, boots):

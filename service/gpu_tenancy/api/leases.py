@@ -156,6 +156,7 @@ def resume(lease_id: str) -> ResponseReturnValue:
     with rt.transaction() as session:
         row = load(session, lease_id)
         rt.authorize("lease:resume", row.project_id)
+        leases.lock_for_change(session, row)   # the lease as it is, until this commits
         before = render(row)
         now = rt.now()
         park.resume_early(session, now, rt.planner_settings(), row, rt.context().user_id or "")
@@ -176,6 +177,7 @@ def change_end(lease_id: str, change_asked: EndChange, name: str | None = None) 
     def change(session: Session, hook: DecisionHook) -> dict:
         row = load(session, lease_id)
         rt.authorize("lease:update", row.project_id)
+        leases.lock_for_change(session, row)   # the lease as it is, until this commits
         before = render(row)
         if name is not None:
             leases.rename(session, rt.now(), row, name, rt.caller().user_id)
@@ -193,6 +195,7 @@ def rename(lease_id: str, name: str) -> None:
     with rt.transaction() as session:
         row = load(session, lease_id)
         rt.authorize("lease:update", row.project_id)
+        leases.lock_for_change(session, row)   # the lease as it is, until this commits
         before = render(row)
         leases.rename(session, rt.now(), row, name, rt.caller().user_id)
         rt.audit(session, "lease.update", row.id, row.project_id, before, render(row))
@@ -206,6 +209,7 @@ def end_lease(lease_id: str) -> None:
     def end(session: Session, hook: DecisionHook) -> None:
         row = load(session, lease_id)
         rt.authorize("lease:delete", row.project_id)
+        leases.lock_for_change(session, row)   # the lease as it is, until this commits
         before = render(row)
         leases.cancel(session, rt.now(), cfg, rt.planner_settings(), row, rt.caller().user_id, hook)
         rt.audit(session, "lease.delete", row.id, row.project_id, before, render(row))

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import logging
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
 from flask import current_app, g, request
 from oslo_context.context import RequestContext
 from oslo_policy.policy import Enforcer, PolicyNotAuthorized
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from gpu_tenancy import error_codes as codes
 from gpu_tenancy.config import Config
 from gpu_tenancy.db.models import AuditRecord
 from gpu_tenancy.db.session import session_scope
@@ -24,7 +27,9 @@ from gpu_tenancy.engine.leases import Caller
 from gpu_tenancy.engine.limits import Limits
 from gpu_tenancy.engine.offers import OfferSettings
 from gpu_tenancy.engine.service_secrets import shared_secret
-from gpu_tenancy.errors import Forbidden
+from gpu_tenancy.errors import Conflict, Forbidden
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -90,8 +95,24 @@ def limits() -> Limits:
 
 @contextlib.contextmanager
 def transaction() -> Iterator[Session]:
-    with session_scope(runtime().sessions) as session:
-        yield session
+    """A request's transaction. A unique key that another request wrote between this one's
+    check and its write (the checks refuse what was there before: one shape added twice at the
+    same moment, two first webhooks of a project) is a 409 to ask again, not a 500; the
+    transaction is rolled back, so nothing of this request is kept."""
+    try:
+        with session_scope(runtime().sessions) as session:
+            yield session
+    except IntegrityError as exc:
+        if not unique_violation(exc):
+            raise
+        log.warning("a unique key written meanwhile by another request: %s", exc.orig)
+        raise Conflict("another request wrote the same thing at the same moment; nothing of this one was kept: "
+                       "look at what is there now and ask again if still needed", codes.CONFLICT) from None
+
+
+def unique_violation(exc: IntegrityError) -> bool:
+    """PostgreSQL's unique_violation (SQLSTATE 23505), or SQLite's unique or primary key constraint."""
+    return getattr(exc.orig, "sqlstate", None) == "23505" or "UNIQUE constraint failed" in str(exc.orig)
 
 
 def context() -> RequestContext:

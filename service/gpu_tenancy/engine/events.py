@@ -6,7 +6,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
-from gpu_tenancy.db.session import to_epoch, utcnow_naive
+from gpu_tenancy.db.session import ledger_lock, to_epoch, utcnow_naive
 from gpu_tenancy.domain.states import LeaseState, transition
 from gpu_tenancy.engine import notifications
 
@@ -26,10 +26,16 @@ def record_transition(session: Session, row: m.Lease, target: LeaseState, now: i
     return event
 
 
-def lease_in(session: Session, lease_id: str, state: LeaseState) -> m.Lease | None:
+def lease_in(session: Session, lease_id: str, state: LeaseState, *, ledger: bool = False) -> m.Lease | None:
     """The lease, if it is in `state`; None if it is gone or has moved on (another pass, or a
-    request, got there first): the step that expected it there has nothing to do."""
-    row = session.get(m.Lease, lease_id)
+    request, got there first): the step that expected it there has nothing to do. Read with
+    its row locked until the transaction ends (PostgreSQL: FOR UPDATE), so that a request or
+    another pass that would move it meanwhile waits and then finds it moved on. `ledger`: the
+    ledger lock first, for a step that plans the lease: the locks are always taken in that
+    order (the ledger's, then a lease's: engine/leases.py lock_for_change), so no two wait on each other."""
+    if ledger:
+        ledger_lock(session)
+    row = session.get(m.Lease, lease_id, with_for_update=True, populate_existing=True)
     return row if row is not None and row.status == state.value else None
 
 

@@ -10,7 +10,7 @@ import logging
 from sqlalchemy import select
 
 from gpu_tenancy.db import models as m
-from gpu_tenancy.db.session import session_scope, to_epoch
+from gpu_tenancy.db.session import ledger_lock, session_scope, to_epoch
 from gpu_tenancy.domain.failures import FailureClass, retry_delay, rule
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import lease_flavor, retry
@@ -61,7 +61,8 @@ def rescue(lc, lease_id: str, down: set[str]) -> None:
     if not retry.delete_servers(lc.cloud, cloud_ids):
         return  # the next tick tries again
     with session_scope(lc.sessions) as session:
-        row = session.get(m.Lease, lease_id)
+        ledger_lock(session)   # before the lease's row (engine/events.py lease_in): it is replaced below
+        row = session.get(m.Lease, lease_id, with_for_update=True, populate_existing=True)
         if row is None or row.status not in MOVED:
             return
         lost = sorted(set(retry.lease_hosts(row)) & down)
@@ -100,7 +101,7 @@ def replan_scheduled(lc, lease_id: str, down: set[str]) -> None:
     original start."""
     now = lc.clock.now()
     with session_scope(lc.sessions) as session:
-        row = lease_in(session, lease_id, S.SCHEDULED)
+        row = lease_in(session, lease_id, S.SCHEDULED, ledger=True)
         if row is None:
             return
         lost = sorted(set(retry.lease_hosts(row)) & down)
@@ -118,6 +119,7 @@ def place_displaced(lc) -> None:
     queue, before each replan: the first GPUs that come free are its."""
     now = lc.clock.now()
     with session_scope(lc.sessions) as session:
+        ledger_lock(session)   # before the leases' rows, which are replaced below
         moved = select(m.LeaseFailure.lease_id).where(m.LeaseFailure.action.in_(("replaced", "retried")))
         rows = list(session.scalars(select(m.Lease).where(m.Lease.status == S.QUEUED.value, m.Lease.id.in_(moved))
                                     .order_by(m.Lease.created_at, m.Lease.arrival, m.Lease.id)))

@@ -8,7 +8,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
-from gpu_tenancy.db.session import to_epoch
+from gpu_tenancy.db.session import ledger_lock, to_epoch
 from gpu_tenancy.domain.states import HOLDING, LeaseState
 from gpu_tenancy.domain.held import held_until as held_until_
 from gpu_tenancy.domain.planner import PlannerSettings
@@ -43,6 +43,8 @@ def set_drained(session: Session, row: m.Host, drained: bool, now: int, settings
                 actor: str) -> list[str]:
     """Drain or undrain; on drain, the leases only planned there are planned again on
     other hosts, for their planned start or the first time after it. Returns their ids."""
+    if drained:   # no replan may plan a lease there meanwhile; and before the leases' rows (lease_in's order)
+        ledger_lock(session)
     # the cloud's refresh (lifecycle.refresh_hosts) leaves this column alone
     was, row.drained = row.drained, drained
     if not drained or was:

@@ -76,8 +76,8 @@ def activate(lc, lease_id: str, why: str) -> None:
     lc.cloud.grant_lease_flavor(lease_id, project)
     crash_point("access_granted")
     with session_scope(lc.sessions) as session:
-        row = session.get_one(m.Lease, lease_id)
-        if row.status == S.PROVISIONING.value:
+        row = lease_in(session, lease_id, S.PROVISIONING)   # not if a cancel ended it meanwhile
+        if row is not None:
             record_transition(session, row, S.ACTIVE, lc.clock.now(), ACTOR, why)
 
 

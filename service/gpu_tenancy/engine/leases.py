@@ -97,6 +97,9 @@ def checked_request(session: Session, now: int, limits: Limits, caller: Caller, 
                            earliest_start=start, latest_start=latest, created_at=now,
                            priority=priority, name=ask.name or "", preemptible=preemptible)
     if facts.has_budget:
+        # two creates, or a create and an extension, do not both pass one budget: checked under the ledger
+        # lock (the fit takes it anyway), as an extension's is
+        ledger_lock(session)
         budgets.check(session, now, caller.project_id, shape.gpu_model,
                       Span(instances * shape.gpus, start, start + duration))
     columns = dict(name=name, shape=shape.name, image=image,
@@ -230,6 +233,7 @@ def name_written(project_id: str, name: str) -> Iterator[None]:
 def rename(session: Session, now: int, row: m.Lease, name: str, actor: str) -> None:
     """A lease's new name (the Blazar API's `lease set --name`), free among the project's
     unfinished leases; an event tells the old one."""
+    lock_for_change(session, row)
     if name == row.name:
         return
     check_name_free(session, row.project_id, name)
@@ -252,7 +256,7 @@ def finished_or_unknown(session: Session, lease_ids) -> dict[str, str | None]:
 def check_volume_free(session: Session, project_id: str, volume_id: str) -> None:
     """A volume is the data volume of one unfinished lease. Two creates asking for it at once take
     turns from here to their commit: the second's check reads the first's lease."""
-    key_lock(session, f"volume {project_id} {volume_id}")
+    volume_lock(session, project_id, volume_id)
     busy = session.scalar(select(m.Lease.id).where(
         m.Lease.project_id == project_id, m.Lease.volume_id == volume_id,
         m.Lease.status.not_in([s.value for s in FINAL])).limit(1))
@@ -298,9 +302,33 @@ def create(session: Session, now: int, limits: Limits, caller: Caller, ask: Leas
     return row
 
 
+HELD = "leases_held"   # session.info: the ids of the leases lock_for_change has locked in its transaction
+
+
+def lock_for_change(session: Session, row: m.Lease) -> None:
+    """Before a request changes a lease: the ledger lock, then the lease's row locked and read
+    again, so that what the change checks (its state, its end, the budget) holds until it
+    commits, whatever the engine or another request does meanwhile. Always in that order, which
+    the engine's steps keep too (engine/events.py lease_in), so that no two transactions wait
+    for each other; taken once per transaction. (A data volume's lock, key_lock, comes before
+    the ledger's: a create takes it at its check, an offer taken before the ledger's.)"""
+    held = session.info.setdefault(HELD, set())
+    if row.id in held:
+        return
+    ledger_lock(session)
+    session.refresh(row, with_for_update=True)
+    held.add(row.id)
+
+
+def volume_lock(session: Session, project_id: str, volume_id: str) -> None:
+    """The project's data volume, checked and given to a lease by one request at a time till it commits."""
+    key_lock(session, f"volume {project_id} {volume_id}")
+
+
 def cancel(session: Session, now: int, config: Config, settings: PlannerSettings, row: m.Lease, actor: str,
            hook: DecisionHook = DecisionHook()) -> m.Lease:
     """Cancel a waiting lease, or end a running one now. The data volume stays."""
+    lock_for_change(session, row)
     status = S(row.status)
     if status in FINAL or status is S.ENDING:
         raise Conflict(f"lease {row.id} is already {row.status}", codes.LEASE_FINISHED)
@@ -324,6 +352,7 @@ def done(session: Session, now: int, config: Config, settings: PlannerSettings, 
     """The work in a running lease is done: end it now and give its GPUs back (the data
     volume stays). Unlike a cancel, a lease that is not running is refused: a job script
     that says it is done has run."""
+    lock_for_change(session, row)
     if S(row.status) not in (S.PROVISIONING, S.ACTIVE):
         raise Conflict(f"lease {row.id} is {row.status}; only a running lease can be done (DELETE cancels "
                        "a waiting one)", codes.LEASE_NOT_RUNNING)
@@ -364,6 +393,7 @@ def change_end(session: Session, now: int, config: Config, settings: PlannerSett
                change: EndChange, actor: str, extension_window: int | None = None, hook: DecisionHook = DecisionHook()) -> m.Lease:
     """Extend or shrink. An extension is granted only if it delays nobody planned, within the
     maximum duration and the budget; with `extension_window`, only in the lease's last part."""
+    lock_for_change(session, row)
     status = S(row.status)
     if status not in (S.QUEUED, S.SCHEDULED, S.PROVISIONING, S.ACTIVE):
         raise Conflict(f"lease {row.id} is {row.status}; only a waiting or running lease can change "
@@ -386,7 +416,6 @@ def change_end(session: Session, now: int, config: Config, settings: PlannerSett
                       Span(row.gpus_per_vm * row.instances, start + row.duration, start + duration))
     elif status is not S.QUEUED:
         check_extension_rules(session, now, row, committed_window(row)[0] + duration, extension_window)
-    ledger_lock(session)
     if status is S.QUEUED:
         if duration > row.duration:
             hook.ask("extend", hook_view(row, duration=duration), actor)

@@ -60,8 +60,9 @@ class Lifecycle:
         early_ends.end_due(self)
         gpu_activity.apply_rules(self)   # idle leases warned, ended or parked, by the operator's rules
         park.tick(self)                  # parked before the replan: their GPUs go to the queue now
-        for lease_id in self.ids(S.ACTIVE, end_by=self.clock.now()):
-            self.begin_end(lease_id, "its time is up")
+        due = self.clock.now()
+        for lease_id in self.ids(S.ACTIVE, end_by=due):
+            self.begin_end(lease_id, "its time is up", due)
         for lease_id in self.ids(S.ENDING):
             self.finish_end(lease_id)
         lease_flavor.remove_unstarted(self)
@@ -284,11 +285,13 @@ class Lifecycle:
                 webhooks.enqueue(session, row, webhooks.ENDING_SOON, webhooks.ending_soon_payload(row, now), now)
                 notifications.enqueue(session, row, notifications.BEFORE_END_LEASE, now)
 
-    def begin_end(self, lease_id: str, why: str) -> None:
+    def begin_end(self, lease_id: str, why: str, due: int | None = None) -> None:
+        """`due`: it ends because its end is at or before then, which is read again here (an
+        extension committed since the list was read moves it)."""
         now = self.clock.now()
         with session_scope(self.sessions) as session:
             row = lease_in(session, lease_id, S.ACTIVE)
-            if row is None:
+            if row is None or (due is not None and row.end_at is not None and to_epoch(row.end_at) > due):
                 return
             end_allocations_at(session, row, now)
             record_transition(session, row, S.ENDING, now, ACTOR, why)

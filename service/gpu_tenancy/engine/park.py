@@ -42,7 +42,7 @@ from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import held, ledger, webhooks
 from gpu_tenancy.engine.events import entered_at, lease_in, record_event, record_transition
 from gpu_tenancy.engine.lease_flavor import TENANT, vms_per_host
-from gpu_tenancy.engine.leases import end_allocations_at
+from gpu_tenancy.engine.leases import end_allocations_at, lock_for_change
 from gpu_tenancy.engine.usage import keep_spent
 from gpu_tenancy.errors import Conflict
 from gpu_tenancy.timeutil import rfc3339, spoken_duration
@@ -172,10 +172,10 @@ def resume_early(session: Session, now: int, settings: planner.PlannerSettings, 
     """The tenant asks for a parked lease back (in the caller's transaction): the earliest
     slot from now, if moving its held slot there delays no lease planned; else the held slot
     stays. Returns what was done, in words (also in the lease's events)."""
+    lock_for_change(session, row)   # the ledger lock, and the lease as it is now
     if row.status != S.PARKED.value:
         raise Conflict(f"lease {row.id} is {row.status}; only a parked lease can be resumed",
                        codes.LEASE_NOT_PARKED)
-    ledger_lock(session)
     assert row.resume_by is not None   # set when it parked
     held_start = to_epoch(row.resume_by)
     inputs = ledger.load_inputs(session, now, settings)

@@ -47,7 +47,10 @@ def user_data(row: m.Lease, vm_index: int, base_url: str | None) -> str | None:
 
 
 def record(session: Session, now: int, row: m.Lease, report: Report) -> None:
-    """Keep the report on its VM (a later report replaces it) and tell it in the events."""
+    """Keep the report on its VM (a later report replaces it) and tell it in the events. The
+    lease's row locked and read again first: two VMs' reports at once take turns, so that the
+    second sees the first's and tells that every VM is ready."""
+    session.refresh(row, with_for_update=True)
     if not row.readiness_probe:
         raise Conflict(f"lease {row.id} did not ask for the readiness probe", "gpu_tenancy.no_readiness_probe")
     if row.status not in REPORTABLE:

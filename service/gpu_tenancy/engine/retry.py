@@ -78,7 +78,7 @@ def retry_elsewhere(lc, lease_id: str, failure: FailureClass, message: str) -> b
     if delay is None or not delete_servers(lc.cloud, cloud_ids):
         return False
     with session_scope(lc.sessions) as session:
-        row = lease_in(session, lease_id, S.PROVISIONING)
+        row = lease_in(session, lease_id, S.PROVISIONING, ledger=True)   # replaced below
         if row is None:
             return True
         failed_on = lease_hosts(row)
@@ -100,7 +100,9 @@ def replace(session: Session, row: m.Lease, now: int, earliest: int, *, avoid: l
     engine/releasing.py), and plan it alone, before every waiting lease, on
     hosts other than `avoid` (on those too if nothing else can ever take it). Placed:
     scheduled; otherwise it waits in the queue again. The caller then moves the lease's
-    inventory (lease_flavor.follow_placement), once this has committed."""
+    inventory (lease_flavor.follow_placement), once this has committed. The ledger lock is
+    taken first: the caller takes it before it reads the lease (lease_in's order)."""
+    ledger_lock(session)
     if row.status == S.SCHEDULED.value:
         record_transition(session, row, S.QUEUED, now, actor, "its planned hosts cannot take it")
     releasing.keep(session, row, now)   # the cloud is still releasing those VMs' GPUs
@@ -110,7 +112,6 @@ def replace(session: Session, row: m.Lease, now: int, earliest: int, *, avoid: l
         session.delete(alloc)
     session.flush()
     session.expire(row, ["servers", "allocations"])
-    ledger_lock(session)
     inputs = ledger.load_inputs(session, now, settings)
     request = LeaseRequest(lease_id=row.id, project_id=row.project_id, gpu_model=row.gpu_model,
                            gpus_per_vm=row.gpus_per_vm, instances=row.instances, duration=duration,
