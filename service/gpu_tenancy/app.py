@@ -13,7 +13,7 @@ from gpu_tenancy import __version__
 from gpu_tenancy.api import auth, errors
 from gpu_tenancy.api.policy import make_enforcer
 from gpu_tenancy.api.runtime import Runtime
-from gpu_tenancy.api.validation import refuse_nul_in_query
+from gpu_tenancy.api.validation import check_path_values, refuse_nul_in_query
 from gpu_tenancy.clock import SystemClock
 from gpu_tenancy.cloud.registry import make_cloud
 from gpu_tenancy.config import Config
@@ -58,6 +58,8 @@ def create_app(config: Config | None = None, *, clock=None, cloud=None, start_en
         g.request_id = "req-" + str(uuid.uuid4())
         g.context = RequestContext.from_environ(request.environ, request_id=g.request_id)
         refuse_nul_in_query()
+        if request.blueprint != "dashboard":   # its pages hand their ids to the API, which checks them
+            check_path_values()
         if request.endpoint in PUBLIC_ENDPOINTS or request.endpoint == "metrics.show":  # it checks its own
             return None
         if isinstance(request.routing_exception, RequestRedirect):  # /dashboard -> /dashboard/: tells nothing

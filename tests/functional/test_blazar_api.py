@@ -7,6 +7,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 
 import pytest
+from sqlalchemy import event
 
 from gpu_tenancy.app import create_app
 from gpu_tenancy.config import Config
@@ -138,6 +139,19 @@ def test_delete_ends_the_lease_and_a_deleted_waiting_lease_is_gone(client):
     (flavor_lease(extra_key=1), 400, "unknown lease parameters: extra_key"),
     (flavor_lease(name="x" * 81), 400, "Malformed parameter name"),
     ([1, 2], 400, "Malformed parameter body"),
+    # values of a type or a kind of text the checks once met with a 500
+    (flavor_lease(reservations=[{"resource_type": [], "flavor_id": "a100.x1", "amount": 1}]), 400,
+     "The [] resource type is not supported"),
+    (flavor_lease(reservations=[{"resource_type": {"a": 1}, "flavor_id": "a100.x1", "amount": 1}]), 400,
+     "resource type is not supported"),
+    (flavor_lease(amount="\u00b2"), 400, "Malformed parameter amount"),      # '²'.isdigit(), int() refuses it
+    (flavor_lease(amount="\u2466"), 400, "Malformed parameter amount"),      # '⑦'
+    (flavor_lease(amount="1" * 5000), 400, "Malformed parameter amount"),    # past int()'s digits
+    (flavor_lease(reservations=[{"resource_type": "virtual:instance", "vcpus": "\u00b2", "memory_mb": 1024,
+                                 "disk_gb": 100, "amount": 1}]), 400, "Malformed parameter vcpus"),
+    (flavor_lease(shape="\ud83d"), 400, "lone UTF-16 surrogate"),
+    (flavor_lease(shape="a100.x1\u0000"), 400, "NUL character"),
+    (flavor_lease(name="b\u0000"), 400, "NUL character"),
 ])
 def test_bad_asks_are_refused_in_blazar_words_and_make_nothing(client, body, status, words):
     assert words in error(client.post(URL, json=body, headers=MEMBER), status)
@@ -159,10 +173,56 @@ def test_a_virtual_instance_reservation_becomes_the_shape_with_its_sizes(client)
     assert "Malformed parameter resource_properties" in error(ask(resource_properties='["<", "$gpus", 2]'), 400)
 
 
+def test_bodies_nested_deeper_than_the_parser_goes_are_a_400_and_change_nothing(client):
+    """The native API's parse_json reads the bodies here too: nesting that made the parser
+    recurse past Python's limit was a 500, as was resource_properties nested as deep."""
+    deep = "[" * 50_000 + "]" * 50_000
+    assert "32 levels" in error(client.post(URL, data=deep, content_type="application/json", headers=MEMBER), 400)
+    assert "NaN" in error(client.post(URL, data='{"name": NaN}', content_type="application/json", headers=MEMBER),
+                          400)
+    lease = client.post(URL, json=flavor_lease(), headers=MEMBER).get_json()["lease"]
+    assert "32 levels" in error(client.put(f"{URL}/{lease['id']}", data='{"name": ' + deep + "}",
+                                           content_type="application/json", headers=MEMBER), 400)
+    virtual = flavor_lease(reservations=[{"resource_type": "virtual:instance", "vcpus": 24, "memory_mb": 240 * 1024,
+                                          "disk_gb": 100, "amount": 1,
+                                          "resource_properties": "[" * 100_000 + "]" * 100_000}])
+    assert "Malformed parameter resource_properties" in error(client.post(URL, json=virtual, headers=MEMBER), 400)
+    assert client.get(URL, headers=MEMBER).get_json()["leases"] == [lease]
+
+
+def test_the_listing_reads_only_what_it_shows(client, runtime, engine_tick):
+    """Blazar's listing has no pages: it once loaded every lease's whole row, user_data (up
+    to 64 KB) and all. A listed lease is still what its own page shows."""
+    for i in range(3):
+        assert client.post(URL, json=flavor_lease(name=f"b{i}"), headers=MEMBER).status_code == 201
+    made = client.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT4H", "user_data": "#!/bin/sh\n"},
+                       headers=MEMBER)
+    assert made.status_code == 201, made.get_json()
+    engine_tick()
+    engine_tick(5)
+    sent: list[str] = []
+
+    def record(conn, cursor, statement, *args):
+        sent.append(statement)
+    engine = runtime.sessions.kw["bind"]
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        listed = client.get(URL, headers=MEMBER).get_json()["leases"]
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    assert sorted(lease["name"] for lease in listed) == sorted(["b0", "b1", "b2", made.get_json()["lease"]["name"]])
+    assert any(lease["status"] == "ACTIVE" and lease["reservations"][0]["flavor_id"] for lease in listed)
+    reads = [s for s in sent if "FROM leases" in s]
+    assert reads and not any("user_data" in s or "planned_hosts" in s for s in reads), reads
+    for lease in listed:
+        assert lease == client.get(f"{URL}/{lease['id']}", headers=MEMBER).get_json()["lease"]
+
+
 def test_unauthenticated_and_unauthorized_answers_are_in_blazar_form(client):
     assert "X-Auth-Token" in error(client.get(URL), 401)
     assert error(client.post(URL, json=flavor_lease(), headers=READER), 403)
     assert "not found" in error(client.get(f"{URL}/{'x' * 80}", headers=MEMBER), 404)
+    assert "printable" in error(client.get(f"{URL}/a%00", headers=MEMBER), 400)   # app.py's check, Blazar's form
     assert error(client.patch(f"{URL}/abc", json={}, headers=MEMBER), 405)
 
 

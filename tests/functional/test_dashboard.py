@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+from urllib.parse import urlencode
 
 import pytest
 from sqlalchemy import func, select
@@ -165,6 +166,17 @@ def test_an_invalid_form_keeps_the_values_and_says_why(client, sessions):
     assert lease_rows(sessions) == []
 
 
+@pytest.mark.parametrize("hours", ["inf", "1e400", "-inf", "nan", "8761"])
+def test_hours_that_are_not_a_finite_number_up_to_a_year_are_a_form_error(client, sessions, hours):
+    """float() reads inf, 1e400 and nan: inf passed the check above 0, and int(round(inf))
+    was a 500."""
+    csrf = login(client)
+    reply = ask(client, csrf, hours=hours, name="keep-me")
+    assert reply.status_code == 400 and reply.mimetype == "text/html", reply.status_code
+    assert "above 0 hours and at most 8760 hours" in reply.text and 'value="keep-me"' in reply.text
+    assert lease_rows(sessions) == []
+
+
 def test_a_reader_cannot_ask_for_a_lease(client, sessions):
     csrf = login(client, roles=("reader",))
     reply = ask(client, csrf)
@@ -231,6 +243,20 @@ def test_the_project_switcher_changes_the_project_of_every_page(client):
     external = client.post("/dashboard/project", data={"csrf_token": csrf, "project_id": "ml-vision",
                                                        "next": "https://evil.example/"})
     assert external.headers["Location"].endswith("/dashboard/leases")           # no open redirect
+
+
+@pytest.mark.parametrize("target", ["/dashboard\r\nX-Injected: 1", "/dashboard/quota\n", "/dashboard\x7f",
+                                    "/dashboard\tx"], ids=repr)
+def test_a_next_page_with_a_control_character_is_the_leases_page(client, target):
+    """Werkzeug refuses a CR or LF in the Location header: such a next page was a 500."""
+    to_login = "/dashboard/login?" + urlencode({"next": target})
+    form = {"csrf_token": csrf_of(client.get(to_login).text), "project": "ml-vision", "user": "alice",
+            "role_member": "1"}
+    reply = client.post(to_login, data=form)
+    assert reply.status_code == 302 and reply.headers["Location"] == "/dashboard/leases", reply.status_code
+    csrf = csrf_of(client.get("/dashboard/leases").text)
+    reply = client.post("/dashboard/project", data={"csrf_token": csrf, "project_id": "ml-vision", "next": target})
+    assert reply.status_code == 302 and reply.headers["Location"] == "/dashboard/leases", reply.status_code
 
 
 def test_quota_page_shows_limits_use_now_and_gpu_hours(client, engine_tick):

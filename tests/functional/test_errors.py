@@ -108,7 +108,8 @@ def test_wrong_methods_are_405_with_allow(client, method, path, allowed):
     "/v1/leases?marker=nope", "/v1/leases?dry_run=maybe", "/v1/shapes?include_retired=yes",
     "/v1/images?include_retired=2", "/v1/capacity?start=now&end=later", "/v1/capacity?end=2026-12-01T00:00:00Z",
     "/v1/usage?start=2026-13-01T00:00:00Z", "/v1/usage?start=2026-12-01T00:00:00Z&end=2026-11-01T00:00:00Z",
-])
+    "/v1/leases?status=" + "q" * 5000, "/v1/leases?marker=" + "q" * 5000,     # not echoed whole (api_error)
+], ids=lambda url: url[:60])
 def test_bad_query_strings_are_400(client, url):
     api_error(client.get(url, headers=ADMIN) if "dry_run" not in url else
               client.post(url, json={"shape": "a100.x1", "duration": "PT1H"}, headers=ADMIN), 400)
@@ -121,6 +122,20 @@ def test_odd_path_values_are_not_500(client, path):
     assert response.status_code < 500
     if response.status_code >= 400:
         api_error(response, response.status_code)
+
+
+@pytest.mark.parametrize("method, path", [
+    ("GET", "/v1/shapes/a%00"), ("GET", "/v1/images/a%00"), ("GET", "/v1/budgets/%00"),
+    ("GET", "/v1/priority_classes/%00"), ("PUT", "/v1/priority_classes/%00"), ("GET", "/v1/hosts/h%00"),
+    ("GET", "/v1/quotas/p%0a"), ("DELETE", "/v1/webhooks/p%7f"), ("GET", "/v1/whatif/%00"),
+    ("GET", "/v1/leases/%00/events"), ("POST", "/v1/leases/%00/readiness"), ("GET", "/v1/shapes/" + "s" * 256),
+], ids=lambda value: value[:40])
+def test_unprintable_or_overlong_path_values_are_400_on_every_route(client, method, path):
+    """Checked once for every route (app.py): a handler looked up a NUL as given, and
+    PostgreSQL refused the query (a 500); the readiness report is checked before its token."""
+    response = client.open(path, method=method, json={}, headers=ADMIN)
+    error = api_error(response, 400)
+    assert error["code"] == "gpu_tenancy.invalid_identifier" and "printable" in error["detail"]
 
 
 @pytest.mark.parametrize("method, url", [("GET", "/v1/quotas/" + "p" * 65), ("PUT", "/v1/quotas/" + "p" * 65),

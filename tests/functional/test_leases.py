@@ -213,6 +213,27 @@ def test_listing_pages_with_limit_and_marker(client, clock):
     assert client.get("/v1/leases?status=bogus", headers=headers()).status_code == 400
 
 
+def test_the_next_link_keeps_every_filter_and_takes_no_query_key_as_its_own(client, clock):
+    """The link once came from url_for(**query): a key it takes itself (endpoint, _external,
+    _method, _anchor) was a 500 or a wrong link, and of repeated status= values one was kept."""
+    ids = []
+    for i in range(3):
+        ids.append(ask(client, name=f"l{i}", shape="a100.x8", instances=2)["lease"]["id"])   # one scheduled
+        clock.advance(1)
+    query = "limit=1&status=scheduled&status=queued&endpoint=x&_external=0&_method=POST&_anchor=a"
+    first = client.get(f"/v1/leases?{query}", headers=headers())
+    assert first.status_code == 200, first.get_json()
+    href = first.get_json()["leases_links"][0]["href"]
+    assert href.startswith("http://localhost/v1/leases?")
+    for kept in ("status=scheduled", "status=queued", "endpoint=x", "_external=0", "_method=POST", "_anchor=a",
+                 f"marker={ids[0]}"):
+        assert kept in href, (kept, href)
+    second = client.get(href.split("localhost", 1)[1], headers=headers()).get_json()
+    assert [lease["id"] for lease in second["leases"]] == [ids[1]]
+    third = client.get(second["leases_links"][0]["href"].split("localhost", 1)[1], headers=headers()).get_json()
+    assert [lease["id"] for lease in third["leases"]] == [ids[2]] and "leases_links" not in third
+
+
 def test_nul_characters_are_refused_not_stored(client, sessions):
     for body in ({"shape": "a100\u0000x2"}, {"name": "a\u0000b"}, {"user_data": "#!/bin/sh\u0000"},
                  {"volume": {"id": "\u0000"}}):

@@ -125,6 +125,18 @@ def test_a_changed_or_another_projects_offer_is_a_400(client, full, sessions):
     assert lease_count(sessions) == before
 
 
+@pytest.mark.parametrize("query", ["", "?dry_run=true"])
+def test_an_offer_token_that_is_not_ascii_is_a_400(client, full, sessions, query):
+    """hmac.compare_digest takes only ASCII text: such a token was a 500."""
+    version, payload, mac = preview(client)["offers"][0]["id"].split(".")
+    before = lease_count(sessions)
+    for token in ("o1.x.\u00e9", f"{version}.{payload}.{mac[:-1]}\u00e9", f"{version}.\u00e9{payload}.{mac}"):
+        error = api_error(client.post("/v1/leases" + query, json={**ASK, "accept_offer": token},
+                                      headers=headers()), 400)
+        assert error["code"] == "gpu_tenancy.bad_offer"
+    assert lease_count(sessions) == before
+
+
 def test_a_lease_that_waits_is_answered_with_offers_that_replace_it(client, full, sessions):
     reply = client.post("/v1/leases", json=ASK, headers=headers())
     waiting = reply.get_json()["lease"]

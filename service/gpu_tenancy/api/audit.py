@@ -2,8 +2,6 @@
 after; for admins, as JSON or as CSV for export."""
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy.orm import Session
 
 import csv
@@ -11,7 +9,7 @@ import io
 import json
 import re
 
-from flask import Blueprint, Response, request, url_for
+from flask import Blueprint, Response, request
 from flask.typing import ResponseReturnValue
 
 from gpu_tenancy.api import runtime as rt
@@ -63,8 +61,7 @@ def index() -> ResponseReturnValue:
         records = [render(r) for r in rows[:limit]]
     next_href = None
     if len(rows) > limit:
-        args: dict[str, Any] = {k: v for k, v in request.args.to_dict(flat=False).items() if k != "marker"}
-        next_href = url_for("audit.index", marker=records[-1]["id"], _external=True, **args)
+        next_href = rt.next_href("audit.index", str(records[-1]["id"]))
     if form == "csv":
         return as_csv(records, next_href)
     body = {"audit_records": records}

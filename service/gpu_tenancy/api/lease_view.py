@@ -222,7 +222,7 @@ def page(session: Session, project: str | None, statuses: list[str], marker: str
         mark = session.execute(select(LEASES.project_id, LEASES.created_at, LEASES.id)
                                .where(LEASES.id == marker)).first()
         if mark is None or (project and mark.project_id != project):
-            raise BadRequest(f"marker {marker} is not a lease of this listing", "gpu_tenancy.invalid_marker")
+            raise BadRequest(f"marker {marker[:64]} is not a lease of this listing", "gpu_tenancy.invalid_marker")
         conditions.append((LEASES.created_at > mark.created_at)
                           | ((LEASES.created_at == mark.created_at) & (LEASES.id > mark.id)))
     rows = session.execute(PAGE.where(*conditions).limit(limit + 1)).all()

@@ -5,7 +5,7 @@ from sqlalchemy.orm import Session
 
 from gpu_tenancy.domain.model import LeaseRequest, PlannedLease
 
-from flask import Blueprint, request, url_for
+from flask import Blueprint, request
 from flask.typing import ResponseReturnValue
 
 from gpu_tenancy import error_codes as codes
@@ -101,7 +101,7 @@ def index() -> ResponseReturnValue:
     status = request.args.getlist("status")
     for s in status:
         if s not in STATUSES:
-            raise BadRequest(f"unknown status '{s}'; one of: {', '.join(STATUSES)}", codes.INVALID_QUERY)
+            raise BadRequest(f"unknown status '{s[:64]}'; one of: {', '.join(STATUSES)}", codes.INVALID_QUERY)
     project, everyone = request.args.get("project_id"), query_bool("all_projects")
     if rt.is_admin():
         project = None if everyone else project or rt.context().project_id
@@ -113,9 +113,7 @@ def index() -> ResponseReturnValue:
         rendered, more = page(session, project, status, request.args.get("marker"), limit)
         body = {"leases": rendered}
     if more:
-        args = {k: v for k, v in request.args.items() if k != "marker"}
-        body["leases_links"] = [{"rel": "next", "href": url_for("leases.index", marker=rendered[-1]["id"],
-                                                                 _external=True, **args)}]
+        body["leases_links"] = [{"rel": "next", "href": rt.next_href("leases.index", rendered[-1]["id"])}]
     return body
 
 

@@ -7,8 +7,9 @@ import ipaddress
 import logging
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
+from urllib.parse import urlencode
 
-from flask import current_app, g, request
+from flask import current_app, g, request, url_for
 from oslo_context.context import RequestContext
 from oslo_policy.policy import Enforcer, PolicyNotAuthorized
 from sqlalchemy.exc import IntegrityError
@@ -167,3 +168,11 @@ def remote_address() -> str | None:
         except ValueError:
             continue
     return None
+
+
+def next_href(endpoint: str, marker: str) -> str:
+    """The link to a listing's next page: this request's query, every value of a repeated
+    key kept, with the new marker. Not url_for(**args): it takes some keys as its own
+    arguments (endpoint, _external, _method, _anchor) and keeps one value of each key."""
+    query = [(k, v) for k, v in request.args.items(multi=True) if k != "marker"] + [("marker", marker)]
+    return f"{url_for(endpoint, _external=True)}?{urlencode(query)}"

@@ -105,6 +105,18 @@ def refuse_nul_in_query() -> None:
         refuse_nul([name, *values], "the query string")
 
 
+# The longest key a URL names (a host's name); each handler may allow less.
+MAX_PATH_VALUE = 255
+
+
+def check_path_values() -> None:
+    """The ids and names in the URL: a handler looks them up as they are, and PostgreSQL
+    refuses a NUL in a query (a 500), so an unprintable one is refused for every route."""
+    for name, value in (request.view_args or {}).items():
+        if isinstance(value, str):
+            check_identifier(f"the URL's {name}", value, MAX_PATH_VALUE)
+
+
 def check(schema: dict, value: Any) -> None:
     validator = Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(value), key=lambda e: (list(e.absolute_path), e.message))
@@ -184,7 +196,7 @@ def query_window(*, max_span: int | None = None, default_span: int | None = None
 
 def check_identifier(what: str, value: str, max_length: int = 64) -> str:
     """An id from the URL: printable, without '/', and no longer than its column."""
-    if not 0 < len(value) <= max_length or any(ord(c) < 0x20 or c == "/" for c in value):
+    if not 0 < len(value) <= max_length or any(ord(c) < 0x20 or c in "\x7f/" for c in value):
         raise BadRequest(f"{what} must be 1 to {max_length} printable characters without '/'",
                          codes.INVALID_IDENTIFIER)
     return value

@@ -132,8 +132,10 @@ def _chrome():
 
 
 def safe_next(target: str | None) -> str:
-    """Only a path of this dashboard: never an open redirect."""
-    if target and target.startswith("/dashboard") and not urlsplit(target).netloc and "\\" not in target:
+    """Only a path of this dashboard: never an open redirect, nor a control character (a CR
+    or LF would split the Location header, which werkzeug refuses with a 500)."""
+    if (target and target.startswith("/dashboard") and not urlsplit(target).netloc and "\\" not in target
+            and not any(ord(c) < 0x20 or c == "\x7f" for c in target)):
         return target
     return url_for("dashboard.leases")
 

@@ -52,13 +52,16 @@ def lease(lease_id: str):
                            refresh=row["status"] in REFRESHING, can_change=row["status"] in WAITING + HOLDING)
 
 
+MAX_HOURS = 24 * 365   # what a form may ask for at once; also keeps out inf and nan, which float() reads
+
+
 def form_hours() -> float | None:
     """The hours of an extend or shrink form: above 0, at most a year; None if not."""
     try:
         hours = float(request.form.get("hours", ""))
     except ValueError:
         return None
-    return hours if 0 < hours <= 24 * 365 else None
+    return hours if 0 < hours <= MAX_HOURS else None
 
 
 def ends(lease: dict) -> str:
@@ -145,8 +148,8 @@ def lease_body(form) -> dict:
         hours = float(form.get("hours") or 0)
     except ValueError:
         raise ValueError("VMs and hours are numbers") from None
-    if hours <= 0:
-        raise ValueError("the duration must be above 0 hours")
+    if not 0 < hours <= MAX_HOURS:   # nan and inf too (int(round(inf)) raised OverflowError)
+        raise ValueError(f"the duration must be above 0 hours and at most {MAX_HOURS} hours (a year)")
     body["duration"] = int(round(hours * 3600))
     if form.get("start_mode") == "at":
         if not form.get("start_at"):

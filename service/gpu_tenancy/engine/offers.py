@@ -269,7 +269,9 @@ def open_offer(offer_settings: OfferSettings, token: str, project_id: str, now: 
     bad = BadRequest("accept_offer is not an offer this service made for your project (or it was changed); "
                      "ask with ?dry_run=true for the offers of now", codes.BAD_OFFER)
     parts = token.split(".")
-    if len(parts) != 3 or parts[0] != VERSION or not hmac.compare_digest(parts[2], _mac(offer_settings.key, parts[1])):
+    # compare_digest takes only ASCII text; a token of ours is ASCII (base64url) throughout
+    if (not token.isascii() or len(parts) != 3 or parts[0] != VERSION
+            or not hmac.compare_digest(parts[2], _mac(offer_settings.key, parts[1]))):
         raise bad
     try:
         (project, kind, shape, model, gpus, instances, duration, start, reserve, borrowing, expires,

@@ -15,6 +15,7 @@ shape's vcpus, memory_mb and disk_gb (and, when several shapes have them,
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -43,6 +44,7 @@ RESERVATION_KEYS = {
 }
 MAX_NAME = 80            # Blazar's column
 MAX_AMOUNT = 1000        # the native API's most instances
+MAX_PROPERTIES = 256     # resource_properties: '["==", "$gpu_model", "<64 characters>"]' and room to spare
 NO_AFFINITY = (None, "None", "none", "")
 
 
@@ -119,7 +121,7 @@ def reservation_of(session: Session, reservations: object) -> tuple[str, int]:
         if "resource_type" not in reservation:
             raise missing("resource_type")
         kind = reservation["resource_type"]
-        if kind in NOT_OFFERED:
+        if isinstance(kind, str) and kind in NOT_OFFERED:   # a list or object is no key (unhashable)
             raise BadRequest(NOT_OFFERED[kind], codes.BLAZAR_UNSUPPORTED)
         if kind not in INSTANCE_TYPES:
             raise BadRequest(f"The {str(kind)[:64]} resource type is not supported", codes.BLAZAR_UNSUPPORTED)
@@ -146,7 +148,9 @@ def reservation_of(session: Session, reservations: object) -> tuple[str, int]:
 def whole(param: str, value: object, least: int, most: int) -> int:
     if value is None or value == "":
         raise missing(param)
-    if isinstance(value, str) and value.strip().isdigit():
+    # ASCII digits only: str.isdigit() is true of '²' and '⑦', which int() refuses; and few
+    # of them (int() refuses thousands of digits)
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,9}", value.strip()):
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
         raise malformed(param, f"a whole number from {least} to {most}")
@@ -180,7 +184,8 @@ def properties(value: object) -> tuple[str | None, str | None]:
     if value in (None, "", "[]"):
         return None, None
     try:
-        parsed = json.loads(value) if isinstance(value, str) else None
+        # the one equality is short: a longer text is refused unread (deep nesting made json.loads recurse)
+        parsed = json.loads(value) if isinstance(value, str) and len(value) <= MAX_PROPERTIES else None
     except ValueError:
         parsed = None
     if (isinstance(parsed, list) and len(parsed) == 3 and parsed[0] in ("=", "==")

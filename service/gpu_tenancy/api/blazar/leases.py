@@ -14,13 +14,14 @@ from sqlalchemy.orm import Session
 
 from gpu_tenancy.engine.leases import Caller
 
-from flask import Blueprint, request
+from flask import Blueprint
 from flask.typing import ResponseReturnValue
 
 from gpu_tenancy import error_codes as codes
 from gpu_tenancy.api import leases as native, runtime as rt
 from gpu_tenancy.api.blazar import asks, errors, view
 from gpu_tenancy.api.lease_view import render as render_native
+from gpu_tenancy.api.validation import parse_json, refuse_nul
 from gpu_tenancy.db import models as m
 from gpu_tenancy.domain.model import PlannedLease
 from gpu_tenancy.domain.lease_ask import LeaseAsk
@@ -36,9 +37,17 @@ NOT_ENOUGH = "Not enough hosts available"
 
 
 def body() -> dict:
-    parsed = request.get_json(silent=True)
+    """The request's JSON object, read as the native API reads one (parse_json: nesting
+    refused before anything walks it, no NaN), and with no NUL or lone surrogate in any text."""
+    try:
+        parsed = parse_json()
+    except BadRequest as exc:
+        if exc.code != codes.MALFORMED_JSON:   # too deep, or NaN: its own words
+            raise
+        parsed = None
     if not isinstance(parsed, dict):
         raise BadRequest("Malformed parameter body: a JSON object is expected", codes.MALFORMED_JSON)
+    refuse_nul(parsed, "the request body")
     return parsed
 
 
