@@ -65,6 +65,16 @@ def scheduled(client, project_headers=NLP) -> str:
     return made["id"]
 
 
+def active(client, sessions, cloud, engine_tick) -> str:
+    """A lease of one GPU, run until active."""
+    lid = client.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT2H"}, headers=NLP).get_json()["lease"]["id"]
+    for _ in range(20):
+        engine_tick(advance=30)
+        if state(sessions, cloud, lid)["status"] == "active":
+            return lid
+    raise AssertionError(f"lease {lid} is {state(sessions, cloud, lid)['status']}, not active")
+
+
 def test_a_cancel_while_the_engine_starts_the_lease_waits_and_ends_it(app, runtime, sessions, cloud, db_url,
                                                                       monkeypatch):
     """The engine past its check that the lease is scheduled: the cancel waits, then ends the
@@ -122,13 +132,7 @@ def test_an_extension_while_the_engine_ends_the_lease_is_refused(app, runtime, s
     """The engine ending the lease (its row read, its end due): the extension waits and is told
     the lease is ending (it used to be written onto the ending lease: 200, and GPU-hours never
     held counted)."""
-    client = app.test_client()
-    lid = client.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT2H"}, headers=NLP).get_json()["lease"]["id"]
-    for _ in range(20):
-        engine_tick(advance=30)
-        if state(sessions, cloud, lid)["status"] == "active":
-            break
-    assert state(sessions, cloud, lid)["status"] == "active"
+    lid = active(app.test_client(), sessions, cloud, engine_tick)
     point = Held(lambda out, session, row, now: row.id == lid)
     monkeypatch.setattr(leases, "end_allocations_at", point.around(leases.end_allocations_at))
     monkeypatch.setattr("gpu_tenancy.engine.lifecycle.end_allocations_at", leases.end_allocations_at)
@@ -144,12 +148,7 @@ def test_the_engine_ending_a_lease_whose_end_was_extended_meanwhile_leaves_it_ru
                                                                                         monkeypatch):
     """The extension past its checks, the engine's end of the lease due by the old end: the end
     waits, reads the new end and leaves the lease running."""
-    client = app.test_client()
-    lid = client.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT2H"}, headers=NLP).get_json()["lease"]["id"]
-    for _ in range(20):
-        engine_tick(advance=30)
-        if state(sessions, cloud, lid)["status"] == "active":
-            break
+    lid = active(app.test_client(), sessions, cloud, engine_tick)
     old_end = state(sessions, cloud, lid)["end"]
     runtime.clock.advance(old_end - runtime.clock.now())   # its end is due now
     point = Held(lambda out, row, duration, shrink: row.id == lid)
