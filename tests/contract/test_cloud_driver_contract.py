@@ -276,6 +276,9 @@ def test_a_server_boots_once_per_lease_and_vm_runs_with_its_volume_and_gives_all
     shape = rig.shape()
     server = rig.boot("gpu-a100-1", shape, lease)
     assert rig.boot("gpu-a100-1", shape, lease) == server                # asked again: the same server
+    elsewhere = rig.boot("gpu-a100-2", shape, lease)   # the same VM asked on another host (an attempt elsewhere)
+    assert elsewhere != server                           # is another server, not this one taken over
+    rig.delete(elsewhere)
     state = rig.wait("the server to be ACTIVE", lambda: (s := cloud.server_state(server)).status != "BUILD" and s)
     assert (state.status, state.host, state.fault) == ("ACTIVE", "gpu-a100-1", None)
     tagged = [o for o in cloud.list_tagged() if o.kind == "server" and o.id == server]

@@ -234,7 +234,8 @@ class CloudDriver(abc.ABC):
     @abc.abstractmethod
     def boot(self, request: BootRequest) -> str:
         """Ask for a server on the given host, tagged with the lease; returns its id.
-        Idempotent per (lease, vm_index)."""
+        Idempotent per (lease, vm_index, host): a server of the lease's VM on another host (an
+        attempt elsewhere, not yet deleted) is not this one."""
 
     @abc.abstractmethod
     def attach_volume(self, server_id: str, volume_id: str) -> None:

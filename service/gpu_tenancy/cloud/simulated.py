@@ -257,8 +257,9 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
     def boot(self, request: BootRequest) -> str:
         with self._lock:
             self._maybe_fail("boot")
-            for s in self._servers.values():
-                if s.deleted_at is None and (s.lease_id, s.vm_index) == (request.lease_id, request.vm_index):
+            for s in self._servers.values():   # the same server: asked before on this host (not an attempt elsewhere)
+                if s.deleted_at is None and (s.lease_id, s.vm_index, s.host) == (request.lease_id, request.vm_index,
+                                                                                 request.host):
                     return s.id
             flavor = self._flavors.get(request.flavor_id)
             # private flavor: 400 in Nova (the service sees its lease flavors before any grant)

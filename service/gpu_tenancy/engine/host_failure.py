@@ -58,13 +58,15 @@ def rescue(lc, lease_id: str, down: set[str]) -> None:
         if row is None or row.status not in MOVED:
             return
         cloud_ids = [s.cloud_id for s in row.servers if s.cloud_id]
-    if not retry.delete_servers(lc.cloud, cloud_ids):
+    unrecorded = retry.unrecorded_servers(lc.cloud, lease_id, cloud_ids)
+    if unrecorded is None or not retry.delete_servers(lc.cloud, cloud_ids + [s.id for s in unrecorded]):
         return  # the next tick tries again
     with session_scope(lc.sessions) as session:
         ledger_lock(session)   # before the lease's row (engine/events.py lease_in): it is replaced below
         row = session.get(m.Lease, lease_id, with_for_update=True, populate_existing=True)
         if row is None or row.status not in MOVED:
             return
+        retry.record_unrecorded(session, row, unrecorded, now)
         lost = sorted(set(retry.lease_hosts(row)) & down)
         message = f"host {', '.join(lost)} went down (its nova-compute stopped reporting); its VMs there are gone"
         attempt = retry.attempts_so_far(session, lease_id) + 1

@@ -15,7 +15,7 @@ import logging
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from gpu_tenancy.cloud.driver import CloudError
+from gpu_tenancy.cloud.driver import CloudError, ServerState
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import ledger_lock, session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.domain import planner
@@ -51,6 +51,32 @@ def lease_hosts(row: m.Lease) -> list[str]:
     return sorted({s.host for s in row.servers} | {a.host for a in row.allocations})
 
 
+def unrecorded_servers(cloud, lease_id: str, recorded: list[str]) -> list[ServerState] | None:
+    """The lease's servers that the cloud has and the engine never recorded: a boot whose answer
+    was lost after Nova made the server (a timeout), or the engine stopped just after asking.
+    Left behind by a re-placement, the next boot would find it (a boot is idempotent per lease
+    and VM) on the old host, whose GPUs the ledger has given to others. None: the cloud did not
+    list them (the caller tries again later, as when a delete is refused)."""
+    try:
+        return [s for s in cloud.lease_servers(lease_id) if s.id not in recorded]
+    except CloudError as exc:
+        log.warning("listing the VMs of lease %s: %s", lease_id, exc)
+        return None
+
+
+def record_unrecorded(session: Session, row: m.Lease, servers: list[ServerState], now: int) -> None:
+    """`servers` (unrecorded_servers, delete asked) on the lease's record: each on its VM's row
+    that has no server yet on that host, else a row of its own; so that releasing.keep holds
+    their GPUs until the cloud has released them."""
+    for state in servers:
+        slot = next((s for s in row.servers if s.cloud_id is None and s.host == state.host), None)
+        if slot is None:
+            slot = m.Server(vm_index=max((s.vm_index for s in row.servers), default=-1) + 1, host=state.host or "")
+            row.servers.append(slot)
+        slot.cloud_id, slot.status, slot.updated_at = state.id, state.status, utcnow_naive(now)
+    session.flush()
+
+
 def delete_servers(cloud, cloud_ids: list[str]) -> bool:
     """Ask the cloud to delete the VMs; False if it refused (the caller tries again later).
     This comes before the hold is moved: a boot is idempotent per lease and VM, so a VM
@@ -75,12 +101,16 @@ def retry_elsewhere(lc, lease_id: str, failure: FailureClass, message: str) -> b
         attempt = attempts_so_far(session, lease_id) + 1
         delay = retry_delay(failure, attempt, lc.config.retry_backoff_seconds, lc.config.retry_backoff_max_seconds)
         cloud_ids = [s.cloud_id for s in row.servers if s.cloud_id]
-    if delay is None or not delete_servers(lc.cloud, cloud_ids):
+    if delay is None:
+        return False
+    unrecorded = unrecorded_servers(lc.cloud, lease_id, cloud_ids)
+    if unrecorded is None or not delete_servers(lc.cloud, cloud_ids + [s.id for s in unrecorded]):
         return False
     with session_scope(lc.sessions) as session:
         row = lease_in(session, lease_id, S.PROVISIONING, ledger=True)   # replaced below
         if row is None:
             return True
+        record_unrecorded(session, row, unrecorded, now)   # their GPUs held till released, as the others'
         failed_on = lease_hosts(row)
         record_failure(session, row, failure, message, now, "retried", failed_on, now + delay)
         limit = rule(failure).max_attempts

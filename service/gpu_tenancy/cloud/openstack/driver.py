@@ -35,6 +35,7 @@ F = FailureClass
 SHAPE_SPEC = "gpu_tenancy:shape"
 PROJECT_SPEC = "gpu_tenancy:project"
 VM_TAG = "gpu_tenancy_vm"
+HOST_TAG = "gpu_tenancy_host"   # the host the VM was asked on (an attempt elsewhere is another server)
 FLAVOR_PREFIX = "gt-"
 UNSHELVE_TO_HOST = "2.91"   # the compute API version whose unshelve takes a host
 
@@ -221,12 +222,15 @@ class OpenStackCloud(OpenStackNetworks, CloudDriver):
             for server in compute.servers(details=True):
                 meta = server.metadata or {}
                 gone = server.status in ("DELETED", "SOFT_DELETED") or server.task_state == "deleting"
+                # a VM of a failed attempt (being deleted, or asked on another host) is not the same
+                # server; one made before the host tag was written is taken as this host's
                 if meta.get(LEASE_TAG) == request.lease_id and meta.get(VM_TAG) == str(request.vm_index) \
-                        and not gone:    # a VM of a failed attempt being deleted is not the same server
+                        and not gone and meta.get(HOST_TAG, request.host) == request.host:
                     return server.id     # asked before a crash: the same server
             attrs = dict(name=request.name or f"gt-{request.lease_id[:8]}-{request.vm_index}",
                          flavor_id=request.flavor_id, image_id=request.image_ref, host=request.host,
-                         metadata={LEASE_TAG: request.lease_id, VM_TAG: str(request.vm_index)},
+                         metadata={LEASE_TAG: request.lease_id, VM_TAG: str(request.vm_index),
+                                   HOST_TAG: request.host},
                          **self._boot_networks(request))
             if request.key_name:
                 attrs["key_name"] = self._boot_key(compute, request)
