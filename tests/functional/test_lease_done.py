@@ -89,3 +89,25 @@ def test_a_waiting_lease_is_not_done(client, runtime):
     answer = client.post(f"/v1/leases/{made['id']}/done", headers=headers())
     assert answer.status_code == 409
     assert answer.get_json()["errors"][0]["code"] == "gpu_tenancy.lease_not_running"
+
+
+def test_a_wrong_lease_secret_is_refused_whoever_sends_it(client, engine_tick):
+    """A member adding a secret that is not the lease's would pass as the member and be told as
+    the VM ("said the VM", actor guest): refused, and the lease runs on."""
+    lease, _ = active(client, engine_tick)
+    answer = client.post(f"/v1/leases/{lease}/done",
+                         headers={**headers(user="mallory"), "X-Lease-Token": "not-the-lease-secret"})
+    assert answer.status_code == 403, answer.get_json()
+    assert status(client, lease) == "active"
+
+
+@pytest.mark.parametrize("by_vm", [True, False])
+def test_done_leaves_an_audit_record_of_who_said_it(client, engine_tick, by_vm):
+    lease, token = active(client, engine_tick)
+    sender = {"X-Lease-Token": token} if by_vm else headers(user="mallory")
+    assert client.post(f"/v1/leases/{lease}/done", headers=sender).status_code == 200
+    records = client.get("/v1/audit", query_string={"target_id": lease}, headers=headers("ops", "admin", "ops")
+                         ).get_json()["audit_records"]
+    done = [r for r in records if r["action"] == "lease.done"]
+    assert len(done) == 1 and done[0]["user_id"] == (None if by_vm else "mallory"), records
+    assert (done[0]["before"]["status"], done[0]["after"]["status"]) == ("active", "ending")

@@ -56,10 +56,10 @@ def current_allowance(runtime):
         return held.allowance(s, runtime.planner_settings.release_floor)
 
 
-def test_a_reservation_waits_for_the_gpus_the_lease_before_it_still_holds(client, runtime, cloud, engine_tick):
-    """Case 1: the reservation's start comes while the lease before it on the same GPUs is
-    still being deleted (slower than planned): it waits for the release, then boots there,
-    instead of being refused the host and retried elsewhere."""
+def reservation_behind(client, runtime, engine_tick, duration: str):
+    """Both H100 hosts' GPUs held by a lease of a minute (one of them `first`, started now) and a
+    reservation of `duration` on `first`'s host from its end plus the release allowance: first,
+    the reservation, the host, first's end and the reservation's start."""
     first = ask(client, {"shape": "h100.x4", "duration": "PT60S"})
     other = ask(client, {"shape": "h100.x4", "duration": "PT60S"}, project="nlp-lab")
     engine_tick()
@@ -68,9 +68,16 @@ def test_a_reservation_waits_for_the_gpus_the_lease_before_it_still_holds(client
     host = hosts_of(runtime.sessions, first["id"])[0]
     end = runtime.clock.now() - 20 + 60
     start = end + current_allowance(runtime)
-    nxt = ask(client, {"shape": "h100.x4", "duration": "PT60S",
-                       "start": time_text(start)})
+    nxt = ask(client, {"shape": "h100.x4", "duration": duration, "start": time_text(start)})
     assert nxt["status"] == "scheduled" and hosts_of(runtime.sessions, nxt["id"]) == [host]
+    return first, nxt, host, end, start
+
+
+def test_a_reservation_waits_for_the_gpus_the_lease_before_it_still_holds(client, runtime, cloud, engine_tick):
+    """Case 1: the reservation's start comes while the lease before it on the same GPUs is
+    still being deleted (slower than planned): it waits for the release, then boots there,
+    instead of being refused the host and retried elsewhere."""
+    first, nxt, host, end, start = reservation_behind(client, runtime, engine_tick, "PT60S")
     cloud.slow_deletes(30, times=2)                # the VMs ending then take 30 s to go
     runtime.clock.set(end)
     engine_tick()
@@ -275,3 +282,30 @@ def test_a_gang_moved_off_a_down_host_waits_for_its_own_vm_still_being_released(
     assert [c for c, _ in failures(runtime.sessions, gang["id"])] == ["host_down"]   # no boot refused
     with session_scope(runtime.sessions) as s:   # the release was seen and measured: nothing left held
         assert s.scalars(select(m.ReleasingGpus)).all() == []
+
+
+def test_a_start_held_back_by_a_slow_release_boots_with_its_whole_boot_time(client, runtime, cloud, engine_tick):
+    """The boot's time counts from when the lease began starting: a reservation that waited half
+    an hour for the GPUs before it to be released is not failed boot_timeout on its first look."""
+    first, nxt, host, end, start = reservation_behind(client, runtime, engine_tick, "PT2H")
+    cloud.slow_deletes(runtime.config.boot_timeout_seconds + 60, times=2)
+    runtime.clock.set(end)
+    engine_tick()
+    runtime.clock.set(start)
+    engine_tick()
+    assert get(client, nxt["id"])["status"] == "scheduled"     # waits for the release
+    while get(client, first["id"])["status"] == "ending":
+        engine_tick(advance=30)
+    engine_tick()
+    for _ in range(3):
+        engine_tick(advance=30)
+    assert get(client, nxt["id"])["status"] == "active" and failures(runtime.sessions, nxt["id"]) == []
+
+
+def test_a_lease_due_while_the_engine_was_down_boots_when_it_is_back(client, runtime, cloud, engine_tick):
+    lease = ask(client, {"shape": "a100.x1", "duration": "PT4H", "start": time_text(runtime.clock.now() + 600)})
+    assert lease["status"] == "scheduled"
+    runtime.clock.advance(600 + runtime.config.boot_timeout_seconds + 1)   # the engine was down 40 min
+    engine_tick()
+    engine_tick(advance=30)
+    assert get(client, lease["id"])["status"] == "active" and failures(runtime.sessions, lease["id"]) == []

@@ -4,6 +4,7 @@ chooses, the 400s that leave nothing made, the addresses and ssh line a lease sh
 floating IPs released at its end and after a crash."""
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -315,3 +316,40 @@ def test_kill_9_at_each_floating_ip_step_then_restart_leaves_no_floating_ip(tmp_
         assert public["used"] == 2   # addresses ever taken from it: one per VM, none made twice
     finally:
         runtime.sessions.kw["bind"].dispose()
+
+
+def test_a_slow_boot_then_a_late_address_still_gets_its_floating_ip(client, cloud, engine_tick, monkeypatch):
+    """The address's grace counts from when the VMs are first seen ACTIVE, not from the planned
+    start: a VM that took two minutes to boot and shows its address a moment after ACTIVE gets
+    its floating IP (it used to go active without one, and nothing said so)."""
+    cloud.boot_seconds = 120
+    lease = ask(client, floating_ip=True)["lease"]
+    real_state, bare = cloud.server_state, []
+
+    def server_state(server_id):   # Neutron's port shows its address a moment after ACTIVE
+        state = real_state(server_id)
+        if state.status == "ACTIVE" and not bare:
+            bare.append(server_id)
+            return dataclasses.replace(state, addresses=())
+        return state
+    monkeypatch.setattr(cloud, "server_state", server_state)
+    engine_tick()
+    for _ in range(8):
+        engine_tick(advance=30)
+    active = show(client, lease["id"])
+    assert active["status"] == "active" and bare and [a["kind"] for a in active["servers"][0]["addresses"]] == ["fixed", "floating"]
+    assert len(cloud.floating_ips()) == 1
+
+
+def test_a_vm_that_never_shows_an_address_fails_the_lease_that_asked_for_a_floating_ip(client, cloud, engine_tick,
+                                                                                       monkeypatch):
+    lease = ask(client, floating_ip=True)["lease"]
+    real_state = cloud.server_state
+    monkeypatch.setattr(cloud, "server_state", lambda server_id: dataclasses.replace(real_state(server_id),
+                                                                                     addresses=()))
+    engine_tick()
+    for _ in range(4):
+        engine_tick(advance=30)
+    shown = show(client, lease["id"])
+    assert shown["failures"] and shown["failures"][0]["class"] == "network", shown["failures"]
+    assert "no address" in shown["failures"][0]["message"] and cloud.floating_ips() == {}

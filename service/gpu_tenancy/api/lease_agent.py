@@ -11,6 +11,7 @@ from flask import Blueprint, request
 
 from gpu_tenancy import error_codes as codes
 from gpu_tenancy.api import runtime as rt
+from gpu_tenancy.api.lease_view import render
 from gpu_tenancy.api.leases import load, load_any
 from gpu_tenancy.api.readiness import TOKEN_HEADER
 from gpu_tenancy.api.validation import json_body
@@ -19,7 +20,7 @@ from gpu_tenancy.db.session import to_epoch
 from gpu_tenancy.domain.gpu_activity import REPORT_INTERVAL, GpuSample
 from gpu_tenancy.engine import gpu_activity, leases, readiness
 from gpu_tenancy.engine.decision_hook import DecisionHook, decide
-from gpu_tenancy.errors import BadRequest, PayloadTooLarge, Unauthorized
+from gpu_tenancy.errors import BadRequest, Forbidden, PayloadTooLarge, Unauthorized
 from gpu_tenancy.timeutil import rfc3339
 
 bp = Blueprint("lease_agent", __name__, url_prefix="/v1/leases")
@@ -80,11 +81,17 @@ def done(lease_id: str):
     def end(session, hook):
         # with the secret: any lease (the secret tells which); with a token: one the caller may see
         row = load_any(session, lease_id) if secret else load(session, lease_id)
+        if secret and not readiness.is_token_of(row, secret):
+            # refused whatever identity comes with it: it would pass as the member's and be told as the VM's
+            raise Forbidden(f"the secret given ({TOKEN_HEADER}) is not lease {row.id}'s", "gpu_tenancy.policy")
         authorize(row, "lease:done", secret)
         actor = "guest" if secret else rt.context().user_id
         where = f"VM {body['instance']}" if "instance" in body else ("the VM" if secret else "the user")
         why = f"the work is done, said {where}" + (f": {body['detail']}" if body.get("detail") else "")
+        leases.lock_for_change(session, row)
+        before = render(row)
         leases.done(session, rt.now(), cfg, rt.planner_settings(), row, actor, why, hook)
+        rt.audit(session, "lease.done", row.id, row.project_id, before, render(row))
         return {"id": row.id, "status": row.status, "end": rfc3339(to_epoch(row.end_at))}
     rendered = decide(DecisionHook.from_config(cfg), rt.transaction, end)
     rt.runtime().wake_engine()

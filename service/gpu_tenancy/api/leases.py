@@ -1,6 +1,8 @@
 """/v1/leases: ask for GPUs, see where you stand in the queue, extend, cancel."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.domain.model import LeaseRequest, PlannedLease
@@ -81,9 +83,14 @@ def create() -> ResponseReturnValue:
 
     def audit(session: Session, row: m.Lease, rendered: dict) -> m.AuditRecord:
         return rt.audit(session, "lease.create", row.id, row.project_id, None, rendered)
+    def replacing(session: Session, row: m.Lease) -> Callable[[], object]:
+        """An offer taken that replaces a waiting lease cancels it: as a cancel, by its rule and audited."""
+        rt.authorize("lease:delete", row.project_id)
+        before = render(row)
+        return lambda: rt.audit(session, "lease.delete", row.id, row.project_id, before, render(row))
     made, alternatives = offers.make(rt.transaction, rt.now, cfg, rt.planner_settings(), rt.limits(),
                                      rt.runtime().offers, caller, ask, network, DecisionHook.from_config(cfg),
-                                     render, audit, rt.runtime().fits)
+                                     render, audit, rt.runtime().fits, replacing)
     rendered = made.rendered
     if made.row.readiness_probe:  # shown this once (not in the audit record), for VMs made by hand or Heat
         assert cfg.readiness_url is not None   # new_lease refuses a probe without it
@@ -103,11 +110,12 @@ def index() -> ResponseReturnValue:
         if s not in STATUSES:
             raise BadRequest(f"unknown status '{s[:64]}'; one of: {', '.join(STATUSES)}", codes.INVALID_QUERY)
     project, everyone = request.args.get("project_id"), query_bool("all_projects")
-    if rt.is_admin():
-        project = None if everyone else project or rt.context().project_id
-    else:   # asking for every project, or another one, is refused rather than quietly narrowed
-        if project not in (None, rt.context().project_id) or everyone:
-            rt.authorize("lease:list:all_projects")
+    if everyone or project not in (None, rt.context().project_id):
+        # every project's, or another's: as the rule says (an admin's by default), refused rather
+        # than quietly narrowed; and given as asked to whoever the operator grants it
+        rt.authorize("lease:list:all_projects")
+        project = None if everyone else project
+    else:
         project = rt.context().project_id
     with rt.transaction() as session:
         rendered, more = page(session, project, status, request.args.get("marker"), limit)

@@ -92,6 +92,13 @@ def retry_delay(failure_class: FailureClass, attempt: int, first: int = BACKOFF_
     return int(min(first * 2 ** (attempt - 1), cap))
 
 
+def internal_error(exc: BaseException) -> str:
+    """The failure message of a bug of ours, its text for operators: on one line and with no
+    "; " in it, which ends it where a tenant's view cuts it out (api/lease_view.py: a text such
+    as "timed out; dsn=..." was shown from its "; " on)."""
+    return "internal error: " + " ".join(str(exc).split()).replace(";", ",")
+
+
 def cloud_said(words: str | None) -> str:
     """The cloud's own words, after a message of ours: " (cloud said: ...)", or nothing
     when it said none. Operators read them; a tenant's view strips them (api/lease_view.py)."""

@@ -14,7 +14,7 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import utcnow_naive
 
 ACTIONS = ("quota.update", "shape.create", "shape.retire", "image.create", "image.retire",
-           "lease.create", "lease.update", "lease.delete", "lease.resume", "priority_class.update",
+           "lease.create", "lease.update", "lease.delete", "lease.resume", "lease.done", "priority_class.update",
            "priority_class.delete",
            "budget.create", "budget.delete", "webhook.update", "webhook.delete", "host.update")
 SUCCESS = "success"

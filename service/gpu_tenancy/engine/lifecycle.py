@@ -18,7 +18,7 @@ from gpu_tenancy.config import Config
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.domain.planner import PlannerSettings
-from gpu_tenancy.domain.failures import FailureClass, classify_fault, cloud_said, rule
+from gpu_tenancy.domain.failures import FailureClass, classify_fault, cloud_said, internal_error, rule
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import (early_ends, gpu_activity, held, host_failure, housekeeping, lease_flavor, networking,
                                 notifications, park, planner_settings, readiness, releasing, retry, start_by_margins,
@@ -42,6 +42,8 @@ class Lifecycle:
         self._hosts_refreshed_at: int | None = None
         self._tasks: dict[str, str] = {}   # server id -> the cloud's last task seen while BUILD
         self._awaiting_release: dict[str, dict] = {}   # lease id -> hosts it waits on (told once)
+        # lease id -> when its VMs were first all seen ACTIVE (a restart counts the address's grace again)
+        self._all_active_since: dict[str, int] = {}
         self._housekept_at: int | None = None
         self._margins_at: int | None = None
         # lease id -> (refusals, next try): leftovers the cloud refused to remove (engine/lease_flavor.py)
@@ -169,7 +171,7 @@ class Lifecycle:
             self.fail(lease_id, exc.failure_class, exc.message, exc.cloud_message)
         except Exception as exc:  # a bug of ours: classify it, keep the engine running
             log.exception("provisioning lease %s", lease_id)
-            self.fail(lease_id, FailureClass.INTERNAL, f"internal error: {exc}", None)
+            self.fail(lease_id, FailureClass.INTERNAL, internal_error(exc), None)
 
     def _advance(self, lease_id: str) -> None:
         with session_scope(self.sessions) as session:
@@ -185,7 +187,9 @@ class Lifecycle:
             extra.update(networking.boot_fields(row))
             name = row.name
             assert row.start_at is not None   # committed when it was scheduled
-            started = to_epoch(row.start_at)
+            # the boot's time counts from when it began, not from the planned start: a start held
+            # back by GPUs still being released, or by the engine being down, is not a slow boot
+            started = entered_at(session, lease_id, S.PROVISIONING, to_epoch(row.start_at))
         if tenant:
             if lease_flavor.prepare(self, lease_id):
                 lease_flavor.activate(self, lease_id, f"its flavor is ready for {instances} VM(s) the tenant "
@@ -238,8 +242,10 @@ class Lifecycle:
             crash_point("active_seen")
             if volume_id:
                 self.cloud.attach_volume(states[0].id, volume_id)
-            if not networking.on_active(self, lease_id, states, now - started):
+            waited = now - self._all_active_since.setdefault(lease_id, now)
+            if not networking.on_active(self, lease_id, states, waited):
                 return
+            self._all_active_since.pop(lease_id, None)
             with session_scope(self.sessions) as session:
                 row = session.get_one(m.Lease, lease_id)
                 why = (f"all {len(states)} VM(s) active; ends at {rfc3339(to_epoch(row.end_at))}"

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from gpu_tenancy.cloud.driver import CloudDriver, CloudError, NetworkInfo
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope
-from gpu_tenancy.domain.failures import cloud_said
+from gpu_tenancy.domain.failures import FailureClass, cloud_said
 from gpu_tenancy.engine.crashpoints import crash_point
 from gpu_tenancy.engine.leases import finished_or_unknown
 from gpu_tenancy.errors import BadRequest, ServiceUnavailable
@@ -157,7 +157,9 @@ def before_boot(lifecycle, lease_id: str, project_id: str, extra: dict, image_re
 def on_active(lifecycle, lease_id: str, states: dict, waited: int) -> bool:
     """Every VM is ACTIVE: keep their addresses, and make floating IPs when asked. False
     while a VM shows no address yet (the cloud writes it shortly): the engine looks again,
-    up to ADDRESS_GRACE seconds after the lease began starting."""
+    up to ADDRESS_GRACE seconds (`waited`: since they were all first seen ACTIVE). A VM with
+    no address then, of a lease that asked for a floating IP, is a network failure: the lease
+    is not made active without the address it asked for."""
     with session_scope(lifecycle.sessions) as session:
         row = session.get_one(m.Lease, lease_id)
         if row.network_via is None:
@@ -166,6 +168,10 @@ def on_active(lifecycle, lease_id: str, states: dict, waited: int) -> bool:
         known = {s.vm_index: s.addresses for s in row.servers}
     if any(not s.addresses for s in states.values()) and waited <= ADDRESS_GRACE:
         return False
+    bare = [vm_index for vm_index, s in sorted(states.items()) if not s.addresses]
+    if floating and bare:
+        raise CloudError(FailureClass.NETWORK, f"VM {bare[0]} has no address {ADDRESS_GRACE} s after it became "
+                         "active: no floating IP can be given to it")
     for vm_index, state in sorted(states.items()):
         addresses = [dataclasses.asdict(a) for a in state.addresses]
         if floating and addresses:

@@ -108,12 +108,12 @@ def make(transaction: Transaction, clock: Callable[[], int], config: Config, set
          limits: Limits, offer_settings: OfferSettings, caller: Caller, ask: LeaseAsk, network: networking.Choice,
          hook: DecisionHook, render: Callable[[m.Lease], dict],
          audit: Callable[[Session, m.Lease, dict], m.AuditRecord],
-         fits: plan_insert.InsertCache | None = None) -> tuple[Made, list[Signed]]:
+         fits: plan_insert.InsertCache | None = None, replacing: Replacing | None = None) -> tuple[Made, list[Signed]]:
     """A create: the lease made and planned (new_lease.make_and_plan) with the offers when it
     waits, or the lease an offer makes (take: ask.accept_offer), offered nothing again."""
     if ask.accept_offer is not None:
         return take(transaction, clock, config, settings, limits, offer_settings, caller, ask, network, hook,
-                    render, audit), []
+                    render, audit, replacing), []
     fitted: list[list[Signed]] = []
 
     def before_fit(session: Session, book: PlanBook, row: m.Lease) -> None:
@@ -199,7 +199,7 @@ def applied(ask: LeaseAsk, offer: domain.Offer) -> LeaseAsk:
 def take(transaction: Transaction, clock: Callable[[], int], config: Config, settings: PlannerSettings,
          limits: Limits, offer_settings: OfferSettings, caller: Caller, ask: LeaseAsk, network: networking.Choice,
          hook: DecisionHook, render: Callable[[m.Lease], dict],
-         audit: Callable[[Session, m.Lease, dict], m.AuditRecord]) -> Made:
+         audit: Callable[[Session, m.Lease, dict], m.AuditRecord], replacing: Replacing | None = None) -> Made:
     """Make the lease an offer describes (ask.accept_offer), planned, in one transaction under
     the ledger lock: if the plan no longer starts it by the offer's start (or would make it
     borrow where the offer did not), a 409 and nothing made. A lease the offer replaces is
@@ -215,7 +215,7 @@ def take(transaction: Transaction, clock: Callable[[], int], config: Config, set
             volume_lock(session, caller.project_id, wanted.volume.id)
         ledger_lock(session)   # held until this transaction ends: the check and the plan under it
         if opened.replaces is not None:
-            cancel_replaced(session, now, caller, opened.replaces, lease_id)
+            cancel_replaced(session, now, caller, opened.replaces, lease_id, replacing)
         row = create(session, now, limits, caller, wanted, asked, lease_id)
         network.apply(row)
         session.flush()
@@ -241,7 +241,13 @@ def check_holds(row: m.Lease, offer: domain.Offer, now: int) -> None:
                    "Ask again (POST /v1/leases?dry_run=true) for the offers of now", codes.OFFER_GONE)
 
 
-def cancel_replaced(session: Session, now: int, caller: Caller, lease_id: str, by: str) -> None:
+# Called with the lease an offer replaces, before it is cancelled (it may refuse: the caller's
+# right to cancel it); returns what to call once it is (its audit record)
+Replacing = Callable[[Session, m.Lease], Callable[[], object]]
+
+
+def cancel_replaced(session: Session, now: int, caller: Caller, lease_id: str, by: str,
+                    replacing: Replacing | None = None) -> None:
     row = session.get(m.Lease, lease_id)
     if row is None or row.project_id != caller.project_id:   # the signature binds both: not reached
         raise BadRequest("the offer replaces a lease of another project", codes.BAD_OFFER)
@@ -249,8 +255,11 @@ def cancel_replaced(session: Session, now: int, caller: Caller, lease_id: str, b
         raise Conflict(f"the offer was made instead of lease {lease_id}, which is {row.status} now; nothing was "
                        "made. Cancel that lease first and ask again if you still want another",
                        codes.OFFER_GONE)
+    cancelled = replacing(session, row) if replacing is not None else None
     record_transition(session, row, S.CANCELLED, now, caller.user_id, f"replaced by lease {by}: an offer taken")
     ledger.clear_queue_info(row)
+    if cancelled is not None:
+        cancelled()
 
 
 # --------------------------------------------------------------------------

@@ -3,6 +3,7 @@ has looked at its GPUs, and the lease is ready when every VM has said so."""
 from __future__ import annotations
 
 import hashlib
+import hmac
 import secrets
 from dataclasses import dataclass
 
@@ -30,6 +31,11 @@ class Report:
 
 def new_token() -> str:
     return secrets.token_urlsafe(32)
+
+
+def is_token_of(row: m.Lease, token: str) -> bool:
+    """Whether `token` is the lease's secret (compared as digests, in constant time)."""
+    return row.readiness_token is not None and hmac.compare_digest(token_digest(token), token_digest(row.readiness_token))
 
 
 def token_digest(token: str) -> str:

@@ -65,7 +65,7 @@ def load(session: Session, lease_id: str) -> m.Lease:
 @bp.get("/leases")
 def index() -> ResponseReturnValue:
     rt.authorize("lease:list")
-    everyone = rt.is_admin()   # Blazar lists every project's leases to an admin
+    everyone = rt.allowed("lease:list:all_projects")   # Blazar lists every project's leases to an admin
     with rt.transaction() as session:
         return {"leases": view.listing(session, None if everyone else rt.context().project_id)}
 
