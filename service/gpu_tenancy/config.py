@@ -74,7 +74,7 @@ class Config:
     # billing: a price per GPU-hour for each GPU model, giving /v1/usage a rated total; none: no rating
     usage_prices: dict = field(default_factory=dict)
     usage_currency: str | None = None
-    boot_timeout_seconds: int = 1800
+    boot_timeout_seconds: int = 1800   # a lease's VMs not all ACTIVE this long after it began starting: boot_timeout
     # GPUs held but idle (README "Idle GPUs"): a GPU under this utilisation is idle; a lease idle
     # this long counts as idle now in the figures; and the operator's rules, each
     # {project_id | priority_class (or neither: the default), warn_after_minutes, then: none | end | park,
