@@ -11,6 +11,7 @@ from sqlalchemy import select
 from gpu_tenancy.config import Config
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch
+from gpu_tenancy.domain.failures import FailureClass as F
 from gpu_tenancy.timeutil import parse_time, rfc3339
 from tests.conftest import headers
 from tests.functional.test_idle_rules import lease_of, minutes
@@ -185,3 +186,22 @@ def test_delete_while_parked_deletes_the_shelved_vms_and_keeps_the_volume(client
     with session_scope(runtime.sessions) as session:   # the held slot, never used, is gone
         assert all(to_epoch(a.start_at) <= runtime.clock.now() for a in session.scalars(
             select(m.Allocation).where(m.Allocation.lease_id == idle)))
+
+
+def test_a_shelve_the_cloud_keeps_refusing_fails_the_lease_rather_than_hold_its_gpus(client, runtime,
+                                                                                     engine_tick, cloud):
+    """Every shelve refused: once the parking has taken boot_timeout_seconds, the lease fails
+    with the cloud's class and words and its VMs go (it stayed parking past its end, its VM
+    on the GPUs, with nothing said)."""
+    lid, token = running(client, engine_tick, "ml-vision", duration="PT1H")
+    cloud.inject_failure("shelve", F.API_ERROR, times=10_000)
+    minutes(client, engine_tick, 20, [(lid, token, [0, 0, 0, 0])])
+    assert lease_of(client, lid)["status"] == "parking"
+    for _ in range(runtime.config.boot_timeout_seconds // 600 + 2):
+        engine_tick(advance=600)
+    lease = lease_of(client, lid)
+    assert lease["status"] in ("ending", "failed") and lease["failure"]["class"] == "api_error", lease["failure"]
+    assert "not shelve its VMs within" in lease["failure"]["message"]
+    assert any(e["kind"] == "failure" for e in events(client, lid))
+    engine_tick(advance=60)
+    assert all(v["status"] == "DELETED" for v in cloud.servers().values() if v["lease_id"] == lid)

@@ -97,11 +97,17 @@ def begin(lc: Lifecycle, lease_id: str, why: str) -> None:
 
 
 def advance_parking(lc: Lifecycle, lease_id: str) -> None:
+    """Shelve the lease's VMs, and once every one is offloaded with its GPUs released, parked.
+    A cloud that has not done it within boot_timeout_seconds of the parking's start (refusing
+    each shelve, or never offloading) fails the lease: it would hold its GPUs, parking, past
+    its end, with nothing said."""
+    now = lc.clock.now()
     with session_scope(lc.sessions) as session:
         row = lease_in(session, lease_id, S.PARKING)
         if row is None:
             return
         servers = [(s.vm_index, s.cloud_id, s.status) for s in row.servers if s.cloud_id]
+        overdue = now - entered_at(session, lease_id, S.PARKING, now) > lc.config.boot_timeout_seconds
     try:
         offloaded = 0
         for vm_index, cloud_id, old in servers:
@@ -118,11 +124,17 @@ def advance_parking(lc: Lifecycle, lease_id: str) -> None:
             if state.status == OFFLOADED and lc.cloud.gpus_released(cloud_id):
                 offloaded += 1
         if offloaded < len(servers):
+            if overdue:
+                fail(lc, lease_id, S.PARKING, f"its VMs were not shelved within {lc.config.boot_timeout_seconds} s "
+                     f"({offloaded} of {len(servers)} offloaded with their GPUs given back)")
             return   # the next pass looks again
         # no unit of the lease's class anywhere until its slot: the tenant cannot unshelve it sooner
         lc.cloud.set_lease_inventory(lease_id, {})
     except CloudError as exc:
         log.warning("parking lease %s: %s", lease_id, exc)
+        if overdue:
+            fail(lc, lease_id, S.PARKING, f"the cloud did not shelve its VMs within {lc.config.boot_timeout_seconds} s: "
+                 f"{exc.message}" + cloud_said(exc.cloud_message), exc.failure_class)
         return
     _parked(lc, lease_id)
 
@@ -301,14 +313,15 @@ def _resumed(lc: Lifecycle, lease_id: str) -> None:
         webhooks.enqueue(session, row, webhooks.RESUMED, webhooks.park_payload(row, now, message), now)
 
 
-def fail(lc: Lifecycle, lease_id: str, expected: LeaseState, message: str) -> None:
+def fail(lc: Lifecycle, lease_id: str, expected: LeaseState, message: str,
+         failure: FailureClass = FailureClass.API_ERROR) -> None:
     """A VM the cloud would not shelve or bring back: the lease fails and ends (volume kept)."""
     now = lc.clock.now()
     with session_scope(lc.sessions) as session:
         row = lease_in(session, lease_id, expected)
         if row is None:
             return
-        row.failure_class, row.failure_message = FailureClass.API_ERROR.value, message
+        row.failure_class, row.failure_message = failure.value, message
         record_event(session, row, "failure", message, now, ACTOR)
         end_allocations_at(session, row, now)
         record_transition(session, row, S.ENDING, now, ACTOR, f"failed while {expected.value}; removing its VMs")
