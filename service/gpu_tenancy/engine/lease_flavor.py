@@ -200,17 +200,35 @@ def reconcile(lc) -> None:
 def follow_placement(lc, lease_id: str) -> None:
     """After a re-placement: the lease's inventory where it is now planned (none while it
     waits in the queue), and no access for the tenant until it is ACTIVE again."""
+    pending = lc.placements_to_follow if lc.placements_to_follow is not None else set()
     with session_scope(lc.sessions) as session:
         row = session.get(m.Lease, lease_id)
         if row is None or row.flavor_id is None or row.status in {s.value for s in FINAL}:
+            pending.discard(lease_id)   # its end removes what it has
             return
         project, hosts, active = row.project_id, vms_per_host(row), row.status == S.ACTIVE.value
     try:
         if not active:
             lc.cloud.revoke_lease_flavor(lease_id, project)
         lc.cloud.set_lease_inventory(lease_id, hosts)
-    except CloudError as exc:   # its start sets the inventory again
+    except CloudError as exc:   # tried again at every pass (follow_pending): a tenant kept its access meanwhile
         log.warning("moving the inventory of lease %s: %s", lease_id, exc)
+        pending.add(lease_id)
+        return
+    pending.discard(lease_id)
+
+
+def follow_pending(lc) -> None:
+    """The re-placements the cloud has not followed yet, again: a lease moved off its hosts
+    keeps no access nor unit there (a tenant with the lease's flavor would boot outside the
+    ledger, on GPUs it gives to others). After a start, every waiting lease that has a flavor
+    (it was placed before) is looked at once."""
+    if lc.placements_to_follow is None:
+        with session_scope(lc.sessions) as session:
+            lc.placements_to_follow = set(session.scalars(select(m.Lease.id).where(
+                m.Lease.status.in_((S.QUEUED.value, S.SCHEDULED.value)), m.Lease.flavor_id.is_not(None))))
+    for lease_id in sorted(lc.placements_to_follow):
+        follow_placement(lc, lease_id)
 
 
 def record_tenant_servers(lc) -> None:

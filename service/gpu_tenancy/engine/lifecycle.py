@@ -48,6 +48,9 @@ class Lifecycle:
         self._margins_at: int | None = None
         # lease id -> (refusals, next try): leftovers the cloud refused to remove (engine/lease_flavor.py)
         self.leftover_tries: dict[str, tuple[int, int]] = {}
+        # leases whose re-placement the cloud has not yet followed (lease_flavor.follow_placement);
+        # None until the first pass has looked for them (a restart forgets the set)
+        self.placements_to_follow: set[str] | None = None
 
     # --- one pass -------------------------------------------------------------------------
     def tick(self) -> bool:
@@ -68,6 +71,7 @@ class Lifecycle:
         for lease_id in self.ids(S.ENDING):
             self.finish_end(lease_id)
         lease_flavor.remove_unstarted(self)
+        lease_flavor.follow_pending(self)
         releasing.confirm(self)
         if self._margins_at is None or now - self._margins_at >= start_by_margins.EVERY:
             with session_scope(self.sessions) as session:   # before the plan, which tells them
