@@ -6,6 +6,7 @@ from sqlalchemy import select
 from gpu_tenancy.cloud.driver import BootRequest
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope
+from gpu_tenancy.domain.failures import FailureClass as F
 from tests.conftest import headers
 
 
@@ -74,6 +75,21 @@ def test_reconcile_deletes_servers_of_finished_or_unknown_leases(runtime, cloud)
     runtime.clock.advance(cloud.delete_seconds)
     runtime.engine.lifecycle.reconcile()
     assert cloud.leases_in_cloud() == set() and cloud.lease_inventory() == {} and cloud.flavors() == {}
+
+
+def test_a_server_the_cloud_will_not_delete_stops_neither_reconcile_nor_the_tick(client, runtime, cloud, engine_tick):
+    """Reconcile runs in the tick, before the ends and the plan: one stray server whose delete
+    the cloud refuses stopped the rest of the tick each time (a lease past its end ran on)."""
+    lease = client.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT1H"}, headers=headers()).get_json()
+    engine_tick()
+    engine_tick(advance=30)
+    flavor = _lease_flavor(cloud, runtime, "no-such-lease", "gpu-a100-4")
+    stray = cloud.boot(BootRequest("ml-vision", "no-such-lease", 0, "gpu-a100-4", flavor, cloud.images()[0]["id"]))
+    cloud.inject_failure("delete_server", F.API_ERROR, times=10_000)
+    engine_tick(advance=3600)   # its end, and the hosts' refresh with reconcile, in one tick
+    shown = client.get(f"/v1/leases/{lease['lease']['id']}", headers=headers()).get_json()["lease"]
+    assert shown["status"] in ("ending", "ended"), shown["status"]
+    assert stray in cloud.servers()
 
 
 def test_a_host_that_goes_down_takes_nothing_new(client, runtime, cloud, engine_tick):

@@ -352,7 +352,10 @@ class Lifecycle:
         for obj in servers:
             if obj.lease_id in over:
                 log.info("reconcile: deleting server %s of finished lease %s", obj.id, obj.lease_id)
-                self.cloud.delete_server(obj.id)
+                try:   # one the cloud will not delete stops neither the others nor the tick's ends and plan
+                    self.cloud.delete_server(obj.id)
+                except CloudError as exc:
+                    log.warning("reconcile: deleting server %s failed: %s", obj.id, exc)
 
     # --- small writes -----------------------------------------------------------------------
     def _note(self, lease_id: str, kind: str, message: str, **columns) -> None:
