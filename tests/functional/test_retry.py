@@ -61,6 +61,23 @@ def test_a_host_level_fault_is_retried_on_another_host_after_the_backoff(client,
     assert metric(client, "no_valid_host") == 1
 
 
+def test_a_delete_the_cloud_refuses_once_does_not_end_the_leases_tries(client, runtime, cloud, engine_tick):
+    """The failed VM's delete refused once: the next pass deletes it and retries the lease
+    elsewhere (it failed at once, on attempt 1 of 3, and nothing said why)."""
+    cloud.inject_failure("server_error", F.NO_VALID_HOST)
+    cloud.inject_failure("delete_server", F.API_ERROR)
+    lease = ask(client)
+    engine_tick()
+    engine_tick(advance=30)
+    assert show(client, lease["id"])["status"] == "provisioning"   # its VM still there, in ERROR
+    engine_tick(advance=30)
+    shown = show(client, lease["id"])
+    assert shown["status"] == "scheduled" and [f["action"] for f in shown["failures"]] == ["retried"], shown
+    engine_tick(advance=runtime.config.retry_backoff_seconds)
+    engine_tick(advance=30)
+    assert show(client, lease["id"])["status"] == "active"
+
+
 def test_retries_stop_after_the_classes_attempts(client, runtime, cloud, engine_tick):
     cloud.inject_failure("server_error", F.NO_VALID_HOST, times=10)
     lease = ask(client)

@@ -23,7 +23,7 @@ from gpu_tenancy.domain.failures import FailureClass, retry_delay, rule
 from gpu_tenancy.domain.model import LeaseRequest
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import lease_flavor, ledger, releasing, start_by_margins
-from gpu_tenancy.engine.events import lease_in, record_event, record_transition
+from gpu_tenancy.engine.events import entered_at, lease_in, record_event, record_transition
 from gpu_tenancy.timeutil import rfc3339
 
 log = logging.getLogger(__name__)
@@ -92,12 +92,15 @@ def delete_servers(cloud, cloud_ids: list[str]) -> bool:
 
 def retry_elsewhere(lc, lease_id: str, failure: FailureClass, message: str) -> bool:
     """Retry a provisioning lease on another host if its failure class allows another
-    attempt; True if it was retried (re-planned), False if the lease must fail now."""
+    attempt; True if it was retried (re-planned), or will be at the next pass (the cloud
+    refused to delete or list the failed attempt's VMs: its VM is still failed then, up to
+    boot_timeout_seconds since the lease began starting), False if the lease must fail now."""
     now = lc.clock.now()
     with session_scope(lc.sessions) as session:
         row = lease_in(session, lease_id, S.PROVISIONING)
         if row is None:
             return True
+        starting_since = entered_at(session, lease_id, S.PROVISIONING, now)
         attempt = attempts_so_far(session, lease_id) + 1
         delay = retry_delay(failure, attempt, lc.config.retry_backoff_seconds, lc.config.retry_backoff_max_seconds)
         cloud_ids = [s.cloud_id for s in row.servers if s.cloud_id]
@@ -105,7 +108,7 @@ def retry_elsewhere(lc, lease_id: str, failure: FailureClass, message: str) -> b
         return False
     unrecorded = unrecorded_servers(lc.cloud, lease_id, cloud_ids)
     if unrecorded is None or not delete_servers(lc.cloud, cloud_ids + [s.id for s in unrecorded]):
-        return False
+        return now - starting_since <= lc.config.boot_timeout_seconds   # one refusal did not end the lease's tries
     with session_scope(lc.sessions) as session:
         row = lease_in(session, lease_id, S.PROVISIONING, ledger=True)   # replaced below
         if row is None:
