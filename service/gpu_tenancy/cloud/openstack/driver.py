@@ -15,6 +15,7 @@ Calls that fail raise CloudError with the failure class and the cloud's message.
 from __future__ import annotations
 
 import base64
+import logging
 import time
 
 from openstack import exceptions as sdk
@@ -30,6 +31,7 @@ from gpu_tenancy.cloud.openstack.networks import OpenStackNetworks
 from gpu_tenancy.domain.failures import FailureClass
 
 F = FailureClass
+log = logging.getLogger(__name__)
 # extra specs of a first-wave per-project flavor: its shape and project (list_tagged shows
 # them, and reconcile retires them)
 SHAPE_SPEC = "gpu_tenancy:shape"
@@ -236,12 +238,23 @@ class OpenStackCloud(OpenStackNetworks, CloudDriver):
                 attrs["key_name"] = self._boot_key(compute, request)
             if request.user_data:
                 attrs["user_data"] = base64.b64encode(request.user_data.encode()).decode()
-            server = compute.create_server(**attrs)
-            if request.key_name:   # Nova copied the key into the server at create: the copy can go
-                compute.delete_keypair(attrs["key_name"], ignore_missing=True)
+            try:
+                server = compute.create_server(**attrs)
+            finally:
+                if request.key_name:   # Nova copied the key into the server at create: the copy goes, made or not
+                    self._drop_key_copy(compute, attrs["key_name"])
             return server.id
         except CALL_ERRORS as exc:
             raise wrap(exc, f"asking Nova for VM {request.vm_index} on {request.host} failed") from exc
+
+    @staticmethod
+    def _drop_key_copy(compute, name: str) -> None:
+        """The one-off copy of the user's key, after the create (a failure here leaves only a
+        public key, and must not hide the create's own)."""
+        try:
+            compute.delete_keypair(name, ignore_missing=True)
+        except CALL_ERRORS as exc:
+            log.warning("deleting key pair copy %s: %s", name, exc)
 
     def _boot_key(self, compute, request: BootRequest) -> str:
         """Key pairs belong to users, and the server is made by the service user: so the

@@ -1,0 +1,76 @@
+"""The openstack driver's boot, against a stand-in of openstacksdk's compute proxy: which
+server it takes as the same one, and the user's key copy it never leaves behind."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from openstack import exceptions as sdk
+
+from gpu_tenancy.cloud.driver import LEASE_TAG, BootRequest, CloudError
+from gpu_tenancy.cloud.openstack.driver import HOST_TAG, VM_TAG, OpenStackCloud
+
+
+class Compute:
+    """What boot calls of a project's compute proxy, recorded."""
+
+    def __init__(self, servers=(), create_fails: bool = False):
+        self.listed, self.create_fails, self.keys, self.made = list(servers), create_fails, set(), []
+
+    def servers(self, details=True):
+        return self.listed
+
+    def find_keypair(self, name, ignore_missing=True):
+        return name if name in self.keys else None
+
+    def create_keypair(self, name, public_key):
+        self.keys.add(name)
+
+    def delete_keypair(self, name, ignore_missing=True):
+        self.keys.discard(name)
+
+    def create_server(self, **attrs):
+        if self.create_fails:
+            raise sdk.HttpException(message="Quota exceeded for instances", http_status=403)
+        self.made.append(attrs)
+        return SimpleNamespace(id=f"server-{len(self.made)}")
+
+
+def driver(compute: Compute) -> OpenStackCloud:
+    d = object.__new__(OpenStackCloud)   # no cloud to connect to: only what boot uses
+    service = SimpleNamespace(compute=SimpleNamespace(get_keypair=lambda name, user_id: SimpleNamespace(
+        public_key="ssh-ed25519 AAAA user")))
+    d.conns = SimpleNamespace(project=lambda project_id: SimpleNamespace(compute=compute), service=service)
+    d._boot_networks = lambda request: {}
+    return d
+
+
+def server(host: str | None, status="ACTIVE") -> SimpleNamespace:
+    meta = {LEASE_TAG: "lease-1", VM_TAG: "0", **({HOST_TAG: host} if host else {})}
+    return SimpleNamespace(id=f"old-on-{host}", metadata=meta, status=status, task_state=None)
+
+
+REQUEST = BootRequest("p1", "lease-1", 0, "gpu-a100-2", "flavor", "image", key_name="laptop", user_id="u1")
+
+
+def test_the_same_vm_asked_on_its_host_again_is_the_same_server():
+    assert driver(Compute([server("gpu-a100-2")])).boot(REQUEST) == "old-on-gpu-a100-2"
+    assert driver(Compute([server(None)])).boot(REQUEST) == "old-on-None"   # made before the host was tagged
+
+
+def test_the_same_vm_asked_on_another_host_is_a_new_server_tagged_with_its_host():
+    compute = Compute([server("gpu-a100-1")])
+    assert driver(compute).boot(REQUEST) == "server-1"
+    assert compute.made[0]["metadata"] == {LEASE_TAG: "lease-1", VM_TAG: "0", HOST_TAG: "gpu-a100-2"}
+
+
+@pytest.mark.parametrize("create_fails", [False, True])
+def test_the_key_copy_is_gone_after_the_create_made_or_refused(create_fails):
+    compute = Compute(create_fails=create_fails)
+    if create_fails:
+        with pytest.raises(CloudError):
+            driver(compute).boot(REQUEST)
+    else:
+        driver(compute).boot(REQUEST)
+        assert compute.made[0]["key_name"] == "gt-lease-1-0"
+    assert compute.keys == set()
