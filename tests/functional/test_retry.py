@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from gpu_tenancy.domain.failures import RULES, FailureClass, Retry, retry_delay
+from gpu_tenancy.engine import retry
+from gpu_tenancy.engine.lifecycle import Lifecycle
 from tests.conftest import headers
 
 F = FailureClass
@@ -75,6 +77,37 @@ def test_a_delete_the_cloud_refuses_once_does_not_end_the_leases_tries(client, r
     assert shown["status"] == "scheduled" and [f["action"] for f in shown["failures"]] == ["retried"], shown
     engine_tick(advance=runtime.config.retry_backoff_seconds)
     engine_tick(advance=30)
+    assert show(client, lease["id"])["status"] == "active"
+
+
+class Stopped(BaseException):
+    """The engine's process killed: nothing catches it, the transaction in flight is lost."""
+
+
+def test_a_retry_the_engine_stopped_in_after_its_delete_is_tried_again_after_a_restart(client, runtime, cloud,
+                                                                                          engine_tick, monkeypatch):
+    """Stopped between the failed VM's delete and the re-placement's commit: after a restart the
+    lease's recorded VM is gone, which is retried elsewhere (it failed at once as unknown)."""
+    cloud.inject_failure("server_error", F.NO_VALID_HOST)
+    lease = ask(client)
+    engine_tick()
+
+    def stop(*args, **kwargs):
+        raise Stopped("after the delete, before the commit")
+    monkeypatch.setattr(retry, "replace", stop)
+    with pytest.raises(Stopped):
+        engine_tick(advance=30)
+    monkeypatch.undo()
+    assert cloud.servers() == {}
+    restarted = Lifecycle(runtime.sessions, cloud, runtime.clock, runtime.config)   # the engine's next process
+    restarted.tick()
+    shown = show(client, lease["id"])
+    assert shown["status"] == "scheduled", shown["status"]
+    assert [(f["class"], f["action"]) for f in shown["failures"]] == [("api_error", "retried")], shown["failures"]
+    runtime.clock.advance(runtime.config.retry_backoff_seconds)
+    restarted.tick()
+    runtime.clock.advance(30)
+    restarted.tick()
     assert show(client, lease["id"])["status"] == "active"
 
 

@@ -240,6 +240,10 @@ class Lifecycle:
                 self._note(lease_id, "progress", f"VM {vm_index}: {state.task.replace('_', ' ')}")
         failed = [s for s in states.values() if s.status in ("ERROR", "DELETED")]
         if failed:
+            if failed[0].status == "DELETED" and not failed[0].fault:
+                # gone while it booted, with no fault of its own: deleted by a retry the engine
+                # stopped in (before it committed the re-placement), or by hand; tried again elsewhere
+                raise CloudError(FailureClass.API_ERROR, f"VM {failed[0].id} is gone while it was booting")
             fault = failed[0].fault or f"server {failed[0].id} is {failed[0].status}"
             raise CloudError(classify_fault(fault), f"VM {failed[0].id} failed to boot", fault)
         if all(s.status == "ACTIVE" for s in states.values()):
