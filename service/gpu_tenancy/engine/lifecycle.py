@@ -267,6 +267,7 @@ class Lifecycle:
     def fail(self, lease_id: str, failure: FailureClass, message: str, cloud_message: str | None) -> None:
         """Retry a host-level fault elsewhere (engine/retry.py); otherwise record the
         failure, then remove what was made (the volume stays)."""
+        self._all_active_since.pop(lease_id, None)   # an attempt that failed once all ACTIVE: its next counts anew
         if retry.retry_elsewhere(self, lease_id, failure, message + cloud_said(cloud_message)):
             return
         now = self.clock.now()
