@@ -358,8 +358,8 @@ PATHS = {
         "patch": operation("Drain a GPU host, or undrain it", "host:update", 200, wrapped("host", "Host"),
                            params=[path_param("name", "the host's name")], body="HostUpdate", errors=(404,),
                            description="A drained host takes no new leases; the leases running there run to their "
-                                       "end, and those only planned there are planned again on other hosts "
-                                       "(each told in its events). Waiting leases are replanned at once."),
+                                       "end, and those only planned there, and parked leases' held resume slots, are planned again "
+                                       "on other hosts (each told in its events). Waiting leases are replanned at once."),
     },
     "/v1/audit": {"get": audit_operation()},
     "/v1/whatif": {

@@ -1,19 +1,20 @@
 """A host that goes down (Nova reports its nova-compute down) takes nothing new
 (the planner skips it), and the leases it holds move: running and booting ones
 are re-placed on other hosts ahead of the queue, their owners told why in the
-lease's events and failure history; planned ones are planned again. The data
+lease's events and failure history; planned ones are planned again, and a parked
+lease's held resume slot is held again on another host (park.move_slot). The data
 volume stays the tenant's: deleting a VM only detaches it."""
 from __future__ import annotations
 
 import logging
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import ledger_lock, session_scope, to_epoch
 from gpu_tenancy.domain.failures import FailureClass, retry_delay, rule
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.engine import lease_flavor, retry
+from gpu_tenancy.engine import lease_flavor, park, retry
 from gpu_tenancy.engine.events import lease_in, record_event, record_transition
 from gpu_tenancy.engine.leases import end_allocations_at
 from gpu_tenancy.engine.usage import keep_spent
@@ -29,10 +30,12 @@ def down_hosts(session) -> set[str]:
 
 
 def leases_on(session, hosts: set[str]) -> list[tuple[str, str]]:
-    """(lease id, status) of every lease holding GPUs on one of `hosts`."""
+    """(lease id, status) of every lease holding GPUs on one of `hosts`, or a parked one's slot,
+    by when it holds them next: a running lease before the slot of a parked (idle) one."""
     held = select(m.Allocation.lease_id).where(m.Allocation.host.in_(hosts))
     return list(session.execute(select(m.Lease.id, m.Lease.status).where(
-        m.Lease.id.in_(held), m.Lease.status.in_([*MOVED, S.SCHEDULED.value])).order_by(m.Lease.start_at)).all())
+        m.Lease.id.in_(held), m.Lease.status.in_([*MOVED, S.SCHEDULED.value, S.PARKED.value]))
+        .order_by(func.coalesce(m.Lease.resume_by, m.Lease.start_at))).all())
 
 
 def handle_down_hosts(lc) -> int:
@@ -45,6 +48,8 @@ def handle_down_hosts(lc) -> int:
     for lease_id, status in affected:
         if status in MOVED:
             rescue(lc, lease_id, down)
+        elif status == S.PARKED.value:
+            move_parked(lc, lease_id, down)
         else:
             replan_scheduled(lc, lease_id, down)
     return len(affected)
@@ -113,6 +118,21 @@ def replan_scheduled(lc, lease_id: str, down: set[str]) -> None:
         record_event(session, row, "host_failure", f"its planned host {', '.join(lost)} went down; "
                      f"the lease is {retry.describe_placement(row, now)}", now, ACTOR)
     lease_flavor.follow_placement(lc, lease_id)
+
+
+def move_parked(lc, lease_id: str, down: set[str]) -> None:
+    """A parked lease's held slot on a down host is held again elsewhere. The cloud has
+    nothing to follow: a parked lease has no inventory until it resumes."""
+    now = lc.clock.now()
+    with session_scope(lc.sessions) as session:
+        row = lease_in(session, lease_id, S.PARKED, ledger=True)
+        if row is None:
+            return
+        lost = sorted({a.host for a in row.allocations} & down)
+        if not lost:   # moved meanwhile (a resume asked)
+            return
+        park.move_slot(session, row, now, lc.planner_settings, ACTOR, "host_failure",
+                       f"the host of its held resume slot, {', '.join(lost)}, went down")
 
 
 def place_displaced(lc) -> None:

@@ -1,7 +1,8 @@
 """GPU hosts as the cloud last reported them (up, enabled), with the admin's
 drain on top: a drained host takes no new leases, the leases running there run
-to their end, and those only planned there move to other hosts, so that the
-host is empty once its last running lease ends (`held_until`)."""
+to their end, and those only planned there (and parked leases' held resume slots)
+move to other hosts, so that the host is empty once its last running lease ends
+(`held_until`)."""
 from __future__ import annotations
 
 from sqlalchemy import func, select
@@ -12,9 +13,9 @@ from gpu_tenancy.db.session import ledger_lock, to_epoch
 from gpu_tenancy.domain.states import HOLDING, LeaseState
 from gpu_tenancy.domain.held import held_until as held_until_
 from gpu_tenancy.domain.planner import PlannerSettings
-from gpu_tenancy.engine import held, retry
+from gpu_tenancy.engine import held, park, retry
 from gpu_tenancy.engine.capacity import calendar
-from gpu_tenancy.engine.events import record_event
+from gpu_tenancy.engine.events import lease_in, record_event
 
 
 def in_use_now(session: Session, now: int, floor: int) -> dict[str, int]:
@@ -42,7 +43,8 @@ def held_until(session: Session, now: int, floor: int) -> dict[str, int]:
 def set_drained(session: Session, row: m.Host, drained: bool, now: int, settings: PlannerSettings,
                 actor: str) -> list[str]:
     """Drain or undrain; on drain, the leases only planned there are planned again on
-    other hosts, for their planned start or the first time after it. Returns their ids."""
+    other hosts, for their planned start or the first time after it, and so are parked
+    leases' held slots there (park.move_slot). Returns their ids."""
     if drained:   # no replan may plan a lease there meanwhile; and before the leases' rows (lease_in's order)
         ledger_lock(session)
     # the cloud's refresh (lifecycle.refresh_hosts) leaves this column alone
@@ -51,9 +53,19 @@ def set_drained(session: Session, row: m.Host, drained: bool, now: int, settings
         return []
     session.flush()
     planned_here = select(m.Allocation.lease_id).where(m.Allocation.host == row.name)
-    moved = list(session.scalars(select(m.Lease).where(m.Lease.status == LeaseState.SCHEDULED.value,
-                                                      m.Lease.id.in_(planned_here)).order_by(m.Lease.start_at)))
-    for lease in moved:
+    found = session.execute(select(m.Lease.id, m.Lease.status).where(
+        m.Lease.status.in_((LeaseState.SCHEDULED.value, LeaseState.PARKED.value)), m.Lease.id.in_(planned_here))
+        .order_by(func.coalesce(m.Lease.resume_by, m.Lease.start_at))).all()   # by when each takes the GPUs
+    moved = []
+    for lease_id, status in found:
+        lease = lease_in(session, lease_id, LeaseState(status))   # its row, after the ledger lock
+        if lease is None:
+            continue
+        moved.append(lease)
+        if status == LeaseState.PARKED.value:
+            park.move_slot(session, lease, now, settings, actor, "host_drain", f"the host of its held resume "
+                           f"slot, {row.name}, is being drained by an operator")
+            continue
         assert lease.start_at is not None   # a scheduled lease has its start
         start = max(to_epoch(lease.start_at), now)
         retry.replace(session, lease, now, start, avoid=[row.name], settings=settings, actor=actor,

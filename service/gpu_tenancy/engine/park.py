@@ -178,6 +178,32 @@ def hold(session: Session, row: m.Lease, planned: PlannedLease) -> Placement:
     return place
 
 
+def move_slot(session: Session, row: m.Lease, now: int, settings: planner.PlannerSettings, actor: str,
+              kind: str, why: str) -> None:
+    """A parked lease whose held slot is on a host that takes nothing any more (down, drained),
+    in the caller's transaction, which holds the ledger lock and then the lease's row: the slot
+    planned again alone, from its held start, before the waiting leases (it keeps its place, as
+    a planned lease moved off such a host does), on the hosts that take leases. If none can
+    ever take it back, it ends, as a lease parked with no host to take it back does (_parked)."""
+    assert row.resume_by is not None   # set when it parked
+    held_start = to_epoch(row.resume_by)
+    session.execute(delete(m.Allocation).where(m.Allocation.lease_id == row.id))
+    session.expire(row, ["allocations"])
+    inputs = ledger.load_inputs(session, now, settings)
+    planned = planner.plan(now, inputs.hosts, inputs.holds, inputs.quotas, [slot_request(row, max(held_start, now))],
+                           inputs.usage, ledger.settings_for(inputs, settings)).leases[row.id]
+    if planned.placement is None:
+        record_event(session, row, kind, f"{why}; no host can take it back ("
+                     + "; ".join(r.message for r in planned.reasons) + ")", now, actor)
+        end_allocations_at(session, row, now)
+        record_transition(session, row, S.ENDING, now, actor, "no host can take it back; ending it "
+                          "(its shelved VMs are deleted, its data volume kept)")
+        return
+    place = hold(session, row, planned)
+    record_event(session, row, kind, f"{why}; its held slot moved from {rfc3339(held_start)} to "
+                 f"{rfc3339(place.start)} on {', '.join(sorted(set(place.hosts)))}: it resumes then", now, actor)
+
+
 # --- resume -------------------------------------------------------------------------------------
 def resume_early(session: Session, now: int, settings: planner.PlannerSettings, row: m.Lease,
                  actor: str) -> str:

@@ -1,0 +1,153 @@
+"""A parked lease's held resume slot on a host that goes down or is drained: moved by the
+planner to another host (it stays parked, resume_by from the new slot), or, when no host can
+ever take it back, the lease ends as one parked with no host does. And the inverse: a lease
+parking, or about to resume, when its host goes down."""
+from __future__ import annotations
+
+import pytest
+
+from gpu_tenancy.engine import held, park
+from gpu_tenancy.timeutil import parse_time
+from tests.conftest import PG_URL, headers
+from tests.functional.test_host_failure import host_goes
+from tests.functional.test_hosts import ADMIN
+from tests.functional.test_idle_rules import lease_of, minutes
+from tests.functional.test_park import config, events, holds_at_every_instant, parked, running  # noqa: F401
+from tests.races import Held, race
+
+
+def slot(lease) -> tuple[set[str], int]:
+    """The hosts and start of a parked lease's held slot, checked against its resume_by."""
+    starts = {parse_time(a["start"]) for a in lease["allocations"]}
+    assert starts == {parse_time(lease["park"]["resume_by"])}, lease
+    return {a["host"] for a in lease["allocations"]}, starts.pop()
+
+
+def other_h100(host: str) -> str:
+    return "gpu-h100-2" if host == "gpu-h100-1" else "gpu-h100-1"
+
+
+def test_a_parked_lease_whose_slot_host_goes_down_is_held_a_slot_elsewhere_and_resumes_there(
+        client, runtime, engine_tick, cloud, parked):
+    idle = parked["idle"]
+    before = lease_of(client, idle)
+    [lost], held_from = slot(before)
+    host_goes(runtime, cloud, engine_tick, lost, up=False)
+    after = lease_of(client, idle)
+    assert after["status"] == "parked"
+    hosts, resume_by = slot(after)
+    assert hosts == {other_h100(lost)} and resume_by >= held_from
+    assert parse_time(after["end"]) - resume_by == before["park"]["remaining"]   # its time left, whole
+    told = [e["message"] for e in events(client, idle) if e["kind"] == "host_failure"]
+    assert len(told) == 1 and lost in told[0] and other_h100(lost) in told[0], told
+    # the lease that ran on the lost host was in use: it goes before the idle one's slot
+    rescued = lease_of(client, parked["waiting"], "nlp-lab")
+    assert parse_time(rescued["end"]) <= resume_by
+    holds_at_every_instant(runtime)
+    while runtime.clock.now() < resume_by:
+        engine_tick(advance=min(600, resume_by - runtime.clock.now()))
+        holds_at_every_instant(runtime)
+    for _ in range(6):
+        engine_tick(advance=10)
+    back = lease_of(client, idle)
+    assert back["status"] == "active" and {s["host"] for s in back["servers"]} == {other_h100(lost)}
+    assert cloud.volumes()[parked["volume"]]["attached_to"] == back["servers"][0]["id"]
+
+
+def test_draining_the_slot_host_moves_a_parked_leases_slot(client, runtime, engine_tick, parked):
+    idle = parked["idle"]
+    [host], held_from = slot(lease_of(client, idle))
+    reply = client.patch(f"/v1/hosts/{host}", json={"drained": True}, headers=ADMIN)
+    assert reply.status_code == 200
+    # the drained host is empty once the lease running there ends: no parked lease comes back to it
+    running_there = lease_of(client, parked["waiting"], "nlp-lab")
+    assert running_there["status"] in ("provisioning", "active") and running_there["allocations"][0]["host"] == host
+    assert parse_time(reply.get_json()["host"]["held_until"]) <= held_from
+    after = lease_of(client, idle)
+    assert after["status"] == "parked"
+    hosts, resume_by = slot(after)
+    assert hosts == {other_h100(host)} and resume_by >= held_from
+    told = [e["message"] for e in events(client, idle) if e["kind"] == "host_drain"]
+    assert len(told) == 1 and host in told[0], told
+    holds_at_every_instant(runtime)
+    engine_tick(advance=60)
+    assert slot(lease_of(client, idle)) == (hosts, resume_by)   # the engine leaves it there
+
+
+def test_a_parked_lease_no_host_can_take_back_ends_and_keeps_its_volume(client, runtime, engine_tick, cloud,
+                                                                        parked):
+    """Its slot's host down and the only other of its model drained: it cannot resume anywhere,
+    so it ends as a lease parked with no host to take it back does; the shelved VMs go, the
+    data volume stays the tenant's."""
+    idle = parked["idle"]
+    [host], _ = slot(lease_of(client, idle))
+    assert client.patch(f"/v1/hosts/{other_h100(host)}", json={"drained": True}, headers=ADMIN).status_code == 200
+    assert lease_of(client, idle)["status"] == "parked"
+    host_goes(runtime, cloud, engine_tick, host, up=False)
+    engine_tick(advance=10)
+    engine_tick(advance=10)
+    lease = lease_of(client, idle)
+    assert lease["status"] == "ended", lease["status"]
+    said = " ".join(e["message"] for e in events(client, idle))
+    assert host in said and "no host can take it back" in said
+    assert parked["before"]["servers"][0]["id"] not in cloud.servers()
+    assert cloud.volumes()[parked["volume"]]["status"] == "available"
+    holds_at_every_instant(runtime)
+
+
+def test_a_host_down_as_the_slot_comes_moves_the_slot_rather_than_resume_onto_it(client, runtime, engine_tick,
+                                                                                 cloud, parked):
+    idle = parked["idle"]
+    [host], resume_by = slot(lease_of(client, idle))
+    while runtime.clock.now() < resume_by - 120:
+        engine_tick(advance=min(600, resume_by - 120 - runtime.clock.now()))
+    assert lease_of(client, idle)["status"] == "parked"
+    cloud.set_host_state(host, up=False)
+    engine_tick(advance=120)   # the refresh that sees it down, at the slot's start
+    after = lease_of(client, idle)
+    assert after["status"] == "parked" and after["failure"] is None
+    assert slot(after)[0] == {other_h100(host)}
+    holds_at_every_instant(runtime)
+
+
+def test_a_lease_whose_host_goes_down_while_parking_is_held_a_slot_on_another_host(client, runtime, engine_tick,
+                                                                                  cloud):
+    idle, token = running(client, engine_tick, "ml-vision")
+    busy, busy_token = running(client, engine_tick, "nlp-lab")
+    minutes(client, engine_tick, 20, [(idle, token, [0, 0, 0, 0]), (busy, busy_token, [90, 90, 90, 90])])
+    lease = lease_of(client, idle)
+    assert lease["status"] == "parking"
+    lost = lease["allocations"][0]["host"]
+    host_goes(runtime, cloud, engine_tick, lost, up=False)
+    engine_tick(advance=10)
+    after = lease_of(client, idle)
+    assert after["status"] == "parked"
+    assert slot(after)[0] == {other_h100(lost)}   # the held slot is never planned on a down host
+    holds_at_every_instant(runtime)
+
+
+@pytest.mark.skipif(not PG_URL, reason="on SQLite every transaction holds the database's write lock from its start")
+def test_a_drain_while_the_engine_begins_the_resume_leaves_the_lease_resuming_where_it_is(
+        app, client, runtime, engine_tick, db_url, monkeypatch, parked):
+    """The engine past its check that the slot's GPUs are free, the lease's row locked: the drain
+    waits for it, then finds the lease resuming (running: it runs to its end there), rather than
+    move the slot it is being unshelved on."""
+    idle = parked["idle"]
+    [host], resume_by = slot(lease_of(client, idle))
+    assert client.delete(f"/v1/leases/{parked['waiting']}", headers=headers("nlp-lab")).status_code == 204
+    engine_tick(advance=10)
+    engine_tick(advance=10)   # its GPUs released: nothing holds the slot's
+    runtime.clock.set(resume_by)
+    point = Held(lambda out, session, row, *rest: row.id == idle)
+    monkeypatch.setattr(held, "unreleased_on", point.around(held.unreleased_on))
+
+    def resume() -> None:
+        park.begin_resume(runtime.engine.lifecycle, idle, "its held resume slot has come")
+
+    def drain() -> int:
+        return app.test_client().patch(f"/v1/hosts/{host}", json={"drained": True}, headers=ADMIN).status_code
+    _, drained = race(db_url, point, resume, drain)
+    assert drained == 200
+    lease = lease_of(client, idle)
+    assert lease["status"] in ("resuming", "active") and {a["host"] for a in lease["allocations"]} == {host}
+    assert not [e for e in events(client, idle) if e["kind"] == "host_drain"]
