@@ -386,6 +386,7 @@ def test_admin_drains_and_undrains_a_host_from_the_hosts_page(client):
     csrf = login(client, roles=("admin",))
     asked = client.post("/dashboard/admin/hosts/gpu-a100-3", data={"csrf_token": csrf, "drained": "true"})
     assert asked.status_code == 200 and "Yes, drain gpu-a100-3" in asked.text      # asked first
+    assert "resume slots parked leases hold there" in asked.text                    # what moves, said
     assert "<strong>drained</strong>" not in client.get("/dashboard/admin/hosts").text
     assert client.post("/dashboard/admin/hosts/gpu-a100-3", data={"csrf_token": csrf, "drained": "true",
                                                                   "confirmed": "yes"}).status_code == 302

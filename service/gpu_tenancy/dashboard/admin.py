@@ -156,8 +156,9 @@ def drain(name: str):
     if drained and request.form.get("confirmed") != "yes":   # asked first, on a page of its own (no script)
         return render_template(
             "dashboard/confirm.html", title=f"Drain {name}?",
-            consequence=f"{name} takes no new leases, and the leases planned there move to other hosts "
-                        "(they may start later); running VMs stay until their leases end.",
+            consequence=f"{name} takes no new leases, and the leases planned there, and the resume slots "
+                        "parked leases hold there, move to other hosts (they may start or resume later); "
+                        "running VMs stay until their leases end.",
             action=url_for("dashboard.drain", name=name), fields={"drained": "true"},
             confirm_label=f"Yes, drain {name}", back=url_for("dashboard.hosts"), back_label="No, keep it")
     reply = api().call("PATCH", f"/v1/hosts/{name}", body={"drained": drained})
