@@ -1,10 +1,7 @@
 """A name finds one unfinished lease of a project: the create's and the rename's check refuse a
-taken name, and the database's unique index (db/models.py) refuses the second of two requests
-that passed the check at once, with the same 409 and nothing of it kept."""
+taken name, two creates of one name take turns, and the database's unique index (db/models.py)
+refuses a write that passed the check all the same, with the same 409 and nothing of it kept."""
 from __future__ import annotations
-
-import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from sqlalchemy import func, select
@@ -15,6 +12,7 @@ from gpu_tenancy.db.session import session_scope
 from gpu_tenancy.domain.states import FINAL
 from gpu_tenancy.engine import leases
 from tests.conftest import PG_URL, headers
+from tests.races import Held, race
 
 ASK = {"shape": "a100.x1", "duration": "PT2H"}
 
@@ -92,22 +90,16 @@ def test_a_blazar_update_refused_for_its_name_leaves_the_end_as_it_was(client, s
 
 @pytest.mark.skipif(not PG_URL, reason="on SQLite a create holds the database's write lock from its start: "
                                        "two cannot pass the check at once")
-def test_two_creates_with_one_name_at_once_make_one_lease(app, sessions, monkeypatch):
-    """Both held after their check until both have passed it: the first to write makes the
-    lease, the other is refused by the index (its INSERT waits for the first's commit)."""
-    together = threading.Barrier(2, timeout=60)
-    check = leases.check_name_untaken
+def test_two_creates_with_one_name_at_once_make_one_lease(app, sessions, db_url, monkeypatch):
+    """The first held just past its check: the second waits for the name's lock (engine/leases.py
+    name_lock), then its check finds the first's lease."""
+    point = Held()
+    monkeypatch.setattr(leases, "check_name_untaken", point.around(leases.check_name_untaken))
 
-    def checked_then_wait(*args):
-        check(*args)
-        together.wait()
-    monkeypatch.setattr(leases, "check_name_untaken", checked_then_wait)
-
-    def create(k: int):
+    def create():
         reply = app.test_client().post("/v1/leases", json={**ASK, "name": "same"}, headers=headers())
         return reply.status_code, reply.get_json()
-    with ThreadPoolExecutor(2) as pool:
-        answers = list(pool.map(create, range(2)))
+    answers = race(db_url, point, create, create)
     assert sorted(code for code, _ in answers) == [201, 409], answers
     refused = next(body for code, body in answers if code == 409)
     assert refused["errors"][0]["code"] == codes.LEASE_NAME_TAKEN

@@ -2,7 +2,8 @@
 PostgreSQL (READ COMMITTED): each check holds until its change commits, so the outcome is one
 of the two orders, never a mix, and no two wait for each other in a circle. The locks: a
 request's change takes the ledger's, then the lease's (engine/leases.py lock_for_change), a
-create for a project with a budget the ledger's before its budget's check; an engine step
+create for a project with a budget the ledger's before its budget's check, a write of a lease's
+name (a create, a rename) the name's before the ledger's (name_lock); an engine step
 the lease's, after the ledger's if it plans (engine/events.py lease_in). Each test holds the first side just past its check, lets the
 second run until it finishes or waits for a lock, then lets the first go on."""
 from __future__ import annotations
@@ -17,7 +18,7 @@ from sqlalchemy import select, update
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch
 from gpu_tenancy.domain.states import HOLDING
-from gpu_tenancy.engine import budgets, early_ends, held, leases, ledger
+from gpu_tenancy.engine import budgets, early_ends, held, lease_insert, leases, ledger
 from gpu_tenancy.engine.decision_hook import DecisionHook
 from tests.conftest import PG_URL, headers
 from tests.races import Held, race
@@ -208,3 +209,23 @@ def test_a_drain_while_a_replan_plans_on_that_host_moves_the_lease_off_it(app, r
     with session_scope(sessions) as s:
         hosts = list(s.scalars(select(m.Allocation.host).where(m.Allocation.lease_id == lid)))
     assert drained == 200 and chosen and chosen[0] not in hosts, (chosen, hosts)
+
+
+def test_a_rename_to_the_name_of_a_lease_being_made_waits_and_is_refused(app, runtime, db_url, monkeypatch):
+    """A create that fits its lease into the plan writes the lease, name and all, before it takes
+    the ledger lock: the create held just past that write, a rename to the same name waits for
+    it, then is refused (it took the ledger lock and then waited for the create's name, while the
+    create waited for the ledger: PostgreSQL ended one of them as a deadlock, a 500)."""
+    runtime.fits.min_waiting = 0   # every create fits its lease into the plan
+    client = app.test_client()
+    other = client.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT2H", "name": "other"},
+                        headers=NLP).get_json()["lease"]["id"]
+    point = Held(lambda out, session, row, *rest: row.name == "train")
+    monkeypatch.setattr(lease_insert, "insert_new", point.around(lease_insert.insert_new))
+    made, renamed = race(db_url, point,
+                         lambda: status_code(app.test_client().post(
+                             "/v1/leases", json={"shape": "a100.x1", "duration": "PT2H", "name": "train"},
+                             headers=NLP)),
+                         lambda: status_code(app.test_client().put(
+                             f"/reservation/v1/leases/{other}", json={"name": "train"}, headers=NLP)))
+    assert (made, renamed) == (201, 409)

@@ -183,6 +183,8 @@ def change_end(lease_id: str, change_asked: EndChange, name: str | None = None) 
     def change(session: Session, hook: DecisionHook) -> dict:
         row = load(session, lease_id)
         rt.authorize("lease:update", row.project_id)
+        if name is not None:   # the name's lock before the ledger's
+            leases.name_lock(session, row.project_id, name)
         leases.lock_for_change(session, row)   # the lease as it is, until this commits
         before = render(row)
         if name is not None:
@@ -201,6 +203,7 @@ def rename(lease_id: str, name: str) -> None:
     with rt.transaction() as session:
         row = load(session, lease_id)
         rt.authorize("lease:update", row.project_id)
+        leases.name_lock(session, row.project_id, name)   # before the ledger's
         leases.lock_for_change(session, row)   # the lease as it is, until this commits
         before = render(row)
         leases.rename(session, rt.now(), row, name, rt.caller().user_id)

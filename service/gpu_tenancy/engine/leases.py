@@ -192,9 +192,9 @@ def check_quota_of(limits: Limits, project_id: str, quota: m.Quota | ask_facts.Q
 
 def check_name_free(session: Session, project_id: str, name: str) -> None:
     """A name finds one lease: refuse a name another unfinished lease of the project has (the CLI
-    and dashboard take names where ids are long). Two requests that pass this at once are told
-    apart by the database's unique index (db/models.py): the second's write is refused, and
-    name_written says why."""
+    and dashboard take names where ids are long). Two requests that write one name take turns
+    (name_lock); one that passed this all the same is told apart by the database's unique index
+    (db/models.py): its write is refused, and name_written says why."""
     other = session.execute(select(m.Lease.id, m.Lease.status).where(
         m.Lease.project_id == project_id, m.Lease.name == name,
         m.Lease.status.not_in([s.value for s in FINAL])).limit(1)).first()
@@ -271,6 +271,8 @@ def create(session: Session, now: int, limits: Limits, caller: Caller, ask: Leas
     (ledger.plan_new, or else the engine's next replan), so that one replan can
     plan the leases of many requests. `lease_id`: the id the decision service was told."""
     lease_id = lease_id or ledger.new_lease_id()
+    if ask.name:   # its lock first of all: before the volume's and the ledger's (lock_for_change)
+        name_lock(session, caller.project_id, ask.name)
     request, columns, facts = checked_request(session, now, limits, caller, ask, lease_id)
     # for the fit of the lease made here (plan_insert.fit_made pops them): a dry run, which
     # fits nothing, leaves none behind in its session
@@ -310,14 +312,24 @@ def lock_for_change(session: Session, row: m.Lease) -> None:
     again, so that what the change checks (its state, its end, the budget) holds until it
     commits, whatever the engine or another request does meanwhile. Always in that order, which
     the engine's steps keep too (engine/events.py lease_in), so that no two transactions wait
-    for each other; taken once per transaction. (A data volume's lock, key_lock, comes before
-    the ledger's: a create takes it at its check, an offer taken before the ledger's.)"""
+    for each other; taken once per transaction. (A lease name's lock, then a data volume's, both
+    key_lock, come before the ledger's: a create takes them as it begins and at its volume's
+    check, an offer taken before the ledger's, a rename before this.)"""
     held = session.info.setdefault(HELD, set())
     if row.id in held:
         return
     ledger_lock(session)
     session.refresh(row, with_for_update=True)
     held.add(row.id)
+
+
+def name_lock(session: Session, project_id: str, name: str) -> None:
+    """A lease name of the project, written (a create's INSERT, a rename) by one request at a time
+    till it commits; taken before the ledger lock. A create that fits its lease into the plan
+    writes the name before it takes the ledger lock (engine/plan_insert.py), and a write of the
+    same name under the ledger lock waits on the unique index for that create to end: the two
+    waited for each other, and PostgreSQL ended one as a deadlock."""
+    key_lock(session, f"name {project_id} {name}")
 
 
 def volume_lock(session: Session, project_id: str, volume_id: str) -> None:

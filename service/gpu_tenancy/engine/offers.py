@@ -35,7 +35,7 @@ from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import catalog, early_ends, ledger, networking, new_lease, plan_insert
 from gpu_tenancy.engine.decision_hook import DecisionHook, decide
 from gpu_tenancy.engine.events import record_transition
-from gpu_tenancy.engine.leases import Caller, build_request, create, volume_lock
+from gpu_tenancy.engine.leases import Caller, build_request, create, name_lock, volume_lock
 from gpu_tenancy.engine.limits import Limits
 from gpu_tenancy.engine.new_lease import Made, Transaction
 from gpu_tenancy.errors import BadRequest, Conflict
@@ -211,7 +211,10 @@ def take(transaction: Transaction, clock: Callable[[], int], config: Config, set
 
     def make(session: Session, asked: DecisionHook) -> tuple[m.Lease, dict]:
         now = clock()
-        if wanted.volume is not None and wanted.volume.id:   # its lock before the ledger's (leases.lock_for_change)
+        # the name's lock, the volume's, then the ledger's, as a create takes them (leases.lock_for_change)
+        if wanted.name:
+            name_lock(session, caller.project_id, wanted.name)
+        if wanted.volume is not None and wanted.volume.id:
             volume_lock(session, caller.project_id, wanted.volume.id)
         ledger_lock(session)   # held until this transaction ends: the check and the plan under it
         if opened.replaces is not None:
