@@ -229,3 +229,35 @@ def test_a_rename_to_the_name_of_a_lease_being_made_waits_and_is_refused(app, ru
                          lambda: status_code(app.test_client().put(
                              f"/reservation/v1/leases/{other}", json={"name": "train"}, headers=NLP)))
     assert (made, renamed) == (201, 409)
+
+
+
+def test_the_engine_ending_a_lease_at_its_notice_while_the_notice_is_called_off_leaves_it_running(
+        app, runtime, sessions, cloud, engine_tick, db_url, monkeypatch):
+    """A borrower under notice for a waiting lease, which is cancelled just before the notice runs
+    out (test_contention.py's story): the cancel's replan past its choice to call the notice off,
+    the engine's end of the borrower at the notice waits, then finds it called off and leaves the
+    borrower running (it ended it, and the call-off then wrote its old end back over the engine's
+    cut: an ending lease holding its GPUs in the ledger for hours, finished as ended)."""
+    client, vision = app.test_client(), headers("ml-vision")
+    client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT10H"}, headers=vision)
+    extra = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT10H"},
+                        headers=vision).get_json()["lease"]["id"]
+    engine_tick()
+    engine_tick(advance=2 * 3600)
+    train = client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT4H"},
+                        headers=NLP).get_json()["lease"]["id"]
+    engine_tick()   # the notice: the borrower ends at 10:15
+    notice = state(sessions, cloud, extra)["end"]
+    runtime.clock.advance(notice - 60 - runtime.clock.now())
+    point = Held(lambda out, now, hosts, holds, quotas, waiting, usage, lease_id, *rest: lease_id == extra)
+    monkeypatch.setattr(early_ends.planner, "extension_conflicts", point.around(early_ends.planner.extension_conflicts))
+
+    def at_the_notice() -> None:
+        runtime.clock.advance(60)
+        early_ends.end_due(runtime.engine.lifecycle)
+    cancelled, _ = race(db_url, point, lambda: status_code(client.delete(f"/v1/leases/{train}", headers=NLP)),
+                        at_the_notice)
+    after = state(sessions, cloud, extra)
+    assert cancelled == 204 and after["status"] == "active" and after["end"] > notice, after
+    assert all(end == after["end"] for _, end in after["allocations"]), after

@@ -124,7 +124,10 @@ def call_off_unneeded(session: Session, now: int, planner_settings: planner.Plan
                m.Lease.early_end_from.is_not(None), beneficiary.c.status.not_in(waits))
         # each is checked with those before it given their ends back: in the order the replay's
         # whatif/reclaims.py takes them (its lease ids are the trace's: ties at one second differ)
-        .order_by(m.Lease.early_end_at, m.Lease.created_at, m.Lease.id)))
+        .order_by(m.Lease.early_end_at, m.Lease.created_at, m.Lease.id)
+        # locked (after the ledger lock, as ever): the engine ending one at its notice meanwhile
+        # (lease_in) waits for this, or this finds it no longer active
+        .with_for_update(of=m.Lease)))
     called = False
     for row, status in rows:
         inputs = ledger.load_inputs(session, now, planner_settings)
@@ -180,8 +183,8 @@ def end_due(lifecycle) -> None:
     with session_scope(lifecycle.sessions) as session:
         due = list(session.execute(select(m.Lease.id, m.Lease.early_end_kind, m.Lease.early_end_for).where(
             m.Lease.status == S.ACTIVE.value, m.Lease.early_end_at <= utcnow_naive(now))))
-    for lease_id, kind, for_lease in due:
-        lifecycle.begin_end(lease_id, f"{kind} for lease {for_lease}: its notice is over")
+    for lease_id, kind, for_lease in due:   # its end read again under its lock: a notice called off meanwhile keeps it
+        lifecycle.begin_end(lease_id, f"{kind} for lease {for_lease}: its notice is over", now)
 
 
 def final_state(row: m.Lease) -> LeaseState:
