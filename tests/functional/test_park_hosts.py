@@ -4,8 +4,13 @@ ever take it back, the lease ends as one parked with no host does. And the inver
 parking, or about to resume, when its host goes down."""
 from __future__ import annotations
 
-import pytest
+import json
 
+import pytest
+from sqlalchemy import select
+
+from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import session_scope
 from gpu_tenancy.engine import held, park
 from gpu_tenancy.timeutil import parse_time
 from tests.conftest import PG_URL, headers
@@ -27,6 +32,13 @@ def other_h100(host: str) -> str:
     return "gpu-h100-2" if host == "gpu-h100-1" else "gpu-h100-1"
 
 
+def notices(runtime, lease) -> list[tuple[str, dict]]:
+    """The lease's webhook notices in the outbox, oldest first: (event, body)."""
+    with session_scope(runtime.sessions) as session:
+        return [(d.event, json.loads(d.body)) for d in session.scalars(
+            select(m.WebhookDelivery).where(m.WebhookDelivery.lease_id == lease).order_by(m.WebhookDelivery.id))]
+
+
 def test_a_parked_lease_whose_slot_host_goes_down_is_held_a_slot_elsewhere_and_resumes_there(
         client, runtime, engine_tick, cloud, parked):
     idle = parked["idle"]
@@ -40,6 +52,8 @@ def test_a_parked_lease_whose_slot_host_goes_down_is_held_a_slot_elsewhere_and_r
     assert parse_time(after["end"]) - resume_by == before["park"]["remaining"]   # its time left, whole
     told = [e["message"] for e in events(client, idle) if e["kind"] == "host_failure"]
     assert len(told) == 1 and lost in told[0] and other_h100(lost) in told[0], told
+    event, body = notices(runtime, idle)[-1]   # the tenant's webhook is told the new resume_by
+    assert event == "lease.parked" and parse_time(body["lease"]["resume_by"]) == resume_by
     # the lease that ran on the lost host was in use: it goes before the idle one's slot
     rescued = lease_of(client, parked["waiting"], "nlp-lab")
     assert parse_time(rescued["end"]) <= resume_by
@@ -72,6 +86,23 @@ def test_draining_the_slot_host_moves_a_parked_leases_slot(client, runtime, engi
     holds_at_every_instant(runtime)
     engine_tick(advance=60)
     assert slot(lease_of(client, idle)) == (hosts, resume_by)   # the engine leaves it there
+
+
+def test_a_moved_slot_tells_the_projects_webhook_its_new_resume_by(client, runtime, parked):
+    """The lease.parked notice said when the lease resumes; once its slot moves, that is stale:
+    the notice goes again, with the new slot, through the same outbox."""
+    idle = parked["idle"]
+    [host], held_from = slot(lease_of(client, idle))
+    assert [e for e, _ in notices(runtime, idle)] == ["lease.idle", "lease.parked"]
+    assert client.patch(f"/v1/hosts/{host}", json={"drained": True}, headers=ADMIN).status_code == 200
+    _, resume_by = slot(lease_of(client, idle))
+    sent = notices(runtime, idle)
+    assert [e for e, _ in sent] == ["lease.idle", "lease.parked", "lease.parked"]
+    first, again = sent[1][1], sent[2][1]
+    assert parse_time(first["lease"]["resume_by"]) == held_from
+    assert parse_time(again["lease"]["resume_by"]) == resume_by and again["lease"]["status"] == "parked"
+    assert again["lease"]["end"] == lease_of(client, idle)["end"]
+    assert other_h100(host) in again["message"] and "moved" in again["message"]
 
 
 def test_a_parked_lease_no_host_can_take_back_ends_and_keeps_its_volume(client, runtime, engine_tick, cloud,

@@ -304,7 +304,8 @@ PATHS = {
                          params=[PROJECT_ID], body="WebhookUpdate",
                          description="Notices: lease.ending_soon, warn_before_end_seconds before a lease's end; "
                                      "lease.idle, when a lease's GPUs have been idle past the operator's rule; "
-                                     "lease.parked and lease.resumed, when such a rule parks a lease and it comes back. "
+                                     "lease.parked and lease.resumed, when such a rule parks a lease and it comes back "
+                                     "(lease.parked again, with the new resume_by, when its held slot moves). "
                                      "Each POST carries X-GPU-Tenancy-Signature: sha256=<HMAC-SHA256 of "
                                      "'<X-GPU-Tenancy-Timestamp>.<body>' with the secret>; failed deliveries "
                                      "are retried with a doubling backoff, and not redirected. A URL whose host is a loopback, "

@@ -184,7 +184,9 @@ def move_slot(session: Session, row: m.Lease, now: int, settings: planner.Planne
     in the caller's transaction, which holds the ledger lock and then the lease's row: the slot
     planned again alone, from its held start, before the waiting leases (it keeps its place, as
     a planned lease moved off such a host does), on the hosts that take leases. If none can
-    ever take it back, it ends, as a lease parked with no host to take it back does (_parked)."""
+    ever take it back, it ends, as a lease parked with no host to take it back does (_parked).
+    Moved, `lease.parked` goes to the project's webhook again with the new resume_by: the one
+    sent at the park is stale."""
     assert row.resume_by is not None   # set when it parked
     held_start = to_epoch(row.resume_by)
     session.execute(delete(m.Allocation).where(m.Allocation.lease_id == row.id))
@@ -200,8 +202,10 @@ def move_slot(session: Session, row: m.Lease, now: int, settings: planner.Planne
                           "(its shelved VMs are deleted, its data volume kept)")
         return
     place = hold(session, row, planned)
-    record_event(session, row, kind, f"{why}; its held slot moved from {rfc3339(held_start)} to "
-                 f"{rfc3339(place.start)} on {', '.join(sorted(set(place.hosts)))}: it resumes then", now, actor)
+    message = (f"{why}; its held slot moved from {rfc3339(held_start)} to {rfc3339(place.start)} on "
+               f"{', '.join(sorted(set(place.hosts)))}: it resumes then")
+    record_event(session, row, kind, message, now, actor)
+    webhooks.enqueue(session, row, webhooks.PARKED, webhooks.park_payload(row, now, message), now)
 
 
 # --- resume -------------------------------------------------------------------------------------
