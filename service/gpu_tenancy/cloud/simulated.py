@@ -59,7 +59,8 @@ OPERATIONS = ("ensure_volume", "boot", "attach_volume", "delete_server", "check_
               "project_volumes", "check_volume_owner", "server_error", "ensure_lease_class",
               "set_lease_inventory", "ensure_lease_flavor", "grant_lease_flavor", "revoke_lease_flavor",
               "remove_lease_inventory", "remove_lease_flavor", "remove_lease_class", "project_networks",
-              "ensure_security_group", "ensure_floating_ip", "release_floating_ips", "shelve", "unshelve")
+              "ensure_security_group", "ensure_floating_ip", "release_floating_ips", "shelve", "unshelve",
+              "unshelve_error")
 F = FailureClass
 # The cloud's own words per class, worded so the engine's fault classifier recognises them.
 DEFAULT_FAULTS = {
@@ -148,7 +149,8 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
                        message: str | None = None) -> None:
         """The next `times` calls of `operation` raise CloudError(failure_class). For
         'server_error' the next `times` boots go ERROR after BUILD with the class's fault
-        instead (BOOT_TIMEOUT: they stay in BUILD forever)."""
+        instead (BOOT_TIMEOUT: they stay in BUILD forever), and for 'unshelve_error' the next
+        `times` unshelves (BOOT_TIMEOUT: as on a host that died with nothing to spawn it)."""
         if operation not in OPERATIONS:
             raise ValueError(f"operation must be one of {', '.join(OPERATIONS)}")
         with self._lock:
@@ -353,6 +355,11 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
                                  NO_VALID_HOST)
             # back on the host: the claim is taken now and it boots again (BUILD, then ACTIVE)
             server.shelved_at, server.host, server.created_at = None, host, now
+            injected = self._take_failure("unshelve_error")
+            if injected and injected[0] == F.BOOT_TIMEOUT:
+                server.stuck = True
+            elif injected:
+                server.fault = injected[1]
 
     def nominal_release_seconds(self) -> int | None:
         return self.delete_seconds

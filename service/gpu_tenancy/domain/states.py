@@ -39,8 +39,10 @@ TRANSITIONS: dict[LeaseState, frozenset[LeaseState]] = {
     S.PARKING: frozenset({S.PARKED, S.ENDING}),
     # parked -> resuming: the held slot came, or the tenant asked; parked -> ending: DELETE or its end
     S.PARKED: frozenset({S.RESUMING, S.ENDING}),
-    # resuming -> ending: DELETE, or an unshelve that failed
-    S.RESUMING: frozenset({S.ACTIVE, S.ENDING}),
+    # resuming -> ending: DELETE, or an unshelve that failed past its class's retries;
+    # resuming -> parked: an unshelve refused with its VMs still shelved, its slot moved elsewhere;
+    # resuming -> scheduled/queued: a VM lost off the shelf (ERROR, its host down): booted again elsewhere
+    S.RESUMING: frozenset({S.ACTIVE, S.ENDING, S.PARKED, S.SCHEDULED, S.QUEUED}),
     # ending -> preempted: a lease ended early with notice (reclaimed or preempted), VMs now deleted
     S.ENDING: frozenset({S.ENDED, S.FAILED, S.PREEMPTED}),
     S.ENDED: frozenset(),

@@ -17,6 +17,9 @@ for the time it had left.
   held one stays); then the inventory on the slot's hosts and each VM unshelved pinned
   to its slot host (`_advance_resuming`).
 - resuming -> active: every VM ACTIVE again with its volume; its idle record starts over.
+- A resume that fails for the host's or the cloud's reason is tried again elsewhere, within
+  the failure class's attempts, as a boot is (`retry_resume`): parked again with its slot
+  moved while every VM is still on the shelf, else booted again from its image.
 
 A lease the tenant boots (`boot: tenant`) is not parked: its servers are the tenant's
 (any image, network, Heat stack), so its rule only warns (engine/gpu_activity.py).
@@ -31,15 +34,15 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from gpu_tenancy import error_codes as codes
-from gpu_tenancy.cloud.driver import CloudError
+from gpu_tenancy.cloud.driver import CloudError, ServerState
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import ledger_lock, session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.domain import planner
-from gpu_tenancy.domain.failures import FailureClass, cloud_said
+from gpu_tenancy.domain.failures import FailureClass, classify_fault, cloud_said, retry_delay, rule
 from gpu_tenancy.domain.held import held_until
 from gpu_tenancy.domain.model import LeaseRequest, Placement, PlannedLease
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.engine import held, ledger, webhooks
+from gpu_tenancy.engine import held, ledger, retry, webhooks
 from gpu_tenancy.engine.events import entered_at, lease_in, record_event, record_transition
 from gpu_tenancy.engine.lease_flavor import TENANT, vms_per_host
 from gpu_tenancy.engine.leases import end_allocations_at, lock_for_change
@@ -179,21 +182,21 @@ def hold(session: Session, row: m.Lease, planned: PlannedLease) -> Placement:
 
 
 def move_slot(session: Session, row: m.Lease, now: int, settings: planner.PlannerSettings, actor: str,
-              kind: str, why: str) -> None:
+              kind: str, why: str, *, earliest: int | None = None, avoid: list[str] | None = None) -> None:
     """A parked lease whose held slot is on a host that takes nothing any more (down, drained),
     in the caller's transaction, which holds the ledger lock and then the lease's row: the slot
-    planned again alone, from its held start, before the waiting leases (it keeps its place, as
-    a planned lease moved off such a host does), on the hosts that take leases. If none can
-    ever take it back, it ends, as a lease parked with no host to take it back does (_parked).
-    Moved, `lease.parked` goes to the project's webhook again with the new resume_by: the one
-    sent at the park is stale."""
+    planned again alone, from its held start (or `earliest`), before the waiting leases (it
+    keeps its place, as a planned lease moved off such a host does), on the hosts that take
+    leases, other than `avoid` where another can. If none can ever take it back, it ends, as a
+    lease parked with no host to take it back does (_parked). Moved, `lease.parked` goes to the
+    project's webhook again with the new resume_by: the one sent at the park is stale."""
     assert row.resume_by is not None   # set when it parked
     held_start = to_epoch(row.resume_by)
     session.execute(delete(m.Allocation).where(m.Allocation.lease_id == row.id))
     session.expire(row, ["allocations"])
     inputs = ledger.load_inputs(session, now, settings)
-    planned = planner.plan(now, inputs.hosts, inputs.holds, inputs.quotas, [slot_request(row, max(held_start, now))],
-                           inputs.usage, ledger.settings_for(inputs, settings)).leases[row.id]
+    start = max(held_start, now) if earliest is None else earliest
+    planned = retry.plan_alone(inputs, now, slot_request(row, start), avoid or [], settings)
     if planned.placement is None:
         record_event(session, row, kind, f"{why}; no host can take it back ("
                      + "; ".join(r.message for r in planned.reasons) + ")", now, actor)
@@ -291,37 +294,129 @@ def advance_resuming(lc: Lifecycle, lease_id: str) -> None:
         hosts = {a.vm_index: a.host for a in row.allocations}
         servers = [(s.vm_index, s.cloud_id, s.status) for s in row.servers if s.cloud_id]
         per_host, volume_id = vms_per_host(row), row.volume_id
-        since = entered_at(session, lease_id, S.RESUMING, now)
+        overdue = now - entered_at(session, lease_id, S.RESUMING, now) > lc.config.boot_timeout_seconds
     try:
         if any(old != UNSHELVING and old != "ACTIVE" for _, _, old in servers):
             lc.cloud.set_lease_inventory(lease_id, per_host)   # a unit of its class where its slot is
         states = {}
         for vm_index, cloud_id, old in servers:
             state = lc.cloud.server_state(cloud_id)
+            if old == UNSHELVING and shelved(state):
+                # Nova places a pinned unshelve after it answers; one it cannot place goes back on
+                # the shelf (no task left) and nothing more is said
+                retry_resume(lc, lease_id, FailureClass.NO_VALID_HOST, f"the cloud put VM {vm_index} back on "
+                             f"the shelf rather than unshelve it on {hosts[vm_index]}", overdue)
+                return
             if state.status == OFFLOADED and old != UNSHELVING:
                 lc.cloud.unshelve(cloud_id, hosts[vm_index])
                 lc.set_server(lease_id, vm_index, status=UNSHELVING, host=hosts[vm_index])
                 state = lc.cloud.server_state(cloud_id)
             elif state.status in ("ERROR", "DELETED"):
-                fail(lc, lease_id, S.RESUMING, f"VM {vm_index} is {state.status} while it was being unshelved"
-                     + cloud_said(state.fault))
+                retry_resume(lc, lease_id, *off_the_shelf(vm_index, state), overdue)
                 return
             elif state.status == "ACTIVE" and old != "ACTIVE":
                 lc.set_server(lease_id, vm_index, status="ACTIVE", host=state.host or hosts[vm_index])
             states[vm_index] = state
         if not all(s.status == "ACTIVE" for s in states.values()):
-            if now - since > lc.config.boot_timeout_seconds:
-                fail(lc, lease_id, S.RESUMING, f"the VMs were not active again within "
-                     f"{lc.config.boot_timeout_seconds} s of the unshelve")
+            if overdue:
+                retry_resume(lc, lease_id, FailureClass.BOOT_TIMEOUT, f"the VMs were not active again within "
+                             f"{lc.config.boot_timeout_seconds} s of the unshelve", overdue)
             return
         if volume_id:
             lc.cloud.attach_volume(states[min(states)].id, volume_id)   # no-op: it stayed attached
     except CloudError as exc:
         log.warning("resuming lease %s: %s", lease_id, exc)
-        if exc.failure_class is FailureClass.NO_VALID_HOST or now - since > lc.config.boot_timeout_seconds:
-            fail(lc, lease_id, S.RESUMING, exc.message + cloud_said(exc.cloud_message))
+        if exc.failure_class in (FailureClass.NO_VALID_HOST, FailureClass.HOST_DOWN) or overdue:
+            retry_resume(lc, lease_id, exc.failure_class, exc.message + cloud_said(exc.cloud_message), overdue)
         return
     _resumed(lc, lease_id)
+
+
+def shelved(state: ServerState) -> bool:
+    """On the shelf with nothing under way: a VM that can be unshelved on any host."""
+    return state.status == OFFLOADED and not state.task
+
+
+def off_the_shelf(vm_index: int, state: ServerState) -> tuple[FailureClass, str]:
+    """The class and words of a VM in ERROR, or gone, while it was being unshelved: gone with
+    no fault of its own (by hand, or by a retry the engine stopped in) is an API error, as a
+    booting VM gone so is (Lifecycle._watch)."""
+    message = f"VM {vm_index} is {state.status} while it was being unshelved" + cloud_said(state.fault)
+    if state.status == "DELETED" and not state.fault:
+        return FailureClass.API_ERROR, message
+    return classify_fault(state.fault or f"server {state.id} is {state.status}"), message
+
+
+def retry_resume(lc: Lifecycle, lease_id: str, failure: FailureClass, message: str, overdue: bool) -> None:
+    """A resume that failed: tried again elsewhere as a boot is, if the failure's class is the
+    host's or the cloud's and the lease has attempts left (domain/failures.py), else it fails.
+    Every VM still on the shelf: parked again with its slot moved (park_again). A VM off it
+    (unshelved on a host that failed it, in ERROR, gone) cannot be unshelved elsewhere: the
+    lease's VMs are deleted and it is booted again from its image with its data volume
+    (retry.retry_elsewhere). `overdue`: resuming past boot_timeout_seconds, so a cloud that
+    does not answer here fails it rather than keep it resuming."""
+    on_shelf = all_shelved(lc, lease_id)
+    if on_shelf is None:
+        if overdue:
+            fail(lc, lease_id, S.RESUMING, message, failure)
+        return
+    if on_shelf:
+        park_again(lc, lease_id, failure, message, overdue)
+    elif not retry.retry_elsewhere(lc, lease_id, failure, message, S.RESUMING):
+        fail(lc, lease_id, S.RESUMING, message, failure)
+
+
+def all_shelved(lc: Lifecycle, lease_id: str) -> bool | None:
+    """Whether every VM of the resuming lease is on the shelf; None if the lease is not
+    resuming or the cloud did not say."""
+    with session_scope(lc.sessions) as session:
+        row = lease_in(session, lease_id, S.RESUMING)
+        if row is None:
+            return None
+        cloud_ids = [s.cloud_id for s in row.servers if s.cloud_id]
+    try:
+        return all(shelved(lc.cloud.server_state(cloud_id)) for cloud_id in cloud_ids)
+    except CloudError as exc:
+        log.warning("reading the VMs of resuming lease %s: %s", lease_id, exc)
+        return None
+
+
+def park_again(lc: Lifecycle, lease_id: str, failure: FailureClass, message: str, overdue: bool) -> None:
+    """A resuming lease whose VMs are all still on the shelf, its resume failed: parked again,
+    its VMs, disks and volume as they were, its slot moved off the hosts that failed it (and
+    those that failed it before) from the retry's backoff on, within its failure class's
+    attempts (retry.retry_elsewhere's rule); out of them, it fails."""
+    now = lc.clock.now()
+    with session_scope(lc.sessions) as session:
+        if lease_in(session, lease_id, S.RESUMING) is None:
+            return
+        attempt = retry.attempts_so_far(session, lease_id) + 1
+    delay = retry_delay(failure, attempt, lc.config.retry_backoff_seconds, lc.config.retry_backoff_max_seconds)
+    if delay is None:
+        fail(lc, lease_id, S.RESUMING, message, failure)
+        return
+    try:   # no unit of its class anywhere until its slot, as at the park
+        lc.cloud.set_lease_inventory(lease_id, {})
+    except CloudError as exc:
+        log.warning("parking lease %s again: %s", lease_id, exc)
+        if overdue:
+            fail(lc, lease_id, S.RESUMING, message, failure)
+        return   # the next pass tries again
+    with session_scope(lc.sessions) as session:
+        row = lease_in(session, lease_id, S.RESUMING, ledger=True)   # its slot is planned again below
+        if row is None:
+            return
+        failed_on = sorted({a.host for a in row.allocations})
+        retry.record_failure(session, row, failure, message, now, "retried", failed_on, now + delay)
+        record_event(session, row, "failure", f"{failure.value}: {message}; {rule(failure).user_message}. "
+                     f"Attempt {attempt} of {rule(failure).max_attempts}: its VMs stay on the shelf with their disks and "
+                     f"the data volume, and its slot moves off {', '.join(failed_on)}", now, ACTOR)
+        for server in row.servers:
+            server.status = OFFLOADED   # so its next resume unshelves each again
+        record_transition(session, row, S.PARKED, now, ACTOR, f"its resume failed ({failure.value}); parked again")
+        avoid = sorted(set(failed_on).union(*(f.hosts or [] for f in row.failures)))
+        move_slot(session, row, now, lc.planner_settings, ACTOR, "change", "its resume failed",
+                  earliest=now + delay, avoid=avoid)
 
 
 def _resumed(lc: Lifecycle, lease_id: str) -> None:
@@ -345,14 +440,16 @@ def _resumed(lc: Lifecycle, lease_id: str) -> None:
 
 def fail(lc: Lifecycle, lease_id: str, expected: LeaseState, message: str,
          failure: FailureClass = FailureClass.API_ERROR) -> None:
-    """A VM the cloud would not shelve or bring back: the lease fails and ends (volume kept)."""
+    """A VM the cloud would not shelve, or a resume not to be tried again: the lease fails and ends
+    (volume kept), its failure history saying so."""
     now = lc.clock.now()
     with session_scope(lc.sessions) as session:
         row = lease_in(session, lease_id, expected)
         if row is None:
             return
         row.failure_class, row.failure_message = failure.value, message
-        record_event(session, row, "failure", message, now, ACTOR)
+        retry.record_failure(session, row, failure, message, now, "failed", retry.lease_hosts(row))
+        record_event(session, row, "failure", f"{failure.value}: {message}; {rule(failure).user_message}", now, ACTOR)
         end_allocations_at(session, row, now)
         record_transition(session, row, S.ENDING, now, ACTOR, f"failed while {expected.value}; removing its VMs")
     lc.finish_end(lease_id)

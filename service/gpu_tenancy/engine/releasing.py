@@ -20,10 +20,11 @@ log = logging.getLogger(__name__)
 
 def keep(session: Session, row: m.Lease, now: int) -> None:
     """Hold the GPUs of the lease's VMs whose delete was just asked for, in the transaction
-    that drops them. A down host's are left out: nothing is placed there anyway."""
+    that drops them. A down host's are left out: nothing is placed there anyway; and so are
+    shelved and offloaded ones (a resuming lease's), which hold none."""
     up = set(session.scalars(select(m.Host.name).where(m.Host.up.is_(True))))
     for server in row.servers:
-        if server.cloud_id and server.status != "DELETED" and server.host in up:
+        if server.cloud_id and server.status not in ("DELETED", "SHELVED_OFFLOADED") and server.host in up:
             session.add(m.ReleasingGpus(lease_id=row.id, vm_index=server.vm_index, host=server.host,
                                         gpu_model=row.gpu_model, gpus=row.gpus_per_vm, cloud_id=server.cloud_id,
                                         since=utcnow_naive(now)))

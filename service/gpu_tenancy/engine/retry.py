@@ -20,7 +20,7 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import ledger_lock, session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.domain import planner
 from gpu_tenancy.domain.failures import FailureClass, retry_delay, rule
-from gpu_tenancy.domain.model import LeaseRequest
+from gpu_tenancy.domain.model import LeaseRequest, PlannedLease
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import lease_flavor, ledger, releasing, start_by_margins
 from gpu_tenancy.engine.events import entered_at, lease_in, record_event, record_transition
@@ -90,17 +90,20 @@ def delete_servers(cloud, cloud_ids: list[str]) -> bool:
     return True
 
 
-def retry_elsewhere(lc, lease_id: str, failure: FailureClass, message: str) -> bool:
+def retry_elsewhere(lc, lease_id: str, failure: FailureClass, message: str,
+                    state: LeaseState = S.PROVISIONING) -> bool:
     """Retry a provisioning lease on another host if its failure class allows another
     attempt; True if it was retried (re-planned), or will be at the next pass (the cloud
     refused to delete or list the failed attempt's VMs: its VM is still failed then, up to
-    boot_timeout_seconds since the lease began starting), False if the lease must fail now."""
+    boot_timeout_seconds since the lease began starting), False if the lease must fail now.
+    `state` resuming: a parked lease whose VM failed off the shelf (engine/park.py), booted
+    again the same way, for the time it had left."""
     now = lc.clock.now()
     with session_scope(lc.sessions) as session:
-        row = lease_in(session, lease_id, S.PROVISIONING)
+        row = lease_in(session, lease_id, state)
         if row is None:
             return True
-        starting_since = entered_at(session, lease_id, S.PROVISIONING, now)
+        starting_since = entered_at(session, lease_id, state, now)
         attempt = attempts_so_far(session, lease_id) + 1
         delay = retry_delay(failure, attempt, lc.config.retry_backoff_seconds, lc.config.retry_backoff_max_seconds)
         cloud_ids = [s.cloud_id for s in row.servers if s.cloud_id]
@@ -110,19 +113,21 @@ def retry_elsewhere(lc, lease_id: str, failure: FailureClass, message: str) -> b
     if unrecorded is None or not delete_servers(lc.cloud, cloud_ids + [s.id for s in unrecorded]):
         return now - starting_since <= lc.config.boot_timeout_seconds   # one refusal did not end the lease's tries
     with session_scope(lc.sessions) as session:
-        row = lease_in(session, lease_id, S.PROVISIONING, ledger=True)   # replaced below
+        row = lease_in(session, lease_id, state, ledger=True)   # replaced below
         if row is None:
             return True
         record_unrecorded(session, row, unrecorded, now)   # their GPUs held till released, as the others'
         failed_on = lease_hosts(row)
         record_failure(session, row, failure, message, now, "retried", failed_on, now + delay)
         limit = rule(failure).max_attempts
+        again = ("its VMs are deleted, the data volume kept, and it is booted again from its image"
+                 if state is S.RESUMING else "trying again")
         record_event(session, row, "failure",
                      f"{failure.value}: {message}; {rule(failure).user_message}. Attempt {attempt} of {limit}: "
-                     f"trying again on another host than {', '.join(failed_on)} in {delay} s", now, ACTOR)
+                     f"{again} on another host than {', '.join(failed_on)} in {delay} s", now, ACTOR)
         avoid = sorted(set(failed_on).union(*(f.hosts or [] for f in row.failures)))
         replace(session, row, now, now + delay, avoid=avoid, settings=lc.planner_settings,
-                actor=ACTOR, duration=row.duration)
+                actor=ACTOR, duration=boot_duration(row))
     lease_flavor.follow_placement(lc, lease_id)   # its class's inventory goes where it is planned now
     return True
 
@@ -150,13 +155,7 @@ def replace(session: Session, row: m.Lease, now: int, earliest: int, *, avoid: l
                            gpus_per_vm=row.gpus_per_vm, instances=row.instances, duration=duration,
                            earliest_start=earliest, latest_start=None, created_at=to_epoch(row.created_at),
                            priority=row.priority, name=row.name, preemptible=row.preemptible)
-    settings = ledger.settings_for(inputs, settings)
-    others = [dataclasses.replace(h, enabled=False) if h.name in avoid else h for h in inputs.hosts]
-    planned = planner.plan(now, others, inputs.holds, inputs.quotas, [request], inputs.usage,
-                           settings).leases[row.id]
-    if planned.placement is None:
-        planned = planner.plan(now, inputs.hosts, inputs.holds, inputs.quotas, [request], inputs.usage,
-                               settings).leases[row.id]
+    planned = plan_alone(inputs, now, request, avoid, settings)
     row.duration, row.earliest_start = duration, utcnow_naive(earliest)
     if planned.placement is not None:
         ledger.commit_allocation(session, row, planned, now, actor)
@@ -166,6 +165,31 @@ def replace(session: Session, row: m.Lease, now: int, earliest: int, *, avoid: l
                               "no host can take it now; it waits in the queue again")
         ledger.write_queue_info(row, planned, now, start_by_margins.basis_now(session, row.project_id),
                                 row.eta_guarded)   # planned alone: its guard kept
+
+
+def plan_alone(inputs: ledger.PlannerInputs, now: int, request: LeaseRequest, avoid: list[str],
+               settings: planner.PlannerSettings) -> PlannedLease:
+    """`request` planned on its own against the holds, before every waiting lease, on hosts
+    other than `avoid` (on those too if nothing else can ever take it)."""
+    settings = ledger.settings_for(inputs, settings)
+    others = [dataclasses.replace(h, enabled=False) if h.name in avoid else h for h in inputs.hosts]
+    planned = planner.plan(now, others, inputs.holds, inputs.quotas, [request], inputs.usage,
+                           settings).leases[request.lease_id]
+    if planned.placement is None and avoid:
+        planned = planner.plan(now, inputs.hosts, inputs.holds, inputs.quotas, [request], inputs.usage,
+                               settings).leases[request.lease_id]
+    return planned
+
+
+def boot_duration(row: m.Lease) -> int:
+    """The time a lease booted again after a failed attempt gets: its duration, or for a
+    resuming lease the time it had left when it parked; the park, over now that its VMs are
+    booted afresh, is cleared."""
+    if row.status != S.RESUMING.value:
+        return row.duration
+    duration = row.remaining or MIN_REMAINING
+    row.parked_at = row.resume_by = row.remaining = None
+    return duration
 
 
 def remaining_seconds(row: m.Lease, now: int) -> int:
