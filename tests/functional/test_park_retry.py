@@ -10,6 +10,7 @@ import dataclasses
 from gpu_tenancy.domain.failures import FailureClass as F
 from gpu_tenancy.timeutil import parse_time
 from tests.conftest import headers
+from tests.functional.test_host_failure import host_goes
 from tests.functional.test_idle_rules import lease_of
 from tests.functional.test_park import config, events, holds_at_every_instant, parked, running  # noqa: F401
 from tests.functional.test_park_hosts import notices, other_h100, slot
@@ -171,3 +172,63 @@ def test_an_unshelve_the_cloud_accepts_then_gives_up_is_tried_again_elsewhere(cl
     back = lease_of(client, idle)
     assert back["status"] == "active" and [(s["id"], s["host"]) for s in back["servers"]] == [
         (server, other_h100(host))]
+
+
+def test_a_lease_whose_host_dies_mid_unshelve_is_booted_again_on_another_host(client, runtime, engine_tick, cloud,
+                                                                             parked):
+    """Its VM was unshelved onto the host, which died before the VM was ACTIVE (nothing there
+    spawns it: it stays BUILD). The VM is off the shelf, its disk on a dead host: the lease is
+    re-placed as a lease booting or running there is (host_failure.rescue), booted again on
+    another host with its data volume and the time it had left, rather than wait out
+    boot_timeout_seconds and fail."""
+    idle, server = parked["idle"], parked["before"]["servers"][0]["id"]
+    other_host_free(client, engine_tick, parked)
+    [host], _ = slot(lease_of(client, idle))
+    remaining = lease_of(client, idle)["park"]["remaining"]
+    cloud.inject_failure("unshelve_error", F.BOOT_TIMEOUT)
+    slot_comes(client, runtime, engine_tick, idle)
+    assert lease_of(client, idle)["status"] == "resuming"
+    host_goes(runtime, cloud, engine_tick, host, up=False)
+    lease = lease_of(client, idle)
+    assert lease["status"] in ("scheduled", "provisioning"), lease["status"]
+    assert failures(lease) == [("host_down", "replaced", [host])]
+    assert lease["park"] is None and {a["host"] for a in lease["allocations"]} == {other_h100(host)}
+    assert server not in cloud.servers()
+    told = [e["message"] for e in events(client, idle) if e["kind"] == "host_failure"]
+    assert len(told) == 1 and host in told[0] and "booted again" in told[0], told
+    for _ in range(6):
+        engine_tick(advance=10)
+    back = lease_of(client, idle)
+    assert back["status"] == "active", back["status"]
+    [vm] = back["servers"]
+    assert vm["id"] != server and vm["host"] == other_h100(host)
+    assert cloud.volumes()[parked["volume"]]["attached_to"] == vm["id"]
+    assert parse_time(back["end"]) - parse_time(back["start"]) == remaining
+    holds_at_every_instant(runtime)
+
+
+def test_a_lease_resuming_with_its_vms_still_shelved_when_its_host_goes_down_is_parked_again_elsewhere(
+        client, runtime, engine_tick, cloud, parked):
+    """Held up before any unshelve (the cloud refused its class's unit there for a while), its
+    host seen down: nothing of it is on that host, so its slot moves at once, VMs kept."""
+    idle, server = parked["idle"], parked["before"]["servers"][0]["id"]
+    other_host_free(client, engine_tick, parked)
+    [host], _ = slot(lease_of(client, idle))
+    cloud.inject_failure("set_lease_inventory", F.API_ERROR, times=2)   # the tick's two looks at it
+    slot_comes(client, runtime, engine_tick, idle)
+    assert lease_of(client, idle)["status"] == "resuming"
+    assert cloud.servers()[server]["status"] == "SHELVED_OFFLOADED"
+    host_goes(runtime, cloud, engine_tick, host, up=False)
+    lease = lease_of(client, idle)
+    assert failures(lease) == [("host_down", "retried", [host])]
+    # parked again with its slot from now on the other host (a host seen down: no backoff), and so
+    # resuming there in the same pass
+    assert [e["to"] for e in events(client, idle) if e["to"]][-3:] == ["resuming", "parked", "resuming"]
+    assert lease["status"] == "resuming" and [(a["host"], parse_time(a["start"])) for a in lease["allocations"]] == [
+        (other_h100(host), runtime.clock.now())]
+    for _ in range(4):
+        engine_tick(advance=10)
+    back = lease_of(client, idle)
+    assert back["status"] == "active" and [(s["id"], s["host"]) for s in back["servers"]] == [
+        (server, other_h100(host))]
+    holds_at_every_instant(runtime)

@@ -2,8 +2,10 @@
 (the planner skips it), and the leases it holds move: running and booting ones
 are re-placed on other hosts ahead of the queue, their owners told why in the
 lease's events and failure history; planned ones are planned again, and a parked
-lease's held resume slot is held again on another host (park.move_slot). The data
-volume stays the tenant's: deleting a VM only detaches it."""
+lease's held resume slot is held again on another host (park.move_slot). A lease
+resuming there is parked again elsewhere while its VMs are all still shelved, else
+re-placed as a booting one is. The data volume stays the tenant's: deleting a VM
+only detaches it."""
 from __future__ import annotations
 
 import logging
@@ -22,7 +24,7 @@ from gpu_tenancy.engine.usage import keep_spent
 log = logging.getLogger(__name__)
 S = LeaseState
 ACTOR = "engine"
-MOVED = (S.ACTIVE.value, S.PROVISIONING.value)
+MOVED = (S.ACTIVE.value, S.PROVISIONING.value, S.RESUMING.value)   # their VMs are (being) made there
 
 
 def down_hosts(session) -> set[str]:
@@ -46,7 +48,9 @@ def handle_down_hosts(lc) -> int:
         down = down_hosts(session)
         affected = leases_on(session, down) if down else []
     for lease_id, status in affected:
-        if status in MOVED:
+        if status == S.RESUMING.value:
+            resuming_on(lc, lease_id, down)
+        elif status in MOVED:
             rescue(lc, lease_id, down)
         elif status == S.PARKED.value:
             move_parked(lc, lease_id, down)
@@ -81,10 +85,12 @@ def rescue(lc, lease_id: str, down: set[str]) -> None:
         entry = retry.record_failure(session, row, FailureClass.HOST_DOWN, message, now, "replaced", lost)
         if row.status == S.ACTIVE.value:   # it used the GPUs until now: that still counts (a failed boot does not)
             keep_spent(session, row, now)
-        duration = retry.remaining_seconds(row, now) if row.status == S.ACTIVE.value else row.duration
+        resuming = row.status == S.RESUMING.value
+        duration = retry.remaining_seconds(row, now) if row.status == S.ACTIVE.value else retry.boot_duration(row)
         retry.replace(session, row, now, now, avoid=sorted(down), settings=lc.planner_settings,
                       actor=ACTOR, duration=duration)
-        kept = "; the data volume is kept and attached to the new VMs" if row.volume_id else ""
+        kept = ("; it was being unshelved there, so its VMs are booted again from its image" if resuming else "")
+        kept += "; the data volume is kept and attached to the new VMs" if row.volume_id else ""
         record_event(session, row, "host_failure",
                      f"{message}{kept}. The lease is {retry.describe_placement(row, now)}, ahead of the queue "
                      f"(attempt {entry.attempt + 1})", now, ACTOR)
@@ -133,6 +139,24 @@ def move_parked(lc, lease_id: str, down: set[str]) -> None:
             return
         park.move_slot(session, row, now, lc.planner_settings, ACTOR, "host_failure",
                        f"the host of its held resume slot, {', '.join(lost)}, went down")
+
+
+def resuming_on(lc, lease_id: str, down: set[str]) -> None:
+    """A lease resuming on a host that went down. Its VMs all still on the shelf (none unshelved
+    there yet): parked again, its slot moved off the host at once (park.park_again). A VM
+    unshelved there is off the shelf, its disk on the dead host, and cannot be unshelved
+    elsewhere: the lease is re-placed as a booting one is, its VMs booted again (rescue)."""
+    shelved = park.all_shelved(lc, lease_id)
+    if shelved is None:
+        return   # the next pass looks again
+    if not shelved:
+        rescue(lc, lease_id, down)
+        return
+    with session_scope(lc.sessions) as session:
+        row = session.get_one(m.Lease, lease_id)
+        lost = ", ".join(sorted({a.host for a in row.allocations} & down))
+    park.park_again(lc, lease_id, FailureClass.HOST_DOWN, f"the host of its resume slot, {lost}, went down "
+                    "(its nova-compute stopped reporting)", overdue=False, wait=False)
 
 
 def place_displaced(lc) -> None:

@@ -381,11 +381,13 @@ def all_shelved(lc: Lifecycle, lease_id: str) -> bool | None:
         return None
 
 
-def park_again(lc: Lifecycle, lease_id: str, failure: FailureClass, message: str, overdue: bool) -> None:
+def park_again(lc: Lifecycle, lease_id: str, failure: FailureClass, message: str, overdue: bool,
+               wait: bool = True) -> None:
     """A resuming lease whose VMs are all still on the shelf, its resume failed: parked again,
     its VMs, disks and volume as they were, its slot moved off the hosts that failed it (and
     those that failed it before) from the retry's backoff on, within its failure class's
-    attempts (retry.retry_elsewhere's rule); out of them, it fails."""
+    attempts (retry.retry_elsewhere's rule); out of them, it fails. `wait` False: its host is
+    seen down, and avoided, so there is nothing to wait out (as host_failure.rescue)."""
     now = lc.clock.now()
     with session_scope(lc.sessions) as session:
         if lease_in(session, lease_id, S.RESUMING) is None:
@@ -402,6 +404,7 @@ def park_again(lc: Lifecycle, lease_id: str, failure: FailureClass, message: str
         if overdue:
             fail(lc, lease_id, S.RESUMING, message, failure)
         return   # the next pass tries again
+    delay = delay if wait else 0
     with session_scope(lc.sessions) as session:
         row = lease_in(session, lease_id, S.RESUMING, ledger=True)   # its slot is planned again below
         if row is None:
