@@ -26,10 +26,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "service"))
 import yaml  # noqa: E402
 
 import traces  # noqa: E402
-from gpu_tenancy.whatif.cluster_model import hosts_for_load, window_of  # noqa: E402
 from gpu_tenancy.whatif.event_loop import simulate  # noqa: E402
 from metrics import summarize  # noqa: E402
-from replay import OVERASK, compress_to_load, load_jobs, make  # noqa: E402
+from replay import OVERASK, make, trace_on_cluster  # noqa: E402
 
 
 class HeldBack:
@@ -89,11 +88,7 @@ def main(argv=None) -> int:
     if not a.traces:
         ap.error(f"give --traces or set {traces.TRACES_ENV} to the directory of the trace CSVs")
     cfg = yaml.safe_load(open(a.config))
-    jobs, shares = load_jobs(cfg, a.trace, a.traces, a.days, a.overask)
-    if a.hosts:
-        jobs, _ = compress_to_load(jobs, a.load, a.hosts * cfg["host_gpus"])
-    win = window_of(jobs)
-    n_hosts = a.hosts or hosts_for_load(jobs, a.load, win, cfg["host_gpus"])
+    jobs, shares, n_hosts, _ = trace_on_cluster(cfg, a)
     cap = n_hosts * cfg["host_gpus"]
     print(f"trace {a.trace}, {len(jobs)} jobs, {n_hosts} hosts ({cap} GPUs), load {a.load}", flush=True)
     for name in a.schedulers.split(","):

@@ -29,12 +29,12 @@ import yaml  # noqa: E402
 
 import traces  # noqa: E402
 from gpu_tenancy.domain.gpu_activity import IdleRule  # noqa: E402
-from gpu_tenancy.whatif.cluster_model import hosts_for_load, offered_load, window_of  # noqa: E402
+from gpu_tenancy.whatif.cluster_model import offered_load, window_of  # noqa: E402
 from gpu_tenancy.whatif.event_loop import simulate  # noqa: E402
 from gpu_tenancy.whatif.idle import end_rule, idle_hours, idle_share, with_idle  # noqa: E402
 from gpu_tenancy.whatif.planner_sched import GpuTenancy, quota_limits  # noqa: E402
 from metrics import summarize  # noqa: E402
-from replay import OVERASK, compress_to_load, load_jobs  # noqa: E402
+from replay import OVERASK, trace_on_cluster  # noqa: E402
 from report import hms  # noqa: E402
 
 ASKED = {"hour": "the run time rounded up to the hour", "2x": "twice the run time rounded up to the hour, at most 7 days"}
@@ -106,11 +106,8 @@ def main(argv=None) -> int:
         ap.error(f"give --traces or set {traces.TRACES_ENV} to the directory of the trace CSVs")
     wall0 = time.perf_counter()
     cfg = yaml.safe_load(open(a.config))
-    jobs, shares = load_jobs(cfg, a.trace, a.traces, a.days, a.overask)
-    if a.hosts:
-        jobs, _ = compress_to_load(jobs, a.load, a.hosts * cfg["host_gpus"])
+    jobs, shares, n_hosts, _ = trace_on_cluster(cfg, a)
     win = window_of(jobs)
-    n_hosts = a.hosts or hosts_for_load(jobs, a.load, win, cfg["host_gpus"])
     cap = n_hosts * cfg["host_gpus"]
     idle = idle_share([j.jid for j in jobs], a.idle_share, a.seed)
     rules: list[tuple[int | None, IdleRule | None]] = [(None, None)]

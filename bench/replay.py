@@ -102,6 +102,19 @@ OVERASK = {"hour": ("-overask", "over-asked (next hour), cancelled at the real e
 NO_BOUND = PlannerSettings(wait_bound=None)
 
 
+def trace_on_cluster(cfg: dict, a: argparse.Namespace) -> tuple[list, dict, int, float]:
+    """The trace's jobs (a.trace, a.traces, a.days, a.overask), its tenants' shares, the hosts and
+    how far the arrivals were squeezed: a fixed cluster (a.hosts, or the trace's `hosts:`) gets
+    its arrivals brought closer together (or apart) to make a.load; otherwise the hosts that make it."""
+    jobs, shares = load_jobs(cfg, a.trace, a.traces, a.days, a.overask)
+    fixed = a.hosts or cfg["traces"][a.trace].get("hosts")
+    squeeze = 1.0
+    if fixed:
+        jobs, squeeze = compress_to_load(jobs, a.load, fixed * cfg["host_gpus"])
+    n_hosts = fixed or hosts_for_load(jobs, a.load, window_of(jobs), cfg["host_gpus"])
+    return jobs, shares, n_hosts, squeeze
+
+
 def bound_settings(spec: str) -> PlannerSettings:
     """Tuning: 'gpu-tenancy@<spec>', spec '+'-joined parts: '4' or '4h' a wait bound of 4 hours,
     '16gh' one of 16 GPU-hours, '1l' at most 1 lease past it at a time (wait_bound_leases),
@@ -242,13 +255,9 @@ def main(argv=None) -> int:
     if not a.traces:
         ap.error(f"give --traces or set {traces.TRACES_ENV} to the directory of the trace CSVs")
     cfg = yaml.safe_load(open(a.config))
-    jobs, shares = load_jobs(cfg, a.trace, a.traces, a.days, a.overask)
+    jobs, shares, n_hosts, squeeze = trace_on_cluster(cfg, a)
     fixed = a.hosts or cfg["traces"][a.trace].get("hosts")
-    squeeze = 1.0
-    if fixed:   # a fixed cluster: the arrivals are brought closer together (or apart) to make the load
-        jobs, squeeze = compress_to_load(jobs, a.load, fixed * cfg["host_gpus"])
     win = window_of(jobs)
-    n_hosts = fixed or hosts_for_load(jobs, a.load, win, cfg["host_gpus"])
     cap = n_hosts * cfg["host_gpus"]
     tag = f"{a.trace}-{int(round(a.load * 100))}" + (OVERASK[a.overask][0] if a.overask else "") + (f"-{a.days:g}d" if a.days else "")
     head = (f"trace {a.trace}: {len(jobs)} jobs, {len(shares)} tenants, {(win[1] - win[0]) / 86400:.1f} days; "
