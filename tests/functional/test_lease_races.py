@@ -18,7 +18,7 @@ from sqlalchemy import select, update
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch
 from gpu_tenancy.domain.states import HOLDING
-from gpu_tenancy.engine import budgets, early_ends, held, lease_insert, leases, ledger
+from gpu_tenancy.engine import budgets, early_ends, events, held, lease_insert, leases, ledger
 from gpu_tenancy.engine.decision_hook import DecisionHook
 from tests.conftest import PG_URL, headers
 from tests.races import Held, race
@@ -261,3 +261,20 @@ def test_the_engine_ending_a_lease_at_its_notice_while_the_notice_is_called_off_
     after = state(sessions, cloud, extra)
     assert cancelled == 204 and after["status"] == "active" and after["end"] > notice, after
     assert all(end == after["end"] for _, end in after["allocations"]), after
+
+
+def test_a_warning_of_the_end_while_the_lease_is_extended_leaves_it_to_be_warned_again(
+        app, runtime, sessions, cloud, engine_tick, db_url, monkeypatch):
+    """The engine past its choice to warn a lease that its end is near: the extension waits, and
+    the lease is warned again before its new end (the engine wrote the warning without the lease's
+    lock, over the extension, and none came before the new end; writing several leases' warnings
+    in one transaction so, against the lock order, it also deadlocked with a request's replan)."""
+    lid = active(app.test_client(), sessions, cloud, engine_tick)
+    runtime.clock.advance(state(sessions, cloud, lid)["end"] - 1800 - runtime.clock.now())   # within the lead
+    point = Held(lambda out, session, row, kind, *rest: row.id == lid and kind == "warning")
+    monkeypatch.setattr("gpu_tenancy.engine.lifecycle.record_event", point.around(events.record_event))
+    _, extended = race(db_url, point, runtime.engine.lifecycle.warn_due,
+                       lambda: app.test_client().patch(f"/v1/leases/{lid}", json={"duration": "PT6H"}, headers=NLP))
+    assert extended.status_code == 200, extended.get_json()
+    with session_scope(sessions) as s:
+        assert s.get(m.Lease, lid).warned_at is None

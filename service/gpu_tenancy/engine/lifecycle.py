@@ -289,10 +289,17 @@ class Lifecycle:
         now = self.clock.now()
         lead = self.config.warn_before_end_seconds
         with session_scope(self.sessions) as session:
-            rows = session.scalars(select(m.Lease).where(
+            due = list(session.scalars(select(m.Lease.id).where(
                 m.Lease.status == S.ACTIVE.value, m.Lease.warned_at.is_(None),
-                m.Lease.end_at <= utcnow_naive(now + lead)))
-            for row in rows:
+                m.Lease.end_at <= utcnow_naive(now + lead))))
+        for lease_id in due:
+            # each under its lock, read again (engine/events.py lease_in), in a transaction of its
+            # own: an extension committed meanwhile is not written over, and no request's replan,
+            # which takes the ledger lock and then leases', waits on a circle with this
+            with session_scope(self.sessions) as session:
+                row = lease_in(session, lease_id, S.ACTIVE)
+                if row is None or row.warned_at is not None or to_epoch(row.end_at) > now + lead:
+                    continue
                 row.warned_at = utcnow_naive(now)
                 record_event(session, row, "warning",
                              f"the lease ends at {rfc3339(to_epoch(row.end_at))}; its VMs will be deleted then "
