@@ -2,32 +2,20 @@
 from __future__ import annotations
 
 import threading
-from collections import defaultdict
 
 from sqlalchemy import select
 
 from gpu_tenancy.db import models as m
-from gpu_tenancy.db.session import session_scope, to_epoch
+from gpu_tenancy.db.session import session_scope
 from gpu_tenancy.engine.runner import EngineRunner
 from tests.conftest import headers
+from tests.ledger_checks import overcommits_in, quota_overruns_in
 
 
 def overcommits(sessions) -> list[str]:
-    """Every instant at which some host holds more GPUs than it has."""
+    """Every instant at which some host holds more GPUs than it has (tests/ledger_checks.py)."""
     with sessions() as s:
-        capacity = {h.name: h.gpus for h in s.scalars(select(m.Host))}
-        holding = ("scheduled", "provisioning", "active", "ending")
-        allocs = s.scalars(select(m.Allocation).join(m.Lease).where(m.Lease.status.in_(holding))).all()
-        by_host = defaultdict(list)
-        for a in allocs:
-            by_host[a.host].append((to_epoch(a.start_at), to_epoch(a.end_at), a.gpus))
-    bad = []
-    for host, spans in by_host.items():
-        for instant in {start for start, _, _ in spans}:
-            used = sum(g for start, end, g in spans if start <= instant < end)
-            if used > capacity[host]:
-                bad.append(f"{host} holds {used} of {capacity[host]} at {instant}")
-    return bad
+        return overcommits_in(s)
 
 
 def test_concurrent_requests_never_overcommit_a_host(app, sessions):
@@ -60,19 +48,10 @@ def test_concurrent_requests_never_overcommit_a_host(app, sessions):
 
 
 def quota_overruns(sessions) -> list[str]:
-    """Every instant at which a project holds more GPUs of a model than its quota and borrowing allow."""
+    """Every instant at which a project holds more GPUs of a model than its quota and borrowing allow
+    (tests/ledger_checks.py)."""
     with sessions() as s:
-        limits = {(q.project_id, q.gpu_model): q.gpus + q.borrow_gpus for q in s.scalars(select(m.Quota))}
-        spans = defaultdict(list)
-        for a in s.scalars(select(m.Allocation)):
-            spans[(a.project_id, a.gpu_model)].append((to_epoch(a.start_at), to_epoch(a.end_at), a.gpus))
-    bad = []
-    for key, items in spans.items():
-        for instant in {start for start, _, _ in items}:
-            held = sum(g for start, end, g in items if start <= instant < end)
-            if held > limits[key]:
-                bad.append(f"{key} holds {held} > {limits[key]} at {instant}")
-    return bad
+        return quota_overruns_in(s)
 
 
 def test_a_second_engine_waits_as_standby_until_the_leader_is_gone(runtime):
