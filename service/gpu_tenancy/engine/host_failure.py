@@ -86,7 +86,7 @@ def rescue(lc, lease_id: str, down: set[str]) -> None:
         if row.status == S.ACTIVE.value:   # it used the GPUs until now: that still counts (a failed boot does not)
             keep_spent(session, row, now)
         resuming = row.status == S.RESUMING.value
-        duration = retry.remaining_seconds(row, now) if row.status == S.ACTIVE.value else retry.boot_duration(row)
+        duration = retry.remaining_seconds(row, now) if row.status == S.ACTIVE.value else retry.unpark_for_boot(row)
         retry.replace(session, row, now, now, avoid=sorted(down), settings=lc.planner_settings,
                       actor=ACTOR, duration=duration)
         kept = ("; it was being unshelved there, so its VMs are booted again from its image" if resuming else "")

@@ -58,7 +58,7 @@ S = LeaseState
 ACTOR = "engine"
 OFFLOADED = "SHELVED_OFFLOADED"
 UNSHELVING = "UNSHELVING"   # the server row's status once its unshelve was asked for
-MIN_REMAINING = 60          # a lease parked in its last minute still gets one back
+MIN_REMAINING = retry.MIN_REMAINING   # a lease parked in its last minute still gets one back, as a re-placed one
 
 
 def can_park(row: m.Lease) -> bool:

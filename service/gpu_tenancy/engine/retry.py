@@ -127,7 +127,7 @@ def retry_elsewhere(lc, lease_id: str, failure: FailureClass, message: str,
                      f"{again} on another host than {', '.join(failed_on)} in {delay} s", now, ACTOR)
         avoid = sorted(set(failed_on).union(*(f.hosts or [] for f in row.failures)))
         replace(session, row, now, now + delay, avoid=avoid, settings=lc.planner_settings,
-                actor=ACTOR, duration=boot_duration(row))
+                actor=ACTOR, duration=unpark_for_boot(row))
     lease_flavor.follow_placement(lc, lease_id)   # its class's inventory goes where it is planned now
     return True
 
@@ -181,10 +181,10 @@ def plan_alone(inputs: ledger.PlannerInputs, now: int, request: LeaseRequest, av
     return planned
 
 
-def boot_duration(row: m.Lease) -> int:
+def unpark_for_boot(row: m.Lease) -> int:
     """The time a lease booted again after a failed attempt gets: its duration, or for a
-    resuming lease the time it had left when it parked; the park, over now that its VMs are
-    booted afresh, is cleared."""
+    resuming lease the time it had left when it parked. Changes the row: a resuming lease's
+    park is cleared, over now that its VMs are booted afresh."""
     if row.status != S.RESUMING.value:
         return row.duration
     duration = row.remaining or MIN_REMAINING
