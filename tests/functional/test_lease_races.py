@@ -18,7 +18,7 @@ from sqlalchemy import select, update
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch
 from gpu_tenancy.domain.states import HOLDING
-from gpu_tenancy.engine import budgets, early_ends, events, held, lease_insert, leases, ledger
+from gpu_tenancy.engine import budgets, early_ends, events, held, lease_insert, leases, ledger, park
 from gpu_tenancy.engine.decision_hook import DecisionHook
 from tests.conftest import PG_URL, headers
 from tests.races import Held, race
@@ -278,3 +278,34 @@ def test_a_warning_of_the_end_while_the_lease_is_extended_leaves_it_to_be_warned
     assert extended.status_code == 200, extended.get_json()
     with session_scope(sessions) as s:
         assert s.get(m.Lease, lid).warned_at is None
+
+
+def test_a_borrower_parked_while_a_replan_reclaims_it_is_not_given_the_notice(
+        app, runtime, sessions, cloud, engine_tick, db_url, monkeypatch):
+    """A create's replan decides to reclaim a borrower (test_contention.py's story) while the
+    engine parks it (idle: active -> parking, under its row lock alone). The replan, past its
+    choice, wrote the notice onto the parking lease (its end cut, `preempted` pending), which
+    once resumed was ended at once for a lease long started. It now reads the borrower again
+    under its lock and, finding it moved on, leaves the reclaim to the next pass."""
+    client, vision = app.test_client(), headers("ml-vision")
+    client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT10H"}, headers=vision)
+    extra = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT10H"},
+                        headers=vision).get_json()["lease"]["id"]
+    engine_tick()
+    engine_tick(advance=2 * 3600)
+    assert state(sessions, cloud, extra)["status"] == "active"
+    point = Held(lambda out, *args, **kwargs: any(end.lease_id == extra for end in out.ends))
+    monkeypatch.setattr(early_ends.reclaim, "early_ends", point.around(early_ends.reclaim.early_ends))
+    made, _ = race(db_url, point,
+                   lambda: client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT4H"},
+                                       headers=NLP).get_json()["lease"],
+                   lambda: park.begin(runtime.engine.lifecycle, extra, "idle for 20 minutes"))
+    borrower = client.get(f"/v1/leases/{extra}", headers=vision).get_json()["lease"]
+    assert borrower["status"] in ("parking", "parked") and borrower["early_end"] is None, borrower
+    story = client.get(f"/v1/leases/{extra}/events", headers=vision).get_json()["events"]
+    assert not [e for e in story if e["kind"] == "warning"], story
+    assert made["status"] == "queued", made
+    for _ in range(6):   # parked, its GPUs released: the new lease starts on them
+        engine_tick(advance=30)
+    assert state(sessions, cloud, made["id"])["status"] in ("provisioning", "active")
+    assert not overbooked(sessions, cloud)

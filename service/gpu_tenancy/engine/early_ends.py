@@ -73,6 +73,8 @@ def replan_locked(session: Session, now: int, config: Config, planner_settings: 
             now, inputs.hosts, inputs.holds, inputs.quotas, inputs.waiting, inputs.usage, plan, settings(config),
             takeable=takeable, yielded=yielded_pairs(session),
             planner_settings=ledger.settings_for(inputs, planner_settings))
+        if decided.ends and not still_running(session, [end.lease_id for end in decided.ends]):
+            decided = reclaim.EarlyEndPlan()
         for end in decided.ends:
             apply(session, now, end, actor)
         if decided.ends:
@@ -160,6 +162,19 @@ def yielded_pairs(session: Session) -> frozenset[tuple[str, str]]:
         .join(beneficiary, beneficiary.c.id == m.Lease.early_end_for)
         .where(m.Lease.early_end_kind == RECLAIMED, beneficiary.c.status.not_in(final)))
     return frozenset((p, other) for p, other in rows if other is not None)   # always set with the kind
+
+
+def still_running(session: Session, lease_ids: list[str]) -> bool:
+    """The leases a reclaim chose, locked (after the ledger lock, as ever) and read again: all
+    still running with no notice. An engine step that moves a running lease takes its row lock
+    alone (a park, an end at its time, a failure) and may have committed since the plan's inputs
+    were read; a notice written over it then (a parking lease's end cut, `preempted` pending)
+    would end it for a lease long started once it resumed. The decision is then dropped whole,
+    its ETAs and reasons with it: the next pass decides again on what is."""
+    rows = session.scalars(select(m.Lease).where(m.Lease.id.in_(lease_ids)).order_by(m.Lease.id)
+                           .with_for_update().execution_options(populate_existing=True)).all()
+    return len(rows) == len(set(lease_ids)) and all(
+        row.status == S.ACTIVE.value and row.early_end_at is None for row in rows)
 
 
 def apply(session: Session, now: int, end: reclaim.EarlyEnd, actor: str) -> None:
