@@ -205,3 +205,29 @@ def test_a_shelve_the_cloud_keeps_refusing_fails_the_lease_rather_than_hold_its_
     assert any(e["kind"] == "failure" for e in events(client, lid))
     engine_tick(advance=60)
     assert all(v["status"] == "DELETED" for v in cloud.servers().values() if v["lease_id"] == lid)
+
+
+def test_a_resume_asked_that_moves_the_slot_sooner_tells_the_webhook_its_new_resume_by(
+        client, runtime, engine_tick, cloud):
+    """The held slot, planned after every lease waiting at the park, moved sooner on the tenant's
+    ask once one of those is cancelled: `lease.parked` goes again with the new `resume_by`, as it
+    does when the engine moves the slot (the one sent at the park is stale)."""
+    client.put("/v1/webhooks/ml-vision", json={"webhook": {"url": "http://127.0.0.1:9/hook"}}, headers=headers())
+    idle, token = running(client, engine_tick, "ml-vision")
+    busy, busy_token = running(client, engine_tick, "nlp-lab")
+    nlp = headers("nlp-lab")
+    client.post("/v1/leases", json={"shape": "h100.x4", "duration": "PT1H"}, headers=nlp)
+    second = client.post("/v1/leases", json={"shape": "h100.x4", "duration": "PT3H"}, headers=nlp).get_json()["lease"]
+    idle_until_parked(client, engine_tick, idle, token, busy, busy_token)
+    held = parse_time(lease_of(client, idle)["park"]["resume_by"])
+    assert client.delete(f"/v1/leases/{second['id']}", headers=nlp).status_code == 204
+    asked = client.post(f"/v1/leases/{idle}/resume", headers=headers("ml-vision"))
+    assert asked.status_code == 200, asked.get_json()
+    moved = parse_time(lease_of(client, idle)["park"]["resume_by"])
+    assert runtime.clock.now() < moved < held, (moved, held)
+    with session_scope(runtime.sessions) as session:
+        told = [(d.event, json.loads(d.body)) for d in session.scalars(select(m.WebhookDelivery).where(
+            m.WebhookDelivery.lease_id == idle).order_by(m.WebhookDelivery.id))]
+    assert [event for event, _ in told] == ["lease.idle", "lease.parked", "lease.parked"], told
+    assert parse_time(told[-1][1]["lease"]["resume_by"]) == moved, told[-1]
+    holds_at_every_instant(runtime)

@@ -135,6 +135,10 @@ def test_a_vm_in_error_on_unshelve_is_booted_again_elsewhere_with_its_volume(cli
     assert parse_time(back["end"]) - parse_time(back["start"]) == remaining
     assert [s for s in cloud.servers().values() if s["lease_id"] == idle] == [cloud.servers()[vm["id"]]]
     holds_at_every_instant(runtime)
+    # the project's webhook was told it parked: it is told it is back (booted again, not unshelved)
+    told = notices(runtime, idle)
+    assert [event for event, _ in told] == ["lease.idle", "lease.parked", "lease.resumed"], told
+    assert told[-1][1]["lease"]["status"] == "active" and "booted again" in told[-1][1]["message"], told[-1]
 
 
 def test_an_unshelve_the_cloud_accepts_then_gives_up_is_tried_again_elsewhere(client, runtime, engine_tick, cloud,

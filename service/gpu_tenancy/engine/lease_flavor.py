@@ -18,12 +18,13 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from gpu_tenancy.cloud.driver import CloudError, ShapeSpec
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, utcnow_naive
 from gpu_tenancy.domain.states import FINAL, LeaseState
+from gpu_tenancy.engine import webhooks
 from gpu_tenancy.engine.crashpoints import crash_point
 from gpu_tenancy.engine.leases import finished_or_unknown
 from gpu_tenancy.engine.events import lease_in, record_event, record_transition
@@ -78,7 +79,21 @@ def activate(lc, lease_id: str, why: str) -> None:
     with session_scope(lc.sessions) as session:
         row = lease_in(session, lease_id, S.PROVISIONING)   # not if a cancel ended it meanwhile
         if row is not None:
-            record_transition(session, row, S.ACTIVE, lc.clock.now(), ACTOR, why)
+            now = lc.clock.now()
+            back = parked_since_active(session, lease_id)
+            record_transition(session, row, S.ACTIVE, now, ACTOR, why)
+            if back:   # its resume failed and it was booted again: the webhook told it parked hears it is back
+                webhooks.enqueue(session, row, webhooks.RESUMED, webhooks.park_payload(
+                    row, now, f"resumed, booted again from its image after its resume failed: {why}"), now)
+
+
+def parked_since_active(session, lease_id: str) -> bool:
+    """Whether the lease parked after it was last active."""
+    last = dict(session.execute(
+        select(m.Event.to_state, func.max(m.Event.id)).where(
+            m.Event.lease_id == lease_id, m.Event.to_state.in_([S.PARKED.value, S.ACTIVE.value]))
+        .group_by(m.Event.to_state)).tuples().all())
+    return last.get(S.PARKED.value, 0) > last.get(S.ACTIVE.value, 0)
 
 
 def teardown(lc, lease_id: str) -> bool:

@@ -256,6 +256,7 @@ def resume_early(session: Session, now: int, settings: planner.PlannerSettings, 
     else:
         message = f"resume asked: its slot moved from {rfc3339(held_start)} to {rfc3339(place.start)} on {hosts}"
         record_event(session, row, "change", message, now, actor)
+        webhooks.enqueue(session, row, webhooks.PARKED, webhooks.park_payload(row, now, message), now)   # the park's is stale
     return message
 
 
