@@ -157,3 +157,25 @@ def test_the_gpu_hours_used_on_a_host_that_went_down_still_count(client, runtime
     runtime.clock.set(moved_at + HOUR)
     used_before = 8 * (moved_at - started) / HOUR
     assert gpu_hours(client) == round(used_before + 8 * 1.0, 4)   # 2 h and a bit, then 1 h on the new host
+
+
+def test_a_lease_that_ran_again_after_a_rescue_has_its_attempts_again(client, runtime, cloud, engine_tick):
+    """A failure class's attempts are those of one start: a lease that came back active after a
+    rescue off a down host is rescued again the next time its host goes down, and the time after,
+    however many hosts died under it over its life (the third was failed: its attempts counted
+    every failure since its creation)."""
+    lease = ask(client, duration="PT24H", volume={"size_gb": 10})
+    engine_tick()
+    engine_tick(advance=30)
+    for time in range(4):
+        running = show(client, lease)
+        assert running["status"] == "active", (time, running["status"], running["failures"])
+        lost = running["servers"][0]["host"]
+        host_goes(runtime, cloud, engine_tick, lost, up=False)
+        engine_tick(advance=30)
+        engine_tick(advance=30)
+        host_goes(runtime, cloud, engine_tick, lost, up=True)
+        engine_tick(advance=3600)
+    after = show(client, lease)
+    assert after["status"] == "active" and after["end"] == running["end"]
+    assert [(f["class"], f["action"], f["attempt"]) for f in after["failures"]] == [("host_down", "replaced", 1)] * 4

@@ -33,8 +33,15 @@ MIN_REMAINING = 60  # a re-placed lease with less left than this still gets a mi
 
 
 def attempts_so_far(session: Session, lease_id: str) -> int:
-    return session.scalar(select(func.count()).select_from(m.LeaseFailure)
-                          .where(m.LeaseFailure.lease_id == lease_id)) or 0
+    """The failed attempts of the lease's current start: those since it was last active. A lease
+    that ran has its class's attempts again, however many hosts failed under it before (counted
+    over its life, a long lease's third rescue off a down host failed it)."""
+    last_active = (select(func.max(m.Event.at)).where(m.Event.lease_id == lease_id,
+                                                      m.Event.to_state == S.ACTIVE.value)
+                   .scalar_subquery())
+    return session.scalar(select(func.count()).select_from(m.LeaseFailure).where(
+        m.LeaseFailure.lease_id == lease_id,
+        (m.LeaseFailure.at >= last_active) | last_active.is_(None))) or 0
 
 
 def record_failure(session: Session, row: m.Lease, failure: FailureClass, message: str, now: int,
