@@ -94,6 +94,34 @@ def test_a_planned_lease_on_a_down_host_is_planned_again_for_its_start(client, r
     assert show(client, lease)["status"] == "active"
 
 
+def test_a_host_disabled_in_the_cloud_keeps_its_running_lease_and_loses_its_planned_one(
+        client, runtime, cloud, engine_tick):
+    """`openstack compute service set --disable` on a host: Nova schedules nothing more there, so
+    a lease planned on it is planned again elsewhere for its start (it failed at its start with
+    no valid host, an attempt spent and its start late by the backoff); the one running there
+    runs on, untouched."""
+    running = ask(client, shape="a100.x4", duration="PT8H")
+    engine_tick()
+    engine_tick(advance=30)
+    host = show(client, running)["servers"][0]["host"]
+    start = "2026-12-01T10:00:00Z"
+    planned = ask(client, "nlp-lab", shape="a100.x4", start=start, duration="PT1H")
+    assert planned["allocations"][0]["host"] == host   # best fit: beside the running one
+    cloud.set_host_state(host, enabled=False)
+    engine_tick(advance=runtime.config.host_refresh_seconds)
+    again = show(client, planned, "nlp-lab")
+    assert again["status"] == "scheduled" and again["start"] == start, again
+    assert again["allocations"][0]["host"] != host and again["failures"] == []
+    assert any(e["kind"] == "host_failure" and host in e["message"] and "disabled" in e["message"]
+               for e in events(client, planned, "nlp-lab"))
+    runtime.clock.set(parse_time(start))
+    engine_tick()
+    engine_tick(advance=30)
+    started = show(client, planned, "nlp-lab")
+    assert started["status"] == "active" and started["failures"] == [], started["failures"]
+    assert show(client, running)["status"] == "active" and show(client, running)["failures"] == []
+
+
 def test_a_lease_with_no_other_host_free_takes_the_first_that_frees(client, runtime, cloud, engine_tick):
     """H100 x4 on a cloud whose only other H100 host is taken: booked there from its end."""
     first = ask(client, shape="h100.x4", duration="PT8H")

@@ -2,7 +2,9 @@
 (the planner skips it), and the leases it holds move: running and booting ones
 are re-placed on other hosts ahead of the queue, their owners told why in the
 lease's events and failure history; planned ones are planned again, and a parked
-lease's held resume slot is held again on another host (park.move_slot). A lease
+lease's held resume slot is held again on another host (park.move_slot). A host
+up but disabled in the cloud takes nothing new either: its planned leases and
+held slots move the same way, its running ones run on. A lease
 resuming there is parked again elsewhere while its VMs are all still shelved, else
 re-placed as a booting one is. The data volume stays the tenant's: deleting a VM
 only detaches it."""
@@ -31,6 +33,12 @@ def down_hosts(session) -> set[str]:
     return set(session.scalars(select(m.Host.name).where(m.Host.up.is_(False))))
 
 
+def disabled_hosts(session) -> set[str]:
+    """Up, but disabled in the cloud (`openstack compute service set --disable`): Nova places
+    nothing more there, so what is planned there moves; what runs there runs on."""
+    return set(session.scalars(select(m.Host.name).where(m.Host.up.is_(True), m.Host.enabled.is_(False))))
+
+
 def leases_on(session, hosts: set[str]) -> list[tuple[str, str]]:
     """(lease id, status) of every lease holding GPUs on one of `hosts`, or a parked one's slot,
     by when it holds them next: a running lease before the slot of a parked (idle) one."""
@@ -45,8 +53,10 @@ def handle_down_hosts(lc) -> int:
     before that found no host then are planned first, before the queue."""
     place_displaced(lc)
     with session_scope(lc.sessions) as session:
-        down = down_hosts(session)
+        down, disabled = down_hosts(session), disabled_hosts(session)
         affected = leases_on(session, down) if down else []
+        planned_on_disabled = [(lease_id, status) for lease_id, status in leases_on(session, disabled)
+                               if status in (S.SCHEDULED.value, S.PARKED.value)] if disabled else []
     for lease_id, status in affected:
         if status == S.RESUMING.value:
             resuming_on(lc, lease_id, down)
@@ -56,7 +66,12 @@ def handle_down_hosts(lc) -> int:
             move_parked(lc, lease_id, down)
         else:
             replan_scheduled(lc, lease_id, down)
-    return len(affected)
+    for lease_id, status in planned_on_disabled:
+        if status == S.PARKED.value:
+            move_parked(lc, lease_id, disabled, DISABLED)
+        else:
+            replan_scheduled(lc, lease_id, disabled, DISABLED)
+    return len(affected) + len(planned_on_disabled)
 
 
 def rescue(lc, lease_id: str, down: set[str]) -> None:
@@ -109,26 +124,32 @@ def give_up(session, row: m.Lease, message: str, lost: list[str], now: int) -> N
     record_transition(session, row, S.ENDING, now, ACTOR, "failed (host_down); removing its VMs")
 
 
-def replan_scheduled(lc, lease_id: str, down: set[str]) -> None:
-    """A planned lease on a down host is planned again, on its own and first, for its
-    original start."""
+DOWN = "went down"
+DISABLED = "is disabled in the cloud (its nova-compute service disabled)"
+
+
+def replan_scheduled(lc, lease_id: str, down: set[str], what: str = DOWN) -> None:
+    """A planned lease on a down (or cloud-disabled) host is planned again, on its own and
+    first, for its original start."""
     now = lc.clock.now()
     with session_scope(lc.sessions) as session:
         row = lease_in(session, lease_id, S.SCHEDULED, ledger=True)
         if row is None:
             return
         lost = sorted(set(retry.lease_hosts(row)) & down)
+        if not lost:   # moved meanwhile
+            return
         start = max(to_epoch(row.start_at), now)
         retry.replace(session, row, now, start, avoid=sorted(down), settings=lc.planner_settings,
                       actor=ACTOR, duration=row.duration)
-        record_event(session, row, "host_failure", f"its planned host {', '.join(lost)} went down; "
+        record_event(session, row, "host_failure", f"its planned host {', '.join(lost)} {what}; "
                      f"the lease is {retry.describe_placement(row, now)}", now, ACTOR)
     lease_flavor.follow_placement(lc, lease_id)
 
 
-def move_parked(lc, lease_id: str, down: set[str]) -> None:
-    """A parked lease's held slot on a down host is held again elsewhere. The cloud has
-    nothing to follow: a parked lease has no inventory until it resumes."""
+def move_parked(lc, lease_id: str, down: set[str], what: str = DOWN) -> None:
+    """A parked lease's held slot on a down (or cloud-disabled) host is held again elsewhere.
+    The cloud has nothing to follow: a parked lease has no inventory until it resumes."""
     now = lc.clock.now()
     with session_scope(lc.sessions) as session:
         row = lease_in(session, lease_id, S.PARKED, ledger=True)
@@ -138,7 +159,7 @@ def move_parked(lc, lease_id: str, down: set[str]) -> None:
         if not lost:   # moved meanwhile (a resume asked)
             return
         park.move_slot(session, row, now, lc.planner_settings, ACTOR, "host_failure",
-                       f"the host of its held resume slot, {', '.join(lost)}, went down")
+                       f"the host of its held resume slot, {', '.join(lost)}, {what}")
 
 
 def resuming_on(lc, lease_id: str, down: set[str]) -> None:
