@@ -302,7 +302,7 @@ def test_a_server_boots_once_per_lease_and_vm_runs_with_its_volume_and_gives_all
 
 
 def test_a_shelved_server_gives_its_gpus_back_and_comes_back_on_the_named_host_with_its_volume(rig):
-    """What parking a lease asks (engine/park.py): shelve and offload, then unshelve pinned to a host."""
+    """What parking a lease asks (engine/park.py, engine/resume.py): shelve and offload, then unshelve pinned to a host."""
     cloud, lease = rig.cloud, str(uuid.uuid4())
     volume = cloud.ensure_volume(rig.project, lease, VolumeRequest(size_gb=1))
     rig.cleanups.append(lambda: rig.delete_volume(volume))

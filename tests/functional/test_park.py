@@ -1,6 +1,7 @@
-"""Parking an idle lease (an idle rule's `then: park`, engine/park.py): its VMs shelved, its
-GPUs given to the queue, a resume slot held for the time it had left, the resume at that
-slot (or sooner, when asked and nobody is delayed), and a delete while parked."""
+"""Parking an idle lease (an idle rule's `then: park`, engine/park.py and engine/resume.py):
+its VMs shelved, its GPUs given to the queue, a resume slot held for the time it had left,
+the resume at that slot (or sooner, when asked and nobody is delayed), and a delete while
+parked."""
 from __future__ import annotations
 
 import json

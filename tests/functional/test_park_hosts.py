@@ -11,7 +11,7 @@ from sqlalchemy import select
 
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope
-from gpu_tenancy.engine import held, park
+from gpu_tenancy.engine import held, resume as lease_resume
 from gpu_tenancy.timeutil import parse_time
 from tests.conftest import PG_URL, headers
 from tests.functional.test_host_failure import host_goes
@@ -173,7 +173,7 @@ def test_a_drain_while_the_engine_begins_the_resume_leaves_the_lease_resuming_wh
     monkeypatch.setattr(held, "unreleased_on", point.around(held.unreleased_on))
 
     def resume() -> None:
-        park.begin_resume(runtime.engine.lifecycle, idle, "its held resume slot has come")
+        lease_resume.begin_resume(runtime.engine.lifecycle, idle, "its held resume slot has come")
 
     def drain() -> int:
         return app.test_client().patch(f"/v1/hosts/{host}", json={"drained": True}, headers=ADMIN).status_code

@@ -1,4 +1,4 @@
-"""A resume the cloud refuses or fails for a reason of the host's or its own (engine/park.py:
+"""A resume the cloud refuses or fails for a reason of the host's or its own (engine/resume.py:
 retry_resume): tried again elsewhere within the failure class's attempts, as a boot is
 (engine/retry.py). VMs still shelved: the slot moves and the lease is parked again, its VMs
 and volume as they were. A VM that left the shelf and failed: the lease is booted again

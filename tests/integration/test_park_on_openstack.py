@@ -1,9 +1,9 @@
-"""Parking an idle lease on the loopback cloud (an idle rule's `then: park`, engine/park.py):
-a lease whose agent reports its GPUs idle is warned, then parked (its server shelved and
-offloaded, its GPUs free in Placement), the waiting lease gets the GPUs, and at the held
-slot the lease resumes: its server ACTIVE again with the same volume attached. The engine
-is ticked by the test on a virtual clock, so the rule's minutes and the waiting lease's
-hour pass at once; the cloud's own steps take their real time (printed)."""
+"""Parking an idle lease on the loopback cloud (an idle rule's `then: park`, engine/park.py
+and engine/resume.py): a lease whose agent reports its GPUs idle is warned, then parked (its
+server shelved and offloaded, its GPUs free in Placement), the waiting lease gets the GPUs,
+and at the held slot the lease resumes: its server ACTIVE again with the same volume
+attached. The engine is ticked by the test on a virtual clock, so the rule's minutes and the
+waiting lease's hour pass at once; the cloud's own steps take their real time (printed)."""
 from __future__ import annotations
 
 import time

@@ -139,7 +139,7 @@ def late_release(snap: Snapshot, live: list[Span], limit: int, allowance: int, o
     if not all(snap.committed.get(sp.lease, snap.now) < first for sp in others):
         return False
     used = sum(sp.gpus for sp in live)
-    # a parked lease at its slot waits for the GPUs as a scheduled one does (engine/park.py: begin_resume)
+    # a parked lease at its slot waits for the GPUs as a scheduled one does (engine/resume.py: begin_resume)
     spare = ([sp for sp in others if snap.leases[sp.lease].status in ("scheduled", "parked")] if on_host
              else late)
     return bool(spare) and used - sum(sp.gpus for sp in late) <= limit and used - sum(sp.gpus for sp in spare) <= limit

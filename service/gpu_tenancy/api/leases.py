@@ -19,7 +19,8 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch
 from gpu_tenancy.domain.lease_ask import EndChange
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.engine import early_ends, events as lease_events, leases, networking, new_lease, offers, park
+from gpu_tenancy.engine import (early_ends, events as lease_events, leases, networking, new_lease, offers,
+                                resume as lease_resume)
 from gpu_tenancy.engine.decision_hook import DecisionHook, decide
 from gpu_tenancy.errors import BadRequest, NotFound
 from gpu_tenancy.guest.readiness_probe import readiness_url
@@ -157,7 +158,7 @@ def cancel(lease_id: str) -> ResponseReturnValue:
 
 @bp.post("/<lease_id>/resume")
 def resume(lease_id: str) -> ResponseReturnValue:
-    """A parked lease back: sooner than its held slot if that delays nobody (engine/park.py)."""
+    """A parked lease back: sooner than its held slot if that delays nobody (engine/resume.py)."""
     cfg = rt.runtime().config
     with rt.transaction() as session:
         row = load(session, lease_id)
@@ -165,7 +166,7 @@ def resume(lease_id: str) -> ResponseReturnValue:
         leases.lock_for_change(session, row)   # the lease as it is, until this commits
         before = render(row)
         now = rt.now()
-        park.resume_early(session, now, rt.planner_settings(), row, rt.context().user_id or "")
+        lease_resume.resume_early(session, now, rt.planner_settings(), row, rt.context().user_id or "")
         session.flush()
         early_ends.replan_at(session, now, cfg, rt.planner_settings())
         rendered = render(row)

@@ -18,7 +18,7 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import ledger_lock, session_scope, to_epoch
 from gpu_tenancy.domain.failures import FailureClass, retry_delay, rule
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.engine import lease_flavor, park, retry
+from gpu_tenancy.engine import lease_flavor, park, resume, retry
 from gpu_tenancy.engine.events import lease_in, record_event, record_transition
 from gpu_tenancy.engine.leases import end_allocations_at
 from gpu_tenancy.engine.usage import keep_spent
@@ -164,10 +164,10 @@ def move_parked(lc, lease_id: str, down: set[str], what: str = DOWN) -> None:
 
 def resuming_on(lc, lease_id: str, down: set[str]) -> None:
     """A lease resuming on a host that went down. Its VMs all still on the shelf (none unshelved
-    there yet): parked again, its slot moved off the host at once (park.park_again). A VM
+    there yet): parked again, its slot moved off the host at once (resume.park_again). A VM
     unshelved there is off the shelf, its disk on the dead host, and cannot be unshelved
     elsewhere: the lease is re-placed as a booting one is, its VMs booted again (rescue)."""
-    shelved = park.all_shelved(lc, lease_id)
+    shelved = resume.all_shelved(lc, lease_id)
     if shelved is None:
         return   # the next pass looks again
     if not shelved:
@@ -176,8 +176,8 @@ def resuming_on(lc, lease_id: str, down: set[str]) -> None:
     with session_scope(lc.sessions) as session:
         row = session.get_one(m.Lease, lease_id)
         lost = ", ".join(sorted({a.host for a in row.allocations} & down))
-    park.park_again(lc, lease_id, FailureClass.HOST_DOWN, f"the host of its resume slot, {lost}, went down "
-                    "(its nova-compute stopped reporting)", overdue=False, wait=False)
+    resume.park_again(lc, lease_id, FailureClass.HOST_DOWN, f"the host of its resume slot, {lost}, went down "
+                      "(its nova-compute stopped reporting)", overdue=False, wait=False)
 
 
 def place_displaced(lc) -> None:

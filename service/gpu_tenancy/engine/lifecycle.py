@@ -21,8 +21,8 @@ from gpu_tenancy.domain.planner import PlannerSettings
 from gpu_tenancy.domain.failures import FailureClass, classify_fault, cloud_said, internal_error, rule
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import (early_ends, gpu_activity, held, host_failure, housekeeping, lease_flavor, networking,
-                                notifications, park, planner_settings, readiness, releasing, retry, start_by_margins,
-                                webhooks)
+                                notifications, park, planner_settings, readiness, releasing, resume, retry,
+                                start_by_margins, webhooks)
 from gpu_tenancy.engine.crashpoints import crash_point
 from gpu_tenancy.engine.events import entered_at, lease_in, record_event, record_transition
 from gpu_tenancy.engine.leases import end_allocations_at, finished_or_unknown
@@ -65,6 +65,7 @@ class Lifecycle:
         early_ends.end_due(self)
         gpu_activity.apply_rules(self)   # idle leases warned, ended or parked, by the operator's rules
         park.tick(self)                  # parked before the replan: their GPUs go to the queue now
+        resume.tick(self)                # then parked leases whose slot came resumed, resuming ones carried on
         due = self.clock.now()
         for lease_id in self.ids(S.ACTIVE, end_by=due):
             self.begin_end(lease_id, "its time is up", due)
@@ -93,7 +94,7 @@ class Lifecycle:
 
     def in_flight(self) -> bool:
         return bool(self.ids(S.PROVISIONING) or self.ids(S.ENDING) or releasing.pending(self)
-                    or park.in_flight(self))
+                    or park.in_flight(self) or resume.in_flight(self))
 
     def watch(self) -> bool:
         """The light pass between ticks: carry booting and ending leases on, no replan.

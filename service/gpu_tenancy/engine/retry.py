@@ -103,7 +103,7 @@ def retry_elsewhere(lc, lease_id: str, failure: FailureClass, message: str,
     attempt; True if it was retried (re-planned), or will be at the next pass (the cloud
     refused to delete or list the failed attempt's VMs: its VM is still failed then, up to
     boot_timeout_seconds since the lease began starting), False if the lease must fail now.
-    `state` resuming: a parked lease whose VM failed off the shelf (engine/park.py), booted
+    `state` resuming: a parked lease whose VM failed off the shelf (engine/resume.py), booted
     again the same way, for the time it had left."""
     now = lc.clock.now()
     with session_scope(lc.sessions) as session:
