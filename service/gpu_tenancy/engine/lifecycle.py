@@ -143,7 +143,8 @@ class Lifecycle:
         now = self.clock.now()
         with session_scope(self.sessions) as session:
             row = lease_in(session, lease_id, S.SCHEDULED)
-            if row is None:
+            # its start read again under the lock: a drain since the list was read may have moved it later
+            if row is None or (row.start_at is not None and to_epoch(row.start_at) > now):
                 return
             # GPUs not yet released by the lease before it (a delete slower than planned): booting
             # now would be refused the host. It waits; the engine ticks again on the release.

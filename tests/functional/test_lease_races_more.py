@@ -1,0 +1,46 @@
+"""More of tests/functional/test_lease_races.py's kind, on PostgreSQL: an engine step that
+picked a lease by what it read without the lease's lock, and a request that moved the lease
+before the step took it."""
+from __future__ import annotations
+
+from gpu_tenancy.domain.states import LeaseState
+from gpu_tenancy.timeutil import rfc3339
+from tests.conftest import headers
+from tests.functional.test_lease_races import ADMIN, NLP, pytestmark, state, status_code
+from tests.races import Held, race
+
+__all__ = ["pytestmark"]
+VISION = headers("ml-vision")
+H100_HOST = {"shape": "h100.x4", "duration": "PT2H"}   # the demo cloud has two H100 hosts of 4 GPUs
+
+
+def test_a_start_due_while_a_drain_moves_the_lease_later_waits_for_its_new_start(app, runtime, sessions, cloud,
+                                                                                 db_url, monkeypatch):
+    """The engine's pass has listed a lease whose start is due; a drain of its host moves it to
+    the other host from later (that host is free now, but booked from within the hour): the
+    start finds the lease scheduled later and boots nothing (it booted it at once on the other
+    host, under the booked lease, outside its planned window)."""
+    client = app.test_client()
+    now = runtime.clock.now()
+    booked = client.post("/v1/leases", json={**H100_HOST, "start": rfc3339(now + 3600)},
+                         headers=VISION).get_json()["lease"]
+    assert booked["status"] == "scheduled", booked
+    lid = client.post("/v1/leases", json=H100_HOST, headers=NLP).get_json()["lease"]["id"]
+    before = state(sessions, cloud, lid)
+    assert before["status"] == "scheduled", before
+    host = before["allocations"][0][0]
+    lc = runtime.engine.lifecycle
+    point = Held(lambda out, status, **kwargs: status is LeaseState.SCHEDULED and lid in out)
+    monkeypatch.setattr(lc, "ids", point.around(lc.ids))
+
+    def start_due() -> None:   # the engine's pass, after its replan
+        for lease_id in lc.ids(LeaseState.SCHEDULED, start_by=lc.clock.now()):
+            lc.start(lease_id)
+    _, drained = race(db_url, point, start_due,
+                      lambda: status_code(client.patch(f"/v1/hosts/{host}", json={"drained": True}, headers=ADMIN)))
+    after = state(sessions, cloud, lid)
+    assert drained == 200, drained
+    lease = client.get(f"/v1/leases/{lid}", headers=NLP).get_json()["lease"]
+    assert after["status"] == "scheduled" and after["vms"] == [], after
+    assert host not in [h for h, _ in after["allocations"]] and lease["start"] > rfc3339(now), lease
+
