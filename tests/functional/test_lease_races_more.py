@@ -3,7 +3,10 @@ picked a lease by what it read without the lease's lock, and a request that move
 before the step took it."""
 from __future__ import annotations
 
+from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import session_scope, to_epoch
 from gpu_tenancy.domain.states import LeaseState
+from gpu_tenancy.engine import park, resume
 from gpu_tenancy.timeutil import rfc3339
 from tests.conftest import headers
 from tests.functional.test_lease_races import ADMIN, NLP, pytestmark, state, status_code
@@ -44,3 +47,43 @@ def test_a_start_due_while_a_drain_moves_the_lease_later_waits_for_its_new_start
     assert after["status"] == "scheduled" and after["vms"] == [], after
     assert host not in [h for h, _ in after["allocations"]] and lease["start"] > rfc3339(now), lease
 
+
+def test_a_resume_due_while_a_drain_moves_the_slot_later_waits_for_the_new_slot(app, runtime, sessions, cloud,
+                                                                               engine_tick, db_url, monkeypatch):
+    """The engine's pass has read that a parked lease's slot has come; a drain of the slot's host
+    moves the slot to the other host from later (free now, but booked from within the hour):
+    the resume finds the slot later and unshelves nothing (it resumed the lease at once on the
+    other host, under the booked lease, outside its slot)."""
+    client, lc = app.test_client(), runtime.engine.lifecycle
+    lid = client.post("/v1/leases", json=H100_HOST, headers=NLP).get_json()["lease"]["id"]
+    engine_tick()
+    engine_tick(advance=30)
+    assert state(sessions, cloud, lid)["status"] == "active"
+    park.begin(lc, lid, "idle for 20 minutes")
+    for _ in range(10):
+        if state(sessions, cloud, lid)["status"] == "parked":
+            break
+        engine_tick(advance=30)
+    with session_scope(sessions) as s:
+        row = s.get_one(m.Lease, lid)
+        assert row.status == "parked" and row.resume_by is not None, row.status
+        slot_at, host = to_epoch(row.resume_by), row.allocations[0].host
+    booked = client.post("/v1/leases", json={**H100_HOST, "start": rfc3339(slot_at + 1800)},
+                         headers=VISION).get_json()["lease"]
+    assert booked["status"] == "scheduled" and booked["allocations"][0]["host"] != host, booked
+    runtime.clock.advance(slot_at - runtime.clock.now())   # the slot has come
+    point = Held(lambda out, *args: out == lid)
+    real, gate = resume.begin_resume, point.around(lambda lc, lease_id, why: lease_id)
+
+    def held_then_resumed(lc, lease_id: str, why: str) -> None:   # held after the pass read the slot due
+        gate(lc, lease_id, why)
+        real(lc, lease_id, why)
+    monkeypatch.setattr(resume, "begin_resume", held_then_resumed)
+    _, drained = race(db_url, point, lambda: resume.tick(lc),
+                      lambda: status_code(client.patch(f"/v1/hosts/{host}", json={"drained": True}, headers=ADMIN)))
+    assert drained == 200, drained
+    with session_scope(sessions) as s:
+        row = s.get_one(m.Lease, lid)
+        status, resume_by, hosts = row.status, to_epoch(row.resume_by), {a.host for a in row.allocations}
+    assert status == "parked" and resume_by > slot_at and host not in hosts, (status, resume_by, hosts)
+    assert not [s for s in cloud.lease_servers(lid) if s.status != "SHELVED_OFFLOADED"]

@@ -122,7 +122,8 @@ def begin_resume(lc: Lifecycle, lease_id: str, why: str) -> None:
     now = lc.clock.now()
     with session_scope(lc.sessions) as session:
         row = lease_in(session, lease_id, S.PARKED)
-        if row is None:
+        # its slot read again under the lock: a drain since the pass read it due may have moved it later
+        if row is None or (row.resume_by is not None and to_epoch(row.resume_by) > now):
             return
         # the slot's GPUs still held by a lease ending before it (a slow delete): wait for them
         if held.unreleased_on(session, row, now, lc.planner_settings.release_floor):
