@@ -6,7 +6,7 @@ from __future__ import annotations
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.engine import park, resume
+from gpu_tenancy.engine import host_failure, park, resume
 from gpu_tenancy.timeutil import rfc3339
 from tests.conftest import headers
 from tests.functional.test_lease_races import ADMIN, NLP, pytestmark, state, status_code
@@ -87,3 +87,30 @@ def test_a_resume_due_while_a_drain_moves_the_slot_later_waits_for_the_new_slot(
         status, resume_by, hosts = row.status, to_epoch(row.resume_by), {a.host for a in row.allocations}
     assert status == "parked" and resume_by > slot_at and host not in hosts, (status, resume_by, hosts)
     assert not [s for s in cloud.lease_servers(lid) if s.status != "SHELVED_OFFLOADED"]
+
+
+def test_a_planned_lease_a_drain_moved_off_a_down_host_meanwhile_is_not_moved_again(app, runtime, sessions, cloud,
+                                                                                  db_url, monkeypatch):
+    """The engine's pass has read the leases on a host that went down; an operator's drain of
+    that host moves a lease planned there first. The pass finds it no longer there and leaves
+    it (it re-placed it once more: sent back to the queue and scheduled again, the owner told
+    that "its planned host  went down", no host named)."""
+    client, lc = app.test_client(), runtime.engine.lifecycle
+    lid = client.post("/v1/leases", json={**H100_HOST, "start": rfc3339(runtime.clock.now() + 3600)},
+                      headers=NLP).get_json()["lease"]["id"]
+    before = state(sessions, cloud, lid)
+    assert before["status"] == "scheduled", before
+    down = before["allocations"][0][0]
+    cloud.set_host_state(down, up=False)
+    lc.refresh_hosts()   # the engine reads the service state; its pass has not moved the lease yet
+    point = Held(lambda out, session, hosts: lid in [lease_id for lease_id, _ in out])
+    monkeypatch.setattr(host_failure, "leases_on", point.around(host_failure.leases_on))
+    _, drained = race(db_url, point, lambda: host_failure.handle_down_hosts(lc),
+                      lambda: status_code(client.patch(f"/v1/hosts/{down}", json={"drained": True}, headers=ADMIN)))
+    assert drained == 200, drained
+    after = state(sessions, cloud, lid)
+    assert after["status"] == "scheduled" and down not in [h for h, _ in after["allocations"]], after
+    story = client.get(f"/v1/leases/{lid}/events", headers=NLP).get_json()["events"]
+    moves = [e["kind"] for e in story if e["kind"] in ("host_drain", "host_failure")]
+    requeued = [e for e in story if e["to"] == "queued" and e["from"] == "scheduled"]
+    assert moves == ["host_drain"] and len(requeued) == 1, story
