@@ -13,6 +13,7 @@ from gpu_tenancy.config import Config
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch
 from gpu_tenancy.domain.failures import FailureClass as F
+from gpu_tenancy.engine import park
 from gpu_tenancy.timeutil import parse_time, rfc3339
 from tests.conftest import headers
 from tests.functional.test_idle_rules import lease_of, minutes
@@ -232,3 +233,26 @@ def test_a_resume_asked_that_moves_the_slot_sooner_tells_the_webhook_its_new_res
     assert [event for event, _ in told] == ["lease.idle", "lease.parked", "lease.parked"], told
     assert parse_time(told[-1][1]["lease"]["resume_by"]) == moved, told[-1]
     holds_at_every_instant(runtime)
+
+
+def test_an_idle_lease_under_a_reclaim_notice_is_not_parked_and_ends_at_its_notice(client, runtime, engine_tick):
+    """A borrower under notice (reclaimed for a lease within quota: test_contention.py's story)
+    that its idle rule would park: parked, it kept the notice and its end cut to the notice, so
+    once resumed the engine ended it at once, for a lease long started. It is not parked: it
+    ends at its notice, as reclaimed."""
+    vision, nlp = headers("ml-vision"), headers("nlp-lab")
+    client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT10H"}, headers=vision)
+    extra = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT10H"},
+                        headers=vision).get_json()["lease"]["id"]
+    engine_tick()
+    engine_tick(advance=2 * 3600)
+    client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT4H"}, headers=nlp)
+    engine_tick()
+    noticed = lease_of(client, extra)
+    assert noticed["status"] == "active" and noticed["early_end"]["kind"] == "reclaimed", noticed
+    park.begin(runtime.engine.lifecycle, extra, "idle for 20 minutes")
+    assert lease_of(client, extra)["status"] == "active"
+    for _ in range(8):
+        engine_tick(advance=180)
+    ended = lease_of(client, extra)
+    assert ended["status"] == "preempted" and ended["end"] == noticed["early_end"]["at"], ended

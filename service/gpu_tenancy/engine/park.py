@@ -52,7 +52,10 @@ MIN_REMAINING = retry.MIN_REMAINING   # a lease parked in its last minute still 
 
 
 def can_park(row: m.Lease) -> bool:
-    return row.boot != TENANT
+    """Not a tenant-booted lease (its servers are the tenant's), nor one under a reclaim or
+    preemption notice: it ends at the notice anyway, and parked it would keep the notice and be
+    ended the moment it resumed."""
+    return row.boot != TENANT and row.early_end_at is None
 
 
 # --- the engine's pass ------------------------------------------------------------------------
