@@ -11,8 +11,10 @@ from sqlalchemy import select
 from gpu_tenancy.config import Config
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope
-from tests.conftest import headers
+from gpu_tenancy.engine import gpu_activity
+from tests.conftest import PG_URL, headers
 from tests.functional.test_gpu_activity import active, report
+from tests.races import Held, race
 
 RULES = [{"warn_after_minutes": 10, "then": "end", "then_after_minutes": 20},   # everyone else
          {"project_id": "nlp-lab", "warn_after_minutes": 10}]                  # warned only
@@ -89,3 +91,27 @@ def test_a_warn_only_rule_never_ends_and_silence_is_not_idleness(client, runtime
     assert lease_of(client, warned_only, "nlp-lab")["status"] == "active"
     assert len(warnings(client, warned_only, "nlp-lab")) == 1
     assert lease_of(client, silent)["status"] == "active" and warnings(client, silent) == []
+
+
+@pytest.mark.skipif(not PG_URL, reason="a race: on SQLite every transaction holds the database's write lock")
+def test_a_busy_report_accepted_while_the_engine_decides_to_end_an_idle_lease_keeps_it(
+        client, runtime, engine_tick, db_url, monkeypatch):
+    """The engine's idle rules read the idle records, decide to end a lease, then end it under its
+    lock; a report that its GPUs are busy, accepted (200) between the two, did not stop the end:
+    the tenant's work, started just then, lost its VMs. The end now reads the record again under
+    the lease's lock and leaves a lease no longer idle."""
+    lease, token = active(client, engine_tick, shape="h100.x4")
+    lc = runtime.engine.lifecycle
+    point = Held(lambda step, *args: step == "end")
+    monkeypatch.setattr(gpu_activity.ga, "idle_step", point.around(gpu_activity.ga.idle_step))
+
+    def idle_minutes() -> None:   # a report of idle GPUs and the rules each minute, until the end is decided
+        for _ in range(40):
+            assert report(client, lease, token, [0, 0, 0, 0]).status_code == 200
+            runtime.clock.advance(60)
+            gpu_activity.apply_rules(lc)
+            if point.passed.is_set() or lease_of(client, lease)["status"] != "active":
+                return
+    _, busy = race(db_url, point, idle_minutes, lambda: report(client, lease, token, [95, 95, 95, 95]).status_code)
+    assert busy == 200 and point.passed.is_set()
+    assert lease_of(client, lease)["status"] == "active", lease_of(client, lease)["status"]

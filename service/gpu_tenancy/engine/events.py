@@ -2,6 +2,8 @@
 asks the state machine first, and writes the bus notifications it sends."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -24,6 +26,11 @@ def record_transition(session: Session, row: m.Lease, target: LeaseState, now: i
     session.add(event)
     notifications.on_transition(session, row, change.from_state, target, now)
     return event
+
+
+# an engine step's reason asked again once it holds the lease's row (session, lease, now): what it
+# read before the lock (an idle record, say) may have changed since
+StillSo = Callable[[Session, m.Lease, int], bool]
 
 
 def lease_in(session: Session, lease_id: str, state: LeaseState, *, ledger: bool = False) -> m.Lease | None:

@@ -15,7 +15,7 @@ from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.domain import gpu_activity as ga
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import park, webhooks
-from gpu_tenancy.engine.events import record_event
+from gpu_tenancy.engine.events import StillSo, record_event
 from gpu_tenancy.engine.usage import gpu_hours
 from gpu_tenancy.errors import BadRequest, Conflict, TooManyRequests
 from gpu_tenancy.timeutil import rfc3339
@@ -150,8 +150,8 @@ def apply_rules(lifecycle) -> None:
     if not rules:
         return
     now = lifecycle.clock.now()
-    to_end: list[tuple[str, str]] = []
-    to_park: list[tuple[str, str]] = []
+    to_end: list[tuple[str, str, ga.IdleRule]] = []
+    to_park: list[tuple[str, str, ga.IdleRule]] = []
     with session_scope(lifecycle.sessions) as session:
         rows = session.execute(select(m.Lease, m.LeaseActivity).join(
             m.LeaseActivity, m.LeaseActivity.lease_id == m.Lease.id).where(m.Lease.status == S.ACTIVE.value))
@@ -160,8 +160,7 @@ def apply_rules(lifecycle) -> None:
             if rule is None:
                 continue
             idle = idle_for(activity, now)
-            since = ga.idle_since(to_epoch(activity.first_report_at), to_epoch(activity.busy_at))
-            step = ga.idle_step(rule, idle, since, to_epoch(activity.idle_warned_at), now)
+            step = step_now(rule, activity, now)
             if step == "warn":
                 activity.idle_warned_at = utcnow_naive(now)
                 warn(session, lease, rule, idle, now, lifecycle.config.idle_utilization_percent)
@@ -169,13 +168,27 @@ def apply_rules(lifecycle) -> None:
                 why = (f"idle for {idle // 60} min: every GPU under "
                        f"{lifecycle.config.idle_utilization_percent:g} % (the operator's idle rule)")
                 if step == "end":
-                    to_end.append((lease.id, why))
+                    to_end.append((lease.id, why, rule))
                 elif park.can_park(lease):
-                    to_park.append((lease.id, why))
-    for lease_id, why in to_end:
-        lifecycle.begin_end(lease_id, why)
-    for lease_id, why in to_park:
-        park.begin(lifecycle, lease_id, why)
+                    to_park.append((lease.id, why, rule))
+    # each step asks again, under the lease's lock, whether it is still due: a report that the
+    # GPUs are busy, accepted since the records were read, keeps the lease
+    for lease_id, why, rule in to_end:
+        lifecycle.begin_end(lease_id, why, still=still_due(rule, "end"))
+    for lease_id, why, rule in to_park:
+        park.begin(lifecycle, lease_id, why, still=still_due(rule, "park"))
+
+
+def step_now(rule: ga.IdleRule, activity: m.LeaseActivity, now: int) -> str | None:
+    since = ga.idle_since(to_epoch(activity.first_report_at), to_epoch(activity.busy_at))
+    return ga.idle_step(rule, idle_for(activity, now), since, to_epoch(activity.idle_warned_at), now)
+
+
+def still_due(rule: ga.IdleRule, step: str) -> StillSo:
+    def still(session: Session, row: m.Lease, now: int) -> bool:
+        activity = session.get(m.LeaseActivity, row.id, populate_existing=True)
+        return activity is not None and step_now(rule, activity, now) == step
+    return still
 
 
 def warn(session: Session, lease: m.Lease, rule: ga.IdleRule, idle: int, now: int, percent: float) -> None:

@@ -24,7 +24,7 @@ from gpu_tenancy.engine import (early_ends, gpu_activity, held, host_failure, ho
                                 notifications, park, planner_settings, readiness, releasing, resume, retry,
                                 start_by_margins, webhooks)
 from gpu_tenancy.engine.crashpoints import crash_point
-from gpu_tenancy.engine.events import entered_at, lease_in, record_event, record_transition
+from gpu_tenancy.engine.events import StillSo, entered_at, lease_in, record_event, record_transition
 from gpu_tenancy.engine.leases import end_allocations_at, finished_or_unknown
 from gpu_tenancy.timeutil import rfc3339
 
@@ -309,13 +309,16 @@ class Lifecycle:
                 webhooks.enqueue(session, row, webhooks.ENDING_SOON, webhooks.ending_soon_payload(row, now), now)
                 notifications.enqueue(session, row, notifications.BEFORE_END_LEASE, now)
 
-    def begin_end(self, lease_id: str, why: str, due: int | None = None) -> None:
+    def begin_end(self, lease_id: str, why: str, due: int | None = None, still: StillSo | None = None) -> None:
         """`due`: it ends because its end is at or before then, which is read again here (an
-        extension committed since the list was read moves it)."""
+        extension committed since the list was read moves it). `still`: the reason it ends, asked
+        again under the lease's lock (an idle lease's busy report committed since)."""
         now = self.clock.now()
         with session_scope(self.sessions) as session:
             row = lease_in(session, lease_id, S.ACTIVE)
             if row is None or (due is not None and row.end_at is not None and to_epoch(row.end_at) > due):
+                return
+            if still is not None and not still(session, row, now):
                 return
             end_allocations_at(session, row, now)
             record_transition(session, row, S.ENDING, now, ACTOR, why)

@@ -35,7 +35,7 @@ from gpu_tenancy.domain.failures import FailureClass, cloud_said, rule
 from gpu_tenancy.domain.model import LeaseRequest, Placement, PlannedLease
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import ledger, retry, webhooks
-from gpu_tenancy.engine.events import entered_at, lease_in, record_event, record_transition
+from gpu_tenancy.engine.events import StillSo, entered_at, lease_in, record_event, record_transition
 from gpu_tenancy.engine.lease_flavor import TENANT
 from gpu_tenancy.engine.leases import end_allocations_at
 from gpu_tenancy.engine.usage import keep_spent
@@ -70,12 +70,13 @@ def in_flight(lc: Lifecycle) -> bool:
 
 
 # --- park ---------------------------------------------------------------------------------------
-def begin(lc: Lifecycle, lease_id: str, why: str) -> None:
-    """Commit the intent (parking, and the time it has left), then shelve."""
+def begin(lc: Lifecycle, lease_id: str, why: str, still: StillSo | None = None) -> None:
+    """Commit the intent (parking, and the time it has left), then shelve. `still`: the reason
+    it parks, asked again under the lease's lock (Lifecycle.begin_end's)."""
     now = lc.clock.now()
     with session_scope(lc.sessions) as session:
         row = lease_in(session, lease_id, S.ACTIVE)
-        if row is None or not can_park(row):
+        if row is None or not can_park(row) or (still is not None and not still(session, row, now)):
             return
         row.remaining = max(to_epoch(row.end_at) - now, MIN_REMAINING)
         record_transition(session, row, S.PARKING, now, ACTOR,
