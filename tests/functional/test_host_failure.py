@@ -207,3 +207,24 @@ def test_a_lease_that_ran_again_after_a_rescue_has_its_attempts_again(client, ru
     after = show(client, lease)
     assert after["status"] == "active" and after["end"] == running["end"]
     assert [(f["class"], f["action"], f["attempt"]) for f in after["failures"]] == [("host_down", "replaced", 1)] * 4
+
+
+def test_a_lease_whose_time_is_up_when_its_host_goes_down_ends_rather_than_boot_again(
+        client, runtime, cloud, engine_tick):
+    """The pass that sees the host down comes just after the lease's end: it ends, as it would
+    have on a live host. (The rescue, which runs before the pass's ends, re-placed it for the
+    minute a re-placed lease is given at least, and booted its VMs again on other hosts.)"""
+    lease = ask(client, duration="PT1H")
+    engine_tick()
+    engine_tick(advance=30)
+    running = show(client, lease)
+    assert running["status"] == "active"
+    end, lost = parse_time(running["end"]), running["servers"][0]["host"]
+    runtime.clock.set(end - runtime.config.host_refresh_seconds + 1)
+    host_goes(runtime, cloud, engine_tick, lost, up=False)   # the pass one second after the end
+    for _ in range(3):
+        engine_tick(advance=10)
+    after = show(client, lease)
+    assert after["status"] == "ended" and after["failures"] == [], (after["status"], after["failures"])
+    assert after["end"] == running["end"] and after["servers"][0]["id"] not in cloud.servers()
+    assert not any(e["kind"] == "host_failure" for e in events(client, lease))

@@ -79,7 +79,7 @@ def rescue(lc, lease_id: str, down: set[str]) -> None:
     now = lc.clock.now()
     with session_scope(lc.sessions) as session:
         row = session.get(m.Lease, lease_id)
-        if row is None or row.status not in MOVED:
+        if row is None or row.status not in MOVED or time_is_up(row, now):
             return
         cloud_ids = [s.cloud_id for s in row.servers if s.cloud_id]
     unrecorded = retry.unrecorded_servers(lc.cloud, lease_id, cloud_ids)
@@ -88,7 +88,7 @@ def rescue(lc, lease_id: str, down: set[str]) -> None:
     with session_scope(lc.sessions) as session:
         ledger_lock(session)   # before the lease's row (engine/events.py lease_in): it is replaced below
         row = session.get(m.Lease, lease_id, with_for_update=True, populate_existing=True)
-        if row is None or row.status not in MOVED:
+        if row is None or row.status not in MOVED or time_is_up(row, now):
             return
         retry.record_unrecorded(session, row, unrecorded, now)
         lost = sorted(set(retry.lease_hosts(row)) & down)
@@ -111,6 +111,12 @@ def rescue(lc, lease_id: str, down: set[str]) -> None:
                      f"(attempt {entry.attempt + 1})", now, ACTOR)
     lease_flavor.follow_placement(lc, lease_id)
     log.info("lease %s moved off down host(s) %s", lease_id, ", ".join(sorted(down)))
+
+
+def time_is_up(row: m.Lease, now: int) -> bool:
+    """A running lease whose end has come: the pass's ends end it (deleting its VMs, the dead
+    host's too). Rescued, it was booted again elsewhere for the minute a re-placed lease gets."""
+    return row.status == S.ACTIVE.value and row.end_at is not None and to_epoch(row.end_at) <= now
 
 
 def give_up(session, row: m.Lease, message: str, lost: list[str], now: int) -> None:
