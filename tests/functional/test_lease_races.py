@@ -60,6 +60,18 @@ def overbooked(sessions, cloud) -> dict:
     return {h: (n, sizes[h]) for h, n in booked.items() if n > sizes.get(h, 0)}
 
 
+def borrower_two_hours_in(client, engine_tick) -> str:
+    """test_contention.py's story to 10:00: ml-vision runs its quota of A100 and borrows 8 more
+    (\"extra\", returned), both for 10 h; nlp-lab's ask for its own quota then reclaims it."""
+    vision = headers("ml-vision")
+    client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT10H"}, headers=vision)
+    extra = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT10H"},
+                        headers=vision).get_json()["lease"]["id"]
+    engine_tick()
+    engine_tick(advance=2 * 3600)
+    return extra
+
+
 def scheduled(client, project_headers=NLP) -> str:
     made = client.post("/v1/leases", json=WHOLE_HOST, headers=project_headers).get_json()["lease"]
     assert made["status"] == "scheduled", made
@@ -239,12 +251,8 @@ def test_the_engine_ending_a_lease_at_its_notice_while_the_notice_is_called_off_
     the engine's end of the borrower at the notice waits, then finds it called off and leaves the
     borrower running (it ended it, and the call-off then wrote its old end back over the engine's
     cut: an ending lease holding its GPUs in the ledger for hours, finished as ended)."""
-    client, vision = app.test_client(), headers("ml-vision")
-    client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT10H"}, headers=vision)
-    extra = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT10H"},
-                        headers=vision).get_json()["lease"]["id"]
-    engine_tick()
-    engine_tick(advance=2 * 3600)
+    client = app.test_client()
+    extra = borrower_two_hours_in(client, engine_tick)
     train = client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT4H"},
                         headers=NLP).get_json()["lease"]["id"]
     engine_tick()   # the notice: the borrower ends at 10:15
@@ -288,11 +296,7 @@ def test_a_borrower_parked_while_a_replan_reclaims_it_is_not_given_the_notice(
     once resumed was ended at once for a lease long started. It now reads the borrower again
     under its lock and, finding it moved on, leaves the reclaim to the next pass."""
     client, vision = app.test_client(), headers("ml-vision")
-    client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT10H"}, headers=vision)
-    extra = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT10H"},
-                        headers=vision).get_json()["lease"]["id"]
-    engine_tick()
-    engine_tick(advance=2 * 3600)
+    extra = borrower_two_hours_in(client, engine_tick)
     assert state(sessions, cloud, extra)["status"] == "active"
     point = Held(lambda out, *args, **kwargs: any(end.lease_id == extra for end in out.ends))
     monkeypatch.setattr(early_ends.reclaim, "early_ends", point.around(early_ends.reclaim.early_ends))

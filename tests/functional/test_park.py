@@ -17,6 +17,7 @@ from gpu_tenancy.engine import park
 from gpu_tenancy.timeutil import parse_time, rfc3339
 from tests.conftest import headers
 from tests.functional.test_idle_rules import lease_of, minutes
+from tests.functional.test_lease_races import borrower_two_hours_in
 
 GRACE = 600
 RULES = [{"warn_after_minutes": 10, "then": "park", "then_after_minutes": 20}]
@@ -240,13 +241,9 @@ def test_an_idle_lease_under_a_reclaim_notice_is_not_parked_and_ends_at_its_noti
     that its idle rule would park: parked, it kept the notice and its end cut to the notice, so
     once resumed the engine ended it at once, for a lease long started. It is not parked: it
     ends at its notice, as reclaimed."""
-    vision, nlp = headers("ml-vision"), headers("nlp-lab")
-    client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT10H"}, headers=vision)
-    extra = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT10H"},
-                        headers=vision).get_json()["lease"]["id"]
-    engine_tick()
-    engine_tick(advance=2 * 3600)
-    client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT4H"}, headers=nlp)
+    extra = borrower_two_hours_in(client, engine_tick)
+    client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT4H"},
+                headers=headers("nlp-lab"))
     engine_tick()
     noticed = lease_of(client, extra)
     assert noticed["status"] == "active" and noticed["early_end"]["kind"] == "reclaimed", noticed
