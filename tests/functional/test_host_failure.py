@@ -228,3 +228,24 @@ def test_a_lease_whose_time_is_up_when_its_host_goes_down_ends_rather_than_boot_
     assert after["status"] == "ended" and after["failures"] == [], (after["status"], after["failures"])
     assert after["end"] == running["end"] and after["servers"][0]["id"] not in cloud.servers()
     assert not any(e["kind"] == "host_failure" for e in events(client, lease))
+
+
+def test_a_rescued_vm_placed_where_its_own_old_vm_is_being_released_waits_for_it(client, runtime, cloud, engine_tick):
+    """Three VMs of 4 A100: two on a host that goes down, one on a live host. Rescued, the one
+    is placed again on its live host (its old VM there, deleted, still being released: the GPUs
+    fit). The lease's class still had its one unit there taken by the old VM, so the boot was
+    refused (no valid host, an attempt spent): it now waits for its own old VM's release, as for
+    another lease's (edge property test, seed 14, step 311)."""
+    lease = ask(client, shape="a100.x4", instances=3)
+    engine_tick()
+    engine_tick(advance=30)
+    running = show(client, lease)
+    assert running["status"] == "active"
+    hosts = [s["host"] for s in running["servers"]]
+    lost = max(set(hosts), key=hosts.count)   # the host of two of them
+    host_goes(runtime, cloud, engine_tick, lost, up=False)
+    for _ in range(6):
+        engine_tick(advance=10)
+    after = show(client, lease)
+    assert [(f["class"], f["action"]) for f in after["failures"]] == [("host_down", "replaced")], after["failures"]
+    assert after["status"] == "active" and lost not in {s["host"] for s in after["servers"]}

@@ -88,9 +88,17 @@ def releasing_name(lease_id: str, vm_index: int) -> str:
     return f"{lease_id} (vm{vm_index}, being released)"
 
 
+def dropped_from(hold_name: str, lease_id: str) -> bool:
+    """Whether a hold is a VM dropped from the lease and still being released (releasing_name)."""
+    return hold_name.startswith(f"{lease_id} (vm")
+
+
 def unreleased_on(session: Session, row: m.Lease, now: int, floor: int) -> dict[str, list[str]]:
     """The hosts of a lease about to start whose GPUs other leases still hold at `now`, so
-    that its VMs would not fit there yet: host -> those leases."""
+    that its VMs would not fit there yet: host -> those leases. A host where a VM dropped from
+    this lease is still being released is one too, whatever the GPUs: that VM holds a unit of
+    the lease's class there (Placement frees it with the GPUs), so a VM of it booted there now
+    finds none (no valid host)."""
     mine: dict[str, int] = {}
     for alloc in row.allocations:
         mine[alloc.host] = mine.get(alloc.host, 0) + alloc.gpus
@@ -102,6 +110,7 @@ def unreleased_on(session: Session, row: m.Lease, now: int, floor: int) -> dict[
     out = {}
     for host, need in sorted(mine.items()):
         on_host = [h for h in others if h.host == host]
-        if sizes.get(host, 0) - sum(h.gpus for h in on_host) < need:
+        if sizes.get(host, 0) - sum(h.gpus for h in on_host) < need or any(
+                dropped_from(h.lease_id, row.id) for h in on_host):
             out[host] = sorted({h.lease_id for h in on_host})
     return out
