@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from gpu_tenancy.domain.capacity import select_gang_hosts
+from gpu_tenancy.domain.capacity import empty_together_key, select_gang_hosts
 from gpu_tenancy.domain.plan_run import Backend
 
 
@@ -33,8 +33,8 @@ def _at(intervals, x):
 
 
 class NaiveIndex:
-    def __init__(self, hosts, now):
-        self.now = now
+    def __init__(self, hosts, now, empty_together=False):
+        self.now, self.empty_together = now, empty_together
         self.hosts = {h.name: h for h in sorted(hosts, key=lambda h: h.name) if h.gpus > 0}
         self.iv = defaultdict(list)
 
@@ -50,6 +50,9 @@ class NaiveIndex:
                     total += j
                     cands.append((h.gpus - _at(ivs, T), name, h.aggregate, j))
             if total >= n:
+                if n == 1 and self.empty_together:
+                    return T, (min((empty_together_key(self.hosts[c[1]].gpus - _at(self.iv[c[1]], T + d), c[0],
+                                                       self.hosts[c[1]].gpus), c[1]) for c in cands)[1],)
                 if n == 1:
                     return T, (min(cands)[1],)
                 return T, select_gang_hosts(cands, n)
@@ -62,12 +65,12 @@ class NaiveIndex:
         return max((h.gpus - _at(self.iv[n], self.now) for n, h in self.hosts.items()), default=0)
 
 
-def naive_capacity(now, hosts, holds):
+def naive_capacity(now, hosts, holds, empty_together=False):
     by_model = defaultdict(list)
     for h in hosts:
         if h.enabled:
             by_model[h.gpu_model].append(h)
-    idx = {m: NaiveIndex(hs, now) for m, hs in by_model.items()}
+    idx = {m: NaiveIndex(hs, now, empty_together) for m, hs in by_model.items()}
     for hd in holds:
         if hd.end > now and hd.gpus > 0 and hd.gpu_model in idx and hd.host in idx[hd.gpu_model].hosts:
             idx[hd.gpu_model].reserve(hd.host, max(hd.start, now), hd.end, hd.gpus)

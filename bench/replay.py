@@ -122,13 +122,16 @@ def bound_settings(spec: str) -> PlannerSettings:
     fair-share score halved per 64 GPU-hours waited (age_size_gpu_hours), '1qc' the GPU-hours a
     project's holds keep from now and its waiting leases ahead of a lease will use counted 1x in
     its score (queued_charge), '8sp' leases of 8 GPUs per VM or more not charged
-    (queued_charge_spares_gpus). (make() reads '24hl', a fair-share half-life of 24 hours.)"""
+    (queued_charge_spares_gpus), 'et' one VM's host chosen so that hosts empty together
+    (empty_together). (make() reads '24hl', a fair-share half-life of 24 hours.)"""
     kw: dict = {}
     for part in spec.split("+"):
         if not part:
             continue
         if part in ("keep", "fs"):
             kw["keep_etas"] = part == "keep"
+        elif part == "et":
+            kw["empty_together"] = True
         elif part.endswith("qc"):
             kw["queued_charge"] = float(part[:-2])
         elif part.endswith("sp"):

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="a proposed change (repeatable): quota.<project>.<model>.{gpus,borrow_gpus,weight,"
                              "max_duration}, weight.<project>, priority_class.<name>.priority, planner.{wait_bound,"
                              "wait_bound_gpu_hours,wait_bound_leases,fairshare_half_life,age_size_gpu_hours,"
-                             "queued_charge,queued_charge_spares_gpus}")
+                             "queued_charge,queued_charge_spares_gpus,empty_together}")
     whatif.add_argument("--history", help="replay this file (written by --export) instead of the database")
     whatif.add_argument("--export", metavar="FILE", help="write the history to FILE (JSON) and replay nothing")
     whatif.add_argument("--json", action="store_true", help="print the figures as JSON")

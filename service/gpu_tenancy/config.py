@@ -13,8 +13,8 @@ from cryptography.fernet import Fernet
 from gpu_tenancy.cloud import registry
 from gpu_tenancy.cloud.builtin import DEMO_CLOUD  # noqa: F401  (the demo's cloud, imported from here)
 from gpu_tenancy.domain.gpu_activity import IdleRule
-from gpu_tenancy.domain.planner import (DEFAULT_AGE_SIZE_GPU_HOURS, DEFAULT_KEEP_ETAS, DEFAULT_QUEUED_CHARGE,
-                                        DEFAULT_QUEUED_CHARGE_SPARES_GPUS, DEFAULT_WAIT_BOUND,
+from gpu_tenancy.domain.planner import (DEFAULT_AGE_SIZE_GPU_HOURS, DEFAULT_EMPTY_TOGETHER, DEFAULT_KEEP_ETAS,
+                                        DEFAULT_QUEUED_CHARGE, DEFAULT_QUEUED_CHARGE_SPARES_GPUS, DEFAULT_WAIT_BOUND,
                                         DEFAULT_WAIT_BOUND_GPU_HOURS, DEFAULT_WAIT_BOUND_LEASES)
 
 OLD_CLOUD_SPELLING = ("cloud_driver", "simulated_cloud", "clouds_yaml_cloud", "clouds_yaml_file", "cloud_network",
@@ -115,6 +115,9 @@ class Config:
     # ... except on leases of this many GPUs per VM or more, the big leases it makes room for (a gang of
     # small VMs is charged: it needs no host drained) (null: every lease)
     planner_queued_charge_spares_gpus: int | None = DEFAULT_QUEUED_CHARGE_SPARES_GPUS
+    # a one-VM lease goes, among the hosts where it starts earliest, where its end leaves the fewest GPUs
+    # free (the host's other leases outlast it), so that hosts empty whole for big leases; false: best fit
+    planner_empty_together: bool = DEFAULT_EMPTY_TOGETHER
     # sharing rules (see README "Sharing rules")
     reclaim_after_seconds: int = 3600        # a lease within quota waits at most this for borrowed GPUs
     reclaim_notice_seconds: int = 900        # warning before a lease is reclaimed or preempted
@@ -209,8 +212,9 @@ class Config:
         most = values.get("planner_wait_bound_leases")
         if most is not None and (isinstance(most, bool) or not isinstance(most, int) or most < 1):
             raise ValueError("planner_wait_bound_leases must be a whole number >= 1, or null")
-        if not isinstance(values.get("planner_keep_etas", DEFAULT_KEEP_ETAS), bool):
-            raise ValueError("planner_keep_etas must be true or false")
+        for flag, default in (("planner_keep_etas", DEFAULT_KEEP_ETAS), ("planner_empty_together", DEFAULT_EMPTY_TOGETHER)):
+            if not isinstance(values.get(flag, default), bool):
+                raise ValueError(f"{flag} must be true or false")
         aged = values.get("planner_age_size_gpu_hours")
         if aged is not None and (isinstance(aged, bool) or not isinstance(aged, (int, float)) or not aged > 0
                                  or aged == float("inf")):

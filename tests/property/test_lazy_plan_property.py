@@ -47,7 +47,7 @@ def world(seed: int):
     usage = {(p, m): rng.uniform(0, 50) for p in projects for m in MODELS}
     settings = PlannerSettings(wait_bound=rng.choice([None, None, 3600]), release_allowance=rng.choice([0, 0, 120]),
                                age_size_gpu_hours=rng.choice([None, None, 64.0]),
-                               queued_charge=rng.choice([None, None, 1.0]))
+                               queued_charge=rng.choice([None, None, 1.0]), empty_together=rng.random() < 0.3)
     return hosts, holds, quotas, waiting, usage, settings, rng
 
 

@@ -46,11 +46,11 @@ def world(rng: random.Random):
     PlannerSettings(), PlannerSettings(wait_bound=6 * H, wait_bound_leases=2),
     # every lease past the bound at once: a reserved start is not, so it is tried out of the plan's turn
     PlannerSettings(wait_bound=0, wait_bound_leases=1), PlannerSettings(wait_bound_gpu_hours=0),
-    PlannerSettings(queued_charge=1.0),
+    PlannerSettings(queued_charge=1.0), PlannerSettings(empty_together=True),
     # the charge with age x size: a trial out of the plan's turn orders its leases by the whole queue's charges
     PlannerSettings(queued_charge=4.0, age_size_gpu_hours=1.0, queued_charge_spares_gpus=4),
     PlannerSettings(queued_charge=4.0, age_size_gpu_hours=1.0, wait_bound=6 * H, wait_bound_leases=2)],
-    ids=["no-bound", "bound", "bound-0", "gpu-hours-0", "queued-charge", "charge-age-spares", "charge-age-bound"])
+    ids=["no-bound", "bound", "bound-0", "gpu-hours-0", "queued-charge", "empty-together", "charge-age-spares", "charge-age-bound"])
 def test_each_offer_starts_where_the_whole_plan_puts_it(settings, monkeypatch):
     tried = [0]
     place = offers_module._Places.place

@@ -51,12 +51,13 @@ def ask(rng: random.Random, origin: int):
     return t, d, g, n
 
 
+@pytest.mark.parametrize("empty_together", [False, True])
 @pytest.mark.parametrize("seed", range(60))
-def test_the_scan_index_answers_as_the_python_index(seed):
+def test_the_scan_index_answers_as_the_python_index(seed, empty_together):
     rng = random.Random(seed)
     hosts, spans = cluster(rng)
-    ours = ScanIndex("A100", hosts, NOW, spans)
-    ref = ModelIndex("A100", hosts, NOW, spans)
+    ours = ScanIndex("A100", hosts, NOW, spans, empty_together)
+    ref = ModelIndex("A100", hosts, NOW, spans, empty_together)
     ref.build()
     ours.build()
     assert list(ours.hosts) == list(ref.hosts)

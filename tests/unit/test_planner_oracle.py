@@ -74,8 +74,10 @@ def fit_path(request, monkeypatch):
 def test_fast_planner_matches_naive_and_keeps_invariants(chunk, fit_path):
     for seed in range(chunk * 50, chunk * 50 + 50):
         hosts, holds, quotas, waiting, usage = case(seed)
-        # every third world with the queued charge (off by default), which reorders the leases
-        settings = PlannerSettings(queued_charge=4.0, queued_charge_spares_gpus=8) if seed % 3 == 2 else PlannerSettings()
+        # every third world with the queued charge (off by default), which reorders the leases, and
+        # every third with hosts that empty together (off by default), which chooses other hosts
+        settings = (PlannerSettings(queued_charge=4.0, queued_charge_spares_gpus=8) if seed % 3 == 2 else
+                    PlannerSettings(empty_together=True) if seed % 3 == 1 else PlannerSettings())
         fast = plan(NOW, hosts, holds, quotas, waiting, usage, settings)
         ref = plan(NOW, hosts, holds, quotas, waiting, usage, settings, _backend=NAIVE)
         assert list(fast.leases) == list(ref.leases)
@@ -148,8 +150,9 @@ def wide_case(seed):
 def test_wider_cases_match_naive_placements_and_reasons(chunk, fit_path):
     for seed in range(10_000 + chunk * 40, 10_000 + chunk * 40 + 40):
         hosts, holds, quotas, waiting, usage = wide_case(seed)
-        fast = plan(NOW, hosts, holds, quotas, waiting, usage)
-        ref = plan(NOW, hosts, holds, quotas, waiting, usage, _backend=NAIVE)
+        settings = PlannerSettings(empty_together=seed % 2 == 1)
+        fast = plan(NOW, hosts, holds, quotas, waiting, usage, settings)
+        ref = plan(NOW, hosts, holds, quotas, waiting, usage, settings, _backend=NAIVE)
         for lid, pl in fast.leases.items():
             assert pl.placement == ref.leases[lid].placement, (seed, lid)
             assert pl.reasons == ref.leases[lid].reasons, (seed, lid)

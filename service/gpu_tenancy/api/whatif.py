@@ -29,7 +29,7 @@ CREATE: dict[str, Any] = {
                     "description": "key=value: quota.<project>.<model>.{gpus,borrow_gpus,weight,max_duration}, "
                                    "weight.<project>, priority_class.<name>.priority, "
                                    "planner.{wait_bound,wait_bound_gpu_hours,wait_bound_leases,fairshare_half_life,"
-                                   "age_size_gpu_hours,queued_charge,queued_charge_spares_gpus}"},
+                                   "age_size_gpu_hours,queued_charge,queued_charge_spares_gpus,empty_together}"},
     },
 }
 FIELDS = ("id", "status", "days", "changes", "leases", "progress", "created_by", "created_at", "updated_at",

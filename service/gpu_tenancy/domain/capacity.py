@@ -41,11 +41,12 @@ class ModelIndex:
     """Enabled hosts of one GPU model, with the run heaps."""
 
     def __init__(self, gpu_model: str, hosts: Iterable[Host], origin: int,
-                 holds: Mapping[str, Iterable[tuple[int, int, int]]] | None = None):
+                 holds: Mapping[str, Iterable[tuple[int, int, int]]] | None = None, empty_together: bool = False):
         """holds: as in apply_holds, each host's profile built with the host (in bulk: no
-        profile made twice)."""
+        profile made twice). empty_together: one VM's host chosen by empty_together_host."""
         self.gpu_model = gpu_model
         self.origin = origin
+        self.empty_together = empty_together
         self.hosts: dict[str, HostState] = {}
         for h in sorted(hosts, key=lambda h: h.name):
             if h.gpus > 0:
@@ -193,8 +194,18 @@ class ModelIndex:
         if gpus not in self.tracked:
             self._track(gpus)
         if instances == 1:
-            return self._earliest_one(t, duration, gpus)
+            one = self._earliest_one(t, duration, gpus)
+            if one is not None and self.empty_together:
+                return one[0], (self._empty_together_host(one[0], duration, gpus),)
+            return one
         return self._earliest_gang(t, duration, gpus, instances)
+
+    def _empty_together_host(self, s: int, d: int, g: int) -> str:
+        """Among the hosts where g GPUs are free all over [s, s+d), the least (free once the lease
+        has ended, free at s, name): empty_together_host's rule, read from every host (the heaps
+        are ordered for best fit; this index answers alone only where the compiled one is not built)."""
+        return min((empty_together_key(hs.prof.value_at(s + d), hs.prof.value_at(s), hs.gpus), name)
+                   for name, hs in self.hosts.items() if hs.gpus >= g and hs.prof.min_on(s, s + d) >= g)[1]
 
     def _earliest_one(self, t: int, d: int, g: int) -> tuple[int, tuple[str, ...]] | None:
         """First the hosts that fit right at t (after the origin, through
@@ -391,6 +402,14 @@ class StartFloor:
             i -= 1
         ds[i:j] = [d]
         ss[i:j] = [start]
+
+
+def empty_together_key(free_after: int, free_at_start: int, gpus: int) -> tuple[int, int]:
+    """How a one-VM lease's host is chosen among those where it starts earliest, when hosts are to
+    empty together (PlannerSettings.empty_together): the fewest GPUs free once it ends (the host's
+    other holds outlast it, so it lengthens no host's busy time), then the fewest free at its start
+    (best fit), each within [0, gpus]. The default, best fit, reads the second alone."""
+    return (min(max(free_after, 0), gpus), min(free_at_start, gpus))
 
 
 def select_gang_hosts(cands: Sequence[tuple[int, str, str | None, int]], n: int) -> tuple[str, ...]:

@@ -22,7 +22,8 @@ from .scan_index import ScanIndex
 CapacityIndex = ModelIndex | ScanIndex   # one GPU model's hosts, as a plan asks about them
 
 
-def _fast_capacity(now: int, hosts: Sequence[Host], holds: Sequence[Hold]) -> dict[str, CapacityIndex]:
+def _fast_capacity(now: int, hosts: Sequence[Host], holds: Sequence[Hold], empty_together: bool = False
+                   ) -> dict[str, CapacityIndex]:
     by_model: dict[str, list[Host]] = defaultdict(list)
     for h in hosts:
         if h.enabled:
@@ -33,26 +34,27 @@ def _fast_capacity(now: int, hosts: Sequence[Host], holds: Sequence[Hold]) -> di
             on = spans.get(hd.gpu_model)
             if on is not None:
                 on[hd.host].append((hd.start, hd.end, -hd.gpus))
-    idx = {m: _index_of(m, hs, now, spans[m]) for m, hs in by_model.items()}
+    idx = {m: _index_of(m, hs, now, spans[m], empty_together) for m, hs in by_model.items()}
     for mi in idx.values():
         mi.build()
     return idx
 
 
-def _index_of(model: str, hosts: Sequence[Host], now: int, spans: Mapping[str, list[tuple[int, int, int]]]
-              ) -> CapacityIndex:
+def _index_of(model: str, hosts: Sequence[Host], now: int, spans: Mapping[str, list[tuple[int, int, int]]],
+              empty_together: bool) -> CapacityIndex:
     """The compiled scan index where it is built, else the Python index (the same answers:
     tests/property/test_scan_index_agrees.py)."""
     if scan_index.available:
-        return ScanIndex(model, hosts, now, spans)
-    return ModelIndex(model, hosts, now, spans)
+        return ScanIndex(model, hosts, now, spans, empty_together)
+    return ModelIndex(model, hosts, now, spans, empty_together)
 
 
 @dataclass(frozen=True)
 class Backend:
     """How a plan builds its capacity index and quota book: the fast ones (FAST, the default) or a
     brute-force reference (bench/naive_planner.py: NAIVE) for the oracle tests and the bench."""
-    capacity: Callable[[int, Sequence[Host], Sequence[Hold]], dict[str, CapacityIndex]] = _fast_capacity
+    # (now, hosts, holds, empty_together): PlannerSettings.empty_together is the index's host choice
+    capacity: Callable[[int, Sequence[Host], Sequence[Hold], bool], dict[str, CapacityIndex]] = _fast_capacity
     quota: Callable[[int, Mapping[tuple[str, str], QuotaLimit], Sequence[Hold]], QuotaBook] = QuotaBook
 
 
@@ -82,7 +84,7 @@ class PlanRun:
         plan's head taken over): held as `holds` are, and to a borrower planned leases, not holds."""
         self.now, self.usage, self.settings, self.protected = now, usage, settings, protected
         held = [*holds, *planned] if planned else holds
-        self.indexes: dict[str, CapacityIndex] = backend.capacity(now, hosts, held)
+        self.indexes: dict[str, CapacityIndex] = backend.capacity(now, hosts, held, settings.empty_together)
         self.book: QuotaBook = backend.quota(now, quotas, held)
         self.book.note_planned(planned)   # a borrower pushes none of them back, as none this plan places
         self.hosts = HostProfiles(hosts)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 __all__ = ["PlannerSettings", "DEFAULT_WAIT_BOUND", "DEFAULT_WAIT_BOUND_GPU_HOURS", "DEFAULT_WAIT_BOUND_LEASES",
            "DEFAULT_KEEP_ETAS", "DEFAULT_AGE_SIZE_GPU_HOURS",
-           "DEFAULT_QUEUED_CHARGE", "DEFAULT_QUEUED_CHARGE_SPARES_GPUS"]
+           "DEFAULT_QUEUED_CHARGE", "DEFAULT_QUEUED_CHARGE_SPARES_GPUS", "DEFAULT_EMPTY_TOGETHER"]
 
 
 # Off by default: on Philly at 80 % and 95 % load a 4 h bound kept the P90 wait of
@@ -24,6 +24,8 @@ DEFAULT_AGE_SIZE_GPU_HOURS: float | None = None
 # Off by default: see docs/performance.md, "Queued charge"
 DEFAULT_QUEUED_CHARGE: float | None = None
 DEFAULT_QUEUED_CHARGE_SPARES_GPUS: int | None = None
+# Off by default: see docs/performance.md, "Hosts that empty together"
+DEFAULT_EMPTY_TOGETHER = False
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,9 @@ class PlannerSettings:
     # ... but not for leases of this many GPUs per VM or more (the big leases it is for: a whole
     # host drained, not a gang of small VMs); None: every lease
     queued_charge_spares_gpus: int | None = DEFAULT_QUEUED_CHARGE_SPARES_GPUS
+    # a one-VM lease goes, among the hosts where it starts earliest, where the fewest GPUs are left
+    # free once it ends (capacity.empty_together_key), not by best fit at its start alone
+    empty_together: bool = DEFAULT_EMPTY_TOGETHER
 
     @property
     def bounded(self) -> bool:

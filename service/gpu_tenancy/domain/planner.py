@@ -63,7 +63,7 @@ from .plan_order import (BOUND, FAIR, GUARDED, AheadCounter, FairShareScores, Or
                          bound_reached_at, guardable, order_key, past_wait_bound, waiting_since)
 from .plan_prefix import EarlierPlan, common_prefix
 from .plan_run import FAST, Backend, PlanRun
-from .plan_settings import (DEFAULT_AGE_SIZE_GPU_HOURS, DEFAULT_KEEP_ETAS, DEFAULT_QUEUED_CHARGE,
+from .plan_settings import (DEFAULT_AGE_SIZE_GPU_HOURS, DEFAULT_EMPTY_TOGETHER, DEFAULT_KEEP_ETAS, DEFAULT_QUEUED_CHARGE,
                             DEFAULT_QUEUED_CHARGE_SPARES_GPUS, DEFAULT_WAIT_BOUND,
                             DEFAULT_WAIT_BOUND_GPU_HOURS, DEFAULT_WAIT_BOUND_LEASES, PlannerSettings)
 from .plan_words import duration_text, fmt_time
@@ -74,7 +74,7 @@ __all__ = [
     "order_key", "fmt_time", "DEFAULT_WAIT_BOUND", "DEFAULT_WAIT_BOUND_GPU_HOURS", "DEFAULT_WAIT_BOUND_LEASES",
     "past_wait_bound", "bound_reached_at", "bound_protected", "waiting_since", "DEFAULT_KEEP_ETAS",
     "guardable", "GUARD_ROUNDS", "DEFAULT_AGE_SIZE_GPU_HOURS", "DEFAULT_QUEUED_CHARGE",
-    "DEFAULT_QUEUED_CHARGE_SPARES_GPUS", "OrderKey", "Trials", "Turn", "plan_with_turns",
+    "DEFAULT_QUEUED_CHARGE_SPARES_GPUS", "DEFAULT_EMPTY_TOGETHER", "OrderKey", "Trials", "Turn", "plan_with_turns",
     "trials_after", "Planning",
 ]
 

@@ -348,10 +348,20 @@ static i64 host_bound(ScanObject *self, i64 *row, Py_ssize_t h, i64 g, int c) {
     return *slot;
 }
 
-/* earliest_one(t, d, g) -> (start, host) or None: one VM of g GPUs for d seconds */
+/* the free GPUs of p once a lease of d seconds from s has ended, within [0, gpus]: what the
+ * host's other holds keep of it after the lease (the key of hosts that empty together) */
+static i64 free_after(const Profile *p, i64 s, i64 d) {
+    i64 v = p->vals[d >= FOREVER - s ? p->n - 1 : segment_at(p, s + d)];
+    return v < 0 ? 0 : (v > p->gpus ? p->gpus : v);
+}
+
+/* earliest_one(t, d, g[, by_end]) -> (start, host) or None: one VM of g GPUs for d seconds;
+ * among the hosts where it starts earliest the least (free at the start, name), or with by_end
+ * the least (free once it ends, free at the start, name): hosts empty together */
 static PyObject *Scan_earliest_one(ScanObject *self, PyObject *args) {
     long long t, d, g;
-    if (!PyArg_ParseTuple(args, "LLL", &t, &d, &g) || in_range(t, -FOREVER, FOREVER, "t") < 0 ||
+    int by_end = 0;
+    if (!PyArg_ParseTuple(args, "LLL|p", &t, &d, &g, &by_end) || in_range(t, -FOREVER, FOREVER, "t") < 0 ||
         in_range(d, 0, FOREVER, "d") < 0 || in_range(g, -MOST_GPUS, MOST_GPUS, "g") < 0) return NULL;
     if (t < self->origin) t = self->origin;
     i64 *row = NULL;   /* the bounds of g GPUs and d's class, one per host */
@@ -361,7 +371,7 @@ static PyObject *Scan_earliest_one(ScanObject *self, PyObject *args) {
         c = class_of(d);
         row += c * self->nhosts;
     }
-    i64 best = FOREVER, best_free = 0;
+    i64 best = FOREVER, best_free = 0, best_after = 0;
     Py_ssize_t best_host = -1;
     for (Py_ssize_t h = 0; h < self->nhosts; h++) {
         i64 from = t;
@@ -377,12 +387,14 @@ static PyObject *Scan_earliest_one(ScanObject *self, PyObject *args) {
         i64 s = host_earliest(p, from, d, g, best, &seg);
         if (s < 0) continue;
         i64 f = p->vals[seg] < p->gpus ? p->vals[seg] : p->gpus;
-        /* hosts in name order: a later host wins only with an earlier start or fewer free */
-        if (best_host < 0 || s < best || (s == best && f < best_free)) {
+        i64 a = by_end ? free_after(p, s, d) : 0;
+        /* hosts in name order: a later host wins only with an earlier start or a lesser key */
+        if (best_host < 0 || s < best || (s == best && (a < best_after || (a == best_after && f < best_free)))) {
             best = s;
             best_free = f;
+            best_after = a;
             best_host = h;
-            if (best == t && best_free == g) break;   /* no later host starts earlier or fits tighter */
+            if (best == t && best_after == 0 && best_free == g) break;   /* no later host starts earlier or fits tighter */
         }
     }
     if (best_host < 0) Py_RETURN_NONE;
@@ -508,7 +520,7 @@ static PyObject *Scan_profile(ScanObject *self, PyObject *args) {
 
 static PyMethodDef Scan_methods[] = {
     {"reserve", (PyCFunction)Scan_reserve, METH_VARARGS, "reserve(host, start, end, gpus)"},
-    {"earliest_one", (PyCFunction)Scan_earliest_one, METH_VARARGS, "earliest_one(t, d, g) -> (start, host) | None"},
+    {"earliest_one", (PyCFunction)Scan_earliest_one, METH_VARARGS, "earliest_one(t, d, g[, by_end]) -> (start, host) | None"},
     {"earliest_gang", (PyCFunction)Scan_earliest_gang, METH_VARARGS,
      "earliest_gang(t, d, g, n) -> (start, [(free, host, vms)]) | None"},
     {"largest_free_now", (PyCFunction)Scan_largest_free_now, METH_NOARGS, "largest_free_now() -> int"},

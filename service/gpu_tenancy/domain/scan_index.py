@@ -1,7 +1,8 @@
 """The compiled scan index (scan_index.c) with ModelIndex's interface.
 
 It answers the planner's capacity questions as the reference does (bench/naive_planner.py:
-the earliest start, then the least (free GPUs at the start, host name); gangs chosen by
+the earliest start, then the least (free GPUs at the start, host name), or with empty_together
+capacity.empty_together_key's; gangs chosen by
 select_gang_hosts), by reading the hosts' free-GPU profiles in C, each from a start bound
 it keeps per host, GPU count and duration class, and skipping the hosts whose bound lies
 past the best start found. On any number of hosts that costs less than the runs and heaps
@@ -28,13 +29,15 @@ MOST_GPUS = 1 << 20   # the compiled module's bound on a GPU count (scan_index.c
 class ScanIndex:
     """Enabled hosts of one GPU model, their free GPUs as integer arrays in C."""
 
-    __slots__ = ("gpu_model", "origin", "hosts", "max_gpus", "_names", "_pos", "_aggs", "_scan")
+    __slots__ = ("gpu_model", "origin", "empty_together", "hosts", "max_gpus", "_names", "_pos", "_aggs", "_scan")
 
     def __init__(self, gpu_model: str, hosts: Iterable[Host], origin: int,
-                 holds: Mapping[str, Iterable[tuple[int, int, int]]] | None = None):
-        """holds: each host's holds as (start, end, -gpus), as ModelIndex takes them."""
+                 holds: Mapping[str, Iterable[tuple[int, int, int]]] | None = None, empty_together: bool = False):
+        """holds: each host's holds as (start, end, -gpus), as ModelIndex takes them;
+        empty_together: one VM's host chosen as capacity.empty_together_key says."""
         self.gpu_model = gpu_model
         self.origin = origin
+        self.empty_together = empty_together
         # a name given twice is one host, the last given (as ModelIndex keeps its hosts)
         self.hosts: dict[str, Host] = {h.name: h for h in sorted((h for h in hosts if h.gpus > 0),
                                                                  key=lambda h: h.name)}
@@ -63,7 +66,7 @@ class ScanIndex:
         if gpus <= 0 or gpus > self.max_gpus:
             return None
         if instances == 1:
-            one = self._scan.earliest_one(t, duration, gpus)
+            one = self._scan.earliest_one(t, duration, gpus, self.empty_together)
             return None if one is None else (one[0], (self._names[one[1]],))
         gang = self._scan.earliest_gang(t, duration, gpus, instances)
         if gang is None:

@@ -19,4 +19,5 @@ def from_config(config: Config) -> PlannerSettings:
                            age_size_gpu_hours=config.planner_age_size_gpu_hours,
                            queued_charge=config.planner_queued_charge,
                            queued_charge_spares_gpus=config.planner_queued_charge_spares_gpus,
+                           empty_together=config.planner_empty_together,
                            release_floor=config.release_allowance_seconds)

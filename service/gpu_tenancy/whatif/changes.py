@@ -10,7 +10,8 @@ history and the planner's settings. Every key names what it changes:
     planner.wait_bound=PT8H                  a planner option: wait_bound, wait_bound_gpu_hours,
                                              wait_bound_leases, fairshare_half_life, age_size_gpu_hours
                                              (> 0), queued_charge (> 0, at most 1000),
-                                             queued_charge_spares_gpus (1 to 64) (none: off)
+                                             queued_charge_spares_gpus (1 to 64) (none: off),
+                                             empty_together (true or false)
 
 The planner options take the bounds the service's configuration takes (config.py).
 
@@ -30,7 +31,7 @@ from gpu_tenancy.whatif.history import History
 
 QUOTA_FIELDS = ("gpus", "borrow_gpus", "weight", "max_duration")
 PLANNER_FIELDS = ("wait_bound", "wait_bound_gpu_hours", "wait_bound_leases", "fairshare_half_life",
-                  "age_size_gpu_hours", "queued_charge", "queued_charge_spares_gpus")
+                  "age_size_gpu_hours", "queued_charge", "queued_charge_spares_gpus", "empty_together")
 # planner options that are numbers: (kind, lowest, highest, whether the lowest itself is refused), as config.py
 PLANNER_NUMBERS: dict[str, tuple[type, float, float, bool]] = {
     "wait_bound_gpu_hours": (float, 1e-6, 10 ** 9, False),
@@ -85,6 +86,13 @@ def _number(c: Change, kind: type, low: float, none_ok: bool = False, high: floa
     return v
 
 
+def _flag(c: Change) -> bool:
+    word = c.value.lower()
+    if word not in ("true", "false", "on", "off", "yes", "no"):
+        raise BadChange(f"{c.key}: '{c.value}' is not true or false")
+    return word in ("true", "on", "yes")
+
+
 def _seconds(c: Change, none_ok: bool = True) -> int | None:
     if none_ok and c.value.lower() in ("none", "null", "off"):
         return None
@@ -128,7 +136,9 @@ def apply(history: History, settings: PlannerSettings, changes: Iterable[Change]
                 raise BadChange(f"{c.key}: a priority is from -100 to 100")
         elif kind == "planner" and len(parts) == 2 and parts[1] in PLANNER_FIELDS:
             name = parts[1]
-            if name in PLANNER_NUMBERS:
+            if name == "empty_together":
+                value = _flag(c)
+            elif name in PLANNER_NUMBERS:
                 kind_of, low, high, above = PLANNER_NUMBERS[name]
                 value = _number(c, kind_of, low, none_ok=True, high=high, above=above)
             else:
