@@ -112,12 +112,12 @@ def test_a_lease_planned_by_a_later_replan_is_only_read(client, runtime):
     with session_scope(runtime.sessions) as session:       # another request's replan, after the commit
         ledger.replan(session, now, settings)
     with session_scope(runtime.sessions) as session:
-        assert ledger.plan_new(session, now, settings, first).status == "scheduled"
+        assert ledger.plan_new(session, lambda: now, settings, first).status == "scheduled"
     assert tuple(b - a for a, b in zip(before, replans(client))) == (0, 1, 1)   # one replan, the other's
 
     second = committed()
     with session_scope(runtime.sessions) as session:
-        assert ledger.plan_new(session, now, settings, second).status == "scheduled"
+        assert ledger.plan_new(session, lambda: now, settings, second).status == "scheduled"
     assert tuple(b - a for a, b in zip(before, replans(client))) == (1, 1, 2)
 
 

@@ -4,7 +4,7 @@ before the step took it."""
 from __future__ import annotations
 
 from gpu_tenancy.db import models as m
-from gpu_tenancy.db.session import session_scope, to_epoch
+from gpu_tenancy.db.session import ledger_lock, session_scope, to_epoch
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import host_failure, park, resume
 from gpu_tenancy.timeutil import rfc3339
@@ -114,3 +114,24 @@ def test_a_planned_lease_a_drain_moved_off_a_down_host_meanwhile_is_not_moved_ag
     moves = [e["kind"] for e in story if e["kind"] in ("host_drain", "host_failure")]
     requeued = [e for e in story if e["to"] == "queued" and e["from"] == "scheduled"]
     assert moves == ["host_drain"] and len(requeued) == 1, story
+
+
+def test_a_create_that_waited_for_the_ledger_lock_is_planned_at_the_time_it_got_it(app, runtime, db_url):
+    """Another transaction holds the ledger lock while the clock moves on ten minutes: a create
+    that waited there meanwhile is planned when it gets the lock. It read the clock before it
+    waited, and its lease was scheduled ten minutes in the past (an ETA early by the wait)."""
+    client = app.test_client()
+    now = runtime.clock.now()
+    point = Held()
+    holding = point.around(lambda: None)
+
+    def hold_the_ledger() -> None:   # as a replan of the engine's: the lock, a while, then the commit
+        with session_scope(runtime.sessions) as session:
+            ledger_lock(session)
+            holding()
+            runtime.clock.advance(600)
+    _, reply = race(db_url, point, hold_the_ledger,
+                    lambda: client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT1H"}, headers=NLP))
+    lease = reply.get_json()["lease"]
+    assert reply.status_code == 201 and lease["status"] == "scheduled", lease
+    assert lease["start"] == rfc3339(now + 600), lease

@@ -4,6 +4,8 @@ cuts its hold at the notice deadline in the ledger; at the deadline the engine
 ends it, and it finishes as `preempted` with its data volume kept."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -44,13 +46,13 @@ def replan_at(session: Session, now: int, config: Config, planner_settings: plan
     return replan_locked(session, now, config, planner_settings, actor)
 
 
-def plan_new(session: Session, now: int, config: Config, planner_settings: planner.PlannerSettings,
+def plan_new(session: Session, clock: Callable[[], int], config: Config, planner_settings: planner.PlannerSettings,
              lease_id: str) -> m.Lease:
     """ledger.plan_new with the engine's whole replan, early ends and their reasons included: a
     new lease is answered with the reasons and ETA the engine's next pass gives it."""
     def whole(session: Session, now: int, settings: planner.PlannerSettings, actor: str) -> Plan:
         return replan_locked(session, now, config, settings, actor)
-    return ledger.plan_new(session, now, planner_settings, lease_id, replan=whole)
+    return ledger.plan_new(session, clock, planner_settings, lease_id, replan=whole)
 
 
 def replan_locked(session: Session, now: int, config: Config, planner_settings: planner.PlannerSettings,

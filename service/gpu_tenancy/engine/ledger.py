@@ -195,7 +195,7 @@ def generation(session: Session) -> int | None:
     return session.scalar(select(m.Lock.generation).where(m.Lock.name == "ledger"))
 
 
-def plan_new(session: Session, now: int, settings: planner.PlannerSettings, lease_id: str,
+def plan_new(session: Session, clock: Callable[[], int], settings: planner.PlannerSettings, lease_id: str,
              replan: Callable[[Session, int, planner.PlannerSettings, str], Plan] | None = None) -> m.Lease:
     """Plan a lease that another transaction has just committed queued, and return it.
 
@@ -206,8 +206,11 @@ def plan_new(session: Session, now: int, settings: planner.PlannerSettings, leas
     requests queue behind the lock while a replan runs, and the next replan serves
     them all. A lease committed but never planned here (its process died) is planned
     by the engine's next replan, as any queued lease. `replan`: how to replan under the lock
-    (default: replan_locked; the engine's adds its early ends: early_ends.plan_new). The caller commits."""
+    (default: replan_locked; the engine's adds its early ends: early_ends.plan_new). The clock is
+    read once the lock is held: a request that waited there plans at the time it plans, so its
+    ETAs are not early by the wait. The caller commits."""
     ledger_lock(session)
+    now = clock()
     # with what the API shows of it, in the same query (a new lease has none of them, or its new allocations)
     row = session.get_one(m.Lease, lease_id, populate_existing=True, options=[
         joinedload(m.Lease.allocations), joinedload(m.Lease.servers), joinedload(m.Lease.failures)])

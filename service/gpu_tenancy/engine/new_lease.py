@@ -75,7 +75,7 @@ def make_and_plan(transaction: Transaction, clock: Callable[[], int], config: Co
         with session.no_autoflush:
             network.apply(row)
             if fits is not None:
-                snapshot = plan_insert.fit_made(session, clock(), settings, row, fits, before_fit)
+                snapshot = plan_insert.fit_made(session, clock, settings, row, fits, before_fit)
                 if snapshot is not None:
                     fitted.append(snapshot)
         rendered = render(row)
@@ -105,7 +105,7 @@ def plan_created(transaction: Transaction, clock: Callable[[], int], config: Con
     amended in a transaction of its own, while other requests replan."""
     try:
         with transaction() as session:
-            planned = early_ends.plan_new(session, clock(), config, settings, lease_id)
+            planned = early_ends.plan_new(session, clock, config, settings, lease_id)
     except Exception:
         log.exception("planning lease %s failed; it waits for the engine's replan", lease_id)
         return None

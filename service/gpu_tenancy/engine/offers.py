@@ -210,19 +210,19 @@ def take(transaction: Transaction, clock: Callable[[], int], config: Config, set
     lease_id = ledger.new_lease_id()
 
     def make(session: Session, asked: DecisionHook) -> tuple[m.Lease, dict]:
-        now = clock()
         # the name's lock, the volume's, then the ledger's, as a create takes them (leases.lock_for_change)
         if wanted.name:
             name_lock(session, caller.project_id, wanted.name)
         if wanted.volume is not None and wanted.volume.id:
             volume_lock(session, caller.project_id, wanted.volume.id)
         ledger_lock(session)   # held until this transaction ends: the check and the plan under it
+        now = clock()   # once the lock is held: the plan is made at the time it is made, not before a wait
         if opened.replaces is not None:
             cancel_replaced(session, now, caller, opened.replaces, lease_id, replacing)
         row = create(session, now, limits, caller, wanted, asked, lease_id)
         network.apply(row)
         session.flush()
-        row = early_ends.plan_new(session, now, config, settings, row.id)
+        row = early_ends.plan_new(session, lambda: now, config, settings, row.id)
         check_holds(row, opened.offer, now)
         rendered = render(row)
         audit(session, row, rendered)

@@ -76,7 +76,7 @@ class InsertCache:
 BeforeFit = Callable[[Session, PlanBook, m.Lease], None]
 
 
-def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease,
+def fit_made(session: Session, clock: Callable[[], int], settings: PlannerSettings, row: m.Lease,
              cache: InsertCache, before: BeforeFit | None = None) -> Snapshot | None:
     """In the transaction that makes `row` (queued, flushed, not yet committed: no replan can
     have planned it), under the ledger lock taken here: the lease fitted into the current
@@ -85,13 +85,16 @@ def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease
     known here, a wait bound, age x size or keep_etas is set, the lease would start now or exactly
     when asked, which commits GPUs: only the full replan does that, or it has no room after every
     lease of the plan). `before` is called with the plan the
-    lease is fitted into, without it (before the lock when no fit committed meanwhile)."""
+    lease is fitted into, without it (before the lock when no fit committed meanwhile). The
+    clock is read again once the lock is held: a create that waited there is fitted at the time
+    it is fitted, so its ETA is not early by the wait."""
     # the ledger's counts as the ask's checks read them in this transaction (engine/ask_facts.py),
     # else read below: either way before the lock, and the claim reads them again under it
     counts = session.info.pop(LEDGER_COUNTS, None)
     margin = session.info.pop(START_BY_MARGIN, None)   # the project's start-by margin, read with them
     if not settings.fits_one_by_one:
         return None
+    now = clock()
     snapshot, cache.last = cache.last, None   # until this fit commits, the plan here is not known
     # Before the lock, so that no create waits on it: the plan built again (after a replan, or
     # when old), or the fits committed since added; under the lock, only those committed meanwhile.
@@ -103,6 +106,7 @@ def fit_made(session: Session, now: int, settings: PlannerSettings, row: m.Lease
     # and again under it only if fits committed meanwhile changed that plan
     seen = call_before(before, session, snapshot, row, None)
     generation, seq, recent = claim(session)
+    now = clock()
     snapshot = catch_up(session, now, settings, cache, snapshot, generation, seq - 1,
                         recent.since(snapshot.inserted, seq - 1))
     if snapshot is None:
