@@ -52,6 +52,7 @@ OPS = {"create": 28, "burst": 4, "borrow": 8, "make_room": 3, "advance": 40, "ca
 # more: make_room (it may start elsewhere: the notice is called off) and take_freed (the noticed GPUs are
 # booked first: the call-off is refused); at the usual weights a run of 200 steps reaches neither often
 ON_NOTICE = {"take_freed": 40, "make_room": 30}
+RAN = ("active", "ending", "parking", "parked", "resuming")   # a lease in these has run
 WAITING = ("requested", "queued")   # a notice's lease that is no longer in these has no need of it
 MAX_LIVE = 24            # unfinished leases; beyond this the workload waits instead of asking
 MAX_TICKS = 3000         # engine passes in one advance: more means the engine never settles
@@ -127,6 +128,8 @@ class Driver:
         self.noticed_before: set[str] = set()   # ... at the step's start
         self.noticed_in_step: set[str] = set()  # ... at any look in the step
         self.refused: set[str] = set()          # leases whose notice was not called off, though unneeded
+        self.ran: set[str] = set()              # leases seen running (or past it)
+        self.first_ends: dict[str, int] = {}    # Snapshot.first_ends
 
     # --- the run -------------------------------------------------------------------------------
     def run(self, steps: int) -> Report:
@@ -157,6 +160,7 @@ class Driver:
     def check_state(self, step: int) -> inv.Snapshot:
         """The promises that hold at every instant: after each engine pass, and after each step."""
         snap = inv.read(self.sessions, self.clock.now(), self.last_event)
+        self.note_first_ends(snap)
         late: list[str] = []
         allowance = self.committed_allowance(snap)
         self.record(step, "overcommit", inv.overcommit(snap, allowance, late))
@@ -169,6 +173,16 @@ class Driver:
         self.last_event = max([self.last_event] + [e[0] for e in snap.events])
         self.count_notices(snap)
         return snap
+
+    def note_first_ends(self, snap: inv.Snapshot) -> None:
+        """Each lease's planned end when it is first seen booting, until it runs (Snapshot.first_ends)."""
+        for lid, lease in snap.leases.items():
+            if lease.status in RAN:
+                self.ran.add(lid)
+                self.first_ends.pop(lid, None)
+            elif lease.status == "provisioning" and lid not in self.ran and lease.end is not None:
+                self.first_ends.setdefault(lid, lease.end)
+        snap.first_ends = self.first_ends
 
     @staticmethod
     def under_notice(snap: inv.Snapshot) -> set[str]:

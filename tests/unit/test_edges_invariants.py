@@ -33,3 +33,31 @@ def test_a_lease_committed_after_the_release_was_due_is_still_an_overcommit():
     tolerated: list[str] = []
     _checks, bad = overcommit(replaced(NOW - 30 + ALLOWANCE), ALLOWANCE, tolerated)
     assert len(bad) == 1 and tolerated == []
+
+
+def hung_then_replaced(first_end: int | None) -> Snapshot:
+    """Lease X never ran: its boot on h1 hung past its planned end (NOW - 1800), then timed out
+    and X was placed again elsewhere; its dropped VM's delete was asked for just now and is not
+    released yet. Lease Y was committed an hour ago to follow X on h1 from X's end (bench/edges_property.py
+    --seeds 13, step 758): the start of Y waits for the release, and its allocation is on h1 now."""
+    x = Lease("X", "scheduled", "p", "A100", False, NOW, NOW + 60, NOW + 120, NOW + 60, None, False)
+    y = Lease("Y", "scheduled", "q", "A100", False, NOW - 1800, NOW - 1800, NOW + 1800, None, None, False)
+    spans = [Span("Y", 0, "h1", 8, NOW - 1800, NOW + 1800),
+             Span("X", 0, "h1", 8, NOW, NOW + 1, unreleased=True, since=NOW)]
+    snap = Snapshot(NOW, {"h1": ("A100", 8, True)}, {("p", "A100"): 8, ("q", "A100"): 8}, {"X": x, "Y": y},
+                    spans, {}, {"Y": NOW - 3600, "X": NOW})
+    if first_end is not None:
+        snap.first_ends = {"X": first_end}
+    return snap
+
+
+def test_a_vm_dropped_from_a_lease_whose_boot_hung_past_its_end_is_late_from_that_end():
+    """Dated from its delete, the dropped VM is not late yet, and the step reports an over-commit the
+    service could not avoid (a checker's false alarm, seed 13 step 758); dated from the lease's first
+    end, as a VM that hung there is, it is a late release. A lease that ran keeps its delete's date."""
+    tolerated: list[str] = []
+    _checks, bad = overcommit(hung_then_replaced(None), ALLOWANCE, tolerated)
+    assert len(bad) == 1 and tolerated == []
+    tolerated = []
+    _checks, bad = overcommit(hung_then_replaced(NOW - 1800), ALLOWANCE, tolerated)
+    assert bad == [] and len(tolerated) == 1
