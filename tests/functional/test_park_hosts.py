@@ -141,20 +141,52 @@ def test_a_host_down_as_the_slot_comes_moves_the_slot_rather_than_resume_onto_it
     holds_at_every_instant(runtime)
 
 
-def test_a_lease_whose_host_goes_down_while_parking_is_held_a_slot_on_another_host(client, runtime, engine_tick,
-                                                                                  cloud):
-    idle, token = running(client, engine_tick, "ml-vision")
+def test_a_lease_whose_host_goes_down_while_parking_parks_without_its_vms_and_boots_again_at_its_slot(
+        client, runtime, engine_tick, cloud):
+    """Its host went down before the shelve was done, so the VM and its disk are on the dead host:
+    the shelve could never finish there (the lease waited boot_timeout_seconds, then failed, its
+    time lost). The VM is deleted and the lease parks at once, its time left held on the other
+    host; at the slot it is booted again from its image with its data volume."""
+    client.put("/v1/webhooks/ml-vision", json={"webhook": {"url": "http://127.0.0.1:9/hook"}}, headers=headers())
+    idle, token = running(client, engine_tick, "ml-vision", volume={"size_gb": 10})
     busy, busy_token = running(client, engine_tick, "nlp-lab")
     minutes(client, engine_tick, 20, [(idle, token, [0, 0, 0, 0]), (busy, busy_token, [90, 90, 90, 90])])
     lease = lease_of(client, idle)
     assert lease["status"] == "parking"
-    lost = lease["allocations"][0]["host"]
+    lost, [server] = lease["allocations"][0]["host"], lease["servers"]
+    volume = lease["volume"]["id"]
+    assert cloud.servers()[server["id"]]["status"] == "SHELVED"   # shelve asked, not offloaded yet
     host_goes(runtime, cloud, engine_tick, lost, up=False)
     engine_tick(advance=10)
     after = lease_of(client, idle)
-    assert after["status"] == "parked"
-    assert slot(after)[0] == {other_h100(lost)}   # the held slot is never planned on a down host
+    assert after["status"] == "parked" and after["servers"] == [], after
+    hosts, resume_by = slot(after)
+    assert hosts == {other_h100(lost)}   # the held slot is never planned on a down host
+    parking_at = next(parse_time(e["at"]) for e in events(client, idle) if e["to"] == "parking")
+    remaining = after["park"]["remaining"]
+    assert remaining == parse_time(lease["end"]) - parking_at and parse_time(after["end"]) - resume_by == remaining
+    assert cloud.server_state(server["id"]).status == "DELETED" and cloud.volumes()[volume]["attached_to"] is None
+    [failure] = after["failures"]
+    assert (failure["class"], failure["action"], failure["hosts"]) == ("host_down", "replaced", [lost])
+    told = [e["message"] for e in events(client, idle) if e["kind"] == "host_failure"]
+    assert len(told) == 1 and "disks there are gone" in told[0] and "booted again from its image" in told[0]
+    assert notices(runtime, idle)[-1][0] == "lease.parked"
     holds_at_every_instant(runtime)
+    while runtime.clock.now() < resume_by:
+        engine_tick(advance=min(600, resume_by - runtime.clock.now()))
+        holds_at_every_instant(runtime)
+    for _ in range(6):
+        engine_tick(advance=10)
+    back = lease_of(client, idle)
+    assert back["status"] == "active" and back["park"] is None, back
+    [new_server] = back["servers"]
+    assert new_server["id"] != server["id"] and new_server["host"] == other_h100(lost)
+    assert cloud.volumes()[volume]["attached_to"] == new_server["id"]
+    # its time left whole, from when it was booted again (the boot's seconds are not taken from it)
+    assert resume_by + remaining <= parse_time(back["end"]) <= resume_by + remaining + 60
+    assert [e["to"] for e in events(client, idle) if e["to"]][-6:] == ["parking", "parked", "resuming", "scheduled",
+                                                                      "provisioning", "active"]
+    assert notices(runtime, idle)[-1][0] == "lease.resumed"
 
 
 @pytest.mark.skipif(not PG_URL, reason="on SQLite every transaction holds the database's write lock from its start")

@@ -272,3 +272,29 @@ def test_concurrent_boots_never_overcommit(cloud, clock):
     for t in threads:
         t.join()
     assert len(cloud.allocations()) == 8 and cloud.free_gpus()["gpu-a100-1"] == 0
+
+
+def test_a_shelve_on_a_host_that_is_down_waits_for_the_host_as_novas_compute_would(cloud, clock):
+    """Asked while its host is down, or under way when it goes down, a shelve does nothing there
+    (ACTIVE, task shelving, its GPUs held) until the host is up again; then it offloads."""
+    asked_down, under_way = boot(cloud, lease="l1"), boot(cloud, lease="l2")
+    clock.advance(30)
+    cloud.shelve(under_way)
+    clock.advance(2)
+    cloud.set_host_state("gpu-a100-1", up=False)
+    cloud.shelve(asked_down)
+    clock.advance(600)
+    for server in (asked_down, under_way):
+        state = cloud.server_state(server)
+        assert (state.status, state.task) == ("ACTIVE", "shelving") and not cloud.gpus_released(server)
+    cloud.shelve(asked_down)   # asked again: still nothing there
+    cloud.set_host_state("gpu-a100-1", up=True)
+    clock.advance(5)
+    assert [cloud.server_state(s).status for s in (asked_down, under_way)] == ["SHELVED_OFFLOADED"] * 2
+    assert cloud.allocations() == {}
+    done = boot(cloud, lease="l3")   # one offloaded before its host goes down stays offloaded
+    clock.advance(30)
+    cloud.shelve(done)
+    clock.advance(5)
+    cloud.set_host_state("gpu-a100-1", up=False)
+    assert cloud.server_state(done).status == "SHELVED_OFFLOADED" and cloud.gpus_released(done)

@@ -96,6 +96,9 @@ class _Server:
     network_id: str | None = None        # its port (cloud/simulated_networks.py)
     fixed_ip: str | None = None
     shelved_at: int | None = None        # shelved: SHELVED, then SHELVED_OFFLOADED (GPUs released)
+    # a shelve asked while its host is down, or under way when it went down: nothing happens there
+    # (ACTIVE, task shelving, its GPUs held) until the host is up again, as with Nova's compute gone
+    shelve_stalled: bool = False
 
 
 @dataclass
@@ -164,9 +167,18 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
             self._slow_deletes = [int(seconds), int(times)]
 
     def set_host_state(self, name: str, up: bool | None = None, enabled: bool | None = None) -> None:
-        """Like stopping nova-compute (up) or `openstack compute service set --disable`."""
+        """Like stopping nova-compute (up) or `openstack compute service set --disable`. A shelve
+        under way on a host that goes down stalls until it is up again (_Server.shelve_stalled)."""
         with self._lock:
             host = self._hosts[name]
+            now = self.clock.now()
+            for server in self._servers.values():
+                if server.host != name or server.deleted_at is not None:
+                    continue
+                if up is False and server.shelved_at is not None and not self._offloaded(server, now):
+                    server.shelved_at, server.shelve_stalled = None, True
+                elif up is True and server.shelve_stalled:
+                    server.shelved_at, server.shelve_stalled = now, False
             self._hosts[name] = HostInfo(host.name, host.gpu_model, host.gpus,
                                          host.enabled if enabled is None else enabled,
                                          host.up if up is None else up, host.aggregate)
@@ -312,8 +324,9 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
                 return ServerState(server_id, "DELETED")
             now = self.clock.now()
             status = self._status(server, now)
-            return ServerState(server.id, status, server.host, self._fault(server, now),
-                               "spawning" if status == "BUILD" else None, server.name, server.project_id,
+            task = "spawning" if status == "BUILD" else "shelving" if server.shelve_stalled else None
+            return ServerState(server.id, status, server.host, self._fault(server, now), task,
+                               server.name, server.project_id,
                                self._addresses(server) if status == "ACTIVE" else ())
 
     def delete_server(self, server_id: str) -> None:
@@ -334,13 +347,17 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
     def shelve(self, server_id: str) -> None:
         with self._lock:
             server = self._live("shelve", server_id)
-            if server.shelved_at is not None:
+            if server.shelved_at is not None or server.shelve_stalled:
                 return
             status = self._status(server, self.clock.now())
             if status != "ACTIVE":
                 raise CloudError(F.API_ERROR, f"server {server_id} is {status}, not ACTIVE",
                                  f"Cannot 'shelve' instance {server_id} while it is in vm_state {status.lower()}"
                                  " (HTTP 409)")
+            host = self._hosts.get(server.host or "")
+            if host is not None and not host.up:
+                server.shelve_stalled = True   # accepted; its compute is not there to do it
+                return
             server.shelved_at = self.clock.now()   # offloaded (GPUs released) delete_seconds later
 
     def unshelve(self, server_id: str, host: str) -> None:

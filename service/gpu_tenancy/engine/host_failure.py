@@ -6,7 +6,9 @@ lease's held resume slot is held again on another host (park.move_slot). A host
 up but disabled in the cloud takes nothing new either: its planned leases and
 held slots move the same way, its running ones run on. A lease
 resuming there is parked again elsewhere while its VMs are all still shelved, else
-re-placed as a booting one is. The data volume stays the tenant's: deleting a VM
+re-placed as a booting one is. A lease parking there whose VMs are not all on the shelf
+yet cannot finish: its VMs are deleted, and it parks with its slot held elsewhere and is
+booted again from its image when it resumes. The data volume stays the tenant's: deleting a VM
 only detaches it."""
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import ledger_lock, session_scope, to_epoch
 from gpu_tenancy.domain.failures import FailureClass, retry_delay, rule
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.engine import lease_flavor, park, resume, retry
+from gpu_tenancy.cloud.driver import CloudError
+from gpu_tenancy.engine import lease_flavor, park, releasing, resume, retry
 from gpu_tenancy.engine.events import lease_in, record_event, record_transition
 from gpu_tenancy.engine.leases import end_allocations_at
 from gpu_tenancy.engine.usage import keep_spent
@@ -44,7 +47,7 @@ def leases_on(session, hosts: set[str]) -> list[tuple[str, str]]:
     by when it holds them next: a running lease before the slot of a parked (idle) one."""
     held = select(m.Allocation.lease_id).where(m.Allocation.host.in_(hosts))
     return list(session.execute(select(m.Lease.id, m.Lease.status).where(
-        m.Lease.id.in_(held), m.Lease.status.in_([*MOVED, S.SCHEDULED.value, S.PARKED.value]))
+        m.Lease.id.in_(held), m.Lease.status.in_([*MOVED, S.SCHEDULED.value, S.PARKED.value, S.PARKING.value]))
         .order_by(func.coalesce(m.Lease.resume_by, m.Lease.start_at))).all())
 
 
@@ -64,6 +67,8 @@ def handle_down_hosts(lc) -> int:
             rescue(lc, lease_id, down)
         elif status == S.PARKED.value:
             move_parked(lc, lease_id, down)
+        elif status == S.PARKING.value:
+            parking_on(lc, lease_id, down)
         else:
             replan_scheduled(lc, lease_id, down)
     for lease_id, status in planned_on_disabled:
@@ -166,6 +171,48 @@ def move_parked(lc, lease_id: str, down: set[str], what: str = DOWN) -> None:
             return
         park.move_slot(session, row, now, lc.planner_settings, ACTOR, "host_failure",
                        f"the host of its held resume slot, {', '.join(lost)}, {what}")
+
+
+def parking_on(lc, lease_id: str, down: set[str]) -> None:
+    """A lease parking on a host that went down. Its VMs all on the shelf already: the park goes
+    on (park.advance_parking). A VM not offloaded yet is on the dead host with its disk, and its
+    shelve cannot finish there (it waited boot_timeout_seconds, then failed, its time lost): the
+    lease's VMs are deleted, and it parks at once, its slot held off the down host and its time
+    left kept; at its resume it is booted again from its image with its data volume
+    (resume.advance_resuming)."""
+    with session_scope(lc.sessions) as session:
+        row = session.get(m.Lease, lease_id)
+        if row is None or row.status != S.PARKING.value or not {a.host for a in row.allocations} & down:
+            return
+        cloud_ids = [s.cloud_id for s in row.servers if s.cloud_id]
+    try:
+        if all(lc.cloud.server_state(cloud_id).status == park.OFFLOADED for cloud_id in cloud_ids):
+            return
+    except CloudError as exc:
+        log.warning("reading the VMs of parking lease %s: %s", lease_id, exc)
+        return   # the next pass looks again
+    if not retry.delete_servers(lc.cloud, cloud_ids):
+        return
+    now = lc.clock.now()
+    with session_scope(lc.sessions) as session:
+        row = lease_in(session, lease_id, S.PARKING, ledger=True)   # its slot is planned below
+        if row is None:
+            return
+        lost = sorted({a.host for a in row.allocations} & down)
+        message = (f"host {', '.join(lost)} went down (its nova-compute stopped reporting) while its VMs were "
+                   "being shelved; their disks there are gone")
+        retry.record_failure(session, row, FailureClass.HOST_DOWN, message, now, "replaced", lost)
+        releasing.keep(session, row, now)   # an up host's VMs, still being deleted, hold their GPUs
+        for server in list(row.servers):
+            session.delete(server)
+        session.flush()
+        session.expire(row, ["servers"])
+        record_event(session, row, "host_failure", f"{message}. It parks without them: when it resumes, its VMs "
+                     "are booted again from its image" + (" with the data volume" if row.volume_id else ""),
+                     now, ACTOR)
+        park.settle(session, row, now, lc.config.park_grace_seconds, lc.planner_settings,
+                    "its VMs lost with their host, GPUs given back")
+    log.info("parking lease %s lost its VMs with down host(s) %s; parked without them", lease_id, ", ".join(lost))
 
 
 def resuming_on(lc, lease_id: str, down: set[str]) -> None:

@@ -135,24 +135,32 @@ def _parked(lc: Lifecycle, lease_id: str) -> None:
         row = lease_in(session, lease_id, S.PARKING)
         if row is None:
             return
-        remaining = row.remaining or MIN_REMAINING
-        keep_spent(session, row, now)   # what it used until now still counts
-        session.execute(delete(m.Allocation).where(m.Allocation.lease_id == row.id))
-        session.expire(row, ["allocations"])
-        planned = ledger.held_slot(session, row, now, now + lc.config.park_grace_seconds, remaining,
-                                   lc.planner_settings)
-        if planned.placement is None:   # no enabled host of its model can ever take it back
-            end_allocations_at(session, row, now)
-            record_transition(session, row, S.ENDING, now, ACTOR, "its VMs are shelved but no host can take "
-                              "it back (" + "; ".join(r.message for r in planned.reasons) + "); ending it")
-            return
-        place = hold(session, row, planned)
-        row.parked_at = utcnow_naive(now)
-        message = (f"VMs shelved, GPUs given back; {spoken_duration(remaining)} held from "
-                   f"{rfc3339(place.start)} on {', '.join(sorted(set(place.hosts)))}: it resumes then, or "
-                   "sooner when asked (POST .../resume) if that delays nobody")
-        record_transition(session, row, S.PARKED, now, ACTOR, message)
-        webhooks.enqueue(session, row, webhooks.PARKED, webhooks.park_payload(row, now, message), now)
+        settle(session, row, now, lc.config.park_grace_seconds, lc.planner_settings, "VMs shelved, GPUs given back")
+
+
+def settle(session: Session, row: m.Lease, now: int, grace: int, settings: planner.PlannerSettings,
+           done: str) -> None:
+    """The parking lease parked, in the caller's transaction under the ledger lock: the part it
+    used kept, its allocations replaced by the held slot (its time left, after every waiting lease,
+    no sooner than `grace`), or ended if no host can ever take it back. `done`: what became of
+    its VMs, in words, first in its event and notice."""
+    remaining = row.remaining or MIN_REMAINING
+    keep_spent(session, row, now)   # what it used until now still counts
+    session.execute(delete(m.Allocation).where(m.Allocation.lease_id == row.id))
+    session.expire(row, ["allocations"])
+    planned = ledger.held_slot(session, row, now, now + grace, remaining, settings)
+    if planned.placement is None:   # no enabled host of its model can ever take it back
+        end_allocations_at(session, row, now)
+        record_transition(session, row, S.ENDING, now, ACTOR, f"{done} but no host can take it back ("
+                          + "; ".join(r.message for r in planned.reasons) + "); ending it")
+        return
+    place = hold(session, row, planned)
+    row.parked_at = utcnow_naive(now)
+    message = (f"{done}; {spoken_duration(remaining)} held from "
+               f"{rfc3339(place.start)} on {', '.join(sorted(set(place.hosts)))}: it resumes then, or "
+               "sooner when asked (POST .../resume) if that delays nobody")
+    record_transition(session, row, S.PARKED, now, ACTOR, message)
+    webhooks.enqueue(session, row, webhooks.PARKED, webhooks.park_payload(row, now, message), now)
 
 
 # --- the held slot ----------------------------------------------------------------------------

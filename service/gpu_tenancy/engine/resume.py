@@ -9,6 +9,8 @@
 - A resume that fails for the host's or the cloud's reason is tried again elsewhere, within
   the failure class's attempts, as a boot is (`retry_resume`): parked again with its slot
   moved while every VM is still on the shelf (`park_again`), else booted again from its image.
+- A lease whose VMs were lost with their host while it parked is booted again from its image
+  at its resume (`boot_again`).
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from gpu_tenancy.domain.failures import FailureClass, classify_fault, cloud_said
 from gpu_tenancy.domain.held import held_until
 from gpu_tenancy.domain.model import PlannedLease
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.engine import held, ledger, park, retry, webhooks
+from gpu_tenancy.engine import held, lease_flavor, ledger, park, retry, webhooks
 from gpu_tenancy.engine.events import entered_at, lease_in, record_event, record_transition
 from gpu_tenancy.engine.lease_flavor import vms_per_host
 from gpu_tenancy.engine.leases import lock_for_change
@@ -128,7 +130,8 @@ def begin_resume(lc: Lifecycle, lease_id: str, why: str) -> None:
         # the slot's GPUs still held by a lease ending before it (a slow delete): wait for them
         if held.unreleased_on(session, row, now, lc.planner_settings.release_floor):
             return
-        record_transition(session, row, S.RESUMING, now, ACTOR, f"{why}; unshelving its VMs on "
+        doing = "unshelving its VMs" if any(s.cloud_id for s in row.servers) else "booting its VMs again"
+        record_transition(session, row, S.RESUMING, now, ACTOR, f"{why}; {doing} on "
                           + ", ".join(sorted({a.host for a in row.allocations})))
     advance_resuming(lc, lease_id)
 
@@ -143,6 +146,9 @@ def advance_resuming(lc: Lifecycle, lease_id: str) -> None:
         servers = [(s.vm_index, s.cloud_id, s.status) for s in row.servers if s.cloud_id]
         per_host, volume_id = vms_per_host(row), row.volume_id
         overdue = now - entered_at(session, lease_id, S.RESUMING, now) > lc.config.boot_timeout_seconds
+    if not servers:
+        boot_again(lc, lease_id)
+        return
     try:
         if any(old != UNSHELVING and old != "ACTIVE" for _, _, old in servers):
             lc.cloud.set_lease_inventory(lease_id, per_host)   # a unit of its class where its slot is
@@ -178,6 +184,23 @@ def advance_resuming(lc: Lifecycle, lease_id: str) -> None:
             retry_resume(lc, lease_id, exc.failure_class, exc.message + cloud_said(exc.cloud_message), overdue)
         return
     _resumed(lc, lease_id)
+
+
+def boot_again(lc: Lifecycle, lease_id: str) -> None:
+    """A resuming lease with no VM on the shelf: they were lost with their host while it parked
+    (host_failure.parking_on). It is booted again from its image, with its data volume, for its
+    time left: planned alone at once, where its slot was if nothing else took it since."""
+    now = lc.clock.now()
+    with session_scope(lc.sessions) as session:
+        row = lease_in(session, lease_id, S.RESUMING, ledger=True)   # it is planned again below
+        if row is None:
+            return
+        retry.replace(session, row, now, now, avoid=[], settings=lc.planner_settings, actor=ACTOR,
+                      duration=retry.unpark_for_boot(row))
+        record_event(session, row, "change", "its VMs were lost with their host while it parked, so they are "
+                     "booted again from its image" + (" with the data volume" if row.volume_id else "")
+                     + f"; the lease is {retry.describe_placement(row, now)}", now, ACTOR)
+    lease_flavor.follow_placement(lc, lease_id)
 
 
 def shelved(state: ServerState) -> bool:
