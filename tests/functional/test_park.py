@@ -83,6 +83,17 @@ def holds_at_every_instant(runtime):
             assert sum(s[3] for s in on if (s[1], s[2]) == key) <= quotas[key], (key, instant)
 
 
+def until_resumed(client, runtime, engine_tick, lease, resume_by, step=600):
+    """The engine run to the slot and a minute past it, no GPU booked twice at any step; the lease then."""
+    holds_at_every_instant(runtime)
+    while runtime.clock.now() < resume_by:
+        engine_tick(advance=min(step, resume_by - runtime.clock.now()))
+        holds_at_every_instant(runtime)
+    for _ in range(6):
+        engine_tick(advance=10)
+    return lease_of(client, lease)
+
+
 def test_an_idle_lease_is_parked_its_gpus_go_to_the_queue_and_it_resumes_at_its_slot(
         client, runtime, engine_tick, cloud, parked):
     idle, waiting = parked["idle"], parked["waiting"]
@@ -113,15 +124,9 @@ def test_an_idle_lease_is_parked_its_gpus_go_to_the_queue_and_it_resumes_at_its_
         assert notices == ["lease.idle", "lease.parked"]
     assert client.post(f"/v1/leases/{idle}/utilization", headers={"X-Lease-Token": "x"},
                        json={"instance": 0, "gpus": []}).status_code in (401, 403, 409)
-    holds_at_every_instant(runtime)
     # the waiting lease runs its hour and ends; at the slot the lease comes back
-    while runtime.clock.now() < resume_by:
-        engine_tick(advance=min(300, resume_by - runtime.clock.now()))
-        holds_at_every_instant(runtime)
-    for _ in range(6):
-        engine_tick(advance=10)
+    lease = until_resumed(client, runtime, engine_tick, idle, resume_by, step=300)
     assert lease_of(client, waiting, "nlp-lab")["status"] == "ended"
-    lease = lease_of(client, idle)
     assert lease["status"] == "active" and lease["park"] is None
     back = cloud.servers()[server["id"]]
     assert back["status"] == "ACTIVE" and back["host"] == lease["allocations"][0]["host"]

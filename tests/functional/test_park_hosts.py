@@ -17,7 +17,8 @@ from tests.conftest import PG_URL, headers
 from tests.functional.test_host_failure import host_goes
 from tests.functional.test_hosts import ADMIN
 from tests.functional.test_idle_rules import lease_of, minutes
-from tests.functional.test_park import config, events, holds_at_every_instant, parked, running  # noqa: F401
+from tests.functional.test_park import (config, events, holds_at_every_instant, parked, running,  # noqa: F401
+                                        until_resumed)
 from tests.races import Held, race
 
 
@@ -57,13 +58,7 @@ def test_a_parked_lease_whose_slot_host_goes_down_is_held_a_slot_elsewhere_and_r
     # the lease that ran on the lost host was in use: it goes before the idle one's slot
     rescued = lease_of(client, parked["waiting"], "nlp-lab")
     assert parse_time(rescued["end"]) <= resume_by
-    holds_at_every_instant(runtime)
-    while runtime.clock.now() < resume_by:
-        engine_tick(advance=min(600, resume_by - runtime.clock.now()))
-        holds_at_every_instant(runtime)
-    for _ in range(6):
-        engine_tick(advance=10)
-    back = lease_of(client, idle)
+    back = until_resumed(client, runtime, engine_tick, idle, resume_by)
     assert back["status"] == "active" and {s["host"] for s in back["servers"]} == {other_h100(lost)}
     assert cloud.volumes()[parked["volume"]]["attached_to"] == back["servers"][0]["id"]
 
@@ -171,13 +166,7 @@ def test_a_lease_whose_host_goes_down_while_parking_parks_without_its_vms_and_bo
     told = [e["message"] for e in events(client, idle) if e["kind"] == "host_failure"]
     assert len(told) == 1 and "disks there are gone" in told[0] and "booted again from its image" in told[0]
     assert notices(runtime, idle)[-1][0] == "lease.parked"
-    holds_at_every_instant(runtime)
-    while runtime.clock.now() < resume_by:
-        engine_tick(advance=min(600, resume_by - runtime.clock.now()))
-        holds_at_every_instant(runtime)
-    for _ in range(6):
-        engine_tick(advance=10)
-    back = lease_of(client, idle)
+    back = until_resumed(client, runtime, engine_tick, idle, resume_by)
     assert back["status"] == "active" and back["park"] is None, back
     [new_server] = back["servers"]
     assert new_server["id"] != server["id"] and new_server["host"] == other_h100(lost)
