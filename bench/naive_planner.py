@@ -12,6 +12,7 @@ from collections import defaultdict
 
 from gpu_tenancy.domain.capacity import empty_together_key, select_gang_hosts
 from gpu_tenancy.domain.plan_run import Backend
+from gpu_tenancy.domain.profile import INF
 
 
 def _used(intervals, a, b):
@@ -51,7 +52,8 @@ class NaiveIndex:
                     cands.append((h.gpus - _at(ivs, T), name, h.aggregate, j))
             if total >= n:
                 if n == 1 and self.empty_together:
-                    return T, (min((empty_together_key(self.hosts[c[1]].gpus - _at(self.iv[c[1]], T + d), c[0],
+                    after = min(T + d, INF - 1)   # a lease to forever: the last instant's free GPUs
+                    return T, (min((empty_together_key(self.hosts[c[1]].gpus - _at(self.iv[c[1]], after), c[0],
                                                        self.hosts[c[1]].gpus), c[1]) for c in cands)[1],)
                 if n == 1:
                     return T, (min(cands)[1],)

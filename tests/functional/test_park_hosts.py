@@ -11,7 +11,7 @@ from sqlalchemy import select
 
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope
-from gpu_tenancy.engine import held, resume as lease_resume
+from gpu_tenancy.engine import held, park as lease_park, resume as lease_resume
 from gpu_tenancy.timeutil import parse_time
 from tests.conftest import PG_URL, headers
 from tests.functional.test_host_failure import host_goes
@@ -166,6 +166,7 @@ def test_a_lease_whose_host_goes_down_while_parking_parks_without_its_vms_and_bo
     told = [e["message"] for e in events(client, idle) if e["kind"] == "host_failure"]
     assert len(told) == 1 and "disks there are gone" in told[0] and "booted again from its image" in told[0]
     assert notices(runtime, idle)[-1][0] == "lease.parked"
+    assert idle not in cloud.lease_inventory()   # as at a park: nobody boots its flavor outside its slot
     back = until_resumed(client, runtime, engine_tick, idle, resume_by)
     assert back["status"] == "active" and back["park"] is None, back
     [new_server] = back["servers"]
@@ -203,3 +204,65 @@ def test_a_drain_while_the_engine_begins_the_resume_leaves_the_lease_resuming_wh
     lease = lease_of(client, idle)
     assert lease["status"] in ("resuming", "active") and {a["host"] for a in lease["allocations"]} == {host}
     assert not [e for e in events(client, idle) if e["kind"] == "host_drain"]
+
+
+def parked_without_vms(client, runtime, engine_tick, cloud) -> tuple[str, str]:
+    """ml-vision's idle lease parked without its VM, its host down before the shelve was done;
+    nlp-lab's busy lease on the other H100 host. (lease, the host lost)."""
+    idle, token = running(client, engine_tick, "ml-vision", volume={"size_gb": 10})
+    busy, busy_token = running(client, engine_tick, "nlp-lab")
+    minutes(client, engine_tick, 20, [(idle, token, [0, 0, 0, 0]), (busy, busy_token, [90, 90, 90, 90])])
+    lost = lease_of(client, idle)["allocations"][0]["host"]
+    host_goes(runtime, cloud, engine_tick, lost, up=False)
+    engine_tick(advance=10)
+    assert lease_of(client, idle)["status"] == "parked"
+    return idle, lost
+
+
+def test_a_resume_asked_then_its_host_down_boots_a_lease_parked_without_vms_again(client, runtime, engine_tick,
+                                                                                 cloud):
+    """Resumed at once on its host, back up, which goes down again before the next pass: with no
+    VM on the shelf there is nothing to park again (it was parked again, "its VMs stay on the
+    shelf", a second host_down attempt spent and its slot hours later): it is booted again elsewhere."""
+    idle, lost = parked_without_vms(client, runtime, engine_tick, cloud)
+    host_goes(runtime, cloud, engine_tick, lost, up=True)
+    reply = client.post(f"/v1/leases/{idle}/resume", headers=headers())
+    assert reply.status_code == 200 and lease_of(client, idle)["status"] == "resuming", reply.get_json()
+    cloud.set_host_state(lost, up=False)
+    runtime.engine.lifecycle.refresh_hosts()
+    engine_tick()
+    after = lease_of(client, idle)
+    assert after["status"] in ("scheduled", "queued", "provisioning"), after["status"]
+    assert lost not in {a["host"] for a in after["allocations"]}
+    assert [f["class"] for f in after["failures"]] == ["host_down"]
+    assert not any("stay on the shelf" in e["message"] for e in events(client, idle))
+
+
+def test_a_vm_offloaded_before_its_host_went_down_keeps_the_lease_parking(client, runtime, engine_tick, cloud):
+    """Two VMs. The one on the host that goes down was on the shelf already (its disk in the image
+    store); the other, on a host that stays up, is still being shelved: nothing is lost, and the
+    park goes on (every VM was deleted, disks and all)."""
+    made = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT8H", "instances": 2},
+                       headers=headers()).get_json()["lease"]
+    engine_tick()
+    engine_tick(advance=30)
+    lease = lease_of(client, made["id"])
+    assert lease["status"] == "active"
+    first, second = sorted(lease["servers"], key=lambda s: s["instance"])
+    lc = runtime.engine.lifecycle
+    lease_park.begin(lc, made["id"], "idle")
+    runtime.clock.advance(2)
+    cloud.set_host_state(second["host"], up=False)   # its shelve stalls, then starts over 3 s later
+    runtime.clock.advance(1)
+    cloud.set_host_state(second["host"], up=True)
+    runtime.clock.advance(3)
+    assert [cloud.server_state(s["id"]).status for s in (first, second)] == ["SHELVED_OFFLOADED", "SHELVED"]
+    cloud.set_host_state(first["host"], up=False)
+    lc.refresh_hosts()
+    engine_tick()
+    assert lease_of(client, made["id"])["status"] == "parking"
+    engine_tick(advance=10)
+    after = lease_of(client, made["id"])
+    assert after["status"] == "parked" and after["failures"] == []
+    assert [cloud.server_state(s["id"]).status for s in (first, second)] == ["SHELVED_OFFLOADED"] * 2
+

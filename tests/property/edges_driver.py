@@ -129,7 +129,7 @@ class Driver:
         self.noticed_in_step: set[str] = set()  # ... at any look in the step
         self.refused: set[str] = set()          # leases whose notice was not called off, though unneeded
         self.ran: set[str] = set()              # leases seen running (or past it)
-        self.first_ends: dict[str, int] = {}    # Snapshot.first_ends
+        self.booting_ends: dict[tuple[str, int, str], int] = {}   # Snapshot.booting_ends
 
     # --- the run -------------------------------------------------------------------------------
     def run(self, steps: int) -> Report:
@@ -160,7 +160,7 @@ class Driver:
     def check_state(self, step: int) -> inv.Snapshot:
         """The promises that hold at every instant: after each engine pass, and after each step."""
         snap = inv.read(self.sessions, self.clock.now(), self.last_event)
-        self.note_first_ends(snap)
+        self.note_booting_ends(snap)
         late: list[str] = []
         allowance = self.committed_allowance(snap)
         self.record(step, "overcommit", inv.overcommit(snap, allowance, late))
@@ -174,15 +174,16 @@ class Driver:
         self.count_notices(snap)
         return snap
 
-    def note_first_ends(self, snap: inv.Snapshot) -> None:
-        """Each lease's planned end when it is first seen booting, until it runs (Snapshot.first_ends)."""
-        for lid, lease in snap.leases.items():
-            if lease.status in RAN:
-                self.ran.add(lid)
-                self.first_ends.pop(lid, None)
-            elif lease.status == "provisioning" and lid not in self.ran and lease.end is not None:
-                self.first_ends.setdefault(lid, lease.end)
-        snap.first_ends = self.first_ends
+    def note_booting_ends(self, snap: inv.Snapshot) -> None:
+        """Each VM's planned end on its host while its lease boots, until the lease runs
+        (Snapshot.booting_ends): the placement a VM is dropped from is the last seen there."""
+        ran = {lid for lid, lease in snap.leases.items() if lease.status in RAN}
+        self.ran |= ran
+        booting = {lid for lid, lease in snap.leases.items() if lease.status == "provisioning" and lid not in self.ran}
+        self.booting_ends = {key: end for key, end in self.booting_ends.items() if key[0] not in ran}
+        self.booting_ends.update({(sp.lease, sp.vm, sp.host): sp.end for sp in snap.spans
+                                  if sp.lease in booting and not sp.unreleased})
+        snap.booting_ends = self.booting_ends
 
     @staticmethod
     def under_notice(snap: inv.Snapshot) -> set[str]:

@@ -66,9 +66,9 @@ class Snapshot:
     committed: dict[str, int]                    # holding lease -> when it was (last) scheduled
     events: list[tuple[int, str, int, int]] = field(default_factory=list)   # new: (id, lease, at, lease created)
     owners: dict[str, tuple[str, str, bool]] = field(default_factory=dict)  # lease -> (project, model, preemptible)
-    # a lease that has not run yet -> its planned end when it was first seen booting (the driver's: before
-    # its boot hung past that end and it was placed again, its end moved with it)
-    first_ends: dict[str, int] = field(default_factory=dict)
+    # (lease, VM, host) of a lease that has not run yet -> that VM's planned end there when last seen
+    # booting (the driver's: its boot hung past that end, the lease was placed again, and its end moved)
+    booting_ends: dict[tuple[str, int, str], int] = field(default_factory=dict)
 
 
 def read(sessions, now: int, after_event: int) -> Snapshot:
@@ -127,7 +127,7 @@ def late_release(snap: Snapshot, live: list[Span], limit: int, allowance: int, o
     their lease's end plus the allowance; a VM dropped from a re-placed lease, past the moment
     its delete was asked for plus the allowance: the engine's plan holds it until then,
     engine/held.releasing, and may commit a lease onto it from then, in that very step; or past its
-    lease's first end, if that came first and the lease had not run: a boot that hung past its
+    VM's planned end there, if that came first and the lease had not run: a boot that hung past its
     planned end, then timed out, and the lease placed again), every other
     lease there was committed before the first of those instants, and without the late VMs
     the sum is within `limit` (the plan was), as it is without the waiting leases on a host
@@ -138,8 +138,8 @@ def late_release(snap: Snapshot, live: list[Span], limit: int, allowance: int, o
             return (snap.leases[sp.lease].end or snap.now) + allowance
         # not for a lease that ran: a running lease's VMs are not late at its end when its host went
         # down (it is re-placed then only if its time is not up: engine/host_failure.py, time_is_up)
-        first_end = snap.first_ends.get(sp.lease)
-        return (sp.since if first_end is None else min(sp.since, first_end)) + allowance
+        end = snap.booting_ends.get((sp.lease, sp.vm, sp.host))
+        return (sp.since if end is None else min(sp.since, end)) + allowance
 
     late = [sp for sp in live if sp.unreleased and due(sp) <= snap.now]
     if not late:

@@ -47,7 +47,7 @@ def hung_then_replaced(first_end: int | None) -> Snapshot:
     snap = Snapshot(NOW, {"h1": ("A100", 8, True)}, {("p", "A100"): 8, ("q", "A100"): 8}, {"X": x, "Y": y},
                     spans, {}, {"Y": NOW - 3600, "X": NOW})
     if first_end is not None:
-        snap.first_ends = {"X": first_end}
+        snap.booting_ends = {("X", 0, "h1"): first_end}
     return snap
 
 
@@ -61,3 +61,15 @@ def test_a_vm_dropped_from_a_lease_whose_boot_hung_past_its_end_is_late_from_tha
     tolerated = []
     _checks, bad = overcommit(hung_then_replaced(NOW - 1800), ALLOWANCE, tolerated)
     assert bad == [] and len(tolerated) == 1
+
+
+def test_a_vms_end_on_another_host_does_not_date_its_drop_here():
+    """X's first boot, on h0, hung past its end (NOW - 7200); placed again on h1 for
+    [NOW - 600, NOW + 3000), its VM there is dropped now. Y was booked on those same GPUs of h1:
+    an over-commit, which the end of X's placement on h0 must not excuse (a review found the end
+    kept per lease, not per VM and host)."""
+    snap = hung_then_replaced(None)
+    snap.booting_ends = {("X", 0, "h0"): NOW - 7200, ("X", 0, "h1"): NOW + 3000}
+    tolerated: list[str] = []
+    _checks, bad = overcommit(snap, ALLOWANCE, tolerated)
+    assert len(bad) == 1 and tolerated == []

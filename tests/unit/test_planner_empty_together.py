@@ -4,15 +4,22 @@ free, so small leases gather on hosts that stay busy anyway and the others empty
 for a big lease. Best fit, the default, chooses by the GPUs free at the start alone."""
 from __future__ import annotations
 
+import os
+import sys
+
 import pytest
 
-from gpu_tenancy.config import Config
-from gpu_tenancy.domain import capacity, scan_index
-from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit
-from gpu_tenancy.domain.planner import PlannerSettings, plan
-from gpu_tenancy.engine import planner_settings
-from gpu_tenancy.whatif import changes as ch
-from gpu_tenancy.whatif.history import History
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+from naive_planner import NaiveIndex  # noqa: E402
+
+from gpu_tenancy.config import Config  # noqa: E402
+from gpu_tenancy.domain import capacity, scan_index  # noqa: E402
+from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, QuotaLimit  # noqa: E402
+from gpu_tenancy.domain.planner import PlannerSettings, plan  # noqa: E402
+from gpu_tenancy.domain.profile import INF  # noqa: E402
+from gpu_tenancy.engine import planner_settings  # noqa: E402
+from gpu_tenancy.whatif import changes as ch  # noqa: E402
+from gpu_tenancy.whatif.history import History  # noqa: E402
 
 NOW = 1_800_000_000
 H = 3600
@@ -113,3 +120,16 @@ def test_a_what_if_turns_it_on_and_off():
     assert s == PlannerSettings()
     with pytest.raises(ch.BadChange, match="planner.empty_together: 'maybe' is not true or false"):
         ch.apply(history, PlannerSettings(), ch.parse(["planner.empty_together=maybe"]))
+
+
+def test_a_lease_to_forever_reads_the_last_instant_in_the_reference_too(index):
+    """The reference planner read a hold ending at forever as over by the lease's end when that
+    end was forever too (a review's fuzzing: the indexes read the last segment)."""
+    hs = [Host("a1", M, 8), Host("a2", M, 8)]
+    naive = NaiveIndex(hs, NOW, empty_together=True)
+    naive.reserve("a1", NOW, NOW + 10, 6)   # best fit at the start, empty for good after ten seconds
+    naive.reserve("a2", NOW, INF, 4)        # half taken for ever
+    fast = capacity.ModelIndex(M, hs, NOW, {"a1": [(NOW, NOW + 10, -6)], "a2": [(NOW, INF, -4)]},
+                               empty_together=True)
+    fast.build()
+    assert naive.earliest(NOW, INF - NOW, 1) == fast.earliest(NOW, INF - NOW, 1) == (NOW, ("a2",))

@@ -174,40 +174,53 @@ def move_parked(lc, lease_id: str, down: set[str], what: str = DOWN) -> None:
 
 
 def parking_on(lc, lease_id: str, down: set[str]) -> None:
-    """A lease parking on a host that went down. Its VMs all on the shelf already: the park goes
-    on (park.advance_parking). A VM not offloaded yet is on the dead host with its disk, and its
-    shelve cannot finish there (it waited boot_timeout_seconds, then failed, its time lost): the
-    lease's VMs are deleted, and it parks at once, its slot held off the down host and its time
-    left kept; at its resume it is booted again from its image with its data volume
-    (resume.advance_resuming)."""
+    """A lease parking on a host that went down. Every VM there on the shelf already (its disk
+    kept in the image store): the park goes on (park.advance_parking). A VM there not offloaded
+    yet is on the dead host with its disk, and its shelve cannot finish (it waited
+    boot_timeout_seconds, then failed, its time lost): the lease's VMs are deleted, every one
+    (a resume unshelves all of a lease's VMs or boots all of them again: it cannot mix the two),
+    its class's inventory removed (as at a park: nobody boots it outside its slot), and it parks
+    at once, its slot held off the down host and its time left kept; at its resume it is booted
+    again from its image with its data volume (resume.boot_again)."""
     with session_scope(lc.sessions) as session:
         row = session.get(m.Lease, lease_id)
         if row is None or row.status != S.PARKING.value or not {a.host for a in row.allocations} & down:
             return
         cloud_ids = [s.cloud_id for s in row.servers if s.cloud_id]
+        on_down = [s.cloud_id for s in row.servers if s.cloud_id and s.host in down]
     try:
-        if all(lc.cloud.server_state(cloud_id).status == park.OFFLOADED for cloud_id in cloud_ids):
+        if all(lc.cloud.server_state(cloud_id).status == park.OFFLOADED for cloud_id in on_down):
             return
     except CloudError as exc:
         log.warning("reading the VMs of parking lease %s: %s", lease_id, exc)
         return   # the next pass looks again
-    if not retry.delete_servers(lc.cloud, cloud_ids):
+    unrecorded = retry.unrecorded_servers(lc.cloud, lease_id, cloud_ids)
+    if unrecorded is None or not retry.delete_servers(lc.cloud, cloud_ids + [s.id for s in unrecorded]):
         return
+    try:
+        lc.cloud.set_lease_inventory(lease_id, {})
+    except CloudError as exc:
+        log.warning("parking lease %s off down host(s): %s", lease_id, exc)
+        return   # the next pass tries again (its VMs are gone already)
     now = lc.clock.now()
     with session_scope(lc.sessions) as session:
         row = lease_in(session, lease_id, S.PARKING, ledger=True)   # its slot is planned below
         if row is None:
             return
         lost = sorted({a.host for a in row.allocations} & down)
+        elsewhere = sum(1 for s in row.servers if s.cloud_id and s.host not in down)
         message = (f"host {', '.join(lost)} went down (its nova-compute stopped reporting) while its VMs were "
-                   "being shelved; their disks there are gone")
+                   "being shelved; their disks there are gone" + (
+                       f", and its {elsewhere} VM(s) on other hosts are deleted too (a resume boots all of a "
+                       "lease's VMs again, or unshelves them all)" if elsewhere else ""))
         retry.record_failure(session, row, FailureClass.HOST_DOWN, message, now, "replaced", lost)
+        retry.record_unrecorded(session, row, unrecorded, now)
         releasing.keep(session, row, now)   # an up host's VMs, still being deleted, hold their GPUs
         for server in list(row.servers):
             session.delete(server)
         session.flush()
         session.expire(row, ["servers"])
-        record_event(session, row, "host_failure", f"{message}. It parks without them: when it resumes, its VMs "
+        record_event(session, row, "host_failure", f"{message}. It parks without its VMs: when it resumes, they "
                      "are booted again from its image" + (" with the data volume" if row.volume_id else ""),
                      now, ACTOR)
         park.settle(session, row, now, lc.config.park_grace_seconds, lc.planner_settings,
@@ -219,7 +232,15 @@ def resuming_on(lc, lease_id: str, down: set[str]) -> None:
     """A lease resuming on a host that went down. Its VMs all still on the shelf (none unshelved
     there yet): parked again, its slot moved off the host at once (resume.park_again). A VM
     unshelved there is off the shelf, its disk on the dead host, and cannot be unshelved
-    elsewhere: the lease is re-placed as a booting one is, its VMs booted again (rescue)."""
+    elsewhere: the lease is re-placed as a booting one is, its VMs booted again (rescue). One
+    with no VM (lost with their host while it parked) is booted again at once (resume.boot_again),
+    off the down host as every plan is."""
+    with session_scope(lc.sessions) as session:
+        row = session.get(m.Lease, lease_id)
+        none_shelved = row is not None and not any(s.cloud_id for s in row.servers)
+    if none_shelved:
+        resume.boot_again(lc, lease_id)
+        return
     shelved = resume.all_shelved(lc, lease_id)
     if shelved is None:
         return   # the next pass looks again
