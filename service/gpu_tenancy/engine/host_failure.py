@@ -21,7 +21,7 @@ from gpu_tenancy.db.session import ledger_lock, session_scope, to_epoch
 from gpu_tenancy.domain.failures import FailureClass, retry_delay, rule
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.cloud.driver import CloudError
-from gpu_tenancy.engine import lease_flavor, park, releasing, resume, retry
+from gpu_tenancy.engine import lease_flavor, park, resume, retry
 from gpu_tenancy.engine.events import lease_in, record_event, record_transition
 from gpu_tenancy.engine.leases import end_allocations_at
 from gpu_tenancy.engine.usage import keep_spent
@@ -87,8 +87,8 @@ def rescue(lc, lease_id: str, down: set[str]) -> None:
         if row is None or row.status not in MOVED or time_is_up(row, now):
             return
         cloud_ids = [s.cloud_id for s in row.servers if s.cloud_id]
-    unrecorded = retry.unrecorded_servers(lc.cloud, lease_id, cloud_ids)
-    if unrecorded is None or not retry.delete_servers(lc.cloud, cloud_ids + [s.id for s in unrecorded]):
+    unrecorded = retry.delete_every_server(lc.cloud, lease_id, cloud_ids)
+    if unrecorded is None:
         return  # the next tick tries again
     with session_scope(lc.sessions) as session:
         ledger_lock(session)   # before the lease's row (engine/events.py lease_in): it is replaced below
@@ -194,8 +194,8 @@ def parking_on(lc, lease_id: str, down: set[str]) -> None:
     except CloudError as exc:
         log.warning("reading the VMs of parking lease %s: %s", lease_id, exc)
         return   # the next pass looks again
-    unrecorded = retry.unrecorded_servers(lc.cloud, lease_id, cloud_ids)
-    if unrecorded is None or not retry.delete_servers(lc.cloud, cloud_ids + [s.id for s in unrecorded]):
+    unrecorded = retry.delete_every_server(lc.cloud, lease_id, cloud_ids)
+    if unrecorded is None:
         return
     try:
         lc.cloud.set_lease_inventory(lease_id, {})
@@ -215,9 +215,7 @@ def parking_on(lc, lease_id: str, down: set[str]) -> None:
                        "lease's VMs again, or unshelves them all)" if elsewhere else ""))
         retry.record_failure(session, row, FailureClass.HOST_DOWN, message, now, "replaced", lost)
         retry.record_unrecorded(session, row, unrecorded, now)
-        releasing.keep(session, row, now)   # an up host's VMs, still being deleted, hold their GPUs
-        for server in list(row.servers):
-            session.delete(server)
+        retry.drop_servers(session, row, now)   # an up host's VMs, still being deleted, hold their GPUs
         session.flush()
         session.expire(row, ["servers"])
         record_event(session, row, "host_failure", f"{message}. It parks without its VMs: when it resumes, they "

@@ -97,6 +97,24 @@ def delete_servers(cloud, cloud_ids: list[str]) -> bool:
     return True
 
 
+def delete_every_server(cloud, lease_id: str, cloud_ids: list[str]) -> list[ServerState] | None:
+    """Delete the lease's VMs, those recorded (`cloud_ids`) and those the cloud has that were not
+    (a boot whose answer was lost); the unrecorded ones, for record_unrecorded. None if the cloud
+    did not say or refused a delete: the caller tries again at the next pass."""
+    unrecorded = unrecorded_servers(cloud, lease_id, cloud_ids)
+    if unrecorded is None or not delete_servers(cloud, cloud_ids + [s.id for s in unrecorded]):
+        return None
+    return unrecorded
+
+
+def drop_servers(session: Session, row: m.Lease, now: int) -> None:
+    """The lease's VMs, their delete asked for, off its record; the GPUs the cloud is still
+    releasing stay held (engine/releasing.py). The caller flushes."""
+    releasing.keep(session, row, now)
+    for server in list(row.servers):
+        session.delete(server)
+
+
 def retry_elsewhere(lc, lease_id: str, failure: FailureClass, message: str,
                     state: LeaseState = S.PROVISIONING) -> bool:
     """Retry a provisioning lease on another host if its failure class allows another
@@ -116,8 +134,8 @@ def retry_elsewhere(lc, lease_id: str, failure: FailureClass, message: str,
         cloud_ids = [s.cloud_id for s in row.servers if s.cloud_id]
     if delay is None:
         return False
-    unrecorded = unrecorded_servers(lc.cloud, lease_id, cloud_ids)
-    if unrecorded is None or not delete_servers(lc.cloud, cloud_ids + [s.id for s in unrecorded]):
+    unrecorded = delete_every_server(lc.cloud, lease_id, cloud_ids)
+    if unrecorded is None:
         return now - starting_since <= lc.config.boot_timeout_seconds   # one refusal did not end the lease's tries
     with session_scope(lc.sessions) as session:
         row = lease_in(session, lease_id, state, ledger=True)   # replaced below
@@ -150,9 +168,7 @@ def replace(session: Session, row: m.Lease, now: int, earliest: int, *, avoid: l
     ledger_lock(session)
     if row.status == S.SCHEDULED.value:
         record_transition(session, row, S.QUEUED, now, actor, "its planned hosts cannot take it")
-    releasing.keep(session, row, now)   # the cloud is still releasing those VMs' GPUs
-    for server in list(row.servers):
-        session.delete(server)
+    drop_servers(session, row, now)
     for alloc in list(row.allocations):
         session.delete(alloc)
     session.flush()
