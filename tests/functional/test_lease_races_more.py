@@ -122,16 +122,66 @@ def test_a_create_that_waited_for_the_ledger_lock_is_planned_at_the_time_it_got_
     waited, and its lease was scheduled ten minutes in the past (an ETA early by the wait)."""
     client = app.test_client()
     now = runtime.clock.now()
-    point = Held()
-    holding = point.around(lambda: None)
-
-    def hold_the_ledger() -> None:   # as a replan of the engine's: the lock, a while, then the commit
-        with session_scope(runtime.sessions) as session:
-            ledger_lock(session)
-            holding()
-            runtime.clock.advance(600)
-    _, reply = race(db_url, point, hold_the_ledger,
+    point, hold = hold_the_ledger_while_time_passes(runtime, 600)
+    _, reply = race(db_url, point, hold,
                     lambda: client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT1H"}, headers=NLP))
     lease = reply.get_json()["lease"]
     assert reply.status_code == 201 and lease["status"] == "scheduled", lease
+    assert lease["start"] == rfc3339(now + 600), lease
+
+
+def hold_the_ledger_while_time_passes(runtime, seconds: int) -> tuple[Held, object]:
+    """Another transaction (as an engine's replan) that holds the ledger lock while the clock
+    moves on `seconds`, then commits; and the point it is held at."""
+    point = Held()
+    holding = point.around(lambda: None)
+
+    def hold() -> None:
+        with session_scope(runtime.sessions) as session:
+            ledger_lock(session)
+            holding()
+            runtime.clock.advance(seconds)
+    return point, hold
+
+
+def test_a_quota_raised_after_waiting_for_the_ledger_lock_starts_leases_at_the_time_it_got_it(app, runtime,
+                                                                                               db_url):
+    """A quota raised while a replan holds the ledger lock for ten minutes: the lease it lets
+    start starts when the quota's replan runs (it read the clock before it waited, and the lease
+    was started ten minutes in the past, short of ten minutes of its time)."""
+    client = app.test_client()
+    one_host = {"quota": {"gpu_models": {"H100": {"gpus": 4, "borrow_gpus": 0}}}}
+    assert client.put("/v1/quotas/nlp-lab", json=one_host, headers=ADMIN).status_code == 200
+    now = runtime.clock.now()
+    first = client.post("/v1/leases", json=H100_HOST, headers=NLP).get_json()["lease"]
+    second = client.post("/v1/leases", json=H100_HOST, headers=NLP).get_json()["lease"]
+    assert first["status"] == "scheduled" and second["status"] == "queued", (first, second)
+    point, hold = hold_the_ledger_while_time_passes(runtime, 600)
+    two_hosts = {"quota": {"gpu_models": {"H100": {"gpus": 8, "borrow_gpus": 0}}}}
+    _, raised = race(db_url, point, hold, lambda: status_code(client.put("/v1/quotas/nlp-lab", json=two_hosts,
+                                                                          headers=ADMIN)))
+    assert raised == 200, raised
+    lease = client.get(f"/v1/leases/{second['id']}", headers=NLP).get_json()["lease"]
+    assert lease["status"] == "scheduled" and lease["start"] == rfc3339(now + 600), lease
+    assert lease["end"] == rfc3339(now + 600 + 7200), lease
+
+
+def test_a_drain_that_waited_for_the_ledger_lock_moves_leases_from_the_time_it_got_it(app, runtime, sessions,
+                                                                                      cloud, db_url):
+    """A drain while a replan holds the ledger lock for ten minutes: a lease planned on the host
+    from five minutes on is moved to start at the drain (it was moved to start five minutes in
+    the past, by the clock read before the wait)."""
+    client = app.test_client()
+    now = runtime.clock.now()
+    lid = client.post("/v1/leases", json={**H100_HOST, "start": rfc3339(now + 300)},
+                      headers=NLP).get_json()["lease"]["id"]
+    before = state(sessions, cloud, lid)
+    assert before["status"] == "scheduled", before
+    host = before["allocations"][0][0]
+    point, hold = hold_the_ledger_while_time_passes(runtime, 600)
+    _, drained = race(db_url, point, hold,
+                      lambda: status_code(client.patch(f"/v1/hosts/{host}", json={"drained": True}, headers=ADMIN)))
+    assert drained == 200, drained
+    lease = client.get(f"/v1/leases/{lid}", headers=NLP).get_json()["lease"]
+    assert lease["status"] == "scheduled" and lease["allocations"][0]["host"] != host, lease
     assert lease["start"] == rfc3339(now + 600), lease

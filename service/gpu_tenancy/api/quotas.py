@@ -83,7 +83,7 @@ def update(project_id: str) -> ResponseReturnValue:
                          "gpu_tenancy.project_mismatch")
     with rt.transaction() as session:
         before = render(project_id, quotas.of_projects(session, project_id)[project_id])
-        rows = quotas.replace(session, rt.now(), rt.runtime().config, rt.planner_settings(), project_id, body["gpu_models"])
+        rows = quotas.replace(session, rt.now, rt.runtime().config, rt.planner_settings(), project_id, body["gpu_models"])
         rendered = render(project_id, rows)
         rt.audit(session, "quota.update", project_id, project_id, before, rendered)
     rt.runtime().wake_engine()

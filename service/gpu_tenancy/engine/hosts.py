@@ -5,6 +5,8 @@ move to other hosts, so that the host is empty once its last running lease ends
 (`held_until`)."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -40,13 +42,15 @@ def held_until(session: Session, now: int, floor: int) -> dict[str, int]:
     return {host: held_until_(to_epoch(end), now, allowance) for host, end in rows}
 
 
-def set_drained(session: Session, row: m.Host, drained: bool, now: int, settings: PlannerSettings,
-                actor: str) -> list[str]:
+def set_drained(session: Session, row: m.Host, drained: bool, clock: Callable[[], int],
+                settings: PlannerSettings, actor: str) -> list[str]:
     """Drain or undrain; on drain, the leases only planned there are planned again on
     other hosts, for their planned start or the first time after it, and so are parked
-    leases' held slots there (park.move_slot). Returns their ids."""
+    leases' held slots there (park.move_slot), from the time read once the ledger lock is held
+    (not from before a wait there: in the past by the wait). Returns their ids."""
     if drained:   # no replan may plan a lease there meanwhile; and before the leases' rows (lease_in's order)
         ledger_lock(session)
+    now = clock()
     # the cloud's refresh (lifecycle.refresh_hosts) leaves this column alone
     was, row.drained = row.drained, drained
     if not drained or was:

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.config import Config
 from gpu_tenancy.db import models as m
-from gpu_tenancy.db.session import utcnow_naive
+from gpu_tenancy.db.session import ledger_lock, utcnow_naive
 from gpu_tenancy.domain.planner import PlannerSettings
 from gpu_tenancy.engine import early_ends
 from gpu_tenancy.errors import BadRequest
@@ -36,16 +37,20 @@ def known_gpu_models(session: Session) -> set[str]:
     return set(session.scalars(select(m.Host.gpu_model))) | set(session.scalars(select(m.Shape.gpu_model)))
 
 
-def replace(session: Session, now: int, config: Config, settings: PlannerSettings, project_id: str,
+def replace(session: Session, clock: Callable[[], int], config: Config, settings: PlannerSettings, project_id: str,
             limits: dict[str, dict]) -> list[m.Quota]:
     """Set the project's limits for each GPU model given (omitted fields take
     their defaults; models not given are untouched), then replan: a raised
-    quota can start waiting leases at once. The caller commits."""
+    quota can start waiting leases at once. The clock is read once the ledger lock is held: a
+    request that waited there for a replan plans at the time it plans (its leases started then,
+    not in the past by the wait). The caller commits."""
     known = known_gpu_models(session)
     unknown = sorted(set(limits) - known)
     if unknown:
         raise BadRequest(f"unknown GPU model(s) {', '.join(unknown)}; the cloud's GPU models are: "
                          f"{', '.join(sorted(known)) or 'none'}", "gpu_tenancy.unknown_gpu_model")
+    ledger_lock(session)
+    now = clock()
     stamp = utcnow_naive(now)
     for model, given in limits.items():
         values = {**DEFAULTS, **given}
