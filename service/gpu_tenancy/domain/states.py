@@ -41,8 +41,9 @@ TRANSITIONS: dict[LeaseState, frozenset[LeaseState]] = {
     S.PARKED: frozenset({S.RESUMING, S.ENDING}),
     # resuming -> ending: DELETE, or an unshelve that failed past its class's retries;
     # resuming -> parked: an unshelve refused with its VMs still shelved, its slot moved elsewhere;
-    # resuming -> scheduled/queued: a VM lost off the shelf (ERROR, its host down): booted again elsewhere
-    S.RESUMING: frozenset({S.ACTIVE, S.ENDING, S.PARKED, S.SCHEDULED, S.QUEUED}),
+    # resuming -> scheduled/queued: a VM lost off the shelf (ERROR, its host down): booted again elsewhere;
+    # resuming -> provisioning: some of its VMs lost, the others unshelved: the lost ones booted again alone
+    S.RESUMING: frozenset({S.ACTIVE, S.ENDING, S.PARKED, S.SCHEDULED, S.QUEUED, S.PROVISIONING}),
     # ending -> preempted: a lease ended early with notice (reclaimed or preempted), VMs now deleted
     S.ENDING: frozenset({S.ENDED, S.FAILED, S.PREEMPTED}),
     S.ENDED: frozenset(),

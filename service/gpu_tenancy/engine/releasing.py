@@ -18,12 +18,12 @@ from gpu_tenancy.engine import held
 log = logging.getLogger(__name__)
 
 
-def keep(session: Session, row: m.Lease, now: int) -> None:
-    """Hold the GPUs of the lease's VMs whose delete was just asked for, in the transaction
-    that drops them. A down host's are left out: nothing is placed there anyway; and so are
-    shelved and offloaded ones (a resuming lease's), which hold none."""
+def keep(session: Session, row: m.Lease, now: int, servers: list[m.Server] | None = None) -> None:
+    """Hold the GPUs of the lease's VMs whose delete was just asked for (`servers`, default all
+    of them), in the transaction that drops them. A down host's are left out: nothing is placed
+    there anyway; and so are shelved and offloaded ones (a resuming lease's), which hold none."""
     up = set(session.scalars(select(m.Host.name).where(m.Host.up.is_(True))))
-    for server in row.servers:
+    for server in row.servers if servers is None else servers:
         if server.cloud_id and server.status not in ("DELETED", "SHELVED_OFFLOADED") and server.host in up:
             session.add(m.ReleasingGpus(lease_id=row.id, vm_index=server.vm_index, host=server.host,
                                         gpu_model=row.gpu_model, gpus=row.gpus_per_vm, cloud_id=server.cloud_id,

@@ -8,7 +8,8 @@
   starts over.
 - A resume that fails for the host's or the cloud's reason is tried again elsewhere, within
   the failure class's attempts, as a boot is (`retry_resume`): parked again with its slot
-  moved while every VM is still on the shelf (`park_again`), else booted again from its image.
+  moved while every VM is still on the shelf (`park_again`); VMs lost off the shelf beside
+  unshelved ones booted again alone (engine/resume_lost.py); else booted again from its image.
 - A lease whose VMs were lost with their host while it parked is booted again from its image
   at its resume (`boot_again`).
 """
@@ -30,7 +31,7 @@ from gpu_tenancy.domain.failures import FailureClass, classify_fault, cloud_said
 from gpu_tenancy.domain.held import held_until
 from gpu_tenancy.domain.model import PlannedLease
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.engine import held, lease_flavor, ledger, park, retry, webhooks
+from gpu_tenancy.engine import held, lease_flavor, ledger, park, resume_lost, retry, webhooks
 from gpu_tenancy.engine.events import entered_at, lease_in, record_event, record_transition
 from gpu_tenancy.engine.lease_flavor import vms_per_host
 from gpu_tenancy.engine.leases import lock_for_change
@@ -223,9 +224,10 @@ def retry_resume(lc: Lifecycle, lease_id: str, failure: FailureClass, message: s
     """A resume that failed: tried again elsewhere as a boot is, if the failure's class is the
     host's or the cloud's and the lease has attempts left (domain/failures.py), else it fails.
     Every VM still on the shelf: parked again with its slot moved (park_again). A VM off it
-    (unshelved on a host that failed it, in ERROR, gone) cannot be unshelved elsewhere: the
-    lease's VMs are deleted and it is booted again from its image with its data volume
-    (retry.retry_elsewhere). `overdue`: resuming past boot_timeout_seconds, so a cloud that
+    (unshelved on a host that failed it, in ERROR, gone) cannot be unshelved elsewhere: it alone
+    is booted again from the image on another host if the others came off the shelf
+    (resume_lost.boot_lost_again), else the lease's VMs are deleted and it is booted again from
+    its image with its data volume (retry.retry_elsewhere). `overdue`: resuming past boot_timeout_seconds, so a cloud that
     does not answer here fails it rather than keep it resuming."""
     on_shelf = all_shelved(lc, lease_id)
     if on_shelf is None:
@@ -234,6 +236,8 @@ def retry_resume(lc: Lifecycle, lease_id: str, failure: FailureClass, message: s
         return
     if on_shelf:
         park_again(lc, lease_id, failure, message, overdue)
+    elif resume_lost.boot_lost_again(lc, lease_id, failure, message):
+        return
     elif not retry.retry_elsewhere(lc, lease_id, failure, message, S.RESUMING):
         park.fail(lc, lease_id, S.RESUMING, message, failure)
 
