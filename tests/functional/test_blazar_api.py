@@ -297,20 +297,106 @@ def test_answers_match_the_openapi_document(client, engine_tick):
     check("/reservation/v1/leases", "post", 400, client.post(URL, json={}, headers=MEMBER))
 
 
-def test_refuse_mode_a_lease_that_lost_the_gpus_after_the_preview_is_cancelled_and_refused(client, monkeypatch):
-    """Another request takes the GPUs between the preview and the plan: the lease made is
-    cancelled before the 409, so Blazar's listing never shows it (the native one does,
-    cancelled, with its audit record)."""
+def preview_before_the_gpus_went(monkeypatch) -> None:
+    """The create's preview sees the GPUs free: another request took them before its plan."""
     from gpu_tenancy.api.blazar import leases as blazar_leases
-    fill_h100(client)
     real_dry_run = blazar_leases.dry_run
 
     def stale_dry_run(session, now, *args):   # the plan as it was before the GPUs were taken
         planned = real_dry_run(session, now, *args)
         return replace(planned, placement=replace(planned.placement, start=now))
     monkeypatch.setattr(blazar_leases, "dry_run", stale_dry_run)
+
+
+def test_refuse_mode_a_lease_that_lost_the_gpus_after_the_preview_is_cancelled_and_refused(client, monkeypatch):
+    """Another request takes the GPUs between the preview and the plan: the lease made is
+    cancelled before the 409, so Blazar's listing never shows it (the native one does,
+    cancelled, with its audit record)."""
+    fill_h100(client)
+    preview_before_the_gpus_went(monkeypatch)
     assert error(client.post(URL, json=flavor_lease("raced", shape="h100.x1"), headers=MEMBER), 409).startswith(
         "Not enough hosts available")
     assert [row["name"] for row in client.get(URL, headers=MEMBER).get_json()["leases"]] == ["full"]
     native = {row["name"]: row["status"] for row in client.get("/v1/leases", headers=MEMBER).get_json()["leases"]}
     assert native == {"full": "scheduled", "raced": "cancelled"}
+
+
+def minute_of(epoch: int) -> str:
+    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def test_refuse_mode_a_start_date_in_the_minute_under_way_is_a_lease_that_starts_now(client, clock):
+    """Blazar takes a start_date of the current minute (its check is `start < now`, to the
+    minute): python-chi and scripts write "now" so. The GPUs are free: the lease is made."""
+    clock.advance(30)
+    made = client.post(URL, json=flavor_lease(start=minute_of(clock.now()), end_hours=5), headers=MEMBER)
+    assert made.status_code == 201, made.get_json()
+    assert made.get_json()["lease"]["gpu_tenancy_status"] in ("scheduled", "provisioning", "active")
+
+
+def test_pending_mode_an_end_date_moved_by_an_hour_moves_a_queued_lease_end_by_an_hour(pending_client):
+    """A client prolongs a PENDING lease from the end_date it was shown (blazarclient's
+    --prolong-for adds to it): for a queued lease that is the queue's ETA plus its duration, so
+    the new end is read from the start shown, not from the lease's asked start a day earlier."""
+    fill_h100(pending_client)
+    queued = pending_client.post(URL, json=flavor_lease("more", shape="h100.x1", end_hours=2),
+                                 headers=MEMBER).get_json()["lease"]
+    assert queued["gpu_tenancy_status"] == "queued"
+    shown_end = datetime.strptime(queued["end_date"], SHOWN).replace(tzinfo=timezone.utc)
+    later = minute_of(int(shown_end.timestamp()) + 3600)
+    moved = pending_client.put(f"{URL}/{queued['id']}", json={"end_date": later}, headers=MEMBER)
+    assert moved.status_code == 200, moved.get_json()
+    assert moved.get_json()["lease"]["end_date"][:16] == later.replace(" ", "T")
+    native = pending_client.get(f"/v1/leases/{queued['id']}", headers=MEMBER).get_json()["lease"]
+    assert 3 * 3600 - 60 < native["duration"] <= 3 * 3600       # 2 h asked, 1 h more: not a day more
+    earlier = minute_of(int(shown_end.timestamp()) - 3600)
+    pending_client.put(f"{URL}/{queued['id']}", json={"end_date": earlier}, headers=MEMBER)
+    native = pending_client.get(f"/v1/leases/{queued['id']}", headers=MEMBER).get_json()["lease"]
+    assert native["duration"] <= 3600                          # shortened, as asked
+
+
+def test_an_end_date_of_now_ends_a_running_lease_as_blazar_does(client, engine_tick, clock):
+    """Blazar reads end_date "now" as the current minute and ends the lease at it."""
+    lease = client.post(URL, json=flavor_lease(end_hours=5), headers=MEMBER).get_json()["lease"]
+    engine_tick()
+    engine_tick(5)
+    clock.advance(600)
+    ended = client.put(f"{URL}/{lease['id']}", json={"end_date": "now"}, headers=MEMBER)
+    assert ended.status_code == 200, ended.get_json()
+    assert ended.get_json()["lease"]["status"] in ("TERMINATING", "TERMINATED")
+    native = client.get(f"/v1/leases/{lease['id']}", headers=MEMBER).get_json()["lease"]
+    assert native["status"] in ("ending", "ended")
+
+
+def test_deleting_a_terminated_lease_succeeds_as_in_blazar(client, engine_tick):
+    """Blazar deletes a lease in any state; Heat's stack delete and python-chi's cleanup delete
+    leases that have ended and fail on an error."""
+    lease = client.post(URL, json=flavor_lease(end_hours=1), headers=MEMBER).get_json()["lease"]
+    engine_tick()
+    engine_tick(5)
+    for _ in range(4):
+        engine_tick(1800)
+    assert client.get(f"{URL}/{lease['id']}", headers=MEMBER).get_json()["lease"]["status"] == "TERMINATED"
+    assert client.delete(f"{URL}/{lease['id']}", headers=READER).status_code == 403
+    assert client.delete(f"{URL}/{lease['id']}", headers=MEMBER).status_code == 204
+    assert client.delete(f"{URL}/{lease['id']}", headers=OTHER).status_code == 404
+
+
+@pytest.fixture
+def members_cannot_delete(db_url, clock, cloud, app, tmp_path):   # `app` seeds the catalog into db_url
+    policy = tmp_path / "policy.yaml"
+    policy.write_text('"lease:delete": "role:admin"\n')   # an operator's: members may not cancel
+    config = Config.load(database_url=db_url, auth_strategy="noauth2", run_engine=True, policy_file=str(policy))
+    return create_app(config, clock=clock, cloud=cloud, start_engine=False).test_client()
+
+
+def test_refuse_mode_the_lease_undone_after_a_lost_race_is_undone_whoever_may_cancel(members_cannot_delete,
+                                                                                      monkeypatch):
+    """The service undoes its own create (the GPUs went between the preview and the plan): not
+    the caller's cancel, so a policy that keeps cancels from members leaves no lease behind."""
+    client = members_cannot_delete
+    fill_h100(client)
+    preview_before_the_gpus_went(monkeypatch)
+    assert error(client.post(URL, json=flavor_lease("raced", shape="h100.x1"), headers=MEMBER), 409).startswith(
+        "Not enough hosts available")
+    assert [row["name"] for row in client.get(URL, headers=MEMBER).get_json()["leases"]] == ["full"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpu_tenancy.timeutil import parse_time, rfc3339
 from tests.conftest import headers
 from tests.functional.test_errors import api_error
 
@@ -83,3 +84,18 @@ def test_every_field_a_lease_is_asked_with_shows_in_its_answer(client, runtime):
         for name, shown in shown_by_service_boot.items():
             if name in ask and name not in bare:
                 assert lease[shown] != default[shown], f"{name} asked for but not kept: {shown}={lease[shown]!r}"
+
+
+def test_a_new_end_of_a_queued_lease_is_the_end_its_answer_shows(client):
+    """A queued lease shows the start and end the queue plans; a PATCH of its end to an hour
+    after the end it was shown makes it an hour longer, and the answer shows that end (not a
+    duration read from its asked start, a day before its planned one)."""
+    full = client.post("/v1/leases", json={"shape": "h100.x4", "duration": "PT24H"}, headers=headers())
+    assert full.status_code == 201 and full.get_json()["lease"]["status"] == "scheduled"
+    lease = client.post("/v1/leases", json={"shape": "h100.x1", "duration": "PT2H"},
+                        headers=headers()).get_json()["lease"]
+    assert lease["status"] == "queued" and lease["start"] > lease["requested_start"]
+    end = rfc3339(parse_time(lease["end"]) + 3600)
+    moved = client.patch(f"/v1/leases/{lease['id']}", json={"end": end}, headers=headers())
+    assert moved.status_code == 200, moved.get_json()
+    assert (moved.get_json()["lease"]["duration"], moved.get_json()["lease"]["end"]) == (3 * 3600, end)

@@ -414,7 +414,9 @@ def change_end(session: Session, now: int, config: Config, settings: PlannerSett
         duration = change.duration
     else:
         assert change.end is not None   # an EndChange has one or the other
-        start = committed_window(row)[0] if status in HOLDING else to_epoch(row.earliest_start)
+        # a waiting lease's end is read from the start it is shown (the queue's planned one, as the
+        # budget's check below reads it), not from its asked start: the answer then shows the end asked
+        start = committed_window(row)[0] if status in HOLDING else to_epoch(row.start_at or row.earliest_start)
         duration = change.end - start
         if duration <= 0:
             raise BadRequest(f"end {rfc3339(change.end)} is not after the lease's start {rfc3339(start)}",

@@ -32,7 +32,7 @@ from gpu_tenancy.domain.model import LeaseRequest, PlannedLease
 from gpu_tenancy.domain.plan_insert import PlanBook
 from gpu_tenancy.domain.planner import PlannerSettings
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.engine import catalog, early_ends, ledger, networking, new_lease, plan_insert
+from gpu_tenancy.engine import catalog, early_ends, ledger, networking, new_lease, notifications, plan_insert
 from gpu_tenancy.engine.decision_hook import DecisionHook, decide
 from gpu_tenancy.engine.events import record_transition
 from gpu_tenancy.engine.leases import Caller, build_request, create, name_lock, volume_lock
@@ -261,6 +261,7 @@ def cancel_replaced(session: Session, now: int, caller: Caller, lease_id: str, b
     cancelled = replacing(session, row) if replacing is not None else None
     record_transition(session, row, S.CANCELLED, now, caller.user_id, f"replaced by lease {by}: an offer taken")
     ledger.clear_queue_info(row)
+    notifications.enqueue(session, row, notifications.DELETE, now)   # as a cancel tells it (leases.cancel)
     if cancelled is not None:
         cancelled()
 

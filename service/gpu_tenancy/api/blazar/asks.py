@@ -197,9 +197,11 @@ def properties(value: object) -> tuple[str | None, str | None]:
 
 @dataclass(frozen=True)
 class Update:
-    """A PUT /leases/<id>: a new name and a new end, each None when unchanged."""
+    """A PUT /leases/<id>: a new name and a new end, each None when unchanged; `end_now`: the new
+    end is now ("now", or the current minute), which ends the lease now, as Blazar's end event would."""
     name: str | None
     end: EndChange | None
+    end_now: bool = False
 
 
 def update(body: dict, row: m.Lease, start: int, end: int, now: int, final: bool) -> Update:
@@ -207,7 +209,14 @@ def update(body: dict, row: m.Lease, start: int, end: int, now: int, final: bool
     shown it (view.window)."""
     check_keys(body, UPDATE_KEYS, "lease")
     name = name_of(body["name"]) if "name" in body and body["name"] != row.name else None
-    return Update(name, end_change(body, row, start, end, now, final))
+    change = end_change(body, row, start, end, now, final)
+    if change is ENDS_NOW:
+        return Update(name, None, end_now=True)
+    return Update(name, change)
+
+
+# end_change's answer for a new end that has come already (Blazar ends the lease at it)
+ENDS_NOW = EndChange(duration=1)
 
 
 def end_change(body: dict, row: m.Lease, start: int, end: int, now: int, final: bool) -> EndChange | None:
@@ -230,7 +239,13 @@ def end_change(body: dict, row: m.Lease, start: int, end: int, now: int, final: 
         raise BadRequest("End date must be later than current and start date", codes.BAD_END)
     if new_end == end - end % 60:   # the minute the client was shown: no change
         return None
-    return EndChange(end=new_end, shrink=True)   # Blazar shortens a lease as it extends one
+    if new_end <= now:   # "now", or the minute under way: Blazar's end event comes at once
+        return ENDS_NOW
+    if new_end <= start:   # in the minute it starts, after the minute's first second
+        raise BadRequest("End date must be later than current and start date", codes.BAD_END)
+    # as a duration from the start the client was shown: for a waiting lease that is the queue's
+    # ETA, not its asked start, from which the engine would read an end time
+    return EndChange(duration=new_end - start, shrink=True)   # Blazar shortens a lease as it extends one
 
 
 def check_reservations_unchanged(reservations: object, row: m.Lease) -> None:

@@ -97,7 +97,7 @@ def create() -> ResponseReturnValue:
         rt.runtime().fits)
     if refuse and made.rendered["status"] in (LeaseState.REQUESTED.value, LeaseState.QUEUED.value):
         # another request took the GPUs between the preview and the plan: undo, as Blazar refuses
-        native.end_lease(made.row.id)
+        native.end_lease(made.row.id, undo=True)
         raise Conflict(not_enough(asked.ask), codes.NOT_ENOUGH_CAPACITY)
     rt.runtime().wake_engine()
     with rt.transaction() as session:
@@ -111,7 +111,9 @@ def dry_run(session: Session, now: int, caller: Caller, ask: LeaseAsk) -> Planne
 
 
 def start_of(asked: asks.Asked, now: int) -> int:
-    return now if asked.start is None else asked.start
+    """The asked start as the lease takes it: a start in the minute under way (Blazar's own
+    check lets it through) is now, not the minute's first second, which no plan starts at."""
+    return now if asked.start is None else max(asked.start, now)
 
 
 def not_enough(ask: LeaseAsk) -> str:
@@ -133,6 +135,9 @@ def update(lease_id: str) -> ResponseReturnValue:
         rt.runtime().wake_engine()
     elif changes.name is not None:
         native.rename(lease_id, changes.name)
+    if changes.end_now:   # an end that has come: the lease ends (a waiting one is cancelled), as on DELETE
+        native.end_lease(lease_id)
+        rt.runtime().wake_engine()
     with rt.transaction() as session:
         return {"lease": view.render_one(session, load(session, lease_id))}
 
@@ -140,7 +145,10 @@ def update(lease_id: str) -> ResponseReturnValue:
 @bp.delete("/leases/<lease_id>")
 def delete(lease_id: str) -> ResponseReturnValue:
     with rt.transaction() as session:
-        load(session, lease_id)
-    native.end_lease(lease_id)
-    rt.runtime().wake_engine()
+        row = load(session, lease_id)
+        rt.authorize("lease:delete", row.project_id)
+        over = LeaseState(row.status) in FINAL or row.status == LeaseState.ENDING.value
+    if not over:   # Blazar deletes a terminated (or terminating) lease too: nothing left to end here
+        native.end_lease(lease_id)
+        rt.runtime().wake_engine()
     return "", 204
