@@ -258,3 +258,22 @@ def test_an_idle_lease_under_a_reclaim_notice_is_not_parked_and_ends_at_its_noti
         engine_tick(advance=180)
     ended = lease_of(client, extra)
     assert ended["status"] == "preempted" and ended["end"] == noticed["early_end"]["at"], ended
+
+
+def test_a_parked_leases_held_slot_counts_against_the_projects_budget(client, runtime, parked):
+    """Review 2. The held slot is GPU-hours the lease will use when it resumes. Before: a parked
+    lease's allocations counted neither as used nor as planned, so its budget showed them left
+    and a new lease took them; at the resume the project went past its budget."""
+    idle = lease_of(client, parked["idle"])
+    slot_hours = 4 * idle["park"]["remaining"] / 3600             # h100.x4, the time it had left
+    admin = headers("ml-vision", "admin", user="ops")
+    made = client.post("/v1/budgets", headers=admin, json={"budget": {
+        "project_id": "ml-vision", "gpu_model": "H100", "gpu_hours": slot_hours + 6, "period": "month"}})
+    assert made.status_code == 201, made.get_json()
+    current = made.get_json()["budget"]["current"]
+    assert current["planned"] >= slot_hours - 0.01, current      # the slot is planned
+    assert current["left"] < 6, current
+    # 8 GPU-hours more than the budget has left once the slot is counted
+    more = client.post("/v1/leases", json={"shape": "h100.x4", "duration": "PT2H"}, headers=headers())
+    assert more.status_code == 403, more.get_json()
+    assert more.get_json()["errors"][0]["code"] == "gpu_tenancy.over_budget"

@@ -219,3 +219,21 @@ def test_the_secret_is_shown_once_to_whoever_asked_for_the_lease(client, engine_
     answer = client.post(created["readiness"]["url"][len("http://127.0.0.1:8779"):], json={"instance": 0, "ok": True},
                          headers={"X-Lease-Token": token})
     assert answer.status_code == 200
+
+
+def test_a_vm_that_reports_again_and_again_is_told_to_wait(client, runtime, engine_tick, boots):
+    """Review 2. Each report is an event of up to 4 KiB on the lease. Before: a VM (anyone with the
+    lease's secret) could report as fast as it could send, and every report added an event, without
+    bound (the utilisation report is limited to one per VM every 30 s)."""
+    lease = start_active(client, engine_tick)
+    token = probe_of(boots[0].user_data)[0].split('READINESS_TOKEN="${READINESS_TOKEN:-')[1].split("}")[0]
+    url = f"/v1/leases/{lease['id']}/readiness"
+    body = {"instance": 0, "ok": True, "detail": "x" * 4096}
+    answers = [client.post(url, json=body, headers={"X-Lease-Token": token}).status_code for _ in range(50)]
+    assert answers[0] == 200 and set(answers[1:]) == {429}
+    again = client.post(url, json=body, headers={"X-Lease-Token": token})
+    assert again.status_code == 429 and int(again.headers["Retry-After"]) > 0
+    runtime.clock.advance(readiness.MIN_SPACING)
+    assert client.post(url, json=body, headers={"X-Lease-Token": token}).status_code == 200
+    events = client.get(f"/v1/leases/{lease['id']}/events", headers=headers()).get_json()["events"]
+    assert sum("GPU readiness" in e["message"] for e in events) == 2

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import select
 
 from gpu_tenancy.db import models as m
-from gpu_tenancy.db.session import session_scope, to_epoch
+from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
 from tests.conftest import headers
 from tests.functional.test_webhooks import LEAD, Receiver
 
@@ -316,3 +316,65 @@ def test_tenants_see_that_a_delivery_failed_and_admins_why(client, runtime, loop
     admin = client.get("/v1/webhooks/ml-vision", headers=ADMIN).get_json()["webhook"]
     [delivery] = admin["recent_deliveries"]
     assert delivery["status"] == "failed" and "hooks.internal.example (10.1.2.3) is a private" in delivery["last_error"]
+
+
+def test_one_projects_backlog_does_not_keep_another_projects_notice_from_a_free_worker(
+        client, runtime, fast, loopback, monkeypatch):
+    """Review 2. Eight workers, two per receiver: ml-vision has 40 notices due, older than
+    nlp-lab's one. Before: each pass read the 32 oldest (all ml-vision's), handed two to
+    ml-vision's receiver and left six workers idle; nlp-lab waited a pass for every two of
+    ml-vision's notices (100 s here, at 5 s a pass)."""
+    runtime.config.webhook_workers, runtime.config.webhook_workers_per_target = 8, 2
+    from gpu_tenancy.engine.outbox import Outbox
+    release = threading.Event()
+
+    def send(target, body, headers, deadline):
+        if target.port != fast.server.server_port:
+            release.wait(10)   # ml-vision's receiver is slow: its two workers stay busy
+        return 204
+    outbox = Outbox(runtime.sessions, runtime.clock, runtime.config, send=send)
+    slow = Receiver()
+    try:
+        set_webhook(client, "ml-vision", slow.url)
+        set_webhook(client, "nlp-lab", fast.url)
+        [vision] = active_leases(client, runtime, "ml-vision", 1)
+        [nlp] = active_leases(client, runtime, "nlp-lab", 1)
+        now = runtime.clock.now()
+        with session_scope(runtime.sessions) as session:
+            for i in range(40):
+                session.add(m.WebhookDelivery(project_id="ml-vision", lease_id=vision, event="lease.idle",
+                                              body="{}", status="pending", attempts=0,
+                                              next_attempt_at=utcnow_naive(now - 100 + i), created_at=utcnow_naive(now)))
+            session.add(m.WebhookDelivery(project_id="nlp-lab", lease_id=nlp, event="lease.idle", body="{}",
+                                          status="pending", attempts=0, next_attempt_at=utcnow_naive(now),
+                                          created_at=utcnow_naive(now)))
+        assert outbox.run_once() == 3                 # two of ml-vision's, and nlp-lab's
+        release.set()
+        assert outbox.wait(10)
+        assert deliveries(runtime, "nlp-lab")[0][:2] == ("delivered", 1)
+    finally:
+        release.set()
+        outbox.stop()
+        outbox.wait(10)
+        slow.server.shutdown()
+
+
+def test_a_name_with_many_unanswering_addresses_is_cut_off_at_the_total_deadline(monkeypatch):
+    """Review 2. A tenant's name may resolve to many global addresses that never answer a SYN.
+    Before: each address was tried for the whole deadline in turn, the deadline passed during the
+    first, so a worker (and the stop of the outbox) was held addresses x deadline."""
+    from gpu_tenancy.engine import outbox
+    from gpu_tenancy.engine.webhook_targets import Target
+    tried = []
+
+    def blackhole(address, timeout=None, *args, **kwargs):
+        tried.append(address)
+        time.sleep(timeout)
+        raise TimeoutError("timed out")
+    monkeypatch.setattr(outbox.socket, "create_connection", blackhole)
+    target = Target("http", "hooks.example", 80, "/h", tuple(f"198.51.100.{i}" for i in range(1, 9)))
+    began = time.monotonic()
+    with pytest.raises(outbox.DeadlinePassed):
+        outbox.post(target, b"{}", {}, 0.3)
+    took = time.monotonic() - began
+    assert took < 1.0, (took, len(tried))

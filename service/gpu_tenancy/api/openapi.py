@@ -19,6 +19,7 @@ from gpu_tenancy.api.capacity import MAX_CALENDAR_SPAN
 from gpu_tenancy.api.response_schemas import LINKS, TIME, closed, free_form, ref
 from gpu_tenancy.api.usage import CSV_FIELDS, DEFAULT_SPAN, FORMATS
 from gpu_tenancy.engine import gpu_activity, whatif_history
+from gpu_tenancy.engine import readiness as readiness_reports
 
 bp = Blueprint("openapi", __name__, url_prefix="/v1")
 
@@ -170,9 +171,10 @@ def create_lease_operation() -> dict:
 def readiness_operation() -> dict:
     op = operation("A lease's VM reports its GPU readiness", "lease:readiness:report", 200,
                    wrapped("readiness", "Readiness"), params=[LEASE_ID], body="ReadinessReport",
-                   errors=(404, 409), description="Sent by the probe the VM runs at first boot, with the "
+                   errors=(404, 409, 429), description="Sent by the probe the VM runs at first boot, with the "
                    "lease's secret from its user data instead of a Keystone token. A later report of the "
-                   "same VM replaces the earlier.")
+                   f"same VM replaces the earlier; a VM's reports at least {readiness_reports.MIN_SPACING} s apart "
+                   "(429 with Retry-After otherwise).")
     op["security"] = [{"lease_token": []}]
     return op
 

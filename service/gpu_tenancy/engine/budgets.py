@@ -12,11 +12,13 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch, utcnow_naive
 from gpu_tenancy.domain import budget
 from gpu_tenancy.domain.states import LeaseState
+from gpu_tenancy.engine.capacity import holds_between
 from gpu_tenancy.engine.quotas import known_gpu_models
 from gpu_tenancy.engine.usage import used_between
 from gpu_tenancy.errors import BadRequest, Forbidden, NotFound
 
 S = LeaseState
+PARKED = frozenset({S.PARKED})   # a parked lease's allocations are its held resume slot
 
 
 def domain_budget(row: m.Budget) -> budget.Budget:
@@ -61,9 +63,11 @@ def add(session: Session, now: int, project_id: str, gpu_model: str, gpu_hours: 
 
 def spans(session: Session, project_id: str, gpu_model: str, start: int, end: int,
           except_lease: str | None = None) -> list[budget.Span]:
-    """The project's GPUs of the model over [start, end): held, committed, or asked for
-    by a waiting lease (at its planned or requested start)."""
-    out = [budget.Span(h.gpus, h.start, h.end) for h in used_between(session, start, end, project_id)
+    """The project's GPUs of the model over [start, end): held, committed (a parked lease's
+    held slot among them: it uses it when it resumes), or asked for by a waiting lease (at its
+    planned or requested start)."""
+    held = used_between(session, start, end, project_id) + holds_between(session, start, end, PARKED, project_id)
+    out = [budget.Span(h.gpus, h.start, h.end) for h in held
            if h.gpu_model == gpu_model and h.lease_id != except_lease]
     for row in session.scalars(select(m.Lease).where(
             m.Lease.project_id == project_id, m.Lease.gpu_model == gpu_model,

@@ -22,6 +22,7 @@ import os
 import socket
 import ssl
 import threading
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -74,21 +75,29 @@ class Outbox:
             full = {project for project, key in self._sending.values() if busy[key] >= per_target}
             free = self.config.webhook_workers - len(self._sending)
             skip = set(self._sending)
-        if free <= 0:
-            return 0
         handed = 0
-        for notice in webhooks.due(self.sessions, self.clock.now(), skip, full, limit=free * 4):
-            key = target_key(notice.url)
-            with self._lock:
-                if len(self._sending) >= self.config.webhook_workers:
-                    break
-                if self._targets().get(key, 0) >= per_target:
-                    continue
-                if self._stopped:
-                    break
-                self._sending[notice.id] = (notice.project_id, key)
-                self.pool.submit(self._deliver, notice)   # under the lock: stop() cannot come between
-            handed += 1
+        # read again while workers are free and the last read found a receiver full: the oldest
+        # notices may all be one project's, and its receiver's share must not idle the others
+        while free > 0:
+            limit = free * 4
+            found = webhooks.due(self.sessions, self.clock.now(), skip, full, limit=limit)
+            filled = False
+            for notice in found:
+                key = target_key(notice.url)
+                with self._lock:
+                    if len(self._sending) >= self.config.webhook_workers or self._stopped:
+                        return handed
+                    if self._targets().get(key, 0) >= per_target:
+                        full.add(notice.project_id)   # its notices all go to this receiver
+                        filled = True
+                        continue
+                    self._sending[notice.id] = (notice.project_id, key)
+                    self.pool.submit(self._deliver, notice)   # under the lock: stop() cannot come between
+                skip.add(notice.id)
+                handed += 1
+                free -= 1
+            if not filled or len(found) < limit:   # nothing left that a free worker may take
+                break
         return handed
 
     def _hand_bus(self) -> None:
@@ -196,12 +205,16 @@ class Pinned:
         self.abandoned = False
         self._guard = threading.Lock()
         self._fd: int | None = None   # the connection's descriptor, the same under TLS
+        self._ends = time.monotonic() + (self.timeout or 0)   # the total deadline, for all addresses
 
     def _open(self) -> socket.socket:
         error: OSError | None = None
         for address in self.addresses:
+            left = self._ends - time.monotonic()
+            if self.abandoned or left <= 0:   # each address gets what is left, not the whole deadline
+                raise DeadlinePassed("the deadline passed while connecting")
             try:
-                sock = socket.create_connection((address, self.port), self.timeout)
+                sock = socket.create_connection((address, self.port), left)
             except OSError as exc:
                 error = exc
                 continue

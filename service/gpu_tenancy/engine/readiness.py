@@ -9,15 +9,19 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
+from gpu_tenancy import error_codes as codes
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch, utcnow_naive
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine.events import record_event
-from gpu_tenancy.errors import BadRequest, Conflict
+from gpu_tenancy.errors import BadRequest, Conflict, TooManyRequests
 from gpu_tenancy.guest.readiness_probe import probe_script, readiness_url, with_probe
 from gpu_tenancy.timeutil import rfc3339
 
 REPORTABLE = (LeaseState.PROVISIONING.value, LeaseState.ACTIVE.value)
+# a VM's reports come at least this far apart: each is an event on the lease (the probe reports
+# once, and retries a failed report after 15 s)
+MIN_SPACING = 15
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,11 @@ def record(session: Session, now: int, row: m.Lease, report: Report) -> None:
     if server is None:
         raise BadRequest(f"lease {row.id} has no VM {report.instance} (it has {row.instances})",
                          "gpu_tenancy.unknown_instance")
+    previous = to_epoch(server.readiness_at)
+    if previous is not None and 0 <= now - previous < MIN_SPACING:
+        raise TooManyRequests(f"VM {report.instance} of lease {row.id} reported its readiness {now - previous} s "
+                              f"ago; report at most every {MIN_SPACING} s", MIN_SPACING - (now - previous),
+                              codes.TOO_MANY_REQUESTS)
     server.readiness = "ready" if report.ok else "failed"
     server.readiness_detail = report.detail
     server.readiness_at = utcnow_naive(now)
