@@ -74,3 +74,38 @@ def test_the_key_copy_is_gone_after_the_create_made_or_refused(create_fails):
         driver(compute).boot(REQUEST)
         assert compute.made[0]["key_name"] == "gt-lease-1-0"
     assert compute.keys == set()
+
+
+class ShelveCompute:
+    """What shelve calls of the service's compute proxy, recorded."""
+
+    def __init__(self, status: str, task_state=None):
+        self.server = SimpleNamespace(id="s1", status=status, task_state=task_state)
+        self.calls: list[str] = []
+
+    def get_server(self, server_id):
+        return self.server
+
+    def shelve_server(self, server_id):
+        self.calls.append("shelve")
+
+    def shelve_offload_server(self, server_id):
+        self.calls.append("offload")
+
+
+@pytest.mark.parametrize("status, expected", [
+    ("ACTIVE", ["shelve"]),
+    # stopped by its tenant (openstack server stop, or a shutdown in the guest): Nova's shelve takes
+    # vm_state active, stopped, paused and suspended alike; left alone, the park waited
+    # boot_timeout_seconds and then failed the lease, deleting its VMs and their disks
+    ("SHUTOFF", ["shelve"]),
+    ("PAUSED", ["shelve"]),
+    ("SHELVED", ["offload"]),
+    ("SHELVED_OFFLOADED", []),
+])
+def test_shelve_shelves_a_server_in_every_status_nova_shelves(status, expected):
+    compute = ShelveCompute(status)
+    d = object.__new__(OpenStackCloud)
+    d.conns = SimpleNamespace(service=SimpleNamespace(compute=compute))
+    d.shelve("s1")
+    assert compute.calls == expected

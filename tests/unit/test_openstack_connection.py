@@ -127,3 +127,47 @@ def test_a_read_that_is_only_slow_is_not_sent_again(clouds_yaml):
     finally:
         server.close()
     assert server.methods == ["GET"]
+
+
+def _get_in_a_thread(conn, url: str, wait: float):
+    """conn's GET of `url` as the engine makes it (no timeout of its own), in a thread: what
+    it raised, or None if it still waits after `wait` seconds."""
+    outcome: list = []
+
+    def call():
+        try:
+            conn.session.get(url, authenticated=False)
+            outcome.append("answered")
+        except Exception as exc:   # what the call raised, for the assert
+            outcome.append(exc)
+    worker = threading.Thread(target=call, daemon=True)
+    worker.start()
+    worker.join(wait)
+    return outcome[0] if outcome else None
+
+
+@pytest.mark.parametrize("project", [False, True])
+def test_a_call_the_api_never_answers_times_out_rather_than_hold_the_engine(clouds_yaml, monkeypatch, project):
+    # an API server that took the request and says nothing (a half-open connection, a stuck
+    # worker): with no api_timeout in clouds.yaml the call waited for ever, and the engine's
+    # pass, every lease's start and end, with it
+    from gpu_tenancy.cloud.openstack import connection
+    monkeypatch.setattr(connection, "API_TIMEOUT", 0.5, raising=False)
+    conn = connect("loop", clouds_yaml)
+    if project:   # a tenant project's connection, made from the service's
+        conn = Connections(conn, project_role=None)._connect_as("p1")
+    server = HangingUpServer(drops=0, answers=False)
+    try:
+        outcome = _get_in_a_thread(conn, server.url, wait=10)
+    finally:
+        server.close()
+    assert outcome is not None, "the call still waits for an answer after 10 s"
+    assert isinstance(outcome, ksa.ConnectTimeout)
+
+
+def test_an_api_timeout_set_in_clouds_yaml_is_kept(tmp_path):
+    path = tmp_path / "clouds.yaml"
+    path.write_text("clouds:\n  loop:\n    api_timeout: 7\n    auth:\n      auth_url: http://127.0.0.1:9/identity\n"
+                    "      username: u\n      password: p\n      project_name: p\n"
+                    "      user_domain_id: default\n      project_domain_id: default\n")
+    assert float(connect("loop", str(path)).session.timeout) == 7

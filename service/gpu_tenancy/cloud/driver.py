@@ -25,6 +25,9 @@ from gpu_tenancy.domain.failures import FailureClass
 LEASE_TAG = "gpu_tenancy_lease"  # metadata key that carries the lease id
 LEASE_CLASS_PREFIX = "CUSTOM_GT_LEASE_"
 LEASE_FLAVOR_PREFIX = "gt-lease-"
+# the statuses Nova shelves a server in (vm_state active, stopped, paused, suspended): a VM its
+# tenant stopped is shelved as a running one, and unshelved ACTIVE
+SHELVABLE = ("ACTIVE", "SHUTOFF", "PAUSED", "SUSPENDED")
 
 
 def lease_resource_class(lease_id: str) -> str:

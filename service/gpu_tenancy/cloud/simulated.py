@@ -35,6 +35,7 @@ Config (YAML for from_file, or the same as a dict):
     state_file: /path/cloud.json  # optional: keep the state in a file, shared by processes
 
 Test hooks (public): inject_failure() (a failing delete: 'delete_server'), slow_deletes(), set_host_state(),
+power_off() (a VM stopped by its tenant: SHUTOFF),
 add_volume(), tenant_boot() (a project member's own boot), add_legacy_flavor(), and the read-only
 views servers(), volumes(), flavors(), images(), allocations(), free_gpus(), lease_inventory(),
 lease_classes().
@@ -49,8 +50,8 @@ from pathlib import Path
 import yaml
 
 from gpu_tenancy.cloud.driver import (
-    LEASE_TAG, BootRequest, CloudDriver, CloudError, CloudObject, HostInfo, ServerState, VolumeInfo,
-    VolumeRequest)
+    LEASE_TAG, SHELVABLE, BootRequest, CloudDriver, CloudError, CloudObject, HostInfo, ServerState,
+    VolumeInfo, VolumeRequest)
 from gpu_tenancy.cloud.simulated_leases import NO_VALID_HOST, LeaseFlavors
 from gpu_tenancy.cloud.simulated_networks import SimulatedNetworks
 from gpu_tenancy.domain.failures import FailureClass
@@ -99,6 +100,7 @@ class _Server:
     # a shelve asked while its host is down, or under way when it went down: nothing happens there
     # (ACTIVE, task shelving, its GPUs held) until the host is up again, as with Nova's compute gone
     shelve_stalled: bool = False
+    powered_off: bool = False            # stopped (`openstack server stop`, or shut down in the guest): SHUTOFF
 
 
 @dataclass
@@ -182,6 +184,12 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
             self._hosts[name] = HostInfo(host.name, host.gpu_model, host.gpus,
                                          host.enabled if enabled is None else enabled,
                                          host.up if up is None else up, host.aggregate)
+
+    def power_off(self, server_id: str) -> None:
+        """The tenant stops the VM (`openstack server stop`, or a shutdown in the guest): Nova
+        shows it SHUTOFF (vm_state stopped); it keeps its GPUs and its disk."""
+        with self._lock:
+            self._servers[server_id].powered_off = True
 
     def add_volume(self, project_id: str, size_gb: int, name: str | None = None) -> str:
         """A tenant's pre-existing volume (no lease tag)."""
@@ -350,7 +358,7 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
             if server.shelved_at is not None or server.shelve_stalled:
                 return
             status = self._status(server, self.clock.now())
-            if status != "ACTIVE":
+            if status not in SHELVABLE:   # Nova's shelve: vm_state active, stopped, paused or suspended
                 raise CloudError(F.API_ERROR, f"server {server_id} is {status}, not ACTIVE",
                                  f"Cannot 'shelve' instance {server_id} while it is in vm_state {status.lower()}"
                                  " (HTTP 409)")
@@ -372,6 +380,7 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
                                  NO_VALID_HOST)
             # back on the host: the claim is taken now and it boots again (BUILD, then ACTIVE)
             server.shelved_at, server.host, server.created_at = None, host, now
+            server.powered_off = False   # Nova's unshelve spawns it and it comes back ACTIVE
             injected = self._take_failure("unshelve_error")
             if injected and injected[0] == F.BOOT_TIMEOUT:
                 server.stuck = True
@@ -487,7 +496,9 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
             return "SHELVED_OFFLOADED" if self._offloaded(server, now) else "SHELVED"
         if server.stuck or now < server.created_at + self.boot_seconds:
             return "BUILD"
-        return "ERROR" if server.fault else "ACTIVE"
+        if server.fault:
+            return "ERROR"
+        return "SHUTOFF" if server.powered_off else "ACTIVE"
 
     def _fault(self, server: _Server, now: int) -> str | None:
         return server.fault if self._status(server, now) == "ERROR" else None

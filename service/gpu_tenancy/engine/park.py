@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
-from gpu_tenancy.cloud.driver import CloudError
+from gpu_tenancy.cloud.driver import SHELVABLE, CloudError
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import ledger_lock, session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.domain import planner
@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 S = LeaseState
 ACTOR = "engine"
 OFFLOADED = "SHELVED_OFFLOADED"
+SHELVE_FROM = (*SHELVABLE, "SHELVED")   # SHELVED: shelved, not offloaded yet
 MIN_REMAINING = retry.MIN_REMAINING   # a lease parked in its last minute still gets one back, as a re-placed one
 
 
@@ -101,7 +102,9 @@ def advance_parking(lc: Lifecycle, lease_id: str) -> None:
         offloaded = 0
         for vm_index, cloud_id, old in servers:
             state = lc.cloud.server_state(cloud_id)
-            if state.status in ("ACTIVE", "SHELVED") and not state.task:   # SHELVED: not offloaded yet
+            # SHELVED: not offloaded yet; SHUTOFF, PAUSED, SUSPENDED: stopped by its tenant, which
+            # Nova shelves as it does an ACTIVE one (and unshelves ACTIVE)
+            if state.status in SHELVE_FROM and not state.task:
                 lc.cloud.shelve(cloud_id)
                 state = lc.cloud.server_state(cloud_id)
             if state.status in ("ERROR", "DELETED"):

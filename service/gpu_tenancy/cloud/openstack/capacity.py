@@ -20,13 +20,17 @@ GPU_CLASS_PREFIX = "CUSTOM_PGPU_"
 
 
 class GpuInventory:
-    """Reads hosts from Placement and Nova. A GPU provider's inventory does not
-    change for its life (a new device is a new provider), so it is read once
-    per provider, and a refresh costs three list calls however big the cloud."""
+    """Reads hosts from Placement and Nova. A GPU provider's inventory is read again only
+    when its generation moved (Placement bumps it on every change of the provider's
+    inventory, and of its allocations): an operator's `reserved` on a faulty GPU (Nova leaves
+    it alone), or the inventory nova-compute writes just after it made the provider, is seen
+    at the next refresh, while one of an unchanged provider costs nothing: three list calls
+    however big the cloud, and one more per provider changed since."""
 
     def __init__(self, resource_classes: dict[str, str]):
         self.resource_classes = resource_classes   # CUSTOM_PGPU_A100 -> A100
-        self._inventory: dict[str, tuple[str | None, int]] = {}  # provider id -> (model, units)
+        # provider id -> (its generation when read, model, units)
+        self._inventory: dict[str, tuple[int | None, str | None, int]] = {}
 
     def model_of(self, resource_class: str) -> str | None:
         """The GPU model of a resource class: from the configured map, else by the
@@ -44,7 +48,7 @@ class GpuInventory:
         for rp in providers:
             if not rp.parent_provider_id:
                 continue
-            model, units = self._gpu_inventory(conn, rp.id)
+            model, units = self._gpu_inventory(conn, rp.id, getattr(rp, "generation", None))
             if model:
                 gpus[names.get(rp.root_provider_id, rp.root_provider_id)][model] += units
         nodes = {h["hypervisor_hostname"]: h for h in hypervisors(conn)}
@@ -64,15 +68,17 @@ class GpuInventory:
                                   aggregate=aggregates.get(name)))
         return hosts
 
-    def _gpu_inventory(self, conn, provider_id: str) -> tuple[str | None, int]:
-        if provider_id not in self._inventory:
+    def _gpu_inventory(self, conn, provider_id: str, generation: int | None) -> tuple[str | None, int]:
+        known = self._inventory.get(provider_id)
+        if known is None or generation is None or known[0] != generation:
             found: tuple[str | None, int] = (None, 0)
             for inv in conn.placement.resource_provider_inventories(provider_id):
                 model = self.model_of(inv.resource_class)
                 if model:
-                    found = (model, int(inv.total) - int(inv.reserved or 0))
-            self._inventory[provider_id] = found
-        return self._inventory[provider_id]
+                    found = (model, max(0, int(inv.total) - int(inv.reserved or 0)))
+            known = (generation, *found)
+            self._inventory[provider_id] = known
+        return known[1], known[2]
 
 
 # 2.53 gives each hypervisor its service host, state and status. From 2.88 the

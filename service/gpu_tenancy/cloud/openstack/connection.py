@@ -49,9 +49,18 @@ def retry_reads(conn: openstack.connection.Connection) -> openstack.connection.C
     return conn
 
 
+# How long one API call may wait for its answer when the cloud's clouds.yaml sets no
+# `api_timeout`: openstacksdk's default is none, and an API server that took the request and
+# never answers (a half-open connection, a stuck worker) would hold the engine's pass, and with
+# it every lease's start and end, for good. A project connection (connect_as) inherits it.
+API_TIMEOUT = 120.0
+
+
 def connect(cloud: str, clouds_yaml: str | None = None) -> openstack.connection.Connection:
     files = [clouds_yaml] if clouds_yaml else None
     region = os_config.OpenStackConfig(config_files=files).get_one(cloud=cloud)
+    if region.config.get("api_timeout") is None:
+        region.config["api_timeout"] = API_TIMEOUT
     return retry_reads(openstack.connection.Connection(config=region))
 
 

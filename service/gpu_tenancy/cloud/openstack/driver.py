@@ -21,7 +21,7 @@ import time
 from openstack import exceptions as sdk
 
 from gpu_tenancy.cloud.driver import (
-    LEASE_FLAVOR_PREFIX, LEASE_TAG, BootRequest, CloudDriver, CloudError, CloudObject, HostInfo, LeaseFlavor,
+    LEASE_FLAVOR_PREFIX, LEASE_TAG, SHELVABLE, BootRequest, CloudDriver, CloudError, CloudObject, HostInfo, LeaseFlavor,
     ServerState, ShapeSpec, VolumeInfo, VolumeRequest)
 from gpu_tenancy.cloud.openstack.capacity import GpuInventory
 from gpu_tenancy.cloud.openstack.connection import Connections, connect
@@ -288,7 +288,13 @@ class OpenStackCloud(OpenStackNetworks, CloudDriver):
                 return
             compute.create_volume_attachment(server_id, volume_id=volume_id)
             deadline = time.monotonic() + self.volume_timeout
-            while self.admin.block_storage.get_volume(volume_id).status != "in-use":
+            while (status := self.admin.block_storage.get_volume(volume_id).status) != "in-use":
+                # Nova's API reserves the volume before it answers (Cinder: reserved, then attaching);
+                # available again or in error is an attach nova-compute failed and rolled back: said
+                # now, not after volume_timeout seconds of the engine's pass waiting on it
+                if status == "available" or status.startswith("error"):
+                    raise CloudError(F.VOLUME, f"volume {volume_id} was not attached to server {server_id}: "
+                                     f"it is {status}", f"Volume {volume_id} status is {status} after the attach")
                 if time.monotonic() > deadline:
                     raise CloudError(F.VOLUME, f"volume {volume_id} was not attached within {self.volume_timeout} s")
                 time.sleep(0.5)
@@ -310,7 +316,7 @@ class OpenStackCloud(OpenStackNetworks, CloudDriver):
             server = compute.get_server(server_id)
             if server.task_state:   # a shelve (or other task) under way: look again later
                 return
-            if server.status == "ACTIVE":
+            if server.status in SHELVABLE:
                 compute.shelve_server(server_id)
             elif server.status == "SHELVED":
                 compute.shelve_offload_server(server_id)

@@ -224,13 +224,13 @@ class LeaseFlavors:
                 compute.flavor_add_tenant_access(flavor, project_id)
             elif not grant and has:
                 compute.flavor_remove_tenant_access(flavor, project_id)
-        except sdk.ConflictException:
-            if not grant:
-                raise
+        except sdk.ConflictException as exc:
+            if not grant:   # a CloudError, as every failure here: a bare SDK error is a bug of ours upstream
+                raise wrap(exc, f"{what} project {project_id} access to {lease_flavor_name(lease_id)} failed") from exc
             # 409: the access exists already (granted meanwhile)
-        except sdk.NotFoundException:
+        except sdk.NotFoundException as exc:
             if grant:
-                raise
+                raise wrap(exc, f"{what} project {project_id} access to {lease_flavor_name(lease_id)} failed") from exc
             # the flavor or the access went meanwhile
         except CALL_ERRORS as exc:
             raise wrap(exc, f"{what} project {project_id} access to {lease_flavor_name(lease_id)} failed") from exc
