@@ -309,3 +309,29 @@ def test_a_lease_due_while_the_engine_was_down_boots_when_it_is_back(client, run
     engine_tick()
     engine_tick(advance=30)
     assert get(client, lease["id"])["status"] == "active" and failures(runtime.sessions, lease["id"]) == []
+
+
+def test_a_lease_still_booting_past_its_end_holds_its_gpus_till_its_boot_deadline(client, runtime, cloud,
+                                                                                   engine_tick):
+    """A short lease whose boot hangs (its VM stays BUILD) is still provisioning after its end:
+    its GPUs are not back before its boot fails, boot_timeout_seconds after it began, and its VM
+    is deleted. A lease that needs them is planned from then (it was told the next second, and
+    committed there, to wait for a release twenty minutes off)."""
+    from gpu_tenancy.domain.failures import FailureClass
+    from gpu_tenancy.timeutil import parse_time
+    busy = ask(client, {"shape": "h100.x4", "duration": "P1D"})
+    engine_tick()
+    cloud.inject_failure("server_error", FailureClass.BOOT_TIMEOUT)   # the next boot: the short lease's
+    began = runtime.clock.now()
+    hung = ask(client, {"shape": "h100.x4", "duration": "PT10M"}, project="nlp-lab")
+    engine_tick()
+    assert get(client, hung["id"], "nlp-lab")["status"] == "provisioning"
+    assert hosts_of(runtime.sessions, busy["id"]) != hosts_of(runtime.sessions, hung["id"])
+    for _ in range(3):
+        engine_tick(advance=300)   # fifteen minutes: five past its end, still booting
+    story = client.get(f"/v1/leases/{hung['id']}/events", headers=headers("nlp-lab")).get_json()["events"]
+    assert get(client, hung["id"], "nlp-lab")["status"] == "provisioning", "; ".join(e["message"] for e in story)
+    after = ask(client, {"shape": "h100.x4", "duration": "PT1H"}, project="nlp-lab")
+    deadline = began + runtime.config.boot_timeout_seconds
+    told = after["queue"]["eta"] if after["status"] == "queued" else after["start"]
+    assert parse_time(told) >= deadline, (after["status"], told, time_text(deadline))

@@ -45,6 +45,9 @@ class PlannerSettings:
     release_allowance: int = 0
     # the operator's least release allowance: the engine's measured one is never below it (engine/held.py)
     release_floor: int = 0
+    # seconds a lease may take to start (boot, or resume) before it fails and is tried again: one still
+    # starting past its end holds its GPUs till then (engine/ledger.py: load_allocations); None: no deadline
+    boot_timeout: int | None = None
     # a lease's first ETA is kept against fair share: once a plan would break it, the lease goes by it
     keep_etas: bool = DEFAULT_KEEP_ETAS
     # a waiting lease's fair-share score halves for every this many GPU-hours it has waited

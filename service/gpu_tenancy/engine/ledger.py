@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from dataclasses import dataclass
 
-from sqlalchemy import Row, select, update
+from sqlalchemy import Row, func, select, update
 from sqlalchemy.orm import Session, joinedload
 from sqlalchemy.orm.attributes import flag_modified
 
@@ -28,6 +28,7 @@ from gpu_tenancy.engine.metrics import CREATE_REPLANS, PLANNER_SECONDS
 from gpu_tenancy.timeutil import rfc3339
 
 S = LeaseState
+STARTING = (S.PROVISIONING.value, S.RESUMING.value)   # a start under way, with its deadline
 LAST_ARRIVAL = 2 ** 62
 
 
@@ -79,7 +80,8 @@ def load_inputs(session: Session, now: int, settings: planner.PlannerSettings,
     caller has loaded them already."""
     hosts = [host_from_row(h) for h in session.execute(select(m.Host.__table__).order_by(m.Host.name))]
     allowance = held.allowance(session, settings.release_floor)
-    holds, usage, unreleased = load_allocations(session, now, settings.fairshare_half_life, allowance)
+    holds, usage, unreleased = load_allocations(session, now, settings.fairshare_half_life, allowance,
+                                                settings.boot_timeout)
     quotas = {(q.project_id, q.gpu_model): quota_from_row(q) for q in session.execute(select(m.Quota.__table__))}
     waiting = [request_from_row(r) for r in (load_queued(session) if queued is None else queued)]
     return PlannerInputs(hosts, holds, quotas, waiting, usage, unreleased, allowance)
@@ -91,11 +93,15 @@ def load_queued(session: Session) -> list[m.Lease]:
         .order_by(m.Lease.created_at, m.Lease.arrival, m.Lease.id)))
 
 
-def load_allocations(session: Session, now: int, half_life: int,
-                     allowance: int = 0) -> tuple[list[Hold], dict[tuple[str, str], float], frozenset[str]]:
+def load_allocations(session: Session, now: int, half_life: int, allowance: int = 0,
+                     boot_timeout: int | None = None) -> tuple[list[Hold], dict[tuple[str, str], float], frozenset[str]]:
     """The holds (allocations of leases that hold GPUs, as long as domain/held.py says) and the
     decayed usage, from one query: plain columns, no ORM objects (there are thousands). A
-    parked lease's allocations are its held resume slot: a hold like any other."""
+    parked lease's allocations are its held resume slot: a hold like any other. A lease still
+    starting (provisioning, resuming) past its end holds its GPUs until its start's deadline
+    (`boot_timeout` after it began), when it fails or is tried again and its VMs are deleted,
+    plus the allowance: not "the next second" (held_until), which would plan the next lease
+    there at once, to wait for a release that the ledger can tell is that far off."""
     holding = {s.value for s in RESERVING}
     # Fair share looks back a few half-lives; older use has decayed to nothing, and
     # what starts after now has not been used yet.
@@ -105,15 +111,17 @@ def load_allocations(session: Session, now: int, half_life: int,
         select(a.lease_id, a.project_id, a.host, a.gpu_model, a.gpus, a.start_at, a.end_at, a.borrowing,
                m.Lease.status, m.Lease.preemptible, m.Lease.priority, m.Lease.created_at, m.Lease.arrival)
         .join(m.Lease)
-        .where(m.Lease.status.in_(holding) | ((a.end_at > since) & (a.start_at < until))))
+        .where(m.Lease.status.in_(holding) | ((a.end_at > since) & (a.start_at < until)))).all()
+    deadlines = starting_deadlines(session, rows, now, boot_timeout)
     holds, records, unreleased = [], [], set()
     for r in rows:
         start, end = to_epoch(r.start_at), to_epoch(r.end_at)
         if r.status in holding:
             if r.status == S.ENDING.value or (end <= now and r.status != S.SCHEDULED.value):
                 unreleased.add(r.host)
+            held_to = held_until(max(end, deadlines.get(r.lease_id, end)), now, allowance)
             holds.append(Hold(r.lease_id, r.project_id, r.host, r.gpu_model, r.gpus, start,
-                              held_until(end, now, allowance), r.borrowing, r.preemptible, r.priority, allowance,
+                              held_to, r.borrowing, r.preemptible, r.priority, allowance,
                               (to_epoch(r.created_at), r.arrival or 0)))
         if r.end_at > since and r.start_at < until:
             records.append((r.project_id, r.gpu_model, r.gpus, start, end))
@@ -121,10 +129,22 @@ def load_allocations(session: Session, now: int, half_life: int,
     holds += gone
     unreleased.update(h.host for h in gone)
     spent = m.SpentAllocation   # what leases moved off a down host used there
-    rows = session.execute(select(spent.project_id, spent.gpu_model, spent.gpus, spent.start_at, spent.end_at)
-                           .where(spent.end_at > since))
-    records += [(r.project_id, r.gpu_model, r.gpus, to_epoch(r.start_at), to_epoch(r.end_at)) for r in rows]
+    spent_rows = session.execute(select(spent.project_id, spent.gpu_model, spent.gpus, spent.start_at, spent.end_at)
+                                 .where(spent.end_at > since))
+    records += [(r.project_id, r.gpu_model, r.gpus, to_epoch(r.start_at), to_epoch(r.end_at)) for r in spent_rows]
     return holds, fairshare.decayed_gpu_hours(records, now, half_life), frozenset(unreleased)
+
+
+def starting_deadlines(session: Session, rows, now: int, boot_timeout: int | None) -> dict[str, int]:
+    """Lease -> when its start fails (boot_timeout after it entered its state), for the leases
+    still starting (provisioning, resuming) whose end has passed: rare, one query for them all."""
+    starting = {r.lease_id: r.status for r in rows if r.status in STARTING and to_epoch(r.end_at) <= now}
+    if boot_timeout is None or not starting:
+        return {}
+    e = m.Event
+    entered = session.execute(select(e.lease_id, e.to_state, func.max(e.at)).where(
+        e.lease_id.in_(starting), e.to_state.in_(STARTING)).group_by(e.lease_id, e.to_state)).all()
+    return {lease_id: to_epoch(at) + boot_timeout for lease_id, state, at in entered if starting[lease_id] == state}
 
 
 def run_planner(inputs: PlannerInputs, now: int, settings: planner.PlannerSettings,

@@ -20,4 +20,5 @@ def from_config(config: Config) -> PlannerSettings:
                            queued_charge=config.planner_queued_charge,
                            queued_charge_spares_gpus=config.planner_queued_charge_spares_gpus,
                            empty_together=config.planner_empty_together,
-                           release_floor=config.release_allowance_seconds)
+                           release_floor=config.release_allowance_seconds,
+                           boot_timeout=config.boot_timeout_seconds)
