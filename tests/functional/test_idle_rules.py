@@ -13,6 +13,7 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope
 from gpu_tenancy.engine import gpu_activity
 from tests.conftest import PG_URL, headers
+from tests.functional.test_host_failure import host_goes
 from tests.functional.test_gpu_activity import active, report
 from tests.races import Held, race
 
@@ -115,3 +116,24 @@ def test_a_busy_report_accepted_while_the_engine_decides_to_end_an_idle_lease_ke
     _, busy = race(db_url, point, idle_minutes, lambda: report(client, lease, token, [95, 95, 95, 95]).status_code)
     assert busy == 200 and point.passed.is_set()
     assert lease_of(client, lease)["status"] == "active", lease_of(client, lease)["status"]
+
+
+def test_a_lease_rescued_off_a_down_host_is_idle_only_from_its_new_vms(client, runtime, cloud, engine_tick):
+    """Fifteen idle minutes (warned at ten), then its host goes down and the lease is booted
+    again on the other one: its new VMs' idleness counts from their own reports, as after a
+    resume. The old VMs' spell (and warning) does not end the lease minutes after its reboot."""
+    idle, token = active(client, engine_tick, shape="h100.x4")
+    minutes(client, engine_tick, 15, [(idle, token, [0, 0, 0, 0])])
+    assert len(warnings(client, idle)) == 1
+    lost = lease_of(client, idle)["servers"][0]["host"]
+    host_goes(runtime, cloud, engine_tick, lost, up=False)
+    engine_tick(advance=30)
+    moved = lease_of(client, idle)
+    assert moved["status"] == "active" and moved["servers"][0]["host"] != lost
+    for minute in range(6):                          # the job not yet restarted on the new VMs
+        assert report(client, idle, token, [0, 0, 0, 0]).status_code == 200
+        engine_tick(advance=60)
+        assert lease_of(client, idle)["status"] == "active", f"ended {minute + 1} min after its reboot"
+    with session_scope(runtime.sessions) as session:
+        [row] = [r for r in gpu_activity.idle_now(session, runtime.clock.now(), 5) if r["lease_id"] == idle]
+        assert row["idle_minutes"] <= 6

@@ -12,6 +12,7 @@ from oslo_context.context import RequestContext
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.csv_cells import safe_cell
 from gpu_tenancy.dashboard import bp, charts
+from gpu_tenancy.dashboard.api_client import ApiError
 from gpu_tenancy.dashboard.formatting import span
 from gpu_tenancy.dashboard.login import api, flash
 from gpu_tenancy.engine import reports
@@ -76,12 +77,19 @@ FIGURES = {
 
 
 def require_admin() -> None:
-    """The cloud admin only; the API confirms the login is still valid (a revoked token logs out)."""
+    """The cloud admin only. The roles kept with the login are those Keystone gave when it
+    began: the API, on the login's token as it is now, says whether it may still list every
+    project's leases (what these pages show; an admin role removed since opens nothing), and
+    that the login is still valid (a revoked token logs out)."""
     login = g.login
     context = RequestContext(user_id=login.user_id, project_id=login.project_id, roles=login.roles)
     if not rt.runtime().enforcer.enforce("admin", {"project_id": login.project_id}, context.to_policy_values()):
         abort(403, "these pages are for cloud admins")
-    api().get("/v1/capacity")
+    reply = api().call("GET", "/v1/leases", query={"all_projects": "true", "limit": "1"})
+    if reply.status == 403:
+        abort(403, "these pages are for cloud admins")
+    if not reply.ok:
+        raise ApiError(reply)
 
 
 def window() -> tuple[int, int, int]:

@@ -102,13 +102,13 @@ def on_time_share(leases: Iterable[LeaseFacts], now: int, slack: int = ON_TIME_S
 
 def first_try_success(leases: Iterable[LeaseFacts]) -> list[dict[str, Any]]:
     """Per day of the requested start: of the leases whose first provisioning
-    attempt ended (active, failed, or retried on another host), the share that
+    attempt ended (active, failed, or retried on another host or in the queue), the share that
     became active at once. An attempt the owner ended while it booted counts
     for neither side."""
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for lease in leases:
         outcome = lease.first_provisioning_outcome
-        if outcome not in ("active", "failed", "scheduled"):
+        if outcome not in ("active", "failed", "scheduled", "queued"):
             continue
         cell = counts[day(lease.requested_start)]
         cell[0] += 1

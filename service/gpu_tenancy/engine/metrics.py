@@ -44,6 +44,21 @@ def cumulative(values, bounds) -> tuple[list[tuple[str, int]], float]:
     return buckets + [("+Inf", len(values))], sum(values)
 
 
+def first_provisioning():
+    """Each lease's first start of a boot: when it first had its GPUs. A lease re-placed later
+    (its boot failed, its host went down, its VMs lost off the shelf) gets a new committed
+    start_at; the wait and ETA figures are of the start it was first given."""
+    return (select(m.Event.lease_id, func.min(m.Event.at).label("at"))
+            .where(m.Event.to_state == LeaseState.PROVISIONING.value).group_by(m.Event.lease_id).subquery())
+
+
+def first_start(committed, first_boot) -> int | None:
+    """The start a lease first had: its committed start, or its first boot if that came sooner
+    (the lease was re-placed since, or waits again with no start planned)."""
+    starts = [to_epoch(t) for t in (committed, first_boot) if t is not None]
+    return min(starts) if starts else None
+
+
 class LeaseCollector:
     def __init__(self, sessions, clock, floor: int, idle_minutes: int = 30):
         self.sessions, self.clock, self.floor, self.idle_minutes = sessions, clock, floor, idle_minutes
@@ -85,10 +100,12 @@ class LeaseCollector:
                                        labels=["gpu_model"])
         waits: dict[str, list[float]] = {}
         admitted = select(m.Event.lease_id).where(m.Event.to_state == LeaseState.SCHEDULED.value)
-        rows = session.execute(select(m.Lease.gpu_model, m.Lease.earliest_start, m.Lease.start_at).where(
-            m.Lease.id.in_(admitted), m.Lease.start_at.is_not(None)))
-        for model, earliest, start in rows:
-            waits.setdefault(model, []).append(max(0, to_epoch(start) - to_epoch(earliest)))
+        began = first_provisioning()
+        rows = session.execute(select(m.Lease.gpu_model, m.Lease.earliest_start, m.Lease.start_at, began.c.at)
+                               .outerjoin(began, began.c.lease_id == m.Lease.id).where(
+            m.Lease.id.in_(admitted), m.Lease.start_at.is_not(None) | began.c.at.is_not(None)))
+        for model, earliest, start, first in rows:
+            waits.setdefault(model, []).append(max(0, (first_start(start, first) or 0) - to_epoch(earliest)))
         for model, values in sorted(waits.items()):
             family.add_metric([model], *cumulative(values, WAIT_BUCKETS))
         return family
@@ -98,16 +115,21 @@ class LeaseCollector:
         it + ETA_SLACK, and their lateness past it (domain/eta_honesty.py); and of those told a
         start-by with it (domain/start_by.py), the share that started by that + ETA_SLACK."""
         admitted = select(m.Event.lease_id).where(m.Event.to_state == LeaseState.SCHEDULED.value)
+        began = first_provisioning()
         rows = session.execute(select(m.Lease.gpu_model, m.Lease.first_eta, m.Lease.first_start_by,
-                                      m.Lease.start_at).where(
-            m.Lease.id.in_(admitted), m.Lease.first_eta.is_not(None), m.Lease.start_at.is_not(None),
-            m.Lease.start_at <= utcnow_naive(now)))
+                                      m.Lease.start_at, began.c.at)
+                               .outerjoin(began, began.c.lease_id == m.Lease.id).where(
+            m.Lease.id.in_(admitted), m.Lease.first_eta.is_not(None),
+            (m.Lease.start_at <= utcnow_naive(now)) | began.c.at.is_not(None)))
         pairs: dict[str, list[tuple[int, int]]] = {}
         start_by_pairs = []
-        for model, eta, start_by, start in rows:
-            pairs.setdefault(model, []).append((to_epoch(eta), to_epoch(start)))
+        for model, eta, start_by, committed, first in rows:
+            start = first_start(committed, first)
+            if start is None:
+                continue
+            pairs.setdefault(model, []).append((to_epoch(eta), start))
             if start_by is not None:
-                start_by_pairs.append((to_epoch(start_by), to_epoch(start)))
+                start_by_pairs.append((to_epoch(start_by), start))
         ratio = GaugeMetricFamily(PREFIX + "eta_kept_ratio",
                                   f"Of the leases that waited and have started, the share that started no later "
                                   f"than the ETA they were first given + {ETA_SLACK // 60} min.")

@@ -14,6 +14,7 @@ from gpu_tenancy.domain.eta_honesty import eta_kept_by_day
 from gpu_tenancy.domain.states import WAITING, LeaseState
 from gpu_tenancy.engine import gpu_activity
 from gpu_tenancy.engine.capacity import calendar
+from gpu_tenancy.engine.metrics import first_start
 from gpu_tenancy.engine.usage import gpu_hours, used_between
 from gpu_tenancy.timeutil import rfc3339
 
@@ -39,10 +40,12 @@ def lease_facts(session: Session, start: int, end: int) -> list[figures.LeaseFac
 
 
 def _facts(row: m.Lease, events: list[m.Event]) -> figures.LeaseFacts:
-    active_at = cancelled_at = outcome = None
+    active_at = cancelled_at = outcome = first_boot = None
     admitted = False    # a waiting lease's start_at is only its planned start
     for event in events:
         admitted = admitted or event.to_state == LeaseState.SCHEDULED.value
+        if event.to_state == LeaseState.PROVISIONING.value and first_boot is None:
+            first_boot = event.at
         if event.to_state == LeaseState.ACTIVE.value and active_at is None:
             active_at = to_epoch(event.at)
         if event.to_state == LeaseState.CANCELLED.value:
@@ -52,7 +55,7 @@ def _facts(row: m.Lease, events: list[m.Event]) -> figures.LeaseFacts:
     return figures.LeaseFacts(
         lease_id=row.id, project_id=row.project_id, gpu_model=row.gpu_model, gpus=row.gpus_per_vm * row.instances,
         status=row.status, created_at=to_epoch(row.created_at), requested_start=to_epoch(row.earliest_start),
-        start=to_epoch(row.start_at) if admitted else None, active_at=active_at, cancelled_at=cancelled_at,
+        start=first_start(row.start_at, first_boot) if admitted else None, active_at=active_at, cancelled_at=cancelled_at,
         first_provisioning_outcome=outcome, failure_class=row.failure_class,
         first_eta=to_epoch(row.first_eta), first_start_by=to_epoch(row.first_start_by))
 

@@ -171,6 +171,9 @@ def replace(session: Session, row: m.Lease, now: int, earliest: int, *, avoid: l
     drop_servers(session, row, now)
     for alloc in list(row.allocations):
         session.delete(alloc)
+    activity = session.get(m.LeaseActivity, row.id)
+    if activity is not None:   # its VMs are new: idle counts from their reports, as after a resume
+        session.delete(activity)
     session.flush()
     session.expire(row, ["servers", "allocations"])
     inputs = ledger.load_inputs(session, now, settings)
