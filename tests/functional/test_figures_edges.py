@@ -54,8 +54,6 @@ def test_a_lease_rescued_off_a_down_host_keeps_the_eta_it_started_by(client, run
     assert [(r["leases"], r["kept"], r["p90_lateness_seconds"] <= 600) for r in figures["eta_kept"]] == [(1, 1, True)]
 
 
-@pytest.mark.xfail(strict=True, reason="not fixed: a re-placement overwrites earliest_start (the requested start) "
-                                       "and the original is kept nowhere")
 def test_a_lease_rescued_off_a_down_host_keeps_the_wait_it_had(client, runtime, cloud, clock, engine_tick):
     """It waited two hours, once: the wait histogram's sum (a counter) must not go down, and
     the admin figures' P90 wait still counts the two hours."""

@@ -88,6 +88,9 @@ class Lease(Base):
     instances: Mapped[int] = mapped_column(Integer)
     duration: Mapped[int] = mapped_column(Integer)  # seconds
     earliest_start: Mapped[datetime] = mapped_column(UTC)
+    # the start it was asked with, never moved (a re-placement plans it again from a new
+    # earliest_start): what its wait counts from; NULL (made before 0030): earliest_start
+    asked_start: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
     latest_start: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
     start_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)   # committed start
     end_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)     # committed end

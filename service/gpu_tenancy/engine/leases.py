@@ -290,6 +290,7 @@ def create(session: Session, now: int, limits: Limits, caller: Caller, ask: Leas
     row = m.Lease(id=lease_id, project_id=caller.project_id, user_id=caller.user_id, status=None,
                   gpu_model=request.gpu_model, gpus_per_vm=request.gpus_per_vm, instances=request.instances,
                   duration=request.duration, earliest_start=utcnow_naive(request.earliest_start),
+                  asked_start=utcnow_naive(request.earliest_start),
                   latest_start=utcnow_naive(request.latest_start) if request.latest_start else None,
                   priority=request.priority, created_at=stamp, updated_at=stamp, queue_reasons=[],
                   allocations=[], servers=[], failures=[],   # known empty: rendering loads nothing

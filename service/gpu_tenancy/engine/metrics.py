@@ -101,7 +101,8 @@ class LeaseCollector:
         waits: dict[str, list[float]] = {}
         admitted = select(m.Event.lease_id).where(m.Event.to_state == LeaseState.SCHEDULED.value)
         began = first_provisioning()
-        rows = session.execute(select(m.Lease.gpu_model, m.Lease.earliest_start, m.Lease.start_at, began.c.at)
+        asked = func.coalesce(m.Lease.asked_start, m.Lease.earliest_start)   # not moved by a re-placement
+        rows = session.execute(select(m.Lease.gpu_model, asked, m.Lease.start_at, began.c.at)
                                .outerjoin(began, began.c.lease_id == m.Lease.id).where(
             m.Lease.id.in_(admitted), m.Lease.start_at.is_not(None) | began.c.at.is_not(None)))
         for model, earliest, start, first in rows:

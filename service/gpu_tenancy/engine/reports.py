@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
@@ -27,8 +27,9 @@ def lease_facts(session: Session, start: int, end: int) -> list[figures.LeaseFac
     """Leases whose requested start or creation falls in [start, end), with
     what their events tell."""
     lo, hi = utcnow_naive(start), utcnow_naive(end)
+    asked = func.coalesce(m.Lease.asked_start, m.Lease.earliest_start)
     rows = list(session.scalars(select(m.Lease).where(
-        ((m.Lease.earliest_start >= lo) & (m.Lease.earliest_start < hi))
+        ((asked >= lo) & (asked < hi))
         | ((m.Lease.created_at >= lo) & (m.Lease.created_at < hi)))))
     transitions: dict[str, list[m.Event]] = defaultdict(list)
     ids = [r.id for r in rows]
@@ -54,7 +55,7 @@ def _facts(row: m.Lease, events: list[m.Event]) -> figures.LeaseFacts:
             outcome = event.to_state
     return figures.LeaseFacts(
         lease_id=row.id, project_id=row.project_id, gpu_model=row.gpu_model, gpus=row.gpus_per_vm * row.instances,
-        status=row.status, created_at=to_epoch(row.created_at), requested_start=to_epoch(row.earliest_start),
+        status=row.status, created_at=to_epoch(row.created_at), requested_start=to_epoch(row.asked_start or row.earliest_start),
         start=first_start(row.start_at, first_boot) if admitted else None, active_at=active_at, cancelled_at=cancelled_at,
         first_provisioning_outcome=outcome, failure_class=row.failure_class,
         first_eta=to_epoch(row.first_eta), first_start_by=to_epoch(row.first_start_by))
@@ -103,7 +104,7 @@ def export(session: Session, what: str, start: int, end: int, now: int) -> list[
         return [{"id": r.id, "name": r.name, "project_id": r.project_id, "user_id": r.user_id, "status": r.status,
                  "shape": r.shape, "gpu_model": r.gpu_model, "gpus_per_instance": r.gpus_per_vm,
                  "instances": r.instances, "duration": r.duration,
-                 "requested_start": rfc3339(to_epoch(r.earliest_start)), "start": rfc3339(to_epoch(r.start_at)),
+                 "requested_start": rfc3339(to_epoch(r.asked_start or r.earliest_start)), "start": rfc3339(to_epoch(r.start_at)),
                  "end": rfc3339(to_epoch(r.end_at)), "failure_class": r.failure_class,
                  "created_at": rfc3339(to_epoch(r.created_at))} for r in session.scalars(leases)]
     ids = select(m.Lease.id).where(m.Lease.created_at >= lo, m.Lease.created_at < hi)
