@@ -159,7 +159,7 @@ class Driver:
 
     def check_state(self, step: int) -> inv.Snapshot:
         """The promises that hold at every instant: after each engine pass, and after each step."""
-        snap = inv.read(self.sessions, self.clock.now(), self.last_event)
+        snap = inv.read(self.sessions, self.clock.now(), self.last_event, self.rt.config.boot_timeout_seconds)
         self.note_booting_ends(snap)
         late: list[str] = []
         allowance = self.committed_allowance(snap)
@@ -176,13 +176,14 @@ class Driver:
 
     def note_booting_ends(self, snap: inv.Snapshot) -> None:
         """Each VM's planned end on its host while its lease boots, until the lease runs
-        (Snapshot.booting_ends): the placement a VM is dropped from is the last seen there."""
+        (Snapshot.booting_ends): the placement a VM is dropped from is the last seen there.
+        Past its end, a booting lease's GPUs are held till its boot's deadline (Snapshot.start_deadlines)."""
         ran = {lid for lid, lease in snap.leases.items() if lease.status in RAN}
         self.ran |= ran
         booting = {lid for lid, lease in snap.leases.items() if lease.status == "provisioning" and lid not in self.ran}
         self.booting_ends = {key: end for key, end in self.booting_ends.items() if key[0] not in ran}
-        self.booting_ends.update({(sp.lease, sp.vm, sp.host): sp.end for sp in snap.spans
-                                  if sp.lease in booting and not sp.unreleased})
+        self.booting_ends.update({(sp.lease, sp.vm, sp.host): max(sp.end, snap.start_deadlines.get(sp.lease, sp.end))
+                                  for sp in snap.spans if sp.lease in booting and not sp.unreleased})
         snap.booting_ends = self.booting_ends
 
     @staticmethod
@@ -308,7 +309,9 @@ class Driver:
         if kind == "boot_fault":
             return {"op": "boot_fault", **r.choice([{"call": "server_error", "class": F.NO_VALID_HOST.value},
                                                     {"call": "server_error", "class": F.BOOT_TIMEOUT.value},
-                                                    {"call": "boot", "class": F.API_ERROR.value}])}
+                                                    {"call": "boot", "class": F.API_ERROR.value},
+                                                    # a VM that fails off the shelf at a resume (resume.py)
+                                                    {"call": "unshelve_error", "class": F.NO_VALID_HOST.value}])}
         down = sorted(name for name, h in self.snap.hosts.items() if not h[2])
         if down and (len(down) >= 2 or r.random() < 0.5):
             return {"op": "host", "host": r.choice(down), "up": True}

@@ -21,6 +21,7 @@ HOLDING_NAMES = {s.value for s in RESERVING}   # with a parked lease's held slot
 FINAL_NAMES = [s.value for s in FINAL]
 # states whose lease may have VMs holding GPUs in the cloud (a parked lease's are offloaded)
 LIVE = {"provisioning", "active", "ending", "parking", "resuming"}
+STARTING = ("provisioning", "resuming")   # a start under way, failed boot_timeout after it began
 
 
 @dataclass(frozen=True)
@@ -69,9 +70,12 @@ class Snapshot:
     # (lease, VM, host) of a lease that has not run yet -> that VM's planned end there when last seen
     # booting (the driver's: its boot hung past that end, the lease was placed again, and its end moved)
     booting_ends: dict[tuple[str, int, str], int] = field(default_factory=dict)
+    # lease still starting (provisioning, resuming) -> when its start fails, boot_timeout after it began:
+    # the ledger holds its GPUs till then past its end (engine/ledger.py: load_allocations)
+    start_deadlines: dict[str, int] = field(default_factory=dict)
 
 
-def read(sessions, now: int, after_event: int) -> Snapshot:
+def read(sessions, now: int, after_event: int, boot_timeout: int | None = None) -> Snapshot:
     with sessions() as s:
         hosts = {h.name: (h.gpu_model, h.gpus, h.up and h.enabled and not h.drained) for h in s.scalars(select(m.Host))}
         limits = {(q.project_id, q.gpu_model): q.gpus + q.borrow_gpus for q in s.scalars(select(m.Quota))}
@@ -101,6 +105,10 @@ def read(sessions, now: int, after_event: int) -> Snapshot:
             L.status.in_(HOLDING_NAMES), e.to_state.in_(("scheduled", "parked"))).group_by(e.lease_id)).all())
         events = s.execute(select(e.id, e.lease_id, e.at, L.created_at).join(L).where(e.id > after_event)
                            .order_by(e.id)).all()
+        starting = {lease.id: lease.status for lease in leases.values() if lease.status in STARTING}
+        entered = s.execute(select(e.lease_id, e.to_state, func.max(e.at)).where(
+            e.lease_id.in_(starting), e.to_state.in_(STARTING)).group_by(e.lease_id, e.to_state)).all() \
+            if starting and boot_timeout is not None else []
     spans = [Span(r.lease_id, r.vm_index, r.host, r.gpus, to_epoch(r.start_at), to_epoch(r.end_at)) for r in allocs]
     covered = {(sp.lease, sp.vm, sp.host) for sp in spans if sp.start <= now < sp.end}
     for r in servers:   # not yet released: held now, whatever its allocation says
@@ -108,9 +116,11 @@ def read(sessions, now: int, after_event: int) -> Snapshot:
             spans.append(Span(r.lease_id, r.vm_index, r.host, gpus[r.lease_id], now, now + 1, True))
     spans += [Span(r.lease_id, r.vm_index, r.host, r.gpus, now, now + 1, True, to_epoch(r.since)) for r in releasing]
     unreleased = {r.cloud_id: (r.lease_id, r.vm_index, r.host) for r in [*servers, *releasing]}
+    deadlines = {lease: to_epoch(at) + boot_timeout for lease, state, at in entered if starting[lease] == state}
     return Snapshot(now, hosts, limits, leases, spans, unreleased,
                     {lease: to_epoch(at) for lease, at in committed.items()},
-                    [(r.id, r.lease_id, to_epoch(r.at), to_epoch(r.created_at)) for r in events], owners)
+                    [(r.id, r.lease_id, to_epoch(r.at), to_epoch(r.created_at)) for r in events], owners,
+                    start_deadlines=deadlines)
 
 
 def _peaks(now: int, spans: list[Span]):
@@ -135,7 +145,8 @@ def late_release(snap: Snapshot, live: list[Span], limit: int, allowance: int, o
     project's next lease runs; its last one is being deleted)."""
     def due(sp: Span) -> int:
         if sp.since is None:
-            return (snap.leases[sp.lease].end or snap.now) + allowance
+            end = snap.leases[sp.lease].end or snap.now
+            return max(end, snap.start_deadlines.get(sp.lease, end)) + allowance
         # not for a lease that ran: a running lease's VMs are not late at its end when its host went
         # down (it is re-placed then only if its time is not up: engine/host_failure.py, time_is_up)
         end = snap.booting_ends.get((sp.lease, sp.vm, sp.host))
