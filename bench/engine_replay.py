@@ -77,7 +77,7 @@ def run_engine(jobs, n_hosts: int, limits, host_gpus: int, half_life: int, workd
     rt.engine.lifecycle.refresh_hosts()
     with session_scope(rt.sessions) as s:
         for (tenant, _), q in limits.items():
-            quota_api.replace(s, now, rt.config, rt.planner_settings, tenant, {MODEL: {
+            quota_api.replace(s, lambda: now, rt.config, rt.planner_settings, tenant, {MODEL: {
                 "gpus": q.gpus, "borrow_gpus": q.borrow_gpus, "weight": q.weight}})
     client = app.test_client()
     by_lease: dict[str, object] = {}
