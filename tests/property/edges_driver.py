@@ -130,6 +130,7 @@ class Driver:
         self.refused: set[str] = set()          # leases whose notice was not called off, though unneeded
         self.ran: set[str] = set()              # leases seen running (or past it)
         self.booting_ends: dict[tuple[str, int, str], int] = {}   # Snapshot.booting_ends
+        self.booting_deadlines: dict[tuple[str, int, str], int] = {}   # Snapshot.booting_deadlines
 
     # --- the run -------------------------------------------------------------------------------
     def run(self, steps: int) -> Report:
@@ -177,14 +178,17 @@ class Driver:
     def note_booting_ends(self, snap: inv.Snapshot) -> None:
         """Each VM's planned end on its host while its lease boots, until the lease runs
         (Snapshot.booting_ends): the placement a VM is dropped from is the last seen there.
-        Past its end, a booting lease's GPUs are held till its boot's deadline (Snapshot.start_deadlines)."""
+        And its start's deadline then (Snapshot.booting_deadlines)."""
         ran = {lid for lid, lease in snap.leases.items() if lease.status in RAN}
         self.ran |= ran
         booting = {lid for lid, lease in snap.leases.items() if lease.status == "provisioning" and lid not in self.ran}
         self.booting_ends = {key: end for key, end in self.booting_ends.items() if key[0] not in ran}
-        self.booting_ends.update({(sp.lease, sp.vm, sp.host): max(sp.end, snap.start_deadlines.get(sp.lease, sp.end))
-                                  for sp in snap.spans if sp.lease in booting and not sp.unreleased})
-        snap.booting_ends = self.booting_ends
+        self.booting_deadlines = {key: at for key, at in self.booting_deadlines.items() if key[0] not in ran}
+        seen = [sp for sp in snap.spans if sp.lease in booting and not sp.unreleased]
+        self.booting_ends.update({(sp.lease, sp.vm, sp.host): sp.end for sp in seen})
+        self.booting_deadlines.update({(sp.lease, sp.vm, sp.host): snap.start_deadlines[sp.lease] for sp in seen
+                                       if sp.lease in snap.start_deadlines})
+        snap.booting_ends, snap.booting_deadlines = self.booting_ends, self.booting_deadlines
 
     @staticmethod
     def under_notice(snap: inv.Snapshot) -> set[str]:

@@ -73,6 +73,8 @@ class Snapshot:
     # lease still starting (provisioning, resuming) -> when its start fails, boot_timeout after it began:
     # the ledger holds its GPUs till then past its end (engine/ledger.py: load_allocations)
     start_deadlines: dict[str, int] = field(default_factory=dict)
+    # (lease, VM, host) as booting_ends -> its lease's start deadline then (the driver's, while it booted)
+    booting_deadlines: dict[tuple[str, int, str], int] = field(default_factory=dict)
 
 
 def read(sessions, now: int, after_event: int, boot_timeout: int | None = None) -> Snapshot:
@@ -143,21 +145,33 @@ def late_release(snap: Snapshot, live: list[Span], limit: int, allowance: int, o
     the sum is within `limit` (the plan was), as it is without the waiting leases on a host
     (scheduled, not booted, or parked at its slot), or without the late VMs in a quota (a
     project's next lease runs; its last one is being deleted)."""
-    def due(sp: Span) -> int:
+    def due(sp: Span, known: bool = False) -> int:
+        """When the VM was planned to give its GPUs back; `known`: as the ledger holds a lease still
+        starting past its end, till its start's deadline (Snapshot.start_deadlines, booting_deadlines)."""
         if sp.since is None:
             end = snap.leases[sp.lease].end or snap.now
-            return max(end, snap.start_deadlines.get(sp.lease, end)) + allowance
+            return (max(end, snap.start_deadlines.get(sp.lease, end)) if known else end) + allowance
         # not for a lease that ran: a running lease's VMs are not late at its end when its host went
         # down (it is re-placed then only if its time is not up: engine/host_failure.py, time_is_up)
-        end = snap.booting_ends.get((sp.lease, sp.vm, sp.host))
+        key = (sp.lease, sp.vm, sp.host)
+        end = snap.booting_ends.get(key)
+        if end is not None and known:
+            end = max(end, snap.booting_deadlines.get(key, end))
         return (sp.since if end is None else min(sp.since, end)) + allowance
 
     late = [sp for sp in live if sp.unreleased and due(sp) <= snap.now]
     if not late:
         return False
     first = min(map(due, late))
+    # a lease committed onto them after they were late was planned past the deadline the ledger holds
+    # a lease still starting to: tolerated once that has passed too (a release later than it); any
+    # other VM late when a lease was committed onto it is an over-commit, as before
+    def deadline_known(sp: Span) -> bool:
+        return (sp.lease in snap.start_deadlines if sp.since is None
+                else (sp.lease, sp.vm, sp.host) in snap.booting_deadlines)
+    known = all(map(deadline_known, late)) and max(due(sp, known=True) for sp in late) <= snap.now
     others = [sp for sp in live if not sp.unreleased]
-    if not all(snap.committed.get(sp.lease, snap.now) < first for sp in others):
+    if not all(snap.committed.get(sp.lease, snap.now) < first or known for sp in others):
         return False
     used = sum(sp.gpus for sp in live)
     # a parked lease at its slot waits for the GPUs as a scheduled one does (engine/resume.py: begin_resume)

@@ -73,3 +73,25 @@ def test_a_vms_end_on_another_host_does_not_date_its_drop_here():
     tolerated: list[str] = []
     _checks, bad = overcommit(snap, ALLOWANCE, tolerated)
     assert len(bad) == 1 and tolerated == []
+
+
+def still_booting(now: int) -> Snapshot:
+    """Lease X's boot on h1 hangs past its end (NOW - 1200); its start fails at NOW (the deadline,
+    boot_timeout after it began). Lease Y was committed after X's end, onto h1 from `now`."""
+    x = Lease("X", "provisioning", "p", "A100", False, NOW - 1800, NOW - 1800, NOW - 1200, None, None, False)
+    y = Lease("Y", "scheduled", "q", "A100", False, NOW - 900, now, now + 1800, None, None, False)
+    spans = [Span("Y", 0, "h1", 8, now, now + 1800), Span("X", 0, "h1", 8, now, now + 1, unreleased=True)]
+    return Snapshot(now, {"h1": ("A100", 8, True)}, {("p", "A100"): 8, ("q", "A100"): 8}, {"X": x, "Y": y},
+                    spans, {}, {"Y": NOW - 900, "X": NOW - 1800}, start_deadlines={"X": NOW})
+
+
+def test_a_lease_committed_onto_a_boot_hung_past_its_end_is_held_off_till_the_boot_deadline():
+    """Y planned to start before X's boot deadline (the ledger held X's GPUs only to the next
+    second): an over-commit. Planned from the deadline plus the allowance, and X's GPUs not back
+    then: a release later than the ledger could know, tolerated."""
+    tolerated: list[str] = []
+    _checks, bad = overcommit(still_booting(NOW - 300), ALLOWANCE, tolerated)
+    assert len(bad) == 1 and tolerated == []
+    tolerated = []
+    _checks, bad = overcommit(still_booting(NOW + ALLOWANCE), ALLOWANCE, tolerated)
+    assert bad == [] and len(tolerated) == 1
