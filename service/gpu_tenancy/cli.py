@@ -67,13 +67,30 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for chatty in ("apscheduler", "alembic.runtime.plugins", "werkzeug"):
         logging.getLogger(chatty).setLevel(logging.WARNING)
-    return {"demo": run_demo, "db": run_db, "engine": run_engine, "whatif": run_whatif,
-            "reservation-endpoint": run_reservation_endpoint}[args.command](args)
+    command = {"demo": run_demo, "db": run_db, "engine": run_engine, "whatif": run_whatif,
+               "reservation-endpoint": run_reservation_endpoint}[args.command]
+    try:
+        return command(args)
+    except BadConfig as exc:
+        print(f"gpu-tenancy {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+class BadConfig(Exception):
+    """The config file cannot be read or is not valid: main() says why (exit 2)."""
+
+
+def load_config(path: str | None) -> Config:
+    import yaml
+    try:
+        return Config.load(path)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise BadConfig(f"the config {path or '(none)'}: {exc}") from None
 
 
 def run_db(args) -> int:
     from gpu_tenancy.db import migrate
-    url = args.db or Config.load(args.config).database_url
+    url = args.db or load_config(args.config).database_url
     if args.action == "upgrade":
         migrate.upgrade(url)
         print(f"database at the latest schema: {redact(url)}")
@@ -179,7 +196,7 @@ def run_engine(args) -> int:
     from gpu_tenancy.engine.lifecycle import Lifecycle
     from gpu_tenancy.engine.runner import EngineRunner
 
-    config = Config.load(args.config)
+    config = load_config(args.config)
     clock = SystemClock()
     runner = EngineRunner(Lifecycle(make_sessionmaker(make_engine(config.database_url),
                                                       bool(config.notifications_transport_url)),
@@ -199,6 +216,8 @@ def run_engine(args) -> int:
 def run_whatif(args) -> int:
     import json
 
+    from sqlalchemy.exc import DBAPIError
+
     from gpu_tenancy.db.session import make_engine, make_sessionmaker, session_scope
     from gpu_tenancy.engine import early_ends, whatif_history
     from gpu_tenancy.engine.planner_settings import from_config
@@ -206,7 +225,7 @@ def run_whatif(args) -> int:
     from gpu_tenancy.whatif.compare import what_if
     from gpu_tenancy.whatif.history import from_json, to_json
 
-    config = Config.load(args.config)
+    config = load_config(args.config)
     settings = from_config(config)
     try:
         proposed = changes.parse(args.changes)
@@ -217,10 +236,17 @@ def run_whatif(args) -> int:
             from gpu_tenancy.clock import SystemClock
             from gpu_tenancy.timeutil import parse_time
             until = parse_time(args.until) if args.until else SystemClock().now()
-            engine = make_engine(args.db or config.database_url)
-            with session_scope(make_sessionmaker(engine)) as session:
-                history = whatif_history.load(session, until, args.days)
-            engine.dispose()
+            url = args.db or config.database_url
+            engine = make_engine(url)
+            try:
+                with session_scope(make_sessionmaker(engine)) as session:
+                    history = whatif_history.load(session, until, args.days)
+            except DBAPIError as exc:   # not the service's database (no leases table), or unreachable
+                print(f"gpu-tenancy whatif: cannot read the lease history at {redact(url)}: {exc.orig}; give "
+                      f"the service's database with --db or --config (the demo's is {DEMO_DB})", file=sys.stderr)
+                return 2
+            finally:
+                engine.dispose()
         if args.export:
             with open(args.export, "w") as f:
                 json.dump(to_json(history), f)

@@ -78,3 +78,25 @@ def test_demo_starts_and_a_lease_from_the_readme_becomes_active(tmp_path):
         out, _ = proc.communicate(timeout=90)
     assert f"curl -s -X POST http://127.0.0.1:{port}/v1/leases" in out
     assert proc.returncode == 0
+
+
+def test_whatif_on_a_database_without_the_schema_says_so_in_a_line(tmp_path, capsys):
+    """`gpu-tenancy demo` keeps its leases in gpu-tenancy-demo.db, `whatif` reads the config's
+    database (gpu-tenancy.db by default): run after the demo, it found no leases table and
+    ended in SQLAlchemy's traceback."""
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    assert main(["whatif", "--db", url, "--days", "1", "--set", "weight.ml-vision=2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gpu-tenancy whatif: cannot read the lease history at {url}: no such table: leases")
+    assert "--db" in err and "gpu-tenancy-demo.db" in err
+
+
+@pytest.mark.parametrize("command", [["db", "upgrade"], ["engine"], ["whatif", "--set", "weight.ml-vision=2"]])
+def test_a_config_file_missing_or_wrong_is_one_line_and_exit_2(tmp_path, capsys, command):
+    missing = tmp_path / "missing.yaml"
+    assert main([*command, "--config", str(missing)]) == 2
+    assert f"gpu-tenancy {command[0]}: the config {missing}: [Errno 2] No such file" in capsys.readouterr().err
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text("databse_url: sqlite:///x.db\n")
+    assert main([*command, "--config", str(wrong)]) == 2
+    assert "unknown configuration options: databse_url" in capsys.readouterr().err

@@ -88,6 +88,18 @@ def test_the_queue_filters_by_gpu_model_and_refuses_a_malformed_one(client, cont
         assert reply.status_code == 400
 
 
+@pytest.mark.parametrize("path", ["/v1/queue", "/v1/share"])
+def test_a_gpu_model_the_cloud_has_not_is_refused_not_an_empty_list(client, contended, path):
+    """`openstack gpu queue --gpu-model h100` (the shapes are written a100.x8, the models A100)
+    printed nothing and exited 0, as if nobody waited; now 400 naming the cloud's models."""
+    for unknown in ("h100", "B200"):
+        reply = client.get(path, query_string={"gpu_model": unknown}, headers=VISION)
+        assert reply.status_code == 400, reply.get_json()
+        error = reply.get_json()["errors"][0]
+        assert error["code"] == "gpu_tenancy.unknown_gpu_model"
+        assert error["detail"] == f"unknown GPU model '{unknown}'; the cloud's GPU models are: A100, H100"
+
+
 def test_both_views_need_a_token(client):
     for path in ("/v1/queue", "/v1/share"):
         assert client.get(path).status_code == 401

@@ -70,7 +70,7 @@ def update(name: str) -> ResponseReturnValue:
         row = load(session, name)
         in_use, held = in_use_and_held(session)
         before = render(row, in_use, held)
-        hosts.set_drained(session, row, body["drained"], rt.now, rt.planner_settings(),
+        hosts.set_drained(session, row, body["drained"], rt.now, rt.runtime().config, rt.planner_settings(),
                           rt.context().user_id or "admin")
         rendered = render(row, in_use, hosts.held_until(session, rt.now(), rt.planner_settings().release_floor))
         rt.audit(session, "host.update", row.name, None, before, rendered)

@@ -13,12 +13,15 @@ import re
 
 from flask import Blueprint, request
 from flask.typing import ResponseReturnValue
+from sqlalchemy.orm import Session
 
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.api.catalog import GPU_MODEL
 from gpu_tenancy.api.lease_view import start_by_now
 from gpu_tenancy.domain.queue_reasons import anonymous, short_reason
+from gpu_tenancy import error_codes as codes
 from gpu_tenancy.engine import queue
+from gpu_tenancy.engine.quotas import known_gpu_models
 from gpu_tenancy.errors import BadRequest
 from gpu_tenancy.timeutil import rfc3339, rfc3339_stored as stamp
 
@@ -43,6 +46,17 @@ def query_gpu_model() -> str | None:
         raise BadRequest("query parameter gpu_model must be a GPU model such as A100 (up to 64 letters, digits, "
                          "'.', '_' or '-')", "gpu_tenancy.invalid_query")
     return model
+
+
+def check_gpu_model(session: Session, model: str | None) -> None:
+    """A model filter names one of the cloud's GPU models: `h100` for H100 (the shapes are
+    written in lower case) would otherwise list nothing, as if no lease waited."""
+    if model is None:
+        return
+    known = known_gpu_models(session)
+    if model not in known:
+        raise BadRequest(f"unknown GPU model '{model}'; the cloud's GPU models are: "
+                         f"{', '.join(sorted(known)) or 'none'}", codes.UNKNOWN_GPU_MODEL)
 
 
 def render_entry(row: Any, shown: bool, now: int, charged: bool = False) -> dict:
@@ -83,6 +97,7 @@ def show() -> ResponseReturnValue:
     own = rt.context().project_id
     charged = rt.planner_settings().queued_charge is not None
     with rt.transaction() as session:
+        check_gpu_model(session, model)
         rows = queue.waiting(session, model)
     now = rt.now()
     return {"queue": {"now": rfc3339(now), "gpu_model": model,

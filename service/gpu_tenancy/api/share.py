@@ -15,7 +15,7 @@ from flask import Blueprint
 from flask.typing import ResponseReturnValue
 
 from gpu_tenancy.api import runtime as rt
-from gpu_tenancy.api.queue import query_gpu_model, whose
+from gpu_tenancy.api.queue import check_gpu_model, query_gpu_model, whose
 from gpu_tenancy.domain.standing import Standing
 from gpu_tenancy.engine import share
 from gpu_tenancy.timeutil import rfc3339
@@ -54,6 +54,7 @@ def show() -> ResponseReturnValue:
     own = rt.context().project_id
     now, settings = rt.now(), rt.planner_settings()
     with rt.transaction() as session:
+        check_gpu_model(session, model)
         rows = share.standings(session, now, settings, model)
     if not everyone:   # rows of one rank in the order of their figures: by project id would tell the ids' order
         rows.sort(key=lambda row: (row.gpu_model, row.rank, row.project_id != own, -row.nominal, -row.in_use,

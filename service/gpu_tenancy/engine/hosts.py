@@ -15,7 +15,8 @@ from gpu_tenancy.db.session import ledger_lock, to_epoch
 from gpu_tenancy.domain.states import HOLDING, LeaseState
 from gpu_tenancy.domain.held import held_until as held_until_
 from gpu_tenancy.domain.planner import PlannerSettings
-from gpu_tenancy.engine import held, park, retry
+from gpu_tenancy.config import Config
+from gpu_tenancy.engine import early_ends, held, park, retry
 from gpu_tenancy.engine.capacity import calendar
 from gpu_tenancy.engine.events import lease_in, record_event
 
@@ -42,19 +43,30 @@ def held_until(session: Session, now: int, floor: int) -> dict[str, int]:
     return {host: held_until_(to_epoch(end), now, allowance) for host, end in rows}
 
 
-def set_drained(session: Session, row: m.Host, drained: bool, clock: Callable[[], int],
+def set_drained(session: Session, row: m.Host, drained: bool, clock: Callable[[], int], config: Config,
                 settings: PlannerSettings, actor: str) -> list[str]:
     """Drain or undrain; on drain, the leases only planned there are planned again on
     other hosts, for their planned start or the first time after it, and so are parked
     leases' held slots there (park.move_slot), from the time read once the ledger lock is held
-    (not from before a wait there: in the past by the wait). Returns their ids."""
-    if drained:   # no replan may plan a lease there meanwhile; and before the leases' rows (lease_in's order)
-        ledger_lock(session)
+    (not from before a wait there: in the past by the wait). Returns their ids. A change is
+    followed by the engine's whole replan (early_ends.replan_at), as a quota's is: the waiting
+    leases planned on the host are told where they go now, and the plan a create is fitted into
+    (engine/plan_insert.py, kept until the ledger replans) never counts a drained host's GPUs."""
+    if drained or row.drained:   # no replan may plan a lease there meanwhile; and before the leases' rows
+        ledger_lock(session)     # (lease_in's order)
     now = clock()
     # the cloud's refresh (lifecycle.refresh_hosts) leaves this column alone
     was, row.drained = row.drained, drained
-    if not drained or was:
+    if was == drained:
         return []
+    moved = move_off(session, row, now, settings, actor) if drained else []
+    session.flush()
+    early_ends.replan_at(session, now, config, settings, actor)
+    return moved
+
+
+def move_off(session: Session, row: m.Host, now: int, settings: PlannerSettings, actor: str) -> list[str]:
+    """The leases scheduled or parked on the host being drained, planned again elsewhere."""
     session.flush()
     planned_here = select(m.Allocation.lease_id).where(m.Allocation.host == row.name)
     found = session.execute(select(m.Lease.id, m.Lease.status).where(

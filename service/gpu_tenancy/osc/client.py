@@ -11,6 +11,10 @@ from osc_lib import exceptions
 
 from gpu_tenancy.osc.plugin import SERVICE_TYPE
 
+# leases asked for per page: the API's default page (its largest, max_page_size, is the
+# operator's to set, 1000 by default), the next links followed for more
+PAGE_SIZE = 100
+
 
 def error_message(response) -> str:
     """The API-WG error body in one line: the detail, then status, code and request id."""
@@ -89,8 +93,8 @@ class GpuClient:
     def leases(self, *, limit: int | None = None, **filters) -> list[dict]:
         """Every lease that matches (following the next links), or the first `limit`."""
         first = {k: v for k, v in filters.items() if v not in (None, [], False)}
-        if limit:
-            first["limit"] = limit
+        if limit:   # a page of at most the API's default size: --limit counts leases, not one page's
+            first["limit"] = min(limit, PAGE_SIZE)
         params: dict[str, Any] | None = first
         out: list[dict] = []
         path: str | None = "/v1/leases"

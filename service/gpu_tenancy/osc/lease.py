@@ -11,24 +11,25 @@ from gpu_tenancy.domain.states import FINAL, LeaseState
 from gpu_tenancy.osc import command
 from gpu_tenancy.osc.client import ApiError, gpu_client
 from gpu_tenancy.osc.columns import OffersColumn, QueueColumn, RecordColumn, RecordsColumn, ServersColumn
-from gpu_tenancy.timeutil import parse_duration
+from gpu_tenancy.timeutil import parse_duration, spoken_duration
 
 log = logging.getLogger(__name__)
 
 # the lease's fields as the API names them, in the order `show` prints them
 FIELDS = ("id", "name", "status", "project_id", "user_id", "shape", "gpu_model", "gpus_per_instance",
           "instances", "requested_start", "latest_start", "duration", "start", "end", "cancelled_at", "priority",
-          "priority_class", "preemptible", "borrowing", "park", "boot", "flavor", "vms_free", "image", "volume",
+          "priority_class", "preemptible", "borrowing", "early_end", "park", "boot", "flavor", "vms_free", "image", "volume",
           "key_name", "network", "floating_ip", "queue", "offers", "allocations", "servers", "ssh", "failure",
           "created_at", "updated_at")
 FORMATTERS = {"queue": QueueColumn, "offers": OffersColumn, "allocations": RecordsColumn, "servers": ServersColumn,
-              "park": RecordColumn, "volume": RecordColumn, "failure": RecordColumn, "flavor": RecordColumn,
+              "park": RecordColumn, "early_end": RecordColumn, "volume": RecordColumn, "failure": RecordColumn, "flavor": RecordColumn,
               "network": RecordColumn}
 FINAL_STATES = {state.value for state in FINAL}
 # how --wait reports a lease that did not become active
 OUTCOMES = {"failed": "failed", "cancelled": "was cancelled", "expired": "expired: its latest start passed",
             "preempted": "was preempted", "ended": "ended"}
 WAIT_INTERVAL = 2.0
+MIN_DURATION = 60   # seconds: the API's shortest lease
 
 
 def show_lease(lease: dict) -> tuple[tuple, tuple]:
@@ -50,6 +51,13 @@ def duration(value: str) -> int | str:
     return int(value) if value.isdigit() else value
 
 
+def size_gb(value: str) -> int:
+    """A new volume's size: whole gigabytes, at least 1 (as the API takes it)."""
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a size in GB: give a whole number, at least 1")
+    return int(value)
+
+
 def seconds(value: str) -> int:
     """An ISO 8601 duration or whole seconds, in seconds (for arithmetic on this side)."""
     try:
@@ -66,6 +74,11 @@ def find_lease(client, name_or_id: str) -> dict:
         if exc.status != 404:
             raise
     named = [lease for lease in client.leases() if lease["name"] == name_or_id]
+    # a name is unique among the project's unfinished leases: an ended one of the same name
+    # (the lease before it, re-asked) does not make it ambiguous
+    unfinished = [lease for lease in named if lease["status"] not in FINAL_STATES]
+    if unfinished:
+        named = unfinished
     if len(named) == 1:
         return named[0]
     if named:
@@ -123,7 +136,7 @@ class CreateLease(command.ShowOne):
                                  "members boot them with the lease's flavor while it is active")
         parser.add_argument("--image", metavar="<image>", help="image of the standard catalog")
         volume = parser.add_mutually_exclusive_group()
-        volume.add_argument("--volume-size", metavar="<size-gb>", type=int, help="a new data volume of this size")
+        volume.add_argument("--volume-size", metavar="<size-gb>", type=size_gb, help="a new data volume of this size")
         volume.add_argument("--volume", metavar="<volume-id>", help="the project's own data volume")
         parser.add_argument("--key-name", metavar="<key-name>", help="ssh key pair for the VMs")
         parser.add_argument("--network", metavar="<network>",
@@ -242,8 +255,15 @@ class ExtendLease(command.ShowOne):
         lease = find_lease(client, args.lease)
         if args.end:
             body = {"end": args.end}
+        elif args.by is None:
+            body = {"duration": args.duration}
         else:
-            body = {"duration": args.duration if args.by is None else lease["duration"] + self.sign * args.by}
+            body = {"duration": lease["duration"] + self.sign * args.by}
+            if body["duration"] < MIN_DURATION:   # the API would refuse a bare -9000 as a schema mismatch
+                raise exceptions.CommandError(
+                    f"lease {lease['name'] or lease['id']} is {spoken_duration(lease['duration'])} long: shorter "
+                    f"by {spoken_duration(args.by)} would leave less than a minute; to end it now: "
+                    "openstack gpu lease done (running) or cancel")
         return show_lease(client.update_lease(lease["id"], {**body, **self.asks}))
 
 

@@ -1,0 +1,127 @@
+"""`openstack gpu lease ...` on what a user types: a lease's name once an earlier lease of the
+same name has ended, a --limit larger than one page, a shrink longer than the lease, a
+volume size that is not one; and what `lease show` prints of a lease under an early-end
+notice."""
+from __future__ import annotations
+
+import argparse
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("osc_lib", reason="the `cli` extra is not installed")
+from osc_lib import exceptions  # noqa: E402
+
+from gpu_tenancy.osc.client import GpuClient  # noqa: E402
+from gpu_tenancy.osc.lease import CreateLease, ExtendLease, ShowLease, show_lease  # noqa: E402
+from gpu_tenancy.osc.lease_shrink import ShrinkLease  # noqa: E402
+from tests.unit.test_osc_lease_actions import Response  # noqa: E402
+
+OLD = {"id": "8d3f0c5e-0000-4000-8000-000000000001", "name": "train", "status": "ended", "duration": 86400}
+NEW = {"id": "8d3f0c5e-0000-4000-8000-000000000002", "name": "train", "status": "active", "duration": 9000}
+NOT_FOUND = {"errors": [{"status": 404, "code": "gpu_tenancy.lease_not_found", "detail": "lease not found"}]}
+
+
+class Http:
+    """The keystoneauth adapter, answering as the API would: `leases` in pages of at most
+    `max_page` (the API refuses a larger limit, 400), each lease by its id."""
+
+    def __init__(self, leases: list[dict], max_page: int = 1000):
+        self.leases, self.max_page = leases, max_page
+        self.sent: list[tuple[str, str, object, object]] = []
+
+    def request(self, path, method, json=None, params=None, raise_exc=False, headers=None):
+        self.sent.append((method, path, json, params))
+        by_id = {lease["id"]: lease for lease in self.leases}
+        if path.startswith("/v1/leases?") or path == "/v1/leases":
+            query = dict(params or {})
+            if "?" in path:
+                query.update(part.split("=", 1) for part in path.split("?", 1)[1].split("&"))
+            limit = int(query.get("limit", 100))
+            if not 1 <= limit <= self.max_page:
+                return Response(400, {"errors": [{"status": 400, "code": "gpu_tenancy.invalid_query",
+                                                  "detail": f"query parameter limit must be between 1 and "
+                                                            f"{self.max_page}"}]})
+            ids = [lease["id"] for lease in self.leases]
+            start = ids.index(query["marker"]) + 1 if "marker" in query else 0
+            page = self.leases[start:start + limit]
+            body: dict = {"leases": page}
+            if start + limit < len(self.leases):
+                body["leases_links"] = [{"rel": "next", "href": f"/v1/leases?limit={limit}&marker={page[-1]['id']}"}]
+            return Response(200, body)
+        lease_id = path.split("/")[3]
+        if lease_id not in by_id:
+            return Response(404, NOT_FOUND)
+        if method == "PATCH":
+            return Response(200, {"lease": {**by_id[lease_id], **json}})
+        return Response(200, {"lease": by_id[lease_id]})
+
+
+def run(command_class, http: Http, *argv):
+    command = command_class(SimpleNamespace(client_manager=SimpleNamespace(gpu=GpuClient(http, "p"))),
+                            argparse.Namespace())
+    return command.take_action(command.get_parser("openstack gpu lease").parse_args(argv))
+
+
+def test_a_name_finds_the_unfinished_lease_when_an_ended_one_had_it_too():
+    """README: names are unique among a project's unfinished leases. Asked again under the
+    same name after the first ended, `lease show train` answered "2 leases are named 'train';
+    give the id", and so did extend, shrink, cancel and done."""
+    http = Http([OLD, NEW])
+    columns, values = run(ShowLease, http, "train")
+    assert dict(zip(columns, values))["id"] == NEW["id"]
+    run(ExtendLease, http, "train", "--by", "1h")
+    assert http.sent[-1][:3] == ("PATCH", f"/v1/leases/{NEW['id']}", {"duration": 9000 + 3600})
+
+
+def test_two_finished_leases_of_one_name_still_need_the_id():
+    http = Http([OLD, {**OLD, "id": "8d3f0c5e-0000-4000-8000-000000000003", "status": "cancelled"}])
+    with pytest.raises(exceptions.CommandError, match="2 leases are named 'train'; give the id"):
+        run(ShowLease, http, "train")
+
+
+def test_list_limit_counts_leases_not_the_apis_page():
+    """`lease list --limit 1001` ("at most this many leases") was sent as the page size and
+    refused: query parameter limit must be between 1 and 1000."""
+    leases = [{**NEW, "id": f"8d3f0c5e-0000-4000-8000-{n:012d}", "name": f"l{n}"} for n in range(250)]
+    http = Http(leases)
+    client = GpuClient(http, "p")
+    assert [lease["id"] for lease in client.leases(limit=1001)] == [lease["id"] for lease in leases]
+    assert [lease["id"] for lease in client.leases(limit=120)] == [lease["id"] for lease in leases[:120]]
+    assert len(client.leases()) == 250
+
+
+def test_a_shrink_longer_than_the_lease_is_refused_in_words_before_asking():
+    """`lease shrink train --by 5h` on a 2.5 h lease sent duration -9000; the API's answer was
+    "invalid input for 'duration': -9000 is not valid under any of the given schemas"."""
+    http = Http([NEW])
+    with pytest.raises(exceptions.CommandError, match=r"lease train is 2 h 30 min long: shorter by 5 h would "
+                                                      r"leave less than a minute"):
+        run(ShrinkLease, http, NEW["id"], "--by", "5h")
+    assert [m for m, *_ in http.sent] == ["GET"]   # nothing was asked to change
+    run(ShrinkLease, http, NEW["id"], "--by", "30m")
+    assert http.sent[-1][:3] == ("PATCH", f"/v1/leases/{NEW['id']}", {"duration": 9000 - 1800, "shrink": True})
+
+
+@pytest.mark.parametrize("size", ["-5", "0"])
+def test_a_volume_size_that_is_not_one_is_refused_by_the_parser(size, capsys):
+    """--volume-size -5 went to the API, whose answer was "invalid input for 'volume':
+    {'size_gb': -5} is not valid under any of the given schemas"."""
+    parser = CreateLease(SimpleNamespace(), argparse.Namespace()).get_parser("openstack gpu lease create")
+    with pytest.raises(SystemExit) as exit_:
+        parser.parse_args(["--shape", "a100.x1", "--duration", "1h", "--volume-size", size])
+    assert exit_.value.code == 2
+    assert f"argument --volume-size: '{size}' is not a size in GB" in capsys.readouterr().err
+    assert parser.parse_args(["--shape", "a100.x1", "--duration", "1h", "--volume-size", "100"]).volume_size == 100
+
+
+def test_show_tells_of_an_early_end_notice():
+    """A borrowing lease under a reclaim notice keeps its `end`; the API says when it really
+    ends in `early_end`, which `lease show` left out (its table and -f json alike)."""
+    notice = {"kind": "reclaimed", "at": "2026-12-07T10:00:00Z", "for_lease": "8d3f0c5e-0000-4000-8000-0000000000ff",
+              "reason": "project nlp-lab's GPUs are reclaimed from borrowers"}
+    columns, values = show_lease({**NEW, "end": "2026-12-08T09:00:00Z", "early_end": notice})
+    shown = dict(zip(columns, values))
+    assert "early_end" in shown
+    assert shown["early_end"].machine_readable() == notice
+    assert "at=2026-12-07T10:00:00Z" in shown["early_end"].human_readable()
