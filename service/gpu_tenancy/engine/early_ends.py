@@ -15,7 +15,6 @@ from gpu_tenancy.db.session import ledger_lock, session_scope, to_epoch, utcnow_
 from gpu_tenancy.domain import planner, reclaim
 from gpu_tenancy.domain.model import Plan
 from gpu_tenancy.domain.planner import fmt_time
-from gpu_tenancy.domain.start_by import start_by, waits_from
 from gpu_tenancy.domain.states import FINAL, WAITING, LeaseState
 from gpu_tenancy.engine import ledger
 from gpu_tenancy.engine.events import record_event
@@ -109,15 +108,9 @@ def replan_locked(session: Session, now: int, config: Config, planner_settings: 
         row = session.get(m.Lease, lease_id)
         if row is not None and row.status == S.QUEUED.value and (row.queue_eta is None
                                                                  or utcnow_naive(eta) < row.queue_eta):
-            told_now = row.eta_told_at == utcnow_naive(now) and row.first_eta == row.queue_eta
             row.queue_eta = row.start_at = utcnow_naive(eta)
             row.end_at = utcnow_naive(eta + row.duration)
             row.planned_hosts = None   # which hosts the reclaim frees is not known: no fit counts on them
-            if told_now and row.start_by_ratio is not None:
-                # first told in this pass: the promise kept is this ETA, not the plan's without the reclaim
-                row.first_eta = row.queue_eta
-                row.first_start_by = utcnow_naive(start_by(waits_from(now, to_epoch(row.earliest_start)), eta,
-                                                           row.start_by_ratio))
     return plan
 
 
