@@ -159,13 +159,22 @@ Ask for two A100 GPUs for a day:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        stop.wait()
-    except KeyboardInterrupt:
-        pass
+        wait_for(stop)
     finally:
         server.shutdown()
         runtime.engine.stop()
     return 0
+
+
+def wait_for(stop: threading.Event) -> None:
+    """Until `stop` is set (SIGTERM's handler) or ^C. A timed wait: Python runs a signal's handler
+    in this (the main) thread once it wakes, and a signal the kernel gives another thread (the
+    server's, in select) left an untimed wait blocked for good: the demo never stopped."""
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
 
 
 def run_reservation_endpoint(args) -> int:
@@ -205,9 +214,7 @@ def run_engine(args) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     runner.start()
     try:
-        stop.wait()
-    except KeyboardInterrupt:
-        pass
+        wait_for(stop)
     finally:
         runner.stop()
     return 0

@@ -100,3 +100,22 @@ def test_a_config_file_missing_or_wrong_is_one_line_and_exit_2(tmp_path, capsys,
     wrong.write_text("databse_url: sqlite:///x.db\n")
     assert main([*command, "--config", str(wrong)]) == 2
     assert "unknown configuration options: databse_url" in capsys.readouterr().err
+
+
+def test_a_sigterm_that_another_thread_takes_still_stops_the_wait():
+    """The kernel may give a process's SIGTERM to any of its threads. Given to another one (the
+    demo's server thread, in select), the handler runs only once the main thread wakes: an
+    untimed wait there never did, and the demo ran on after its stop (CI, 2026-12-07)."""
+    script = (
+        "import signal, threading, time\n"
+        "from gpu_tenancy.cli import wait_for\n"
+        "stop = threading.Event()\n"
+        "signal.signal(signal.SIGTERM, lambda *_: stop.set())\n"
+        "def other():\n"
+        "    time.sleep(0.3)\n"
+        "    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)\n"
+        "threading.Thread(target=other, daemon=True).start()\n"
+        "wait_for(stop)\n"
+        "print('stopped')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and done.stdout.strip() == "stopped", done.stderr
