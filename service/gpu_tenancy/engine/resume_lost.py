@@ -22,6 +22,7 @@ from gpu_tenancy.domain.failures import FailureClass, retry_delay, rule
 from gpu_tenancy.domain.model import LeaseRequest, Placement
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import lease_flavor, ledger, releasing, retry
+from gpu_tenancy.engine.park import OFFLOADED
 from gpu_tenancy.engine.events import lease_in, record_event, record_transition
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ log = logging.getLogger(__name__)
 S = LeaseState
 ACTOR = "engine"
 LOST = ("ERROR", "DELETED")
-UNSHELVING, OFFLOADED = "UNSHELVING", "SHELVED_OFFLOADED"   # resume.py's row status; Nova's
+UNSHELVING = "UNSHELVING"   # resume.py's row status (resume.py imports this module)
 
 
 class NoPlaceNow(Exception):
@@ -143,8 +144,7 @@ def move_lost(session, row: m.Lease, lost: list[int], place: Placement, now: int
 def unpark(session, row: m.Lease) -> None:
     """Its park over, as at a resume (resume._resumed); a boot that fails from here is tried
     again with the time it had left (retry.retry_elsewhere plans a provisioning lease for its duration)."""
-    row.duration = row.remaining or retry.MIN_REMAINING
-    row.parked_at = row.resume_by = row.remaining = None
+    row.duration = retry.unpark_for_boot(row)
     row.warned_at = None
     activity = session.get(m.LeaseActivity, row.id)
     if activity is not None:   # idle counts from the resume
