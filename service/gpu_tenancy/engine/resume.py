@@ -310,8 +310,6 @@ def _resumed(lc: Lifecycle, lease_id: str) -> None:
                    + f"; ends at {rfc3339(to_epoch(row.end_at))}")
         row.parked_at = row.resume_by = row.remaining = None
         row.warned_at = None   # warned again before its (new) end
-        activity = session.get(m.LeaseActivity, row.id)
-        if activity is not None:   # idle counts from the resume: the spell before it is over
-            session.delete(activity)
+        retry.idle_starts_over(session, row)   # idle counts from the resume: the spell before it is over
         record_transition(session, row, S.ACTIVE, now, ACTOR, message)
         webhooks.enqueue(session, row, webhooks.RESUMED, webhooks.park_payload(row, now, message), now)

@@ -146,6 +146,4 @@ def unpark(session, row: m.Lease) -> None:
     again with the time it had left (retry.retry_elsewhere plans a provisioning lease for its duration)."""
     row.duration = retry.unpark_for_boot(row)
     row.warned_at = None
-    activity = session.get(m.LeaseActivity, row.id)
-    if activity is not None:   # idle counts from the resume
-        session.delete(activity)
+    retry.idle_starts_over(session, row)   # idle counts from the resume

@@ -171,9 +171,7 @@ def replace(session: Session, row: m.Lease, now: int, earliest: int, *, avoid: l
     drop_servers(session, row, now)
     for alloc in list(row.allocations):
         session.delete(alloc)
-    activity = session.get(m.LeaseActivity, row.id)
-    if activity is not None:   # its VMs are new: idle counts from their reports, as after a resume
-        session.delete(activity)
+    idle_starts_over(session, row)   # its VMs are new: idle counts from their reports, as after a resume
     session.flush()
     session.expire(row, ["servers", "allocations"])
     inputs = ledger.load_inputs(session, now, settings)
@@ -191,6 +189,14 @@ def replace(session: Session, row: m.Lease, now: int, earliest: int, *, avoid: l
                               "no host can take it now; it waits in the queue again")
         ledger.write_queue_info(row, planned, now, start_by_margins.basis_now(session, row.project_id),
                                 row.eta_guarded)   # planned alone: its guard kept
+
+
+def idle_starts_over(session: Session, row: m.Lease) -> None:
+    """The lease's idle record dropped: its VMs are new or back (a re-placement, a resume), and
+    their idleness counts from their own reports, not the spell before."""
+    activity = session.get(m.LeaseActivity, row.id)
+    if activity is not None:
+        session.delete(activity)
 
 
 def plan_alone(inputs: ledger.PlannerInputs, now: int, request: LeaseRequest, avoid: list[str],
