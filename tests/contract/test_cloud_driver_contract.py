@@ -56,6 +56,10 @@ class Rig:
     def delete_volume(self, volume_id: str) -> None:
         """Remove a volume after the test (drivers never delete volumes)."""
 
+    def stop(self, server: str) -> None:
+        """The tenant stops its VM (`openstack server stop`): it is SHUTOFF once this returns."""
+        raise NotImplementedError
+
     def tenant_boot(self, project: str, flavor_id: str) -> str | None:
         """Boot as the project's member would, no host given: the server id once ACTIVE, None
         when the cloud refused it (an API error, or the server went to ERROR). The rig deletes
@@ -138,6 +142,9 @@ class SimulatedRig(Rig):
 
     def inactive_image(self):
         return "half-uploaded"
+
+    def stop(self, server):
+        self.cloud.power_off(server)
 
     def tenant_volume(self, project, size_gb):
         return self.cloud.add_volume(project, size_gb)
@@ -326,6 +333,26 @@ def test_a_shelved_server_gives_its_gpus_back_and_comes_back_on_the_named_host_w
     rig.wait("its volume attached again", lambda: cloud.volume_status(volume) == "in-use")
     assert {v.id: v.attached_to for v in cloud.project_volumes(rig.project)}[volume] == (server,)
     cloud.attach_volume(server, volume)                                   # no-op: it is attached
+
+
+def test_a_server_its_tenant_stopped_is_shelved_too_and_its_gpus_given_back(rig):
+    """A tenant may stop its VM; parking its lease must still free the GPUs (Nova shelves a
+    stopped server as it does a running one)."""
+    cloud = rig.cloud
+    lease = str(uuid.uuid4())
+    server = rig.boot("gpu-a100-1", rig.shape(gpus=1), lease)
+    rig.wait("the server to be ACTIVE", lambda: cloud.server_state(server).status == "ACTIVE")
+    rig.stop(server)
+    assert cloud.server_state(server).status == "SHUTOFF" and not cloud.gpus_released(server)
+
+    def shelved() -> bool:
+        cloud.shelve(server)
+        return cloud.server_state(server).status == "SHELVED_OFFLOADED" and cloud.gpus_released(server)
+    rig.wait("the stopped server to be shelved and offloaded, its GPUs free", shelved, timeout=300)
+    cloud.unshelve(server, "gpu-a100-1")                                  # a resume: it runs again
+    state = rig.wait("the server to be back", lambda: (s := cloud.server_state(server)).status
+                     not in ("SHELVED_OFFLOADED", "SHELVED", "BUILD") and s.status, timeout=300)
+    assert state == "ACTIVE"
 
 
 def test_a_boot_pinned_to_a_host_without_those_gpus_fails_with_no_valid_host(rig):

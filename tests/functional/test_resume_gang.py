@@ -88,3 +88,38 @@ def test_a_gang_resume_that_loses_one_vm_with_no_host_free_for_it_now_boots_the_
     assert kept not in cloud.servers() or cloud.servers()[kept]["status"] == "DELETED"
     assert not [s for s in cloud.servers().values() if s["lease_id"] == lease_id and s["status"] != "DELETED"]
     holds_at_every_instant(runtime)
+
+
+def test_a_vm_whose_shelved_snapshot_is_gone_is_booted_again_from_the_leases_image_not_failed(
+        client, runtime, engine_tick, cloud, parked_gang):
+    """Nova puts a VM whose shelved snapshot was deleted from Glance in ERROR with "Unshelve
+    attempted but the image ... cannot be found" (seen on the loopback cloud). That image is
+    the service's snapshot, not the lease's: the lease's own image still boots, so the VM is
+    lost off the shelf (booted again alone), not an image failure that ends the lease."""
+    lease_id, before = parked_gang["id"], parked_gang["before"]
+    vms = {s["instance"]: s["id"] for s in before["servers"]}
+    _, slot_at = slot(parked_gang["parked"])
+    cloud.inject_failure("unshelve_error", F.IMAGE, message="Unshelve attempted but the image "
+                         "0b6f3c5e-8c1d-4a57-9a43-5d1b9c2e7f10 cannot be found.")
+    until(runtime, engine_tick, slot_at)
+    lease = ticks_until(client, engine_tick, lease_id, "active", most=20)
+    now_vms = {s["instance"]: s["id"] for s in lease["servers"]}
+    assert now_vms[1] == vms[1] and now_vms[0] != vms[0], (vms, now_vms)
+    assert [(f[0], f[1]) for f in failures(lease)] == [("api_error", "retried")]
+    told = [e["message"] for e in events(client, lease_id) if e["kind"] == "failure"]
+    assert len(told) == 1 and "snapshot" in told[0], told
+    holds_at_every_instant(runtime)
+
+
+def test_a_single_vm_whose_shelved_snapshot_is_gone_is_booted_again_whole(client, runtime, engine_tick, cloud):
+    lease_id = client.post("/v1/leases", json={**GANG, "instances": 1}, headers=headers()).get_json()["lease"]["id"]
+    engine_tick()
+    ticks_until(client, engine_tick, lease_id, "active")
+    park.begin(runtime.engine.lifecycle, lease_id, "idle for 20 minutes")
+    _, slot_at = slot(ticks_until(client, engine_tick, lease_id, "parked"))
+    cloud.inject_failure("unshelve_error", F.IMAGE, message="Unshelve attempted but the image "
+                         "0b6f3c5e-8c1d-4a57-9a43-5d1b9c2e7f10 cannot be found.")
+    until(runtime, engine_tick, slot_at)
+    lease = ticks_until(client, engine_tick, lease_id, "active", most=40)
+    assert [(f[0], f[1]) for f in failures(lease)] == [("api_error", "retried")]
+    holds_at_every_instant(runtime)

@@ -46,6 +46,10 @@ class OpenStackRig(Rig):
         self.cleanups.append(lambda: self.admin.image.delete_image(queued, ignore_missing=True))
         return queued.id
 
+    def stop(self, server):
+        self.admin.compute.stop_server(server)
+        wait_for("the server to be SHUTOFF", lambda: self.admin.compute.get_server(server).status == "SHUTOFF")
+
     def tenant_volume(self, project, size_gb):
         storage = self.cloud.conns.project(project).block_storage   # made in the project, as its user would
         volume = storage.create_volume(size=size_gb, name=f"contract-own-{uuid.uuid4().hex[:6]}")

@@ -62,3 +62,30 @@ def test_a_host_whose_nova_compute_stops_is_down_and_back_up_after_restart(os_cl
         subprocess.run(["bash", str(script), "start", "gpu-h100-1"], check=True, capture_output=True)
     wait_for("gpu-h100-1 to be up again", lambda: {h.name: h for h in os_cloud.capacity()}["gpu-h100-1"].up,
              timeout=90, every=2)
+
+
+def test_an_operators_reserved_gpu_is_taken_out_of_the_hosts_capacity_and_given_back(os_cloud, admin):
+    """A GPU an operator reserves in Placement (a faulty one, taken out of service) is not
+    offered: capacity reads its provider's inventory again once the provider's generation
+    moved, in the same process that read it before."""
+    placement = admin.placement
+    node = next(rp for rp in placement.resource_providers() if rp.name == "gpu-a100-2")
+    gpu = next(rp for rp in placement.resource_providers(in_tree=node.id) if rp.id != node.id)
+    inventory = next(inv for inv in placement.resource_provider_inventories(gpu.id)
+                     if inv.resource_class.startswith("CUSTOM_PGPU_"))
+    assert {h.name: h.gpus for h in os_cloud.capacity()}["gpu-a100-2"] == 4   # read (and kept) once
+
+    def set_reserved(units: int) -> None:
+        provider = placement.get_resource_provider(gpu.id)
+        response = placement.put(f"/resource_providers/{gpu.id}/inventories/{inventory.resource_class}", json={
+            "resource_provider_generation": provider.generation, "total": inventory.total, "reserved": units,
+            "min_unit": 1, "max_unit": inventory.max_unit, "step_size": 1, "allocation_ratio": 1.0},
+            microversion="1.26")   # 1.26: reserved may equal the total (a GPU is one unit)
+        assert response.status_code == 200, response.text
+
+    set_reserved(1)
+    try:
+        assert {h.name: h.gpus for h in os_cloud.capacity()}["gpu-a100-2"] == 3
+    finally:
+        set_reserved(0)
+    assert {h.name: h.gpus for h in os_cloud.capacity()}["gpu-a100-2"] == 4

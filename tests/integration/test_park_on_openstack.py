@@ -11,7 +11,8 @@ import time
 import pytest
 
 from gpu_tenancy.config import idle_rules
-from tests.integration.conftest import auth, gpu_usage
+from gpu_tenancy.engine import park
+from tests.integration.conftest import auth, gpu_usage, wait_for
 from tests.integration.test_idle_on_openstack import MINUTE, report_idle
 from tests.integration.test_leases_on_openstack import api, create, placement_gpus, tick_until  # noqa: F401
 from gpu_tenancy.timeutil import parse_time
@@ -87,3 +88,44 @@ def test_an_idle_lease_is_parked_its_gpus_go_to_the_waiting_lease_and_it_resumes
     assert api.delete(f"/v1/leases/{idle['id']}", headers=auth(alice)).status_code == 204
     tick_until(os_app, api, alice, idle["id"], "ended")
     assert not any(gpu_usage(admin).values())
+
+
+def test_a_gang_resume_that_loses_one_vm_boots_it_again_alone_with_the_data_volume(os_app, api, tokens, admin):
+    """Nova cannot unshelve a VM whose shelved snapshot is gone (ERROR); the other VM comes off
+    the shelf with its disk, and only the lost one is booted again from the image
+    (engine/resume_lost.py), on another host than the one that failed it, with the lease's
+    data volume, which the lost VM held, attached to it again."""
+    alice = tokens["gt-alice"]
+    runtime = os_app.extensions["gpu_tenancy"]
+    lease = create(api, alice, shape="a100.x2", instances=2, duration="PT8H", volume={"size_gb": 1})
+    active = tick_until(os_app, api, alice, lease["id"], "active")
+    before = {s["instance"]: s["id"] for s in active["servers"]}
+    volume = active["volume"]["id"]
+    assert [a["server_id"] for a in admin.block_storage.get_volume(volume).attachments] == [before[0]]
+
+    park.begin(runtime.engine.lifecycle, lease["id"], "parked by the test")
+    parked = tick_until(os_app, api, alice, lease["id"], "parked")
+    lost_host = next(a["host"] for a in parked["allocations"] if a["instance"] == 0)
+    snapshots = [i for i in admin.image.images() if getattr(i, "instance_uuid", None) == before[0]]
+    assert len(snapshots) == 1, [(i.name, i.id) for i in snapshots]
+    admin.image.delete_image(snapshots[0])                               # VM 0 cannot come off the shelf
+
+    runtime.clock.advance(max(0, parse_time(parked["park"]["resume_by"]) - runtime.clock.now()))
+    back = tick_until(os_app, api, alice, lease["id"], "active", timeout=300)
+    after = {s["instance"]: (s["id"], s["host"]) for s in back["servers"]}
+    assert after[1][0] == before[1]                                    # unshelved: the same server
+    assert after[0][0] != before[0] and after[0][1] != lost_host, (before, after, lost_host)
+    wait_for("the lost VM to be gone", lambda: not any(s.id == before[0] for s in admin.compute.servers()))
+    for vm, (server_id, host) in after.items():
+        nova = admin.compute.get_server(server_id)
+        assert (nova.status, nova.compute_host) == ("ACTIVE", host), vm
+        assert placement_gpus(admin, server_id) == {host: 2}
+    assert [a["server_id"] for a in admin.block_storage.get_volume(volume).attachments] == [after[0][0]]
+    events = api.get(f"/v1/leases/{lease['id']}/events", headers=auth(alice)).get_json()["events"]
+    assert [e["to"] for e in events if e["to"]][-4:] == ["parked", "resuming", "provisioning", "active"]
+
+    assert api.delete(f"/v1/leases/{lease['id']}", headers=auth(alice)).status_code == 204
+    tick_until(os_app, api, alice, lease["id"], "ended")
+    assert not any(gpu_usage(admin).values())
+    wait_for("the data volume to be kept, detached", lambda: admin.block_storage.get_volume(volume).status
+             == "available")

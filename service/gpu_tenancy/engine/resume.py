@@ -216,7 +216,13 @@ def off_the_shelf(vm_index: int, state: ServerState) -> tuple[FailureClass, str]
     message = f"VM {vm_index} is {state.status} while it was being unshelved" + cloud_said(state.fault)
     if state.status == "DELETED" and not state.fault:
         return FailureClass.API_ERROR, message
-    return classify_fault(state.fault or f"server {state.id} is {state.status}"), message
+    failure = classify_fault(state.fault or f"server {state.id} is {state.status}")
+    if failure is FailureClass.IMAGE:
+        # the only image an unshelve reads is the VM's shelved snapshot, the cloud's copy of its
+        # disk (gone from Glance, or never uploaded), not the lease's image, which still boots
+        return FailureClass.API_ERROR, (f"VM {vm_index}'s shelved snapshot could not be read back, so its "
+                                        "disk is lost" + cloud_said(state.fault))
+    return failure, message
 
 
 # --- a failed resume, tried again ---------------------------------------------------------------
