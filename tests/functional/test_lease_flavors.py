@@ -216,3 +216,25 @@ def test_leftovers_the_cloud_refuses_to_remove_are_tried_again_less_and_less_oft
     assert lease["id"] not in cloud.leases_in_cloud() and flavor not in cloud.flavors()
     assert show(client, lease["id"])["flavor"] is None and runtime.engine.lifecycle.leftover_tries == {}
     assert tries[0] - start <= 10
+
+
+def test_a_tenant_server_the_cloud_hid_for_a_pass_is_still_deleted_at_the_end(client, cloud, engine_tick,
+                                                                              monkeypatch):
+    """A member's server can drop out of the lease's servers for a while and come back: resized to
+    another flavor and reverted, or soft-deleted and restored. Recorded gone meanwhile, it is
+    still the lease's at the end: deleted, not left running on the lease's GPUs past its end (the
+    lease stuck ending, its unit held)."""
+    lease = ask(client, boot="tenant")
+    engine_tick()
+    flavor = show(client, lease["id"])["flavor"]["id"]
+    server = cloud.tenant_boot("ml-vision", flavor, name="trainer")
+    engine_tick(advance=30)
+    real = cloud.lease_servers
+    monkeypatch.setattr(cloud, "lease_servers", lambda lease_id: [s for s in real(lease_id) if s.id != server])
+    engine_tick(advance=10)                                        # resized away: not the lease's flavor now
+    assert {s["id"]: s["status"] for s in show(client, lease["id"])["servers"]} == {server: "DELETED"}
+    monkeypatch.setattr(cloud, "lease_servers", real)              # the resize reverted: back on the lease's GPUs
+    assert cloud.server_state(server).status == "ACTIVE"
+    end(client, engine_tick, lease["id"])
+    assert cloud.server_state(server).status == "DELETED"
+    assert cloud.leases_in_cloud() == set() and cloud.flavors() == {}

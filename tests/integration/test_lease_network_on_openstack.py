@@ -104,3 +104,26 @@ def test_tenant_bs_network_is_refused_with_400_at_request_time_and_nothing_is_ma
         assert session.scalar(select(func.count()).select_from(m.Lease)) == 0
     runtime.engine.run_once()
     assert tagged_servers(admin) == []
+
+
+def test_a_network_shared_with_tenant_a_alone_is_one_its_lease_may_name(os_app, api, tokens, admin, projects):
+    """An RBAC share to tenant-a only: Neutron shows the service user `shared: false` for it,
+    yet tenant-a boots on it; the lease naming it is taken, and its VM gets a port there."""
+    alice = tokens["gt-alice"]
+    lab = admin.network.create_network(name="gt-rbac-lab-net", project_id=projects["tenant-b"])
+    admin.network.create_subnet(network_id=lab.id, ip_version=4, cidr="10.77.0.0/24", project_id=projects["tenant-b"])
+    share = admin.network.create_rbac_policy(object_type="network", object_id=lab.id, action="access_as_shared",
+                                             target_project_id=projects["tenant-a"])
+    lease = None
+    try:
+        lease = create(api, alice, shape="a100.x1", network="gt-rbac-lab-net")
+        assert lease["network"] == {"id": lab.id, "name": "gt-rbac-lab-net", "chosen_by": "request"}
+        active = tick_until(os_app, api, alice, lease["id"], "active")
+        [port] = ports_of(admin, active["servers"][0]["id"])
+        assert port.network_id == lab.id
+    finally:
+        if lease is not None:
+            api.delete(f"/v1/leases/{lease['id']}", headers=auth(alice))
+            tick_until(os_app, api, alice, lease["id"], "ended")
+        admin.network.delete_rbac_policy(share, ignore_missing=True)
+        admin.network.delete_network(lab, ignore_missing=True)

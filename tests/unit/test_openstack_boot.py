@@ -109,3 +109,41 @@ def test_shelve_shelves_a_server_in_every_status_nova_shelves(status, expected):
     d.conns = SimpleNamespace(service=SimpleNamespace(compute=compute))
     d.shelve("s1")
     assert compute.calls == expected
+
+
+class DeleteCompute:
+    """What delete_server calls of the service's compute proxy: a Nova with deferred delete
+    (reclaim_instance_interval) soft-deletes on a plain delete."""
+
+    def __init__(self, deferred: bool, status: str):
+        self.deferred, self.status, self.calls = deferred, status, []
+
+    def delete_server(self, server_id, ignore_missing=True, force=False):
+        self.calls.append("force" if force else "delete")
+        if self.status == "DELETED":
+            if ignore_missing and not force:
+                return
+            raise sdk.NotFoundException(message=f"Instance {server_id} could not be found.", http_status=404)
+        self.status = "SOFT_DELETED" if self.deferred and not force else "DELETED"
+
+    def get_server(self, server_id):
+        if self.status == "DELETED":
+            raise sdk.NotFoundException(message=f"Instance {server_id} could not be found.", http_status=404)
+        return SimpleNamespace(id=server_id, status=self.status, task_state=None)
+
+
+@pytest.mark.parametrize("deferred, status, calls", [
+    (False, "ACTIVE", ["delete"]),
+    (True, "ACTIVE", ["delete", "force"]),
+    (True, "SOFT_DELETED", ["force"]),      # soft-deleted by its project (or by a delete of ours before)
+])
+def test_a_server_the_cloud_only_soft_deleted_is_deleted_for_good(deferred, status, calls):
+    # soft-deleted, it kept its GPUs until Nova reclaimed it (the lease stayed ending, its GPUs held
+    # from the next lease) and its project could restore it and go on using them past the lease's end
+    compute = DeleteCompute(deferred, status)
+    d = object.__new__(OpenStackCloud)
+    d.conns = SimpleNamespace(service=SimpleNamespace(compute=compute))
+    d.delete_server("s1")
+    assert (compute.calls, compute.status) == (calls, "DELETED")
+    d.delete_server("s1")   # gone: nothing to do
+    assert compute.status == "DELETED"

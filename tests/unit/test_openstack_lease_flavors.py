@@ -42,3 +42,17 @@ def test_granting_an_existing_flavor_adds_the_project_once():
     compute = Compute(SimpleNamespace(id="f1"))
     LeaseFlavors(SimpleNamespace(compute=compute), {}).grant("lease-1", "p1")
     assert compute.added == ["p1"]
+
+
+def test_a_soft_deleted_server_with_the_lease_flavor_is_still_the_leases():
+    # a member's delete on a cloud with deferred delete (reclaim_instance_interval): the server
+    # keeps its unit and GPUs and its project may restore it. Left out, the lease's end never
+    # deleted it and waited for Nova's reclaim, ending (its GPUs held) until then
+    def server(server_id, status, flavor_name):
+        return SimpleNamespace(id=server_id, status=status, compute_host="gpu-a100-1", fault=None, task_state=None,
+                               name=server_id, project_id="p1", flavor={"original_name": flavor_name})
+    listed = [server("kept", "SOFT_DELETED", "gt-lease-lease-1"), server("gone", "DELETED", "gt-lease-lease-1"),
+              server("other", "ACTIVE", "m1.small")]
+    compute = SimpleNamespace(servers=lambda details, all_projects: listed)
+    found = LeaseFlavors(SimpleNamespace(compute=compute), {}).servers("lease-1")
+    assert [(s.id, s.status) for s in found] == [("kept", "SOFT_DELETED")]

@@ -122,7 +122,9 @@ def teardown(lc, lease_id: str) -> bool:
             except CloudError as exc:
                 log.warning("deleting server %s of lease %s: %s", cloud_id, lease_id, exc)
                 remaining += 1
-        known = {cloud_id for _, cloud_id, _ in servers}
+        # a server recorded gone may be back (a member's resize reverted, a soft delete restored): every
+        # server the cloud finds with the lease's flavor goes, save those just asked for above
+        known = {cloud_id for _, cloud_id, status in servers if status not in GONE}
         for state in lc.cloud.lease_servers(lease_id):   # booted by the tenant since the last pass
             if state.id not in known:
                 lc.cloud.delete_server(state.id)

@@ -15,7 +15,9 @@ extends_documentation_fragment:
   - openstack.cloud.openstack
 options:
   hosts:
-    description: compute node names, as Placement names their root providers
+    description: >-
+      compute hosts, as Placement names their root providers or as Nova names their
+      nova-compute service (the names host aggregates take)
     type: list
     elements: str
     required: true
@@ -50,6 +52,9 @@ from ansible_collections.openstack.cloud.plugins.module_utils.openstack import O
 
 # traits of a provider with its generation: Placement 1.6
 MICROVERSION = "1.6"
+# a hypervisor with its service host, its id its compute node's uuid (and not 2.88, whose list
+# asks every compute for its uptime: one host down and the list fails)
+HYPERVISORS = "2.53"
 
 
 class ComputeNodeTraits(OpenStackModule):
@@ -63,9 +68,20 @@ class ComputeNodeTraits(OpenStackModule):
     def provider(self, host):
         found = self.conn.placement.get("/resource_providers", params={"name": host},
                                         microversion=MICROVERSION).json()["resource_providers"]
-        if not found:
-            self.fail_json(msg=f"no resource provider named {host} in Placement (is nova-compute running there?)")
-        return found[0]["uuid"]
+        if found:
+            return found[0]["uuid"]
+        # Placement names a compute node after its hypervisor hostname, which need not be the
+        # service host the aggregates take (an FQDN, or nova.conf's host set): Nova's hypervisor
+        # list maps one to the other, and a hypervisor's id (2.53+) is its node's provider
+        url = "/os-hypervisors/detail"
+        while url:
+            body = self.conn.compute.get(url, microversion=HYPERVISORS).json()
+            for hypervisor in body.get("hypervisors", []):
+                if (hypervisor.get("service") or {}).get("host") == host:
+                    return hypervisor["id"]
+            url = next((link["href"] for link in body.get("hypervisors_links", []) if link.get("rel") == "next"),
+                       None)
+        self.fail_json(msg=f"no compute node of host {host} in Placement or Nova (is nova-compute running there?)")
 
     def run(self):
         wanted = set(self.params['traits'])

@@ -303,8 +303,17 @@ class OpenStackCloud(OpenStackNetworks, CloudDriver):
 
     def delete_server(self, server_id: str) -> None:
         # Volumes attached through the API are not deleted with the server: they come back available.
+        # A cloud with deferred delete (reclaim_instance_interval) only soft-deletes: the server keeps
+        # its GPUs until Nova reclaims it, and its project may restore it meanwhile; so it is then
+        # deleted for good (forceDelete), as is one its project soft-deleted itself.
+        compute = self.admin.compute
         try:
-            self.admin.compute.delete_server(server_id, ignore_missing=True)
+            if compute.get_server(server_id).status != "SOFT_DELETED":
+                compute.delete_server(server_id, ignore_missing=True)
+            if compute.get_server(server_id).status == "SOFT_DELETED":
+                compute.delete_server(server_id, force=True)
+        except sdk.NotFoundException:
+            pass   # gone
         except CALL_ERRORS as exc:
             raise wrap(exc, f"deleting server {server_id} failed") from exc
 

@@ -254,7 +254,7 @@ class LeaseFlavors:
                 flavor = server.flavor or {}
                 if flavor.get("original_name") != name and rc not in (flavor.get("extra_specs") or {}):
                     continue
-                if server.status in ("DELETED", "SOFT_DELETED"):
+                if server.status == "DELETED":   # SOFT_DELETED holds its unit and GPUs, and may be restored
                     continue
                 fault = (server.fault or {}).get("message") if server.status == "ERROR" else None
                 found.append(ServerState(server.id, server.status, server.compute_host, fault, server.task_state,

@@ -45,12 +45,22 @@ class OpenStackNetworks:
     def project_networks(self, project_id: str) -> list[NetworkInfo]:
         net = self.admin.network
         try:
-            found = {n.id: n for query in ({"project_id": project_id}, {"is_shared": True},
-                                           {"is_router_external": True})
+            # Neutron says `shared` of a network as the caller sees it (an RBAC share to the caller's
+            # project or to all): to the service user, a network shared with the tenant alone looks
+            # private, and one shared with the service's project alone looks shared. So whom a
+            # network is shared with is read from its RBAC policies, for this project.
+            shared = {p.object_id for target in ("*", project_id)
+                      for p in net.rbac_policies(object_type="network", action="access_as_shared",
+                                                 target_project_id=target)}
+            found = {n.id: n for query in ({"project_id": project_id}, {"is_router_external": True})
                      for n in net.networks(**query)}
+            for network_id in sorted(shared - set(found)):
+                network = net.find_network(network_id, ignore_missing=True)
+                if network is not None:
+                    found[network.id] = network
         except CALL_ERRORS as exc:
             raise wrap(exc, f"listing the networks of project {project_id} failed", F.NETWORK) from exc
-        return [NetworkInfo(n.id, n.name or n.id, n.project_id, bool(n.is_shared), bool(n.is_router_external))
+        return [NetworkInfo(n.id, n.name or n.id, n.project_id, n.id in shared, bool(n.is_router_external))
                 for n in sorted(found.values(), key=lambda n: (n.name or "", n.id))]
 
     def auto_allocation(self) -> bool:
