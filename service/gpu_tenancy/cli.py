@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+import os
 import signal
 import sys
 import threading
@@ -30,16 +31,16 @@ def main(argv: list[str] | None = None) -> int:
     db = sub.add_parser("db", help="database schema")
     db.add_argument("action", choices=["upgrade", "current"])
     db.add_argument("--db", help="database URL (default: from the config)")
-    db.add_argument("--config", help="config file (YAML)")
+    db.add_argument("--config", help="config file (YAML; default: $GPU_TENANCY_CONFIG)")
 
     engine = sub.add_parser("engine", help="run the lifecycle engine (leader or standby)")
-    engine.add_argument("--config", help="config file (YAML)")
+    engine.add_argument("--config", help="config file (YAML; default: $GPU_TENANCY_CONFIG)")
 
     whatif = sub.add_parser("whatif", help="replay the lease history under the current and proposed settings",
                             description="Replay the cloud's own lease history (the last DAYS days from the "
                                         "database, or a file --export wrote) under the current settings and "
                                         "with the --set changes, and print both side by side. Changes nothing.")
-    whatif.add_argument("--config", help="config file (YAML): the database and the planner's settings")
+    whatif.add_argument("--config", help="config file (YAML; default: $GPU_TENANCY_CONFIG): the database and the planner's settings")
     whatif.add_argument("--db", help="database URL (default: from the config)")
     whatif.add_argument("--days", type=float, default=30, help="the history: leases asked for in the last DAYS days")
     whatif.add_argument("--until", help="the history's end (RFC 3339; default now)")
@@ -82,6 +83,9 @@ class BadConfig(Exception):
 
 def load_config(path: str | None) -> Config:
     import yaml
+    # without --config, the file the API's workers read (wsgi.py): an operator who exported it for
+    # gunicorn ran `db upgrade` or `engine` on ./gpu-tenancy.db and the simulated cloud, unwarned
+    path = path or os.environ.get("GPU_TENANCY_CONFIG") or None
     try:
         return Config.load(path)
     except (OSError, ValueError, yaml.YAMLError) as exc:
@@ -134,6 +138,12 @@ def run_demo(args) -> int:
         with session_scope(runtime.sessions) as session:
             n = seed_history(session, runtime.clock.now(), args.history_days, settings=runtime.planner_settings)
         print(f"gave the demo {n} past leases over {args.history_days:g} days")
+    from werkzeug.serving import make_server
+    try:   # before the banner: a port another program holds (an older demo) must not be shown as this demo's
+        server = make_server(args.host, args.port, app, threaded=True)
+    except (OSError, SystemExit):   # werkzeug has said why (the port in use) and exits
+        runtime.engine.stop()
+        return 1
     base = f"http://{args.host}:{args.port}"
     print(f"""
 gpu-tenancy demo: the embedded default (SQLite at {redact(config.database_url)},
@@ -154,8 +164,6 @@ Ask for two A100 GPUs for a day:
 """, flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    from werkzeug.serving import make_server
-    server = make_server(args.host, args.port, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -180,18 +180,27 @@ class Config:
     def load(cls, path: str | None = None, **overrides) -> "Config":
         values: dict = {}
         if path:
-            values.update(yaml.safe_load(Path(path).read_text()) or {})
+            read = yaml.safe_load(Path(path).read_text())
+            if read is not None and not isinstance(read, dict):   # else dict.update's words, naming no option
+                raise ValueError(f"the file holds a {type(read).__name__}, not the options: write one "
+                                 "`name: value` per line, such as `database_url: sqlite:///gpu-tenancy.db`")
+            values.update(read or {})
         known = {f.name: f for f in fields(cls)}
         for name, f in known.items():
-            env = os.environ.get("GPU_TENANCY_" + name.upper())
-            if env is not None and f.type in ("str", "str | None"):
-                values[name] = env
-            elif env is not None and f.type in ("int", "int | None"):
-                values[name] = int(env)
-            elif env is not None and f.type in ("float", "float | None"):
-                values[name] = float(env)
-            elif env is not None and f.type == "bool":
-                values[name] = env.lower() in ("1", "true", "yes")
+            variable = "GPU_TENANCY_" + name.upper()
+            env = os.environ.get(variable)
+            try:   # a number that is not one names its variable, not only int()'s words
+                if env is not None and f.type in ("str", "str | None"):
+                    values[name] = env
+                elif env is not None and f.type in ("int", "int | None"):
+                    values[name] = int(env)
+                elif env is not None and f.type in ("float", "float | None"):
+                    values[name] = float(env)
+                elif env is not None and f.type == "bool":
+                    values[name] = env.lower() in ("1", "true", "yes")
+            except ValueError:
+                kind = "a whole number" if f.type.startswith("int") else "a number"
+                raise ValueError(f"{variable}={env!r}: {name} must be {kind}") from None
         values.update({k: v for k, v in overrides.items() if v is not None})
         unknown = set(values) - set(known)
         if unknown:

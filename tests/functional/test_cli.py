@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -80,6 +81,22 @@ def test_demo_starts_and_a_lease_from_the_readme_becomes_active(tmp_path):
     assert proc.returncode == 0
 
 
+@pytest.mark.skipif(bool(PG_URL), reason="the demo runs on its own SQLite file; once per suite is enough")
+def test_a_demo_whose_port_is_taken_says_so_and_shows_no_url(tmp_path):
+    """It printed its banner (the URLs, the curl lines: another program's there) and only then
+    found the port taken."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "gpu_tenancy.cli", "demo", "--port", str(port),
+                               "--db", f"sqlite:///{tmp_path / 'demo.db'}"], capture_output=True, text=True,
+                              cwd=tmp_path, timeout=120)
+    assert proc.returncode == 1
+    assert f"Port {port} is in use" in proc.stderr
+    assert "curl" not in proc.stdout and f":{port}" not in proc.stdout
+
+
 def test_whatif_on_a_database_without_the_schema_says_so_in_a_line(tmp_path, capsys):
     """`gpu-tenancy demo` keeps its leases in gpu-tenancy-demo.db, `whatif` reads the config's
     database (gpu-tenancy.db by default): run after the demo, it found no leases table and
@@ -100,6 +117,39 @@ def test_a_config_file_missing_or_wrong_is_one_line_and_exit_2(tmp_path, capsys,
     wrong.write_text("databse_url: sqlite:///x.db\n")
     assert main([*command, "--config", str(wrong)]) == 2
     assert "unknown configuration options: databse_url" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["db", "upgrade"], ["engine"], ["whatif", "--set", "weight.ml-vision=2"]])
+def test_without_config_the_file_gpu_tenancy_config_names_is_read(tmp_path, capsys, monkeypatch, command):
+    """As the API's workers read it (wsgi.py): exported for gunicorn, it was ignored by `db upgrade`
+    and `engine`, which ran on ./gpu-tenancy.db and the simulated cloud without a word."""
+    monkeypatch.chdir(tmp_path)
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text("databse_url: sqlite:///x.db\n")
+    monkeypatch.setenv("GPU_TENANCY_CONFIG", str(wrong))
+    assert main(command) == 2
+    assert f"the config {wrong}: unknown configuration options: databse_url" in capsys.readouterr().err
+    assert not (tmp_path / "gpu-tenancy.db").exists()
+
+
+@pytest.mark.parametrize("text", ["- database_url: sqlite:///x.db\n", "database_url sqlite:///x.db\n"])
+def test_a_config_file_that_is_not_a_mapping_says_what_to_write(tmp_path, capsys, text):
+    """A list or a bare string was told as dict.update's "dictionary update sequence element #0
+    has length 1; 2 is required"."""
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text(text)
+    assert main(["db", "upgrade", "--config", str(wrong)]) == 2
+    err = capsys.readouterr().err
+    assert "dictionary update" not in err and "not the options: write one `name: value` per line" in err
+
+
+@pytest.mark.parametrize("name, value, kind", [("MAX_WAITING_LEASES_PER_USER", "lots", "a whole number"),
+                                               ("WEBHOOK_TIMEOUT_SECONDS", "5s", "a number")])
+def test_a_variable_that_is_not_a_number_is_named(capsys, monkeypatch, name, value, kind):
+    """It was int()'s words alone: "invalid literal for int() with base 10: 'lots'"."""
+    monkeypatch.setenv("GPU_TENANCY_" + name, value)
+    assert main(["engine"]) == 2
+    assert f"GPU_TENANCY_{name}='{value}': {name.lower()} must be {kind}" in capsys.readouterr().err
 
 
 def test_a_sigterm_that_another_thread_takes_still_stops_the_wait():

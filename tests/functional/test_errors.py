@@ -73,6 +73,21 @@ def test_unknown_fields_are_named(client):
     assert "'gpu'" in api_error(response, 400)["detail"]
 
 
+@pytest.mark.parametrize("method, body, told", [
+    ("POST", {"shape": "a100.x1", "duration": "PT1H", "volume": {"size": 100}}, '{"size_gb": N}'),
+    ("POST", {"shape": "a100.x1", "duration": "PT1H", "volume": {"id": ""}}, '{"id": "<volume id>"}'),
+    ("POST", {"shape": "a100.x1", "duration": 3.5}, "24h"),
+    ("PATCH", {}, '{"end": "<RFC 3339 time>"}'),
+    ("PATCH", {"end": "2026-12-09T10:00:00Z", "duration": "48h"}, "one of the two"),
+])
+def test_a_value_of_the_wrong_form_is_told_the_forms_it_may_take(client, lease_id, method, body, told):
+    """A value that may take one of several forms was refused as "... is not valid under any of
+    the given schemas", which tells a newcomer nothing of what to send."""
+    path = "/v1/leases" if method == "POST" else f"/v1/leases/{lease_id}"
+    detail = api_error(client.open(path, method=method, json=body, headers=ADMIN), 400)["detail"]
+    assert "given schemas" not in detail and told in detail, detail
+
+
 @pytest.mark.parametrize("method, path", WRITES)
 def test_a_body_over_1_mib_is_413(client, lease_id, method, path):
     data = b'{"name": "' + b"x" * (1024 * 1024) + b'"}'

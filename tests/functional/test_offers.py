@@ -204,3 +204,17 @@ def test_a_waiting_preemptible_create_is_offered_nothing_and_nothing_fails(clien
     assert reply.status_code == 201 and reply.get_json()["lease"]["status"] == "queued", reply.get_json()
     assert reply.get_json()["offers"] == []
     assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
+
+
+@pytest.mark.parametrize("fit", [False, True], ids=["replanned", "fitted"])
+def test_a_create_that_takes_the_last_free_gpus_is_offered_nothing(client, runtime, fit):
+    """It starts as asked: there is nothing to offer. Replanned after its create, the offers
+    were worked out for the lease as it was made (queued), with its own new hold in the plan,
+    so a lease taking the last A100s was told to take H100 instead or wait for itself, and
+    taking either was a 409."""
+    runtime.fits.min_waiting = 0 if fit else 10**6
+    first = client.post("/v1/leases", json=ASK, headers=headers())
+    assert first.status_code == 201 and first.get_json()["offers"] == []
+    last = client.post("/v1/leases", json=ASK, headers=headers())
+    assert last.status_code == 201 and last.get_json()["lease"]["status"] == "scheduled", last.get_json()
+    assert last.get_json()["offers"] == []

@@ -34,6 +34,14 @@ def cli(demo, tmp_path):
 ADMIN = {"OS_GPU_NOAUTH_ROLES": "admin"}
 
 
+def test_an_endpoint_given_with_the_apis_version_works(demo, tmp_path):
+    """The demo prints the API as .../v1, and catalogs often version endpoints: with
+    OS_ENDPOINT=.../v1 every command asked /v1/v1/... and answered a bare 404."""
+    cli = OpenStackCLI(tmp_path, OS_AUTH_TYPE="none", OS_ENDPOINT=demo.rstrip("/") + "/v1/",
+                       OS_GPU_NOAUTH_PROJECT="ml-vision", OS_GPU_NOAUTH_USER="alice")
+    assert {row["GPU Model"] for row in cli.json("gpu", "capacity")} == {"A100", "H100"}
+
+
 def test_capacity_shows_each_gpu_model_of_the_demo_cloud(cli):
     rows = {row["GPU Model"]: row for row in cli.json("gpu", "capacity")}
     assert rows["A100"]["Hosts"] == 4 and rows["A100"]["GPUs"] == 32 and rows["A100"]["Largest Free Block"] == 8

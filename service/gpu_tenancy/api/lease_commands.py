@@ -9,7 +9,7 @@ NAME = {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"^[^\x00
 TIME = {"type": "string", "minLength": 1, "maxLength": 64}
 DURATION = {"oneOf": [{"type": "string", "minLength": 2, "maxLength": 64},
                       {"type": "integer", "minimum": 1, "maximum": 10 * 365 * 86400}],
-            "description": "ISO 8601 (PT24H, P2D), a number with a unit (24h, 90m, 7d), Slurm's "
+            "description": "a duration: ISO 8601 (PT24H, P2D), a number with a unit (24h, 90m, 7d), Slurm's "
                            "[D-]HH:MM:SS (1-00:00:00), or whole seconds, at least 60"}
 
 CREATE = {
@@ -28,7 +28,9 @@ CREATE = {
             {"type": "object", "additionalProperties": False, "required": ["size_gb"],
              "properties": {"size_gb": {"type": "integer", "minimum": 1, "maximum": 65536}}},
             {"type": "object", "additionalProperties": False, "required": ["id"],
-             "properties": {"id": {"type": "string", "minLength": 1, "maxLength": 64}}}]},
+             "properties": {"id": {"type": "string", "minLength": 1, "maxLength": 64}}}],
+                   "description": 'a new volume, {"size_gb": N} (1 to 65536 GB), or one of the project\'s '
+                                  'volumes, {"id": "<volume id>"} (GET /v1/volumes)'},
         "key_name": {"type": "string", "minLength": 1, "maxLength": 255},
         "user_data": {"type": "string", "maxLength": 65535},
         "priority": {"type": "integer", "minimum": -100, "maximum": 100},
@@ -59,6 +61,8 @@ UPDATE = {
     # a new end or a new duration, not both; `shrink` only beside one of them
     "oneOf": [{"required": ["end"], "not": {"required": ["duration"]}},
               {"required": ["duration"], "not": {"required": ["end"]}}],
+    "description": 'a new end, {"end": "<RFC 3339 time>"}, or a new duration, {"duration": "<duration>"}: '
+                   'one of the two, with "shrink": true to make the lease shorter',
     "properties": {"end": TIME, "duration": DURATION,
                    "shrink": {"type": "boolean", "description": "the change may make the lease shorter (without "
                                                                 "it, a change that would is refused: 409)"}},

@@ -124,6 +124,10 @@ def check(schema: dict, value: Any) -> None:
         error = errors[0]
         where = "/".join(str(p) for p in error.absolute_path)
         message = error.message
+        described = error.schema.get("description") if isinstance(error.schema, dict) else None
+        if error.validator in ("oneOf", "anyOf") and described:
+            # jsonschema says only "... is not valid under any of the given schemas": say what is
+            message = f"{json.dumps(error.instance, default=str)[:100]} is not valid; expected {described}"
         if len(message) > 300:  # jsonschema quotes the whole value; keep replies short
             message = message[:300] + "…"
         raise BadRequest(f"invalid input for '{where}': {message}" if where else f"invalid input: {message}",

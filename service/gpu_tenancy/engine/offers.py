@@ -20,6 +20,7 @@ import secrets
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpu_tenancy import error_codes as codes
@@ -156,10 +157,14 @@ def for_waiting(transaction: Transaction, now: int, settings: PlannerSettings, o
                 row: m.Lease) -> list[Signed]:
     """The offers for a lease just made that waits, each replacing it when taken. A courtesy
     of the answer: if they cannot be computed, the answer goes without them."""
-    if row.status != S.QUEUED.value:
+    if row.status != S.QUEUED.value:   # written with its place (a fitted create): no query
         return []
     try:
         with transaction() as session:
+            # as the replan left it: `row` is the lease as it was made (queued), and a lease the
+            # replan started now would be offered a copy of itself planned after its own hold
+            if session.scalar(select(m.Lease.status).where(m.Lease.id == row.id)) != S.QUEUED.value:
+                return []
             inputs = ledger.load_inputs(session, now, settings)
             inputs.waiting = [w for w in inputs.waiting if w.lease_id != row.id]   # instead of it
             request = replace(ledger.request_from_row(row), created_at=now)

@@ -46,6 +46,14 @@ class ApiError(exceptions.CommandError):
         self.status = status
 
 
+def service_root(endpoint: str) -> str:
+    """The service's root URL: every path asked carries the API's version (/v1/...), so an
+    endpoint given with it (as the demo prints the API's URL, or a catalog that versions its
+    endpoints) loses it here, rather than every command answering 404 for /v1/v1/..."""
+    root = endpoint.rstrip("/")
+    return root[:-len("/v1")] if root.endswith("/v1") else root
+
+
 class GpuClient:
     def __init__(self, http: adapter.Adapter, project_id: str | None):
         self.http = http
@@ -75,7 +83,7 @@ class GpuClient:
         if project_id is None and instance.auth_ref is not None:
             project_id = instance.auth_ref.project_id
         http = adapter.Adapter(session=instance.session, service_type=SERVICE_TYPE,
-                               endpoint_override=endpoint.rstrip("/"), additional_headers=headers,
+                               endpoint_override=service_root(endpoint), additional_headers=headers,
                                client_name="gpu-tenancy-osc")
         return cls(http, project_id)
 
