@@ -3,10 +3,12 @@ the NaN finding): each is a 4xx in the OpenStack error form, and changes nothing
 from __future__ import annotations
 
 import re
+import tracemalloc
 from urllib.parse import quote
 
 import pytest
 
+from gpu_tenancy.api.validation import MAX_DEPTH, too_deep
 from tests.conftest import headers
 from tests.functional.test_dashboard import login
 from tests.functional.test_errors import api_error
@@ -49,6 +51,26 @@ def test_nesting_under_the_parser_limit_is_refused_before_anything_walks_it(clie
     reply = client.post("/v1/leases", data=body, content_type="application/json", headers=headers())
     api_error(reply, status)
     assert client.get("/v1/leases", headers=headers()).get_json()["leases"] == []
+
+
+@pytest.mark.parametrize("value, limit, deep", [(0, 0, False), ([], 0, True), ([], 1, False), ([[1]], 1, True),
+                                                ({"a": [{"b": []}]}, 3, True), ({"a": [{"b": 1}]}, 3, False),
+                                                ([0] * 1000 + [[[]]], 2, True)])
+def test_the_depth_check_counts_levels_of_arrays_and_objects(value, limit, deep):
+    assert too_deep(value, limit) is deep
+
+
+def test_the_depth_check_walks_the_arrays_and_objects_only():
+    """The walk kept every value of the body on its stack in turn: a flat array of 400,000 numbers
+    (under 1 MiB) took a third of a second of a worker's CPU, ten times its parse, before any check."""
+    flat = [0] * 400_000
+    tracemalloc.start()
+    try:
+        assert not too_deep(flat, MAX_DEPTH) and not too_deep({"name": flat}, MAX_DEPTH)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 100_000, peak    # no entry per number (the stack held some 30 MB of them)
 
 
 @pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])

@@ -111,3 +111,19 @@ def test_done_leaves_an_audit_record_of_who_said_it(client, engine_tick, by_vm):
     done = [r for r in records if r["action"] == "lease.done"]
     assert len(done) == 1 and done[0]["user_id"] == (None if by_vm else "mallory"), records
     assert (done[0]["before"]["status"], done[0]["after"]["status"]) == ("active", "ending")
+
+
+def test_the_body_is_read_once_the_sender_is_known(client, engine_tick):
+    """The body was read before the secret (or the token) was checked: anyone who could reach
+    the port, with any X-Lease-Token, had the service parse and walk a body of up to 1 MiB (a
+    flat array of numbers: a third of a second of a worker's CPU each)."""
+    lease, _ = active(client, engine_tick)
+    flat = "[" + ",".join(["0"] * 300_000) + "]"
+    for url, sender, refused in ((f"/v1/leases/{lease}/done", {"X-Lease-Token": "guess"}, 403),
+                                 ("/v1/leases/00000000-0000-0000-0000-000000000000/done", {"X-Lease-Token": "guess"},
+                                  404),
+                                 (f"/v1/leases/{lease}/done", headers("nlp-lab"), 404),
+                                 (f"/v1/leases/{lease}/done", headers(roles="reader"), 403)):
+        answer = client.post(url, data=flat, content_type="application/json", headers=sender)
+        assert answer.status_code == refused, (url, sender, answer.get_json())
+    assert status(client, lease) == "active"

@@ -139,6 +139,19 @@ def test_projects_of_one_rank_are_not_listed_to_a_member_in_the_order_of_their_i
     assert others == sorted(others, reverse=True) and others[-1] == 2   # by figures: aaa-lab's 2 GPUs come last
 
 
+@pytest.mark.parametrize("first, second", [("aaa-lab", "zzz-lab"), ("zzz-lab", "aaa-lab")])
+def test_unnamed_rows_that_tie_on_some_figures_are_not_listed_in_the_order_of_their_ids(client, first, second):
+    """The order above took some of a row's figures: rows that tied on those and differed only in
+    another (what they may borrow, their weight) were still listed by project id."""
+    for project, borrow, weight in ((first, 2, 1), (second, 6, 3)):   # unused: both rank with the demo's two
+        ok(client.put(f"/v1/quotas/{project}", headers=ADMIN, json={"quota": {"gpu_models": {"A100": {
+            "gpus": 4, "borrow_gpus": borrow, "weight": weight}}}}))
+    rows = ok(client.get("/v1/share?gpu_model=A100", headers=VISION))["share"]["projects"]
+    assert len({r["rank"] for r in rows}) == 1
+    tied = [(r["borrow_gpus"], r["weight"]) for r in rows if r["hidden"] and r["nominal_gpus"] == 4]
+    assert tied == [(6, 3.0), (2, 1.0)]   # by figures, whichever project id is the smaller
+
+
 def test_decayed_use_and_weight_rank_projects_as_the_planner_starts_their_leases(client, engine_tick):
     """Three labs with different recent use and weights each queue a lease needing the whole
     A100 pool behind a blocker, in the opposite of their fair-share order: /v1/share's rank is

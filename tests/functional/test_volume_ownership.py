@@ -45,6 +45,20 @@ def test_a_cloud_that_does_not_answer_is_a_503_with_its_words_for_operators_only
     assert ask(client, own).status_code == 201
 
 
+@pytest.mark.parametrize("volume_id", ["detail?all_tenants=1", "../../os-quota-sets/nlp-lab", "detail",
+                                       "00000000-0000-0000-0000-000000000000/metadata", "%2e%2e"])
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_volume_id_that_is_no_volume_id_is_refused_before_the_cloud_is_asked(client, cloud, monkeypatch,
+                                                                               volume_id, dry_run):
+    """The id goes into the path of the cloud's request, made with the service's admin rights:
+    openstacksdk joins it to /volumes/ as it is, and the '..' are resolved, so that any member
+    had Cinder answer "detail?all_tenants=1" (every project's volumes) or any other of its paths."""
+    asked: list[str] = []
+    monkeypatch.setattr(cloud, "check_volume_owner", lambda project_id, vid: asked.append(vid))
+    assert api_error(ask(client, volume_id, dry_run), 400)["code"] == "gpu_tenancy.invalid_input"
+    assert asked == [] and client.get("/v1/leases", headers=headers()).get_json()["leases"] == []
+
+
 class FakeCinder:
     def __init__(self, volumes: dict):
         self.volumes = volumes

@@ -24,9 +24,18 @@ def respond(status: int, code: str, title: str, detail: str) -> Response:
     return response
 
 
+def blazar_path() -> bool:
+    """The Blazar API's URL. Its blueprint's handlers answer the errors of its routes, but not
+    those raised before a route matched (none did: the 401, a NUL in the query), nor those of
+    a status the app has a handler of (Flask looks for the status first: 413)."""
+    return request.path.startswith(blazar_errors.PREFIX)
+
+
 def register(app: Flask) -> None:
     @app.errorhandler(ServiceError)
     def _service_error(exc: ServiceError) -> Response:
+        if blazar_path():
+            return blazar_errors.blazar_error(exc.status, exc.detail)
         response = respond(exc.status, exc.code, exc.title, exc.detail)
         if isinstance(exc, TooManyRequests):
             response.headers["Retry-After"] = str(exc.retry_after)
@@ -34,13 +43,14 @@ def register(app: Flask) -> None:
 
     @app.errorhandler(RequestEntityTooLarge)
     def _too_large(exc: RequestEntityTooLarge) -> Response:
-        limit = app.config["MAX_CONTENT_LENGTH"] // 1024
-        return respond(413, "gpu_tenancy.request_too_large", "Request Entity Too Large",
-                       f"the request body is over the limit of {limit} KiB")
+        detail = f"the request body is over the limit of {app.config['MAX_CONTENT_LENGTH'] // 1024} KiB"
+        if blazar_path():
+            return blazar_errors.blazar_error(413, detail)
+        return respond(413, "gpu_tenancy.request_too_large", "Request Entity Too Large", detail)
 
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException) -> Response:
-        if request.path.startswith(blazar_errors.PREFIX):   # no route matched, so no blueprint's handler
+        if blazar_path():   # no route matched, so no blueprint's handler
             return blazar_errors.http_error(exc)
         detail = exc.description or exc.name
         response = respond(exc.code or 500, f"gpu_tenancy.{(exc.name or 'error').lower().replace(' ', '_')}",

@@ -75,7 +75,6 @@ def done(lease_id: str):
     if not secret and not confirmed_identity():
         raise Unauthorized(f"the lease's secret ({TOKEN_HEADER}) or a project-scoped token (X-Auth-Token) "
                            "is required", codes.NO_LEASE_TOKEN)
-    body = json_body(DONE) if request.get_data(cache=True) else {}
     cfg = rt.runtime().config
 
     def end(session, hook):
@@ -85,6 +84,9 @@ def done(lease_id: str):
             # refused whatever identity comes with it: it would pass as the member's and be told as the VM's
             raise Forbidden(f"the secret given ({TOKEN_HEADER}) is not lease {row.id}'s", "gpu_tenancy.policy")
         authorize(row, "lease:done", secret)
+        # read once the sender is known (as the readiness and utilisation reports are): the route
+        # takes requests without a token, and anyone could have had the service parse 1 MiB
+        body = json_body(DONE) if request.get_data(cache=True) else {}
         actor = "guest" if secret else rt.context().user_id
         where = f"VM {body['instance']}" if "instance" in body else ("the VM" if secret else "the user")
         why = f"the work is done, said {where}" + (f": {body['detail']}" if body.get("detail") else "")

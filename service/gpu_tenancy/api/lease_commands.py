@@ -6,6 +6,11 @@ from gpu_tenancy.domain.lease_ask import Boot, EndChange, LeaseAsk, VolumeAsk
 from gpu_tenancy.timeutil import duration_field, time_field
 
 NAME = {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"^[^\x00-\x1f]*$"}
+# A volume's id, as Cinder makes them (GET /v1/volumes lists them): it goes into the path of the
+# cloud's request with the service's admin rights (openstacksdk does not quote it), where anything
+# else names another of Cinder's paths ("detail?all_tenants=1": every project's volumes)
+VOLUME_ID = {"type": "string", "pattern": r"^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-"
+                                          r"[0-9A-Fa-f]{12}$", "description": "the id of a volume of the project"}
 TIME = {"type": "string", "minLength": 1, "maxLength": 64}
 DURATION = {"oneOf": [{"type": "string", "minLength": 2, "maxLength": 64},
                       {"type": "integer", "minimum": 1, "maximum": 10 * 365 * 86400}],
@@ -28,7 +33,7 @@ CREATE = {
             {"type": "object", "additionalProperties": False, "required": ["size_gb"],
              "properties": {"size_gb": {"type": "integer", "minimum": 1, "maximum": 65536}}},
             {"type": "object", "additionalProperties": False, "required": ["id"],
-             "properties": {"id": {"type": "string", "minLength": 1, "maxLength": 64}}}],
+             "properties": {"id": VOLUME_ID}}],
                    "description": 'a new volume, {"size_gb": N} (1 to 65536 GB), or one of the project\'s '
                                   'volumes, {"id": "<volume id>"} (GET /v1/volumes)'},
         "key_name": {"type": "string", "minLength": 1, "maxLength": 255},

@@ -211,19 +211,26 @@ def rename(lease_id: str, name: str) -> None:
         rt.audit(session, "lease.update", row.id, row.project_id, before, render(row))
 
 
-def end_lease(lease_id: str, undo: bool = False) -> None:
+def end_lease(lease_id: str, undo: bool = False, name: str | None = None) -> None:
     """Cancel a waiting lease or end a running one (authorized, audited, asked of the
     decision service). Also the Blazar API's. `undo`: the service takes back a lease this very
     request made (api/blazar/leases.py: create), neither the caller's cancel to authorize nor
-    an end to ask the decision service about: whoever may make a lease, no lease is left behind."""
+    an end to ask the decision service about: whoever may make a lease, no lease is left behind.
+    `name`: the Blazar API's update that also renames the lease (authorized as an update by its
+    caller): in the same transaction, so that an end refused leaves the name as it was."""
     cfg = rt.runtime().config
 
     def end(session: Session, hook: DecisionHook) -> None:
-        row = load(session, lease_id)
+        # the lease undone is the one this request made, whether or not its caller may read it
+        row = load_any(session, lease_id) if undo else load(session, lease_id)
         if not undo:
             rt.authorize("lease:delete", row.project_id)
+        if name is not None:   # the name's lock before the ledger's
+            leases.name_lock(session, row.project_id, name)
         leases.lock_for_change(session, row)   # the lease as it is, until this commits
         before = render(row)
+        if name is not None:
+            leases.rename(session, rt.now(), row, name, rt.caller().user_id)
         leases.cancel(session, rt.now(), cfg, rt.planner_settings(), row, rt.caller().user_id, hook)
         rt.audit(session, "lease.delete", row.id, row.project_id, before, render(row))
     decide(DecisionHook() if undo else DecisionHook.from_config(cfg), rt.transaction, end)

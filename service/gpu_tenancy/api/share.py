@@ -46,6 +46,13 @@ def render_row(row: Standing, shown: bool, charged: bool = False) -> dict:
     }
 
 
+def figures(row: Standing) -> tuple:
+    """Every figure a row shows: rows of one rank that tie on some of them are still ordered by
+    the others (a sort stable on the standings' order, by project id, would tell the ids' order)."""
+    return (-row.nominal, -row.in_use, -row.decayed_gpu_hours, row.waiting, -row.borrow_limit, -row.borrowed,
+            -row.weight, row.score, row.charge)
+
+
 @bp.get("")
 def show() -> ResponseReturnValue:
     rt.authorize("share:show")
@@ -57,8 +64,7 @@ def show() -> ResponseReturnValue:
         check_gpu_model(session, model)
         rows = share.standings(session, now, settings, model)
     if not everyone:   # rows of one rank in the order of their figures: by project id would tell the ids' order
-        rows.sort(key=lambda row: (row.gpu_model, row.rank, row.project_id != own, -row.nominal, -row.in_use,
-                                   -row.decayed_gpu_hours, row.waiting))
+        rows.sort(key=lambda row: (row.gpu_model, row.rank, row.project_id != own, *figures(row)))
     return {"share": {"now": rfc3339(now), "gpu_model": model, "half_life": settings.fairshare_half_life,
                       "projects": [render_row(row, everyone or row.project_id == own,
                                               settings.queued_charge is not None) for row in rows]}}

@@ -56,15 +56,16 @@ def too_deep_error() -> BadRequest:
 
 
 def too_deep(value: Any, limit: int) -> bool:
-    """Whether arrays and objects nest more than `limit` levels (walked without recursion)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (dict, list)):
-            if depth > limit:
-                return True
-            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
-    return False
+    """Whether arrays and objects nest more than `limit` levels: walked a level at a time, without
+    recursion, keeping only the arrays and objects (a walk that took every value in turn spent
+    ten times the parse on a flat array of numbers: a third of a second for one of 1 MiB)."""
+    level = [value] if isinstance(value, (dict, list)) else []
+    for _ in range(limit):
+        level = [child for item in level for child in (item.values() if isinstance(item, dict) else item)
+                 if isinstance(child, (dict, list))]
+        if not level:
+            return False
+    return bool(level)
 
 
 def whole_numbers(value: Any) -> Any:

@@ -130,16 +130,20 @@ def update(lease_id: str) -> ResponseReturnValue:
         rt.authorize("lease:update", row.project_id)
         start, end = view.window(row)
         changes = asks.update(given, row, start, end, rt.now(), LeaseState(row.status) in FINAL)
-    if changes.end is not None:   # and the name, in one transaction: a taken name refuses the whole update
+    # a new end and the name in one transaction: a taken name, or an end refused, refuses the whole update
+    if changes.end is not None:
         native.change_end(lease_id, changes.end, changes.name)
+        rt.runtime().wake_engine()
+    elif changes.end_now:   # an end that has come: the lease ends (a waiting one is cancelled), as on DELETE
+        native.end_lease(lease_id, name=changes.name)
         rt.runtime().wake_engine()
     elif changes.name is not None:
         native.rename(lease_id, changes.name)
-    if changes.end_now:   # an end that has come: the lease ends (a waiting one is cancelled), as on DELETE
-        native.end_lease(lease_id)
-        rt.runtime().wake_engine()
     with rt.transaction() as session:
-        return {"lease": view.render_one(session, load(session, lease_id))}
+        # the lease this update ended: one not started yet was cancelled, which load() hides (a
+        # deleted lease), but the answer shows the update made (TERMINATED), not a 404
+        row = native.load(session, lease_id) if changes.end_now else load(session, lease_id)
+        return {"lease": view.render_one(session, row)}
 
 
 @bp.delete("/leases/<lease_id>")
