@@ -113,3 +113,20 @@ def test_odd_characters_in_a_dashboard_lease_id_name_no_lease(client, lease_id):
         reply = client.post(f"{path}/{action}", data={"csrf_token": csrf, "hours": "1"})
         # extend reads the lease first (the page's 404); cancel says "not cancelled" on the next page
         assert reply.status_code == (404 if action == "extend" else 302), (action, reply.status_code)
+
+
+@pytest.mark.parametrize("key_name", ["../servers/detail?all_tenants=1", "mine?user_id=someone-else", "..", "a/b",
+                                      "k\u00e9y", "mine#x"])
+def test_a_key_name_that_nova_would_not_make_is_refused_before_anything_is_made(client, key_name):
+    """The name goes into the path of the service's admin request for the user's key pair at
+    boot (openstacksdk joins it as it is): only Nova's own key pair names are taken."""
+    reply = client.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT1H", "key_name": key_name},
+                        headers=headers())
+    assert api_error(reply, 400)["code"] == "gpu_tenancy.invalid_input"
+    assert client.get("/v1/leases", headers=headers()).get_json()["leases"] == []
+
+
+def test_a_key_name_as_nova_makes_them_is_taken(client):
+    reply = client.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT1H",
+                                            "key_name": "alice@laptop key_2.old-1"}, headers=headers())
+    assert reply.status_code == 201, reply.get_json()

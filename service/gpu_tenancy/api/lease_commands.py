@@ -36,7 +36,9 @@ CREATE = {
              "properties": {"id": VOLUME_ID}}],
                    "description": 'a new volume, {"size_gb": N} (1 to 65536 GB), or one of the project\'s '
                                   'volumes, {"id": "<volume id>"} (GET /v1/volumes)'},
-        "key_name": {"type": "string", "minLength": 1, "maxLength": 255},
+        # Nova's own key pair names (2.92: letters, digits, space, _ - @ .): the name goes into the
+        # path of the service's admin request for the user's key (openstacksdk does not quote it)
+        "key_name": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"^(?!\.+$)[-_@. A-Za-z0-9]+$"},
         "user_data": {"type": "string", "maxLength": 65535},
         "priority": {"type": "integer", "minimum": -100, "maximum": 100},
         "priority_class": {"type": "string", "minLength": 1, "maxLength": 64,
