@@ -234,3 +234,25 @@ def test_a_reclaim_whose_gpus_are_planned_again_stands_when_its_lease_starts_els
     engine_tick(advance=10)
     cut = client.get(f"/v1/leases/{extra['id']}", headers=VISION).get_json()["lease"]
     assert (cut["end"], cut["early_end"]["at"]) == ("2026-12-01T10:15:00Z", "2026-12-01T10:15:00Z")
+
+
+def test_a_borrower_its_owner_ends_before_its_notice_ends_ended_not_preempted(client, engine_tick):
+    """Under a reclaim notice, its owner deletes it at once (its work saved): the owner ended it,
+    not the reclaim, which it never reached. It finished `preempted` all the same, told as a
+    preemption for the other lease on the message bus."""
+    base = client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT10H"},
+                       headers=VISION).get_json()["lease"]
+    extra = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT10H"},
+                        headers=VISION).get_json()["lease"]
+    engine_tick()
+    engine_tick(advance=2 * HOUR)
+    client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT4H"}, headers=NLP)
+    engine_tick()
+    noticed = client.get(f"/v1/leases/{extra['id']}", headers=VISION).get_json()["lease"]
+    assert noticed["early_end"]["kind"] == "reclaimed", noticed
+    assert client.delete(f"/v1/leases/{extra['id']}", headers=VISION).status_code == 204
+    engine_tick(advance=10)
+    engine_tick(advance=10)
+    ended = client.get(f"/v1/leases/{extra['id']}", headers=VISION).get_json()["lease"]
+    assert ended["status"] == "ended", ended["status"]
+    assert client.get(f"/v1/leases/{base['id']}", headers=VISION).get_json()["lease"]["status"] == "active"

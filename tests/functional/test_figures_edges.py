@@ -7,6 +7,7 @@ import pytest
 from gpu_tenancy.db.session import session_scope
 from gpu_tenancy.domain.failures import FailureClass
 from gpu_tenancy.engine import reports
+from tests.conftest import headers
 from tests.functional.test_host_failure import ask, host_goes, show
 from tests.functional.test_metrics import scrape, value
 
@@ -113,3 +114,40 @@ def test_a_failed_boot_does_not_take_gpu_hours_back_from_the_allocated_counter(c
     assert show(client, booting)["status"] == "scheduled"      # retried elsewhere
     after = value(scrape(client), "gpu_tenancy_gpu_hours_allocated_total", gpu_model="A100", project_id="ml-vision")
     assert after >= before, (before, after)
+
+
+def test_a_first_boot_that_fails_for_good_is_a_first_try_failure(client, runtime, cloud, clock, engine_tick):
+    """A boot the engine fails (a class it does not retry: here the image) goes provisioning ->
+    ending -> failed, never provisioning -> failed: it was counted on neither side, as an owner's
+    cancel while booting is, and the share of first tries that worked read too high."""
+    t0 = clock.now()
+    ok = ask(client, shape="a100.x1", duration="PT1H")
+    engine_tick()
+    engine_tick(advance=30)
+    assert show(client, ok)["status"] == "active"
+    cloud.inject_failure("check_image", FailureClass.IMAGE)
+    failed = ask(client, shape="a100.x1", duration="PT1H")
+    engine_tick()
+    assert show(client, failed)["status"] in ("ending", "failed")
+    with session_scope(runtime.sessions) as session:
+        figures = reports.all_figures(session, t0 - HOUR, clock.now() + HOUR, clock.now(), 0)
+    assert figures["first_try_success"] == [
+        {"day": "2026-12-01", "attempts": 2, "first_try_active": 1, "share": 0.5}], figures["first_try_success"]
+    engine_tick(advance=30)   # its end done: failed, and still counted so
+    assert show(client, failed)["status"] == "failed"
+    with session_scope(runtime.sessions) as session:
+        figures = reports.all_figures(session, t0 - HOUR, clock.now() + HOUR, clock.now(), 0)
+    assert figures["first_try_success"][0]["attempts"] == 2
+
+
+def test_a_lease_its_owner_ends_while_it_boots_is_no_first_try(client, runtime, cloud, clock, engine_tick):
+    t0 = clock.now()
+    lease = ask(client, shape="a100.x1", duration="PT1H")
+    engine_tick()
+    assert client.delete(f"/v1/leases/{lease['id']}", headers=headers()).status_code in (200, 202, 204)
+    engine_tick()
+    engine_tick(advance=30)
+    assert show(client, lease)["status"] == "ended"
+    with session_scope(runtime.sessions) as session:
+        figures = reports.all_figures(session, t0 - HOUR, clock.now() + HOUR, clock.now(), 0)
+    assert figures["first_try_success"] == [], figures["first_try_success"]

@@ -249,3 +249,49 @@ def test_a_rescued_vm_placed_where_its_own_old_vm_is_being_released_waits_for_it
     after = show(client, lease)
     assert [(f["class"], f["action"]) for f in after["failures"]] == [("host_down", "replaced")], after["failures"]
     assert after["status"] == "active" and lost not in {s["host"] for s in after["servers"]}
+
+
+def test_a_lease_that_ran_then_lost_its_host_waits_again_past_its_latest_start_and_is_not_expired(
+        client, runtime, cloud, engine_tick):
+    """A lease asked with a latest start ran, within it; hours later its host goes down and no
+    other can take it now: it waits in the queue, first for the next host. Its latest start is
+    long past, and the replan expired it ("its latest start passed before GPUs were free for
+    it"): a lease that ran shown as one that never did, and never given its time back."""
+    host_goes(runtime, cloud, engine_tick, "gpu-h100-2", up=False)
+    now = runtime.clock.now()
+    lease = ask(client, shape="h100.x4", duration="PT8H", latest_start=rfc3339(now + 600))
+    engine_tick()
+    engine_tick(advance=30)
+    assert show(client, lease)["status"] == "active"
+    runtime.clock.advance(2 * HOUR)
+    host_goes(runtime, cloud, engine_tick, "gpu-h100-1", up=False)
+    engine_tick(advance=10)
+    waiting = show(client, lease)
+    assert waiting["status"] == "queued", waiting["status"]
+    host_goes(runtime, cloud, engine_tick, "gpu-h100-1", up=True)
+    engine_tick(advance=30)
+    back = show(client, lease)
+    assert back["status"] == "active" and back["servers"][0]["host"] == "gpu-h100-1", back["status"]
+
+
+def test_a_rescued_lease_waiting_for_a_host_does_not_rewrite_its_inventory_every_pass(
+        client, runtime, cloud, engine_tick, monkeypatch):
+    """Re-placed with no host free, a lease waits ahead of the queue; each pass plans it again
+    alone. Its class's inventory was taken off its hosts when it was moved, and stays so while
+    it waits: each pass asked the cloud again (on OpenStack, Placement calls per host every
+    tick, for every such lease, for as long as it waits)."""
+    host_goes(runtime, cloud, engine_tick, "gpu-h100-2", up=False)
+    lease = ask(client, shape="h100.x4", duration="PT8H")
+    engine_tick()
+    engine_tick(advance=30)
+    host_goes(runtime, cloud, engine_tick, "gpu-h100-1", up=False)
+    assert show(client, lease)["status"] == "queued" and lease["id"] not in cloud.lease_inventory()
+    calls = []
+    real = cloud.set_lease_inventory
+    monkeypatch.setattr(cloud, "set_lease_inventory", lambda *a: calls.append(a) or real(*a))
+    for _ in range(5):
+        engine_tick(advance=10)
+    assert calls == [] and show(client, lease)["status"] == "queued"
+    host_goes(runtime, cloud, engine_tick, "gpu-h100-1", up=True)   # placed: its inventory follows it
+    assert show(client, lease)["status"] in ("scheduled", "provisioning")
+    assert cloud.lease_inventory()[lease["id"]] == {"gpu-h100-1": 1}

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import session_scope, utcnow_naive
 from gpu_tenancy.domain.failures import FailureClass as F
 from gpu_tenancy.timeutil import parse_time
 from tests.conftest import headers
@@ -236,3 +238,29 @@ def test_a_lease_resuming_with_its_vms_still_shelved_when_its_host_goes_down_is_
     assert back["status"] == "active" and [(s["id"], s["host"]) for s in back["servers"]] == [
         (server, other_h100(host))]
     holds_at_every_instant(runtime)
+
+
+def before_end_warnings(client, lease_id: str) -> int:
+    return sum(1 for e in events(client, lease_id) if e["kind"] == "warning" and "the lease ends at" in e["message"])
+
+
+def test_a_lease_booted_again_after_its_resume_failed_is_warned_again_before_its_new_end(
+        client, runtime, engine_tick, cloud, parked):
+    """Warned before its end, then parked: a resume that fails off the shelf boots it again with
+    the time it had left, and it ends then. Its warning was for the end before the park; the
+    lease was booted again without it cleared, and ended with no warning before its new end."""
+    idle = parked["idle"]
+    lead = runtime.config.warn_before_end_seconds
+    with session_scope(runtime.sessions) as session:   # warned before it parked (as a lease of an hour is)
+        session.get_one(m.Lease, idle).warned_at = utcnow_naive(runtime.clock.now())
+    other_host_free(client, engine_tick, parked)
+    cloud.inject_failure("unshelve_error", F.NO_VALID_HOST)
+    slot_comes(client, runtime, engine_tick, idle)
+    for _ in range(11):
+        engine_tick(advance=10)
+    back = lease_of(client, idle)
+    assert back["status"] == "active" and failures(back)[0][1] == "retried", back["status"]
+    warned = before_end_warnings(client, idle)
+    until(runtime, engine_tick, parse_time(back["end"]) - lead + 60)
+    engine_tick()
+    assert before_end_warnings(client, idle) == warned + 1

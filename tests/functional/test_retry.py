@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpu_tenancy.cloud.driver import CloudError
 from gpu_tenancy.domain.failures import RULES, FailureClass, Retry, retry_delay
 from gpu_tenancy.engine import retry
 from gpu_tenancy.engine.lifecycle import Lifecycle
@@ -164,3 +165,38 @@ def test_an_internal_error_is_classified_not_raised(client, runtime, engine_tick
     engine_tick()
     shown = show(client, lease["id"])
     assert [(f["class"], f["action"]) for f in shown["failures"]] == [("internal", "failed")]
+
+
+def test_a_cloud_that_does_not_answer_while_a_vm_boots_does_not_cost_the_lease_its_vm(
+        client, runtime, cloud, engine_tick, monkeypatch):
+    """Reading a booting VM's state failed once (the compute API restarting: a 503). That is
+    not a failed attempt: the VM boots on. It was taken for one, and the VM deleted and the
+    lease re-placed after the backoff, an attempt spent (three such blips in a boot failed it)."""
+    lease = ask(client)
+    engine_tick()
+    [server] = cloud.servers()
+    real = cloud.server_state
+
+    def unavailable(server_id):
+        raise CloudError(F.API_ERROR, f"reading server {server_id} failed", "Service Unavailable (HTTP 503)")
+    monkeypatch.setattr(cloud, "server_state", unavailable)
+    engine_tick(advance=10)
+    monkeypatch.setattr(cloud, "server_state", real)
+    shown = show(client, lease["id"])
+    assert shown["status"] == "provisioning" and shown["failures"] == [], (shown["status"], shown["failures"])
+    engine_tick(advance=30)
+    shown = show(client, lease["id"])
+    assert shown["status"] == "active" and shown["servers"][0]["id"] == server
+
+
+def test_a_cloud_that_never_answers_while_a_vm_boots_times_the_boot_out(client, runtime, cloud, engine_tick,
+                                                                       monkeypatch):
+    lease = ask(client)
+    engine_tick()
+
+    def unavailable(server_id):
+        raise CloudError(F.API_ERROR, f"reading server {server_id} failed", "Service Unavailable (HTTP 503)")
+    monkeypatch.setattr(cloud, "server_state", unavailable)
+    engine_tick(advance=runtime.config.boot_timeout_seconds + 1)
+    shown = show(client, lease["id"])
+    assert [(f["class"], f["action"]) for f in shown["failures"]] == [("boot_timeout", "retried")], shown["failures"]

@@ -118,6 +118,26 @@ def test_the_warning_comes_at_the_configured_lead_time_as_event_and_signed_webho
     assert len(receiver.seen) == 1 and len(warnings(client, lease)) == 1      # once
 
 
+@pytest.mark.parametrize("volume", [None, {"size_gb": 5}])
+def test_the_warning_promises_a_kept_data_volume_only_to_a_lease_that_has_one(
+        client, runtime, receiver, hooked, engine_tick, volume):
+    """The warning said "its VMs will be deleted then and the data volume kept" to every lease:
+    an owner with no data volume read that their data would be kept, and lost their VMs' disks."""
+    body = {"shape": "a100.x1", "duration": "PT1H", **({"volume": volume} if volume else {})}
+    lease = client.post("/v1/leases", json=body, headers=headers()).get_json()["lease"]
+    engine_tick()
+    engine_tick(advance=30)
+    runtime.clock.set(runtime.clock.now() + 3600 - LEAD)
+    engine_tick()
+    [warning] = warnings(client, lease)
+    [seen] = receiver.seen
+    for said in (warning["message"], json.loads(seen[1])["message"]):
+        if volume:
+            assert "the data volume kept" in said, said
+        else:
+            assert "volume kept" not in said and "no data volume" in said, said
+
+
 def test_a_failed_delivery_is_retried_with_backoff_until_taken(client, runtime, receiver, hooked, engine_tick):
     receiver.codes = [500, 503]
     lease = active_lease(client, engine_tick)

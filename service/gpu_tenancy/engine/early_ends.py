@@ -205,5 +205,10 @@ def end_due(lifecycle) -> None:
 
 
 def final_state(row: m.Lease) -> LeaseState:
-    """Where an ending lease finishes: preempted if it was ended early with notice."""
-    return S.PREEMPTED if row.early_end_kind else S.ENDED
+    """Where an ending lease finishes: preempted if it was ended early with notice, at the
+    notice's end (its end cut there, end_allocations_at); one its owner (or an idle rule) ended
+    before that was not preempted: it ended."""
+    if row.early_end_kind and row.early_end_at is not None and row.end_at is not None \
+            and row.end_at >= row.early_end_at:
+        return S.PREEMPTED
+    return S.ENDED

@@ -266,6 +266,8 @@ def place_displaced(lc) -> None:
             earliest = max(to_epoch(row.earliest_start), now)
             retry.replace(session, row, now, earliest, avoid=[], settings=lc.planner_settings,
                           actor=ACTOR, duration=row.duration)
-        moved_ids = [row.id for row in rows]
+        # only those placed now: one still waiting has no inventory since it was moved (a refusal
+        # then is retried by follow_pending), and asking again each pass cost Placement calls per host
+        moved_ids = [row.id for row in rows if row.status != S.QUEUED.value]
     for lease_id in moved_ids:
         lease_flavor.follow_placement(lc, lease_id)

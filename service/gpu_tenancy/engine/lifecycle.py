@@ -230,7 +230,16 @@ class Lifecycle:
         states = {}
         for vm_index, cloud_id, old in servers:
             assert cloud_id is not None   # every VM is booted before they are watched
-            state = self.cloud.server_state(cloud_id)
+            try:
+                state = self.cloud.server_state(cloud_id)
+            except CloudError as exc:
+                # the read failed, not the VM (a compute API blip): no failed attempt, whose retry
+                # would delete VMs that boot on; read again at the next pass, up to the boot's timeout
+                if now - started <= self.config.boot_timeout_seconds:
+                    log.warning("watching lease %s: %s", lease_id, exc)
+                    return
+                raise CloudError(FailureClass.BOOT_TIMEOUT, f"the VMs were not seen active within "
+                                 f"{self.config.boot_timeout_seconds} s: {exc.message}", exc.cloud_message) from None
             states[vm_index] = state
             if state.status != old:
                 self.set_server(lease_id, vm_index, status=state.status, fault=state.fault)
@@ -304,8 +313,8 @@ class Lifecycle:
                     continue
                 row.warned_at = utcnow_naive(now)
                 record_event(session, row, "warning",
-                             f"the lease ends at {rfc3339(to_epoch(row.end_at))}; its VMs will be deleted then "
-                             "and the data volume kept. Extend it with PATCH if the GPUs are free", now, ACTOR)
+                             f"the lease ends at {rfc3339(to_epoch(row.end_at))}; {webhooks.what_the_end_deletes(row)}. "
+                             "Extend it with PATCH if the GPUs are free", now, ACTOR)
                 webhooks.enqueue(session, row, webhooks.ENDING_SOON, webhooks.ending_soon_payload(row, now), now)
                 notifications.enqueue(session, row, notifications.BEFORE_END_LEASE, now)
 

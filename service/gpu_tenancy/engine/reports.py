@@ -53,6 +53,10 @@ def _facts(row: m.Lease, events: list[m.Event]) -> figures.LeaseFacts:
             cancelled_at = to_epoch(event.at)
         if event.from_state == LeaseState.PROVISIONING.value and outcome is None:
             outcome = event.to_state
+            # the engine fails a boot through ending (its VMs removed), failure set in that same
+            # step: a failure, not an owner's end while it booted (which sets none)
+            if outcome == LeaseState.ENDING.value and row.failure_class:
+                outcome = LeaseState.FAILED.value
     return figures.LeaseFacts(
         lease_id=row.id, project_id=row.project_id, gpu_model=row.gpu_model, gpus=row.gpus_per_vm * row.instances,
         status=row.status, created_at=to_epoch(row.created_at), requested_start=to_epoch(row.asked_start or row.earliest_start),

@@ -144,6 +144,5 @@ def move_lost(session, row: m.Lease, lost: list[int], place: Placement, now: int
 def unpark(session, row: m.Lease) -> None:
     """Its park over, as at a resume (resume._resumed); a boot that fails from here is tried
     again with the time it had left (retry.retry_elsewhere plans a provisioning lease for its duration)."""
-    row.duration = retry.unpark_for_boot(row)
-    row.warned_at = None
+    row.duration = retry.unpark_for_boot(row)   # its warning before the old end cleared too
     retry.idle_starts_over(session, row)   # idle counts from the resume

@@ -166,6 +166,7 @@ def replace(session: Session, row: m.Lease, now: int, earliest: int, *, avoid: l
     inventory (lease_flavor.follow_placement), once this has committed. The ledger lock is
     taken first: the caller takes it before it reads the lease (lease_in's order)."""
     ledger_lock(session)
+    started = row.status != S.SCHEDULED.value   # booting, running, resuming, or waiting again after that
     if row.status == S.SCHEDULED.value:
         record_transition(session, row, S.QUEUED, now, actor, "its planned hosts cannot take it")
     drop_servers(session, row, now)
@@ -181,6 +182,8 @@ def replace(session: Session, row: m.Lease, now: int, earliest: int, *, avoid: l
                            priority=row.priority, name=row.name, preemptible=row.preemptible)
     planned = plan_alone(inputs, now, request, avoid, settings)
     row.duration, row.earliest_start = duration, utcnow_naive(earliest)
+    if started:   # its latest start was met then: the replan expired it, queued again past that,
+        row.latest_start = None   # as a lease that never got GPUs (one that ran, off a dead host)
     if planned.placement is not None:
         ledger.commit_allocation(session, row, planned, now, actor)
     else:
@@ -216,11 +219,13 @@ def plan_alone(inputs: ledger.PlannerInputs, now: int, request: LeaseRequest, av
 def unpark_for_boot(row: m.Lease) -> int:
     """The time a lease booted again after a failed attempt gets: its duration, or for a
     resuming lease the time it had left when it parked. Changes the row: a resuming lease's
-    park is cleared, over now that its VMs are booted afresh."""
+    park is cleared, over now that its VMs are booted afresh, and so is a warning it had
+    before it parked: that was for its old end, and its new one is warned of again (as after
+    a resume)."""
     if row.status != S.RESUMING.value:
         return row.duration
     duration = row.remaining or MIN_REMAINING
-    row.parked_at = row.resume_by = row.remaining = None
+    row.parked_at = row.resume_by = row.remaining = row.warned_at = None
     return duration
 
 

@@ -71,8 +71,16 @@ def ending_soon_payload(lease: m.Lease, now: int) -> dict:
     return {"at": rfc3339(now), "lease": {
         "id": lease.id, "name": lease.name, "project_id": lease.project_id, "status": lease.status,
         "end": rfc3339(to_epoch(lease.end_at)), "href": f"/v1/leases/{lease.id}"},
-        "message": f"lease {lease.name} ends at {rfc3339(to_epoch(lease.end_at))}; its VMs will be deleted then "
-                   "and the data volume kept. Extend it with PATCH /v1/leases/{id} if the GPUs are free"}
+        "message": f"lease {lease.name} ends at {rfc3339(to_epoch(lease.end_at))}; {what_the_end_deletes(lease)}. "
+                   "Extend it with PATCH /v1/leases/{id} if the GPUs are free"}
+
+
+def what_the_end_deletes(lease: m.Lease) -> str:
+    """What the end does to the lease's VMs, in the warning before it: a kept data volume is
+    promised only to a lease that has one (an owner told so would leave their data on the disks)."""
+    if lease.volume_id or lease.volume_size_gb:
+        return "its VMs will be deleted then and the data volume kept"
+    return "its VMs will be deleted then with what is on their disks (the lease has no data volume)"
 
 
 def idle_payload(lease: m.Lease, now: int, idle_seconds: int, message: str) -> dict:
