@@ -64,3 +64,29 @@ def test_a_second_engine_waits_as_standby_until_the_leader_is_gone(runtime):
     assert leader.run_once() is False
     with session_scope(runtime.sessions) as s:
         assert s.get(m.Lock, "engine").holder == standby.holder
+
+
+def test_a_leader_whose_tick_outlasts_its_lease_keeps_leading_and_the_standby_waits(runtime, monkeypatch):
+    """A tick can take longer than the leadership's lease (on OpenStack a volume is waited for up
+    to 300 s in it): renewed only as ticks began, the standby took over in the middle of one and
+    both engines acted on the same leases. The renewal runs on its own timer beside the tick."""
+    from apscheduler.schedulers.background import BackgroundScheduler
+    leader = runtime.engine
+    standby = EngineRunner(leader.lifecycle)
+    assert leader.run_once() is True
+    lease = runtime.config.leader_lease_seconds
+    for _ in range(4):                                   # one tick, four leases long, renewed beside it
+        runtime.clock.advance(lease // 2)
+        leader.renew()
+        assert standby.run_once() is False
+    monkeypatch.setattr(leader.scheduler, "start", lambda: BackgroundScheduler.start(leader.scheduler, paused=True))
+    leader.start()                                       # the renewal is on the scheduler, at a third of the lease
+    try:
+        assert leader.scheduler.get_job("leadership").trigger.interval.total_seconds() == lease / 3
+    finally:
+        leader.scheduler.shutdown(wait=False)
+
+    runtime.clock.advance(lease + 1)                     # a leader that stalled past its lease
+    assert standby.run_once() is True
+    leader.renew()                                       # finds it taken: it stops leading
+    assert leader.leading is False and leader.run_once() is False

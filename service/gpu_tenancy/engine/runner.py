@@ -65,6 +65,21 @@ class EngineRunner:
                 self._watch_soon()
         return leading
 
+    def renew(self) -> None:
+        """The leadership renewed beside the tick, on its own timer (a third of the lease): a tick
+        can outlast the lease (a volume waited for, a slow cloud), and renewed only as each tick
+        began, the standby took over in the middle of one and both engines acted on the same
+        leases (two boots, two volumes). Lost meanwhile (this process stalled past the lease), it
+        stops leading: the next tick asks again."""
+        if not self.leading:
+            return
+        cfg = self.lifecycle.config
+        with session_scope(self.lifecycle.sessions) as session:
+            still = try_lead(session, self.holder, self.lifecycle.clock.now(), cfg.leader_lease_seconds)
+        if not still:
+            log.warning("engine %s lost the leadership during a tick", self.holder)
+            self.leading = False
+
     def watch_once(self) -> None:
         """Between ticks: advance booting and ending leases only (no replan, which can
         take most of a second with thousands waiting); a full tick once GPUs come free."""
@@ -98,6 +113,9 @@ class EngineRunner:
                                seconds=self.lifecycle.config.engine_tick_seconds,
                                # a second instance finds the tick lock taken and returns at once
                                next_run_time=datetime.now(), coalesce=True, max_instances=2)
+        self.scheduler.add_job(self.renew, "interval", id="leadership",
+                               seconds=max(1.0, self.lifecycle.config.leader_lease_seconds / 3),
+                               coalesce=True, max_instances=1)
         self.scheduler.start()
 
     def wake(self) -> None:
