@@ -183,6 +183,28 @@ def test_a_reclaim_is_called_off_when_the_lease_it_served_is_cancelled(client, e
     assert client.get(f"/v1/leases/{extra['id']}", headers=VISION).get_json()["lease"]["status"] == "active"
 
 
+def test_a_lease_shrunk_under_notice_keeps_its_shorter_end_when_the_notice_is_called_off(client, engine_tick):
+    """"extra", under notice to end at 10:15, is shrunk by its tenant to 10:10; "train", which it
+    was reclaimed for, is cancelled: the call-off gives it back the end its tenant asked last,
+    not the 18:00 it had before (8 more hours of borrowed GPUs nobody asked for)."""
+    client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT10H"}, headers=VISION)
+    extra = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT10H"},
+                        headers=VISION).get_json()["lease"]
+    engine_tick()
+    engine_tick(advance=2 * HOUR)
+    train = client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT4H"},
+                        headers=NLP).get_json()["lease"]
+    engine_tick()
+    shrunk = client.patch(f"/v1/leases/{extra['id']}", json={"end": "2026-12-01T10:10:00Z", "shrink": True},
+                          headers=VISION)
+    assert shrunk.status_code == 200 and shrunk.get_json()["lease"]["end"] == "2026-12-01T10:10:00Z"
+    assert client.delete(f"/v1/leases/{train['id']}", headers=NLP).status_code == 204
+    engine_tick(advance=60)
+    kept = client.get(f"/v1/leases/{extra['id']}", headers=VISION).get_json()["lease"]
+    assert (kept["status"], kept["end"], kept["early_end"]) == ("active", "2026-12-01T10:10:00Z", None)
+    assert [a["end"] for a in kept["allocations"]] == ["2026-12-01T10:10:00Z"]
+
+
 def test_a_reclaim_is_called_off_when_the_lease_it_served_starts_on_other_gpus(client, engine_tick):
     """The lease a borrower was reclaimed for starts elsewhere before the notice is over (another
     lease of its project ended early): the borrower gets its own end back, as when it is cancelled."""

@@ -324,6 +324,9 @@ def test_admin_edits_a_quota_and_the_api_has_it(client):
     assert "not saved" in client.get("/dashboard/admin/quotas").text
     client.post("/dashboard/admin/quotas", data={**form, "gpus": "many"})
     assert "whole numbers" in client.get("/dashboard/admin/quotas").text
+    for hours in ("inf", "1e400"):   # a number, but none of hours: said as the others, not a 500
+        assert client.post("/dashboard/admin/quotas", data={**form, "max_hours": hours}).status_code == 302
+        assert "whole numbers" in client.get("/dashboard/admin/quotas").text
 
 
 def test_figures_and_exports_download_as_csv_and_json(client, engine_tick, clock):

@@ -113,6 +113,20 @@ def test_an_expired_offer_is_a_409(client, full, runtime):
     assert error["code"] == "gpu_tenancy.offer_expired"
 
 
+def test_an_offer_taken_after_its_reserved_start_starts_now(client, full, runtime, engine_tick):
+    """Offers held longer than a start's slack (offer_valid_seconds up to a day): a reserved start
+    (`later`; `borrow`'s is the moment it was made) that has passed by the time the offer is
+    taken is now, not a start in the past the tenant never gave."""
+    runtime._offers = replace(runtime.offers, valid_seconds=12 * H)   # as offer_valid_seconds: 43200 sets it
+    later = preview(client)["offers"][2]
+    assert (later["kind"], later["start"], later["reserved"]) == ("later", rfc3339(T0 + 10 * H), True)
+    engine_tick(advance=10 * H + 600)                  # the first lease has ended: its host is free
+    engine_tick()
+    reply = client.post("/v1/leases", json={**ASK, "accept_offer": later["id"]}, headers=headers())
+    assert reply.status_code == 201, reply.get_json()
+    assert reply.get_json()["lease"]["start"] == rfc3339(runtime.clock.now())
+
+
 def test_a_changed_or_another_projects_offer_is_a_400(client, full, sessions):
     offer = preview(client)["offers"][0]["id"]
     version, payload, mac = offer.split(".")

@@ -82,6 +82,30 @@ def test_a_preemptible_lease_runs_beyond_quota_on_idle_gpus(client):
     assert normal["lease"]["status"] == "scheduled"
 
 
+def test_preemptible_leases_take_no_quota_when_a_lease_is_extended(client, engine_tick):
+    # nlp-lab may hold 16 A100: 16 within quota and 8 preemptible beside them (24 of 32 in use)
+    pre = ok(client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT4H",
+                                             "priority_class": "preemptible"}, headers=NLP), 201)["lease"]
+    normal = ok(client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT2H"},
+                            headers=NLP), 201)["lease"]
+    engine_tick()
+    # the quota's 16 are the normal lease's alone: extended, it still holds 16 of 16
+    assert ok(client.patch(f"/v1/leases/{normal['id']}", json={"duration": "PT3H"}, headers=NLP))["lease"]["end"] \
+        == rfc3339(T0 + 3 * HOUR)
+    # and a preemptible lease bigger than the quota is extended on idle GPUs as it was made there
+    big = ok(client.post("/v1/leases", json={"shape": "a100.x8", "instances": 3, "duration": "PT1H",
+                                             "priority_class": "preemptible"}, headers=VISION), 201)["lease"]
+    ok(client.delete(f"/v1/leases/{pre['id']}", headers=NLP), 204)
+    ok(client.delete(f"/v1/leases/{normal['id']}", headers=NLP), 204)
+    for _ in range(3):
+        engine_tick(advance=60)
+    big = ok(client.get(f"/v1/leases/{big['id']}", headers=VISION))["lease"]
+    assert (big["status"], big["allocations"][0]["gpus"] * len(big["allocations"])) == ("active", 24)
+    end = big["end"]
+    assert ok(client.patch(f"/v1/leases/{big['id']}", json={"duration": "PT2H"}, headers=VISION))["lease"]["end"] \
+        > end
+
+
 # -- budgets ------------------------------------------------------------------------
 
 def budget(client, project="ml-vision", hours=10, **extra):

@@ -67,6 +67,25 @@ def test_a_patch_past_the_service_maximum_is_refused(client):
     assert client.patch(f"/v1/leases/{lease_id}", json={"duration": "P90D"}, headers=headers()).status_code == 200
 
 
+def test_a_shrink_is_not_refused_by_a_limit_lowered_since(client, runtime, engine_tick):
+    """An admin lowers the quota's max_duration (and the service's) below a running lease's: the
+    lease may not be extended, but its tenant may still shorten it to give the GPUs back sooner."""
+    lease = client.post("/v1/leases", headers=headers(), json={"shape": "a100.x8", "duration": "P5D"})
+    lease_id = lease.get_json()["lease"]["id"]
+    engine_tick()
+    engine_tick(advance=60)
+    assert client.put("/v1/quotas/ml-vision", headers=ADMIN, json={"quota": {"gpu_models": {
+        "A100": {"gpus": 16, "max_duration": "P1D"}}}}).status_code == 200
+    err = error(client.patch(f"/v1/leases/{lease_id}", json={"duration": "P6D"}, headers=headers()), 400)
+    assert err["code"] == "gpu_tenancy.over_max_duration"
+    shrunk = client.patch(f"/v1/leases/{lease_id}", json={"duration": "P3D", "shrink": True}, headers=headers())
+    assert shrunk.status_code == 200, shrunk.get_json()
+    assert shrunk.get_json()["lease"]["end"] == rfc3339(T0 + 3 * DAY)
+    runtime.limits = replace(runtime.limits, max_duration=2 * DAY)
+    shrunk = client.patch(f"/v1/leases/{lease_id}", json={"duration": "P2DT12H", "shrink": True}, headers=headers())
+    assert shrunk.status_code == 200, shrunk.get_json()
+
+
 @pytest.mark.parametrize("dry_run", [False, True])
 @pytest.mark.parametrize("field, at", [("start", "9998-12-31T00:00:00Z"), ("start", rfc3339(T0 + 366 * DAY)),
                                        ("latest_start", rfc3339(T0 + 400 * DAY))])

@@ -184,7 +184,7 @@ def quota_limits(form) -> dict:
                   "weight": float(form.get("weight") or 1)}
         hours = form.get("max_hours", "").strip()
         limits["max_duration"] = int(float(hours) * 3600) if hours else None
-    except ValueError:
+    except (ValueError, OverflowError):   # OverflowError: hours "inf" or "1e400", no whole number of seconds
         raise ValueError("GPUs and borrowable GPUs are whole numbers; weight and longest lease (hours) are "
                          "numbers") from None
     return limits

@@ -44,11 +44,12 @@ def host_conflicts(now: int, profiles: HostProfiles, others: Sequence[Hold], on_
 
 def quota_conflict(now: int, q: QuotaLimit, p: str, m: str, holds: Sequence[Hold], old_held: int,
                    new_held: int, borrowing: bool) -> list[str]:
-    """The project within its quota (and what it borrows, if it does) at every instant."""
+    """The project within its quota (and what it borrows, if it does) at every instant. Its
+    preemptible leases run outside quota (as the planner's QuotaBook counts): they take none of it."""
     limit = q.gpus + (q.borrow_gpus if borrowing else 0)
     qprof = StepProfile(now, limit)
     for h in holds:
-        if h.project_id == p and h.gpu_model == m and h.end > now:
+        if h.project_id == p and h.gpu_model == m and h.end > now and not h.preemptible:
             qprof.add(h.start, h.end, -h.gpus)
     lo = max(old_held, now)
     if qprof.min_on(lo, new_held) >= 0:

@@ -423,8 +423,9 @@ def change_end(session: Session, now: int, config: Config, settings: PlannerSett
             raise BadRequest(f"end {rfc3339(change.end)} is not after the lease's start {rfc3339(start)}",
                              codes.BAD_END)
     check_not_shortened(row, duration, change.shrink)
-    shape = session.get_one(m.Shape, row.shape)
-    check_quota(session, limits, row.project_id, shape, row.instances, duration, any_size=row.preemptible)
+    if duration > row.duration:   # a shrink asks for less: no limit lowered since (a quota's, the service's) refuses it
+        shape = session.get_one(m.Shape, row.shape)
+        check_quota(session, limits, row.project_id, shape, row.instances, duration, any_size=row.preemptible)
     if status is S.QUEUED and duration > row.duration:
         start = to_epoch(row.start_at or row.earliest_start)
         budgets.check(session, now, row.project_id, row.gpu_model,
@@ -455,6 +456,8 @@ def change_end(session: Session, now: int, config: Config, settings: PlannerSett
     for alloc in row.allocations:
         alloc.end_at = utcnow_naive(new_end)
     row.end_at, row.duration = utcnow_naive(new_end), duration
+    if row.early_end_from is not None:   # under notice, shrunk: a call-off gives back the end asked now, no later one
+        row.early_end_from = min(row.early_end_from, row.end_at)
     if new_end > old_end:
         row.warned_at = None  # warn again before the new end
     verb = "extended" if new_end > old_end else "shortened"

@@ -95,7 +95,7 @@ def preview(session: Session, now: int, settings: PlannerSettings, limits: Limit
     accept_offer, the dry run of the lease that offer makes."""
     taking = ask.accept_offer is not None
     if ask.accept_offer is not None:
-        ask = applied(ask, open_offer(offer_settings, ask.accept_offer, caller.project_id, now).offer)
+        ask = applied(ask, open_offer(offer_settings, ask.accept_offer, caller.project_id, now).offer, now)
     request, columns = build_request(session, now, limits, caller, ask, "dry-run")
     inputs = ledger.load_inputs(session, now, settings)
     if request.preemptible or taking:   # nothing to offer: the plain dry run
@@ -192,12 +192,14 @@ def alternatives(session: Session, now: int, settings: PlannerSettings, offer_se
         for o in offered.offers]
 
 
-def applied(ask: LeaseAsk, offer: domain.Offer) -> LeaseAsk:
+def applied(ask: LeaseAsk, offer: domain.Offer, now: int) -> LeaseAsk:
     """The ask with what the offer changes; a reserved start replaces the ask's start and
-    latest start (the GPUs are held for it from then)."""
+    latest start (the GPUs are held for it from then). One passed by the time the offer is
+    taken (a `borrow` offer's is the moment it was made; offers may be valid for a day) is now:
+    the tenant gave no start in the past, and check_holds wants the lease started by then."""
     if offer.reserve:
         return replace(ask, shape=offer.shape, instances=offer.instances, duration=offer.duration,
-                       start=offer.start, latest_start=None, accept_offer=None)
+                       start=max(offer.start, now), latest_start=None, accept_offer=None)
     return replace(ask, shape=offer.shape, instances=offer.instances, duration=offer.duration, accept_offer=None)
 
 
@@ -210,8 +212,9 @@ def take(transaction: Transaction, clock: Callable[[], int], config: Config, set
     borrow where the offer did not), a 409 and nothing made. A lease the offer replaces is
     cancelled in the same transaction."""
     assert ask.accept_offer is not None
-    opened = open_offer(offer_settings, ask.accept_offer, caller.project_id, clock())
-    wanted = applied(ask, opened.offer)
+    asked_at = clock()
+    opened = open_offer(offer_settings, ask.accept_offer, caller.project_id, asked_at)
+    wanted = applied(ask, opened.offer, asked_at)
     lease_id = ledger.new_lease_id()
 
     def make(session: Session, asked: DecisionHook) -> tuple[m.Lease, dict]:
