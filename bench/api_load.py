@@ -46,7 +46,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -161,7 +161,7 @@ def clone_waiting(url: str, config_file: str, n_hosts: int, n_projects: int, wai
 
 
 def start_gunicorn(app: str, port: int, env: dict, workers: int, log: str,
-                   extra: list[str] = ()) -> subprocess.Popen:
+                   extra: Sequence[str] = ()) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "gunicorn", "-w", str(workers), "-b", f"127.0.0.1:{port}",
            "--chdir", HERE, "--log-level", "warning", *extra, app]
     proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=open(log, "w"), stderr=subprocess.STDOUT)
@@ -308,7 +308,8 @@ def waiting_main(a, ports: list[int], projects: list[str], workdir: str) -> int:
     if a.against:
         ref_dir = export_ref(a.against, os.path.join(workdir, "ref"), ("service",))
         codes.insert(0, (f"{a.against}", os.path.join(ref_dir, "service")))
-    rows, floors = [], []
+    rows: list[tuple] = []   # the bare INSERT alone first, then (code, waiting, bare, creates, outcomes) a phase
+    floors: list[tuple] = []
     with ThrowawayPostgres(ports[0], a.pg_bin) as pg, gunicorns(workdir) as procs:
         db = create_engine(pg.url, isolation_level="AUTOCOMMIT")
         with db.connect() as conn:

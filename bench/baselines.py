@@ -18,6 +18,7 @@ import heapq
 from collections import OrderedDict
 
 from gpu_tenancy.whatif.event_loop import Scheduler
+from gpu_tenancy.whatif.history import Lease
 
 
 def _fits_fast(cluster, job, maxfree: int, whole: int) -> bool:
@@ -30,7 +31,7 @@ class FIFO(Scheduler):
     name = "FIFO"
 
     def __init__(self):
-        self.queue: OrderedDict[str, object] = OrderedDict()
+        self.queue: OrderedDict[str, Lease] = OrderedDict()
 
     def submit(self, job, now):
         self.queue[job.jid] = job
@@ -120,7 +121,7 @@ class RefuseRetry(Scheduler):
 
     def __init__(self, retry: int = 600):
         self.retry = retry
-        self.pending: OrderedDict[str, object] = OrderedDict()   # by arrival
+        self.pending: OrderedDict[str, Lease] = OrderedDict()   # by arrival
         self.due: list = []                                       # (retry time, arrival, jid)
         self.new: list = []
         self.attempts = 0

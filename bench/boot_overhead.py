@@ -93,7 +93,8 @@ def main() -> None:
         raise SystemExit("set GT_LOOPBACK_CLOUDS (or --clouds) to the loopback cloud's clouds.yaml")
 
     admin = connect("gt-admin", args.clouds)
-    project = admin.identity.find_project("tenant-a", ignore_missing=False).id
+    # Keystone v3 (the loopback cloud's); openstacksdk types the proxy as v2's or v3's, and v2's has no projects
+    project = admin.identity.find_project("tenant-a", ignore_missing=False).id  # type: ignore[union-attr]
     image_id = admin.image.find_image("ubuntu-22.04", ignore_missing=False).id
     cloud = OpenStackCloud(connect("gt-service", args.clouds), resource_classes={}, network="none")
     # the direct boots use a lease flavor of the bench's own: one unit on every GPU host, granted to

@@ -15,6 +15,7 @@ import os
 import sys
 import tempfile
 import time
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -51,6 +52,7 @@ def run_engine(jobs, n_hosts: int, limits, host_gpus: int, half_life: int, workd
     notice gave them. `fit_min_waiting`: the plan length from which a create fits its lease into
     the plan (the service's plan_insert_min_waiting; None: its default)."""
     url = f"sqlite:///{os.path.join(workdir, 'replay.db')}"
+    fit: dict[str, Any] = {} if fit_min_waiting is None else {"plan_insert_min_waiting": fit_min_waiting}
     migrate.upgrade(url)
     clock = VirtualClock(jobs[0].arrival)
     cloud = SimulatedCloud({
@@ -64,8 +66,7 @@ def run_engine(jobs, n_hosts: int, limits, host_gpus: int, half_life: int, workd
                          warn_before_end_seconds=0,
                          # a trace tenant has hundreds waiting at once: the per-user and project limits off
                          max_waiting_leases_per_project=10 ** 6, max_waiting_leases_per_user=10 ** 6,
-                         planner_keep_etas=keep_etas,
-                         **({} if fit_min_waiting is None else {"plan_insert_min_waiting": fit_min_waiting}))
+                         planner_keep_etas=keep_etas, **fit)
     app = create_app(config, clock=clock, cloud=cloud, start_engine=False)
     rt = app.extensions["gpu_tenancy"]
     now = clock.now()
@@ -80,7 +81,7 @@ def run_engine(jobs, n_hosts: int, limits, host_gpus: int, half_life: int, workd
             quota_api.replace(s, lambda: now, rt.config, rt.planner_settings, tenant, {MODEL: {
                 "gpus": q.gpus, "borrow_gpus": q.borrow_gpus, "weight": q.weight}})
     client = app.test_client()
-    by_lease: dict[str, object] = {}
+    by_lease: dict[str, traces.Job] = {}
     started: dict[str, int] = {}
     ends: dict[str, int] = {}
     i, wall = 0, time.perf_counter()
@@ -168,6 +169,7 @@ def main(argv=None) -> int:
     t = time.perf_counter()
     fast = simulate(jobs, n_hosts, GpuTenancy(limits, hl, settings=PlannerSettings(keep_etas=a.keep_etas)))
     fast_wall = time.perf_counter() - t
+    assert fast.first_eta is not None   # GpuTenancy tells each job an ETA (planner_sched: first_eta = {})
     with tempfile.TemporaryDirectory() as d:
         eng, eng_eta, eng_by, eng_wall, eng_cut = run_engine(jobs, n_hosts, limits, cfg["host_gpus"], hl, d,
                                                              a.keep_etas)
@@ -200,8 +202,8 @@ def main(argv=None) -> int:
               f"model {kept_model:.1%}")
     print(f"wall: engine {eng_wall:.1f} s ({1000 * eng_wall / len(jobs):.0f} ms/job), "
           f"fast {fast_wall:.2f} s ({1000 * fast_wall / len(jobs):.1f} ms/job), ratio {eng_wall / fast_wall:.0f}x")
-    for d in diffs[:10]:
-        print(f"  differs: {d[0]} wait fast {d[1]} s, engine {d[2]} s")
+    for jid, wait_fast, wait_engine in diffs[:10]:
+        print(f"  differs: {jid} wait fast {wait_fast} s, engine {wait_engine} s")
     return 0 if same == len(jobs) and same_eta == len(told) and eng_cut == fast.ended_early else 1
 
 

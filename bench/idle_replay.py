@@ -118,7 +118,7 @@ def main(argv=None) -> int:
             f"offered load of the real work {100 * offered_load(jobs, cap, win):.1f} %; asked durations "
             f"{ASKED[a.overask]}")
     print(head, flush=True)
-    work = [(label(m), jobs, idle, r, n_hosts, cfg, shares, a.progress) for m, r in rules]
+    work: list[tuple] = [(label(m), jobs, idle, r, n_hosts, cfg, shares, a.progress) for m, r in rules]
     if a.reference:
         work.append((NO_IDLE, jobs, None, None, n_hosts, cfg, shares, a.progress))
     if a.procs > 1:

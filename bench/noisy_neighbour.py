@@ -128,8 +128,11 @@ def one_run(url: str, seconds: float, threads: int, max_rounds: int, extra_ticks
     (or `extra_ticks` of them, so that the quiet run ticks as often as the noisy one)."""
     app, runtime = build_runtime(url, clock)
     receiver = TricklingReceiver(gap=0.5) if threads else None
-    tenants = [HostileTenant(HttpClient(api), {**HOSTILE, "X-User-Id": f"mallory-{n}"}, runtime.clock.now,
-                             receiver) for n in range(threads)]
+    tenants: list[HostileTenant] = []
+    if threads:   # the noisy run: its hostile members send to the API served at `api`
+        assert api is not None
+        tenants = [HostileTenant(HttpClient(api), {**HOSTILE, "X-User-Id": f"mallory-{n}"}, runtime.clock.now,
+                                 receiver) for n in range(threads)]
     workers = [threading.Thread(target=t.loop, args=(seconds, max_rounds), daemon=True) for t in tenants]
     began = time.monotonic()
     for w in workers:

@@ -85,6 +85,7 @@ def workload(n_hosts: int, n_waiting: int, seed: int = 1, fill: float = 0.6):
 
 
 def time_plan(n_hosts, n_waiting, runs, backend=None):
+    """(median wall s, the last plan, median CPU s) of `runs` plans."""
     hosts, holds, quotas, waiting, usage = workload(n_hosts, n_waiting)
     kw = {"_backend": backend} if backend is not None else {}
     times, cpu = [], []
@@ -95,8 +96,7 @@ def time_plan(n_hosts, n_waiting, runs, backend=None):
         result = plan(NOW, hosts, holds, quotas, waiting, usage, **kw)
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
-    time_plan.last_cpu = statistics.median(cpu)
-    return statistics.median(times), result
+    return statistics.median(times), result, statistics.median(cpu)
 
 
 def plan_digest(result) -> str:
@@ -112,8 +112,8 @@ def plan_digest(result) -> str:
 
 def child(n_hosts: int, n_waiting: int) -> None:
     """One timed plan() in a fresh process; prints a JSON line."""
-    wall, res = time_plan(n_hosts, n_waiting, 1)
-    print(json.dumps({"wall": wall, "cpu": time_plan.last_cpu, "digest": plan_digest(res)}))
+    wall, res, cpu = time_plan(n_hosts, n_waiting, 1)
+    print(json.dumps({"wall": wall, "cpu": cpu, "digest": plan_digest(res)}))
 
 
 def run_child(service_dir: str, n_hosts: int, n_waiting: int) -> dict:
@@ -135,7 +135,7 @@ def side_by_side(ref: str, host_counts, sizes, runs: int) -> None:
         old = os.path.join(export_ref(ref, tmp, ("service",)), "service")
         for nh in host_counts:
             for nw in sizes:
-                got = {"old": [], "new": []}
+                got: dict[str, list[dict]] = {"old": [], "new": []}
                 for r in range(runs):
                     order = [("old", old), ("new", here)]
                     for name, d in (order if r % 2 == 0 else order[::-1]):
@@ -202,12 +202,12 @@ def main(argv=None):
     table, cpu = {}, {}
     for nh in host_counts:
         for nw in sizes:
-            t, res = time_plan(nh, nw, runs)
+            t, res, c = time_plan(nh, nw, runs)
             table[(nh, nw)] = t
-            cpu[(nh, nw)] = time_plan.last_cpu
+            cpu[(nh, nw)] = c
             placed = sum(1 for p in res.leases.values() if p.placement)
             now_ = len(res.startable())
-            print(f"{nh:>6} {nw:>8} {t:>9.3f} {time_plan.last_cpu:>9.3f} {t / nw * 1e6:>9.1f} {placed:>7} "
+            print(f"{nh:>6} {nw:>8} {t:>9.3f} {c:>9.3f} {t / nw * 1e6:>9.1f} {placed:>7} "
                   f"{now_:>9}", flush=True)
     # growth rates from CPU time: on a shared machine the wall time mostly measures the neighbours
     if len(sizes) > 1:
@@ -233,8 +233,8 @@ def main(argv=None):
     print("baseline: naive reference planner (every host at every candidate time)")
     print(f"{'hosts':>6} {'waiting':>8} {'naive s':>9} {'fast s':>9} {'ratio':>8} {'same':>6}")
     for nh, nw in [(20, 50), (50, 100), (100, a.naive_max)]:
-        tn, rn = time_plan(nh, nw, 1, backend=NAIVE)
-        tf, rf = time_plan(nh, nw, 3)
+        tn, rn, _ = time_plan(nh, nw, 1, backend=NAIVE)
+        tf, rf, _ = time_plan(nh, nw, 3)
         same = all(rn.leases[k].placement == rf.leases[k].placement for k in rf.leases)
         print(f"{nh:>6} {nw:>8} {tn:>9.3f} {tf:>9.4f} {tn / tf:>7.0f}x {str(same):>6}")
         if a.check and not same:

@@ -48,9 +48,9 @@ def child(bench_dir: str, trace: str, load: float, days: float | None, overask: 
     try:   # the replay's core moved from bench/ into the service (gpu_tenancy.whatif)
         from gpu_tenancy.whatif.cluster_model import hosts_for_load, window_of
         from gpu_tenancy.whatif.event_loop import simulate
-    except ImportError:
-        from cluster_model import hosts_for_load, window_of
-        from event_loop import simulate
+    except ImportError:   # a ref's own bench/ modules, from before the move (none in this tree)
+        from cluster_model import hosts_for_load, window_of  # type: ignore[import-not-found, no-redef]
+        from event_loop import simulate  # type: ignore[import-not-found, no-redef]
     cfg = yaml.safe_load(open(os.path.join(bench_dir, "replay.yaml")))
     jobs, shares = replay.load_jobs(cfg, trace, traces_dir, days, overask)
     n_hosts = hosts_for_load(jobs, load, window_of(jobs), cfg["host_gpus"])

@@ -14,15 +14,17 @@ import time
 
 def find_pg_bin() -> str | None:
     found = [d for d in sorted(glob.glob("/usr/lib/postgresql/*/bin")) if os.access(os.path.join(d, "initdb"), os.X_OK)]
-    return found[-1] if found else (os.path.dirname(shutil.which("initdb")) if shutil.which("initdb") else None)
+    initdb = shutil.which("initdb")
+    return found[-1] if found else (os.path.dirname(initdb) if initdb else None)
 
 
 class ThrowawayPostgres:
     def __init__(self, port: int, pg_bin: str | None = None):
         self.port = port
-        self.pg_bin = pg_bin or find_pg_bin()
-        if not self.pg_bin:
+        pg_bin = pg_bin or find_pg_bin()
+        if not pg_bin:
             raise SystemExit("PostgreSQL is not installed (no initdb): install it, or give --pg-bin")
+        self.pg_bin = pg_bin
         self.dir = tempfile.mkdtemp(prefix="gt-bench-pg-")
         self.pid: int | None = None
 

@@ -95,9 +95,10 @@ def main(argv=None) -> int:
             with session_scope(rt.sessions) as s:
                 for lid, st in s.execute(select(m.Lease.id, m.Lease.start_at).where(
                         m.Lease.status.not_in(("queued", "requested")), m.Lease.start_at.is_not(None))):
+                    assert st is not None   # (is_not(None) above; likewise the ETAs below)
                     ends.setdefault(lid, to_epoch(st) + runtime[lid])
                 eta = min((to_epoch(e) for e in s.scalars(select(m.Lease.queue_eta).where(
-                    m.Lease.status == "queued", m.Lease.queue_eta.is_not(None)))), default=None)
+                    m.Lease.status == "queued", m.Lease.queue_eta.is_not(None))) if e is not None), default=None)
         clock.set(max(ends.values()) + 60)
         rt.engine.run_once()
         wall = time.perf_counter() - wall

@@ -58,7 +58,8 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: not item.get_closest_marker("long"))
     if not PG_URL:
         return
-    keep, drop = [], []
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
     for item in items:
         (keep if item.get_closest_marker("db") or item.get_closest_marker("postgres") else drop).append(item)
     if drop:

@@ -10,6 +10,7 @@ import statistics
 import threading
 import time
 from collections import Counter
+from typing import Any
 
 from gpu_tenancy.app import create_app
 from gpu_tenancy.clock import VirtualClock
@@ -120,7 +121,7 @@ HOSTILE = headers("nlp-lab", user="mallory")
 
 # (seconds after T0, the lease ml-vision asks for): A100 only; the hostile tenant's one
 # running lease is an H100, so that without its hostility the two would not meet.
-VICTIM_ASKS = [
+VICTIM_ASKS: list[tuple[int, dict[str, Any]]] = [
     (0, {"name": "v-gang", "shape": "a100.x8", "instances": 2, "duration": "PT2H"}),
     (60, {"name": "v-borrow", "shape": "a100.x4", "duration": "PT1H"}),
     (120, {"name": "v-waits", "shape": "a100.x8", "duration": "PT1H"}),

@@ -48,8 +48,9 @@ class EdgeCloud(SimulatedCloud):
                                              or self._holds(self._servers[sid], now)) for sid in self.tainted)
 
     # --- what the test reads ---------------------------------------------------------------
-    def holders(self) -> list[tuple[str, str, int, str, int]]:
-        """(server id, lease id, VM index, host, GPUs) of every server holding GPUs now."""
+    def holders(self) -> list[tuple[str, str, int | None, str | None, int]]:
+        """(server id, lease id, VM index, host, GPUs) of every server holding GPUs now (the
+        VM index None: a server the tenant booted)."""
         now = self.clock.now()
         with self._lock:
             return [(s.id, s.lease_id, s.vm_index, s.host, s.gpus)

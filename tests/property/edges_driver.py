@@ -17,6 +17,7 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import select
 
@@ -39,7 +40,8 @@ PROJECTS = ("ml-vision", "nlp-lab")
 # when the lease it was for starts elsewhere; they borrow often enough (OPS) for a few notices a run
 BORROWER, BORROWER_QUOTA = "burst-lab", {"A100": (4, 24), "H100": (0, 8)}   # model -> (nominal, borrowable)
 # reclaims within the run's few hours of leases (the defaults wait an hour, then give an hour's runtime)
-SHARING = {"reclaim_after_seconds": 600, "reclaim_min_runtime_seconds": 600, "reclaim_notice_seconds": 600}
+SHARING: dict[str, Any] = {"reclaim_after_seconds": 600, "reclaim_min_runtime_seconds": 600,
+                           "reclaim_notice_seconds": 600}
 SHAPES = {"A100": ((1, "a100.x1"), (2, "a100.x2"), (4, "a100.x4"), (8, "a100.x8")),
           "H100": ((1, "h100.x1"), (2, "h100.x2"), (4, "h100.x4"))}
 CLOUD_GPUS = {"A100": 32, "H100": 8}
@@ -118,7 +120,8 @@ class Driver:
         self.client = app.test_client()
         self.rng = random.Random(seed)
         self.report = Report(seed)
-        self.last_event, self.last_at, self.boots_seen = 0, {}, 0
+        self.last_event, self.boots_seen = 0, 0
+        self.last_at: dict[str, int] = {}   # lease -> its latest event (inv.stamps)
         self.etas: dict[str, int] = {}   # queued lease -> its ETA at the last look for what is due
         self.allowance = 0
         self.allowances: list[tuple[int, int]] = []   # (when, the release allowance then), at each step
@@ -204,8 +207,10 @@ class Driver:
         self.noticed_last = now
         self.noticed_in_step |= now
         # each engine pass, and each replan of the API, calls off what it can before it is looked at: a
-        # notice still standing for a lease that no longer waits was refused (its GPUs are promised again)
-        self.refused |= {i for i in now if snap.leases[i].status == "active" and snap.leases[i].early_end > snap.now
+        # notice still standing for a lease that no longer waits was refused (its GPUs are promised again);
+        # each lease under notice has an early end
+        self.refused |= {i for i in now if snap.leases[i].status == "active"
+                         and (end := snap.leases[i].early_end) is not None and end > snap.now
                          and not waits(snap, snap.leases[i].early_end_for)}
         self.report.refused = len(self.refused)
 
@@ -375,7 +380,10 @@ class Driver:
                 self.ask(step, ask)
             self.tick()
         elif kind == "mid_call":   # served while the engine waits on the cloud to delete a VM, a second later
-            cloud.during_next_call = lambda: (self.clock.advance(1), self.ask(step, op))
+            def mid_call() -> None:
+                self.clock.advance(1)
+                self.ask(step, op)
+            cloud.during_next_call = mid_call
         elif kind == "make_room" and op["lease"] is None:   # nothing under notice: time goes on
             self.advance(60, step)
         elif kind in ("cancel", "make_room"):
@@ -490,7 +498,8 @@ def waits(snap: inv.Snapshot, lease_id: str | None) -> bool:
 
 def got_gpus(boots) -> dict[str, int]:
     """lease -> when the cloud took the last of its VMs' boots (leases with a refused boot left out)."""
-    taken, refused = {}, {b.lease_id for b in boots if b.refused}
+    taken: dict[str, int] = {}
+    refused = {b.lease_id for b in boots if b.refused}
     for b in boots:
         if b.lease_id not in refused:
             taken[b.lease_id] = max(b.at, taken.get(b.lease_id, b.at))

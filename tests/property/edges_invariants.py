@@ -154,10 +154,10 @@ def late_release(snap: Snapshot, live: list[Span], limit: int, allowance: int, o
         # not for a lease that ran: a running lease's VMs are not late at its end when its host went
         # down (it is re-placed then only if its time is not up: engine/host_failure.py, time_is_up)
         key = (sp.lease, sp.vm, sp.host)
-        end = snap.booting_ends.get(key)
-        if end is not None and known:
-            end = max(end, snap.booting_deadlines.get(key, end))
-        return (sp.since if end is None else min(sp.since, end)) + allowance
+        booting_end = snap.booting_ends.get(key)
+        if booting_end is not None and known:
+            booting_end = max(booting_end, snap.booting_deadlines.get(key, booting_end))
+        return (sp.since if booting_end is None else min(sp.since, booting_end)) + allowance
 
     late = [sp for sp in live if sp.unreleased and due(sp) <= snap.now]
     if not late:
@@ -183,7 +183,8 @@ def late_release(snap: Snapshot, live: list[Span], limit: int, allowance: int, o
 def overcommit(snap: Snapshot, allowance: int, tolerated: list[str]) -> tuple[int, list[str]]:
     """(a) No host holds more GPUs than it has, now or at any planned instant
     (a late release excepted: late_release; those go to `tolerated`)."""
-    by_host, checks, bad = defaultdict(list), 0, []
+    by_host, checks = defaultdict(list), 0
+    bad: list[str] = []
     for sp in snap.spans:
         by_host[sp.host].append(sp)
     for host, spans in sorted(by_host.items()):
@@ -237,7 +238,8 @@ def quotas(snap: Snapshot, allowance: int, tolerated: list[str]) -> tuple[int, l
     """(c) No project holds more GPUs of a model than its quota plus borrowing allow,
     now or at any planned instant (preemptible leases are outside quota; a late
     release excepted: late_release; those go to `tolerated`)."""
-    by_key, checks, bad = defaultdict(list), 0, []
+    by_key, checks = defaultdict(list), 0
+    bad: list[str] = []
     for sp in snap.spans:
         lease = snap.leases.get(sp.lease)
         project, model, preemptible = (lease.project, lease.model, lease.preemptible) if lease else snap.owners[sp.lease]
@@ -305,12 +307,14 @@ def kept_etas(before: Snapshot, after: Snapshot, booted: dict[str, int], allowan
     got GPUs and was gone within the step, before this one's, is one more release that can
     come up to the allowance early (a chain of short leases), so one more allowance of
     earliness. `booted`: lease -> when the cloud took its last VM's boot."""
-    checks, bad = 0, []
+    checks = 0
+    bad: list[str] = []
     for lease_id, at in sorted(booted.items()):
         lease = before.leases.get(lease_id)
         promised = promised_start(lease) if lease else None
         started = after.leases.get(lease_id)
-        if promised is None or (started and started.status in ("queued", "scheduled")) or lease.model in borrowed:
+        if (lease is None or promised is None or (started and started.status in ("queued", "scheduled"))
+                or lease.model in borrowed):
             continue   # no ETA, sent back to wait (a retry), or a borrower took GPUs of its model
         checks += 1
         if at > promised:

@@ -16,7 +16,7 @@ from .model import Hold, Host, LeaseRequest, Placement, PlannedLease, QuotaLimit
 from .plan_order import BOUND, FAIR, GUARDED, LeasesAhead, past_wait_bound
 from .plan_settings import PlannerSettings
 from .plan_words import duration_text, fmt_time, plural
-from .quota_book import QuotaBook
+from .quota_book import QuotaBook, QuotaQuestions
 from .scan_index import ScanIndex
 
 CapacityIndex = ModelIndex | ScanIndex   # one GPU model's hosts, as a plan asks about them
@@ -55,7 +55,7 @@ class Backend:
     brute-force reference (bench/naive_planner.py: NAIVE) for the oracle tests and the bench."""
     # (now, hosts, holds, empty_together): PlannerSettings.empty_together is the index's host choice
     capacity: Callable[[int, Sequence[Host], Sequence[Hold], bool], dict[str, CapacityIndex]] = _fast_capacity
-    quota: Callable[[int, Mapping[tuple[str, str], QuotaLimit], Sequence[Hold]], QuotaBook] = QuotaBook
+    quota: Callable[[int, Mapping[tuple[str, str], QuotaLimit], Sequence[Hold]], QuotaQuestions] = QuotaBook
 
 
 FAST = Backend()
@@ -85,7 +85,7 @@ class PlanRun:
         self.now, self.usage, self.settings, self.protected = now, usage, settings, protected
         held = [*holds, *planned] if planned else holds
         self.indexes: dict[str, CapacityIndex] = backend.capacity(now, hosts, held, settings.empty_together)
-        self.book: QuotaBook = backend.quota(now, quotas, held)
+        self.book: QuotaQuestions = backend.quota(now, quotas, held)
         self.book.note_planned(planned)   # a borrower pushes none of them back, as none this plan places
         self.hosts = HostProfiles(hosts)
         self.bound_text = _bound_text(settings)   # once: it goes into the reasons of every lease behind the bound

@@ -10,7 +10,7 @@ from . import scan_index
 from .model import Hold, QuotaLimit
 from .profile import StepProfile
 
-__all__ = ["QuotaBook"]
+__all__ = ["QuotaBook", "QuotaQuestions"]
 
 
 class QuotaProfile(Protocol):
@@ -31,6 +31,19 @@ def quota_profile(origin: int, value: int, spans: Sequence[tuple[int, int, int]]
             and all(-scan_index.MOST_GPUS <= d <= scan_index.MOST_GPUS for _, _, d in spans):
         return scan_index.Steps(origin, value, spans)
     return StepProfile.of_spans(origin, value, spans)
+
+
+class QuotaQuestions(Protocol):
+    """What a plan asks of its quota book (plan_run.py, plan_insert.py): QuotaBook's answers, or
+    the brute-force reference's (bench/naive_planner.py: NaiveQuota), checked against this."""
+
+    now: int
+
+    def earliest(self, p: str, m: str, t: int, d: int, need: int) -> int | None: ...
+    def min_remaining(self, p: str, m: str, a: int, b: int) -> int: ...
+    def reserve(self, p: str, m: str, a: int, b: int, need: int) -> None: ...
+    def note_planned(self, reserved: Sequence[Hold]) -> None: ...
+    def overtakes(self, p: str, m: str, a: int, b: int, need: int) -> bool: ...
 
 
 class QuotaBook:
