@@ -19,6 +19,8 @@ Engine defaults: reclaim after a wait of 1 h, 15 minutes' notice, 1 h minimum ru
 """
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gpu_tenancy.db.session import session_scope
@@ -64,15 +66,20 @@ def test_two_projects_contend_and_the_borrowed_gpus_are_reclaimed(client, runtim
     engine_tick()                                                     # 10:00: the engine's pass agrees
     warned = lease(extra["id"], VISION)
     assert warned["status"] == "active" and warned["end"] == rfc3339(T0 + 2 * HOUR + 900)
-    assert warned["early_end"]["kind"] == "reclaimed" and warned["early_end"]["for_lease"] == train["id"]
+    assert warned["early_end"]["kind"] == "reclaimed" and warned["early_end"]["for_lease"] is None   # nlp-lab's
+    assert lease(extra["id"], ADMIN)["early_end"]["for_lease"] == train["id"]                   # (to operators)
     waiting = lease(train["id"], NLP)
     assert waiting["queue"]["eta"] == rfc3339(T0 + 2 * HOUR + 900 + RELEASE)   # when it really starts
-    said = {"code": "reclaim", "message": f"project ml-vision is borrowing 8 A100 (lease {extra['id']}); "
-                                          f"reclaimed for this lease, they are free at 2026-12-01T10:15:00Z"}
+    said = {"code": "reclaim", "message": "another project is borrowing 8 A100; "
+                                          "reclaimed for this lease, they are free at 2026-12-01T10:15:00Z"}
     assert said in waiting["queue"]["reasons"]
     print("10:00 queue reasons after the engine's pass:", *(r["message"] for r in waiting["queue"]["reasons"]),
           sep="\n  ")
 
+    # neither member is told the other project or its lease (as /v1/share names no other project)
+    for own, other, who in ((train, (extra, base), NLP), (extra, (train,), VISION)):
+        seen = json.dumps([lease(own["id"], who), story(own["id"], who)])
+        assert not any(x["id"] in seen or x["project_id"] in seen for x in other), seen
     engine_tick(advance=300)                                          # 10:05: still said on the next tick
     assert said in lease(train["id"], NLP)["queue"]["reasons"]
     tick_to(T0 + 2 * HOUR + 900)                                      # 10:15: notice over
@@ -104,17 +111,17 @@ def test_two_projects_contend_and_the_borrowed_gpus_are_reclaimed(client, runtim
     told = story(extra["id"], VISION)
     assert told[-3:] == [
         ("10:00:00", "warning", None,
-         f"reclaimed: this lease borrows 8 A100 GPUs beyond project ml-vision's quota of 16, and lease "
-         f"{train['id']} of project nlp-lab, within its own quota, would otherwise wait; it ends at "
-         f"2026-12-01T10:15:00Z, after a notice of 15 minutes, instead of 2026-12-01T18:00:00Z; its data volume is kept"),
-        ("10:15:00", "transition", "ending", f"reclaimed for lease {train['id']}: its notice is over"),
+         "reclaimed: this lease borrows 8 A100 GPUs beyond its project's quota of 16, and a lease "
+         "of another project, within its own quota, would otherwise wait; it ends at "
+         "2026-12-01T10:15:00Z, after a notice of 15 minutes, instead of 2026-12-01T18:00:00Z; its data volume is kept"),
+        ("10:15:00", "transition", "ending", "reclaimed for another lease: its notice is over"),
         ("10:15:05", "transition", "preempted", "VMs deleted, GPUs released; the data volume is kept"),
     ]
     kept = [v for v in cloud.volumes().values() if v["lease_id"] == extra["id"]]
     assert [v["status"] for v in kept] == ["available"]
     assert ("10:00:00", "reclaim", None,
-            f"1 lease(s) holding 8 A100 GPUs ({extra['id']}) end at 2026-12-01T10:15:00Z to make room; it would "
-            f"otherwise have waited until 2026-12-01T18:00:05Z") in story(train["id"], NLP)   # and the release
+            "1 lease(s) holding 8 A100 GPUs end at 2026-12-01T10:15:00Z to make room; it would "
+            "otherwise have waited until 2026-12-01T18:00:05Z") in story(train["id"], NLP)   # and the release
     assert cloud.servers() == {}
     print("\n".join(f"{at} {kind:<10} {to or '':<12} {msg}" for lease_id, who in ((extra["id"], VISION),
                                                                                  (train["id"], NLP))
@@ -131,7 +138,7 @@ def test_a_young_borrower_is_reclaimed_once_it_has_run_its_minimum(client, runti
                         headers=NLP).get_json()["lease"]
     engine_tick()
     reasons = client.get(f"/v1/leases/{train['id']}", headers=NLP).get_json()["lease"]["queue"]["reasons"]
-    assert {"code": "borrowing", "message": "project ml-vision is borrowing 8 A100 until 2026-12-01T18:00:00Z; "
+    assert {"code": "borrowing", "message": "another project is borrowing 8 A100 until 2026-12-01T18:00:00Z; "
                                             "reclaim after 2026-12-01T09:00:00Z (its minimum runtime of 1 hour)"
             } in reasons
     assert client.get(f"/v1/leases/{extra['id']}", headers=VISION).get_json()["lease"]["early_end"] is None
@@ -188,7 +195,7 @@ def test_a_preemptible_lease_is_ended_with_notice_for_a_normal_one(client, engin
     assert shown["early_end"]["kind"] == "preempted" and shown["end"] == "2026-12-01T08:20:00Z"
     events = client.get(f"/v1/leases/{pre['id']}/events", headers=NLP).get_json()["events"]
     assert events[-1]["kind"] == "warning" and events[-1]["message"].startswith(
-        f"preempted: lease {normal['id']} of project ml-vision needs 8 A100 GPUs, and this preemptible lease's 32 "
+        "preempted: a lease of another project needs 8 A100 GPUs, and this preemptible lease's 32 "
         "stand in its way; it ends at 2026-12-01T08:20:00Z, after a notice of 15 minutes,")
     engine_tick(advance=15 * 60)
     engine_tick(advance=5)
@@ -213,7 +220,7 @@ def test_a_reclaim_is_called_off_when_the_lease_it_served_is_cancelled(client, e
     kept = client.get(f"/v1/leases/{extra['id']}", headers=VISION).get_json()["lease"]
     assert (kept["status"], kept["end"], kept["early_end"]) == ("active", "2026-12-01T18:00:00Z", None)
     events = client.get(f"/v1/leases/{extra['id']}/events", headers=VISION).get_json()["events"]
-    assert events[-1]["message"] == (f"no longer reclaimed: lease {train['id']}, which it was to make room for, "
+    assert events[-1]["message"] == ("no longer reclaimed: the lease it was to make room for "
                                      "is gone; it ends at 2026-12-01T18:00:00Z again")
     engine_tick(advance=15 * 60)
     assert client.get(f"/v1/leases/{extra['id']}", headers=VISION).get_json()["lease"]["status"] == "active"
@@ -263,7 +270,7 @@ def test_a_reclaim_is_called_off_when_the_lease_it_served_starts_on_other_gpus(c
     kept = client.get(f"/v1/leases/{extra['id']}", headers=VISION).get_json()["lease"]
     assert (kept["status"], kept["end"], kept["early_end"]) == ("active", "2026-12-01T18:00:00Z", None)
     events = client.get(f"/v1/leases/{extra['id']}/events", headers=VISION).get_json()["events"]
-    assert events[-1]["message"] == (f"no longer reclaimed: lease {train['id']}, which it was to make room for, "
+    assert events[-1]["message"] == ("no longer reclaimed: the lease it was to make room for "
                                      "has GPUs elsewhere; it ends at 2026-12-01T18:00:00Z again")
     engine_tick(advance=15 * 60)                                      # past the notice it was given
     assert client.get(f"/v1/leases/{extra['id']}", headers=VISION).get_json()["lease"]["status"] == "active"

@@ -133,7 +133,7 @@ def test_a_new_lease_is_told_at_once_what_the_engine_tells_it_and_its_eta_counts
     engine_tick(advance=30 * 60)                                      # 08:30
     made = client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT4H"}, headers=nlp)
     answered = made.get_json()["lease"]
-    announced = {"code": "borrowing", "message": "project ml-vision is borrowing 8 A100 until "
+    announced = {"code": "borrowing", "message": "another project is borrowing 8 A100 until "
                                                  "2026-12-01T18:00:00Z; reclaim after 2026-12-01T09:00:00Z "
                                                  "(its minimum runtime of 1 hour)"}
     assert announced in answered["queue"]["reasons"]

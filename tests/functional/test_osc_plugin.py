@@ -136,9 +136,9 @@ def test_create_wait_exits_non_zero_when_the_lease_is_cancelled(cli):
 def test_create_with_a_volume_not_the_projects_exits_non_zero_at_once(cli):
     """The volume is asked of the cloud when the lease is asked for (it failed the start before)."""
     result = cli.run("gpu", "lease", "create", "--shape", "a100.x1", "--duration", "PT1H",
-                     "--volume", "no-such-volume", "--wait")
+                     "--volume", "0b6f3c5e-8c1d-4a57-9a43-5d1b9c2e7f10", "--wait")
     assert result.returncode == 1 and result.stdout == ""
-    assert "volume no-such-volume is not one of project ml-vision's volumes" in result.stderr
+    assert "volume 0b6f3c5e-8c1d-4a57-9a43-5d1b9c2e7f10 is not one of project ml-vision's volumes" in result.stderr
     assert "HTTP 400, gpu_tenancy.unknown_volume" in result.stderr
 
 

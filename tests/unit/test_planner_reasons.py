@@ -74,7 +74,7 @@ def test_the_eta_counts_on_a_reclaim_announced_for_after_the_minimum_runtime():
     result = early_ends(NOW, hosts, holds, quotas, waiting, None, current, settings, planner_settings=planner)
     assert result.ends == []
     assert [r.message for r in result.notes["l8"]] == [
-        f"project borrower is borrowing 8 A100 until {fmt_time(NOW + 10 * H)}; reclaim after "
+        f"another project is borrowing 8 A100 until {fmt_time(NOW + 10 * H)}; reclaim after "
         f"{fmt_time(NOW + 50 * 60)} (its minimum runtime of 1 hour)"]
     assert result.etas == {"l8": NOW + 65 * 60 + allowance}
     # and it is what happens: at 08:50 the lease is taken, and the replan puts l8 at 09:05:05

@@ -80,8 +80,8 @@ def test_reclaim_takes_the_newest_single_lease_that_frees_enough():
     end = result.ends[0]
     assert (end.kind, end.at, end.for_lease, end.for_project) == ("reclaimed", DEADLINE, "l4", "lender")
     assert end.message == (
-        f"reclaimed: this lease borrows 4 A100 GPUs beyond project borrower's quota of 4, and lease l4 of "
-        f"project lender, within its own quota, would otherwise wait; it ends at {fmt_time(DEADLINE)}, "
+        "reclaimed: this lease borrows 4 A100 GPUs beyond its project's quota of 4, and a lease of "
+        f"another project, within its own quota, would otherwise wait; it ends at {fmt_time(DEADLINE)}, "
         f"after a notice of 15 minutes, instead of {fmt_time(NOW + 10 * H)}; its data volume is kept")
     note = result.notes["l4"][-1]
     assert note.code == "reclaim" and f"end at {fmt_time(DEADLINE)}" in note.message
@@ -126,7 +126,7 @@ def test_reclaim_respects_minimum_runtime():
     current, result = decide(hs, holds, [asked("l8", 8, "lender")])
     assert result.ends == []
     assert [r.message for r in result.notes["l8"]] == [
-        f"project borrower is borrowing 8 A100 until {fmt_time(NOW + 10 * H)}; reclaim after "
+        f"another project is borrowing 8 A100 until {fmt_time(NOW + 10 * H)}; reclaim after "
         f"{fmt_time(NOW + 50 * 60)} (its minimum runtime of 1 hour)"]
     # 50 minutes on, the same lease is taken
     later = NOW + 50 * 60
@@ -172,7 +172,7 @@ def test_a_reclaim_never_loops_back():
     result = early_ends(later, hs, second, quotas, waiting, None, current, SETTINGS, yielded=yielded)
     assert result.ends == []
     assert result.notes["b_again"][0].message.endswith(
-        "not reclaimed: project borrower yielded GPUs to project lender earlier, and a reclaim never goes "
+        "not reclaimed: this project yielded GPUs to that one earlier, and a reclaim never goes "
         "back the other way")
     # without that record, it would have reclaimed: the test shows the rule, not an accident
     assert victims(early_ends(later, hs, second, quotas, waiting, None, current, SETTINGS)) == ["l_borrow"]
@@ -220,7 +220,7 @@ def test_preemptible_is_ended_for_a_normal_lease_whatever_its_age():
     assert victims(result) == ["pre"]
     end = result.ends[0]
     assert end.kind == "preempted" and end.at == DEADLINE
-    assert end.message == (f"preempted: lease n8 of project lender needs 8 A100 GPUs, and this preemptible "
+    assert end.message == (f"preempted: a lease of another project needs 8 A100 GPUs, and this preemptible "
                            f"lease's 8 stand in its way; it ends at {fmt_time(DEADLINE)}, after a notice of 15 minutes, "
                            f"instead of {fmt_time(NOW + 10 * H)}; its data volume is kept")
 

@@ -34,7 +34,8 @@ NEVER_RAN = (LeaseState.CANCELLED.value, LeaseState.EXPIRED.value)
 # what render_view() reads of a lease row
 SHOWN = ("id", "name", "project_id", "user_id", "status", "shape", "gpu_model", "gpus_per_vm", "instances",
          "earliest_start", "latest_start", "duration", "start_at", "end_at", "priority", "priority_class",
-         "preemptible", "borrowing", "early_end_kind", "early_end_at", "early_end_for", "early_end_reason",
+         "preemptible", "borrowing", "early_end_kind", "early_end_at", "early_end_for", "early_end_for_project",
+         "early_end_reason",
          "image", "volume_id", "volume_size_gb", "key_name", "queue_position", "queue_eta", "queue_reasons",
          "start_by_ratio", "start_by_basis", "readiness_probe", "failure_class", "failure_message", "boot", "flavor_id", "flavor_name",
          "created_at", "updated_at", "network_via", "network_id", "network_name", "floating_ip", "ssh_user",
@@ -100,7 +101,9 @@ def render_view(row: Any, allocations: Sequence[Any], servers: Sequence[Any], fa
         "preemptible": row.preemptible,
         "borrowing": row.borrowing,
         "early_end": ({"kind": row.early_end_kind, "at": stamp(row.early_end_at),
-                       "for_lease": row.early_end_for, "reason": row.early_end_reason}
+                       # another project's lease is not named to this one's members (it is a 404 to them)
+                       "for_lease": row.early_end_for if operator or row.early_end_for_project == row.project_id
+                       else None, "reason": row.early_end_reason}
                       if row.early_end_kind else None),
         "park": ({"parked_at": stamp(row.parked_at), "resume_by": stamp(row.resume_by),
                   "remaining": row.remaining} if row.parked_at else None),

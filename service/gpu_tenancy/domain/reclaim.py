@@ -240,7 +240,8 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
             spare.add(m)
         was = f"until {fmt_time(eta)}" if eta < INF else "with no slot in sight"
         out.notes[lid] = out.notes[lid] + [Reason(
-            "reclaim", f"{len(chosen)} lease(s) holding {freed} {m} GPUs ({', '.join(sorted(chosen))}) "
+            # (not named: they may be other projects'; each one's early_end.for_lease names this one to operators)
+            "reclaim", f"{len(chosen)} lease(s) holding {freed} {m} GPUs "
                        f"end at {fmt_time(deadline)} to make room; it would otherwise have waited {was}")]
     return out
 
@@ -279,7 +280,7 @@ def _why_not_reclaim(now: int, h: Hold, p: str, wait: int, s: ReclaimSettings,
         return "its own project's"
     # never before the minimum runtime's note: that one announces a reclaim
     if (p, h.project_id) in yielded:
-        return (f"not reclaimed: project {p} yielded GPUs to project {h.project_id} earlier, "
+        return ("not reclaimed: this project yielded GPUs to that one earlier, "
                 "and a reclaim never goes back the other way")
     if wait <= s.reclaim_after:
         return f"reclaim only for a wait over {duration_text(s.reclaim_after)}; this one is {duration_text(wait)}"
@@ -320,9 +321,10 @@ def _borrowing_note(hs: list[Hold], why: str) -> str:
     h0 = hs[0]
     gpus = sum(h.gpus for h in hs)
     until = fmt_time(max(h.end - h.allowance for h in hs))   # its own end (held the release longer)
+    # the lease's owner reads this: another project is not named (as /v1/share names none)
     if why == "its own project's":
-        return f"project {h0.project_id} itself is borrowing {gpus} {h0.gpu_model} until {until}"
-    return f"project {h0.project_id} is borrowing {gpus} {h0.gpu_model} until {until}; {why}"
+        return f"this project itself is borrowing {gpus} {h0.gpu_model} until {until}"
+    return f"another project is borrowing {gpus} {h0.gpu_model} until {until}; {why}"
 
 
 def _victim_order(h: Hold) -> tuple[bool, int, int, int, int, str]:
@@ -420,14 +422,16 @@ def _early_end(hs: list[Hold], lr: LeaseRequest, quotas: Mapping[tuple[str, str]
               "its data volume is kept")
     if h0.preemptible:
         kind = "preempted"
-        message = (f"preempted: lease {lr.lease_id} of project {lr.project_id} needs "
+        # the lease's owner reads this: a lease of another project is neither named nor its project
+        whose = "another lease of this project" if lr.project_id == h0.project_id else "a lease of another project"
+        message = (f"preempted: {whose} needs "
                    f"{lr.gpus_per_vm * lr.instances} {m} GPUs, and this preemptible lease's {gpus} stand in its "
                    f"way; {notice}")
     else:
         kind = "reclaimed"
         q = quotas.get((h0.project_id, m))
         nominal = q.gpus if q else 0
-        message = (f"reclaimed: this lease borrows {gpus} {m} GPUs beyond project {h0.project_id}'s quota of "
-                   f"{nominal}, and lease {lr.lease_id} of project {lr.project_id}, within its own quota, would "
+        message = (f"reclaimed: this lease borrows {gpus} {m} GPUs beyond its project's quota of "
+                   f"{nominal}, and a lease of another project, within its own quota, would "
                    f"otherwise wait; {notice}")
     return EarlyEnd(h0.lease_id, h0.project_id, kind, deadline, lr.lease_id, lr.project_id, message)

@@ -96,9 +96,10 @@ def replan_locked(session: Session, now: int, config: Config, planner_settings: 
                                                         m.Lease.early_end_at.is_not(None))):
         assert victim.early_end_for is not None and victim.early_end_at is not None   # set together
         what = "is borrowing" if victim.early_end_kind == RECLAIMED else "runs preemptible"
-        reasons.setdefault(victim.early_end_for, []).append({"code": "reclaim", "message": (
-            f"project {victim.project_id} {what} {victim.gpus_per_vm * victim.instances} {victim.gpu_model} "
-            f"(lease {victim.id}); {victim.early_end_kind} for this lease, they are free at "
+        whose = "this project" if victim.project_id == victim.early_end_for_project else "another project"
+        reasons.setdefault(victim.early_end_for, []).append({"code": "reclaim", "message": (   # (no lease named)
+            f"{whose} {what} {victim.gpus_per_vm * victim.instances} {victim.gpu_model}; "
+            f"{victim.early_end_kind} for this lease, they are free at "
             f"{fmt_time(to_epoch(victim.early_end_at))}")})
     for lease_id, extra in reasons.items():
         row = session.get(m.Lease, lease_id)
@@ -143,8 +144,8 @@ def call_off_unneeded(session: Session, now: int, planner_settings: planner.Plan
         for alloc in row.allocations:
             alloc.end_at = row.early_end_from
         why = "is gone" if status in gone else "has GPUs elsewhere"
-        record_event(session, row, "change", f"no longer {row.early_end_kind}: lease {row.early_end_for}, "
-                                             f"which it was to make room for, {why}; it ends at "
+        record_event(session, row, "change", f"no longer {row.early_end_kind}: the lease it was to make "
+                                             f"room for {why}; it ends at "
                                              f"{fmt_time(own_end)} again", now, actor)
         row.end_at, row.warned_at = row.early_end_from, None
         row.early_end_at = row.early_end_kind = row.early_end_for = row.early_end_for_project = None
@@ -198,10 +199,10 @@ def end_due(lifecycle) -> None:
     """End the leases whose notice has run out (before the usual ends, so their reason is told)."""
     now = lifecycle.clock.now()
     with session_scope(lifecycle.sessions) as session:
-        due = list(session.execute(select(m.Lease.id, m.Lease.early_end_kind, m.Lease.early_end_for).where(
+        due = list(session.execute(select(m.Lease.id, m.Lease.early_end_kind).where(
             m.Lease.status == S.ACTIVE.value, m.Lease.early_end_at <= utcnow_naive(now))))
-    for lease_id, kind, for_lease in due:   # its end read again under its lock: a notice called off meanwhile keeps it
-        lifecycle.begin_end(lease_id, f"{kind} for lease {for_lease}: its notice is over", now)
+    for lease_id, kind in due:   # its end read again under its lock: a notice called off meanwhile keeps it
+        lifecycle.begin_end(lease_id, f"{kind} for another lease: its notice is over", now)
 
 
 def final_state(row: m.Lease) -> LeaseState:
