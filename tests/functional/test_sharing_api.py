@@ -46,7 +46,15 @@ def test_a_class_says_who_may_use_it(client):
                   headers=ADMIN))
     lease = ok(ask(client, priority_class="high"), 201)["lease"]
     assert (lease["priority_class"], lease["priority"], lease["preemptible"]) == ("high", 10, False)
-    assert "may not use priority class high" in refused(ask(client, NLP, priority_class="high"), 403)
+    told = refused(ask(client, NLP, priority_class="high"), 403)
+    assert "may not use priority class high; it is for other projects" in told and "ml-vision" not in told
+    # a member sees of the projects allowed its own alone; an operator all of them
+    shown = {who: ok(client.get("/v1/priority_classes/high", headers=h))["priority_class"]["projects"]
+             for who, h in (("vision", VISION), ("nlp", NLP), ("admin", ADMIN))}
+    assert shown == {"vision": ["ml-vision"], "nlp": [], "admin": ["ml-vision"]}
+    listed = ok(client.get("/v1/priority_classes", headers=NLP))["priority_classes"]
+    assert [(c["name"], c["projects"]) for c in listed if c["name"] in ("high", "normal")] == [
+        ("high", []), ("normal", None)]
     assert "unknown priority class 'urgent'; the classes are: high, normal, low, preemptible" in refused(
         ask(client, priority_class="urgent"), 400)
     assert "not both" in refused(ask(client, priority_class="low", priority=-5), 400)

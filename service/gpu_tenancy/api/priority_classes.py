@@ -40,8 +40,13 @@ UPDATE = {"type": "object", "additionalProperties": False, "required": ["priorit
           "properties": {"priority_class": FIELDS}}
 
 
-def render(row: m.PriorityClass) -> dict:
-    return {"name": row.name, "priority": row.priority, "preemptible": row.preemptible, "projects": row.projects,
+def render(row: m.PriorityClass, shown_to: str | None = None) -> dict:
+    """`shown_to`: a member's project, who sees of the projects allowed only its own (null: every
+    project may use the class; [] : not this one), not which other projects may."""
+    projects = row.projects
+    if shown_to is not None and projects is not None:
+        projects = [p for p in projects if p == shown_to]
+    return {"name": row.name, "priority": row.priority, "preemptible": row.preemptible, "projects": projects,
             "description": row.description, "updated_at": rfc3339(to_epoch(row.updated_at)),
             "links": [{"rel": "self", "href": url_for("priority_classes.show", name=row.name, _external=True)}]}
 
@@ -50,14 +55,19 @@ def render(row: m.PriorityClass) -> dict:
 def index() -> ResponseReturnValue:
     rt.authorize("priority_class:list")
     with rt.transaction() as session:
-        return {"priority_classes": [render(r) for r in priority_classes.listing(session)]}
+        return {"priority_classes": [render(r, viewer()) for r in priority_classes.listing(session)]}
 
 
 @bp.get("/<name>")
 def show(name: str) -> ResponseReturnValue:
     rt.authorize("priority_class:list")
     with rt.transaction() as session:
-        return {"priority_class": render(priority_classes.get(session, name))}
+        return {"priority_class": render(priority_classes.get(session, name), viewer())}
+
+
+def viewer() -> str | None:
+    """None for an operator (every project allowed is shown), else the caller's project."""
+    return None if rt.is_admin() else rt.context().project_id
 
 
 @bp.put("/<name>")

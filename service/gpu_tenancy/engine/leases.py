@@ -136,8 +136,8 @@ def resolve_priority(session: Session, caller: Caller, ask: LeaseAsk) -> tuple[i
         raise BadRequest(f"unknown priority class '{name}'; the classes are: {names or 'none'}",
                          codes.UNKNOWN_PRIORITY_CLASS)
     if row.projects is not None and caller.project_id not in row.projects and not caller.is_admin:
-        raise Forbidden(f"project {caller.project_id} may not use priority class {name}; it is for "
-                        f"{', '.join(row.projects) or 'no project'}", codes.PRIORITY_CLASS_NOT_ALLOWED)
+        raise Forbidden(f"project {caller.project_id} may not use priority class {name}; it is for "   # (not named)
+                        f"{'other projects' if row.projects else 'no project'}", codes.PRIORITY_CLASS_NOT_ALLOWED)
     return row.priority, row.name, row.preemptible
 
 
