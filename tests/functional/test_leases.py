@@ -1,6 +1,7 @@
 """Leases through the API on the simulated cloud and a virtual clock."""
 from __future__ import annotations
 
+import pytest
 from sqlalchemy import func, select
 
 from gpu_tenancy.db import models as m
@@ -232,6 +233,12 @@ def test_the_next_link_keeps_every_filter_and_takes_no_query_key_as_its_own(clie
     assert [lease["id"] for lease in second["leases"]] == [ids[1]]
     third = client.get(second["leases_links"][0]["href"].split("localhost", 1)[1], headers=headers()).get_json()
     assert [lease["id"] for lease in third["leases"]] == [ids[2]] and "leases_links" not in third
+
+
+@pytest.mark.parametrize("limit", ["1_0", " 1", "\u0661", "1.0", "0x10", "", "--5", "9" * 40])
+def test_a_limit_is_ascii_digits(client, limit):
+    reply = client.get("/v1/leases", query_string={"limit": limit}, headers=headers())
+    assert reply.status_code == 400 and reply.get_json()["errors"][0]["code"] == "gpu_tenancy.invalid_query"
 
 
 def test_nul_characters_are_refused_not_stored(client, sessions):

@@ -208,7 +208,8 @@ def test_webhooks_are_the_projects_own(client, hooked, persona, method, status):
 @pytest.mark.parametrize("webhook", [{"url": "ftp://x.example/h"}, {"url": "javascript:alert(1)"},
                                      {"url": "http://x.example/h", "secret": "short"}, {"url": 5},
                                      {"url": "http://x.example/" + "a" * 3000}, {"url": "http://n1W0Mh}vzj]qh/x"},
-                                     {"url": "http://[::1/x"}, {"url": "http://x.example:99999/h"}, {}])
+                                     {"url": "http://[::1/x"}, {"url": "http://x.example:99999/h"}, {},
+                                     {"url": "http://x.example:0/h"}, {"url": "http://[v1.x]/h"}])
 def test_bad_webhooks_are_400(client, webhook):
     reply = client.put("/v1/webhooks/ml-vision", json={"webhook": webhook}, headers=headers())
     assert reply.status_code == 400

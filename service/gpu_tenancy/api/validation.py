@@ -1,6 +1,8 @@
 """Request bodies and query strings checked against JSON schemas, with messages a user can act on."""
 from __future__ import annotations
 
+import re
+
 from typing import Any, NoReturn, overload
 
 import json
@@ -139,10 +141,10 @@ def query_int(name: str, default: int, minimum: int, maximum: int) -> int:
     raw = request.args.get(name)
     if raw is None:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequest(f"query parameter {name} must be a whole number", codes.INVALID_QUERY) from None
+    # ASCII digits only: int() also takes "1_0", " 1" and other scripts' digits
+    if not re.fullmatch(r"-?[0-9]{1,18}", raw):
+        raise BadRequest(f"query parameter {name} must be a whole number", codes.INVALID_QUERY)
+    value = int(raw)
     if not minimum <= value <= maximum:
         raise BadRequest(f"query parameter {name} must be between {minimum} and {maximum}",
                          codes.INVALID_QUERY)

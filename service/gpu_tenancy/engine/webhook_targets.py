@@ -73,6 +73,10 @@ def split(url: str):
         raise TargetRefused(f"{url[:100]} is not a URL: {exc}") from None
     if not parts.hostname:
         raise TargetRefused(f"{url[:100]} names no host")
+    if parts.port == 0:   # else sent to the scheme's port, not the one written
+        raise TargetRefused(f"{url[:100]}: port 0 is no port")
+    if parts.hostname.startswith("v") and parts.netloc.split("@")[-1].startswith("["):
+        raise TargetRefused(f"{url[:100]}: an IPvFuture address is no address the service sends to")
     return parts
 
 
