@@ -18,6 +18,7 @@ import time
 
 import pytest
 import requests
+import yaml
 from cryptography import x509
 from cryptography.fernet import Fernet
 from cryptography.hazmat.primitives import hashes, serialization
@@ -92,6 +93,8 @@ def deployed(tmp_path):
         "deploy_state_dir": str(state), "deploy_unit_dir": str(tmp_path / "units"),
         "deploy_api_bind": f"127.0.0.1:{port}", "deploy_api_workers": 2,
         "deploy_extra_packages": ["gunicorn>=23"],
+        "deploy_clouds_yaml": {"gpu-tenancy": {"auth": {"auth_url": "https://keystone.example/v3",
+                                                        "username": "gpu-tenancy", "password": PASSWORDS[0]}}},
         "deploy_config": {"auth_strategy": "noauth2", "allow_noauth2": True, "cloud_driver": "simulated",
                           "engine_tick_seconds": 1, "keystone_authtoken": {"password": PASSWORDS[0]},
                           "dashboard_token_keys": [TOKEN_KEY], "metrics_scrape_token": SCRAPE_TOKEN}}
@@ -130,6 +133,9 @@ def test_the_deployed_service_answers_and_a_second_run_changes_nothing(deployed)
     for path in (config_file, config_file.parent, tmp_path / "opt" / "venv", tmp_path / "tls" / "server.key"):
         assert path.stat().st_uid == owner and not path.stat().st_mode & 0o022, path
     assert oct((tmp_path / "tls" / "server.key").stat().st_mode & 0o777) == "0o640"
+    clouds_yaml = tmp_path / "etc" / "clouds.yaml"   # the service's cloud credentials, read by its group only
+    assert yaml.safe_load(clouds_yaml.read_text()) == {"clouds": variables["deploy_clouds_yaml"]}
+    assert oct(clouds_yaml.stat().st_mode & 0o777) == "0o640" and clouds_yaml.stat().st_uid == owner
     assert writable_by_others(tmp_path / "opt") == []
     api_unit = (tmp_path / "units" / "gpu-tenancy-api.service").read_text()
     assert (f"ExecStart={tmp_path}/opt/venv/bin/gunicorn --worker-class=gthread --workers=2 --threads=8 "
@@ -168,3 +174,9 @@ def test_the_deployed_service_answers_and_a_second_run_changes_nothing(deployed)
     assert third.returncode == 0 and third.changed() >= 1, third.output[-6000:]
     assert secrets_in(third.output) == []
     assert PASSWORDS[1] in config_file.read_text()
+
+    # a config that names a clouds.yaml the host does not have (and none given to write) stops the run
+    variables["deploy_clouds_yaml"] = {}
+    variables["deploy_config"]["cloud"] = {"options": {"clouds_yaml_file": str(tmp_path / "etc" / "missing.yaml")}}
+    fourth = run_playbook(PLAYBOOK, "localhost,", variables, tmp_path, timeout=900)
+    assert fourth.returncode != 0 and "missing.yaml, is not on the host" in fourth.output, fourth.output[-6000:]
