@@ -204,7 +204,9 @@ def test_a_preemptible_lease_is_ended_with_notice_for_a_normal_one(client, engin
     assert started["status"] in ("provisioning", "active") and started["start"] == "2026-12-01T08:20:05Z"
 
 
-def test_a_reclaim_is_called_off_when_the_lease_it_served_is_cancelled(client, engine_tick):
+def borrower_under_notice(client, engine_tick) -> tuple[dict, dict]:
+    """ml-vision's "extra" borrows 8 A100 beyond its 16 from 08:00; at 10:00 nlp-lab's "train"
+    asks for 16 and "extra" is noticed to end at 10:15 for it."""
     client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT10H"}, headers=VISION)
     extra = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT10H"},
                         headers=VISION).get_json()["lease"]
@@ -213,6 +215,11 @@ def test_a_reclaim_is_called_off_when_the_lease_it_served_is_cancelled(client, e
     train = client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT4H"},
                         headers=NLP).get_json()["lease"]
     engine_tick()
+    return extra, train
+
+
+def test_a_reclaim_is_called_off_when_the_lease_it_served_is_cancelled(client, engine_tick):
+    extra, train = borrower_under_notice(client, engine_tick)
     assert client.get(f"/v1/leases/{extra['id']}", headers=VISION).get_json()["lease"]["end"] == \
         "2026-12-01T10:15:00Z"
     assert client.delete(f"/v1/leases/{train['id']}", headers=NLP).status_code == 204
@@ -230,14 +237,7 @@ def test_a_lease_shrunk_under_notice_keeps_its_shorter_end_when_the_notice_is_ca
     """"extra", under notice to end at 10:15, is shrunk by its tenant to 10:10; "train", which it
     was reclaimed for, is cancelled: the call-off gives it back the end its tenant asked last,
     not the 18:00 it had before (8 more hours of borrowed GPUs nobody asked for)."""
-    client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT10H"}, headers=VISION)
-    extra = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT10H"},
-                        headers=VISION).get_json()["lease"]
-    engine_tick()
-    engine_tick(advance=2 * HOUR)
-    train = client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": "PT4H"},
-                        headers=NLP).get_json()["lease"]
-    engine_tick()
+    extra, train = borrower_under_notice(client, engine_tick)
     shrunk = client.patch(f"/v1/leases/{extra['id']}", json={"end": "2026-12-01T10:10:00Z", "shrink": True},
                           headers=VISION)
     assert shrunk.status_code == 200 and shrunk.get_json()["lease"]["end"] == "2026-12-01T10:10:00Z"
