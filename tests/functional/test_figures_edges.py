@@ -7,11 +7,13 @@ import pytest
 from gpu_tenancy.db.session import session_scope
 from gpu_tenancy.domain.failures import FailureClass
 from gpu_tenancy.engine import reports
+from gpu_tenancy.timeutil import rfc3339
 from tests.conftest import headers
 from tests.functional.test_host_failure import ask, host_goes, show
 from tests.functional.test_metrics import scrape, value
 
 HOUR = 3600
+DAY = 86400
 
 
 def waited_two_hours_then_rescued(client, runtime, cloud, clock, engine_tick) -> tuple[dict, dict]:
@@ -151,3 +153,31 @@ def test_a_lease_its_owner_ends_while_it_boots_is_no_first_try(client, runtime, 
     with session_scope(runtime.sessions) as session:
         figures = reports.all_figures(session, t0 - HOUR, clock.now() + HOUR, clock.now(), 0)
     assert figures["first_try_success"] == [], figures["first_try_success"]
+
+
+def test_a_lease_booked_ahead_counts_in_the_waits_when_it_starts_never_if_it_does_not(client, runtime, cloud, clock,
+                                                                                        engine_tick):
+    """A lease booked for six hours from now has not started: it is no observation of the wait
+    histogram (a counter) yet. Counted at its booking, it was taken back when its hosts went
+    down and it waited again with no start (the count went 1 -> 0: Prometheus reads a reset),
+    and a lease cancelled before its start stayed a wait forever (P50/P90 of leases that never ran)."""
+    t0 = clock.now()
+    later = ask(client, shape="h100.x4", duration="PT1H", start=rfc3339(t0 + 6 * HOUR))
+    cancelled = ask(client, shape="a100.x1", duration="PT1H", start=rfc3339(t0 + 6 * HOUR))
+    assert later["status"] == cancelled["status"] == "scheduled"
+    engine_tick()
+    counts = [value(scrape(client), "gpu_tenancy_admission_wait_time_seconds_count", gpu_model=model)
+              for model in ("A100", "H100")]
+    assert counts == [0, 0], counts
+    assert client.delete(f"/v1/leases/{cancelled['id']}", headers=headers()).status_code in (200, 202, 204)
+    for host in ("gpu-h100-1", "gpu-h100-2"):
+        cloud.set_host_state(host, up=False)
+    engine_tick(advance=runtime.config.host_refresh_seconds)
+    assert show(client, later)["status"] == "queued" and show(client, cancelled)["status"] == "cancelled"
+    samples = scrape(client)
+    counts = [value(samples, "gpu_tenancy_admission_wait_time_seconds_count", gpu_model=model)
+              for model in ("A100", "H100")]
+    assert counts == [0, 0], counts
+    with session_scope(runtime.sessions) as session:
+        figures = reports.all_figures(session, t0 - HOUR, t0 + DAY, clock.now(), 0)
+    assert figures["wait_by_day"] == [], figures["wait_by_day"]

@@ -121,3 +121,22 @@ def test_openstack_gpu_usage_lists_the_csv_rows(client, used):
     assert [[str(c) if c is not None else "" for c in row] for row in rows] == [r[2:] for r in csv_rows]
     mine = command.get_parser("x").parse_args(["--project", "nlp-lab", "--start", rfc3339(T0)])
     assert {row[0] for row in command.take_action(mine)[1]} == {"nlp-lab"}
+
+
+def test_a_lease_still_waiting_has_used_none_of_the_budget(client, runtime, cloud, engine_tick):
+    """Every H100 host is down: an h100.x4 lease for 4 h waits with no planned start. Two hours
+    on it has used nothing; its 16 GPU-hours are all still to come. Before: its span was read
+    from its requested start, so the budget showed 8 of them used (GPU-hours nobody held),
+    and across a month's end would charge the old month for time it will run in the new one."""
+    for host in ("gpu-h100-1", "gpu-h100-2"):
+        cloud.set_host_state(host, up=False)
+    engine_tick(advance=runtime.config.host_refresh_seconds)
+    made = client.post("/v1/budgets", headers=headers("ml-vision", "admin", user="ops"), json={"budget": {
+        "project_id": "ml-vision", "gpu_model": "H100", "gpu_hours": 100, "period": "month"}})
+    assert made.status_code == 201, made.get_json()
+    waiting = ask(client, ANN, shape="h100.x4", duration="PT4H")
+    assert waiting["status"] == "queued" and waiting["start"] is None, waiting
+    engine_tick(advance=2 * HOUR)
+    budgets = client.get("/v1/budgets", headers=ANN).get_json()["budgets"]
+    current = budgets[0]["current"]
+    assert (current["used"], current["planned"]) == (0, 16), current

@@ -82,6 +82,16 @@ def test_hourly_gpu_use_averages_gpu_seconds_over_each_hour():
     assert [r["utilisation"] for r in rows] == [0.5312, 0.5, 0.0]
 
 
+def test_hourly_gpu_use_of_the_hour_under_way_counts_only_its_time_so_far():
+    """The admin page's window ends now, half an hour into the hour. A lease of 8 GPUs began two
+    minutes ago for two hours: the cloud's 8 GPUs were free for 28 of the 30 minutes, so they
+    were held on average 8 * 2 / 30 = 0.533 of them. Before: the hour's other 30 minutes, still
+    to come and only planned, were counted, and over a whole hour: 8 * 32 / 60 = 4.267 (53 %)."""
+    now = DAY1 + 1800
+    rows = f.hourly_gpu_use([(now - 2 * MIN, now + 7200, 8)], 8, DAY1, now)
+    assert [(r["hour"], r["gpus_in_use"], r["utilisation"]) for r in rows] == [("2026-12-01T00:00Z", 0.533, 0.0667)]
+
+
 def test_idle_fragmentation_counts_free_gpus_the_common_waiting_shape_cannot_use():
     hosts = [HostNow("a1", "A100", 8, 3, True), HostNow("a2", "A100", 8, 4, True),
              HostNow("a3", "A100", 8, 2, False),           # out of service: its GPUs are not free

@@ -3,7 +3,7 @@ hosts. Pure: epoch seconds in, rows (lists of flat dicts, ready for a chart,
 CSV or JSON) out.
 
 Definitions (each figure's docstring says the details):
-- wait: a lease's start minus its requested start, for leases given GPUs;
+- wait: a lease's start minus its requested start, for leases that started (began to boot);
 - on time: running (active) within ON_TIME_SLACK of the requested start;
 - first try: the first provisioning attempt went straight to active;
 - idle fragmentation: free GPUs on hosts where the most common waiting shape
@@ -75,7 +75,7 @@ def _share(part: float, whole: int) -> float | None:
 
 def wait_by_day(leases: Iterable[LeaseFacts]) -> list[dict[str, Any]]:
     """P50 and P90 of the wait in seconds, per day of the requested start, over
-    leases that were given GPUs (a start is set)."""
+    leases that started (a start is set: engine/reports.py sets it at the first boot)."""
     waits: dict[str, list[int]] = defaultdict(list)
     for lease in leases:
         if lease.start is not None:
@@ -134,8 +134,10 @@ def cancel_ratio(leases: Iterable[LeaseFacts]) -> list[dict[str, Any]]:
 
 
 def hourly_gpu_use(holds: Iterable[tuple[int, int, int]], capacity: int, start: int, end: int) -> list[dict[str, Any]]:
-    """Per whole hour of [start, end): GPUs held on average (GPU-seconds / 3600)
-    against `capacity` GPUs. `holds` are (start, end, gpus)."""
+    """Per hour of [start, end): GPUs held on average (GPU-seconds over the hour's seconds
+    inside [start, end)) against `capacity` GPUs. `holds` are (start, end, gpus). An hour cut
+    by the window (the hour under way when the window ends now) is of its time inside only:
+    a hold's planned time past `end` has not been held yet, and may never be."""
     first = start - start % HOUR
     hours = list(range(first, end, HOUR))
     used = [0] * len(hours)
@@ -143,10 +145,12 @@ def hourly_gpu_use(holds: Iterable[tuple[int, int, int]], capacity: int, start: 
         lo = max(hold_start, first)
         index = (lo - first) // HOUR
         while 0 <= index < len(hours) and hours[index] < hold_end:
-            used[index] += gpus * overlap(hold_start, hold_end, hours[index], hours[index] + HOUR)
+            used[index] += gpus * overlap(hold_start, hold_end, max(hours[index], start),
+                                          min(hours[index] + HOUR, end))
             index += 1
-    return [{"hour": hour(h), "gpus_in_use": round(u / HOUR, 3), "gpus": capacity,
-             "utilisation": _share(u / HOUR, capacity)} for h, u in zip(hours, used)]
+    spans = [min(h + HOUR, end) - max(h, start) for h in hours]
+    return [{"hour": hour(h), "gpus_in_use": round(u / span, 3), "gpus": capacity,
+             "utilisation": _share(u / span, capacity)} for h, u, span in zip(hours, used, spans)]
 
 
 def idle_fragmentation(hosts: Iterable[HostNow], waiting_shapes: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:

@@ -61,11 +61,12 @@ def add(session: Session, now: int, project_id: str, gpu_model: str, gpu_hours: 
     return row
 
 
-def spans(session: Session, project_id: str, gpu_model: str, start: int, end: int,
+def spans(session: Session, project_id: str, gpu_model: str, start: int, end: int, now: int,
           except_lease: str | None = None) -> list[budget.Span]:
     """The project's GPUs of the model over [start, end): held, committed (a parked lease's
     held slot among them: it uses it when it resumes), or asked for by a waiting lease (at its
-    planned or requested start)."""
+    planned or requested start, never before `now`: a lease still waiting has used nothing,
+    and the time it asked for past is still to come, planned, in the period it will run)."""
     held = used_between(session, start, end, project_id) + holds_between(session, start, end, PARKED, project_id)
     out = [budget.Span(h.gpus, h.start, h.end) for h in held
            if h.gpu_model == gpu_model and h.lease_id != except_lease]
@@ -73,7 +74,7 @@ def spans(session: Session, project_id: str, gpu_model: str, start: int, end: in
             m.Lease.project_id == project_id, m.Lease.gpu_model == gpu_model,
             m.Lease.status.in_([S.REQUESTED.value, S.QUEUED.value]))):
         if row.id != except_lease:
-            a = to_epoch(row.start_at or row.earliest_start)
+            a = max(to_epoch(row.start_at or row.earliest_start), now)
             out.append(budget.Span(row.gpus_per_vm * row.instances, a, a + row.duration))
     return out
 
@@ -87,7 +88,7 @@ def uses(session: Session, row: m.Budget, now: int) -> budget.BudgetUse | None:
     else:
         assert b.start is not None and b.end is not None   # a range has both
         period = (b.start, b.end)
-    return budget.use(b, period, spans(session, b.project_id, b.gpu_model, *period), now)
+    return budget.use(b, period, spans(session, b.project_id, b.gpu_model, *period, now), now)
 
 
 def current_uses(session: Session, now: int, project_id: str | None = None
@@ -105,7 +106,7 @@ def check(session: Session, now: int, project_id: str, gpu_model: str, asked: bu
     rows = [r for r in listing(session, project_id) if r.gpu_model == gpu_model]
     if not rows or asked.end <= asked.start:
         return
-    others = spans(session, project_id, gpu_model, *_reach(rows, asked), except_lease=except_lease)
+    others = spans(session, project_id, gpu_model, *_reach(rows, asked), now, except_lease=except_lease)
     refused = budget.refusals([domain_budget(r) for r in rows], others, asked, now)
     if refused:
         raise Forbidden("refused for budget: " + "; ".join(refused), "gpu_tenancy.over_budget")

@@ -17,7 +17,7 @@ from prometheus_client.utils import floatToGoString
 from sqlalchemy import func, select
 
 from gpu_tenancy.db import models as m
-from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
+from gpu_tenancy.db.session import session_scope, to_epoch
 from gpu_tenancy.domain.eta_honesty import ETA_SLACK, eta_honesty
 from gpu_tenancy.domain.states import WAITING, LeaseState
 from gpu_tenancy.engine.held import allowance, held_between
@@ -94,17 +94,18 @@ class LeaseCollector:
         return family
 
     def _admission_wait(self, session):
-        """From the requested start to the start, for every lease ever given its GPUs (scheduled)."""
+        """From the requested start to the start, for every lease that ever began to boot. Not
+        from its scheduling: a lease booked ahead has not started (its start may still move, or
+        go, as when its hosts go down and it waits again: an observation taken back is a counter
+        going down), and one cancelled before its start never got the GPUs it waited for."""
         family = HistogramMetricFamily(PREFIX + "admission_wait_time_seconds",
-                                       "Time from a lease's requested start to its start, for admitted leases.",
+                                       "Time from a lease's requested start to its start, for started leases.",
                                        labels=["gpu_model"])
         waits: dict[str, list[float]] = {}
-        admitted = select(m.Event.lease_id).where(m.Event.to_state == LeaseState.SCHEDULED.value)
         began = first_provisioning()
         asked = func.coalesce(m.Lease.asked_start, m.Lease.earliest_start)   # not moved by a re-placement
         rows = session.execute(select(m.Lease.gpu_model, asked, m.Lease.start_at, began.c.at)
-                               .outerjoin(began, began.c.lease_id == m.Lease.id).where(
-            m.Lease.id.in_(admitted), m.Lease.start_at.is_not(None) | began.c.at.is_not(None)))
+                               .join(began, began.c.lease_id == m.Lease.id))
         for model, earliest, start, first in rows:
             waits.setdefault(model, []).append(max(0, (first_start(start, first) or 0) - to_epoch(earliest)))
         for model, values in sorted(waits.items()):
@@ -115,13 +116,10 @@ class LeaseCollector:
         """Leases that waited with a first ETA and have started: the share that started by
         it + ETA_SLACK, and their lateness past it (domain/eta_honesty.py); and of those told a
         start-by with it (domain/start_by.py), the share that started by that + ETA_SLACK."""
-        admitted = select(m.Event.lease_id).where(m.Event.to_state == LeaseState.SCHEDULED.value)
-        began = first_provisioning()
+        began = first_provisioning()   # started: as the wait histogram, a start that can no longer go
         rows = session.execute(select(m.Lease.gpu_model, m.Lease.first_eta, m.Lease.first_start_by,
                                       m.Lease.start_at, began.c.at)
-                               .outerjoin(began, began.c.lease_id == m.Lease.id).where(
-            m.Lease.id.in_(admitted), m.Lease.first_eta.is_not(None),
-            (m.Lease.start_at <= utcnow_naive(now)) | began.c.at.is_not(None)))
+                               .join(began, began.c.lease_id == m.Lease.id).where(m.Lease.first_eta.is_not(None)))
         pairs: dict[str, list[tuple[int, int]]] = {}
         start_by_pairs = []
         for model, eta, start_by, committed, first in rows:

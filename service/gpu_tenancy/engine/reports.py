@@ -42,9 +42,7 @@ def lease_facts(session: Session, start: int, end: int) -> list[figures.LeaseFac
 
 def _facts(row: m.Lease, events: list[m.Event]) -> figures.LeaseFacts:
     active_at = cancelled_at = outcome = first_boot = None
-    admitted = False    # a waiting lease's start_at is only its planned start
     for event in events:
-        admitted = admitted or event.to_state == LeaseState.SCHEDULED.value
         if event.to_state == LeaseState.PROVISIONING.value and first_boot is None:
             first_boot = event.at
         if event.to_state == LeaseState.ACTIVE.value and active_at is None:
@@ -60,7 +58,10 @@ def _facts(row: m.Lease, events: list[m.Event]) -> figures.LeaseFacts:
     return figures.LeaseFacts(
         lease_id=row.id, project_id=row.project_id, gpu_model=row.gpu_model, gpus=row.gpus_per_vm * row.instances,
         status=row.status, created_at=to_epoch(row.created_at), requested_start=to_epoch(row.asked_start or row.earliest_start),
-        start=first_start(row.start_at, first_boot) if admitted else None, active_at=active_at, cancelled_at=cancelled_at,
+        # started once it began to boot: till then (waiting, or booked ahead and maybe cancelled
+        # before it) its start_at is only planned, and no wait (the /metrics histogram's rule)
+        start=first_start(row.start_at, first_boot) if first_boot is not None else None,
+        active_at=active_at, cancelled_at=cancelled_at,
         first_provisioning_outcome=outcome, failure_class=row.failure_class,
         first_eta=to_epoch(row.first_eta), first_start_by=to_epoch(row.first_start_by))
 
