@@ -447,3 +447,43 @@ def test_the_lease_page_shows_the_network_the_addresses_and_the_ssh_line(client,
     for address in shown["servers"][0]["addresses"]:
         assert f"{address['ip']} <span class=\"muted\">({address['kind']}, ml-vision-net)</span>" in page
     assert f'<code class="ssh">{shown["servers"][0]["ssh"]}</code>' in page
+
+
+def test_an_open_lease_is_listed_however_many_ended_leases_the_project_has(client, runtime):
+    """The API lists leases oldest first, a page at a time: the leases page read only the
+    first page, so past max_page_size leases ever asked, a new open lease was missing."""
+    runtime.config.max_page_size = 3
+    csrf = login(client)
+    for n in range(3):
+        lease_url = ask(client, csrf, name=f"old-{n}").headers["Location"]
+        client.post(lease_url + "/cancel", data={"csrf_token": csrf, "confirmed": "yes"})
+        runtime.clock.advance(60)
+    ask(client, csrf, name="the-new-one")
+    client.get("/dashboard/quota")   # shows the notice that names it
+    assert "the-new-one" in client.get("/dashboard/leases").text
+    assert "the-new-one" in client.get("/dashboard/leases?show=all").text
+
+
+def test_notices_kept_for_the_next_page_are_bounded(client, sessions):
+    """Each form a user sends adds a notice to the login's row until a page shows them: posted
+    in a loop without reading a page, they grew the row (rewritten whole each time) without end."""
+    csrf = login(client)
+    lease_url = ask(client, csrf).headers["Location"]
+    client.get("/dashboard/quota")
+    for _ in range(60):
+        client.post(lease_url + "/extend", data={"csrf_token": csrf, "hours": "-1"})
+    with sessions() as s:
+        (row,) = s.scalars(select(m.DashboardSession))
+        assert 0 < len(row.notices) <= 20
+    assert "a number above 0" in client.get(lease_url).text
+
+
+@pytest.mark.parametrize("typed", ["nlp-lab?all=1", "nlp-lab#x", "nlp-lab/../ml-vision"], ids=repr)
+def test_a_quota_for_a_project_id_with_url_characters_changes_no_other_project(client, typed):
+    """The project id as typed went into the API's path unquoted: 'nlp-lab?all=1' set
+    nlp-lab's quota (the rest read as a query). Quoted, the id is the API's to judge whole."""
+    csrf = login(client, roles=("admin",))
+    before = client.get("/v1/quotas/nlp-lab", headers=headers("nlp-lab", "reader")).get_json()["quota"]
+    form = {"csrf_token": csrf, "project_id": typed, "gpu_model": "H100", "gpus": "7", "weight": "1"}
+    assert client.post("/dashboard/admin/quotas", data=form).status_code == 302
+    assert client.get("/v1/quotas/nlp-lab", headers=headers("nlp-lab", "reader")).get_json()["quota"] == before

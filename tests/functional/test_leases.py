@@ -249,3 +249,21 @@ def test_nul_characters_are_refused_not_stored(client, sessions):
         assert response.status_code == 400, body
     assert client.get("/v1/leases?marker=%00", headers=headers()).status_code == 400
     assert lease_count(sessions) == 0
+
+
+def test_leases_listed_newest_first_page_by_page(client, clock):
+    ids = []
+    for n in range(5):
+        ids.append(client.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT1H", "name": f"l{n}"},
+                               headers=headers()).get_json()["lease"]["id"])
+        clock.advance(1 if n != 2 else 0)   # two of one second: ordered by id there
+    listed, url = [], "/v1/leases?sort_dir=desc&limit=2"
+    while url:
+        body = client.get(url, headers=headers()).get_json()
+        listed += body["leases"]
+        url = body.get("leases_links", [{}])[0].get("href", "").replace("http://localhost", "") or None
+    oldest_first = client.get("/v1/leases", headers=headers()).get_json()["leases"]
+    assert listed == oldest_first[::-1] and sorted(lease["id"] for lease in listed) == sorted(ids)
+    assert any(lease["allocations"] for lease in listed)   # each page's allocations are its own leases' (the bounds)
+    bad = client.get("/v1/leases?sort_dir=up", headers=headers())
+    assert bad.status_code == 400 and bad.get_json()["errors"][0]["code"] == "gpu_tenancy.invalid_query"

@@ -190,6 +190,7 @@ def param(name: str, column: ColumnElement[Any], **kw: Any) -> BindParameter[Any
 # once: the page, and its leases for the queries of their children, by bounds that
 # never change (see page_leases) or by ids.
 PAGE = select(*(LEASES[c] for c in SHOWN)).order_by(LEASES.created_at, LEASES.id)
+NEWEST_FIRST = select(*(LEASES[c] for c in SHOWN)).order_by(LEASES.created_at.desc(), LEASES.id.desc())
 KEY = tuple_(LEASES.created_at, LEASES.id)
 BETWEEN = (KEY >= tuple_(param("first_at", LEASES.created_at), param("first_id", LEASES.id)),
            KEY <= tuple_(param("last_at", LEASES.created_at), param("last_id", LEASES.id)))
@@ -213,9 +214,9 @@ CHILDREN = {"project": children(IN_PROJECT), "any project": children(IN_ANY_PROJ
 
 
 def page(session: Session, project: str | None, statuses: list[str], marker: str | None,
-         limit: int) -> tuple[list[dict], bool]:
+         limit: int, newest_first: bool = False) -> tuple[list[dict], bool]:
     """The first `limit` leases of `project` (None: every project) in `statuses` (empty:
-    any) after the lease `marker`, oldest first, rendered; and whether more follow."""
+    any) after the lease `marker`, oldest first (or newest first), rendered; and whether more follow."""
     conditions = []
     if project:
         conditions.append(LEASES.project_id == project)
@@ -226,9 +227,13 @@ def page(session: Session, project: str | None, statuses: list[str], marker: str
                                .where(LEASES.id == marker)).first()
         if mark is None or (project and mark.project_id != project):
             raise BadRequest(f"marker {marker[:64]} is not a lease of this listing", "gpu_tenancy.invalid_marker")
-        conditions.append((LEASES.created_at > mark.created_at)
-                          | ((LEASES.created_at == mark.created_at) & (LEASES.id > mark.id)))
-    rows = session.execute(PAGE.where(*conditions).limit(limit + 1)).all()
+        if newest_first:
+            conditions.append((LEASES.created_at < mark.created_at)
+                              | ((LEASES.created_at == mark.created_at) & (LEASES.id < mark.id)))
+        else:
+            conditions.append((LEASES.created_at > mark.created_at)
+                              | ((LEASES.created_at == mark.created_at) & (LEASES.id > mark.id)))
+    rows = session.execute((NEWEST_FIRST if newest_first else PAGE).where(*conditions).limit(limit + 1)).all()
     more = len(rows) > limit
     rows = rows[:limit]
     if not rows:
@@ -250,11 +255,16 @@ def page_leases(project: str | None, statuses: list[str], rows: Sequence[Row[Any
     two statements), the leases' ids."""
     if statuses:
         return CHILDREN["ids"], {"ids": [r.id for r in rows]}
-    first, last = rows[0], rows[-1]
+    first, last = min(rows[0], rows[-1], key=key), max(rows[0], rows[-1], key=key)   # either order
     bounds = {"first_at": first.created_at, "first_id": first.id, "last_at": last.created_at, "last_id": last.id}
     if project:
         return CHILDREN["project"], {**bounds, "project": project}
     return CHILDREN["any project"], bounds
+
+
+def key(row: Row[Any]) -> tuple:
+    """A listed lease's place in the oldest-first order."""
+    return row.created_at, row.id
 
 
 def by_lease(rows: Iterable[Any]) -> dict[str, list]:

@@ -106,6 +106,9 @@ def create() -> ResponseReturnValue:
 def index() -> ResponseReturnValue:
     rt.authorize("lease:list")
     limit = query_int("limit", 100, 1, rt.runtime().config.max_page_size)
+    sort_dir = request.args.get("sort_dir", "asc")   # OpenStack's word; by creation, then id
+    if sort_dir not in ("asc", "desc"):
+        raise BadRequest("sort_dir is asc (oldest first, the default) or desc (newest first)", codes.INVALID_QUERY)
     status = request.args.getlist("status")
     for s in status:
         if s not in STATUSES:
@@ -119,7 +122,7 @@ def index() -> ResponseReturnValue:
     else:
         project = rt.context().project_id
     with rt.transaction() as session:
-        rendered, more = page(session, project, status, request.args.get("marker"), limit)
+        rendered, more = page(session, project, status, request.args.get("marker"), limit, sort_dir == "desc")
         body = {"leases": rendered}
     if more:
         body["leases_links"] = [{"rel": "next", "href": rt.next_href("leases.index", rendered[-1]["id"])}]

@@ -232,6 +232,8 @@ PATHS = {
                          paged("leases", "Lease"), params=[
                              param("limit", "query", "page size", {"type": "integer", "minimum": 1}),
                              param("marker", "query", "the last lease id of the previous page"),
+                             param("sort_dir", "query", "asc: oldest first (the default); desc: newest first",
+                                   {"type": "string", "enum": ["asc", "desc"]}),
                              param("status", "query", "only leases in these states (repeatable)",
                                    {"type": "array", "items": {"type": "string", "enum": leases.STATUSES}}),
                              PROJECT_FILTER,

@@ -10,6 +10,7 @@ from flask import g, render_template, request, url_for
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.dashboard import bp, svg
 from gpu_tenancy.dashboard.login import api, is_admin
+from gpu_tenancy.dashboard.tenant import newest_leases
 from gpu_tenancy.timeutil import parse_time, rfc3339
 
 HOUR = 3600
@@ -160,8 +161,7 @@ def capacity():
     client = api()
     body = client.get("/v1/capacity", start=rfc3339(start), end=rfc3339(end))["capacity"]
     statuses = ["requested", "queued", "scheduled", "provisioning", "active", "ending"]
-    leases = client.get("/v1/leases", status=statuses, all_projects="true" if is_admin() else None,
-                        limit=rt.runtime().config.max_page_size)["leases"]
+    leases = newest_leases(client, statuses, all_projects="true" if is_admin() else None)
     chart = draw(body.get("calendar", []), leases, start, end, now, g.login.project_id, is_admin())
     return render_template("dashboard/capacity.html", chart=chart, models=body["gpu_models"], days=days,
                            start=rfc3339(start), end=rfc3339(end))

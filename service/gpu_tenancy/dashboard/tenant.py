@@ -26,13 +26,18 @@ def home():
     return redirect(url_for("dashboard.leases"))
 
 
+def newest_leases(client, statuses: list[str] | None = None, **query) -> list[dict]:
+    """The newest max_page_size leases, newest first: one page the API lists newest first
+    (its first page oldest first left out every lease asked after the first max_page_size:
+    a new lease went missing once a project had asked that many)."""
+    return client.get("/v1/leases", status=statuses, limit=rt.runtime().config.max_page_size, sort_dir="desc",
+                      **query)["leases"]
+
+
 @bp.get("/leases")
 def leases():
-    rows = api().get("/v1/leases", limit=rt.runtime().config.max_page_size)["leases"]
-    rows.sort(key=lambda lease: lease["created_at"], reverse=True)
     show = request.args.get("show", "open")
-    if show == "open":
-        rows = [r for r in rows if r["status"] in WAITING + HOLDING]
+    rows = newest_leases(api(), list(WAITING + HOLDING) if show == "open" else None)
     return render_template("dashboard/leases.html", leases=rows, show=show, now=rt.now(),
                            refresh=any(r["status"] in REFRESHING for r in rows))
 
@@ -258,7 +263,7 @@ def quota():
     usage = client.get("/v1/usage", project_id=project, start=rfc3339(now - USAGE_DAYS * 86400), end=rfc3339(now))
     hours = {model: figures["gpu_hours"] for p in usage["usage"]["projects"] if p["project_id"] == project
              for model, figures in p["gpu_models"].items()}
-    held = held_now(client.get("/v1/leases", status=list(HOLDING))["leases"], now)
+    held = held_now(newest_leases(client, list(HOLDING)), now)   # (the default page of 100 undercounted)
     models = sorted(set(limits) | set(hours) | set(held))
     rows = [{"gpu_model": model, "limits": limits.get(model), "held": held.get(model, 0),
              "gpu_hours": hours.get(model, 0.0)} for model in models]
@@ -269,7 +274,7 @@ def quota():
 def volumes():
     """The project's volumes as the cloud has them, with the leases that use or made them;
     and the volumes leases will make when they start."""
-    leases = {x["id"]: x for x in api().get("/v1/leases", limit=rt.runtime().config.max_page_size)["leases"]}
+    leases = {x["id"]: x for x in newest_leases(api())}
     rows = [{**v, "lease": leases.get(v["lease_id"]), "made_by": leases.get(v["made_by_lease"])}
             for v in api().get("/v1/volumes")["volumes"]]
     will_make = WAITING + ("scheduled", "provisioning")   # a lease makes its volume when it starts

@@ -46,11 +46,16 @@ def close(session: Session, session_id: str) -> None:
     session.execute(delete(m.DashboardSession).where(m.DashboardSession.id_hash == _hash(session_id)))
 
 
+# Notices wait for the next page; forms sent in a loop without reading one (a script) would
+# otherwise grow the login's row, rewritten whole on each, without end. The newest are kept.
+MAX_NOTICES = 10
+
+
 def add_notice(session: Session, session_id: str, kind: str, message: str) -> None:
     """A message for the next page the user sees (after a redirect)."""
     row = session.get(m.DashboardSession, _hash(session_id))
     if row is not None:
-        row.notices = [*row.notices, [kind, message]]
+        row.notices = [*row.notices, [kind, message]][-MAX_NOTICES:]
 
 
 def take_notices(session: Session, session_id: str) -> list[list[str]]:
