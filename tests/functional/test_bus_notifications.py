@@ -128,6 +128,26 @@ def test_a_preempted_lease_sends_its_end_and_preempted(client, bus, tick):
     assert preempted["early_end_kind"] == "preempted" and preempted["for_lease"] and preempted["state"] == "preempted"
 
 
+def test_a_started_lease_moved_off_a_down_host_then_cancelled_sends_its_end(client, runtime, cloud, bus, tick):
+    """Billing opened it on start_lease: it must see an end_lease whatever final state the lease
+    reaches, here cancelled while waiting for the GPUs it was moved to (its VMs are gone)."""
+    moved = ask(client, shape="a100.x8", duration="PT4H")
+    for who, duration in ((VISION, "PT4H"), (NLP, "PT1H"), (NLP, "PT4H")):   # every 8-GPU host taken
+        ask(client, who, shape="a100.x8", duration=duration)
+    tick()
+    tick(advance=30)
+    shown = client.get(f"/v1/leases/{moved['id']}", headers=VISION).get_json()["lease"]
+    assert shown["status"] == "active"
+    cloud.set_host_state(shown["servers"][0]["host"], up=False)
+    tick(advance=runtime.config.host_refresh_seconds)
+    assert client.get(f"/v1/leases/{moved['id']}", headers=VISION).get_json()["lease"]["status"] == "scheduled"
+    assert client.delete(f"/v1/leases/{moved['id']}", headers=VISION).status_code == 204
+    tick(advance=30)
+    sent = bus.of(moved["id"])
+    assert sent.count(n.START_LEASE) == 1 and sent.count(n.END_LEASE) == 1, sent
+    assert sent.index(n.END_LEASE) > sent.index(n.START_LEASE)
+
+
 def test_a_refused_send_is_retried_with_backoff_and_holds_back_the_later_ones(client, runtime, bus, tick):
     bus.down = True
     first = ask(client)

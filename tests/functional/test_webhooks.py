@@ -166,6 +166,23 @@ def test_deliveries_stop_after_the_last_attempt(client, runtime, receiver, hooke
     assert any(e["kind"] == "webhook" and "not delivered after 6" in e["message"] for e in events)
 
 
+def test_a_leases_notices_arrive_in_order_when_the_first_is_retried(client, runtime, receiver, hooked, engine_tick):
+    """A slot moved twice: the receiver's last lease.parked must be the newer slot, even when
+    the first notice needed a retry (docs/design.md: the last lease.parked a receiver has is the slot)."""
+    from gpu_tenancy.engine import webhooks
+    lease = active_lease(client, engine_tick)
+    receiver.codes = [500]   # the first notice's first attempt
+    with session_scope(runtime.sessions) as session:
+        row = session.get_one(m.Lease, lease["id"])
+        for message in ("slot at 10:00", "slot at 09:00"):
+            webhooks.enqueue(session, row, webhooks.PARKED, {"message": message}, runtime.clock.now())
+    for _ in range(4):
+        engine_tick(advance=runtime.config.webhook_backoff_seconds)
+    taken = [json.loads(body)["message"] for head, body in receiver.seen]
+    assert taken[-1] == "slot at 09:00" and taken.count("slot at 09:00") == 1, taken
+    assert taken == ["slot at 10:00", "slot at 10:00", "slot at 09:00"]   # the later one waited for the first
+
+
 def test_a_notice_written_before_a_crash_is_sent_by_the_next_engine(client, runtime, receiver, hooked, engine_tick):
     lease = active_lease(client, engine_tick)
     runtime.clock.set(runtime.clock.now() + 3600 - LEAD)
@@ -209,10 +226,11 @@ def test_webhooks_are_the_projects_own(client, hooked, persona, method, status):
                                      {"url": "http://x.example/h", "secret": "short"}, {"url": 5},
                                      {"url": "http://x.example/" + "a" * 3000}, {"url": "http://n1W0Mh}vzj]qh/x"},
                                      {"url": "http://[::1/x"}, {"url": "http://x.example:99999/h"}, {},
-                                     {"url": "http://x.example:0/h"}, {"url": "http://[v1.x]/h"}])
+                                     {"url": "http://x.example:0/h"}, {"url": "http://[v1.x]/h"},
+                                     {"url": "https://hook:s3cret-pass@x.example/h"}])
 def test_bad_webhooks_are_400(client, webhook):
     reply = client.put("/v1/webhooks/ml-vision", json={"webhook": webhook}, headers=headers())
-    assert reply.status_code == 400
+    assert reply.status_code == 400 and "s3cret" not in reply.get_data(as_text=True)
     assert client.get("/v1/webhooks/ml-vision", headers=headers()).status_code == 404
 
 

@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, utcnow_naive
 from gpu_tenancy.domain import blazar
-from gpu_tenancy.domain.states import LeaseState
+from gpu_tenancy.domain.states import FINAL, LeaseState
 
 log = logging.getLogger(__name__)
 S = LeaseState
@@ -55,8 +55,11 @@ def on_transition(session: Session, row: m.Lease, before: LeaseState | None, aft
         enqueue(session, row, QUEUED, now, reasons=list(row.queue_reasons or []))
     if after is S.ACTIVE and not started_before(session, row.id):
         enqueue(session, row, START_LEASE, now)   # once: a lease moved off a down host runs on, not anew
-    if after in (S.ENDED, S.PREEMPTED) or (after is S.FAILED and before is S.ENDING):
-        enqueue(session, row, END_LEASE, now)     # its VMs are gone: what billing closes the lease on
+    if after in (S.ENDED, S.PREEMPTED) or (after is S.FAILED and before is S.ENDING) or \
+            (after in FINAL and started_before(session, row.id)):
+        # its VMs are gone: what billing closes the lease on, so one that started gets it whatever
+        # its end (moved off a down host, then cancelled, expired or failed while waiting)
+        enqueue(session, row, END_LEASE, now)
     if after is S.PREEMPTED:
         enqueue(session, row, PREEMPTED, now, early_end_kind=row.early_end_kind, for_lease=row.early_end_for,
                 reason=row.early_end_reason)

@@ -73,6 +73,9 @@ def split(url: str):
         raise TargetRefused(f"{url[:100]} is not a URL: {exc}") from None
     if not parts.hostname:
         raise TargetRefused(f"{url[:100]} names no host")
+    if "@" in parts.netloc:   # never sent (the POST carries no Authorization), yet kept in the audit record
+        raise TargetRefused(f"{parts.hostname}: a user name or password in the URL is not sent; the service "
+                            "signs each notice with the webhook's secret instead")
     if parts.port == 0:   # else sent to the scheme's port, not the one written
         raise TargetRefused(f"{url[:100]}: port 0 is no port")
     if parts.hostname.startswith("v") and parts.netloc.split("@")[-1].startswith("["):

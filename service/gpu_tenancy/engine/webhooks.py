@@ -16,8 +16,8 @@ import logging
 import secrets
 from dataclasses import dataclass
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy import exists, select
+from sqlalchemy.orm import Session, aliased
 
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
@@ -111,11 +111,17 @@ class Due:
 
 def due(sessions, now: int, skip_ids: set[int], skip_projects: set[str], limit: int) -> list[Due]:
     """The notices due, oldest first, but for those being sent (`skip_ids`) and those of
-    projects whose receiver has all the workers it may have (`skip_projects`)."""
+    projects whose receiver has all the workers it may have (`skip_projects`). A lease's
+    notice waits while an earlier one of the same lease is pending (being sent, or waiting
+    for its retry): a receiver gets a lease's notices in the order they were written, so
+    the last `lease.parked` it has is the slot, not one a retry delivered late."""
+    earlier = aliased(m.WebhookDelivery)
     with session_scope(sessions) as session:
         query = (select(m.WebhookDelivery, m.ProjectWebhook.url, m.ProjectWebhook.secret)
                  .outerjoin(m.ProjectWebhook, m.ProjectWebhook.project_id == m.WebhookDelivery.project_id)
-                 .where(m.WebhookDelivery.status == "pending", m.WebhookDelivery.next_attempt_at <= utcnow_naive(now))
+                 .where(m.WebhookDelivery.status == "pending", m.WebhookDelivery.next_attempt_at <= utcnow_naive(now),
+                        ~exists().where(earlier.lease_id == m.WebhookDelivery.lease_id, earlier.status == "pending",
+                                        earlier.id < m.WebhookDelivery.id))
                  .order_by(m.WebhookDelivery.next_attempt_at, m.WebhookDelivery.id).limit(limit))
         if skip_ids:
             query = query.where(m.WebhookDelivery.id.not_in(skip_ids))
