@@ -402,6 +402,11 @@ def test_admin_drains_and_undrains_a_host_from_the_hosts_page(client):
     assert "gpu-a100-3 takes new leases again" in client.get("/dashboard/admin/hosts").text
     client.post("/dashboard/admin/hosts/nowhere", data={"csrf_token": csrf, "drained": "true", "confirmed": "yes"})
     assert "nowhere unchanged: no GPU host named" in client.get("/dashboard/admin/hosts").text
+    # a name with URL characters is one name (quoted), not gpu-a100-3 with a query after it
+    client.post("/dashboard/admin/hosts/gpu-a100-3%3Fx", data={"csrf_token": csrf, "drained": "true",
+                                                              "confirmed": "yes"})
+    assert "gpu-a100-3?x unchanged" in client.get("/dashboard/admin/hosts").text
+    assert "<strong>drained</strong>" not in client.get("/dashboard/admin/hosts").text
     member = login(client)
     client.post("/dashboard/admin/hosts/gpu-a100-1", data={"csrf_token": member, "drained": "true",
                                                            "confirmed": "yes"})

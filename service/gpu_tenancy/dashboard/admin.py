@@ -170,7 +170,7 @@ def drain(name: str):
                         "running VMs stay until their leases end.",
             action=url_for("dashboard.drain", name=name), fields={"drained": "true"},
             confirm_label=f"Yes, drain {name}", back=url_for("dashboard.hosts"), back_label="No, keep it")
-    reply = api().call("PATCH", f"/v1/hosts/{name}", body={"drained": drained})
+    reply = api().call("PATCH", "/v1/hosts/" + quote(name, safe=""), body={"drained": drained})   # (as quotas)
     if reply.ok:
         flash(f"{name} is drained: it takes no new leases, and those planned there move to other hosts" if drained else f"{name} takes new leases again", "ok")
     else:
