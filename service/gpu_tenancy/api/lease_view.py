@@ -238,7 +238,7 @@ def page(session: Session, project: str | None, statuses: list[str], marker: str
     rows = rows[:limit]
     if not rows:
         return [], more
-    queries, params = page_leases(project, statuses, rows)
+    queries, params = page_leases(project, statuses, rows[::-1] if newest_first else rows)   # its bounds: oldest first
     allocations, servers, failures = (by_lease(session.execute(q, params)) for q in queries)
     # the links differ only by the id: url_for once, not once per lease
     base = url_for("leases.index", _external=True)
@@ -255,16 +255,11 @@ def page_leases(project: str | None, statuses: list[str], rows: Sequence[Row[Any
     two statements), the leases' ids."""
     if statuses:
         return CHILDREN["ids"], {"ids": [r.id for r in rows]}
-    first, last = min(rows[0], rows[-1], key=key), max(rows[0], rows[-1], key=key)   # either order
+    first, last = rows[0], rows[-1]
     bounds = {"first_at": first.created_at, "first_id": first.id, "last_at": last.created_at, "last_id": last.id}
     if project:
         return CHILDREN["project"], {**bounds, "project": project}
     return CHILDREN["any project"], bounds
-
-
-def key(row: Row[Any]) -> tuple:
-    """A listed lease's place in the oldest-first order."""
-    return row.created_at, row.id
 
 
 def by_lease(rows: Iterable[Any]) -> dict[str, list]:

@@ -1,11 +1,9 @@
 """Request bodies and query strings checked against JSON schemas, with messages a user can act on."""
 from __future__ import annotations
 
-import re
-
-from typing import Any, NoReturn, overload
-
 import json
+import re
+from typing import Any, NoReturn, overload
 
 from flask import request
 from jsonschema import Draft202012Validator

@@ -78,7 +78,7 @@ def split(url: str):
                             "signs each notice with the webhook's secret instead")
     if parts.port == 0:   # else sent to the scheme's port, not the one written
         raise TargetRefused(f"{url[:100]}: port 0 is no port")
-    if parts.hostname.startswith("v") and parts.netloc.split("@")[-1].startswith("["):
+    if parts.netloc.lower().startswith("[v"):   # (no user part: refused above)
         raise TargetRefused(f"{url[:100]}: an IPvFuture address is no address the service sends to")
     return parts
 
