@@ -18,6 +18,7 @@ from gpu_tenancy.engine.events import record_transition
 from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.timeutil import rfc3339
 from tests.conftest import PG_URL, T0, headers
+from tests.races import Held, race
 
 ADMIN = headers("admin-project", "admin", "olga")
 DAY = 86400
@@ -247,3 +248,32 @@ def test_waiting_leases_are_counted_up_to_one_past_the_limit(app_with):
     rt.limits = replace(rt.limits, waiting_per_user=2)
     assert "user u0 has more than 2 leases waiting" in error(ask("u0"), 403)["detail"]
     assert ask("u9").status_code == 201   # a user below the limit is not held back
+
+
+@pytest.mark.skipif(not PG_URL, reason="on SQLite a create holds the database's write lock from its start: "
+                                       "two cannot count the waiting leases at once")
+@pytest.mark.parametrize("named", [False, True])
+def test_two_creates_at_once_do_not_pass_the_waiting_limit_together(app_with, db_url, monkeypatch, named):
+    """One place left under the project's limit, two members' creates at once: the first held
+    just past its check, the second waits for the project's create lock (engine/leases.py
+    create_lock), then counts the first's lease and is refused."""
+    app = app_with(max_waiting_leases_per_project=2, max_waiting_leases_per_user=5)
+    later = rfc3339(T0 + 2 * DAY)
+
+    def ask(user, name=None):
+        reply = app.test_client().post("/v1/leases", headers=headers(user=user), json={
+            "shape": "a100.x8", "duration": "PT1H", "start": later, "instances": 3,
+            **({"name": name} if name else {})})
+        return reply.status_code, reply.get_json()
+    assert ask("ann")[0] == 201
+    rt = app.extensions["gpu_tenancy"]
+    point = Held()
+    monkeypatch.setattr(rt.limits.__class__, "check_waiting", point.around(rt.limits.__class__.check_waiting))
+    answers = race(db_url, point, lambda: ask("bob", "b" if named else None), lambda: ask("cid", "c" if named else None))
+    assert sorted(code for code, _ in answers) == [201, 403], answers
+    refused = next(body for code, body in answers if code == 403)
+    assert refused["errors"][0]["code"] == "gpu_tenancy.too_many_waiting"
+    with session_scope(rt.sessions) as s:
+        waiting = s.scalars(select(m.Lease.id).where(m.Lease.project_id == "ml-vision",
+                                                     m.Lease.status.in_(ask_facts.WAITING_STATES))).all()
+    assert len(waiting) == 2

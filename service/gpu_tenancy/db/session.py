@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from datetime import datetime, timezone
 from typing import Iterator, overload
 
-from sqlalchemy import create_engine, event, select, text
+from sqlalchemy import TextClause, create_engine, event, select, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -76,16 +77,20 @@ def ledger_lock(session: Session) -> None:
         session.execute(text("UPDATE locks SET holder = holder WHERE name = 'ledger'"))
 
 
-def key_lock(session: Session, key: str) -> None:
-    """Serialise the transactions about one thing (`key`, e.g. a volume) until this one ends, so
-    that a check read after it sees what an earlier one committed. PostgreSQL: a transaction
-    advisory lock on the key's 64-bit hash (two keys of one hash only wait for each other);
-    SQLite: the transaction already holds the database's write lock (BEGIN IMMEDIATE)."""
+def key_lock(session: Session, *keys: str) -> None:
+    """Serialise the transactions about one thing (each of `keys`, e.g. a volume) until this one
+    ends, so that a check read after it sees what an earlier one committed; several keys are taken
+    in the order given, in one statement. PostgreSQL: a transaction advisory lock on each key's
+    64-bit hash (two keys of one hash only wait for each other); SQLite: the transaction already
+    holds the database's write lock (BEGIN IMMEDIATE)."""
     if session.get_bind().dialect.name == "postgresql":
-        session.execute(KEY_LOCK, {"key": key})
+        session.execute(key_locks(len(keys)), {f"key{i}": key for i, key in enumerate(keys)})
 
 
-KEY_LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))")
+@functools.cache
+def key_locks(count: int) -> TextClause:
+    # one column per key: PostgreSQL computes a select list left to right, so the order holds
+    return text("SELECT " + ", ".join(f"pg_advisory_xact_lock(hashtextextended(:key{i}, 0))" for i in range(count)))
 
 
 def utcnow_naive(epoch: int) -> datetime:

@@ -271,8 +271,7 @@ def create(session: Session, now: int, limits: Limits, caller: Caller, ask: Leas
     (ledger.plan_new, or else the engine's next replan), so that one replan can
     plan the leases of many requests. `lease_id`: the id the decision service was told."""
     lease_id = lease_id or ledger.new_lease_id()
-    if ask.name:   # its lock first of all: before the volume's and the ledger's (lock_for_change)
-        name_lock(session, caller.project_id, ask.name)
+    create_lock(session, caller.project_id, ask.name)   # first of all: before the volume's and the ledger's
     request, columns, facts = checked_request(session, now, limits, caller, ask, lease_id)
     # for the fit of the lease made here (plan_insert.fit_made pops them): a dry run, which
     # fits nothing, leaves none behind in its session
@@ -313,9 +312,9 @@ def lock_for_change(session: Session, row: m.Lease) -> None:
     again, so that what the change checks (its state, its end, the budget) holds until it
     commits, whatever the engine or another request does meanwhile. Always in that order, which
     the engine's steps keep too (engine/events.py lease_in), so that no two transactions wait
-    for each other; taken once per transaction. (A lease name's lock, then a data volume's, both
-    key_lock, come before the ledger's: a create takes them as it begins and at its volume's
-    check, an offer taken before the ledger's, a rename before this.)"""
+    for each other; taken once per transaction. (A create's lock with its name's, then a data
+    volume's, all key_lock, come before the ledger's: a create takes them as it begins and at its
+    volume's check, an offer taken before the ledger's, a rename the name's before this.)"""
     held = session.info.setdefault(HELD, set())
     if row.id in held:
         return
@@ -324,13 +323,32 @@ def lock_for_change(session: Session, row: m.Lease) -> None:
     held.add(row.id)
 
 
+CREATING = "creating_in"   # session.info: the project create_lock has locked in its transaction
+
+
+def create_lock(session: Session, project_id: str, name: str | None) -> None:
+    """A new lease of the project (and its name, if it has one: name_lock), made by one request at
+    a time till it commits, taken once per transaction, before any other lock. The waiting limits
+    count the project's leases before the lease is written: two creates counting at once each saw
+    a place left, and both were made. One statement for both locks, the project's first (a
+    rename takes the name's alone)."""
+    if session.info.get(CREATING) == project_id:
+        return
+    key_lock(session, f"create {project_id}", *([name_key(project_id, name)] if name else []))
+    session.info[CREATING] = project_id
+
+
 def name_lock(session: Session, project_id: str, name: str) -> None:
     """A lease name of the project, written (a create's INSERT, a rename) by one request at a time
     till it commits; taken before the ledger lock. A create that fits its lease into the plan
     writes the name before it takes the ledger lock (engine/plan_insert.py), and a write of the
     same name under the ledger lock waits on the unique index for that create to end: the two
     waited for each other, and PostgreSQL ended one as a deadlock."""
-    key_lock(session, f"name {project_id} {name}")
+    key_lock(session, name_key(project_id, name))
+
+
+def name_key(project_id: str, name: str) -> str:
+    return f"name {project_id} {name}"
 
 
 def volume_lock(session: Session, project_id: str, volume_id: str) -> None:

@@ -36,7 +36,7 @@ from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import catalog, early_ends, ledger, networking, new_lease, notifications, plan_insert
 from gpu_tenancy.engine.decision_hook import DecisionHook, decide
 from gpu_tenancy.engine.events import record_transition
-from gpu_tenancy.engine.leases import Caller, build_request, create, name_lock, volume_lock
+from gpu_tenancy.engine.leases import Caller, build_request, create, create_lock, volume_lock
 from gpu_tenancy.engine.limits import Limits
 from gpu_tenancy.engine.new_lease import Made, Transaction
 from gpu_tenancy.errors import BadRequest, Conflict
@@ -218,9 +218,9 @@ def take(transaction: Transaction, clock: Callable[[], int], config: Config, set
     lease_id = ledger.new_lease_id()
 
     def make(session: Session, asked: DecisionHook) -> tuple[m.Lease, dict]:
-        # the name's lock, the volume's, then the ledger's, as a create takes them (leases.lock_for_change)
-        if wanted.name:
-            name_lock(session, caller.project_id, wanted.name)
+        # the create's lock (with the name's), the volume's, then the ledger's, as a create takes them
+        # (leases.lock_for_change)
+        create_lock(session, caller.project_id, wanted.name)
         if wanted.volume is not None and wanted.volume.id:
             volume_lock(session, caller.project_id, wanted.volume.id)
         ledger_lock(session)   # held until this transaction ends: the check and the plan under it
