@@ -1,10 +1,11 @@
 """Every HOT template in heat_templates/ parses with heatclient's own parser,
 every reference in it resolves, every parameter is typed and constrained, and
-the readiness probe it runs is the service's own script. (No Heat service runs
+it asks for nothing a "boot": "tenant" lease cannot give. (No Heat service runs
 here: the templates are checked, not launched; the loopback cloud's Heat launches
 gpu-training-env.yaml in tests/integration/test_heat_on_openstack.py.)"""
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -13,7 +14,8 @@ import pytest
 template_format = pytest.importorskip("heatclient.common.template_format")
 from heatclient.common import template_utils  # noqa: E402
 
-from gpu_tenancy.guest.readiness_probe import PLACEHOLDERS, SCRIPT  # noqa: E402
+from gpu_tenancy.domain.lease_ask import SERVICE_BOOT_ONLY  # noqa: E402
+from gpu_tenancy.guest.readiness_probe import SCRIPT  # noqa: E402
 
 TEMPLATES = sorted((Path(__file__).parents[2] / "heat_templates").glob("*.yaml"))
 PARAMETER_TYPES = {"string", "number", "comma_delimited_list", "json", "boolean"}
@@ -83,22 +85,9 @@ def test_every_parameter_has_a_type_and_constraints(template):
                     assert constraint["range"]["min"] <= spec["default"] <= constraint["range"]["max"], name
 
 
-def test_the_readiness_probe_is_the_services_own_script(template):
-    path, hot = template
-    files, resolved = template_utils.get_template_contents(template_file=str(path))
-    probe = {url: text for url, text in files.items() if url.endswith("gpu-readiness-probe.sh")}
-    assert list(probe.values()) == [SCRIPT.read_bytes()]
-    # heatclient rewrote the relative get_file into the URL it sends along
-    config = resolved["resources"]["gpu_readiness_probe"]["properties"]["config"]
-    assert config["str_replace"]["template"] == {"get_file": next(iter(probe))}
-    replace = hot["resources"]["gpu_readiness_probe"]["properties"]["config"]["str_replace"]
-    assert set(replace["params"]) == {f"@{name}@" for name in PLACEHOLDERS}
-    assert hot["parameters"]["readiness_token"]["hidden"] is True
-
-
 def test_the_guest_scripts_are_valid_shell(template, tmp_path):
     _, hot = template
-    scripts = [SCRIPT.read_text()]
+    scripts = []
     for _, body in hot["resources"].items():
         config = body.get("properties", {}).get("config")
         if isinstance(config, dict) and isinstance(config.get("str_replace", {}).get("template"), str):
@@ -157,11 +146,8 @@ def test_the_data_volume_is_attached_to_the_server_and_mounted(template):
     assert attachment["condition"] == res["data_volume"]["condition"] == "has_data_volume"
     assert hot["conditions"]["has_data_volume"] == {"not": {"equals": [{"get_param": "data_volume_size"}, 0]}}
     assert hot["parameters"]["data_volume_size"]["constraints"] == [{"range": {"min": 0, "max": 65536}}]
-    # with a readiness URL, the probe runs after the mount; without, only the mount (a no-op without volume)
-    condition, with_probe, without = res["user_data"]["properties"]["parts"]["if"]
-    assert condition == res["gpu_readiness_probe"]["condition"] == "has_readiness_probe"
-    assert [p["config"]["get_resource"] for p in with_probe] == ["mount_data_volume", "gpu_readiness_probe"]
-    assert [p["config"]["get_resource"] for p in without] == ["mount_data_volume"]
+    # the mount is the user data (a no-op without volume)
+    assert res["user_data"]["properties"]["parts"] == [{"config": {"get_resource": "mount_data_volume"}}]
     assert res["server"]["properties"]["user_data"] == {"get_resource": "user_data"}
     assert res["server"]["properties"]["user_data_format"] == "RAW"
 
@@ -174,3 +160,63 @@ def test_the_mount_script_does_nothing_without_a_volume(template, tmp_path):
     done = subprocess.run(["sh", str(script)], capture_output=True, text=True, timeout=10, check=False)
     assert (done.returncode, done.stderr) == (0, "")
     assert not (tmp_path / "d").exists()
+
+
+def heat_accepts(spec: dict, value) -> bool:
+    """Whether Heat's own constraints of a parameter take `value` at validate time: allowed_pattern
+    as Heat reads it (re.match to the end of the value), length, range, allowed_values.
+    Custom constraints (net_cidr, nova.flavor, ...) need a Heat and are left out here."""
+    for constraint in spec.get("constraints", []):
+        if "allowed_pattern" in constraint:
+            match = re.match(constraint["allowed_pattern"], value)
+            if match is None or match.end() != len(value):
+                return False
+        if "length" in constraint and not (constraint["length"].get("min", 0) <= len(value)
+                                           <= constraint["length"].get("max", len(value))):
+            return False
+        if "range" in constraint and not (constraint["range"].get("min", value) <= value
+                                          <= constraint["range"].get("max", value)):
+            return False
+        if "allowed_values" in constraint and value not in constraint["allowed_values"]:
+            return False
+    return True
+
+
+def test_no_parameter_asks_for_what_a_tenant_boot_lease_does_not_have(template):
+    """The templates run inside a "boot": "tenant" lease (their flavor is its flavor), and such a
+    lease is refused a readiness probe (a 400): it has no readiness URL nor secret to give a stack,
+    so a template asking for them offers a probe, gpu-done and gpu-agent that never work."""
+    _, hot = template
+    assert "readiness_probe" in SERVICE_BOOT_ONLY
+    assert not [name for name in hot["parameters"] if name.startswith("readiness")]
+    assert not [url for url in template_utils.get_template_contents(template_file=str(template[0]))[0]
+                if url.endswith(SCRIPT.name)]
+
+
+def test_ssh_is_closed_until_the_tenant_names_where_from_and_a_bad_cidr_fails_validation(template):
+    """No default: the world (0.0.0.0/0) is never let in unasked. A value that is no IPv4 CIDR is
+    refused at validate time; an IPv6 one too, as the rules are IPv4 (Neutron refuses an IPv6
+    prefix on them when the stack is half made)."""
+    _, hot = template
+    spec = hot["parameters"]["ssh_cidr"]
+    assert "default" not in spec
+    assert {"custom_constraint": "net_cidr"} in spec["constraints"]
+    for good in ("192.0.2.0/24", "10.0.0.0/8", "203.0.113.7/32", "0.0.0.0/0"):
+        assert heat_accepts(spec, good), good
+    for bad in ("", "192.0.2.0", "192.0.2.0/33", "256.0.0.0/8", "192.0.2/24", "192.0.2.0/24 ",
+                "192.0.2.0/24,10.0.0.0/8", "2001:db8::/32", "::/0", "any"):
+        assert not heat_accepts(spec, bad), bad
+
+
+def test_a_data_mount_point_that_would_hide_the_system_fails_validation(template):
+    """The mount script mounts the volume wherever it is told, as root: on /.. (the root itself),
+    /etc or /home (the key cloud-init installed, so no login) the VM is broken, silently, after a
+    stack that says CREATE_COMPLETE."""
+    _, hot = template
+    spec = hot["parameters"]["data_mount_point"]
+    for good in ("/data", "/mnt/data", "/scratch/run-1", "/data.v2", "/srv/datasets/"):
+        assert heat_accepts(spec, good), good
+    for bad in ("/", "data", "/..", "/.", "/data/../etc", "/data/./x", "//data", "/etc", "/home",
+                "/home/ubuntu", "/usr/local", "/boot", "/proc/x", "/var", "/root", "/tmp", "/bin",
+                "/data x", "/data;reboot", "/" + "d" * 255):
+        assert not heat_accepts(spec, bad), bad

@@ -25,6 +25,7 @@ template_utils = pytest.importorskip("heatclient.common.template_utils")
 
 TEMPLATE = Path(__file__).parents[2] / "heat_templates" / "gpu-training-env.yaml"
 STACK_TIMEOUT = 240
+SSH_FROM = "192.0.2.0/24"   # the template has no default: SSH is never open to the world unasked
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +133,7 @@ def assert_gone(admin, server, volume):
 def test_a_stack_from_the_template_with_a_plain_flavor(alice, admin, projects, plain_flavor, key_name,
                                                        stacks, image_id):
     stack = stacks(flavor=plain_flavor.id, network="tenant-a-net", image=image_id, key_name=key_name,
-                   data_volume_size=1)
+                   ssh_cidr=SSH_FROM, data_volume_size=1)
     assert stack.status == "CREATE_COMPLETE", stack.status_reason
     server, volume = assert_server_with_its_volume(admin, stack, projects["tenant-a"])
     assert server.flavor["original_name"] == plain_flavor.name
@@ -164,14 +165,14 @@ def test_a_stack_inside_a_tenant_boot_lease_gets_the_leases_host_and_no_more(
         assert flavor["id"] and flavor["name"] and len(hosts) == 1, active
 
         first = stacks(flavor=flavor["id"], network="tenant-a-net", image=image_id, key_name=key_name,
-                       data_volume_size=1)
+                       ssh_cidr=SSH_FROM, data_volume_size=1)
         assert first.status == "CREATE_COMPLETE", first.status_reason
         server, volume = assert_server_with_its_volume(admin, first, projects["tenant-a"])
         assert {server.compute_host} == hosts
         assert gpu_usage(admin).get(server.compute_host) == 1
 
         second = settle(alice, stacks(flavor=flavor["name"], network="tenant-a-net", image=image_id,
-                                      key_name=key_name, data_volume_size=1, wait=False))
+                                      key_name=key_name, ssh_cidr=SSH_FROM, data_volume_size=1, wait=False))
         assert second.status == "CREATE_FAILED"
         assert "No valid host" in second.status_reason
         assert gpu_usage(admin).get(server.compute_host) == 1

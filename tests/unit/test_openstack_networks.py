@@ -62,3 +62,50 @@ def test_a_network_shared_with_the_services_project_alone_is_not_every_projects(
     neutron = Neutron([network("ops-net", "admin"), network("everyone", "admin")],
                       [("ops-net", SERVICE), ("everyone", "*")])
     assert usable(neutron, TENANT) == {"everyone": True}
+
+
+class FloatingIps:
+    """Floating IPs as the service user (an admin) sees them: every project's; it may bind any to any port."""
+
+    def __init__(self, ips):
+        self.by_id = {f.id: f for f in ips}
+        self.made = []
+
+    def ports(self, device_id):
+        return [SimpleNamespace(id=f"port-of-{device_id}")]
+
+    def ips(self, project_id=None, description=None):
+        return [f for f in self.by_id.values() if (project_id is None or f.project_id == project_id)
+                and (description is None or f.description == description)]
+
+    def update_ip(self, fip, **attrs):
+        for key, value in attrs.items():
+            setattr(fip, key, value)
+        return fip
+
+    def networks(self, is_router_external=None):
+        return [SimpleNamespace(id="public", name="public", is_default=True)]
+
+    def create_ip(self, floating_network_id, port_id, project_id, description):
+        fip = SimpleNamespace(id=f"new-{len(self.made)}", floating_ip_address=f"203.0.113.{100 + len(self.made)}",
+                              project_id=project_id, port_id=port_id, description=description)
+        self.made.append(fip)
+        self.by_id[fip.id] = fip
+        return fip
+
+
+def test_a_floating_ip_of_another_project_naming_the_lease_is_never_put_on_its_vm():
+    # tenant-b made a floating IP of its own, unbound, described as one of tenant-a's lease: the
+    # service user bound it to tenant-a's VM, so that tenant-b held the address tenant-a was told to
+    # ssh to (and could move it to a VM of its own), and saw the VM's port and fixed address
+    planted = SimpleNamespace(id="planted", floating_ip_address="198.51.100.66", project_id=OTHER, port_id=None,
+                              description="gpu-tenancy lease lease-1 server old")
+    leftover = SimpleNamespace(id="leftover", floating_ip_address="203.0.113.5", project_id=TENANT, port_id=None,
+                               description="gpu-tenancy lease lease-1 server gone")
+    for ips, expected in (([planted], "203.0.113.100"), ([planted, leftover], "203.0.113.5")):
+        neutron = FloatingIps(ips)
+        driver = object.__new__(OpenStackNetworks)
+        driver.admin = SimpleNamespace(network=neutron)
+        assert driver.ensure_floating_ip("lease-1", TENANT, "server-1") == expected
+        assert (planted.port_id, planted.description) == (None, "gpu-tenancy lease lease-1 server old")
+        assert all(f.project_id == TENANT for f in neutron.by_id.values() if f.port_id == "port-of-server-1")

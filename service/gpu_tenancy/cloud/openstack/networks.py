@@ -109,7 +109,10 @@ class OpenStackNetworks:
                                  f"No port found for device {server_id}")
             fip = next(iter(net.ips(project_id=project_id, description=description)), None)
             if fip is None:   # one of the lease's left by a VM deleted for a retry: it serves this VM now
-                fip = next((f for _, f in self._lease_ips(lease_id) if not f.port_id), None)
+                # (of the lease's project only: any project can describe a floating IP of its own so,
+                # and the service user would bind it to this VM's port)
+                fip = next((f for _, f in self._lease_ips(lease_id) if not f.port_id and f.project_id == project_id),
+                           None)
                 if fip is not None:
                     fip = net.update_ip(fip, port_id=port.id, description=description)
             if fip is None:
