@@ -28,8 +28,15 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--history-days", type=float, default=0,
                       help="first give the demo this many days of past leases (for whatif and the figures)")
 
-    db = sub.add_parser("db", help="database schema")
-    db.add_argument("action", choices=["upgrade", "current"])
+    db = sub.add_parser("db", help="database schema, and purging old rows",
+                        description="upgrade: bring the schema to the latest; current: show its revision; "
+                                    "purge: delete, in batches, webhook deliveries delivered or given up, bus "
+                                    "notices sent, audit records and expired dashboard logins from before a "
+                                    "cutoff at least a day old (leases, their events and usage stay)")
+    db.add_argument("action", choices=["upgrade", "current", "purge"])
+    cutoff = db.add_mutually_exclusive_group()
+    cutoff.add_argument("--before", metavar="DATE", help="purge: rows older than this (YYYY-MM-DD, UTC, or RFC 3339)")
+    cutoff.add_argument("--older-than-days", type=int, metavar="N", help="purge: rows older than N days")
     db.add_argument("--db", help="database URL (default: from the config)")
     db.add_argument("--config", help="config file (YAML; default: $GPU_TENANCY_CONFIG)")
 
@@ -95,11 +102,54 @@ def load_config(path: str | None) -> Config:
 def run_db(args) -> int:
     from gpu_tenancy.db import migrate
     url = args.db or load_config(args.config).database_url
+    if args.action == "purge":
+        return run_purge(args, url)
+    if args.before or args.older_than_days is not None:
+        print(f"gpu-tenancy db: --before and --older-than-days go with purge, not {args.action}", file=sys.stderr)
+        return 2
     if args.action == "upgrade":
         migrate.upgrade(url)
         print(f"database at the latest schema: {redact(url)}")
     else:
         migrate.current(url)
+    return 0
+
+
+def run_purge(args, url: str) -> int:
+    import re
+
+    from sqlalchemy.exc import DBAPIError
+
+    from gpu_tenancy.clock import SystemClock
+    from gpu_tenancy.db import purge
+    from gpu_tenancy.db.session import make_engine, make_sessionmaker
+    from gpu_tenancy.timeutil import parse_time, rfc3339
+
+    now = SystemClock().now()
+    try:
+        if args.before:   # a bare date is its midnight UTC, as nova-manage's --before reads one
+            before = parse_time(args.before + "T00:00:00Z" if re.fullmatch(r"\d{4}-\d{2}-\d{2}", args.before)
+                                else args.before)
+        elif args.older_than_days is not None:
+            before = max(0, now - args.older_than_days * purge.DAY)   # no time before 1970 to go to
+        else:
+            raise ValueError("give the cutoff: --before DATE or --older-than-days N")
+        purge.check_cutoff(before, now)
+    except ValueError as exc:
+        print(f"gpu-tenancy db purge: {exc}", file=sys.stderr)
+        return 2
+    engine = make_engine(url)
+    try:
+        removed = purge.purge(make_sessionmaker(engine), before)
+    except DBAPIError as exc:   # not the service's database, or one at an older schema, or unreachable
+        print(f"gpu-tenancy db purge: cannot purge the database at {redact(url)}: {exc.orig}; is it the "
+              "service's, upgraded (gpu-tenancy db upgrade)?", file=sys.stderr)
+        return 2
+    finally:
+        engine.dispose()
+    print(f"purged from {redact(url)} the rows older than {rfc3339(before)}:")
+    for kind, count in removed.items():
+        print(f"  {kind:<20} {count}")
     return 0
 
 

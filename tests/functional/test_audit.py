@@ -211,6 +211,20 @@ def test_pages_follow_the_next_links_and_keep_the_filters(client, history):
     assert pages == [["shape.create", "image.create"], ["lease.create", "lease.create"]]
 
 
+def test_a_reader_whose_marker_was_purged_goes_on_from_where_it_was(client, history, clock, sessions):
+    """An export that pages the record (a SIEM's collector) keeps its last id as the marker.
+    Once `gpu-tenancy db purge` deleted that record, the marker was refused as "not an audit
+    record id" and the reader could never go on."""
+    from gpu_tenancy.db import purge
+    first = ok(client.get("/v1/audit?limit=2", headers=ADMIN))
+    later = first["audit_records_links"][0]["href"]
+    clock.advance(30 * 86400)
+    ok(client.put("/v1/quotas/ml-vision", json=QUOTA, headers=ADMIN))   # written after the collector read
+    assert purge.purge(sessions, clock.now() - 86400)["audit records"] == 5
+    assert [r["action"] for r in ok(client.get(later, headers=ADMIN))["audit_records"]] == ["quota.update"]
+    assert client.get("/v1/audit?marker=999", headers=ADMIN).status_code == 400   # never given: still refused
+
+
 def test_the_next_link_takes_no_query_key_as_its_own(client, history):
     """The link once came from url_for(**query): ?endpoint= was a 500, ?_external=0 a relative link."""
     body = ok(client.get("/v1/audit?limit=1&action=shape.create&action=image.create&endpoint=x&_external=0",

@@ -27,6 +27,51 @@ def test_db_upgrade_makes_the_schema(tmp_path, capsys):
     assert {"leases", "allocations", "events", "quotas", "shapes", "images", "hosts", "locks"} <= tables
 
 
+def audit_records(url: str, ages_in_days: list[float]) -> None:
+    from gpu_tenancy.db import models as m
+    from gpu_tenancy.db.session import make_engine, make_sessionmaker, session_scope, utcnow_naive
+    now, engine = time.time(), make_engine(url)
+    with session_scope(make_sessionmaker(engine)) as session:
+        session.add_all([m.AuditRecord(at=utcnow_naive(int(now - age * 86400)), action="quota.update",
+                                       target_type="quota", target_id="ml-vision", outcome="success")
+                         for age in ages_in_days])
+    engine.dispose()
+
+
+def test_db_purge_deletes_the_old_rows_and_says_how_many_of_each(db_url, capsys):
+    audit_records(db_url, [90, 60, 45, 10, 0])
+    assert main(["db", "purge", "--db", db_url, "--older-than-days", "30"]) == 0
+    head, *counts = capsys.readouterr().out.splitlines()
+    assert head.startswith(f"purged from {db_url} the rows older than ")
+    assert [line.rsplit(None, 1) for line in counts] == [["  webhook deliveries", "0"], ["  bus notices", "0"],
+                                                          ["  audit records", "3"], ["  dashboard logins", "0"]]
+    assert main(["db", "purge", "--db", db_url, "--before", "2000-01-01"]) == 0
+    assert "audit records        0" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("cutoff, words", [
+    (["--older-than-days", "0"], "less than a day ago"), (["--older-than-days", "-3"], "in the future"),
+    (["--before", "9000-01-01"], "in the future"), (["--before", "last week"], "not an RFC 3339 time"),
+    ([], "give the cutoff: --before DATE or --older-than-days N")])
+def test_db_purge_refuses_a_cutoff_in_the_future_too_recent_or_missing(db_url, capsys, cutoff, words):
+    audit_records(db_url, [0.5, 0])
+    assert main(["db", "purge", "--db", db_url, *cutoff]) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_a_cutoff_given_to_db_upgrade_is_refused_not_ignored(db_url, capsys):
+    assert main(["db", "upgrade", "--db", db_url, "--older-than-days", "30"]) == 2
+    assert "--before and --older-than-days go with purge, not upgrade" in capsys.readouterr().err
+
+
+def test_db_purge_on_a_database_without_the_schema_says_so_in_a_line(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    assert main(["db", "purge", "--db", url, "--older-than-days", "30"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gpu-tenancy db purge: cannot purge the database at {url}: no such table")
+    assert "gpu-tenancy db upgrade" in err and "Traceback" not in err
+
+
 def call(method, url, body=None, project="ml-vision"):
     headers = {"X-Project-Id": project, "X-User-Id": "alice", "X-Roles": "member",
                "Content-Type": "application/json"}

@@ -365,6 +365,39 @@ def test_figures_and_exports_download_as_csv_and_json(client, engine_tick, clock
     assert client.get("/dashboard/admin/figures?days=x").status_code == 400
 
 
+def test_an_export_reads_its_rows_a_page_at_a_time_and_streams_them(client, engine_tick, runtime, monkeypatch):
+    """Review: an export of leases or events read every row of up to 90 days in one query, built
+    them all into one string, and sent that: a busy cloud's admin could exhaust an API worker's
+    memory with one click. Now pages of EXPORT_PAGE rows, each in its own transaction, streamed."""
+    from sqlalchemy import event
+
+    from gpu_tenancy.engine import reports
+    csrf = login(client)
+    for i in range(5):
+        ask(client, csrf, name=f"l{i}", hours="1")
+    engine_tick()
+    login(client, roles=("admin",))
+    monkeypatch.setattr(reports, "EXPORT_PAGE", 2, raising=False)   # (absent before: the test fails below)
+    reads: list[str] = []
+
+    def seen(conn, cursor, statement, *_):
+        if statement.startswith(("SELECT leases.", "SELECT events.")):   # not the other tables' by lease
+            reads.append(statement)
+    bind = runtime.sessions.kw["bind"]
+    event.listen(bind, "before_cursor_execute", seen)
+    try:
+        leases = client.get("/dashboard/admin/export/leases.csv").text   # read: a streamed body
+        body = client.get("/dashboard/admin/export/events.json").get_json()
+    finally:
+        event.remove(bind, "before_cursor_execute", seen)
+    assert sorted(r["name"] for r in csv.DictReader(io.StringIO(leases))) == [f"l{i}" for i in range(5)]   # each once
+    assert body["export"] == "events" and len(body["rows"]) >= 10   # requested and scheduled, at least
+    assert len({r["lease_id"] for r in body["rows"]}) == 5
+    exported = [s for s in reads if "LIMIT" not in s]
+    assert not exported, exported   # every read of leases or events a bounded page
+    assert len(reads) >= 3 + 5   # 5 leases 2 a page, and 10 events or more
+
+
 def test_every_figure_of_the_reports_has_a_panel():
     from gpu_tenancy.dashboard.admin import FIGURES
     from gpu_tenancy.engine.reports import FIGURES as COMPUTED

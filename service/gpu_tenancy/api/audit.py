@@ -2,6 +2,7 @@
 after; for admins, as JSON or as CSV for export."""
 from __future__ import annotations
 
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 import csv
@@ -74,9 +75,17 @@ def marker_id(session: Session) -> int | None:
     marker = request.args.get("marker")
     if marker is None:
         return None
-    if not re.fullmatch(r"[0-9]{1,18}", marker) or session.get(m.AuditRecord, int(marker)) is None:
+    if not re.fullmatch(r"[0-9]{1,18}", marker) or not given(session, int(marker)):
         raise BadRequest(f"marker {marker[:64]} is not an audit record id", "gpu_tenancy.invalid_marker")
     return int(marker)
+
+
+def given(session: Session, record_id: int) -> bool:
+    """An id the record has given: `gpu-tenancy db purge` (db/purge.py) may have deleted the
+    record since, and a reader that had paged up to it goes on after it (the newest is never
+    purged, so every id given is at most the highest there)."""
+    newest = session.scalar(select(func.max(m.AuditRecord.id)))
+    return newest is not None and 0 < record_id <= newest
 
 
 def as_csv(records: list[dict], next_href: str | None) -> Response:

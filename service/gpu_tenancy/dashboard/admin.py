@@ -5,9 +5,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+from typing import Iterable, Iterator
 from urllib.parse import quote
 
-from flask import Response, abort, g, redirect, render_template, request, url_for
+from flask import Response, abort, g, redirect, render_template, request, stream_with_context, url_for
 from oslo_context.context import RequestContext
 
 from gpu_tenancy.api import runtime as rt
@@ -103,17 +104,36 @@ def window() -> tuple[int, int, int]:
     return end - days * DAY, end, days
 
 
-def download(name: str, rows: list[dict], form: str, meta: dict):
+def download(name: str, rows: Iterable[dict], form: str, meta: dict):
+    """The rows as a file, written as they come: an export's are read a page at a time
+    (reports.export), and never all held here either."""
     if form == "json":
-        return Response(json.dumps({**meta, "rows": rows}, indent=1), mimetype="application/json",
-                        headers={"Content-Disposition": f'attachment; filename="{name}.json"'})
+        body: Iterator[str] = json_lines(meta, rows)
+    else:
+        body = csv_lines(rows)
+    return Response(stream_with_context(body), mimetype="application/json" if form == "json" else "text/csv",
+                    headers={"Content-Disposition": f'attachment; filename="{name}.{form}"'})
+
+
+def json_lines(meta: dict, rows: Iterable[dict]) -> Iterator[str]:
+    yield json.dumps(meta)[:-1] + ', "rows": ['
+    for i, row in enumerate(rows):
+        yield ("," if i else "") + "\n " + json.dumps(row)
+    yield "\n]}"
+
+
+def csv_lines(rows: Iterable[dict]) -> Iterator[str]:
+    """A header row (the first row's keys; none for no rows), then a line per row."""
     out = io.StringIO()
-    fields = list(rows[0]) if rows else []
-    writer = csv.DictWriter(out, fieldnames=fields)
-    writer.writeheader()
-    writer.writerows({k: safe_cell(v) for k, v in row.items()} for row in rows)
-    return Response(out.getvalue(), mimetype="text/csv",
-                    headers={"Content-Disposition": f'attachment; filename="{name}.csv"'})
+    writer = None
+    for row in rows:
+        if writer is None:
+            writer = csv.DictWriter(out, fieldnames=list(row))
+            writer.writeheader()
+        writer.writerow({k: safe_cell(v) for k, v in row.items()})
+        yield out.getvalue()
+        out.seek(0)
+        out.truncate()
 
 
 @bp.get("/admin/figures")
@@ -149,8 +169,7 @@ def export(what: str, form: str):
     if what not in reports.EXPORTS or form not in ("csv", "json"):
         abort(404, "no such export or format")
     start, end, _ = window()
-    with rt.transaction() as session:
-        rows = reports.export(session, what, start, end, rt.now())
+    rows = reports.export(rt.transaction, what, start, end, rt.now())   # read as the download is sent
     return download(what, rows, form, {"export": what, "start": rfc3339(start), "end": rfc3339(end)})
 
 

@@ -3,6 +3,7 @@ arithmetic is in domain/figures.py."""
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Callable, ContextManager, Iterator
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -21,6 +22,7 @@ from gpu_tenancy.timeutil import rfc3339
 FIGURES = ("wait_by_day", "on_time_share", "eta_kept", "eta_lateness", "first_try_success", "failures_by_class",
            "hourly_gpu_use", "idle_fragmentation", "cancel_ratio", "gpu_hours_used", "idle_leases")
 EXPORTS = ("leases", "events", "usage")
+EXPORT_PAGE = 1000   # rows an export reads at a time (the API's max_page_size by default)
 
 
 def lease_facts(session: Session, start: int, end: int) -> list[figures.LeaseFacts]:
@@ -98,21 +100,52 @@ def all_figures(session: Session, start: int, end: int, now: int, floor: int,
     }
 
 
-def export(session: Session, what: str, start: int, end: int, now: int) -> list[dict]:
-    """Flat rows of leases (created in the window), their events, or GPU-hours per project and model."""
+def export(transaction: Callable[[], ContextManager[Session]], what: str, start: int, end: int,
+           now: int) -> Iterator[dict]:
+    """Flat rows of leases (created in the window), their events, or GPU-hours per project and model.
+    Leases and events are read EXPORT_PAGE at a time, each page in a transaction of its own
+    (`transaction()`), after the last one's key: a quarter of a busy cloud is never all in memory,
+    and a client slow to read the download holds no transaction (SQLite: the write lock) open."""
     lo, hi = utcnow_naive(start), utcnow_naive(end)
-    if what == "usage":
-        return [{"project_id": p, "gpu_model": model, "gpu_hours": h, "start": rfc3339(start), "end": rfc3339(end)}
-                for p, models in gpu_hours(session, start, end, now).items() for model, h in models.items()]
-    leases = select(m.Lease).where(m.Lease.created_at >= lo, m.Lease.created_at < hi).order_by(m.Lease.created_at)
+    if what == "usage":   # a row per project and model: as few as the figures
+        with transaction() as session:
+            hours = gpu_hours(session, start, end, now)
+        yield from ({"project_id": p, "gpu_model": model, "gpu_hours": h, "start": rfc3339(start),
+                     "end": rfc3339(end)} for p, models in hours.items() for model, h in models.items())
+        return
+    in_window = (m.Lease.created_at >= lo) & (m.Lease.created_at < hi)
     if what == "leases":
-        return [{"id": r.id, "name": r.name, "project_id": r.project_id, "user_id": r.user_id, "status": r.status,
-                 "shape": r.shape, "gpu_model": r.gpu_model, "gpus_per_instance": r.gpus_per_vm,
-                 "instances": r.instances, "duration": r.duration,
-                 "requested_start": rfc3339(to_epoch(r.asked_start or r.earliest_start)), "start": rfc3339(to_epoch(r.start_at)),
-                 "end": rfc3339(to_epoch(r.end_at)), "failure_class": r.failure_class,
-                 "created_at": rfc3339(to_epoch(r.created_at))} for r in session.scalars(leases)]
-    ids = select(m.Lease.id).where(m.Lease.created_at >= lo, m.Lease.created_at < hi)
-    return [{"lease_id": e.lease_id, "at": rfc3339(to_epoch(e.at)), "actor": e.actor, "kind": e.kind,
-             "from": e.from_state, "to": e.to_state, "message": e.message}
-            for e in session.scalars(select(m.Event).where(m.Event.lease_id.in_(ids)).order_by(m.Event.id))]
+        L = m.Lease
+        columns = (L.id, L.name, L.project_id, L.user_id, L.status, L.shape, L.gpu_model, L.gpus_per_vm,
+                   L.instances, L.duration, L.asked_start, L.earliest_start, L.start_at, L.end_at,
+                   L.failure_class, L.created_at)
+        after: tuple | None = None
+        while True:
+            q = select(*columns).where(in_window).order_by(L.created_at, L.id).limit(EXPORT_PAGE)
+            if after is not None:
+                q = q.where((L.created_at > after[0]) | ((L.created_at == after[0]) & (L.id > after[1])))
+            with transaction() as session:
+                page = list(session.execute(q))
+            yield from ({"id": r.id, "name": r.name, "project_id": r.project_id, "user_id": r.user_id,
+                         "status": r.status, "shape": r.shape, "gpu_model": r.gpu_model,
+                         "gpus_per_instance": r.gpus_per_vm, "instances": r.instances, "duration": r.duration,
+                         "requested_start": rfc3339(to_epoch(r.asked_start or r.earliest_start)),
+                         "start": rfc3339(to_epoch(r.start_at)), "end": rfc3339(to_epoch(r.end_at)),
+                         "failure_class": r.failure_class, "created_at": rfc3339(to_epoch(r.created_at))}
+                        for r in page)
+            if len(page) < EXPORT_PAGE:
+                return
+            after = (page[-1].created_at, page[-1].id)
+    E = m.Event
+    last = 0
+    while True:
+        of_events = (select(E.id, E.lease_id, E.at, E.actor, E.kind, E.from_state, E.to_state, E.message)
+                     .where(E.lease_id.in_(select(m.Lease.id).where(in_window)), E.id > last)
+                     .order_by(E.id).limit(EXPORT_PAGE))
+        with transaction() as session:
+            events = list(session.execute(of_events))
+        yield from ({"lease_id": e.lease_id, "at": rfc3339(to_epoch(e.at)), "actor": e.actor, "kind": e.kind,
+                     "from": e.from_state, "to": e.to_state, "message": e.message} for e in events)
+        if len(events) < EXPORT_PAGE:
+            return
+        last = events[-1].id
