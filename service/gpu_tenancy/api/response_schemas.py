@@ -160,8 +160,8 @@ READINESS = {
 # shown once, in the answer to POST /v1/leases of a lease that asked for the probe
 READINESS_SECRET = {
     "url": {"type": "string", "description": "where the VMs report"},
-    "token": {"type": "string", "description": "the lease's secret (X-Lease-Token), for VMs made otherwise "
-                                               "(heat_templates/)"},
+    "token": {"type": "string", "description": "the lease's secret (X-Lease-Token), with which its VMs "
+                                               "report; the service puts it on the VMs it boots"},
 }
 
 WEBHOOK = {"project_id": STRING, "url": STRING, "events": {"type": "array", "items": {"type": "string", "enum": list(webhooks.EVENTS)}},
