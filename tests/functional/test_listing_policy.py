@@ -42,3 +42,15 @@ def test_a_role_the_rule_grants_sees_every_project_as_asked(client, theirs):
     assert listed(client.get("/v1/leases?project_id=nlp-lab", headers=AUDITOR)) == [theirs]
     assert theirs not in listed(client.get("/v1/leases", headers=AUDITOR))   # its own project's by default
     assert theirs in listed(client.get("/reservation/v1/leases", headers=AUDITOR))
+
+
+def test_a_project_named_with_all_projects_narrows_the_listing(client, theirs):
+    """Found by tests/property/test_lease_pages_property.py. `openstack gpu lease list
+    --all-projects --project nlp-lab` sends both. Before: all_projects won and every project's
+    leases were listed (and another project's lease taken as the marker)."""
+    ours = client.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT1H"}, headers=headers("ml-vision"))
+    assert ours.status_code == 201
+    assert listed(client.get("/v1/leases?all_projects=true&project_id=nlp-lab", headers=AUDITOR)) == [theirs]
+    reply = client.get(f"/v1/leases?all_projects=true&project_id=nlp-lab&marker={ours.get_json()['lease']['id']}",
+                       headers=AUDITOR)
+    assert reply.status_code == 400 and reply.get_json()["errors"][0]["code"] == "gpu_tenancy.invalid_marker"

@@ -378,3 +378,35 @@ def test_a_name_with_many_unanswering_addresses_is_cut_off_at_the_total_deadline
         outbox.post(target, b"{}", {}, 0.3)
     took = time.monotonic() - began
     assert took < 1.0, (took, len(tried))
+
+
+def test_a_projects_hung_path_on_a_shared_host_does_not_hold_another_projects_notice(client, runtime, loopback):
+    """Found by tests/property/test_webhook_order_property.py. Two projects' receivers on one host
+    (a relay or gateway, a path each); ml-vision's path hangs. Before: the workers' share was the
+    host's, so ml-vision's two hung notices took it and nlp-lab's waited for the next pass."""
+    runtime.config.webhook_workers, runtime.config.webhook_workers_per_target = 8, 2
+    release, sent = threading.Event(), []
+
+    def send(target, body, headers, deadline):
+        sent.append(target.path)
+        if target.path == "/ml-vision":
+            release.wait(10)   # hung until cut off at its deadline
+        return 204
+    from gpu_tenancy.engine.outbox import Outbox
+    outbox = Outbox(runtime.sessions, runtime.clock, runtime.config, send=send)
+    try:
+        set_webhook(client, "ml-vision", "http://127.0.0.2:8080/ml-vision")
+        set_webhook(client, "nlp-lab", "http://127.0.0.2:8080/nlp-lab")
+        active_leases(client, runtime, "ml-vision", 3)
+        active_leases(client, runtime, "nlp-lab", 1)
+        runtime.clock.advance(3600 - LEAD)
+        runtime.engine.run_once()
+        assert outbox.run_once() == 3                 # two of ml-vision's, and nlp-lab's
+        began = time.monotonic()
+        while "/nlp-lab" not in sent and time.monotonic() - began < 4:
+            time.sleep(0.02)
+        assert sent.count("/ml-vision") == 2 and "/nlp-lab" in sent
+    finally:
+        release.set()
+        outbox.stop()
+        outbox.wait(10)

@@ -118,7 +118,8 @@ def index() -> ResponseReturnValue:
         # every project's, or another's: as the rule says (an admin's by default), refused rather
         # than quietly narrowed; and given as asked to whoever the operator grants it
         rt.authorize("lease:list:all_projects")
-        project = None if everyone else project
+        # a project named with all_projects narrows it, as OpenStack's listings read the two
+        # (`openstack gpu lease list --all-projects --project X` sends both)
     else:
         project = rt.context().project_id
     with rt.transaction() as session:

@@ -4,7 +4,10 @@ apart from the engine's tick, so a receiver, however slow, never holds the engin
 It runs as a job on the engine's scheduler, in the leader only (so it starts and
 stops with the engine), and hands each due notice to a pool of
 `webhook_workers` threads, at most `webhook_workers_per_target` of them for one
-receiver (host and port): a slow receiver slows its own notices, not the others'.
+project's receiver (host and port): a slow receiver slows its own notices, not the
+others'. The share is the project's, not the host's: projects whose receivers sit on
+one host (a relay, a gateway, a path each) would otherwise share it, and one
+project's hung path would hold another's notices back.
 Each POST has a total deadline, `webhook_timeout_seconds` from connecting to the
 answer's status line, not a time-out per read: a receiver that sends a byte every
 few seconds is cut off at the deadline, and the notice is retried with the usual
@@ -83,7 +86,7 @@ class Outbox:
             found = webhooks.due(self.sessions, self.clock.now(), skip, full, limit=limit)
             filled = False
             for notice in found:
-                key = target_key(notice.url)
+                key = target_key(notice.project_id, notice.url)
                 with self._lock:
                     if len(self._sending) >= self.config.webhook_workers or self._stopped:
                         return handed
@@ -164,12 +167,13 @@ class Outbox:
                 log.exception("closing the bus transport failed")
 
 
-def target_key(url: str | None) -> str:
+def target_key(project_id: str, url: str | None) -> str:
+    """The receiver whose share of the workers a notice takes: the project's host and port."""
     try:
         parts = webhook_targets.split(url or "")
-        return f"{parts.hostname.lower()}:{parts.port or parts.scheme}"
+        return f"{project_id} {parts.hostname.lower()}:{parts.port or parts.scheme}"
     except (webhook_targets.TargetRefused, ValueError):
-        return "(no target)"
+        return f"{project_id} (no target)"
 
 
 def post(target: Target, body: bytes, headers: dict, deadline: float) -> int:
