@@ -101,17 +101,22 @@ def load_config(path: str | None) -> Config:
 
 def run_db(args) -> int:
     from gpu_tenancy.db import migrate
+    from gpu_tenancy.db.migration_run import NewerSchema
     url = args.db or load_config(args.config).database_url
     if args.action == "purge":
         return run_purge(args, url)
     if args.before or args.older_than_days is not None:
         print(f"gpu-tenancy db: --before and --older-than-days go with purge, not {args.action}", file=sys.stderr)
         return 2
-    if args.action == "upgrade":
-        migrate.upgrade(url)
-        print(f"database at the latest schema: {redact(url)}")
-    else:
-        migrate.current(url)
+    try:
+        if args.action == "upgrade":
+            migrate.upgrade(url)
+            print(f"database at the latest schema: {redact(url)}")
+        else:
+            migrate.current(url)
+    except NewerSchema as exc:
+        print(f"gpu-tenancy db {args.action}: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import (JSON, BigInteger, Boolean, CheckConstraint, DateTime, Float, ForeignKey, Index,
-                        Integer, String, Text, UniqueConstraint, text)
+                        Integer, String, Text, UniqueConstraint, false, text)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -146,8 +146,10 @@ class Lease(Base):
     parked_at: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
     resume_by: Mapped[datetime | None] = mapped_column(UTC, nullable=True)
     remaining: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    # opt-in: the VMs run the GPU readiness probe and report with this secret
-    readiness_probe: Mapped[bool] = mapped_column(Boolean, default=False)
+    # opt-in: the VMs run the GPU readiness probe and report with this secret. The server default
+    # is 0004's, which (unlike 0003's, 0011's and 0017's) was never taken off: said here, not dropped
+    # by a migration that would copy the whole leases table on SQLite
+    readiness_probe: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     readiness_token: Mapped[str | None] = mapped_column(String(64), nullable=True)
     # who boots its VMs: "service" (the standard image, with the volume) or "tenant" (the
     # project's members, with the lease's flavor); the lease's own flavor once made
@@ -174,6 +176,9 @@ class Lease(Base):
     __table_args__ = (
         CheckConstraint("instances > 0 AND duration > 0 AND gpus_per_vm > 0", name="ck_leases_positive"),
         Index("ix_leases_project_created", "project_id", "created_at"),
+        # every project's leases in the listing's order (api/lease_view.py: PAGE, NEWEST_FIRST,
+        # IN_ANY_PROJECT): a page read off the index, not every lease read and sorted
+        Index("ix_leases_created", "created_at", "id"),
         # a new lease's checks (engine/ask_facts.py): the name asked, the project's and user's waiting
         Index("ix_leases_project_name", "project_id", "name"),
         # one unfinished lease of a name in a project, even when two requests pass the check at once

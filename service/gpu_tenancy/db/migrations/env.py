@@ -1,7 +1,7 @@
 """Alembic environment: online migrations against the configured URL."""
 from alembic import context
-from sqlalchemy import create_engine, pool
 
+from gpu_tenancy.db import migration_run
 from gpu_tenancy.db.models import Base
 
 config = context.config
@@ -18,15 +18,16 @@ def run_migrations_online() -> None:
         return
     url = config.get_main_option("sqlalchemy.url")
     assert url is not None   # db/migrate.py sets it
-    engine = create_engine(url, poolclass=pool.NullPool)
-    with engine.connect() as connection:
-        # render_as_batch: SQLite can only alter tables by copying them. transaction_per_migration:
-        # each migration commits with its version, so that one failing later in the same upgrade
-        # does not take back the version of one whose work stays (0022 builds its indexes outside
-        # any transaction on PostgreSQL)
-        context.configure(connection=connection, target_metadata=target_metadata,
-                          render_as_batch=True, transaction_per_migration=True)
+    engine = migration_run.migration_engine(url)
+    with engine.connect() as connection, migration_run.one_at_a_time(connection):
+        # render_as_batch: SQLite can only alter tables by copying them. transactional_ddl: SQLite's
+        # too, as migration_engine makes it. One transaction per migration or one for the run:
+        # migration_run.transaction_per_migration says which, and why
+        context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True,
+                          transactional_ddl=True,
+                          transaction_per_migration=migration_run.transaction_per_migration(connection))
         with context.begin_transaction():
+            migration_run.refuse_newer(context.script, context.get_context().get_current_heads())
             context.run_migrations()
 
 
