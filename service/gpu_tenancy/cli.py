@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import logging
 import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 
 from gpu_tenancy.config import Config
 
@@ -20,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
 
     demo = sub.add_parser("demo", help="API and engine in one process on the embedded default "
                                        "(SQLite, simulated cloud, noauth2)")
-    demo.add_argument("--port", type=int, default=8779)
+    demo.add_argument("--port", type=tcp_port, default=8779)
     demo.add_argument("--host", default="127.0.0.1", help="address to listen on (loopback unless --insecure-public)")
     demo.add_argument("--insecure-public", action="store_true",
                       help="listen on a non-loopback address although noauth2 lets anyone act as anyone")
@@ -79,13 +81,39 @@ def main(argv: list[str] | None = None) -> int:
                "reservation-endpoint": run_reservation_endpoint}[args.command]
     try:
         return command(args)
-    except BadConfig as exc:
+    except (BadConfig, Unusable) as exc:
         print(f"gpu-tenancy {args.command}: {exc}", file=sys.stderr)
         return 2
 
 
+def tcp_port(value: str) -> int:
+    """1 to 65535: the socket took 99999 as 34463 (modulo 65536) while the banner showed :99999."""
+    if not value.isdigit() or not 1 <= int(value) <= 65535:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a TCP port: give 1 to 65535")
+    return int(value)
+
+
 class BadConfig(Exception):
     """The config file cannot be read or is not valid: main() says why (exit 2)."""
+
+
+class Unusable(Exception):
+    """The database or the cloud the command was given cannot be used (not a URL, a driver not
+    installed, a server down, a cloud not in clouds.yaml, refused credentials): main() says why
+    in a line (exit 2), where the operator saw the library's traceback."""
+
+
+@contextlib.contextmanager
+def database(url: str) -> Iterator[None]:
+    """Turns SQLAlchemy's errors about `url` into Unusable, the URL shown without its password."""
+    from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        reason: object = exc.orig if isinstance(exc, DBAPIError) else exc
+        if isinstance(exc, ArgumentError) and not isinstance(exc, NoSuchModuleError):   # it quotes the URL whole
+            reason = "not a database URL such as postgresql+psycopg://user:password@host/gpu_tenancy"
+        raise Unusable(f"cannot use the database at {redact(url)}: {reason}") from None
 
 
 def load_config(path: str | None) -> Config:
@@ -109,11 +137,12 @@ def run_db(args) -> int:
         print(f"gpu-tenancy db: --before and --older-than-days go with purge, not {args.action}", file=sys.stderr)
         return 2
     try:
-        if args.action == "upgrade":
-            migrate.upgrade(url)
-            print(f"database at the latest schema: {redact(url)}")
-        else:
-            migrate.current(url)
+        with database(url):
+            if args.action == "upgrade":
+                migrate.upgrade(url)
+                print(f"database at the latest schema: {redact(url)}")
+            else:
+                migrate.current(url)
     except NewerSchema as exc:
         print(f"gpu-tenancy db {args.action}: {exc}", file=sys.stderr)
         return 2
@@ -143,7 +172,8 @@ def run_purge(args, url: str) -> int:
     except ValueError as exc:
         print(f"gpu-tenancy db purge: {exc}", file=sys.stderr)
         return 2
-    engine = make_engine(url)
+    with database(url):   # not a URL, or its driver not installed
+        engine = make_engine(url)
     try:
         removed = purge.purge(make_sessionmaker(engine), before)
     except DBAPIError as exc:   # not the service's database, or one at an older schema, or unreachable
@@ -182,7 +212,8 @@ def run_demo(args) -> int:
     from gpu_tenancy.demo.seed import GPU_MEMORY_GB
     config = Config.load(database_url=args.db, auth_strategy="noauth2", cloud_driver="simulated",
                          run_engine=True, engine_tick_seconds=2, gpu_memory_gb=GPU_MEMORY_GB)
-    migrate.upgrade(config.database_url)
+    with database(config.database_url):
+        migrate.upgrade(config.database_url)
     app = create_app(config)
     runtime = app.extensions["gpu_tenancy"]
     with session_scope(runtime.sessions) as session:
@@ -241,21 +272,27 @@ def wait_for(stop: threading.Event) -> None:
 
 
 def run_reservation_endpoint(args) -> int:
+    from keystoneauth1.exceptions import ClientException
+    from openstack.exceptions import SDKException
+
     from gpu_tenancy.cloud.openstack import reservation_catalog as catalog
     from gpu_tenancy.cloud.openstack.connection import connect
-    conn = connect(args.os_cloud, args.clouds_yaml)
-    if args.action == "unregister":
-        removed = catalog.unregister(conn, args.region)
-        print(f"removed {removed} endpoint(s) of {catalog.SERVICE_NAME} in {args.region}")
-        return 0
-    if not args.url or not args.url.rstrip("/").endswith("/reservation/v1"):
+    # before connecting: a forgotten --url is said as such, whatever the cloud's state
+    if args.action == "register" and (not args.url or not args.url.rstrip("/").endswith("/reservation/v1")):
         print("--url must be the service's URL ending in /reservation/v1", file=sys.stderr)
         return 2
-    try:
+    try:   # the cloud unknown to clouds.yaml, Keystone down, credentials refused, not an admin
+        conn = connect(args.os_cloud, args.clouds_yaml)
+        if args.action == "unregister":
+            removed = catalog.unregister(conn, args.region)
+            print(f"removed {removed} endpoint(s) of {catalog.SERVICE_NAME} in {args.region}")
+            return 0
         made = catalog.register(conn, args.url.rstrip("/"), args.region, tuple(args.interface or catalog.INTERFACES))
     except catalog.CatalogConflict as exc:
         print(str(exc), file=sys.stderr)
         return 1
+    except (SDKException, ClientException) as exc:
+        raise Unusable(f"cloud {args.os_cloud}: {exc}") from None
     print(f"{catalog.SERVICE_NAME} ({made.service_id}), type {catalog.SERVICE_TYPE}, in {made.region}: "
           + ", ".join(f"{i} {u}" for i, u in made.endpoints.items()))
     return 0
@@ -270,8 +307,9 @@ def run_engine(args) -> int:
 
     config = load_config(args.config)
     clock = SystemClock()
-    runner = EngineRunner(Lifecycle(make_sessionmaker(make_engine(config.database_url),
-                                                      bool(config.notifications_transport_url)),
+    with database(config.database_url):   # a URL that is not one; a server down is retried each tick
+        engine = make_engine(config.database_url)
+    runner = EngineRunner(Lifecycle(make_sessionmaker(engine, bool(config.notifications_transport_url)),
                                     make_cloud(config, clock), clock, config))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -307,7 +345,8 @@ def run_whatif(args) -> int:
             from gpu_tenancy.timeutil import parse_time
             until = parse_time(args.until) if args.until else SystemClock().now()
             url = args.db or config.database_url
-            engine = make_engine(url)
+            with database(url):   # not a URL, or its driver not installed
+                engine = make_engine(url)
             try:
                 with session_scope(make_sessionmaker(engine)) as session:
                     history = whatif_history.load(session, until, args.days)
@@ -334,9 +373,14 @@ def run_whatif(args) -> int:
 
 
 def redact(url: str) -> str:
-    """A database URL without its password."""
+    """A database URL without its password; one SQLAlchemy cannot read, as everything before
+    its last '@' hidden (where a password would be)."""
     from sqlalchemy.engine import make_url
-    return make_url(url).render_as_string(hide_password=True)
+    from sqlalchemy.exc import ArgumentError
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return f"***@{url.rpartition('@')[2]}" if "@" in url else url
 
 
 if __name__ == "__main__":

@@ -163,6 +163,33 @@ def test_put_replaces_the_models_given_and_leaves_the_others(client):
                          headers=ADMIN))["quota"]["gpu_models"]["A100"]["max_duration"] is None
 
 
+def test_patch_changes_only_the_limits_given_onto_those_stored(client):
+    """`openstack gpu quota set` read a model's limits and PUT them back with its change: an
+    admin's change committed in between was lost. PATCH merges onto the stored limits."""
+    body = {"quota": {"gpu_models": {"A100": {"gpus": 24, "borrow_gpus": 4, "max_duration": "P3D"}}}}
+    ok(client.put("/v1/quotas/ml-vision", json=body, headers=ADMIN))
+    weight = {"quota": {"gpu_models": {"A100": {"weight": 2.5}}}}
+    quota = ok(client.patch("/v1/quotas/ml-vision", json=weight, headers=ADMIN))["quota"]
+    assert quota["gpu_models"]["A100"] == {"gpus": 24, "borrow_gpus": 4, "max_duration": 3 * 86400, "weight": 2.5}
+    gpus = {"quota": {"gpu_models": {"A100": {"gpus": 8, "max_duration": None}}}}
+    quota = ok(client.patch("/v1/quotas/ml-vision", json=gpus, headers=ADMIN))["quota"]
+    assert quota["gpu_models"]["A100"] == {"gpus": 8, "borrow_gpus": 4, "max_duration": None, "weight": 2.5}
+    assert quota["gpu_models"]["H100"]["gpus"] == 4
+    assert ok(client.get("/v1/quotas/ml-vision", headers=ADMIN))["quota"] == quota
+
+
+@pytest.mark.parametrize("limits, status, fragment", [
+    ({"weight": 2}, 400, "has no A100 quota yet: give its gpus"), ({}, 400, "A100"),
+    ({"gpus": 1, "extra": 1}, 400, "extra")])
+def test_patch_refuses_a_new_models_limits_without_gpus_and_empty_limits(client, limits, status, fragment):
+    response = client.patch("/v1/quotas/astro", json={"quota": {"gpu_models": {"A100": limits}}}, headers=ADMIN)
+    assert response.status_code == status and fragment in response.get_json()["errors"][0]["detail"]
+    assert ok(client.get("/v1/quotas/astro", headers=ADMIN))["quota"]["gpu_models"] == {}
+    member = client.patch("/v1/quotas/ml-vision", json={"quota": {"gpu_models": {"A100": {"gpus": 99}}}},
+                          headers=MEMBER)
+    assert error_code(member, 403)
+
+
 def test_a_new_project_gets_a_quota_and_can_lease(client):
     refused = client.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT1H"}, headers=headers("astro"))
     assert error_code(refused, 403) == "gpu_tenancy.no_quota"
@@ -193,9 +220,10 @@ def test_bad_quota_values_are_refused(client, limits, fragment):
     assert ok(client.get("/v1/quotas/ml-vision", headers=ADMIN))["quota"]["gpu_models"]["A100"]["gpus"] == 16
 
 
-def test_a_quota_for_an_unknown_gpu_model_names_the_known_ones(client):
-    response = client.put("/v1/quotas/ml-vision", json={"quota": {"gpu_models": {"a100": {"gpus": 1}}}},
-                          headers=ADMIN)
+@pytest.mark.parametrize("method, limits", [("put", {"gpus": 1}), ("patch", {"weight": 2})])
+def test_a_quota_for_an_unknown_gpu_model_names_the_known_ones(client, method, limits):
+    response = getattr(client, method)("/v1/quotas/ml-vision", json={"quota": {"gpu_models": {"a100": limits}}},
+                                       headers=ADMIN)
     assert error_code(response, 400) == "gpu_tenancy.unknown_gpu_model"
     assert "A100, H100" in response.get_json()["errors"][0]["detail"]
 

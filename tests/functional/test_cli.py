@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -214,3 +215,52 @@ def test_a_sigterm_that_another_thread_takes_still_stops_the_wait():
         "print('stopped')\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0 and done.stdout.strip() == "stopped", done.stderr
+
+
+@pytest.mark.parametrize("command", [["db", "upgrade"], ["db", "current"], ["whatif", "--set", "weight.x=2"]])
+@pytest.mark.parametrize("url, shown, reason", [
+    ("nosuch://u:secret@db/x", "nosuch://u:***@db/x", "Can't load plugin: sqlalchemy.dialects:nosuch"),
+    ("postgres ql://u:secret@db/x", "***@db/x", "not a database URL such as postgresql+psycopg://"),
+    ("sqlite:///{tmp}/no/such/dir/x.db", "sqlite:///{tmp}/no/such/dir/x.db", "unable to open database file"),
+])
+def test_a_database_url_that_cannot_be_used_is_one_line_and_exit_2(tmp_path, capsys, command, url, shown, reason):
+    """`db upgrade --db` with a mistyped scheme, a URL that is not one or a directory that does
+    not exist ended in SQLAlchemy's traceback (exit 1), as did `whatif` and `demo`; a URL
+    SQLAlchemy cannot parse it quotes whole, password included."""
+    url, shown = url.format(tmp=tmp_path), shown.format(tmp=tmp_path)
+    assert main([*command, "--db", url]) == 2
+    err = capsys.readouterr().err
+    # whatif says it of the lease history when the database opens but cannot be read
+    said = rf"gpu-tenancy {command[0]}: cannot (use the database|read the lease history) at {re.escape(shown)}: "
+    assert re.match(said + re.escape(reason), err), err
+    assert "secret" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("action", ["register", "unregister"])
+def test_a_cloud_that_cannot_be_used_is_one_line_and_exit_2(tmp_path, capsys, action):
+    """`reservation-endpoint` with a cloud clouds.yaml lacks, or whose Keystone is down, ended
+    in openstacksdk's or keystoneauth's traceback."""
+    clouds = tmp_path / "clouds.yaml"
+    clouds.write_text("clouds:\n  down:\n    auth:\n      auth_url: http://127.0.0.1:%d/v3\n"
+                      "      username: admin\n      password: pw\n      project_name: admin\n"
+                      "      user_domain_name: Default\n      project_domain_name: Default\n" % free_port())
+    url = ["--url", "https://gpu.example.org/reservation/v1"] if action == "register" else []
+    for cloud, reason in (("nosuch", "Cloud nosuch was not found"), ("down", "Unable to establish connection")):
+        argv = ["reservation-endpoint", action, "--os-cloud", cloud, "--clouds-yaml", str(clouds), *url]
+        assert main(argv) == 2
+        assert f"gpu-tenancy reservation-endpoint: cloud {cloud}: {reason}" in capsys.readouterr().err
+
+
+def test_register_without_its_url_says_so_before_connecting(capsys):
+    assert main(["reservation-endpoint", "register", "--os-cloud", "nosuch"]) == 2
+    assert capsys.readouterr().err == "--url must be the service's URL ending in /reservation/v1\n"
+
+
+@pytest.mark.parametrize("port", ["99999", "0", "-1"])
+def test_a_demo_port_that_is_not_one_is_refused_by_the_parser(port, capsys, monkeypatch):
+    """`demo --port 99999` listened on 34463 (the socket took it modulo 65536) while its banner
+    told the user to curl :99999."""
+    monkeypatch.setattr("gpu_tenancy.cli.run_demo", lambda args: 0)   # a port let through starts nothing
+    with pytest.raises(SystemExit) as exit_:
+        main(["demo", "--port", port])
+    assert exit_.value.code == 2 and f"argument --port: '{port}' is not a TCP port" in capsys.readouterr().err

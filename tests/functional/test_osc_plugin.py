@@ -146,7 +146,7 @@ def test_quota_set_changes_only_the_limits_given(cli):
     denied = cli.run("gpu", "quota", "set", "cli-lab", "--gpu-model", "A100", "--gpus", "4")
     assert denied.returncode == 1 and "HTTP 403" in denied.stderr   # a member may not
     new = cli.run("gpu", "quota", "set", "cli-lab", "--gpu-model", "A100", "--weight", "2", **ADMIN)
-    assert new.returncode == 1 and "give --gpus" in new.stderr
+    assert new.returncode == 1 and "has no A100 quota yet: give its gpus" in new.stderr
     assert cli.run("gpu", "quota", "set", "cli-lab", "--gpu-model", "A100", "--gpus", "4",
                    "--max-duration", "P1D", **ADMIN).returncode == 0
     assert cli.run("gpu", "quota", "set", "cli-lab", "--gpu-model", "A100", "--weight", "2",

@@ -55,6 +55,7 @@ TABLE = [
     ("GET", "/v1/quotas?project_id=ml-vision", None, (200, 200, 200, 403, 401)),
     ("GET", "/v1/quotas/ml-vision", None, (200, 200, 200, 403, 401)),
     ("PUT", "/v1/quotas/ml-vision", QUOTA, (403, 403, 200, 403, 401)),
+    ("PATCH", "/v1/quotas/ml-vision", QUOTA, (403, 403, 200, 403, 401)),
     ("GET", "/v1/priority_classes", None, (200, 200, 200, 200, 401)),
     ("GET", "/v1/priority_classes/high", None, (200, 200, 200, 200, 401)),
     ("PUT", "/v1/priority_classes/high", CLASS, (403, 403, 200, 403, 401)),

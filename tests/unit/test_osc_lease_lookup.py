@@ -5,6 +5,7 @@ notice."""
 from __future__ import annotations
 
 import argparse
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -13,7 +14,7 @@ pytest.importorskip("osc_lib", reason="the `cli` extra is not installed")
 from osc_lib import exceptions  # noqa: E402
 
 from gpu_tenancy.osc.client import GpuClient  # noqa: E402
-from gpu_tenancy.osc.lease import CreateLease, ExtendLease, ShowLease, show_lease  # noqa: E402
+from gpu_tenancy.osc.lease import CreateLease, ExtendLease, ListLease, ShowLease, show_lease  # noqa: E402
 from gpu_tenancy.osc.lease_shrink import ShrinkLease  # noqa: E402
 from tests.unit.test_osc_lease_actions import Response  # noqa: E402
 
@@ -125,3 +126,99 @@ def test_show_tells_of_an_early_end_notice():
     assert "early_end" in shown
     assert shown["early_end"].machine_readable() == notice
     assert "at=2026-12-07T10:00:00Z" in shown["early_end"].human_readable()
+
+
+# A lease's name may hold anything but C0 controls (the API's pattern): DEL and the C1
+# controls (U+009B is CSI, U+009D OSC, U+009C ST: xterm acts on them), and a tenant's own
+# Neutron network, whose name is anything, reaches `lease show` in the VMs' addresses.
+HOSTILE_NAME = "x\u009d52;c;cm0gLXJmIH4=\u009c\u007f\u009b2J$(touch pwned)`id`"
+HOSTILE_NET = "net\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\n| forged | row |"
+HOSTILE = {**NEW, "name": HOSTILE_NAME, "project_id": "nlp-lab", "shape": "a100.x1", "instances": 1,
+           "start": "2026-12-07T08:00:00Z", "end": "2026-12-07T10:30:00Z",
+           "servers": [{"id": "s1", "status": "ACTIVE", "ssh": None,
+                        "addresses": [{"ip": "10.0.0.5", "kind": "fixed", "network": HOSTILE_NET}]}]}
+
+
+def output(command_class, http: Http, *argv) -> str:
+    """What the command prints (cliff's formatters, as `openstack` runs it)."""
+    import io
+    app = SimpleNamespace(client_manager=SimpleNamespace(gpu=GpuClient(http, "p")), stdout=io.StringIO())
+    command = command_class(app, argparse.Namespace())
+    command.run(command.get_parser("openstack gpu lease").parse_args(argv))
+    return app.stdout.getvalue()
+
+
+TERMINAL_ACTS_ON = ("\x1b", "\x07", "\x7f", "\u009b", "\u009c", "\u009d")
+
+
+@pytest.mark.parametrize("fmt", ["table", "value", "csv"])
+def test_a_tenants_words_reach_an_operators_terminal_inert(fmt):
+    """`lease list --all-projects` and `lease show` printed a lease's name and a network's
+    name raw: OSC 52 set the operator's clipboard, CSI cleared the screen, a newline forged
+    a table row. Every control is now written as its escape (\\x1b); -f json stays exact."""
+    commands = ((ListLease, ("--all-projects",)), (ShowLease, (HOSTILE["id"],)))
+    for command, argv in commands[:1] if fmt == "csv" else commands:   # csv: lists only
+        printed = output(command, Http([HOSTILE]), *argv, "-f", fmt)
+        assert not any(c in printed for c in TERMINAL_ACTS_ON), (command.__name__, printed)
+        assert "52;c;cm0gLXJmIH4=" in printed   # still there to read
+    if fmt == "table":
+        shown = output(ShowLease, Http([HOSTILE]), HOSTILE["id"], "-f", fmt)
+        assert "x\\x9d52;c;cm0gLXJmIH4=\\x9c\\x7f\\x9b2J$(touch pwned)`id`" in shown
+        assert "\\x1b]52;c;cm0gLXJmIH4=\\x07\\x1b[2J\\n| forged | row |" in shown
+    exact = json.loads(output(ShowLease, Http([HOSTILE]), HOSTILE["id"], "-f", "json"))
+    assert exact["name"] == HOSTILE_NAME and exact["servers"][0]["addresses"][0]["network"] == HOSTILE_NET
+    assert json.loads(output(ListLease, Http([HOSTILE]), "-f", "json"))[0]["Name"] == HOSTILE_NAME
+
+
+def test_shell_output_runs_nothing_a_tenant_wrote(tmp_path):
+    """-f shell is for `eval`: cliff escapes only '"', so a lease named `$(touch pwned)` ran
+    the command in the operator's shell."""
+    import subprocess
+    printed = output(ShowLease, Http([HOSTILE]), HOSTILE["id"], "-f", "shell", "--prefix", "lease_")
+    script = printed + 'printf %s "$lease_name"'
+    result = subprocess.run(["sh", "-c", script], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert not (tmp_path / "pwned").exists() and not result.stderr
+    assert result.stdout == "x\\x9d52;c;cm0gLXJmIH4=\\x9c\\x7f\\x9b2J$(touch pwned)`id`"
+
+
+def test_create_waits_events_reach_stderr_inert():
+    """--wait wrote each event's message raw; `lease done --detail` puts a guest's words there."""
+    from gpu_tenancy.osc.lease import describe_event
+    event = {"at": "2026-12-07T10:00:00Z", "kind": "done", "message": "exit 0\x1b]52;c;aGk=\x07"}
+    assert describe_event(event) == "2026-12-07T10:00:00Z  done: exit 0\\x1b]52;c;aGk=\\x07"
+
+
+@pytest.mark.parametrize("limit", ["0", "-5", "ten"])
+def test_a_list_limit_that_is_not_a_count_is_refused_by_the_parser(limit, capsys):
+    """`lease list --limit 0` ("at most this many leases") listed every lease: 0 read as no limit."""
+    parser = ListLease(SimpleNamespace(), argparse.Namespace()).get_parser("openstack gpu lease list")
+    with pytest.raises(SystemExit) as exit_:
+        parser.parse_args(["--limit", limit])
+    assert exit_.value.code == 2 and f"argument --limit: '{limit}' is not a count" in capsys.readouterr().err
+    assert parser.parse_args(["--limit", "3"]).limit == 3
+
+
+@pytest.mark.parametrize("name", ["..", "."])
+def test_a_dot_segment_is_never_sent_as_an_id(name):
+    """`lease show ..` asked GET /v1/leases/.., which requests (and any proxy) resolve to GET /v1/:
+    another resource than the one named; `quota set .. ...` likewise asked /v1/."""
+    http = Http([{**NEW, "name": name}])
+    columns, values = run(ShowLease, http, name)
+    assert dict(zip(columns, values))["id"] == NEW["id"]   # found by its name
+    assert [path for _, path, *_ in http.sent] == ["/v1/leases"]
+    with pytest.raises(exceptions.CommandError, match="is not an id"):
+        GpuClient(http, "p").quota(name)
+    assert len(http.sent) == 1
+
+
+def test_each_vms_ssh_line_stays_a_line_of_its_own():
+    """The ssh cell joins one line per VM: those newlines are the CLI's, not a tenant's, and
+    stay when the rest is made inert; -f json keeps the one string."""
+    servers = [{"id": f"s{n}", "status": "ACTIVE", "ssh": f"ssh ubuntu@10.0.0.{n}"} for n in (5, 6)]
+    lease = {**HOSTILE, "servers": servers}
+    table = output(ShowLease, Http([lease]), lease["id"], "-f", "table")
+    ssh = [line for line in table.splitlines() if "ssh ubuntu@10" in line]
+    assert len(ssh) == 2 and "10.0.0.5" in ssh[0] and "10.0.0.6" in ssh[1]
+    exact = json.loads(output(ShowLease, Http([lease]), lease["id"], "-f", "json"))
+    assert exact["ssh"] == "ssh ubuntu@10.0.0.5\nssh ubuntu@10.0.0.6"
+    assert output(ShowLease, Http([lease]), lease["id"], "-f", "value", "-c", "ssh") == exact["ssh"] + "\n"

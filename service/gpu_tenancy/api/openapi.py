@@ -37,6 +37,7 @@ REQUEST_SCHEMAS = {
     "ShapeCreate": shapes.CREATE,
     "ImageCreate": images.CREATE,
     "QuotaUpdate": quotas.UPDATE,
+    "QuotaChange": quotas.CHANGE,
     "WebhookUpdate": webhooks.UPDATE,
     "HostUpdate": hosts.UPDATE,
     "PriorityClassUpdate": priority_classes.UPDATE,
@@ -275,6 +276,10 @@ PATHS = {
                          wrapped("quota", "Quota"), params=[PROJECT_ID], body="QuotaUpdate",
                          description="max_duration accepts seconds or ISO 8601 (P7D). Waiting leases are "
                                      "replanned at once."),
+        "patch": operation("Change some of a project's limits for the GPU models given", "quota:update", 200,
+                           wrapped("quota", "Quota"), params=[PROJECT_ID], body="QuotaChange",
+                           description="Limits not given keep their values, as stored when the change is "
+                                       "made (two changes at once both hold). Waiting leases are replanned."),
     },
     "/v1/priority_classes": {
         "get": operation("List the priority classes, highest first", "priority_class:list", 200,

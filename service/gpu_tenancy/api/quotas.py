@@ -11,6 +11,7 @@ from gpu_tenancy.api.catalog import GPU_MODEL
 from gpu_tenancy.api.scope import project_scope
 from gpu_tenancy.api.validation import check_identifier, json_body
 from gpu_tenancy.db import models as m
+from gpu_tenancy.db.session import ledger_lock
 from gpu_tenancy.engine import quotas
 from gpu_tenancy.errors import BadRequest
 
@@ -34,24 +35,35 @@ LIMITS: dict[str, Any] = {
     },
 }
 
-UPDATE = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["quota"],
-    "properties": {"quota": {
+
+def quota_body(limits: dict[str, Any], description: str) -> dict[str, Any]:
+    return {
         "type": "object",
         "additionalProperties": False,
-        "required": ["gpu_models"],
-        "properties": {
-            "project_id": {"type": "string", "minLength": 1, "maxLength": 64},
-            "gpu_models": {"type": "object", "minProperties": 1, "maxProperties": 64,
-                           "propertyNames": GPU_MODEL,
-                           "additionalProperties": LIMITS,
-                           "description": "the models listed are replaced (omitted fields take their "
-                                          "defaults); models not listed keep their limits"},
-        },
-    }},
-}
+        "required": ["quota"],
+        "properties": {"quota": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["gpu_models"],
+            "properties": {
+                "project_id": {"type": "string", "minLength": 1, "maxLength": 64},
+                "gpu_models": {"type": "object", "minProperties": 1, "maxProperties": 64,
+                               "propertyNames": GPU_MODEL,
+                               "additionalProperties": limits,
+                               "description": description},
+            },
+        }},
+    }
+
+
+UPDATE = quota_body(LIMITS, "the models listed are replaced (omitted fields take their defaults); models not "
+                            "listed keep their limits")
+# PATCH: only the limits given change, merged under the ledger lock onto the limits then
+# stored. `openstack gpu quota set --weight 2` sent by PUT what it had read: two admins'
+# edits of one model at once lost the first one's change.
+CHANGE = quota_body({**LIMITS, "required": [], "minProperties": 1},
+                    "for each model listed, the limits given change (gpus is needed for a model the project "
+                    "has no quota for); the others keep their values")
 
 
 def render(project_id: str, rows: list[m.Quota]) -> dict:
@@ -76,14 +88,34 @@ def show(project_id: str) -> ResponseReturnValue:
 
 @bp.put("/<project_id>")
 def update(project_id: str) -> ResponseReturnValue:
+    return write(project_id, UPDATE, merge=False)
+
+
+@bp.patch("/<project_id>")
+def change(project_id: str) -> ResponseReturnValue:
+    return write(project_id, CHANGE, merge=True)
+
+
+def write(project_id: str, schema: dict, merge: bool) -> ResponseReturnValue:
     rt.authorize("quota:update", check_identifier("project_id", project_id))
-    body = json_body(UPDATE)["quota"]
+    body = json_body(schema)["quota"]
     if body.get("project_id", project_id) != project_id:
         raise BadRequest(f"the body is for project {body['project_id']} but the URL names {project_id}",
                          "gpu_tenancy.project_mismatch")
     with rt.transaction() as session:
+        if merge:   # what is merged onto stays as read until this transaction ends
+            ledger_lock(session)
         before = render(project_id, quotas.of_projects(session, project_id)[project_id])
-        rows = quotas.replace(session, rt.now, rt.runtime().config, rt.planner_settings(), project_id, body["gpu_models"])
+        limits = body["gpu_models"]
+        if merge:
+            new = sorted(model for model, given in limits.items()   # an unknown one: replace() says so
+                         if model not in before["gpu_models"] and "gpus" not in given
+                         and model in quotas.known_gpu_models(session))
+            if new:
+                raise BadRequest(f"project {project_id} has no {', '.join(new)} quota yet: give its gpus",
+                                 "gpu_tenancy.invalid_input")
+            limits = {model: {**before["gpu_models"].get(model, {}), **given} for model, given in limits.items()}
+        rows = quotas.replace(session, rt.now, rt.runtime().config, rt.planner_settings(), project_id, limits)
         rendered = render(project_id, rows)
         rt.audit(session, "quota.update", project_id, project_id, before, rendered)
     rt.runtime().wake_engine()

@@ -9,6 +9,7 @@ from keystoneauth1 import adapter
 from keystoneauth1 import exceptions as ks_exceptions
 from osc_lib import exceptions
 
+from gpu_tenancy.osc.inert import printable
 from gpu_tenancy.osc.plugin import SERVICE_TYPE
 
 # leases asked for per page: the API's default page (its largest, max_page_size, is the
@@ -17,18 +18,30 @@ PAGE_SIZE = 100
 
 
 def error_message(response) -> str:
-    """The API-WG error body in one line: the detail, then status, code and request id."""
+    """The API-WG error body in one line: the detail, then status, code and request id. OSC
+    prints it raw on stderr, so nothing in it (a tenant's words quoted, a proxy's page) may
+    reach the terminal as a control (inert.py)."""
     try:
         error = response.json()["errors"][0]
     except (ValueError, KeyError, IndexError, TypeError):
         text = (response.text or "").strip()[:500]
-        return f"HTTP {response.status_code} from gpu-tenancy" + (f": {text}" if text else "")
+        return printable(f"HTTP {response.status_code} from gpu-tenancy" + (f": {text}" if text else ""))
     detail = error.get("detail") or error.get("title") or "error"
     facts = [f"HTTP {error.get('status', response.status_code)}"]
     facts += [error[k] for k in ("code",) if error.get(k)]
     if error.get("request_id"):
         facts.append(f"request {error['request_id']}")
-    return f"{detail} ({', '.join(facts)})"
+    return printable(f"{detail} ({', '.join(facts)})")
+
+
+def not_the_api(response, why: str) -> exceptions.CommandError:
+    """A 2xx answer that is not the API's (a proxy's login page, the dashboard, another
+    service at the endpoint): said so, with what came, not as a JSON parser's complaint."""
+    kind = response.headers.get("Content-Type") or "no content type"
+    text = (response.text or "").strip()[:200]
+    return exceptions.CommandError(printable(
+        f"HTTP {response.status_code} from the gpu endpoint is {why} ({kind}): {text!r}; is the endpoint "
+        "gpu-tenancy's API? (--os-gpu-endpoint-override, or the catalog's 'gpu' service)"))
 
 
 def gpu_client(app: Any) -> GpuClient:
@@ -52,6 +65,16 @@ def service_root(endpoint: str) -> str:
     endpoints) loses it here, rather than every command answering 404 for /v1/v1/..."""
     root = endpoint.rstrip("/")
     return root[:-len("/v1")] if root.endswith("/v1") else root
+
+
+def segment(value: str) -> str:
+    """`value` as one segment of a path, its reserved characters ('/', '?', '#', '%') escaped.
+    An empty one, '.' and '..' name no lease or project: requests and any proxy resolve them as
+    the path's own dot-segments (GET /v1/leases/.. asks /v1/), so they are not asked at all, and
+    answered as the API answers an id it does not know (404: a lease is then looked up by name)."""
+    if not value.strip("."):
+        raise ApiError(404, f"{value!r} is not an id: HTTP clients read it as part of the path, not a name in it")
+    return quote(value, safe="")
 
 
 class GpuClient:
@@ -87,7 +110,9 @@ class GpuClient:
                                client_name="gpu-tenancy-osc")
         return cls(http, project_id)
 
-    def request(self, method: str, path: str, body: Any = None, params: dict | None = None):
+    def request(self, method: str, path: str, body: Any = None, params: dict | None = None,
+                key: str | None = None):
+        """The answer's JSON object, or its `key` (the resource the path names)."""
         try:
             response = self.http.request(path, method, json=body, params=params, raise_exc=False,
                                          headers={"Accept": "application/json"})
@@ -95,7 +120,15 @@ class GpuClient:
             raise exceptions.CommandError(f"cannot reach gpu-tenancy: {exc}") from None
         if response.status_code >= 400:
             raise ApiError(response.status_code, error_message(response))
-        return response.json() if response.content else None
+        if not response.content:
+            return None
+        try:
+            answer = response.json()
+        except ValueError:
+            raise not_the_api(response, "not JSON") from None
+        if not isinstance(answer, dict) or (key is not None and key not in answer):
+            raise not_the_api(response, f"not a JSON object with '{key}'" if key else "not a JSON object")
+        return answer if key is None else answer[key]
 
     # leases
     def leases(self, *, limit: int | None = None, **filters) -> list[dict]:
@@ -108,6 +141,8 @@ class GpuClient:
         path: str | None = "/v1/leases"
         while path:
             page = self.request("GET", path, params=params)
+            if not isinstance(page.get("leases"), list):
+                raise exceptions.CommandError(f"the answer to GET {path} has no list of leases")
             out += page["leases"]
             path = next((link["href"] for link in page.get("leases_links", []) if link["rel"] == "next"), None)
             params = None        # the next link carries the query
@@ -116,10 +151,10 @@ class GpuClient:
         return out
 
     def lease(self, lease_id: str) -> dict:
-        return self.request("GET", f"/v1/leases/{quote(lease_id, safe='')}")["lease"]
+        return self.request("GET", f"/v1/leases/{segment(lease_id)}", key="lease")
 
     def lease_events(self, lease_id: str) -> list[dict]:
-        return self.request("GET", f"/v1/leases/{quote(lease_id, safe='')}/events")["events"]
+        return self.request("GET", f"/v1/leases/{segment(lease_id)}/events", key="events")
 
     def create_lease(self, body: dict, dry_run: bool = False) -> dict:
         """The lease (or its preview), with the offers the answer lists when it would wait."""
@@ -128,39 +163,45 @@ class GpuClient:
         return {**answer["lease"], "offers": answer.get("offers", [])}
 
     def update_lease(self, lease_id: str, body: dict) -> dict:
-        return self.request("PATCH", f"/v1/leases/{quote(lease_id, safe='')}", body)["lease"]
+        return self.request("PATCH", f"/v1/leases/{segment(lease_id)}", body, key="lease")
 
     def cancel_lease(self, lease_id: str) -> None:
-        self.request("DELETE", f"/v1/leases/{quote(lease_id, safe='')}")
+        self.request("DELETE", f"/v1/leases/{segment(lease_id)}")
 
     def lease_done(self, lease_id: str, detail: str | None = None) -> dict:
         body = {"detail": detail} if detail else {}
-        return self.request("POST", f"/v1/leases/{quote(lease_id, safe='')}/done", body)["lease"]
+        return self.request("POST", f"/v1/leases/{segment(lease_id)}/done", body, key="lease")
 
     def resume_lease(self, lease_id: str) -> dict:
-        return self.request("POST", f"/v1/leases/{quote(lease_id, safe='')}/resume")["lease"]
+        return self.request("POST", f"/v1/leases/{segment(lease_id)}/resume", key="lease")
 
     # quotas
     def quota(self, project_id: str) -> dict:
-        return self.request("GET", f"/v1/quotas/{quote(project_id, safe='')}")["quota"]
+        return self.request("GET", f"/v1/quotas/{segment(project_id)}", key="quota")
 
     def set_quota(self, project_id: str, gpu_models: dict) -> dict:
+        """Each model's limits replaced whole (the limits not given take their defaults)."""
         body = {"quota": {"gpu_models": gpu_models}}
-        return self.request("PUT", f"/v1/quotas/{quote(project_id, safe='')}", body)["quota"]
+        return self.request("PUT", f"/v1/quotas/{segment(project_id)}", body, key="quota")
+
+    def change_quota(self, project_id: str, gpu_models: dict) -> dict:
+        """Only the limits given change, merged by the API onto those stored when it writes."""
+        body = {"quota": {"gpu_models": gpu_models}}
+        return self.request("PATCH", f"/v1/quotas/{segment(project_id)}", body, key="quota")
 
     # capacity
     def capacity(self, start: str | None = None, end: str | None = None) -> dict:
         params = {"start": start, "end": end} if start or end else None
-        return self.request("GET", "/v1/capacity", params=params)["capacity"]
+        return self.request("GET", "/v1/capacity", params=params, key="capacity")
 
     # everyone's queue and fair share
     def queue(self, gpu_model: str | None = None) -> dict:
-        return self.request("GET", "/v1/queue", params={"gpu_model": gpu_model} if gpu_model else None)["queue"]
+        return self.request("GET", "/v1/queue", params={"gpu_model": gpu_model} if gpu_model else None, key="queue")
 
     def share(self, gpu_model: str | None = None) -> dict:
-        return self.request("GET", "/v1/share", params={"gpu_model": gpu_model} if gpu_model else None)["share"]
+        return self.request("GET", "/v1/share", params={"gpu_model": gpu_model} if gpu_model else None, key="share")
 
     # usage for billing
     def usage(self, start: str | None = None, end: str | None = None, project_id: str | None = None) -> dict:
         params = {k: v for k, v in (("start", start), ("end", end), ("project_id", project_id)) if v}
-        return self.request("GET", "/v1/usage", params=params or None)["usage"]
+        return self.request("GET", "/v1/usage", params=params or None, key="usage")

@@ -70,3 +70,15 @@ class OffersColumn(columns.FormattableColumn):
 
     def machine_readable(self):
         return self._value
+
+
+class LinesColumn(columns.FormattableColumn):
+    """Lines (each VM's ssh command), one per line in a table, one string with newlines in JSON.
+    A column rather than the joined string: the joining newlines are ours, kept when the words in
+    each line are made printable (inert.py)."""
+
+    def human_readable(self) -> str:
+        return "\n".join(self._value or [])
+
+    def machine_readable(self):
+        return "\n".join(self._value) if self._value else None

@@ -2,12 +2,15 @@
 here. cliff's own epilog ("This command is provided by the ... plugin") finds the
 plugin's distribution with importlib.metadata.packages_distributions(), which reads
 the file list of every installed distribution: a tenth of a second or more on each
-command, the largest part of what `openstack gpu ...` took beyond OSC's own start."""
+command, the largest part of what `openstack gpu ...` took beyond OSC's own start.
+What they print goes through inert.py: a tenant's words reach no terminal as controls."""
 from __future__ import annotations
 
 from typing import Any
 
 from osc_lib.command import command
+
+from gpu_tenancy.osc.inert import InertOutput
 
 EPILOG = "This command is provided by the gpu-tenancy plugin."
 
@@ -26,9 +29,9 @@ class Command(_Epilog, command.Command):
     pass
 
 
-class Lister(_Epilog, command.Lister):
+class Lister(InertOutput, _Epilog, command.Lister):
     pass
 
 
-class ShowOne(_Epilog, command.ShowOne):
+class ShowOne(InertOutput, _Epilog, command.ShowOne):
     pass

@@ -10,7 +10,9 @@ from osc_lib import exceptions
 from gpu_tenancy.domain.states import FINAL, LeaseState
 from gpu_tenancy.osc import command
 from gpu_tenancy.osc.client import ApiError, gpu_client
-from gpu_tenancy.osc.columns import OffersColumn, QueueColumn, RecordColumn, RecordsColumn, ServersColumn
+from gpu_tenancy.osc.columns import (LinesColumn, OffersColumn, QueueColumn, RecordColumn, RecordsColumn,
+                                     ServersColumn)
+from gpu_tenancy.osc.inert import printable
 from gpu_tenancy.timeutil import parse_duration, spoken_duration
 
 log = logging.getLogger(__name__)
@@ -34,7 +36,7 @@ MIN_DURATION = 60   # seconds: the API's shortest lease
 
 def show_lease(lease: dict) -> tuple[tuple, tuple]:
     if lease.get("servers"):   # each VM's login, one line each, ready to copy
-        lease = {**lease, "ssh": "\n".join(s["ssh"] for s in lease["servers"] if s.get("ssh")) or None}
+        lease = {**lease, "ssh": LinesColumn([s["ssh"] for s in lease["servers"] if s.get("ssh")])}
     fields = tuple(f for f in FIELDS if f in lease)
     return fields, tuple(FORMATTERS[f](lease[f]) if f in FORMATTERS else lease[f] for f in fields)
 
@@ -55,6 +57,13 @@ def size_gb(value: str) -> int:
     """A new volume's size: whole gigabytes, at least 1 (as the API takes it)."""
     if not value.isdigit() or int(value) < 1:
         raise argparse.ArgumentTypeError(f"{value!r} is not a size in GB: give a whole number, at least 1")
+    return int(value)
+
+
+def count(value: str) -> int:
+    """A number of leases, at least 1: --limit 0 was taken as no limit, and listed every lease."""
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a count: give a whole number, at least 1")
     return int(value)
 
 
@@ -87,11 +96,12 @@ def find_lease(client, name_or_id: str) -> dict:
 
 
 def describe_event(event: dict) -> str:
+    """One line for --wait's stderr; a message may quote a guest's words (done --detail)."""
     if event.get("to"):
         change = f"{event['from']} -> {event['to']}" if event.get("from") else event["to"]
     else:
         change = event.get("kind") or "event"
-    return f"{event['at']}  {change}" + (f": {event['message']}" if event.get("message") else "")
+    return printable(f"{event['at']}  {change}" + (f": {event['message']}" if event.get("message") else ""))
 
 
 def wait_for_lease(client, lease: dict, out, interval: float = WAIT_INTERVAL,
@@ -185,7 +195,7 @@ class CreateLease(command.ShowOne):
                 failure = lease.get("failure")
                 why = f" ({failure['class']}): {failure['message']}" if failure else ""
                 outcome = OUTCOMES.get(lease["status"], lease["status"])
-                raise exceptions.CommandError(f"lease {lease['id']} {outcome}{why}")
+                raise exceptions.CommandError(printable(f"lease {lease['id']} {outcome}{why}"))
         return show_lease(lease)
 
 
@@ -198,7 +208,7 @@ class ListLease(command.Lister):
                             help="only leases in this status (repeat for more)")
         parser.add_argument("--project", metavar="<project-id>", help="leases of this project (admins)")
         parser.add_argument("--all-projects", action="store_true", help="leases of every project (admins)")
-        parser.add_argument("--limit", metavar="<count>", type=int, help="at most this many leases")
+        parser.add_argument("--limit", metavar="<count>", type=count, help="at most this many leases")
         parser.add_argument("--marker", metavar="<lease-id>", help="start after this lease")
         parser.add_argument("--long", action="store_true", help="more columns")
         return parser

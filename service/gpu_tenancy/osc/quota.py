@@ -6,7 +6,7 @@ from osc_lib import exceptions
 from gpu_tenancy.osc import command
 from gpu_tenancy.osc.lease import duration
 from gpu_tenancy.timeutil import spoken_duration
-from gpu_tenancy.osc.client import gpu_client
+from gpu_tenancy.osc.client import ApiError, gpu_client
 
 LIMITS = ("gpus", "borrow_gpus", "max_duration", "weight")
 HEADERS = ("GPU Model", "GPUs", "Borrow GPUs", "Max Duration", "Weight")
@@ -64,10 +64,18 @@ class SetQuota(command.Command):
         given = {k: getattr(args, k) for k in LIMITS if getattr(args, k) is not None}
         if given.get("max_duration") == NO_LIMIT:
             given["max_duration"] = None
-        current = client.quota(args.project)["gpu_models"].get(args.gpu_model)
-        if current is None and "gpus" not in given:
-            raise exceptions.CommandError(f"project {args.project} has no {args.gpu_model} quota yet: "
-                                          "give --gpus")
-        # the API replaces a model's limits whole: send the current ones with the changes
-        limits = {**(current or {}), **given}
-        client.set_quota(args.project, {args.gpu_model: limits})
+        if not given:
+            raise exceptions.CommandError("give at least one of --gpus, --borrow-gpus, --max-duration, --weight")
+        # PATCH: the API merges the limits given onto those it holds when it writes. Reading them
+        # here and sending them back (PUT replaces a model's limits whole) lost another admin's
+        # change made in between; that stays only for a service older than PATCH (405).
+        try:
+            client.change_quota(args.project, {args.gpu_model: given})
+        except ApiError as exc:
+            if exc.status != 405:
+                raise
+            current = client.quota(args.project)["gpu_models"].get(args.gpu_model)
+            if current is None and "gpus" not in given:
+                raise exceptions.CommandError(f"project {args.project} has no {args.gpu_model} quota yet: "
+                                              "give --gpus") from None
+            client.set_quota(args.project, {args.gpu_model: {**(current or {}), **given}})
