@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 import pytest
 from sqlalchemy import event
 
+from gpu_tenancy.api.blazar import asks, schemas
 from gpu_tenancy.app import create_app
 from gpu_tenancy.config import Config
 from tests.conftest import T0, headers
@@ -470,3 +471,29 @@ def test_refuse_mode_the_lease_undone_after_a_lost_race_is_undone_whoever_may_re
         "Not enough hosts available")
     native = {row["name"]: row["status"] for row in client.get("/v1/leases", headers=ADMIN).get_json()["leases"]}
     assert native == {"full": "scheduled", "raced": "cancelled"}
+
+
+@pytest.mark.parametrize("method, body, words", [
+    ("post", flavor_lease(extra_key=1), "unknown lease parameters: extra_key"),
+    ("post", flavor_lease(reservations=[{"resource_type": "flavor:instance", "flavor_id": "a100.x1", "amount": 1,
+                                         "hypervisor_properties": ""}]), "unknown flavor:instance parameters"),
+    ("put", {"end_date": at(30), "extra_key": 1}, "unknown lease parameters: extra_key"),
+])
+def test_a_key_the_api_refuses_is_one_its_document_does_not_take(client, method, body, words):
+    """A body the document allows is not refused for a key it has: the document's bodies were
+    open (any other key allowed) while the API refuses every key it does not know."""
+    from jsonschema import Draft202012Validator
+    document = client.get("/v1/openapi.json").get_json()
+    path = URL if method == "post" else f"{URL}/{{lease_id}}"
+    lease_id = client.post(URL, json=flavor_lease(name="other"), headers=MEMBER).get_json()["lease"]["id"]
+    assert words in error(client.open(path.format(lease_id=lease_id), method=method.upper(), json=body,
+                                      headers=MEMBER), 400)
+    schema = document["paths"][path][method]["requestBody"]["content"]["application/json"]["schema"]
+    assert not Draft202012Validator({**document, **schema}).is_valid(body)
+
+
+def test_the_documented_bodies_name_every_key_the_api_takes():
+    """Closed bodies (above) with every key asks.py reads: none of them refused by the document."""
+    assert set(schemas.CREATE["properties"]) == asks.CREATE_KEYS
+    assert set(schemas.UPDATE["properties"]) == asks.UPDATE_KEYS
+    assert set(schemas.RESERVATION_ASK["properties"]) == set().union(*asks.RESERVATION_KEYS.values())

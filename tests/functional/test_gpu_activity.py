@@ -119,7 +119,7 @@ def test_who_may_report_and_when(client, runtime, engine_tick):
     body = {"instance": 0, "gpus": []}
     assert client.post(url, json=body).status_code == 401
     assert client.post(url, json=body, headers=headers()).status_code == 401        # a token is no secret
-    assert client.post(url, json=body, headers={"X-Lease-Token": token[:-1]}).status_code == 403
+    assert client.post(url, json=body, headers={"X-Lease-Token": token[:-1]}).status_code == 404   # no such lease
     big = client.post(url, data="{" + " " * 5000 + "}", content_type="application/json",
                       headers={"X-Lease-Token": token})
     assert big.status_code == 413

@@ -2,8 +2,12 @@
 (ml-vision), a member of project B (nlp-lab), and no identity at all."""
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
+from gpu_tenancy.app import create_app
+from gpu_tenancy.config import Config
 from tests.conftest import headers
 
 A, B = "ml-vision", "nlp-lab"
@@ -63,7 +67,7 @@ TABLE = [
     ("GET", "/v1/budgets", None, (200, 200, 200, 200, 401)),
     ("GET", "/v1/budgets?project_id=ml-vision", None, (200, 200, 200, 403, 401)),
     ("POST", "/v1/budgets", BUDGET, (403, 403, 201, 403, 401)),
-    ("GET", "/v1/budgets/{budget}", None, (200, 200, 200, 403, 401)),
+    ("GET", "/v1/budgets/{budget}", None, (200, 200, 200, 404, 401)),   # another project's: none
     ("DELETE", "/v1/budgets/{budget}", None, (403, 403, 204, 403, 401)),
     ("GET", "/v1/capacity", None, (200, 200, 200, 200, 401)),
     ("GET", "/v1/capacity?start=2026-12-01T08:00:00Z&end=2026-12-02T08:00:00Z", None, (200, 200, 200, 200, 401)),
@@ -150,3 +154,94 @@ def test_a_reader_cannot_change_a_lease_it_can_see(client, lease_of_a):
     assert response.status_code == 403
     shown = client.get(f"/v1/leases/{lease_of_a}", headers=PERSONAS["reader_a"]).get_json()["lease"]
     assert shown["status"] == "scheduled"
+
+
+# Existence oracles: what a member of B is told of project A's ids must be what it is told of
+# ids that name nothing, in status, code and wording (the id asked for aside), or B learns
+# which of A's leases and budgets exist. Each path parameter a project owns, its two values:
+# A's, and one that names nothing.
+OWNED = {"lease_id": ("{lease}", "00000000-0000-4000-8000-00000000dead"),
+         "budget_id": ("{budget}", "00000000-0000-4000-8000-00000000beef"),
+         "project_id": (A, "no-such-project")}
+# ids of what belongs to no project: the catalogs everyone reads, the hosts and what-ifs of admins
+NOT_OWNED = {"name", "job_id"}
+# a body each route reads, so that the request reaches the id's lookup
+BODIES = {("PATCH", "/v1/leases/<lease_id>"): {"duration": "PT3H"},
+          ("PUT", "/reservation/v1/leases/<lease_id>"): {"name": "renamed"},
+          ("POST", "/v1/leases/<lease_id>/readiness"): {"instance": 0, "ok": True},
+          ("POST", "/v1/leases/<lease_id>/utilization"): {"instance": 0, "gpus": []},
+          ("POST", "/v1/leases/<lease_id>/done"): {},
+          ("PUT", "/v1/quotas/<project_id>"): QUOTA,
+          ("PUT", "/v1/webhooks/<project_id>"): WEBHOOK}
+# listings by the ids in their query: A's, and one that names nothing
+LISTED = {**{f"/v1/{listing}?project_id={{}}": OWNED["project_id"]
+             for listing in ("leases", "budgets", "quotas", "usage", "volumes")},
+          "/v1/leases?marker={}": OWNED["lease_id"]}
+# who asks: B's member, and with a guess at a lease's secret (the routes its VMs call), beside
+# B's token or alone
+GUESSED_SECRET = {"X-Lease-Token": "a-guess-at-the-lease-secret-0123456789"}
+SENDERS = {"member_b": PERSONAS["member_b"], "member_b with a secret": {**PERSONAS["member_b"], **GUESSED_SECRET},
+           "a secret alone": GUESSED_SECRET}
+
+
+def told(response, asked: str) -> tuple:
+    """What an answer tells: its status and body, the id asked for and the request id taken out."""
+    body = response.get_data(as_text=True).replace(asked, "<id>").replace(asked[:36], "<id>")
+    request_id = response.headers.get("X-OpenStack-Request-Id")
+    return response.status_code, body.replace(request_id, "<request id>") if request_id else body
+
+
+def test_another_projects_ids_are_answered_as_ids_that_name_nothing(app, client, lease_of_a, budget_of_a):
+    client.put(f"/v1/webhooks/{A}", json=WEBHOOK, headers=PERSONAS["member_a"])
+    routes = [(method, rule.rule, rule.arguments) for rule in app.url_map.iter_rules()
+              if rule.rule.startswith(("/v1/", "/reservation/")) and rule.arguments
+              for method in sorted(rule.methods - {"HEAD", "OPTIONS"})]
+    assert {arg for _, _, arguments in routes for arg in arguments} <= set(OWNED) | NOT_OWNED
+    walked, told_apart = 0, []
+    for (method, rule, arguments), sender in itertools.product(routes, SENDERS):
+        if not arguments & set(OWNED):
+            continue
+        (argument,) = arguments
+        answers = []
+        for value in OWNED[argument]:
+            asked = value.format(lease=lease_of_a, budget=budget_of_a)
+            response = client.open(rule.replace(f"<{argument}>", asked), method=method,
+                                   json=BODIES.get((method, rule)), headers=SENDERS[sender])
+            assert response.status_code in (400, 401, 403, 404), (method, rule, response.get_data(as_text=True))
+            answers.append(told(response, asked))
+        if answers[0] != answers[1]:
+            told_apart.append((method, rule, sender, *answers))
+        walked += 1
+    for listing, values in LISTED.items():   # and the ids a listing takes in its query
+        answers = [told(client.get(listing.format(value), headers=PERSONAS["member_b"]), value)
+                   for value in (v.format(lease=lease_of_a) for v in values)]
+        if answers[0] != answers[1]:
+            told_apart.append(("GET", listing, *answers))
+    assert told_apart == [] and walked >= 45, "\n".join(map(str, told_apart))
+
+
+@pytest.fixture
+def members_manage_budgets(db_url, clock, cloud, app, tmp_path):   # `app` seeds the catalog into db_url
+    policy = tmp_path / "policy.yaml"
+    # an operator's: each project's members set and remove their own project's budgets
+    policy.write_text('"budget:manage": "role:admin or (role:member and project_id:%(project_id)s)"\n')
+    config = Config.load(database_url=db_url, auth_strategy="noauth2", run_engine=True, policy_file=str(policy))
+    return create_app(config, clock=clock, cloud=cloud, start_engine=False).test_client()
+
+
+def test_a_project_scoped_budget_rule_keeps_each_project_to_its_own_budgets(members_manage_budgets, budget_of_a):
+    """budget:manage was asked of the caller's own project, never of the budget's: under a rule
+    that names the project, a member of B set budgets on A (a zero budget stops A's leases) and
+    removed A's."""
+    client = members_manage_budgets
+    on_a = {"budget": {**BUDGET["budget"], "gpu_hours": 0}}
+    assert client.post("/v1/budgets", json=on_a, headers=PERSONAS["member_b"]).status_code == 403
+    unknown = client.delete("/v1/budgets/00000000-0000-4000-8000-00000000beef", headers=PERSONAS["member_b"])
+    theirs = client.delete(f"/v1/budgets/{budget_of_a}", headers=PERSONAS["member_b"])
+    assert told(theirs, budget_of_a) == told(unknown, "00000000-0000-4000-8000-00000000beef")
+    assert theirs.status_code == 404
+    listed = client.get("/v1/budgets", headers=PERSONAS["reader_a"]).get_json()["budgets"]
+    assert [(b["id"], b["gpu_hours"]) for b in listed] == [(budget_of_a, 500)]
+    on_b = {"budget": {**BUDGET["budget"], "project_id": B}}
+    assert client.post("/v1/budgets", json=on_b, headers=PERSONAS["member_b"]).status_code == 201
+    assert client.delete(f"/v1/budgets/{budget_of_a}", headers=PERSONAS["member_a"]).status_code == 204

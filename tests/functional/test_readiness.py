@@ -119,7 +119,7 @@ def test_a_lease_without_the_probe_keeps_its_user_data_and_is_ready_when_active(
     assert (lease["status"], lease["ready"], lease["readiness"]) == ("active", True, None)
     answer = client.post(f"/v1/leases/{lease['id']}/readiness", json={"instance": 0, "ok": True},
                          headers={"X-Lease-Token": "anything"})
-    assert answer.status_code == 403
+    assert answer.status_code == 404   # a wrong secret: the lease does not exist for its sender
 
 
 def test_reports_without_the_right_secret_or_for_no_vm_are_refused(client, engine_tick, boots):
@@ -127,8 +127,9 @@ def test_reports_without_the_right_secret_or_for_no_vm_are_refused(client, engin
     token = probe_of(boots[0].user_data)[0].split('READINESS_TOKEN="${READINESS_TOKEN:-')[1].split("}")[0]
     url = f"/v1/leases/{lease['id']}/readiness"
     assert client.post(url, json={"instance": 0, "ok": True}).status_code == 401
+    # a wrong secret is told what an unknown lease is, or a guessed secret tells which ids are leases
     wrong = client.post(url, json={"instance": 0, "ok": True}, headers={"X-Lease-Token": token + "x"})
-    assert wrong.status_code == 403 and wrong.get_json()["errors"][0]["code"] == "gpu_tenancy.policy"
+    assert wrong.status_code == 404 and wrong.get_json()["errors"][0]["code"] == "gpu_tenancy.lease_not_found"
     # a member's Keystone identity is no secret of the lease either
     assert client.post(url, json={"instance": 0, "ok": True}, headers=headers()).status_code == 401
     assert client.post(url, json={"instance": 3, "ok": True},

@@ -7,6 +7,7 @@ from sqlalchemy.orm import Session
 from flask import Blueprint, url_for
 from flask.typing import ResponseReturnValue
 
+from gpu_tenancy import error_codes as codes
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.api.catalog import GPU_MODEL
 from gpu_tenancy.api.scope import project_scope
@@ -15,6 +16,7 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch
 from gpu_tenancy.domain.budget import BudgetUse
 from gpu_tenancy.engine import budgets
+from gpu_tenancy.errors import NotFound
 from gpu_tenancy.timeutil import rfc3339, time_field
 
 bp = Blueprint("budgets", __name__, url_prefix="/v1/budgets")
@@ -56,6 +58,16 @@ def render(session: Session, row: m.Budget, now: int) -> dict:
             "links": [{"rel": "self", "href": url_for("budgets.show", budget_id=row.id, _external=True)}]}
 
 
+def load(session: Session, budget_id: str) -> m.Budget:
+    """A budget the caller may see; another project's budget does not exist for it (as a lease:
+    api/leases.py), or a 403 for it and a 404 for an unknown id told which ids are budgets."""
+    row = budgets.get(session, budget_id)
+    if not rt.allowed("budget:show", row.project_id):
+        raise NotFound(f"budget {budget_id[:36]!r} not found; GET /v1/budgets lists them",   # budgets.get's words
+                       codes.BUDGET_NOT_FOUND)
+    return row
+
+
 @bp.get("")
 def index() -> ResponseReturnValue:
     project = project_scope("budget:show", "budget:show:all_projects")
@@ -66,15 +78,14 @@ def index() -> ResponseReturnValue:
 @bp.get("/<budget_id>")
 def show(budget_id: str) -> ResponseReturnValue:
     with rt.transaction() as session:
-        row = budgets.get(session, budget_id)
-        rt.authorize("budget:show", row.project_id)
-        return {"budget": render(session, row, rt.now())}
+        return {"budget": render(session, load(session, budget_id), rt.now())}
 
 
 @bp.post("")
 def create() -> ResponseReturnValue:
     rt.authorize("budget:manage")
     body = json_body(CREATE)["budget"]
+    rt.authorize("budget:manage", body["project_id"])   # the budget's project, for a rule that names one
     start = None if body.get("start") is None else time_field("start", body["start"])
     end = None if body.get("end") is None else time_field("end", body["end"])
     with rt.transaction() as session:
@@ -89,7 +100,8 @@ def create() -> ResponseReturnValue:
 def delete(budget_id: str) -> ResponseReturnValue:
     rt.authorize("budget:manage")
     with rt.transaction() as session:
-        row = budgets.get(session, budget_id)
+        row = load(session, budget_id)
+        rt.authorize("budget:manage", row.project_id)   # the budget's project, for a rule that names one
         rt.audit(session, "budget.delete", row.id, row.project_id, render(session, row, rt.now()), None)
         session.delete(row)
     return "", 204

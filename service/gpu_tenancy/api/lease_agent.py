@@ -12,7 +12,7 @@ from flask import Blueprint, request
 from gpu_tenancy import error_codes as codes
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.api.lease_view import render
-from gpu_tenancy.api.leases import load, load_any
+from gpu_tenancy.api.leases import confirmed_identity, load, load_any, refuse_secret
 from gpu_tenancy.api.readiness import TOKEN_HEADER
 from gpu_tenancy.api.validation import json_body
 from gpu_tenancy.db import models as m
@@ -58,15 +58,16 @@ def lease_secret() -> str:
     return request.headers.get(TOKEN_HEADER, "")
 
 
-def confirmed_identity() -> bool:
-    return request.environ.get("HTTP_X_IDENTITY_STATUS") == "Confirmed" and bool(rt.context().project_id)
-
-
-def authorize(row: m.Lease, action: str, secret: str) -> None:
+def authorize(row: m.Lease, lease_id: str, action: str, secret: str) -> None:
     """The lease's secret (compared as digests), or whatever else the rule allows a token."""
-    rt.authorize(action, row.project_id,
-                 target={"lease_token_sha256": readiness.token_digest(row.readiness_token or "")},
-                 credentials={"lease_token_sha256": readiness.token_digest(secret)} if secret else None)
+    try:
+        rt.authorize(action, row.project_id,
+                     target={"lease_token_sha256": readiness.token_digest(row.readiness_token or "")},
+                     credentials={"lease_token_sha256": readiness.token_digest(secret)} if secret else None)
+    except Forbidden as refusal:
+        if not secret:
+            raise
+        refuse_secret(row, lease_id, refusal)
 
 
 @bp.post("/<lease_id>/done")
@@ -82,8 +83,9 @@ def done(lease_id: str):
         row = load_any(session, lease_id) if secret else load(session, lease_id)
         if secret and not readiness.is_token_of(row, secret):
             # refused whatever identity comes with it: it would pass as the member's and be told as the VM's
-            raise Forbidden(f"the secret given ({TOKEN_HEADER}) is not lease {row.id}'s", "gpu_tenancy.policy")
-        authorize(row, "lease:done", secret)
+            refuse_secret(row, lease_id, Forbidden(f"the secret given ({TOKEN_HEADER}) is not lease {row.id}'s",
+                                                   "gpu_tenancy.policy"))
+        authorize(row, lease_id, "lease:done", secret)
         # read once the sender is known (as the readiness and utilisation reports are): the route
         # takes requests without a token, and anyone could have had the service parse 1 MiB
         body = json_body(DONE) if request.get_data(cache=True) else {}
@@ -110,7 +112,7 @@ def utilization(lease_id: str):
                               codes.REQUEST_TOO_LARGE)
     with rt.transaction() as session:
         row = load_any(session, lease_id)
-        authorize(row, "lease:utilization:report", secret)
+        authorize(row, lease_id, "lease:utilization:report", secret)
         body = json_body(UTILIZATION)
         if len({g["index"] for g in body["gpus"]}) != len(body["gpus"]):
             raise BadRequest("each GPU is reported once: two entries have the same index", codes.INVALID_INPUT)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NoReturn
 
 from sqlalchemy.orm import Session
 
@@ -22,7 +23,7 @@ from gpu_tenancy.domain.states import LeaseState
 from gpu_tenancy.engine import (early_ends, events as lease_events, leases, networking, new_lease, offers,
                                 resume as lease_resume)
 from gpu_tenancy.engine.decision_hook import DecisionHook, decide
-from gpu_tenancy.errors import BadRequest, NotFound
+from gpu_tenancy.errors import BadRequest, Forbidden, NotFound
 from gpu_tenancy.guest.readiness_probe import readiness_url
 from gpu_tenancy.timeutil import rfc3339
 
@@ -55,7 +56,7 @@ def load(session: Session, lease_id: str) -> m.Lease:
     """A lease the caller may see; another project's lease does not exist for it."""
     row = load_any(session, lease_id)
     if not rt.allowed("lease:show", row.project_id):
-        raise NotFound(f"lease {lease_id[:36]!r} not found", codes.LEASE_NOT_FOUND)
+        raise not_found(lease_id)
     return row
 
 
@@ -64,8 +65,24 @@ def load_any(session: Session, lease_id: str) -> m.Lease:
     # ids are uuids: anything longer or unprintable (PostgreSQL refuses NUL) names no lease
     row = session.get(m.Lease, lease_id) if len(lease_id) <= 36 and lease_id.isprintable() else None
     if row is None:
-        raise NotFound(f"lease {lease_id[:36]!r} not found", codes.LEASE_NOT_FOUND)
+        raise not_found(lease_id)
     return row
+
+
+def not_found(lease_id: str) -> NotFound:
+    return NotFound(f"lease {lease_id[:36]!r} not found", codes.LEASE_NOT_FOUND)
+
+
+def refuse_secret(row: m.Lease, lease_id: str, refusal: Forbidden) -> NoReturn:
+    """A lease's secret (X-Lease-Token) that is not its own: `refusal` to a sender who may see
+    the lease (a member of its project); to anyone else, the lease does not exist, as for an id
+    that names none, or a guessed secret on any id tells which leases there are."""
+    raise refusal if confirmed_identity() and rt.allowed("lease:show", row.project_id) else not_found(lease_id)
+
+
+def confirmed_identity() -> bool:
+    """A token's identity: the routes a lease's VMs call take requests without one."""
+    return request.environ.get("HTTP_X_IDENTITY_STATUS") == "Confirmed" and bool(rt.context().project_id)
 
 
 @bp.post("")

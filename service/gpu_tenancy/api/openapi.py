@@ -81,12 +81,11 @@ def operation(summary: str, policy: str | None, ok: int, ok_schema: dict | None,
               params: Sequence[dict] = (), body: str | None = None, errors: tuple[int, ...] = (),
               description: str | None = None) -> dict:
     """One operation; `policy` None is public. 401 and 403 follow from the policy,
-    400 from parameters or a body, 413 from a body."""
-    codes = set(errors)
+    413 from a body; 400 from any request, with or without parameters: every route
+    refuses a NUL in its query string and an unprintable value in its path (app.py)."""
+    codes = set(errors) | {400}
     if policy is not None:
         codes |= {401, 403}
-    if params or body:
-        codes.add(400)
     if body:
         codes.add(413)
     ok_response: dict[str, Any] = {"description": "success"}

@@ -10,10 +10,10 @@ from flask import Blueprint, request
 from flask.typing import ResponseReturnValue
 
 from gpu_tenancy.api import runtime as rt
-from gpu_tenancy.api.leases import load_any
+from gpu_tenancy.api.leases import load_any, refuse_secret
 from gpu_tenancy.api.validation import json_body
 from gpu_tenancy.engine import readiness
-from gpu_tenancy.errors import Unauthorized
+from gpu_tenancy.errors import Forbidden, Unauthorized
 
 bp = Blueprint("readiness", __name__, url_prefix="/v1/leases")
 
@@ -40,9 +40,12 @@ def report(lease_id: str) -> ResponseReturnValue:
         raise Unauthorized(f"the lease's secret is required ({TOKEN_HEADER})", "gpu_tenancy.no_lease_token")
     with rt.transaction() as session:
         row = load_any(session, lease_id)
-        rt.authorize("lease:readiness:report", row.project_id,
-                     target={"lease_token_sha256": readiness.token_digest(row.readiness_token or "")},
-                     credentials={"lease_token_sha256": readiness.token_digest(token)})
+        try:
+            rt.authorize("lease:readiness:report", row.project_id,
+                         target={"lease_token_sha256": readiness.token_digest(row.readiness_token or "")},
+                         credentials={"lease_token_sha256": readiness.token_digest(token)})
+        except Forbidden as refusal:
+            refuse_secret(row, lease_id, refusal)
         body = json_body(REPORT)
         readiness.record(session, rt.now(), row, readiness.Report(
             body["instance"], body["ok"], body.get("detail", ""), body.get("gpus_visible"),

@@ -11,8 +11,11 @@ from gpu_tenancy.api.response_schemas import BOOLEAN, INTEGER, STRING, closed, n
 ASKED_TIME = {"type": "string", "description": "UTC, \"YYYY-MM-DD HH:MM\", or \"now\""}
 SHOWN_TIME = {"type": "string", "pattern": r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}$",
               "description": "UTC, as Blazar answers (YYYY-MM-DDTHH:MM:SS.ffffff)"}
+# closed, as asks.py reads them: a key they do not name is refused (400, "unknown ... parameters");
+# which of a reservation's keys its resource_type takes, asks.RESERVATION_KEYS says
 RESERVATION_ASK = {
     "type": "object",
+    "additionalProperties": False,
     "required": ["resource_type"],
     "properties": {
         "resource_type": {"type": "string", "enum": list(asks.INSTANCE_TYPES),
@@ -27,6 +30,7 @@ RESERVATION_ASK = {
 }
 CREATE = {
     "type": "object",
+    "additionalProperties": False,
     "required": ["name", "start_date", "end_date", "reservations"],
     "properties": {
         "name": {"type": "string", "minLength": 1, "maxLength": asks.MAX_NAME},
@@ -37,6 +41,7 @@ CREATE = {
 }
 UPDATE = {
     "type": "object",
+    "additionalProperties": False,
     "properties": {
         "end_date": ASKED_TIME,
         "name": {"type": "string", "minLength": 1, "maxLength": asks.MAX_NAME,
