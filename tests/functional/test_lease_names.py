@@ -106,3 +106,18 @@ def test_two_creates_with_one_name_at_once_make_one_lease(app, sessions, db_url,
     made = next(body for code, body in answers if code == 201)["lease"]["id"]
     state = kept(sessions, "ml-vision", "same")
     assert state["unfinished"] == [made] and state["leases"] == 1 and state["records"] == 1
+
+
+@pytest.mark.parametrize("name", ["train\x1b]52;c;cm0gLXJmIH4=\x07", "train\x7f", "train\x9b2J", "evil\u202egnp.exe",
+                                  "two\u2028lines", "train\x00"])
+def test_a_name_with_a_control_or_direction_character_is_refused_as_blazar_refuses_it(client, sessions, name):
+    """A lease's name is shown on operators' terminals, the dashboard and receivers' logs: the
+    native API takes what the Blazar API takes, printable text (no C0 or C1 control, DEL, or
+    character that turns the text's direction), and says so."""
+    before = kept(sessions, "ml-vision", name)
+    for path in ("/v1/leases", "/v1/leases?dry_run=true"):
+        refused = client.post(path, json={**ASK, "name": name}, headers=headers())
+        assert refused.status_code == 400, refused.get_json()
+        assert "name" in refused.get_json()["errors"][0]["detail"]
+    assert kept(sessions, "ml-vision", name) == before
+    assert client.post("/v1/leases", json={**ASK, "name": "Modèle café 学習 – v2"}, headers=headers()).status_code == 201
