@@ -147,11 +147,6 @@ def test_a_young_borrower_is_reclaimed_once_it_has_run_its_minimum(client, runti
     assert taken["early_end"]["at"] == "2026-12-01T09:15:00Z" and taken["end"] == "2026-12-01T09:15:00Z"
 
 
-@pytest.mark.xfail(strict=True, reason="not fixed: a lease marked borrowing at its start stays reclaimable "
-                   "after its project is back within its quota; the fix (a borrower is a candidate only while "
-                   "its project holds beyond its nominal quota now) passes this and every reclaim test but "
-                   "seed 19 of test_replay_reclaim's fitted creates, where the replay and the engine part at "
-                   "one reclaim; the replay must learn why first")
 def test_a_borrower_whose_project_is_back_within_its_quota_is_not_reclaimed(client, engine_tick):
     """"extra" started beyond ml-vision's 16 (borrowing), but "base", which made it borrow, ended:
     ml-vision holds 8 of its 16 now, borrows nothing (as /v1/share says), and a lease of another

@@ -98,9 +98,13 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
     for h in holds:
         by_lease[h.lease_id].append(h)
     candidates: dict[str, list[str]] = defaultdict(list)   # model -> lease ids
+    # (now, not at the deadline: there a lease under notice is gone, and its project would look
+    # within its quota with the borrowers that made it borrow still running)
+    over = _over_nominal(holds, quotas, now)
     for lid, hs in by_lease.items():
         h0 = hs[0]
-        if ((h0.borrowing or h0.preemptible) and (takeable is None or lid in takeable)
+        borrowing = h0.borrowing and (h0.project_id, h0.gpu_model) in over
+        if ((borrowing or h0.preemptible) and (takeable is None or lid in takeable)
                 and max(h.end for h in hs) > deadline):
             candidates[h0.gpu_model].append(lid)
     if not candidates:
@@ -244,6 +248,19 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
             "reclaim", f"{len(chosen)} lease(s) holding {freed} {m} GPUs "
                        f"end at {fmt_time(deadline)} to make room; it would otherwise have waited {was}")]
     return out
+
+
+def _over_nominal(holds: Sequence[Hold], quotas: Mapping[tuple[str, str], QuotaLimit],
+                  at: int) -> set[tuple[str, str]]:
+    """The (project, model)s that hold more than their nominal quota at `at`, preemptible leases
+    aside (no quota: all of it is beyond). A lease is marked borrowing when it starts; once the
+    leases that made it borrow have ended, its project is within its quota again and it is not
+    reclaimed: it borrows nothing any more, as /v1/share tells."""
+    held: dict[tuple[str, str], int] = defaultdict(int)
+    for h in holds:
+        if not h.preemptible and h.start <= at < h.end:
+            held[(h.project_id, h.gpu_model)] += h.gpus
+    return {key for key, gpus in held.items() if key not in quotas or gpus > quotas[key].gpus}
 
 
 def _within_nominal(holds: Sequence[Hold], p: str, m: str, q: QuotaLimit, need: int, start: int,

@@ -49,8 +49,12 @@ def no_pass(s: GpuTenancy, now: int) -> bool:
     after; the second sees what the first started as running): a wake-up an earlier decision
     asked for and the last one did not is no pass, unless at that decision's instant. It
     matters with reclaims: a pass then could decide a reclaim (its borrower's minimum runtime
-    run out) that the engine decides later."""
-    return not s.events_since and now != s.asked_wake and now != s.decided_at
+    run out) that the engine decides later. Nor is a wake-up at an instant whose passes were made
+    already (an end, or the arrivals, came at the instant it asked for): the engine runs each
+    instant's two passes once, and a third could decide what the engine decides later."""
+    if s.events_since:
+        return False
+    return (now == s.instant and s.ticked) or (now != s.asked_wake and now != s.decided_at)
 
 
 def reclaim(s: GpuTenancy, now: int, running, holds: list[Hold], asked, usage, p: Plan, takeable):
