@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from gpu_tenancy.db.session import session_scope
 from gpu_tenancy.engine.early_ends import yielded_pairs
 from gpu_tenancy.timeutil import rfc3339
