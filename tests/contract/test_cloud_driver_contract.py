@@ -15,7 +15,7 @@ import pytest
 from gpu_tenancy.clock import VirtualClock
 from gpu_tenancy.cloud import registry
 from gpu_tenancy.cloud.driver import (
-    BootRequest, CloudError, ShapeSpec, VolumeRequest, lease_flavor_name, lease_resource_class)
+    LEASE_TAG, BootRequest, CloudError, ShapeSpec, VolumeRequest, lease_flavor_name, lease_resource_class)
 from gpu_tenancy.cloud.simulated import SimulatedCloud
 from gpu_tenancy.domain.failures import FailureClass as F
 from gpu_tenancy.domain.failures import classify_fault
@@ -64,6 +64,11 @@ class Rig:
         """Boot as the project's member would, no host given: the server id once ACTIVE, None
         when the cloud refused it (an API error, or the server went to ERROR). The rig deletes
         what it made."""
+        raise NotImplementedError
+
+    def tag(self, project: str, server: str, metadata: dict[str, str]) -> None:
+        """The project's member sets metadata on a server of theirs (`openstack server set
+        --property`), any key they like."""
         raise NotImplementedError
 
     def shape(self, gpu_model="A100", gpus=1, vcpus=1) -> ShapeSpec:
@@ -148,6 +153,10 @@ class SimulatedRig(Rig):
 
     def tenant_volume(self, project, size_gb):
         return self.cloud.add_volume(project, size_gb)
+
+    def tag(self, project, server, metadata):
+        assert self.cloud.servers()[server]["project_id"] == project
+        self.cloud.set_server_metadata(server, metadata)
 
     def tenant_boot(self, project, flavor_id):
         try:
@@ -289,7 +298,8 @@ def test_a_server_boots_once_per_lease_and_vm_runs_with_its_volume_and_gives_all
     state = rig.wait("the server to be ACTIVE", lambda: (s := cloud.server_state(server)).status != "BUILD" and s)
     assert (state.status, state.host, state.fault) == ("ACTIVE", "gpu-a100-1", None)
     tagged = [o for o in cloud.list_tagged() if o.kind == "server" and o.id == server]
-    assert [(o.lease_id, o.project_id, o.attrs["vm_index"]) for o in tagged] == [(lease, rig.project, 0)]
+    assert [(o.lease_id, o.project_id, o.attrs["vm_index"], o.attrs["flavor_lease"]) for o in tagged] == [
+        (lease, rig.project, 0, lease)]
     assert not cloud.gpus_released(server)
 
     cloud.attach_volume(server, volume)
@@ -306,6 +316,25 @@ def test_a_server_boots_once_per_lease_and_vm_runs_with_its_volume_and_gives_all
     assert server not in {o.id for o in cloud.list_tagged()}
     rig.wait("the volume to be detached", lambda: cloud.volume_status(volume) == "available")  # kept
     assert cloud.server_state(str(uuid.uuid4())).status == "DELETED"
+
+
+def test_a_lease_tag_the_tenant_writes_is_a_claim_and_the_flavor_tells_the_servers_lease(rig):
+    """What reconcile trusts (engine/lifecycle.py): a server's tag is its project's to write,
+    on a server the service booted as on its own; the flavor it was booted with is the cloud's."""
+    cloud, lease, shape = rig.cloud, str(uuid.uuid4()), rig.shape()
+    ours = rig.boot("gpu-a100-1", shape, lease)
+    flavor = rig.lease_flavor(lease, shape, {"gpu-a100-1": 1, "gpu-a100-2": 1})
+    cloud.grant_lease_flavor(lease, rig.project)
+    own = rig.tenant_boot(rig.project, flavor)
+    assert own is not None
+    finished, unknown = str(uuid.uuid4()), str(uuid.uuid4())
+    rig.tag(rig.project, own, {LEASE_TAG: finished})
+    rig.tag(rig.project, ours, {LEASE_TAG: unknown})
+    tagged = {o.id: (o.lease_id, o.attrs["flavor_lease"], o.project_id)
+              for o in cloud.list_tagged() if o.kind == "server" and o.id in (own, ours)}
+    assert tagged == {own: (finished, lease, rig.project), ours: (unknown, lease, rig.project)}
+    assert {s.id for s in cloud.lease_servers(lease)} == {own, ours}      # the lease's, by its flavor
+    assert cloud.lease_servers(finished) == [] and cloud.lease_servers(unknown) == []
 
 
 def test_a_shelved_server_gives_its_gpus_back_and_comes_back_on_the_named_host_with_its_volume(rig):

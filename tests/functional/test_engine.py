@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from gpu_tenancy.cloud.driver import BootRequest
+from gpu_tenancy.cloud.driver import LEASE_TAG, BootRequest
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope
 from gpu_tenancy.domain.failures import FailureClass as F
@@ -130,3 +130,41 @@ def test_watching_a_boot_asks_the_cloud_only_for_the_server_state(client, runtim
                                                          "ensure_lease_flavor", "check_image", "boot",
                                                          "grant_lease_flavor"]
     assert calls.count("server_state") >= 4
+
+
+def test_a_lease_tag_a_tenant_writes_on_its_servers_makes_reconcile_delete_none_of_them(client, runtime, cloud,
+                                                                                       engine_tick):
+    """A server's metadata is its project's to write: the service's VMs of a lease still running,
+    tagged by their tenant with another project's lease that is over or with no lease at all, were
+    deleted by the reconcile, as was any server of the tenant's own so tagged (thousands of such
+    tags: as many deletes in the tick). A server is a lease's only as the cloud says: booted with
+    its flavor, in its project."""
+    def ask(project, **body):
+        reply = client.post("/v1/leases", json={"shape": "a100.x1", "duration": "PT1H", **body},
+                            headers=headers(project))
+        assert reply.status_code == 201, reply.get_json()
+        return reply.get_json()["lease"]["id"]
+
+    finished = ask("nlp-lab")
+    engine_tick()
+    engine_tick(advance=30)
+    assert client.delete(f"/v1/leases/{finished}", headers=headers("nlp-lab")).status_code == 204
+    for _ in range(3):
+        engine_tick(advance=30)
+    assert lease_status(runtime.sessions, finished) == "ended"
+    running = ask("ml-vision", instances=2)
+    engine_tick()
+    engine_tick(advance=30)
+    assert lease_status(runtime.sessions, running) == "active"
+    vms = sorted(cloud.servers())
+    own = cloud.tenant_boot("ml-vision", cloud.add_legacy_flavor("ml-vision", next(_shape_specs(runtime, "a100.x1"))))
+    cloud.set_server_metadata(vms[0], {LEASE_TAG: finished})
+    cloud.set_server_metadata(vms[1], {LEASE_TAG: "no-such-lease"})
+    cloud.set_server_metadata(own, {LEASE_TAG: "no-such-lease"})
+    runtime.engine.lifecycle.reconcile()
+    assert set(vms) | {own} <= set(cloud.servers())
+    engine_tick(advance=runtime.config.host_refresh_seconds)   # and in the tick
+    assert set(vms) | {own} <= set(cloud.servers())
+    assert lease_status(runtime.sessions, running) == "active"
+    with session_scope(runtime.sessions) as s:
+        assert {sv.status for sv in s.get(m.Lease, running).servers} == {"ACTIVE"}

@@ -57,6 +57,9 @@ class OpenStackRig(Rig):
         wait_for("the tenant's volume", lambda: storage.get_volume(volume.id).status == "available")
         return volume.id
 
+    def tag(self, project, server, metadata):
+        member(self.members[project]).compute.set_server_metadata(server, **metadata)
+
     def tenant_boot(self, project, flavor_id):
         return member_boot(member(self.members[project]), flavor_id, self.image, self)
 

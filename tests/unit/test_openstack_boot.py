@@ -9,6 +9,7 @@ from openstack import exceptions as sdk
 
 from gpu_tenancy.cloud.driver import LEASE_TAG, BootRequest, CloudError
 from gpu_tenancy.cloud.openstack.driver import HOST_TAG, VM_TAG, OpenStackCloud
+from gpu_tenancy.cloud.openstack.lease_flavors import LEASE_SPEC
 
 
 class Compute:
@@ -45,9 +46,13 @@ def driver(compute: Compute) -> OpenStackCloud:
     return d
 
 
-def server(host: str | None, status="ACTIVE") -> SimpleNamespace:
+# the flavor Nova embeds in a server (>= 2.47): the lease's, as ensure_flavor made it
+LEASE_FLAVOR = {"original_name": "gt-lease-lease-1", "extra_specs": {LEASE_SPEC: "lease-1"}}
+
+
+def server(host: str | None, status="ACTIVE", flavor=LEASE_FLAVOR) -> SimpleNamespace:
     meta = {LEASE_TAG: "lease-1", VM_TAG: "0", **({HOST_TAG: host} if host else {})}
-    return SimpleNamespace(id=f"old-on-{host}", metadata=meta, status=status, task_state=None)
+    return SimpleNamespace(id=f"old-on-{host}", metadata=meta, status=status, task_state=None, flavor=flavor)
 
 
 REQUEST = BootRequest("p1", "lease-1", 0, "gpu-a100-2", "flavor", "image", key_name="laptop", user_id="u1")
@@ -56,6 +61,25 @@ REQUEST = BootRequest("p1", "lease-1", 0, "gpu-a100-2", "flavor", "image", key_n
 def test_the_same_vm_asked_on_its_host_again_is_the_same_server():
     assert driver(Compute([server("gpu-a100-2")])).boot(REQUEST) == "old-on-gpu-a100-2"
     assert driver(Compute([server(None)])).boot(REQUEST) == "old-on-None"   # made before the host was tagged
+
+
+@pytest.mark.parametrize("flavor", [
+    {"original_name": "m1.small", "extra_specs": {}},                              # any flavor of the project's
+    {"original_name": "gt-lease-lease-2", "extra_specs": {LEASE_SPEC: "lease-2"}},  # another lease's of its own
+    {},                                                                            # Nova says nothing of it
+])
+def test_a_server_its_project_tagged_as_the_vm_is_not_taken_for_it_unless_booted_with_the_lease_flavor(flavor):
+    """The project writes its servers' metadata: its own server, tagged with the lease, the VM and
+    the host before the service's boot, was taken as the lease's VM (the lease counted a VM that
+    holds none of its GPUs, or another lease's, and deleted that one at its end)."""
+    compute = Compute([server("gpu-a100-2", flavor=flavor)])
+    assert driver(compute).boot(REQUEST) == "server-1"
+    assert len(compute.made) == 1
+
+
+def test_a_server_nova_shows_only_the_flavor_id_of_is_the_vm_if_that_is_the_requests():
+    assert driver(Compute([server("gpu-a100-2", flavor={"id": "flavor"})])).boot(REQUEST) == "old-on-gpu-a100-2"
+    assert driver(Compute([server("gpu-a100-2", flavor={"id": "m1.small"})])).boot(REQUEST) == "server-1"
 
 
 def test_the_same_vm_asked_on_another_host_is_a_new_server_tagged_with_its_host():

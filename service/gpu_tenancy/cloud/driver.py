@@ -288,7 +288,10 @@ class CloudDriver(abc.ABC):
 
     @abc.abstractmethod
     def list_tagged(self) -> list[CloudObject]:
-        """Every server, volume and flavor that carries a lease tag or is one of ours."""
+        """Every server, volume and flavor that carries a lease tag or is one of ours. A server's
+        lease_id is its tag, which its project may write as it likes; its attrs say what the
+        cloud does: flavor_lease, the lease whose flavor it was booted with (None: another
+        flavor), and vm_index (None unless its tag is a number)."""
 
     # --- networks (issue 17): chosen per lease at request time, made before boot ----------
     # A driver without them keeps tenant_networks() False: leases then boot as the driver

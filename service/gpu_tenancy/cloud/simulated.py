@@ -35,7 +35,7 @@ Config (YAML for from_file, or the same as a dict):
     state_file: /path/cloud.json  # optional: keep the state in a file, shared by processes
 
 Test hooks (public): inject_failure() (a failing delete: 'delete_server'), slow_deletes(), set_host_state(),
-power_off() (a VM stopped by its tenant: SHUTOFF),
+power_off() (a VM stopped by its tenant: SHUTOFF), set_server_metadata() (the tenant's own tags on its server),
 add_volume(), tenant_boot() (a project member's own boot), add_legacy_flavor(), and the read-only
 views servers(), volumes(), flavors(), images(), allocations(), free_gpus(), lease_inventory(),
 lease_classes().
@@ -93,6 +93,8 @@ class _Server:
     deleted_at: int | None = None
     release_seconds: int | None = None   # from delete to its GPUs' release (set by delete_server)
     tagged: bool = True       # carries the lease tag (the service's boots; a tenant's do not)
+    # its metadata as its project set it since (set_server_metadata); None: as booted (the tag if tagged)
+    metadata: dict | None = None
     lease_unit: bool = False  # booted with a lease flavor: holds a unit of its class with the GPUs
     network_id: str | None = None        # its port (cloud/simulated_networks.py)
     fixed_ip: str | None = None
@@ -190,6 +192,14 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
         shows it SHUTOFF (vm_state stopped); it keeps its GPUs and its disk."""
         with self._lock:
             self._servers[server_id].powered_off = True
+
+    def set_server_metadata(self, server_id: str, metadata: dict[str, str]) -> None:
+        """The tenant sets metadata on its server (`openstack server set --property`), any key,
+        the lease tag too: added to what it has (a key set to None is removed)."""
+        with self._lock:
+            server = self._servers[server_id]
+            merged = {**self._metadata(server), **metadata}
+            server.metadata = {k: v for k, v in merged.items() if v is not None}
 
     def add_volume(self, project_id: str, size_gb: int, name: str | None = None) -> str:
         """A tenant's pre-existing volume (no lease tag)."""
@@ -418,10 +428,13 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
     def list_tagged(self) -> list[CloudObject]:
         with self._lock:
             now = self.clock.now()
-            objects = [CloudObject("server", s.id, s.lease_id, s.project_id,
+            # the lease a server names is its metadata's, which its project may set; flavor_lease
+            # is the lease of the flavor it was booted with, which it may not
+            objects = [CloudObject("server", s.id, self._metadata(s)[LEASE_TAG], s.project_id,
                                    dict(status=self._status(s, now), host=s.host, vm_index=s.vm_index,
-                                        name=s.name, metadata={LEASE_TAG: s.lease_id}))
-                       for s in self._servers.values() if s.deleted_at is None and s.tagged]
+                                        name=s.name, metadata=self._metadata(s),
+                                        flavor_lease=s.lease_id if s.lease_unit else None))
+                       for s in self._servers.values() if s.deleted_at is None and LEASE_TAG in self._metadata(s)]
             objects += [CloudObject("volume", v.id, v.metadata[LEASE_TAG], v.project_id,
                                     dict(status=self._volume_state(v), size_gb=v.size_gb, name=v.name))
                         for v in self._volumes.values() if LEASE_TAG in v.metadata]
@@ -499,6 +512,12 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
         if server.fault:
             return "ERROR"
         return "SHUTOFF" if server.powered_off else "ACTIVE"
+
+    @staticmethod
+    def _metadata(server: _Server) -> dict:
+        if server.metadata is not None:
+            return server.metadata
+        return {LEASE_TAG: server.lease_id} if server.tagged else {}
 
     def _fault(self, server: _Server, now: int) -> str | None:
         return server.fault if self._status(server, now) == "ERROR" else None

@@ -353,7 +353,8 @@ class Lifecycle:
 
     # --- reconcile --------------------------------------------------------------------------
     def reconcile(self) -> None:
-        """Delete tagged servers whose lease is over or unknown (left by a crash), and what
+        """Delete servers of leases over or unknown (left by a crash: tagged with the lease and
+        booted with its flavor, in its project), and what
         such a lease left of its flavor (engine/lease_flavor.py) and its floating IPs
         (engine/networking.py); remove every per-project flavor of the first wave (a lease
         now boots with its own)."""
@@ -372,11 +373,17 @@ class Lifecycle:
             except CloudError as exc:
                 log.warning("reconcile: removing flavor %s failed: %s", flavor.id, exc)
         lease_flavor.reconcile(self)
-        servers = [o for o in objects if o.kind == "server" and o.lease_id]
+        # a server's lease tag is its project's to write, on any server of its own: a server is the
+        # lease's only if it was booted with the lease's flavor (flavor_lease, which the cloud says)
+        # and is in the lease's project. Else a tenant's own server, tagged with a lease that is
+        # over or none at all, was deleted (a VM of a lease still running among them), and
+        # thousands of such tags made as many deletes in the tick, before the ends and the plan.
+        servers = [o for o in objects if o.kind == "server" and o.lease_id
+                   and o.attrs.get("flavor_lease") == o.lease_id]
         with session_scope(self.sessions) as session:
             over = finished_or_unknown(session, {o.lease_id for o in servers})
         for obj in servers:
-            if obj.lease_id in over:
+            if obj.lease_id in over and over[obj.lease_id] in (None, obj.project_id):
                 log.info("reconcile: deleting server %s of finished lease %s", obj.id, obj.lease_id)
                 try:   # one the cloud will not delete stops neither the others nor the tick's ends and plan
                     self.cloud.delete_server(obj.id)

@@ -26,7 +26,7 @@ from gpu_tenancy.cloud.driver import (
 from gpu_tenancy.cloud.openstack.capacity import GpuInventory
 from gpu_tenancy.cloud.openstack.connection import Connections, connect
 from gpu_tenancy.cloud.openstack.errors import CALL_ERRORS, wrap
-from gpu_tenancy.cloud.openstack.lease_flavors import LeaseFlavors
+from gpu_tenancy.cloud.openstack.lease_flavors import LeaseFlavors, flavor_lease
 from gpu_tenancy.cloud.openstack.networks import OpenStackNetworks
 from gpu_tenancy.domain.failures import FailureClass
 
@@ -40,6 +40,12 @@ VM_TAG = "gpu_tenancy_vm"
 HOST_TAG = "gpu_tenancy_host"   # the host the VM was asked on (an attempt elsewhere is another server)
 FLAVOR_PREFIX = "gt-"
 UNSHELVE_TO_HOST = "2.91"   # the compute API version whose unshelve takes a host
+
+
+def vm_index(tag) -> int | None:
+    """The VM index a server's tag names; None when it names none (the tenant wrote it)."""
+    text = str(tag)
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 9 else None
 
 
 class OpenStackCloud(OpenStackNetworks, CloudDriver):
@@ -225,9 +231,12 @@ class OpenStackCloud(OpenStackNetworks, CloudDriver):
                 meta = server.metadata or {}
                 gone = server.status in ("DELETED", "SOFT_DELETED") or server.task_state == "deleting"
                 # a VM of a failed attempt (being deleted, or asked on another host) is not the same
-                # server; one made before the host tag was written is taken as this host's
+                # server; one made before the host tag was written is taken as this host's. The tags
+                # are the project's to write on any server of its own: one booted with another
+                # flavor is not the lease's VM, whatever it says
                 if meta.get(LEASE_TAG) == request.lease_id and meta.get(VM_TAG) == str(request.vm_index) \
-                        and not gone and meta.get(HOST_TAG, request.host) == request.host:
+                        and not gone and meta.get(HOST_TAG, request.host) == request.host \
+                        and self._booted_with(server, request):
                     return server.id     # asked before a crash: the same server
             attrs = dict(name=request.name or f"gt-{request.lease_id[:8]}-{request.vm_index}",
                          flavor_id=request.flavor_id, image_id=request.image_ref, host=request.host,
@@ -246,6 +255,15 @@ class OpenStackCloud(OpenStackNetworks, CloudDriver):
             return server.id
         except CALL_ERRORS as exc:
             raise wrap(exc, f"asking Nova for VM {request.vm_index} on {request.host} failed") from exc
+
+    @staticmethod
+    def _booted_with(server, request: BootRequest) -> bool:
+        """Whether the server was booted with the request's flavor (the lease's): as the flavor
+        Nova embeds says (>= 2.47), else by the flavor's id (older versions show only that)."""
+        flavor = server.flavor or {}
+        if flavor.get("original_name") or flavor.get("extra_specs"):
+            return flavor_lease(server) == request.lease_id
+        return flavor.get("id") == request.flavor_id
 
     @staticmethod
     def _drop_key_copy(compute, name: str) -> None:
@@ -358,9 +376,13 @@ class OpenStackCloud(OpenStackNetworks, CloudDriver):
     def list_tagged(self) -> list[CloudObject]:
         compute, storage = self.admin.compute, self.admin.block_storage
         try:
+            # a server's metadata is its project's to write, anything at all: the lease it names
+            # is a claim (flavor_lease is what the cloud says), and a vm index that is no number
+            # is none (it stopped the whole listing, and with it every reconcile)
             objects = [CloudObject("server", s.id, s.metadata[LEASE_TAG], s.project_id,
                                    dict(status=s.status, host=s.compute_host, name=s.name,
-                                        vm_index=int((s.metadata or {}).get(VM_TAG, 0)), metadata=dict(s.metadata)))
+                                        vm_index=vm_index(s.metadata.get(VM_TAG, "0")), metadata=dict(s.metadata),
+                                        flavor_lease=flavor_lease(s)))
                        for s in compute.servers(details=True, all_projects=True)
                        if LEASE_TAG in (s.metadata or {})]
             objects += [CloudObject("volume", v.id, v.metadata[LEASE_TAG], v.project_id,

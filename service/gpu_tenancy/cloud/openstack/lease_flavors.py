@@ -46,6 +46,23 @@ def lease_of_class(resource_class: str) -> str:
     return resource_class[len(LEASE_CLASS_PREFIX):].lower().replace("_", "-")
 
 
+def flavor_lease(server) -> str | None:
+    """The lease whose flavor the server was booted with, from the flavor Nova embeds in it
+    (>= 2.47): its lease spec, or else the lease's class or its name (specs a flavor made anew
+    keeps); None for any other flavor, or when Nova does not say. Unlike the server's metadata,
+    which its project may set to anything, only an admin makes flavors, and the project of
+    a lease alone may boot with its flavor."""
+    flavor = server.flavor or {}
+    specs = flavor.get("extra_specs") or {}
+    if specs.get(LEASE_SPEC):
+        return specs[LEASE_SPEC]
+    classes = [key[len("resources:"):] for key in specs if key.startswith(f"resources:{LEASE_CLASS_PREFIX}")]
+    if classes:
+        return lease_of_class(classes[0])
+    name = flavor.get("original_name") or ""
+    return name[len(LEASE_FLAVOR_PREFIX):] if name.startswith(LEASE_FLAVOR_PREFIX) else None
+
+
 class LeaseFlavors:
     """The per-lease half of the openstack driver, on the service's admin connection."""
 
