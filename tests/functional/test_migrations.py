@@ -138,6 +138,34 @@ def test_the_lease_ask_indexes_are_built_again_over_a_cancelled_build(db_url):
     assert version == ScriptDirectory.from_config(migrate.alembic_config(db_url)).get_current_head()
 
 
+def test_the_history_read_indexes_go_and_come_back(db_url):
+    """0032 builds (project_id, created_at, id) in the place of (project_id, created_at), and the
+    index of the leases ended early for another (partial), CONCURRENTLY on PostgreSQL; a downgrade
+    gives the old index back."""
+    from alembic import command
+    from sqlalchemy import inspect
+
+    from gpu_tenancy.db import migrate
+    engine = create_engine(db_url)
+
+    def indexes() -> dict[str, list[str]]:
+        found = {i["name"]: i["column_names"] for i in inspect(engine).get_indexes("leases")
+                 if i["name"] in ("ix_leases_project_created", "ix_leases_project_created_id", "ix_leases_early_end_for")}
+        engine.dispose()
+        return found
+    head = {"ix_leases_project_created_id": ["project_id", "created_at", "id"],
+            "ix_leases_early_end_for": ["early_end_for"]}
+    assert indexes() == head
+    command.downgrade(migrate.alembic_config(db_url), "0031_leases_created_index")
+    assert indexes() == {"ix_leases_project_created": ["project_id", "created_at"]}
+    with statements_run() as run:
+        migrate.upgrade(db_url)
+    assert indexes() == head
+    if engine.dialect.name == "postgresql":
+        created = [s for s in run if s.startswith("CREATE INDEX")]
+        assert len(created) == 2 and all(s.startswith("CREATE INDEX CONCURRENTLY") for s in created)
+
+
 @contextmanager
 def statements_run() -> Iterator[list[str]]:
     """The SQL every engine runs meanwhile (the migrations make their own)."""
@@ -453,14 +481,19 @@ def test_an_upgrade_of_a_database_a_newer_release_made_says_so_and_changes_nothi
     from gpu_tenancy.cli import main
     engine = create_engine(db_url)
     with engine.begin() as conn:
+        was = conn.scalar(text("SELECT version_num FROM alembic_version"))
         conn.execute(text("UPDATE alembic_version SET version_num = '0099_from_a_newer_release'"))
-    for action in ("upgrade", "current"):
-        assert main(["db", action, "--db", db_url]) == 2
-        err = capsys.readouterr().err
-        assert "0099_from_a_newer_release" in err and "newer release" in err and "Traceback" not in err
-    with engine.connect() as conn:
-        assert conn.scalar(text("SELECT version_num FROM alembic_version")) == "0099_from_a_newer_release"
-    engine.dispose()
+    try:
+        for action in ("upgrade", "current"):
+            assert main(["db", action, "--db", db_url]) == 2
+            err = capsys.readouterr().err
+            assert "0099_from_a_newer_release" in err and "newer release" in err and "Traceback" not in err
+        with engine.connect() as conn:
+            assert conn.scalar(text("SELECT version_num FROM alembic_version")) == "0099_from_a_newer_release"
+    finally:   # (on PostgreSQL the test database outlives the test)
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE alembic_version SET version_num = :was"), {"was": was})
+        engine.dispose()
 
 
 def test_every_projects_lease_listing_reads_its_page_off_an_index(client, db_url):
@@ -498,3 +531,4 @@ def test_every_projects_lease_listing_reads_its_page_off_an_index(client, db_url
         leases = [step for step in plan if " leases " in f"{step} "]
         assert leases and all("ix_leases_created" in step for step in leases), (statement, plan)
         assert not any("TEMP B-TREE" in step for step in plan), (statement, plan)
+

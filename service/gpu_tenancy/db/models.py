@@ -72,6 +72,7 @@ LEFTOVERS = text("flavor_id IS NOT NULL AND status IN ('cancelled', 'expired')")
 # not finished (domain/states.py: FINAL, the states with no way out; tests/functional/test_lease_names.py
 # holds the two the same): where a lease's name is the project's handle for it
 UNFINISHED = text("status NOT IN ('cancelled', 'ended', 'expired', 'failed', 'preempted')")
+EARLY_FOR = text("early_end_for IS NOT NULL")
 NAME_INDEX = "uq_leases_project_name_unfinished"   # engine/leases.py: name_written knows its refusal by it
 
 
@@ -175,7 +176,9 @@ class Lease(Base):
         cascade="all, delete-orphan", order_by="LeaseFailure.id")
     __table_args__ = (
         CheckConstraint("instances > 0 AND duration > 0 AND gpus_per_vm > 0", name="ck_leases_positive"),
-        Index("ix_leases_project_created", "project_id", "created_at"),
+        # a project's leases in the listing's order (api/lease_view.py: after): a page after a
+        # marker is a range of it (0032; ix_leases_project_created before, without the id)
+        Index("ix_leases_project_created_id", "project_id", "created_at", "id"),
         # every project's leases in the listing's order (api/lease_view.py: PAGE, NEWEST_FIRST,
         # IN_ANY_PROJECT): a page read off the index, not every lease read and sorted
         Index("ix_leases_created", "created_at", "id"),
@@ -186,6 +189,9 @@ class Lease(Base):
         Index(NAME_INDEX, "project_id", "name", unique=True,
               postgresql_where=UNFINISHED, sqlite_where=UNFINISHED),
         Index("ix_leases_project_status_user", "project_id", "status", "user_id"),
+        # the leases ended early for another (engine/early_ends.py: yielded_pairs), found from it:
+        # an index of those few rows alone (0032)
+        Index("ix_leases_early_end_for", "early_end_for", postgresql_where=EARLY_FOR, sqlite_where=EARLY_FOR),
         # the engine's pass reads the cancelled or expired leases whose flavor is still in the cloud
         # (engine/lease_flavor.py: remove_unstarted): an index of those few rows alone
         Index("ix_leases_flavor_leftovers", "id", "project_id", postgresql_where=LEFTOVERS, sqlite_where=LEFTOVERS),

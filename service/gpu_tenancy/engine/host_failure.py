@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import ledger_lock, session_scope, to_epoch
@@ -252,6 +253,16 @@ def resuming_on(lc, lease_id: str, down: set[str]) -> None:
                       "(its nova-compute stopped reporting)", overdue=False, wait=False)
 
 
+def displaced(session: Session) -> list[m.Lease]:
+    """The queued leases that were moved (replaced or retried), in the queue's order. Each queued
+    lease's failures are looked up by its id (ix_lease_failures_lease_id): as `id IN (SELECT
+    lease_id ... WHERE action ...)`, SQLite read every failure ever recorded on each pass first."""
+    f = m.LeaseFailure
+    moved = select(f.id).where(f.lease_id == m.Lease.id, f.action.in_(("replaced", "retried"))).exists()
+    return list(session.scalars(select(m.Lease).where(m.Lease.status == S.QUEUED.value, moved)
+                                .order_by(m.Lease.created_at, m.Lease.arrival, m.Lease.id)))
+
+
 def place_displaced(lc) -> None:
     """A lease that lost its host (or its attempt) and found no other waits in the
     queue; it has had its turn already, so it is planned on its own, ahead of the
@@ -259,9 +270,7 @@ def place_displaced(lc) -> None:
     now = lc.clock.now()
     with session_scope(lc.sessions) as session:
         ledger_lock(session)   # before the leases' rows, which are replaced below
-        moved = select(m.LeaseFailure.lease_id).where(m.LeaseFailure.action.in_(("replaced", "retried")))
-        rows = list(session.scalars(select(m.Lease).where(m.Lease.status == S.QUEUED.value, m.Lease.id.in_(moved))
-                                    .order_by(m.Lease.created_at, m.Lease.arrival, m.Lease.id)))
+        rows = displaced(session)
         for row in rows:
             earliest = max(to_epoch(row.earliest_start), now)
             retry.replace(session, row, now, earliest, avoid=[], settings=lc.planner_settings,

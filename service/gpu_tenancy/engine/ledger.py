@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from dataclasses import dataclass
 
-from sqlalchemy import Row, func, select, update
+from sqlalchemy import Row, Select, func, select, update
 from sqlalchemy.orm import Session, joinedload
 from sqlalchemy.orm.attributes import flag_modified
 
@@ -96,43 +96,49 @@ def load_queued(session: Session) -> list[m.Lease]:
 def load_allocations(session: Session, now: int, half_life: int, allowance: int = 0,
                      boot_timeout: int | None = None) -> tuple[list[Hold], dict[tuple[str, str], float], frozenset[str]]:
     """The holds (allocations of leases that hold GPUs, as long as domain/held.py says) and the
-    decayed usage, from one query: plain columns, no ORM objects (there are thousands). A
+    decayed usage: plain columns, no ORM objects (there are thousands). A
     parked lease's allocations are its held resume slot: a hold like any other. A lease still
     starting (provisioning, resuming) past its end holds its GPUs until its start's deadline
     (`boot_timeout` after it began), when it fails or is tried again and its VMs are deleted,
     plus the allowance: not "the next second" (held_until), which would plan the next lease
     there at once, to wait for a release that the ledger can tell is that far off."""
-    holding = {s.value for s in RESERVING}
     # Fair share looks back a few half-lives; older use has decayed to nothing, and
     # what starts after now has not been used yet.
     since, until = utcnow_naive(now - 4 * half_life), utcnow_naive(now)
-    a = m.Allocation
-    rows = session.execute(
-        select(a.lease_id, a.project_id, a.host, a.gpu_model, a.gpus, a.start_at, a.end_at, a.borrowing,
-               m.Lease.status, m.Lease.preemptible, m.Lease.priority, m.Lease.created_at, m.Lease.arrival)
-        .join(m.Lease)
-        .where(m.Lease.status.in_(holding) | ((a.end_at > since) & (a.start_at < until)))).all()
+    rows = session.execute(held_allocations()).all()
     deadlines = starting_deadlines(session, rows, now, boot_timeout)
-    holds, records, unreleased = [], [], set()
+    holds, unreleased = [], set()
     for r in rows:
         start, end = to_epoch(r.start_at), to_epoch(r.end_at)
-        if r.status in holding:
-            if r.status == S.ENDING.value or (end <= now and r.status != S.SCHEDULED.value):
-                unreleased.add(r.host)
-            held_to = held_until(max(end, deadlines.get(r.lease_id, end)), now, allowance)
-            holds.append(Hold(r.lease_id, r.project_id, r.host, r.gpu_model, r.gpus, start,
-                              held_to, r.borrowing, r.preemptible, r.priority, allowance,
-                              (to_epoch(r.created_at), r.arrival or 0)))
-        if r.end_at > since and r.start_at < until:
-            records.append((r.project_id, r.gpu_model, r.gpus, start, end))
+        if r.status == S.ENDING.value or (end <= now and r.status != S.SCHEDULED.value):
+            unreleased.add(r.host)
+        held_to = held_until(max(end, deadlines.get(r.lease_id, end)), now, allowance)
+        holds.append(Hold(r.lease_id, r.project_id, r.host, r.gpu_model, r.gpus, start,
+                          held_to, r.borrowing, r.preemptible, r.priority, allowance,
+                          (to_epoch(r.created_at), r.arrival or 0)))
     gone = held.releasing(session, now, allowance)   # VMs of re-placed leases the cloud still releases
     holds += gone
     unreleased.update(h.host for h in gone)
-    spent = m.SpentAllocation   # what leases moved off a down host used there
+    a, spent = m.Allocation, m.SpentAllocation   # spent: what leases moved off a down host used there
+    records = [(r.project_id, r.gpu_model, r.gpus, to_epoch(r.start_at), to_epoch(r.end_at)) for r in session.execute(
+        select(a.project_id, a.gpu_model, a.gpus, a.start_at, a.end_at).where(a.end_at > since, a.start_at < until))]
     spent_rows = session.execute(select(spent.project_id, spent.gpu_model, spent.gpus, spent.start_at, spent.end_at)
                                  .where(spent.end_at > since))
     records += [(r.project_id, r.gpu_model, r.gpus, to_epoch(r.start_at), to_epoch(r.end_at)) for r in spent_rows]
     return holds, fairshare.decayed_gpu_hours(records, now, half_life), frozenset(unreleased)
+
+
+def held_allocations() -> Select:
+    """The allocations of the leases that hold GPUs (RESERVING), with their leases' columns the
+    planner reads: found by the leases' status (ix_leases_status), then their allocations by
+    lease (ix_allocations_lease_id). Fair share's window of use (every allocation in it, whatever
+    its lease's state) is read apart, by ix_allocations_end_at. As one statement, `status IN
+    (...) OR allocation in the window`, a condition over both tables that no index serves, each
+    replan and each create read every allocation ever made, under the ledger lock."""
+    a, lease = m.Allocation, m.Lease
+    return (select(a.lease_id, a.project_id, a.host, a.gpu_model, a.gpus, a.start_at, a.end_at, a.borrowing,
+                   lease.status, lease.preemptible, lease.priority, lease.created_at, lease.arrival)
+            .join(lease).where(lease.status.in_([s.value for s in RESERVING])))
 
 
 def starting_deadlines(session: Session, rows, now: int, boot_timeout: int | None) -> dict[str, int]:
