@@ -136,6 +136,7 @@ class Config:
     max_start_ahead_days: int = 365          # how far ahead a lease's start (or latest start) may be
     max_waiting_leases_per_project: int = 100  # leases waiting (requested or queued) at once, per project ...
     max_waiting_leases_per_user: int = 30      # ... and per user
+    max_dry_runs_per_minute: int = 20          # a project's dry runs (each plans the whole queue), per API process
     # dashboard (/dashboard): the top bar's link back to Horizon (none when unset), the Keystone it logs in
     # to (default: keystone_authtoken's www_authenticate_uri), how long a login lasts, and Secure cookies
     # even when the request looks like plain http (behind a TLS-terminating proxy)
@@ -239,7 +240,8 @@ class Config:
         # a duration is stored in seconds as a 32-bit integer (PostgreSQL's): 10 years fit; and
         # both stay within the bound of engine/limits.py's guard (60 years)
         for name, ceiling in (("max_lease_duration_days", 3650), ("max_start_ahead_days", 18250),
-                           ("max_waiting_leases_per_project", 10**6), ("max_waiting_leases_per_user", 10**6)):
+                           ("max_waiting_leases_per_project", 10**6), ("max_waiting_leases_per_user", 10**6),
+                           ("max_dry_runs_per_minute", 10**6)):
             limit = values.get(name, known[name].default)
             if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= ceiling:
                 raise ValueError(f"{name} must be a whole number from 1 to {ceiling}")

@@ -67,6 +67,7 @@ OVER_QUOTA = "gpu_tenancy.over_quota"
 OVER_BUDGET = "gpu_tenancy.over_budget"
 NO_LEASE_TOKEN = "gpu_tenancy.no_lease_token"
 TOO_MANY_REQUESTS = "gpu_tenancy.too_many_requests"      # 429: sent again too soon
+TOO_MANY_DRY_RUNS = "gpu_tenancy.too_many_dry_runs"      # 429: a project's dry runs past max_dry_runs_per_minute
 REFUSED_BY_DECISION_SERVICE = "gpu_tenancy.refused_by_decision_service"
 # the Blazar-compatible API (api/blazar/): what Blazar's lease asks say that gpu-tenancy cannot do
 BLAZAR_MISSING_PARAMETER = "gpu_tenancy.blazar_missing_parameter"

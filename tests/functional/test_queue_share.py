@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from gpu_tenancy.timeutil import rfc3339
 from tests.conftest import headers
 from tests.functional.test_openapi import response_validator
 
@@ -185,3 +186,30 @@ def test_decayed_use_and_weight_rank_projects_as_the_planner_starts_their_leases
               for lab, lease in waiting.items()}
     assert all(starts.values())
     assert sorted(labs, key=lambda lab: starts[lab]) == by_share
+
+
+def test_share_is_made_at_most_once_per_engine_tick_and_per_replan(client, runtime, contended, monkeypatch):
+    """The standings are made from all the planner's inputs (every project's recent allocations and
+    the whole queue: 0.3 s of CPU at 1,000 waiting), and were made again on every call: a member
+    reading /v1/share in a loop cost the service a plan's loading per call. Now once per engine
+    tick and replan in each process; the answer's `now` says when, at most a tick ago."""
+    from gpu_tenancy.engine import share as engine_share
+
+    made = []
+    real = engine_share.standings
+    monkeypatch.setattr(engine_share, "standings", lambda *a, **kw: made.append(a[1]) or real(*a, **kw))
+    tick, t0 = runtime.config.engine_tick_seconds, runtime.clock.now()
+    first = ok(client.get("/v1/share", headers=VISION))["share"]
+    runtime.clock.advance(tick - 1)
+    again = ok(client.get("/v1/share?gpu_model=A100", headers=NLP))["share"]
+    assert made == [t0] and again["now"] == first["now"] == rfc3339(t0)   # within the tick: made once
+    # made once, shown to each caller as its own: nlp-lab sees its row named, ml-vision's not
+    assert [r["project"] for r in again["projects"] if not r["hidden"]] == ["nlp-lab"]
+    assert "ml-vision" not in json.dumps(again)
+    runtime.clock.advance(1)
+    later = ok(client.get("/v1/share", headers=VISION))["share"]
+    assert made == [t0, t0 + tick] and later["now"] == rfc3339(t0 + tick)   # never older than a tick
+    ask(client, VISION, name="vision-third")   # its create replans: the standings are made again at once
+    after = ok(client.get("/v1/share?gpu_model=A100", headers=VISION))["share"]
+    assert made == [t0, t0 + tick, t0 + tick]
+    assert [r["waiting_leases"] for r in after["projects"] if not r["hidden"]] == [2]

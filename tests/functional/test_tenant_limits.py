@@ -277,3 +277,111 @@ def test_two_creates_at_once_do_not_pass_the_waiting_limit_together(app_with, db
         waiting = s.scalars(select(m.Lease.id).where(m.Lease.project_id == "ml-vision",
                                                      m.Lease.status.in_(ask_facts.WAITING_STATES))).all()
     assert len(waiting) == 2
+
+
+# A tenant's costly read (a route that plans the whole queue, or reads a long history) and the
+# function that does its work inside the request's transaction: meanwhile nobody else may write.
+COSTLY_READS = [
+    ("GET", "/v1/share", None, "gpu_tenancy.engine.share.standings", 200),
+    ("GET", "/v1/queue", None, "gpu_tenancy.engine.queue.waiting", 200),
+    ("GET", f"/v1/capacity?start={rfc3339(T0)}&end={rfc3339(T0 + 90 * DAY)}", None,
+     "gpu_tenancy.engine.capacity.calendar", 200),
+    ("GET", "/v1/usage?start=2000-01-01T00:00:00Z", None, "gpu_tenancy.engine.usage.gpu_hours", 200),
+    ("GET", "/v1/leases?limit=1000", None, "gpu_tenancy.api.leases.page", 200),
+    ("POST", "/v1/leases?dry_run=true", {"shape": "a100.x8", "duration": "PT1H"},
+     "gpu_tenancy.engine.offers.preview", 200),
+    ("GET", "/reservation/v1/leases", None, "gpu_tenancy.api.blazar.view.listing", 200),
+    ("POST", "/reservation/v1/leases", {"name": "b", "start_date": "now", "end_date": "2026-12-02 08:00",
+                                        "events": [], "reservations": [{"resource_type": "flavor:instance",
+                                        "flavor_id": "a100.x8", "amount": 1, "affinity": "None"}]},
+     "gpu_tenancy.api.blazar.leases.dry_run", 409),
+]
+
+
+@pytest.mark.skipif(bool(PG_URL), reason="SQLite's write lock (on PostgreSQL a read holds no lock)")
+@pytest.mark.parametrize("method,path,body,work,status", COSTLY_READS, ids=["share", "queue", "calendar", "usage", "leases", "dry-run", "blazar-list", "blazar-refused-create"])
+def test_a_costly_read_holds_no_write_lock_meanwhile(client, db_url, monkeypatch, method, path, body, work,
+                                                      status):
+    """Every SQLite transaction that may write takes the write lock as it begins (BEGIN
+    IMMEDIATE); a read-only route's did too, so a member planning the queue in a loop (a dry
+    run at 1,000 waiting: 0.3-0.5 s) or listing a long history held every create, cancel and
+    engine pass behind it. Another connection writes while the route does its work."""
+    import importlib
+    import sqlite3
+
+    for who in ("ml-vision", "nlp-lab"):   # the cluster full: the Blazar create is refused after its plan
+        assert client.post("/v1/leases", headers=headers(who),
+                           json={"shape": "a100.x8", "duration": "PT2H", "instances": 2}).status_code == 201
+    module_name, name = work.rsplit(".", 1)
+    module = importlib.import_module(module_name)
+    real = getattr(module, name)
+    blocked: list[bool] = []
+
+    def working(*args, **kwargs):
+        out = real(*args, **kwargs)   # the transaction has begun and read
+        other = sqlite3.connect(db_url.removeprefix("sqlite:///"), timeout=0, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("ROLLBACK")
+            blocked.append(False)
+        except sqlite3.OperationalError:   # database is locked
+            blocked.append(True)
+        finally:
+            other.close()
+        return out
+    monkeypatch.setattr(module, name, working)
+    reply = client.open(path, method=method, json=body, headers=headers())
+    assert reply.status_code == status, reply.get_data(as_text=True)[:500]
+    assert blocked == [False]
+
+
+def test_a_projects_dry_runs_are_limited_per_minute_with_a_429_that_says_when(app_with):
+    """A dry run writes nothing, so no other limit held it, and each plans the whole queue and
+    its counter-offers (0.3-0.4 s of CPU at 1,000 waiting): a member asking in a loop kept the
+    API planning for it. Past max_dry_runs_per_minute a project's next is a 429 with
+    Retry-After; other projects, and creates, are not held back; a minute later it may again."""
+    app = app_with(max_dry_runs_per_minute=3)
+    client, clock = app.test_client(), app.extensions["gpu_tenancy"].clock
+
+    def dry_run(project="ml-vision", user=None):
+        return client.post("/v1/leases", query_string={"dry_run": "true"}, headers=headers(project, user=user),
+                           json={"shape": "a100.x1", "duration": "PT1H"})
+
+    assert [dry_run().status_code for _ in range(2)] == [200, 200]
+    clock.advance(20)
+    assert dry_run(user="another-member").status_code == 200   # counted per project, whoever asks
+    refused = dry_run()
+    err = error(refused, 429)
+    assert err["code"] == "gpu_tenancy.too_many_dry_runs"
+    assert "3 dry runs in the last minute" in err["detail"] and "ask again in 40 s" in err["detail"]
+    assert refused.headers["Retry-After"] == "40"
+    assert dry_run("nlp-lab").status_code == 200                # another project is not held back
+    assert client.post("/v1/leases", headers=headers(), json={"shape": "a100.x1", "duration": "PT1H"}
+                       ).status_code == 201                     # nor is a create
+    clock.advance(40)                                           # the first two are a minute old
+    assert [dry_run().status_code for _ in range(3)] == [200, 200, 429]
+
+
+@pytest.mark.skipif(bool(PG_URL), reason="SQLite's snapshot of a read (on PostgreSQL the ledger lock is a row lock)")
+def test_a_dry_run_of_a_project_with_a_budget_reads_through_a_write_made_meanwhile(client, db_url, monkeypatch):
+    """A budget's check takes the ledger lock (engine/leases.py); in a dry run, a read that holds
+    no write lock, SQLite's UPDATE for it would take the write lock halfway, and fail at once
+    ("database is locked") once another connection had written since the read's first statement."""
+    import sqlite3
+
+    admin = headers("ml-vision", "admin", user="ops")
+    assert client.post("/v1/budgets", headers=admin, json={"budget": {
+        "project_id": "ml-vision", "gpu_model": "A100", "gpu_hours": 100, "period": "month"}}).status_code == 201
+    real = ask_facts.read
+
+    def read_then_another_writes(*args, **kwargs):
+        out = real(*args, **kwargs)
+        other = sqlite3.connect(db_url.removeprefix("sqlite:///"), timeout=5, isolation_level=None)
+        try:
+            other.execute("UPDATE locks SET holder = holder WHERE name = 'engine'")
+        finally:
+            other.close()
+        return out
+    monkeypatch.setattr(ask_facts, "read", read_then_another_writes)
+    reply = client.post("/v1/leases?dry_run=true", headers=headers(), json={"shape": "a100.x1", "duration": "PT2H"})
+    assert reply.status_code == 200, reply.get_data(as_text=True)[:500]

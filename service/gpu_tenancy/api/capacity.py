@@ -30,7 +30,7 @@ def show() -> ResponseReturnValue:
     rt.authorize("capacity:show")
     now = rt.now()
     window = query_window(max_span=MAX_CALENDAR_SPAN, now=now)
-    with rt.transaction() as session:
+    with rt.read_transaction() as session:   # the calendar may plan: without SQLite's write lock
         settings = rt.planner_settings()
         by_model = capacity.now_by_model(session, now, settings.release_floor)
         body: dict[str, Any] = {"now": rfc3339(now), "gpu_models": {model: asdict(figures) for model, figures in by_model.items()}}

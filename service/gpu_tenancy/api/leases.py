@@ -12,7 +12,7 @@ from flask import Blueprint, request
 from flask.typing import ResponseReturnValue
 
 from gpu_tenancy import error_codes as codes
-from gpu_tenancy.api import offer_view, runtime as rt
+from gpu_tenancy.api import dry_runs, offer_view, runtime as rt
 from gpu_tenancy.api.lease_commands import CREATE, UPDATE, end_change, lease_ask
 from gpu_tenancy.api.lease_view import for_tenant, page, render
 from gpu_tenancy.api.validation import json_body, query_bool, query_int
@@ -91,9 +91,11 @@ def create() -> ResponseReturnValue:
     ask = lease_ask(json_body(CREATE))
     dry_run = query_bool("dry_run")
     cfg, caller = rt.runtime().config, rt.caller()
+    if dry_run:   # before the cloud is asked and the queue planned
+        dry_runs.take(caller.project_id)
     network = new_lease.check_with_cloud(rt.runtime().cloud_driver, caller, ask, bool(cfg.readiness_url))
-    if dry_run:
-        with rt.transaction() as session:
+    if dry_run:   # a plan of the whole queue, which writes nothing: without SQLite's write lock
+        with rt.read_transaction() as session:
             shown = offers.preview(session, rt.now(), rt.planner_settings(), rt.limits(), rt.runtime().offers,
                                    caller, ask)
             return {"lease": render_preview(shown.request, shown.columns, shown.planned, rt.now(), network),
@@ -139,7 +141,7 @@ def index() -> ResponseReturnValue:
         # (`openstack gpu lease list --all-projects --project X` sends both)
     else:
         project = rt.context().project_id
-    with rt.transaction() as session:
+    with rt.read_transaction() as session:
         rendered, more = page(session, project, status, request.args.get("marker"), limit, sort_dir == "desc")
         body = {"leases": rendered}
     if more:

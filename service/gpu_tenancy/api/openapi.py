@@ -150,12 +150,14 @@ def create_lease_operation() -> dict:
                    params=[param("dry_run", "query", "plan without creating: answers 200 with a "
                                                      "preview of position, ETA and reasons, and the offers "
                                                      "when it would wait", BOOL)],
-                   errors=(409, 503),
+                   errors=(409, 429, 503),
                    description="The service's limits come before the quota (README: Security): a duration "
                                "of at most max_lease_duration_days (90 by default), a start and latest_start "
                                "at most max_start_ahead_days ahead (365); 403 with the count when the project "
                                "or the user has max_waiting_leases_per_project or _per_user leases waiting "
-                               "(100, 30). A volume.id must be one of the project's volumes (GET /v1/volumes), "
+                               "(100, 30); with dry_run, 429 with Retry-After past max_dry_runs_per_minute (20) "
+                               "of the project's dry runs in the last 60 s, in each API process (each plans the "
+                               "whole queue). A volume.id must be one of the project's volumes (GET /v1/volumes), "
                                "asked of the cloud: 503 when it does not answer. With accept_offer: an "
                                "offer's shape, instances, duration and start replace the body's; 400 "
                                "bad_offer (not made for the project), 409 offer_expired, 409 offer_gone (the "
@@ -355,7 +357,9 @@ PATHS = {
                          description="Quota, GPUs held and borrowed now, decayed use, weight and the rank the "
                                      "planner gives equal-priority leases (computed as the planner does, with "
                                      "its half-life). Another project's row shows no name unless "
-                                     "share:show:all_projects allows (admins)."),
+                                     "share:show:all_projects allows (admins). Made at most once per "
+                                     "engine_tick_seconds and replan in each API process: `now` says when, "
+                                     "up to that long ago."),
     },
     "/v1/hosts": {
         "get": operation("The GPU hosts, their state and GPUs in use", "host:list", 200,

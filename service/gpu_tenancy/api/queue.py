@@ -96,7 +96,7 @@ def show() -> ResponseReturnValue:
     everyone = rt.allowed("queue:show:all_projects")
     own = rt.context().project_id
     charged = rt.planner_settings().queued_charge is not None
-    with rt.transaction() as session:
+    with rt.read_transaction() as session:
         check_gpu_model(session, model)
         rows = queue.waiting(session, model)
     now = rt.now()

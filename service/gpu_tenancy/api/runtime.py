@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from gpu_tenancy import error_codes as codes
 from gpu_tenancy.config import Config
 from gpu_tenancy.db.models import AuditRecord
-from gpu_tenancy.db.session import session_scope
+from gpu_tenancy.db.session import read_scope, session_scope
 from gpu_tenancy.domain.planner import PlannerSettings
 from gpu_tenancy.engine import audit as audit_log
 from gpu_tenancy.engine.capacity import PlannedCache
@@ -109,6 +109,15 @@ def transaction() -> Iterator[Session]:
         log.warning("a unique key written meanwhile by another request: %s", exc.orig)
         raise Conflict("another request wrote the same thing at the same moment; nothing of this one was kept: "
                        "look at what is there now and ask again if still needed", codes.CONFLICT) from None
+
+
+@contextlib.contextmanager
+def read_transaction() -> Iterator[Session]:
+    """A request's transaction that only reads (db/session.py: read_scope): on SQLite it holds
+    no write lock, so a costly read (a plan, a long listing) keeps no other request or the
+    engine from writing meanwhile. Nothing written in it is kept."""
+    with read_scope(runtime().sessions) as session:
+        yield session
 
 
 def unique_violation(exc: IntegrityError) -> bool:

@@ -37,7 +37,7 @@ def show() -> ResponseReturnValue:
     now = rt.now()
     start, end = query_window(default_span=DEFAULT_SPAN, now=now)
     cfg = rt.runtime().config
-    with rt.transaction() as session:
+    with rt.read_transaction() as session:   # a long window reads much: without SQLite's write lock
         hours = usage.gpu_hours(session, start, end, now, project)
         by_user = usage.gpu_hours_by_user(session, start, end, now, project)
         spent = budgets.current_uses(session, now, project) if form == "json" else {}

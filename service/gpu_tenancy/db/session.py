@@ -13,6 +13,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from gpu_tenancy.db.models import Lock
 
 LOCK_NAMES = ("ledger", "engine")
+# the execution option a read transaction's connection carries (read_scope)
+READ_ONLY = "gpu_tenancy_read_only"
 
 
 def make_engine(url: str) -> Engine:
@@ -31,10 +33,12 @@ def make_engine(url: str) -> Engine:
 
         @event.listens_for(engine, "begin")
         def _sqlite_begin(conn):
-            # Every transaction takes the write lock up front: SQLite serialises
-            # writers anyway, and a deferred transaction that later writes can fail
-            # with "database is locked" instead of waiting.
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            # Every transaction that may write takes the write lock up front: SQLite
+            # serialises writers anyway, and a deferred transaction that later writes can
+            # fail with "database is locked" instead of waiting. A read (read_scope) takes
+            # none: in WAL mode it reads a snapshot while writers go on, so a tenant's
+            # costly read (a dry run's plan, a long listing) stops no one's write.
+            conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(READ_ONLY) else "BEGIN IMMEDIATE")
         return engine
     return create_engine(url, pool_pre_ping=True)
 
@@ -59,6 +63,20 @@ def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
         session.close()
 
 
+@contextlib.contextmanager
+def read_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
+    """One transaction that only reads: on SQLite it holds no write lock (a deferred BEGIN:
+    one snapshot of the database, as of its first read); on PostgreSQL an ordinary one.
+    Always rolled back: nothing done in it is kept. Closed without expiring what it loaded
+    (a rollback would), so the rows read stay readable after it, as after session_scope."""
+    session = factory()
+    try:
+        session.connection(execution_options={READ_ONLY: True})
+        yield session
+    finally:
+        session.close()   # the connection's transaction rolled back, the objects detached as they are
+
+
 def ensure_lock_rows(session: Session) -> None:
     have = set(session.scalars(select(Lock.name)))
     for name in LOCK_NAMES:
@@ -73,7 +91,9 @@ def ledger_lock(session: Session) -> None:
     write lock (BEGIN IMMEDIATE)."""
     if session.get_bind().dialect.name == "postgresql":
         session.execute(select(Lock).where(Lock.name == "ledger").with_for_update())
-    else:
+    elif not session.connection().get_execution_options().get(READ_ONLY):
+        # (a read (read_scope) decides nothing and reads one snapshot: its UPDATE would take the
+        # write lock halfway, and fail at once if another wrote since its first read)
         session.execute(text("UPDATE locks SET holder = holder WHERE name = 'ledger'"))
 
 

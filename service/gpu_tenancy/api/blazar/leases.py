@@ -66,7 +66,7 @@ def load(session: Session, lease_id: str) -> m.Lease:
 def index() -> ResponseReturnValue:
     rt.authorize("lease:list")
     everyone = rt.allowed("lease:list:all_projects")   # Blazar lists every project's leases to an admin
-    with rt.transaction() as session:
+    with rt.read_transaction() as session:   # no pages: without SQLite's write lock
         return {"leases": view.listing(session, None if everyone else rt.context().project_id)}
 
 
@@ -85,7 +85,7 @@ def create() -> ResponseReturnValue:
         asked = asks.create_ask(session, given, rt.now())
     refuse = cfg.blazar_when_queued == "refuse"
     if refuse:   # no lease is made when the plan already says it would wait
-        with rt.transaction() as session:
+        with rt.read_transaction() as session:   # a plan of the whole queue: without SQLite's write lock
             planned = dry_run(session, rt.now(), caller, asked.ask)
         if planned.placement is None or planned.placement.start > start_of(asked, rt.now()):
             raise Conflict(not_enough(asked.ask), codes.NOT_ENOUGH_CAPACITY)
