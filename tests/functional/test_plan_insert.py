@@ -160,7 +160,8 @@ def test_a_fit_committed_while_a_create_waits_comes_with_its_claim(client, runti
     def on_plan(session, now, offer_settings, book, row):   # the lease's offers, before the claim
         if not meanwhile:
             meanwhile.append(None)   # the other process's create has offers too: made once
-            meanwhile[0] = create(other.test_client(), "nlp-lab", "a100.x8", 3)
+            # (of another project: one of this project would wait for this create's lock, leases.create_lock)
+            meanwhile[0] = create(other.test_client(), "ml-vision", "a100.x8", 3)
         return real(session, now, offer_settings, book, row)
     monkeypatch.setattr(offers, "on_plan", on_plan)
     read: list[str] = []
