@@ -78,6 +78,19 @@ def percentile(xs, q):
     return xs[min(len(xs) - 1, int(q / 100 * len(xs)))] if xs else float("nan")
 
 
+def write_cloud_file(workdir: str, n_hosts: int) -> str:
+    """The simulated cloud's file: n_hosts hosts of 8 A100 and the demo image (also bench/member_costs.py)."""
+    cloud_file = os.path.join(workdir, "cloud.yaml")
+    with open(cloud_file, "w") as f:
+        yaml.safe_dump({"boot_seconds": 20, "delete_seconds": 5,
+                        "gpu_models": {"A100": {"resource_class": "CUSTOM_PGPU_A100", "pci_alias": "a100"}},
+                        "hosts": [{"prefix": "gpu-a100-", "count": n_hosts, "gpu_model": "A100", "gpus": 8,
+                                   "aggregate": "a100"}],
+                        "images": [{"id": "0b7c3a4e-1d2f-4c5a-9e8b-22c0da000001", "name": "ubuntu-22.04-cuda-12",
+                                    "status": "active"}]}, f)
+    return cloud_file
+
+
 def prepare_service_db(url: str, workdir: str, n_hosts: int, projects: list[str]) -> str:
     """Schema, catalog, quotas and hosts; returns the service's config file."""
     from gpu_tenancy.app import create_app
@@ -87,14 +100,7 @@ def prepare_service_db(url: str, workdir: str, n_hosts: int, projects: list[str]
     from gpu_tenancy.db.session import session_scope, utcnow_naive
     from gpu_tenancy.demo.seed import seed
 
-    cloud_file = os.path.join(workdir, "cloud.yaml")
-    with open(cloud_file, "w") as f:
-        yaml.safe_dump({"boot_seconds": 20, "delete_seconds": 5,
-                        "gpu_models": {"A100": {"resource_class": "CUSTOM_PGPU_A100", "pci_alias": "a100"}},
-                        "hosts": [{"prefix": "gpu-a100-", "count": n_hosts, "gpu_model": "A100", "gpus": 8,
-                                   "aggregate": "a100"}],
-                        "images": [{"id": "0b7c3a4e-1d2f-4c5a-9e8b-22c0da000001", "name": "ubuntu-22.04-cuda-12",
-                                    "status": "active"}]}, f)
+    cloud_file = write_cloud_file(workdir, n_hosts)
     config_file = os.path.join(workdir, "service.yaml")
     with open(config_file, "w") as f:
         yaml.safe_dump({"database_url": url, "auth_strategy": "noauth2", "allow_noauth2": True,

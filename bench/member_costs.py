@@ -39,7 +39,6 @@ sys.path.insert(0, HERE)
 SERVICE = os.environ.get("GT_BENCH_SERVICE", os.path.join(HERE, "..", "service"))
 sys.path.insert(0, SERVICE)
 
-import yaml  # noqa: E402
 from sqlalchemy import event, text  # noqa: E402
 
 from git_export import export_ref  # noqa: E402
@@ -62,14 +61,8 @@ def build(workdir: str, n_hosts: int, waiting: int, history: int):
     from gpu_tenancy.demo.seed import seed
     from gpu_tenancy.engine import ledger
 
-    cloud_file = os.path.join(workdir, "cloud.yaml")
-    with open(cloud_file, "w") as f:
-        yaml.safe_dump({"boot_seconds": 20, "delete_seconds": 5,
-                        "gpu_models": {"A100": {"resource_class": "CUSTOM_PGPU_A100", "pci_alias": "a100"}},
-                        "hosts": [{"prefix": "gpu-a100-", "count": n_hosts, "gpu_model": "A100", "gpus": 8,
-                                   "aggregate": "a100"}],
-                        "images": [{"id": "0b7c3a4e-1d2f-4c5a-9e8b-22c0da000001", "name": "ubuntu-22.04-cuda-12",
-                                    "status": "active"}]}, f)
+    from api_load import write_cloud_file
+    cloud_file = write_cloud_file(workdir, n_hosts)
     url = f"sqlite:///{os.path.join(workdir, 'bench.db')}"
     projects = max(20, -(-waiting // PER_PROJECT))
     migrate.upgrade(url)
