@@ -2,12 +2,16 @@
 each is read off an index (SQLite's EXPLAIN QUERY PLAN: no SCAN of leases, allocations or
 lease_failures, no sort of a project's leases), and reads the same rows as the statement it took
 the place of, on a history with finished, running, parked, scheduled, queued and starting leases.
-Their speed beside the old statements: bench/history_reads.py."""
+Their speed beside the old statements: bench/history_reads.py (fair share's usage, summed by the
+database: bench/fairshare_usage.py)."""
 from __future__ import annotations
 
+import dataclasses
+import math
 import random
 import sqlite3
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Iterator
 
 import pytest
@@ -15,18 +19,19 @@ from sqlalchemy import event, select
 from sqlalchemy.engine import Engine
 
 from gpu_tenancy.db import models as m
-from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
+from gpu_tenancy.db.session import session_scope, sqlite_math, to_epoch, utcnow_naive
 from gpu_tenancy.domain import fairshare
 from gpu_tenancy.domain.held import held_until
 from gpu_tenancy.domain.model import Hold
 from gpu_tenancy.domain.states import FINAL, RESERVING
-from gpu_tenancy.engine import early_ends, held, host_failure, ledger
+from gpu_tenancy.engine import early_ends, fairshare_usage, held, host_failure, ledger
 from tests.conftest import T0, headers
 
 H, DAY = 3600, 86400
 STATUSES = ("ended", "cancelled", "expired", "failed", "preempted", "active", "parked", "scheduled", "queued",
             "provisioning", "resuming", "ending", "parking")
 PROJECTS = ("ml-vision", "nlp-lab")
+FRACTIONS = (timedelta(0), timedelta(0), timedelta(microseconds=250_000), timedelta(microseconds=999_999))
 
 
 def lease_id(k: int) -> str:
@@ -149,6 +154,96 @@ def test_the_planners_inputs_are_those_the_one_condition_read(runtime):
             assert {h.lease_id.split(" ")[0] for h in holds} >= {lease_id(900), lease_id(901)}
             assert {"ml-vision", "nlp-lab"} <= {p for p, _ in usage} and unreleased
             assert kinds == set(STATUSES)
+
+
+def python_decayed_usage(session, now: int, half_life: int) -> tuple[dict[tuple[str, str], float], int]:
+    """load_allocations' usage as it was: the window's allocations and spent allocations fetched,
+    converted and summed in Python (fairshare.decayed_gpu_hours); and how many records it read."""
+    since, until = utcnow_naive(now - 4 * half_life), utcnow_naive(now)
+    a, spent = m.Allocation, m.SpentAllocation
+    records = [(r.project_id, r.gpu_model, r.gpus, to_epoch(r.start_at), to_epoch(r.end_at)) for r in session.execute(
+        select(a.project_id, a.gpu_model, a.gpus, a.start_at, a.end_at).where(a.end_at > since, a.start_at < until))]
+    spent_rows = session.execute(select(spent.project_id, spent.gpu_model, spent.gpus, spent.start_at, spent.end_at)
+                                 .where(spent.end_at > since))
+    records += [(r.project_id, r.gpu_model, r.gpus, to_epoch(r.start_at), to_epoch(r.end_at)) for r in spent_rows]
+    return fairshare.decayed_gpu_hours(records, now, half_life), len(records)
+
+
+def add_spent(sessions, leases: int, seed: int) -> None:
+    """Spent allocations (use on a host lost) of other models and sizes, across the window's edges
+    and now, some at a fraction of a second (to_epoch drops it; so must the database)."""
+    rng = random.Random(seed)
+    half = timedelta(microseconds=500_000)
+    with session_scope(sessions) as session:
+        # within a second of now, and of the window's start (its second dropped, it is not after it)
+        for start, end in ((utcnow_naive(T0 - H) + FRACTIONS[3], utcnow_naive(T0) + half),
+                           (utcnow_naive(T0) - half, utcnow_naive(T0 + H)),
+                           (utcnow_naive(T0 - 30 * DAY), utcnow_naive(T0 - 28 * DAY) + half)):
+            session.add(m.SpentAllocation(lease_id=lease_id(0), project_id="nlp-lab", host="gpu-h100-01",
+                                          gpu_model="H100", gpus=1, start_at=start, end_at=end))
+        for _ in range(leases // 4):
+            start = T0 + rng.randrange(-40 * DAY, 2 * DAY)
+            end = start + rng.choice([1, 59, H, 9 * H, 3 * DAY])
+            session.add(m.SpentAllocation(lease_id=lease_id(rng.randrange(leases)), project_id=rng.choice(PROJECTS),
+                                          host="gpu-h100-01", gpu_model=rng.choice(["A100", "H100"]),
+                                          gpus=rng.choice([1, 2, 8]),
+                                          start_at=utcnow_naive(start) + rng.choice(FRACTIONS),
+                                          end_at=utcnow_naive(end) + rng.choice(FRACTIONS)))
+
+
+@pytest.mark.parametrize("seed", [10, 11, 12, 13])
+def test_fair_shares_usage_summed_by_the_database_is_pythons(runtime, seed):
+    """The decayed usage the database sums (engine/fairshare_usage.py) is fairshare.decayed_gpu_hours
+    of the rows it replaced, per key, to float rounding: both add the same terms, only in another
+    order, so each within (n - 1) * 2**-53 of the exact sum (n records, every term positive) and
+    the two within twice that; and the planner, given either, makes the same plan. Over leases in
+    every state, allocations across the window's start and now, spent use, times of day and
+    half-lives that move both edges (and none: no decay)."""
+    add_history(runtime.sessions, 300, seed=seed)
+    add_spent(runtime.sessions, 300, seed)
+    rng = random.Random(seed)
+    settings = runtime.planner_settings
+    keys = set()
+    with runtime.sessions() as session:
+        for half_life in (settings.fairshare_half_life, DAY, 3 * H + 7, 0):
+            for now in (T0, T0 + rng.randrange(-30 * DAY, 3 * DAY), T0 - 4 * half_life + rng.randrange(-H, H)):
+                usage = fairshare_usage.decayed_usage(session, now, half_life)
+                old, n = python_decayed_usage(session, now, half_life)
+                bound = 2 * n * 2.0 ** -53
+                assert usage.keys() == old.keys(), (half_life, now)
+                assert all(usage[k] == pytest.approx(old[k], rel=bound, abs=0) for k in usage), (usage, old)
+                keys |= usage.keys()
+        assert keys >= {(p, model) for p in PROJECTS for model in ("A100", "H100")}
+        inputs = ledger.load_inputs(session, T0, settings)
+        old_inputs = dataclasses.replace(inputs, usage=python_decayed_usage(session, T0, settings.fairshare_half_life)[0])
+        plan = ledger.run_planner(inputs, T0, settings)
+        assert inputs.waiting and plan.leases == ledger.run_planner(old_inputs, T0, settings).leases
+
+
+def test_an_sqlite_without_math_functions_is_given_pythons_exp():
+    """The usage's SQL calls exp(): an SQLite built without its math functions (before 3.35, or
+    without SQLITE_ENABLE_MATH_FUNCTIONS) has none, and gets Python's, the same C exp."""
+    class NoMath:
+        def __init__(self) -> None:
+            self.conn, self.made = sqlite3.connect(":memory:"), {}
+
+        def execute(self, statement: str):
+            if "exp(" in statement and "exp" not in self.made:
+                raise sqlite3.OperationalError("no such function: exp")
+            return self.conn.execute(statement)
+
+        def create_function(self, name, arity, func, deterministic=False) -> None:
+            self.made[name] = (arity, func, deterministic)
+            self.conn.create_function(name, arity, func, deterministic=deterministic)
+
+    bare = NoMath()
+    sqlite_math(bare)
+    assert bare.made == {"exp": (1, math.exp, True)}
+    assert bare.execute("SELECT exp(-0.5)").fetchone() == (math.exp(-0.5),)
+    built = NoMath()
+    built.made["exp"] = "its own"   # one with them keeps its own
+    sqlite_math(built)
+    assert built.made == {"exp": "its own"}
 
 
 def test_the_yielded_pairs_and_the_moved_leases_are_those_read_before(runtime):

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
+import sqlite3
 from datetime import datetime, timezone
 from typing import Iterator, overload
 
@@ -30,6 +32,7 @@ def make_engine(url: str) -> Engine:
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA busy_timeout=30000")
             cur.close()
+            sqlite_math(dbapi_conn)
 
         @event.listens_for(engine, "begin")
         def _sqlite_begin(conn):
@@ -41,6 +44,16 @@ def make_engine(url: str) -> Engine:
             conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(READ_ONLY) else "BEGIN IMMEDIATE")
         return engine
     return create_engine(url, pool_pre_ping=True)
+
+
+def sqlite_math(dbapi_conn) -> None:
+    """exp() as Python's, where this SQLite was built without its math functions (before 3.35,
+    or without SQLITE_ENABLE_MATH_FUNCTIONS): fair share's usage is summed in SQL with it
+    (engine/fairshare_usage.py). Where it was, SQLite's own is C's exp, as math.exp is."""
+    try:
+        dbapi_conn.execute("SELECT exp(0)").close()
+    except sqlite3.OperationalError:
+        dbapi_conn.create_function("exp", 1, math.exp, deterministic=True)
 
 
 def make_sessionmaker(engine: Engine, bus_notifications: bool = False) -> sessionmaker[Session]:

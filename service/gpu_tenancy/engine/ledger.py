@@ -16,13 +16,14 @@ from sqlalchemy.orm.attributes import flag_modified
 
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import ledger_lock, to_epoch, utcnow_naive
-from gpu_tenancy.domain import fairshare, planner
+from gpu_tenancy.domain import planner
 from gpu_tenancy.domain.held import held_until
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, Placement, Plan, PlannedLease, QuotaLimit
 from gpu_tenancy.domain.start_by import MarginBasis, load_classes, model_gpus, start_by, waits_from
 from gpu_tenancy.domain.states import RESERVING, LeaseState
 from gpu_tenancy.engine import held, limits, start_by_margins
 from gpu_tenancy.engine.events import record_transition
+from gpu_tenancy.engine.fairshare_usage import decayed_usage
 from gpu_tenancy.engine.gc_pause import collector_paused
 from gpu_tenancy.engine.metrics import CREATE_REPLANS, PLANNER_SECONDS
 from gpu_tenancy.timeutil import rfc3339
@@ -102,9 +103,6 @@ def load_allocations(session: Session, now: int, half_life: int, allowance: int 
     (`boot_timeout` after it began), when it fails or is tried again and its VMs are deleted,
     plus the allowance: not "the next second" (held_until), which would plan the next lease
     there at once, to wait for a release that the ledger can tell is that far off."""
-    # Fair share looks back a few half-lives; older use has decayed to nothing, and
-    # what starts after now has not been used yet.
-    since, until = utcnow_naive(now - 4 * half_life), utcnow_naive(now)
     rows = session.execute(held_allocations()).all()
     deadlines = starting_deadlines(session, rows, now, boot_timeout)
     holds, unreleased = [], set()
@@ -119,13 +117,8 @@ def load_allocations(session: Session, now: int, half_life: int, allowance: int 
     gone = held.releasing(session, now, allowance)   # VMs of re-placed leases the cloud still releases
     holds += gone
     unreleased.update(h.host for h in gone)
-    a, spent = m.Allocation, m.SpentAllocation   # spent: what leases moved off a down host used there
-    records = [(r.project_id, r.gpu_model, r.gpus, to_epoch(r.start_at), to_epoch(r.end_at)) for r in session.execute(
-        select(a.project_id, a.gpu_model, a.gpus, a.start_at, a.end_at).where(a.end_at > since, a.start_at < until))]
-    spent_rows = session.execute(select(spent.project_id, spent.gpu_model, spent.gpus, spent.start_at, spent.end_at)
-                                 .where(spent.end_at > since))
-    records += [(r.project_id, r.gpu_model, r.gpus, to_epoch(r.start_at), to_epoch(r.end_at)) for r in spent_rows]
-    return holds, fairshare.decayed_gpu_hours(records, now, half_life), frozenset(unreleased)
+    # fair share's window of use, summed per project and model by the database
+    return holds, decayed_usage(session, now, half_life), frozenset(unreleased)
 
 
 def held_allocations() -> Select:
