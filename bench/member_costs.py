@@ -4,6 +4,7 @@ the documented limits, on a queue of a realistic size: prints figures, asserts n
     python bench/member_costs.py                          # 100 hosts, 1,000 waiting, 20,000 ended
     python bench/member_costs.py --waiting 1000 --history 20000 --rounds 5
     python bench/member_costs.py --against HEAD~1          # the same, side by side with a git ref's code
+    python bench/member_costs.py --only DELETE --only "POST /v1/leases (waits)"   # those routes alone
 
 One process, one request at a time (Flask test client, SQLite as the demo runs it, the simulated
 cloud: --hosts hosts of 8 A100). The database: --hosts whole-host leases running for a day (the
@@ -90,7 +91,8 @@ def build(workdir: str, n_hosts: int, waiting: int, history: int):
         fill = n_hosts
         over = {
             "id": "lower(hex(randomblob(16)))", "name": "'fill-' || g", "status": "'queued'",
-            "project_id": f"'bench-' || (g % {projects})",
+            # the first waiting lease is bench-0's, whatever the sizes: the routes ask of one
+            "project_id": f"'bench-' || (CASE WHEN g <= {fill} THEN g ELSE g - {fill} - 1 END % {projects})",
             "shape": f"CASE WHEN g <= {fill} THEN 'a100.x8' ELSE "
                      "(CASE g % 4 WHEN 0 THEN 'a100.x1' WHEN 1 THEN 'a100.x2' WHEN 2 THEN 'a100.x4' "
                      "ELSE 'a100.x8' END) END",
@@ -161,9 +163,9 @@ def routes(client, rt) -> list[tuple[str, str, Any, dict | None]]:
 
     from gpu_tenancy.db import models as m
     from gpu_tenancy.db.session import session_scope
-    with session_scope(rt.sessions) as s:
+    with session_scope(rt.sessions) as s:   # a waiting one, not one filling a host (the last cloned)
         own = s.scalars(select(m.Lease.id).where(m.Lease.project_id == "bench-0", m.Lease.status == "queued")
-                        .limit(1)).one()
+                        .order_by(m.Lease.arrival.desc()).limit(1)).one()
     def made_one() -> str:
         made = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "1h"}, headers=PROBE)
         return f"/v1/leases/{made.get_json()['lease']['id']}"
@@ -196,7 +198,7 @@ def routes(client, rt) -> list[tuple[str, str, Any, dict | None]]:
     ]
 
 
-def measure(n_hosts: int, waiting: int, history: int, rounds: int) -> dict:
+def measure(n_hosts: int, waiting: int, history: int, rounds: int, only: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory() as workdir:
         t = time.perf_counter()
         app, rt = build(workdir, n_hosts, waiting, history)
@@ -205,6 +207,8 @@ def measure(n_hosts: int, waiting: int, history: int, rounds: int) -> dict:
         watch = Watch(rt.sessions.kw["bind"])
         out: dict = {"_built_s": built}
         for what, method, path, body in routes(client, rt):
+            if only and not any(o in what for o in only):
+                continue
             best = None
             for _ in range(rounds):
                 asked = path() if callable(path) else path
@@ -239,12 +243,16 @@ def table(new: dict, ref: dict | None) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--hosts", type=int, default=100)
-    ap.add_argument("--waiting", type=int, default=1000)
+    ap.add_argument("--waiting", type=int, default=1000, help="waiting leases (at least 1: the routes ask of one)")
     ap.add_argument("--history", type=int, default=20000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--against", help="a git ref: the same routes with its code, side by side")
+    ap.add_argument("--only", action="append", help="only the routes whose name (as the table shows it) "
+                                                   "contains this; may be given again")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON (for --against's child)")
     a = ap.parse_args(argv)
+    if a.waiting < 1 or a.hosts < 1 or a.history < 0 or a.rounds < 1:
+        ap.error("--waiting, --hosts and --rounds must be at least 1, --history at least 0")
     ref = None
     if a.against:
         with tempfile.TemporaryDirectory() as into:
@@ -252,9 +260,9 @@ def main(argv=None) -> int:
             env = {**os.environ, "GT_BENCH_SERVICE": os.path.join(into, "service")}
             done = subprocess.run([sys.executable, os.path.abspath(__file__), "--json", "--hosts", str(a.hosts),
                                    "--waiting", str(a.waiting), "--history", str(a.history),
-                                   "--rounds", str(a.rounds)], env=env, check=True, capture_output=True, text=True)
+                                   "--rounds", str(a.rounds), *(f"--only={o}" for o in a.only or ())], env=env, check=True, capture_output=True, text=True)
             ref = json.loads(done.stdout)
-    new = measure(a.hosts, a.waiting, a.history, a.rounds)
+    new = measure(a.hosts, a.waiting, a.history, a.rounds, a.only)
     if a.json:
         print(json.dumps(new))
         return 0

@@ -5,6 +5,7 @@ import argparse
 import contextlib
 import ipaddress
 import logging
+import math
 import os
 import signal
 import sys
@@ -27,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--insecure-public", action="store_true",
                       help="listen on a non-loopback address although noauth2 lets anyone act as anyone")
     demo.add_argument("--db", default=DEMO_DB, help=f"database URL (default {DEMO_DB})")
-    demo.add_argument("--history-days", type=float, default=0,
+    demo.add_argument("--history-days", type=days, default=0,
                       help="first give the demo this many days of past leases (for whatif and the figures)")
 
     db = sub.add_parser("db", help="database schema, and purging old rows",
@@ -39,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     cutoff = db.add_mutually_exclusive_group()
     cutoff.add_argument("--before", metavar="DATE", help="purge: rows older than this (YYYY-MM-DD, UTC, or RFC 3339)")
     cutoff.add_argument("--older-than-days", type=int, metavar="N", help="purge: rows older than N days")
+    db.add_argument("--vacuum", action="store_true",
+                    help="purge: then give the space back: SQLite, VACUUM the file (it holds the write lock "
+                         "meanwhile: the API and the engine wait); PostgreSQL, VACUUM (ANALYZE) the purged tables")
     db.add_argument("--db", help="database URL (default: from the config)")
     db.add_argument("--config", help="config file (YAML; default: $GPU_TENANCY_CONFIG)")
 
@@ -51,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
                                         "with the --set changes, and print both side by side. Changes nothing.")
     whatif.add_argument("--config", help="config file (YAML; default: $GPU_TENANCY_CONFIG): the database and the planner's settings")
     whatif.add_argument("--db", help="database URL (default: from the config)")
-    whatif.add_argument("--days", type=float, default=30, help="the history: leases asked for in the last DAYS days")
+    whatif.add_argument("--days", type=days, default=30, help="the history: leases asked for in the last DAYS days")
     whatif.add_argument("--until", help="the history's end (RFC 3339; default now)")
     whatif.add_argument("--set", dest="changes", action="append", default=[], metavar="KEY=VALUE",
                         help="a proposed change (repeatable): quota.<project>.<model>.{gpus,borrow_gpus,weight,"
@@ -93,6 +97,19 @@ def tcp_port(value: str) -> int:
     return int(value)
 
 
+def days(value: str) -> float:
+    """A number of days, finite and more than 0: `whatif --days inf` (and `demo --history-days
+    inf`) ended in a traceback, nan in "cannot convert float NaN to integer", and -1 or 0 replayed
+    a window holding nothing, as if the cloud had had no leases."""
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not (math.isfinite(number) and number > 0):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of days: give one more than 0, such as 30")
+    return number
+
+
 class BadConfig(Exception):
     """The config file cannot be read or is not valid: main() says why (exit 2)."""
 
@@ -114,6 +131,9 @@ def database(url: str) -> Iterator[None]:
         if isinstance(exc, ArgumentError) and not isinstance(exc, NoSuchModuleError):   # it quotes the URL whole
             reason = "not a database URL such as postgresql+psycopg://user:password@host/gpu_tenancy"
         raise Unusable(f"cannot use the database at {redact(url)}: {reason}") from None
+    except ImportError as exc:   # a dialect SQLAlchemy has (postgresql+psycopg2), its driver not installed
+        raise Unusable(f"cannot use the database at {redact(url)}: its driver is not installed ({exc}); "
+                       "the service's is postgresql+psycopg://") from None
 
 
 def load_config(path: str | None) -> Config:
@@ -133,8 +153,9 @@ def run_db(args) -> int:
     url = args.db or load_config(args.config).database_url
     if args.action == "purge":
         return run_purge(args, url)
-    if args.before or args.older_than_days is not None:
-        print(f"gpu-tenancy db: --before and --older-than-days go with purge, not {args.action}", file=sys.stderr)
+    if args.before or args.older_than_days is not None or args.vacuum:
+        print(f"gpu-tenancy db: --before, --older-than-days and --vacuum go with purge, not {args.action}",
+              file=sys.stderr)
         return 2
     try:
         with database(url):
@@ -175,16 +196,23 @@ def run_purge(args, url: str) -> int:
     with database(url):   # not a URL, or its driver not installed
         engine = make_engine(url)
     try:
-        removed = purge.purge(make_sessionmaker(engine), before)
-    except DBAPIError as exc:   # not the service's database, or one at an older schema, or unreachable
-        print(f"gpu-tenancy db purge: cannot purge the database at {redact(url)}: {exc.orig}; is it the "
-              "service's, upgraded (gpu-tenancy db upgrade)?", file=sys.stderr)
-        return 2
+        try:
+            removed = purge.purge(make_sessionmaker(engine), before)
+        except DBAPIError as exc:   # not the service's database, or one at an older schema, or unreachable
+            print(f"gpu-tenancy db purge: cannot purge the database at {redact(url)}: {exc.orig}; is it the "
+                  "service's, upgraded (gpu-tenancy db upgrade)?", file=sys.stderr)
+            return 2
+        print(f"purged from {redact(url)} the rows older than {rfc3339(before)}:")
+        for kind, count in removed.items():
+            print(f"  {kind:<20} {count}")
+        if args.vacuum:
+            try:
+                print(purge.vacuum(engine))
+            except DBAPIError as exc:   # SQLite: no disk for the copy; PostgreSQL: not the tables' owner
+                print(f"gpu-tenancy db purge: purged, but cannot vacuum: {exc.orig}", file=sys.stderr)
+                return 2
     finally:
         engine.dispose()
-    print(f"purged from {redact(url)} the rows older than {rfc3339(before)}:")
-    for kind, count in removed.items():
-        print(f"  {kind:<20} {count}")
     return 0
 
 
@@ -299,8 +327,11 @@ def run_reservation_endpoint(args) -> int:
 
 
 def run_engine(args) -> int:
+    from sqlalchemy.exc import DBAPIError
+
     from gpu_tenancy.cloud.registry import make_cloud
     from gpu_tenancy.clock import SystemClock
+    from gpu_tenancy.db import migrate
     from gpu_tenancy.db.session import make_engine, make_sessionmaker
     from gpu_tenancy.engine.lifecycle import Lifecycle
     from gpu_tenancy.engine.runner import EngineRunner
@@ -309,6 +340,13 @@ def run_engine(args) -> int:
     clock = SystemClock()
     with database(config.database_url):   # a URL that is not one; a server down is retried each tick
         engine = make_engine(config.database_url)
+    try:   # before `db upgrade`, every tick logged "no such table" or "no such column", for ever
+        lagging = migrate.behind(engine)
+    except DBAPIError:   # a server down: the ticks try it again
+        lagging = None
+    if lagging:
+        engine.dispose()
+        raise Unusable(f"the database at {redact(config.database_url)} {lagging}: run gpu-tenancy db upgrade first")
     runner = EngineRunner(Lifecycle(make_sessionmaker(engine, bool(config.notifications_transport_url)),
                                     make_cloud(config, clock), clock, config))
     stop = threading.Event()

@@ -12,6 +12,7 @@ import time
 import urllib.request
 
 import pytest
+from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect
 
 from gpu_tenancy.cli import main
@@ -60,9 +61,19 @@ def test_db_purge_refuses_a_cutoff_in_the_future_too_recent_or_missing(db_url, c
     assert words in capsys.readouterr().err
 
 
-def test_a_cutoff_given_to_db_upgrade_is_refused_not_ignored(db_url, capsys):
-    assert main(["db", "upgrade", "--db", db_url, "--older-than-days", "30"]) == 2
-    assert "--before and --older-than-days go with purge, not upgrade" in capsys.readouterr().err
+@pytest.mark.parametrize("option", [["--older-than-days", "30"], ["--vacuum"]])
+def test_a_cutoff_given_to_db_upgrade_is_refused_not_ignored(db_url, capsys, option):
+    assert main(["db", "upgrade", "--db", db_url, *option]) == 2
+    assert "--before, --older-than-days and --vacuum go with purge, not upgrade" in capsys.readouterr().err
+
+
+def test_db_purge_vacuum_says_it_vacuumed_after_the_counts(db_url, capsys):
+    audit_records(db_url, [90, 0])
+    assert main(["db", "purge", "--db", db_url, "--older-than-days", "30", "--vacuum"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[3].rsplit(None, 1) == ["  audit records", "1"]
+    assert out[-1] == ("vacuumed the file" if db_url.startswith("sqlite") else
+                       "vacuumed and analyzed webhook_deliveries, bus_notices, audit_records, dashboard_sessions")
 
 
 def test_db_purge_on_a_database_without_the_schema_says_so_in_a_line(tmp_path, capsys):
@@ -198,6 +209,33 @@ def test_a_variable_that_is_not_a_number_is_named(capsys, monkeypatch, name, val
     assert f"GPU_TENANCY_{name}='{value}': {name.lower()} must be {kind}" in capsys.readouterr().err
 
 
+@pytest.mark.skipif(bool(PG_URL), reason="an SQLite file of its own")
+@pytest.mark.parametrize("revision, words", [(None, "has no schema"), ("0031", "is at revision 0031_leases_created_index, not ")])
+def test_the_engine_on_a_database_not_upgraded_says_so_and_exits_2(tmp_path, capsys, monkeypatch, revision, words):
+    """Started before `db upgrade` (a fresh machine, or a new release's code), the engine ran and
+    logged a traceback each tick ("no such table: locks"), for ever."""
+    from gpu_tenancy.db import migrate
+    url = f"sqlite:///{tmp_path / 'engine.db'}"
+    if revision:
+        [older] = [r for r in ScriptDirectory.from_config(migrate.alembic_config("")).walk_revisions()
+                   if r.revision.startswith(revision)]
+        migrate.upgrade(url, older.revision)
+    config = tmp_path / "gpu-tenancy.yaml"
+    config.write_text(f"database_url: {url}\ncloud_driver: simulated\n")
+    monkeypatch.setattr("gpu_tenancy.cli.wait_for", lambda stop: None)   # an engine let through stops at once
+    assert main(["engine", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gpu-tenancy engine: the database at {url} {words}")
+    assert err.endswith(": run gpu-tenancy db upgrade first\n")
+
+
+def test_the_engine_on_an_upgraded_database_starts(db_url, tmp_path, monkeypatch):
+    config = tmp_path / "gpu-tenancy.yaml"
+    config.write_text(f"database_url: {db_url}\ncloud_driver: simulated\n")
+    monkeypatch.setattr("gpu_tenancy.cli.wait_for", lambda stop: None)
+    assert main(["engine", "--config", str(config)]) == 0
+
+
 def test_a_sigterm_that_another_thread_takes_still_stops_the_wait():
     """The kernel may give a process's SIGTERM to any of its threads. Given to another one (the
     demo's server thread, in select), the handler runs only once the main thread wakes: an
@@ -236,6 +274,25 @@ def test_a_database_url_that_cannot_be_used_is_one_line_and_exit_2(tmp_path, cap
     assert "secret" not in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("command", [["db", "upgrade"], ["db", "current"], ["db", "purge", "--older-than-days", "30"],
+                                     ["whatif", "--set", "weight.x=2"]])
+def test_a_database_whose_driver_is_not_installed_is_one_line_and_exit_2(capsys, monkeypatch, command):
+    """postgresql+psycopg2:// where only psycopg 3, the service's driver, is installed: the
+    import's traceback, exit 1 (`engine` the same, through its config)."""
+    import builtins
+    real_import = builtins.__import__
+
+    def without_psycopg2(name, *args, **kwargs):
+        if name == "psycopg2" or name.startswith("psycopg2."):
+            raise ModuleNotFoundError("No module named 'psycopg2'", name="psycopg2")
+        return real_import(name, *args, **kwargs)
+    monkeypatch.setattr(builtins, "__import__", without_psycopg2)
+    assert main([*command, "--db", "postgresql+psycopg2://u:secret@db/x"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"gpu-tenancy {command[0]}: cannot use the database at postgresql+psycopg2://u:***@db/x: its "
+                   "driver is not installed (No module named 'psycopg2'); the service's is postgresql+psycopg://\n")
+
+
 @pytest.mark.parametrize("action", ["register", "unregister"])
 def test_a_cloud_that_cannot_be_used_is_one_line_and_exit_2(tmp_path, capsys, action):
     """`reservation-endpoint` with a cloud clouds.yaml lacks, or whose Keystone is down, ended
@@ -264,3 +321,16 @@ def test_a_demo_port_that_is_not_one_is_refused_by_the_parser(port, capsys, monk
     with pytest.raises(SystemExit) as exit_:
         main(["demo", "--port", port])
     assert exit_.value.code == 2 and f"argument --port: '{port}' is not a TCP port" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["whatif", "--set", "weight.x=2", "--days"], ["demo", "--history-days"]])
+@pytest.mark.parametrize("value", ["inf", "nan", "-1", "0", "a week"])
+def test_a_number_of_days_that_is_not_one_is_refused_by_the_parser(argv, value, capsys, monkeypatch):
+    """`whatif --days inf` ended in a traceback (exit 1), `--days nan` in "cannot convert float
+    NaN to integer", `--days -1` replayed an empty window; `demo --history-days` the same."""
+    monkeypatch.setattr("gpu_tenancy.cli.run_demo", lambda args: 0)   # let through, it starts nothing
+    monkeypatch.setattr("gpu_tenancy.cli.run_whatif", lambda args: 0)
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, value])
+    assert exit_.value.code == 2
+    assert f"argument {argv[-1]}: '{value}' is not a number of days: give one more than 0" in capsys.readouterr().err

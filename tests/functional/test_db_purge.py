@@ -3,13 +3,17 @@ expired dashboard logins go, in batches; nothing the outbox, a lease, a figure o
 does. The command line itself is in test_cli.py."""
 from __future__ import annotations
 
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from sqlalchemy import event, func, select
 
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db import purge
 from gpu_tenancy.db.session import session_scope, utcnow_naive
-from tests.conftest import headers
+from tests.conftest import PG_URL, headers
 
 DAY = 86400
 
@@ -119,3 +123,65 @@ def test_a_cutoff_in_the_future_or_under_a_day_old_is_refused(before, words):
     with pytest.raises(ValueError, match=words):
         purge.check_cutoff(now + before, now)
     purge.check_cutoff(now - DAY, now)   # a day old: taken
+
+
+def test_two_purges_at_once_share_the_rows_out_and_count_each_once(client, sessions, clock):
+    """A timer on each of two hosts sharing the database: both read the same first batch before
+    either deletes it (on PostgreSQL a read does not wait for the other's delete); the one whose
+    DELETE finds the rows gone counted them all the same, and the two reports added up to more
+    rows than there were. On SQLite a batch's read and delete hold the write lock together, so
+    the two never read the same batch: the meeting below times out and they take turns."""
+    ran = lease(client, "ran")
+    with session_scope(sessions) as session:
+        session.add_all([delivery(ran, "delivered", clock.now()) for _ in range(9)])
+    clock.advance(40 * DAY)
+    before = rows(sessions, m.WebhookDelivery)
+    meet = threading.Barrier(2, timeout=1)
+    first = threading.local()
+
+    def at_the_first_delete(conn, cursor, statement, *_):
+        if statement.startswith("DELETE FROM webhook_deliveries") and not getattr(first, "done", False):
+            first.done = True
+            try:
+                meet.wait()
+            except threading.BrokenBarrierError:   # SQLite: the other waits for the write lock
+                pass
+    bind = sessions.kw["bind"]
+    event.listen(bind, "before_cursor_execute", at_the_first_delete)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            reports = list(pool.map(lambda _: purge.purge(sessions, clock.now() - 30 * DAY, batch=4), range(2)))
+    finally:
+        event.remove(bind, "before_cursor_execute", at_the_first_delete)
+    deleted = before - rows(sessions, m.WebhookDelivery)
+    assert deleted == 8   # all but the newest (its id is kept from being given again)
+    assert sum(r["webhook deliveries"] for r in reports) == deleted, reports
+
+
+@pytest.mark.skipif(bool(PG_URL), reason="the file of an SQLite database")
+def test_vacuum_gives_the_purged_rows_space_back_to_the_disk(client, sessions, clock, db_url):
+    """SQLite keeps a deleted row's pages in the file: purging alone shrinks nothing."""
+    path = db_url.removeprefix("sqlite:///")
+
+    def size() -> int:   # the database is the file and its WAL
+        return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
+    with session_scope(sessions) as session:
+        session.add_all([m.AuditRecord(at=utcnow_naive(clock.now()), action="quota.update", target_type="quota",
+                                       target_id="ml-vision", outcome="success", after={"note": "x" * 2000})
+                         for _ in range(1000)])
+    clock.advance(40 * DAY)
+    assert purge.purge(sessions, clock.now() - 30 * DAY)["audit records"] == 999
+    purged = size()
+    assert purge.vacuum(sessions.kw["bind"]) == "vacuumed the file"
+    assert size() < purged / 4, (size(), purged)
+    assert rows(sessions, m.AuditRecord) == 1   # and the database still reads
+
+
+@pytest.mark.skipif(not PG_URL, reason="PostgreSQL's VACUUM")
+def test_vacuum_on_postgresql_vacuums_and_analyzes_the_purged_tables(sessions):
+    bind = sessions.kw["bind"]
+    assert purge.vacuum(bind).startswith("vacuumed and analyzed webhook_deliveries, bus_notices")
+    with bind.connect() as conn:
+        done = conn.exec_driver_sql("SELECT relname FROM pg_stat_user_tables WHERE last_vacuum IS NOT NULL "
+                                    "AND last_analyze IS NOT NULL").scalars().all()
+    assert {kind.model.__tablename__ for kind in purge.KINDS} <= set(done)

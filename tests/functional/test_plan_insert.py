@@ -5,6 +5,7 @@ that goes before others is told its ETA is provisional and the replan moves it n
 processes that each keep their own copy of the plan never plan two leases onto the same GPUs."""
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 import pytest
@@ -14,8 +15,11 @@ from gpu_tenancy.app import create_app
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.engine import early_ends, offers, plan_insert
+from gpu_tenancy.domain import planner
 from gpu_tenancy.domain.plan_insert import PlanBook
 from tests.conftest import PG_URL, headers
+from tests.functional.test_contention import borrower_under_notice
+from tests.ledger_checks import peaks
 from tests.functional.test_metrics import scrape, value
 
 
@@ -279,3 +283,188 @@ def test_a_fit_with_no_room_after_every_lease_is_planned_by_the_full_replan(clie
     lease = create(client, "nlp-lab", "a100.x8", 1)
     assert fitted(client) == before
     assert lease["queue"]["eta"] is not None   # the full replan's
+
+
+def plan_calls(monkeypatch) -> list[int]:
+    """Counts the full plans made from here on (every replan's planner.plan, reclaims' included)."""
+    calls: list[int] = []
+    real = planner.plan
+
+    def counted(*args, **kw):
+        calls.append(1)
+        return real(*args, **kw)
+    monkeypatch.setattr(planner, "plan", counted)
+    return calls
+
+
+def stored_plan(runtime) -> dict[str, tuple]:
+    """Each queued lease's place as the plan stores it: position, ETA, window and hosts."""
+    with session_scope(runtime.sessions) as session:
+        return {r.id: (r.queue_position, to_epoch(r.queue_eta), to_epoch(r.start_at), to_epoch(r.end_at),
+                       r.planned_hosts) for r in session.scalars(select(m.Lease).where(m.Lease.status == "queued"))}
+
+
+def test_a_cancel_of_a_waiting_lease_in_a_long_queue_takes_it_out_of_the_plan_without_a_full_replan(
+        client, runtime, config, clock, cloud, monkeypatch):
+    """A cancel replanned every waiting lease under the ledger lock (0.6 s at 10,000 waiting),
+    holding every other project's creates: a member's create-then-cancel loop slowed them all.
+    With a long queue it now takes its lease out of the stored plan: the others keep their places
+    (valid: taking a lease out only frees GPUs), its events, notice and audit record are as before,
+    the next create, in this process or another, is fitted around what is left and told its ETA
+    is provisional (the plan is no longer the full plan), and the engine's replan moves them."""
+    runtime.fits.min_waiting = 3   # the plan holds 4, and 3 once one is cancelled
+    fill(client)
+    made = [create(client, project, "a100.x8", hours)
+            for project, hours in (("ml-vision", 3), ("nlp-lab", 2), ("ml-vision", 1), ("nlp-lab", 4))]
+    replan(runtime)
+    before, gone = stored_plan(runtime), made[0]["id"]
+    calls = plan_calls(monkeypatch)
+    assert client.delete(f"/v1/leases/{gone}", headers=headers("ml-vision")).status_code == 204
+    assert calls == [], "the cancel planned every waiting lease again"
+    after = stored_plan(runtime)
+    assert after == {k: v for k, v in before.items() if k != gone}   # the others' places stand
+    assert planned_once(runtime) == 3
+    shown = client.get(f"/v1/leases/{gone}", headers=headers("ml-vision")).get_json()["lease"]
+    assert shown["status"] == "cancelled" and shown["queue"] is None
+    events = client.get(f"/v1/leases/{gone}/events", headers=headers("ml-vision")).get_json()["events"]
+    assert (events[-1]["to"], events[-1]["message"]) == ("cancelled", "cancelled by the user")
+    with session_scope(runtime.sessions) as session:
+        assert session.scalar(select(m.AuditRecord.action).where(m.AuditRecord.target_id == gone)
+                              .order_by(m.AuditRecord.id.desc()).limit(1)) == "lease.delete"
+    other = create_app(config, clock=clock, cloud=cloud, start_engine=False)
+    other.extensions["gpu_tenancy"].fits.min_waiting = 3
+    for c in (client, other.test_client()):   # its copy caught up, and one built from the rows
+        lease = create(c, "nlp-lab", "a100.x4", 1)
+        assert lease["queue"]["eta"] and "provisional" in [r["code"] for r in lease["queue"]["reasons"]]
+    assert calls == [] and planned_once(runtime) == 5
+    monkeypatch.undo()
+    replan(runtime)   # the engine's: the lease behind the one cancelled moves up
+    assert stored_plan(runtime)[made[1]["id"]][0] == 1
+    other.extensions["gpu_tenancy"].sessions.kw["bind"].dispose()
+
+
+def test_a_copy_of_the_plan_that_kept_a_cancelled_place_fits_around_the_lease_another_process_put_there(
+        client, runtime, config, clock, cloud):
+    """A process's copy of the plan keeps a cancelled lease's place reserved; another process,
+    building its copy from the rows, fits a new lease there. The first copy then holds both on the
+    same GPUs (more than the host has, in the copy alone): what it fits next goes elsewhere."""
+    runtime.fits.min_waiting = 0
+    fill(client)
+    for hours in (3, 2):
+        create(client, "ml-vision", "a100.x8", hours)
+    replan(runtime)
+    gone = create(client, "ml-vision", "a100.x8", 2)   # fitted: this process's copy holds it
+    place = stored_plan(runtime)[gone["id"]][2:]
+    assert client.delete(f"/v1/leases/{gone['id']}", headers=headers("ml-vision")).status_code == 204
+    other = create_app(config, clock=clock, cloud=cloud, start_engine=False)
+    other.extensions["gpu_tenancy"].fits.min_waiting = 0
+    there = create(other.test_client(), "ml-vision", "a100.x8", 2)
+    assert stored_plan(runtime)[there["id"]][2:] == place   # the place freed, taken
+    assert runtime.fits.last is not None
+    kept = runtime.fits.last.book
+    for k in range(3):   # this process's copy: the cancelled place and the new lease, both
+        create(client, ["nlp-lab", "ml-vision"][k % 2], ["a100.x8", "a100.x4", "a100.x2"][k], 1 + k)
+        assert runtime.fits.last is not None and runtime.fits.last.book is kept   # not built again
+    assert planned_once(runtime) == 6
+    other.extensions["gpu_tenancy"].sessions.kw["bind"].dispose()
+
+
+def test_a_cancel_of_a_lease_a_reclaim_is_for_still_calls_the_notice_off_at_once(client, runtime, engine_tick):
+    """The full replan gives a borrower under notice for the cancelled lease its end back: a cancel
+    that left it to the engine's next pass could let the notice run out first."""
+    runtime.fits.min_waiting = 0
+    extra, train = borrower_under_notice(client, engine_tick)
+    assert client.delete(f"/v1/leases/{train['id']}", headers=headers("nlp-lab")).status_code == 204
+    kept = client.get(f"/v1/leases/{extra['id']}", headers=headers("ml-vision")).get_json()["lease"]
+    assert (kept["end"], kept["early_end"]) == ("2026-12-01T18:00:00Z", None)
+
+
+def quota_overruns(runtime) -> list[str]:
+    """Every instant at which a project's allocations and the planned windows of its waiting leases
+    (neither borrowing nor preemptible) come to more than its quota and borrowing allow."""
+    with session_scope(runtime.sessions) as session:
+        limits = {(q.project_id, q.gpu_model): q.gpus + q.borrow_gpus for q in session.scalars(select(m.Quota))}
+        spans: dict[tuple[str, str], list] = {}
+        for a in session.scalars(select(m.Allocation).join(m.Lease).where(m.Lease.preemptible.is_(False))):
+            spans.setdefault((a.project_id, a.gpu_model), []).append((to_epoch(a.start_at), to_epoch(a.end_at), a.gpus))
+        for r in session.scalars(select(m.Lease).where(m.Lease.status == "queued", m.Lease.planned_hosts.is_not(None),
+                                                       m.Lease.preemptible.is_(False))):
+            spans.setdefault((r.project_id, r.gpu_model), []).append(
+                (to_epoch(r.start_at), to_epoch(r.end_at), r.gpus_per_vm * r.instances))
+    return [f"{key} {held} at {at}" for key, items in spans.items() for at, held in peaks(items, limits.get(key, 0))]
+
+
+def whole_state(runtime) -> tuple:
+    """What a replan decides, for every lease: its state, queue place, window, hosts and reasons,
+    and every allocation."""
+    with session_scope(runtime.sessions) as session:
+        leases = {r.id: (r.status, r.queue_position, to_epoch(r.queue_eta), to_epoch(r.start_at),
+                         to_epoch(r.end_at), r.planned_hosts, r.queue_reasons, r.plan_seq)
+                  for r in session.scalars(select(m.Lease))}
+        allocations = sorted((a.lease_id, a.vm_index, a.host, to_epoch(a.start_at), to_epoch(a.end_at))
+                             for a in session.scalars(select(m.Allocation)))
+    return leases, allocations
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_creates_cancels_and_changes_at_random_never_plan_a_gpu_twice_and_the_replan_is_a_fresh_one(
+        client, runtime, config, clock, cloud, monkeypatch, seed):
+    """Seeded: two processes (each its own copy of the plan) create, cancel and change leases of
+    a long queue, the clock moving on, now and then an engine replan. After every step no GPU is
+    planned twice and no project beyond its quota at any instant; a cancel of a waiting lease makes
+    no full plan and moves no other lease; after the engine's replan the state is what a replan from
+    scratch (every queue place forgotten, every copy of the plan dropped) decides."""
+    rng = random.Random(seed)
+    other = create_app(config, clock=clock, cloud=cloud, start_engine=False)
+    apps = [runtime, other.extensions["gpu_tenancy"]]
+    for rt in apps:
+        rt.fits.min_waiting = 3
+    clients = [client, other.test_client()]
+    fill(client)
+    calls = plan_calls(monkeypatch)
+    mine: list[tuple[str, str]] = []   # (lease id, project)
+    taken_out = 0
+    for step in range(30):
+        c, project = rng.choice(clients), rng.choice(["ml-vision", "nlp-lab"])
+        queued = stored_plan(runtime)
+        waiting = [(lid, p) for lid, p in mine if lid in queued]
+        kind = rng.choices(["create", "cancel", "change", "replan"], [5, 3, 1, 1])[0] if waiting else "create"
+        if kind == "create":
+            reply = c.post("/v1/leases", json={"shape": rng.choice(["a100.x8", "a100.x4", "a100.x2", "a100.x1"]),
+                                               "duration": f"PT{rng.randint(1, 6)}H"}, headers=headers(project))
+            assert reply.status_code in (201, 403), reply.get_json()   # 403: the waiting limits
+            if reply.status_code == 201:
+                mine.append((reply.get_json()["lease"]["id"], project))
+        elif kind == "cancel":
+            lease_id, owner = rng.choice(waiting)
+            planned = len(calls)
+            long_queue = len(queued) >= 3
+            assert c.delete(f"/v1/leases/{lease_id}", headers=headers(owner)).status_code == 204
+            if long_queue:
+                assert len(calls) == planned, f"seed {seed} step {step}: the cancel made a full plan"
+                assert stored_plan(runtime) == {k: v for k, v in queued.items() if k != lease_id}
+                taken_out += 1
+        elif kind == "change":
+            lease_id, owner = rng.choice(waiting)
+            body = rng.choice([{"duration": f"PT{rng.randint(7, 9)}H", "shrink": True},
+                               {"duration": "PT30M", "shrink": True}])
+            changed = c.patch(f"/v1/leases/{lease_id}", json=body, headers=headers(owner))
+            assert changed.status_code == 200, changed.get_json()
+        else:
+            replan(runtime)
+        planned_once(runtime)
+        assert quota_overruns(runtime) == [], f"seed {seed} step {step}"
+        clock.advance(rng.choice([0, 0, 30, 120]))
+    assert taken_out, f"seed {seed}: no cancel took its lease out"
+    replan(runtime)   # the engine's
+    planned_once(runtime)
+    decided = whole_state(runtime)
+    with session_scope(runtime.sessions) as session:   # from scratch: no queue place, no copy of the plan
+        for row in session.scalars(select(m.Lease).where(m.Lease.status == "queued")):
+            row.queue_position = row.queue_eta = row.start_at = row.end_at = row.planned_hosts = None
+            row.queue_reasons, row.plan_seq = [], None
+    for rt in apps:
+        rt.fits.last = None
+    replan(runtime)
+    assert whole_state(runtime) == decided, f"seed {seed}"
+    other.extensions["gpu_tenancy"].sessions.kw["bind"].dispose()

@@ -254,6 +254,7 @@ def end_lease(lease_id: str, undo: bool = False, name: str | None = None) -> Non
         before = render(row)
         if name is not None:
             leases.rename(session, rt.now(), row, name, rt.caller().user_id)
-        leases.cancel(session, rt.now(), cfg, rt.planner_settings(), row, rt.caller().user_id, hook)
+        leases.cancel(session, rt.now(), cfg, rt.planner_settings(), row, rt.caller().user_id, hook,
+                      rt.runtime().fits)
         rt.audit(session, "lease.delete", row.id, row.project_id, before, render(row))
     decide(DecisionHook() if undo else DecisionHook.from_config(cfg), rt.transaction, end)

@@ -13,17 +13,22 @@ allocations, spent allocations and GPU-use hours stay (the figures and usage are
 from those; engine/housekeeping.py prunes the hourly GPU use itself).
 
 Each batch is its own transaction, so that the API and the engine wait at most one batch for
-the database (SQLite: its one write lock). The newest row of a table with a counted id is
-never deleted: SQLite gives a new row the highest id there plus one, so deleting the newest
-would give its id again, and an id is what a webhook receiver (X-GPU-Tenancy-Delivery), a bus
-consumer (message_id) and an audit reader (marker) tell one row from another by."""
+the database (SQLite: its one write lock). Two purges at once (a timer on each of several hosts
+sharing one database) share the work out: each counts the rows its own DELETEs removed, not the
+keys it read, which the other may have deleted since (PostgreSQL reads without waiting).
+
+The newest row of a table with a counted id is never deleted: SQLite gives a new row the
+highest id there plus one, so deleting the newest would give its id again, and an id is what a
+webhook receiver (X-GPU-Tenancy-Delivery), a bus consumer (message_id) and an audit reader
+(marker) tell one row from another by."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from sqlalchemy import ColumnElement, and_, delete, func, or_, select
+from sqlalchemy.engine import CursorResult, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpu_tenancy.db import models as m
@@ -92,7 +97,34 @@ def purge_kind(sessions: sessionmaker[Session], kind: Kind, where: ColumnElement
         with session_scope(sessions) as session:
             keys = list(session.scalars(select(kind.key).where(where).order_by(kind.key).limit(batch)))
             if keys:
-                session.execute(delete(kind.model).where(kind.key.in_(keys)))
-        count += len(keys)
+                done = session.execute(delete(kind.model).where(kind.key.in_(keys)))
+                count += cast(CursorResult, done).rowcount
         if len(keys) < batch:
             return count
+
+
+def vacuum(engine: Engine) -> str:
+    """Give the space the purge freed back (`db purge --vacuum`); returns what was done, in words.
+
+    SQLite keeps a deleted row's pages in its file, for its next rows, until VACUUM rewrites the
+    file: the file shrinks, but the rewrite holds the write lock throughout (the API and the engine
+    wait for it, 30 s at most, then fail) and needs free disk for a copy, hence opt-in. In WAL mode
+    the rewrite goes through the WAL, which would stay the old file's size: it is truncated after.
+    PostgreSQL: VACUUM (ANALYZE) of the purged tables, which stops neither reads nor writes, makes
+    the deleted rows' space reusable and the planner's statistics current (autovacuum does both in
+    its own time); the files do not shrink (VACUUM FULL would, locking each table: README)."""
+    if engine.dialect.name == "sqlite":
+        raw = engine.raw_connection()   # VACUUM cannot run in a transaction: make_engine begins each one
+        try:
+            cursor = raw.cursor()
+            cursor.execute("VACUUM")
+            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            cursor.close()
+        finally:
+            raw.close()
+        return "vacuumed the file"
+    tables = [kind.model.__tablename__ for kind in KINDS]
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        for table in tables:
+            conn.exec_driver_sql(f"VACUUM (ANALYZE) {table}")
+    return f"vacuumed and analyzed {', '.join(tables)}"

@@ -172,6 +172,13 @@ class PlanBook:
         self.exact[lr.gpu_model] = self.exact[lr.gpu_model] and kept and (not keys or keys[-1] < key)
         self._insort(lr, key)
 
+    def taken_out(self, gpu_model: str) -> None:
+        """A lease of the plan cancelled since (engine/plan_remove.py): the plan without it is no
+        longer plan()'s, which may start the leases behind it earlier. Its place, if this book
+        holds it, stays reserved: freeing what the index has taken is not one of its steps, and
+        kept, it only leaves those GPUs unused here until the book is built again."""
+        self.exact[gpu_model] = False
+
     def trial(self, now: int, lr: LeaseRequest) -> PlannedLease:
         """Where `lr` would be placed after every lease of the plan, nothing reserved for it
         (planner.Trials: what the counter-offers are made of)."""

@@ -214,8 +214,10 @@ EPOCHS = {"earliest_start", "latest_start", "created_at", "start_at", "end_at"} 
 
 
 class KeptFit(dict):
-    """A fit kept by Recent, read as a row of COLUMNS is (by attribute)."""
+    """A fit kept by Recent, read as a row of COLUMNS is (by attribute), or of FITTED_SINCE: a
+    fit's lease is queued (a cancel's number is never kept: the gap it leaves is read from the rows)."""
     __getattr__ = dict.__getitem__
+    status = S.QUEUED.value
 
 
 def fresh(snapshot: Snapshot | None, now: int, cache: InsertCache, generation: int, inserted: int) -> bool:
@@ -236,13 +238,19 @@ def catch_up(session: Session, now: int, settings: PlannerSettings, cache: Inser
         rows = since if since is not None else session.execute(
             FITTED_SINCE, {"after": snapshot.inserted, "upto": inserted})
         for r in rows:
-            snapshot.book.add(planned(r))
+            if r.status == S.QUEUED.value:
+                snapshot.book.add(planned(r))
+            else:   # cancelled since, numbered as a fit is (engine/plan_remove.py): its place stays here
+                snapshot.book.taken_out(r.gpu_model)
         snapshot.inserted = inserted
     return snapshot if len(snapshot.book) >= cache.min_waiting else None
 
 
-FITTED_SINCE = (select(*COLUMNS).where(L.plan_seq > bindparam("after"), L.plan_seq <= bindparam("upto"))
+# the leases fitted in, or taken out by a cancel (no longer queued), since a number
+FITTED_SINCE = (select(*COLUMNS, L.status).where(L.plan_seq > bindparam("after"), L.plan_seq <= bindparam("upto"))
                 .order_by(L.plan_seq))
+# the GPU models of the leases taken out of the plan since the last replan (which clears plan_seq)
+TAKEN_OUT = select(L.gpu_model).where(L.plan_seq <= bindparam("upto"), L.status != S.QUEUED.value).distinct()
 
 
 def build(session: Session, now: int, settings: PlannerSettings, cache: InsertCache, generation: int,
@@ -270,6 +278,8 @@ def build(session: Session, now: int, settings: PlannerSettings, cache: InsertCa
                     ledger.settings_for(inputs, settings))
     for r in sorted((r for r in rows if r.plan_seq is not None), key=lambda r: r.plan_seq):
         book.add(of(r))
+    for model in session.scalars(TAKEN_OUT, {"upto": inserted}):   # not in the rows: the plan is not plan()'s
+        book.taken_out(model)
     return Snapshot(generation, inserted, now, inputs.allowance, book)
 
 
