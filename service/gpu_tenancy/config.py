@@ -54,11 +54,14 @@ class Config:
     host_refresh_seconds: int = 60
     leader_lease_seconds: int = 30
     warn_before_end_seconds: int = 3600  # lead time of the before-end warning (event and webhook)
-    # outbox and decision hook: a webhook POST's total deadline (connect to status line, not per read),
-    # the outbox's sending threads, and how many of them one receiver (host:port) may hold at once
+    # outbox and decision hook: a webhook POST's total deadline (connect to status line, not per read;
+    # at most WEBHOOK_TIMEOUT_MAX: a hung receiver holds a worker that long), the outbox's sending
+    # threads, how many of them one project may hold at once, and how many are kept for projects
+    # whose receiver is not failing and has nothing under way (engine/outbox.py)
     webhook_timeout_seconds: float = 5.0
     webhook_workers: int = 8
     webhook_workers_per_target: int = 2
+    webhook_workers_reserved: int = 2
     webhook_max_attempts: int = 6
     webhook_backoff_seconds: int = 10     # doubles per failed delivery ...
     webhook_backoff_max_seconds: int = 600  # ... up to this
@@ -249,6 +252,7 @@ class Config:
         if isinstance(floor, bool) or not isinstance(floor, int) or not 0 <= floor <= 86400:
             raise ValueError("release_allowance_seconds must be a whole number of seconds from 0 to 86400")
         check_offers(values)
+        check_webhook_workers(values)
         for net in values.get("webhook_allowed_networks") or []:
             try:
                 ipaddress.ip_network(net, strict=False)
@@ -284,6 +288,26 @@ def idle_rules(rules) -> tuple[IdleRule, ...]:
             raise ValueError(f"idle_rules[{n}]: a second rule for the same project or priority class")
         out.append(made)
     return tuple(out)
+
+
+WEBHOOK_TIMEOUT_MAX = 30.0   # seconds a tenant's hung receiver may hold a worker, per try
+
+
+def check_webhook_workers(values: dict) -> None:
+    """The outbox's bounds: without them a tenant's hung receiver holds a worker for as long as
+    the deadline says, and a reserve of every worker (or none) lets a few projects hold them all."""
+    known = {f.name: f.default for f in fields(Config)}
+    timeout = values.get("webhook_timeout_seconds", known["webhook_timeout_seconds"])
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= WEBHOOK_TIMEOUT_MAX:
+        raise ValueError(f"webhook_timeout_seconds must be a number of seconds > 0 and at most {WEBHOOK_TIMEOUT_MAX:g}")
+    counts = {name: values.get(name, known[name])
+              for name in ("webhook_workers", "webhook_workers_per_target", "webhook_workers_reserved")}
+    for name, count in counts.items():
+        if isinstance(count, bool) or not isinstance(count, int) or count < (0 if name.endswith("reserved") else 1):
+            raise ValueError(f"{name} must be a whole number >= {0 if name.endswith('reserved') else 1}")
+    if counts["webhook_workers_reserved"] >= counts["webhook_workers"]:
+        raise ValueError("webhook_workers_reserved must be less than webhook_workers "
+                         "(a failing receiver's notices need a worker too)")
 
 
 def check_offers(values: dict) -> None:

@@ -169,6 +169,35 @@ def test_a_refused_send_is_retried_with_backoff_and_holds_back_the_later_ones(cl
     assert rows[0].attempts == 2 and "broker is down" in rows[0].last_error
 
 
+def test_a_send_whose_result_could_not_be_recorded_is_tried_again_after_a_backoff(
+        client, runtime, bus, monkeypatch):
+    """Defect 2 (its bus twin). The broker refused the notice, and writing that down failed too
+    (the database away a moment). Before: the notice stayed due as it was, and every pass of
+    the outbox (each engine tick) sent it again at once, for as long as the writes failed. Now
+    the bus thread waits a doubling backoff, as after a refusal it recorded."""
+    def record_failure(*args, **kwargs):
+        raise RuntimeError("the database went away")
+    monkeypatch.setattr(n, "record_failure", record_failure)
+    outbox = runtime.engine.outbox
+    bus.down = True
+    ask(client)
+    assert runtime.engine.run_once()   # the leader: its outbox sends
+    at = []
+    for _ in range(20):
+        before = bus.tries
+        outbox.run_once()
+        assert outbox.wait(30)
+        at += [runtime.clock.now()] * (bus.tries - before)
+        runtime.clock.advance(1)
+    assert [b - a for a, b in zip(at, at[1:])] == [1, 2, 4, 8], at   # not one a pass
+    monkeypatch.undo()
+    bus.down = False
+    runtime.clock.advance(16)
+    outbox.run_once()
+    assert outbox.wait(30)
+    assert [e["event_type"] for e in bus.taken] == [n.CREATE, n.QUEUED]
+
+
 def test_a_crash_between_send_and_record_sends_it_again_with_the_same_message_id(client, runtime, clock, config):
     ask(client)
     taken = []

@@ -410,3 +410,135 @@ def test_a_projects_hung_path_on_a_shared_host_does_not_hold_another_projects_no
         release.set()
         outbox.stop()
         outbox.wait(10)
+
+
+def stub_lease(session, project: str, n: int, now: int) -> str:
+    """A lease row for a notice to tell of (the outbox reads no more of it than its id)."""
+    lease_id = f"{project}-{n}"
+    session.add(m.Lease(id=lease_id, name=lease_id, project_id=project, user_id="u", status="ended",
+                        shape="a100.x1", gpu_model="A100", gpus_per_vm=1, instances=1, duration=3600,
+                        earliest_start=utcnow_naive(now - 7200), start_at=utcnow_naive(now - 7200),
+                        end_at=utcnow_naive(now - 3600), queue_reasons=[], created_at=utcnow_naive(now - 7200),
+                        updated_at=utcnow_naive(now - 3600)))
+    return lease_id
+
+
+def write_notices(runtime, project: str, count: int, first: int = 0) -> None:
+    """`count` notices due now for `project`, one per lease (a lease's notices go one at a time)."""
+    now = runtime.clock.now()
+    with session_scope(runtime.sessions) as session:
+        if session.get(m.ProjectWebhook, project) is None:
+            session.add(m.ProjectWebhook(project_id=project, url=f"http://127.0.0.2:8080/{project}", secret="s" * 32,
+                                         created_at=utcnow_naive(now), updated_at=utcnow_naive(now)))
+        for n in range(first, first + count):
+            lease_id = stub_lease(session, project, n, now)
+            session.flush()
+            session.add(m.WebhookDelivery(project_id=project, lease_id=lease_id, event="lease.idle", body="{}",
+                                          status="pending", attempts=0, next_attempt_at=utcnow_naive(now),
+                                          created_at=utcnow_naive(now)))
+
+
+@pytest.mark.parametrize("hung_projects, before", [
+    (4, "nothing"),     # their first notices: four projects, two workers each, were all eight
+    (4, "failed"),      # their receivers were cut off at the deadline before, and their retries are due
+    (8, "failed"),
+    (20, "failed"),
+    (6, "recovered"),   # each answered its retry, and hangs again: a failure a moment ago still counts
+])
+def test_hung_receivers_of_several_projects_leave_a_worker_for_another_projects_notice(
+        client, runtime, loopback, hung_projects, before):
+    """Defect 1. Eight workers, two per project; `hung_projects` projects' receivers hang (until
+    cut off at the deadline), each with notices of several leases due. Before: four such projects
+    took all eight workers, two each, and took them again with their next notices at every
+    deadline, so a well-behaved project's notice waited behind them however many passes ran.
+    Now a project whose receiver is failing, or that has a notice under way already, leaves
+    `webhook_workers_reserved` workers free: the well-behaved notice is sent in the next pass."""
+    config = runtime.config
+    config.webhook_workers, config.webhook_workers_per_target, config.webhook_workers_reserved = 8, 2, 2
+    from gpu_tenancy.engine.outbox import DeadlinePassed, Outbox
+    release, delivered, answering, tried = threading.Event(), threading.Event(), threading.Event(), set()
+
+    def send(target, body, headers, deadline):
+        if target.path == "/good":
+            delivered.set()
+            return 204
+        tried.add(target.path)
+        if answering.is_set():
+            return 204
+        release.wait(10)   # hung until cut off at its deadline
+        raise DeadlinePassed(f"no answer within {deadline:g} s")
+    outbox = Outbox(runtime.sessions, runtime.clock, config, send=send)
+    hung = [f"hung-{i}" for i in range(hung_projects)]
+    try:
+        for project in hung:
+            write_notices(runtime, project, 3)
+        written = 3
+        if before != "nothing":   # passes until each hung receiver has been cut off at the deadline
+            for _ in range(hung_projects):
+                outbox.run_once()
+                release.set()
+                assert outbox.wait(10)
+                release.clear()
+                runtime.clock.advance(config.webhook_backoff_seconds * 2)
+                if len(tried) == hung_projects:
+                    break
+            assert len(tried) == hung_projects
+        if before == "recovered":   # their retries answered: no notice of theirs waits for a retry now
+            answering.set()
+            for _ in range(6):
+                outbox.run_once()
+                assert outbox.wait(10)
+                runtime.clock.advance(config.webhook_backoff_seconds * 2)
+            answering.clear()
+        for project in hung:
+            write_notices(runtime, project, 3, first=written)   # and their leases go on writing
+        outbox.run_once()                                  # the hung receivers take what they may, and hang
+        assert outbox.sending() >= min(hung_projects, config.webhook_workers - config.webhook_workers_reserved)
+        write_notices(runtime, "good", 1)
+        assert outbox.run_once() == 1                      # the next pass, the hung receivers still holding theirs
+        assert delivered.wait(4)
+    finally:
+        release.set()
+        outbox.stop()
+        outbox.wait(10)
+
+
+def test_a_delivery_whose_result_could_not_be_recorded_is_sent_again_after_the_backoff(
+        client, runtime, loopback, monkeypatch):
+    """Defect 2. The POST went, but writing its result failed (the database away a moment).
+    Before: the notice stayed due as it was, and every pass of the outbox (each engine tick)
+    sent it again at once, with no backoff, for as long as the writes failed. Now it waits the
+    backoff a failed delivery waits, doubling with each write that fails."""
+    from gpu_tenancy.engine import webhooks
+    from gpu_tenancy.engine.outbox import Outbox
+    config = runtime.config
+    sent: list[str] = []
+    outbox = Outbox(runtime.sessions, runtime.clock, config, send=lambda t, b, h, d: sent.append(
+        h[webhooks.DELIVERY_HEADER]) or 503)
+    real, broken = webhooks.record_attempt, [True]
+
+    def record_attempt(*args, **kwargs):
+        if broken[0]:
+            raise RuntimeError("the database went away")
+        return real(*args, **kwargs)
+    monkeypatch.setattr(webhooks, "record_attempt", record_attempt)
+    try:
+        write_notices(runtime, "ml-vision", 1)
+        at = []   # when each try was sent
+        for _ in range(40):
+            before = len(sent)
+            outbox.run_once()
+            assert outbox.wait(10)
+            at += [runtime.clock.now()] * (len(sent) - before)
+            runtime.clock.advance(1)
+        gaps = [b - a for a, b in zip(at, at[1:])]
+        assert gaps == [config.webhook_backoff_seconds, 2 * config.webhook_backoff_seconds], at   # not one a pass
+        broken[0] = False
+        runtime.clock.advance(40)
+        outbox.run_once()
+        assert outbox.wait(10)
+        assert deliveries(runtime)[0][:2] == ("pending", 1)   # recorded at last, and retried with its own backoff
+        assert len(set(sent)) == 1
+    finally:
+        outbox.stop()
+        outbox.wait(10)

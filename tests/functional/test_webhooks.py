@@ -196,6 +196,35 @@ def test_a_notice_written_before_a_crash_is_sent_by_the_next_engine(client, runt
     assert len(receiver.seen) == 1 and verify(hooked, receiver.seen[0])
 
 
+def test_a_notice_sent_again_after_a_leader_handover_carries_the_same_delivery_id(
+        client, runtime, receiver, hooked, engine_tick):
+    """Defect 3. The leader POSTs a notice and dies before it records the answer; the next leader
+    sends it again (at least once). The receiver drops the repeat by X-GPU-Tenancy-Delivery: it
+    must be the same in both, as the body is, while each carries its own valid signature."""
+    from gpu_tenancy.engine import outbox, webhooks
+    lease = active_lease(client, engine_tick)
+    runtime.clock.set(runtime.clock.now() + 3600 - LEAD)
+    runtime.engine.run_once()                  # the warning is written
+
+    def post_then_die(target, body, head, deadline):
+        outbox.post(target, body, head, deadline)
+        raise SystemExit("killed after the receiver took it")   # not an Exception: nothing records it
+    runtime.engine.outbox.send = post_then_die
+    runtime.engine.outbox.run_once()
+    assert runtime.engine.outbox.wait(30) and len(receiver.seen) == 1
+    successor = EngineRunner(Lifecycle(runtime.sessions, runtime.cloud, runtime.clock, runtime.config))
+    runtime.clock.advance(runtime.config.leader_lease_seconds + 1)   # the old leader's lease runs out
+    assert successor.run_once()
+    successor.outbox.run_once()
+    assert successor.outbox.wait(30)
+    first, again = receiver.seen
+    assert first[0][webhooks.DELIVERY_HEADER] == again[0][webhooks.DELIVERY_HEADER]
+    assert first[1] == again[1] and verify(hooked, first) and verify(hooked, again)
+    with session_scope(runtime.sessions) as session:
+        [row] = session.scalars(select(m.WebhookDelivery).where(m.WebhookDelivery.lease_id == lease["id"])).all()
+        assert (row.status, row.attempts) == ("delivered", 1)
+
+
 def test_after_the_warning_the_user_can_extend_within_the_rules(client, runtime, receiver, hooked, engine_tick):
     lease = active_lease(client, engine_tick, duration="PT1H")
     runtime.clock.set(runtime.clock.now() + 3600 - LEAD)
@@ -297,6 +326,22 @@ def test_a_redirect_is_not_followed(client, runtime, receiver, hooked, engine_ti
 def test_a_bad_allowed_network_stops_the_service_at_start():
     with pytest.raises(ValueError, match="webhook_allowed_networks"):
         Config.load(database_url="sqlite://", webhook_allowed_networks=["10.0.0.0/33"])
+
+
+@pytest.mark.parametrize("option, value", [
+    ("webhook_timeout_seconds", 3600),    # a hung receiver would hold a worker an hour a try
+    ("webhook_timeout_seconds", 0),
+    ("webhook_workers", 0),
+    ("webhook_workers_per_target", 0),
+    ("webhook_workers_reserved", 8),      # every worker kept back: a failing receiver's notices never go
+    ("webhook_workers_reserved", -1),
+])
+def test_outbox_bounds_out_of_range_stop_the_service_at_start(option, value):
+    """Defect 1. Before: any deadline was taken, so an operator's long one let each tenant's hung
+    receiver hold a worker that long; and no count was checked."""
+    with pytest.raises(ValueError, match=option):
+        Config.load(database_url="sqlite://", **{option: value})
+    Config.load(database_url="sqlite://", webhook_timeout_seconds=30, webhook_workers_reserved=7)   # the bounds
 
 
 def last_errors(runtime) -> list[str]:

@@ -9,8 +9,10 @@ and recover, and a clock that jumps. After every pass of the outbox worker and a
 - bounded: at most `webhook_max_attempts` tries each, never before the backoff has passed;
 - none lost: once every receiver answers, every notice is delivered or was given up after all
   its tries failed;
-- fair: in every pass, every project's due notices get their receiver's share of the workers,
-  whatever another project's receiver does (a hung one holds its share and no more)."""
+- fair: in every pass, every project with a notice due gets a worker, whatever another
+  project's receiver does; none gets more than its share; and the projects whose receivers
+  fail (a notice waiting for a retry, or a try failed lately) hold no more than the workers
+  outside the reserve, which stay for the others (a hung one holds its share and no more)."""
 from __future__ import annotations
 
 import json
@@ -146,10 +148,21 @@ def transition(runtime, lease_id: str, events: list[str]) -> None:
             webhooks.enqueue(session, row, event, webhooks.idle_payload(row, now, 0, event), now)
 
 
+def failing(runtime, receivers, now: int) -> set[str]:
+    """The projects whose receivers fail: a notice waits for a retry, or a try failed lately."""
+    waiting = {project for project, _, status, attempts, _ in notices(runtime).values()
+               if status == "pending" and attempts > 0}
+    with receivers.lock:
+        lately = {a.project for a in receivers.tried
+                  if not a.ok and now - a.at < runtime.config.webhook_backoff_max_seconds}
+    return waiting | lately
+
+
 def one_pass(outbox, receivers, runtime, broken, step) -> None:
     """A pass of the outbox worker, checked to be fair, then waited for to its end."""
     config, now = runtime.config, runtime.clock.now()
     heads = due_heads(runtime, now)
+    failing_now = failing(runtime, receivers, now)
     before = attempts_by_project(runtime)
     receivers.release.clear()
     receivers.hung = 0
@@ -164,9 +177,13 @@ def one_pass(outbox, receivers, runtime, broken, step) -> None:
     after = attempts_by_project(runtime)
     tried = {project: after[project] - before[project] for project in PROJECTS}   # sent, or dropped unhooked
     for project, n in heads.items():
-        if tried[project] < min(n, config.webhook_workers_per_target):
+        if tried[project] < min(n, 1) or tried[project] > config.webhook_workers_per_target:
             broken.append(f"step {step}: {project} had {n} lease(s) with a notice due at {now}, "
                           f"{tried[project]} tried (modes {receivers.mode})")
+    held = sum(tried[project] for project in failing_now)
+    if held > config.webhook_workers - config.webhook_workers_reserved:
+        broken.append(f"step {step}: the failing receivers of {sorted(failing_now)} were tried {held} times, "
+                      f"past the workers outside the reserve (modes {receivers.mode})")
 
 
 def check(runtime, receivers, broken) -> None:
@@ -210,6 +227,8 @@ def test_a_leases_notices_arrive_in_order_once_and_none_is_lost(client, runtime,
     config.webhook_allowed_networks = ["127.0.0.0/8"]
     config.webhook_workers_per_target = rng.choice([1, 2])
     config.webhook_workers = len(PROJECTS) * config.webhook_workers_per_target + rng.choice([0, 2])
+    # leaves a worker for each project's receiver, failing or not, outside the reserve
+    config.webhook_workers_reserved = rng.randint(0, config.webhook_workers - len(PROJECTS))
     config.webhook_max_attempts = rng.choice([2, 3, 6])
     receivers = Receivers(runtime.clock)
     outbox = Outbox(runtime.sessions, runtime.clock, config, send=receivers.send)

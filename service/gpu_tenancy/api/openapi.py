@@ -317,8 +317,10 @@ PATHS = {
                                      "lease.parked and lease.resumed, when such a rule parks a lease and it comes back "
                                      "(lease.parked again, with the new resume_by, when its held slot moves). "
                                      "Each POST carries X-GPU-Tenancy-Signature: sha256=<HMAC-SHA256 of "
-                                     "'<X-GPU-Tenancy-Timestamp>.<body>' with the secret>; failed deliveries "
-                                     "are retried with a doubling backoff, and not redirected. A URL whose host is a loopback, "
+                                     "'<X-GPU-Tenancy-Timestamp>.<body>' with the secret>, X-GPU-Tenancy-Event and "
+                                     "X-GPU-Tenancy-Delivery (the notice's id, the same on every try of it: "
+                                     "delivery is at least once, and a receiver drops a repeat by it); failed "
+                                     "deliveries are retried with a doubling backoff, and not redirected. A URL whose host is a loopback, "
                                      "link-local, private or other non-global address is refused (400) unless "
                                      "its network is in webhook_allowed_networks. The answer shows the secret, once."),
         "delete": operation("Remove a project's webhook", "webhook:update", 204, None, params=[PROJECT_ID],

@@ -4,10 +4,17 @@ apart from the engine's tick, so a receiver, however slow, never holds the engin
 It runs as a job on the engine's scheduler, in the leader only (so it starts and
 stops with the engine), and hands each due notice to a pool of
 `webhook_workers` threads, at most `webhook_workers_per_target` of them for one
-project's receiver (host and port): a slow receiver slows its own notices, not the
-others'. The share is the project's, not the host's: projects whose receivers sit on
-one host (a relay, a gateway, a path each) would otherwise share it, and one
-project's hung path would hold another's notices back.
+project: a slow receiver slows its own notices, not the others'. The share is the
+project's, not the host's: projects whose receivers sit on one host (a relay, a
+gateway, a path each) would otherwise share it, and one project's hung path would
+hold another's notices back. A share per project is not enough on its own: four
+projects with hung receivers would hold eight workers. So the last
+`webhook_workers_reserved` free workers go only to a project whose receiver is not
+failing (no notice of it waits for a retry, and none of its tries failed in the last
+`webhook_backoff_max_seconds`: a receiver that answers a retry and hangs on the next
+notice is failing still) and that has no notice under way: the projects whose receivers
+hang hold at most the others, and a well-behaved project's notice finds a worker in
+the next pass, however many receivers hang.
 Each POST has a total deadline, `webhook_timeout_seconds` from connecting to the
 answer's status line, not a time-out per read: a receiver that sends a byte every
 few seconds is cut off at the deadline, and the notice is retried with the usual
@@ -31,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from gpu_tenancy.engine import notifications, webhook_targets, webhooks
+from gpu_tenancy.engine import notifications, webhooks
 from gpu_tenancy.engine.webhook_targets import Target
 
 log = logging.getLogger(__name__)
@@ -52,9 +59,14 @@ class Outbox:
         self.bus: notifications.Send | None = bus or (notifications.BusSender(config) if self.bus_on else None)
         self.bus_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox-bus")
         self._bus_busy = False
+        self._bus_held = (0, 0)   # (not before, sends in a row that ended in an error): see _send_bus
         self.pool = ThreadPoolExecutor(max_workers=config.webhook_workers, thread_name_prefix="outbox")
         self._lock = threading.Condition()
-        self._sending: dict[int, tuple[str, str]] = {}   # delivery id -> (project id, target key)
+        self._sending: dict[int, str] = {}   # delivery id -> project id
+        self._failed_at: dict[str, int] = {}   # project id -> when a try of its last failed
+        # delivery id -> (not before, writes failed): tries whose result could not be recorded wait
+        # the backoff in memory, the row being as it was (and the database perhaps away)
+        self._held: dict[int, tuple[int, int]] = {}
         self._stopped = False
 
     def attach(self, scheduler) -> None:
@@ -70,31 +82,37 @@ class Outbox:
         if not self.leading():
             return 0
         self._hand_bus()
-        per_target = self.config.webhook_workers_per_target
+        per_project = self.config.webhook_workers_per_target
         with self._lock:
             if self._stopped:
                 return 0
-            busy = self._targets()
-            full = {project for project, key in self._sending.values() if busy[key] >= per_target}
+            busy = self._projects()
+            full = {project for project, n in busy.items() if n >= per_project}
             free = self.config.webhook_workers - len(self._sending)
-            skip = set(self._sending)
+            skip = set(self._sending) | self._holding()
         handed = 0
         # read again while workers are free and the last read found a receiver full: the oldest
         # notices may all be one project's, and its receiver's share must not idle the others
         while free > 0:
             limit = free * 4
-            found = webhooks.due(self.sessions, self.clock.now(), skip, full, limit=limit)
+            failing_ok = free > self.config.webhook_workers_reserved
+            found = webhooks.due(self.sessions, self.clock.now(), skip, full, limit=limit, failing_ok=failing_ok)
             filled = False
-            for notice in found:
-                key = target_key(notice.project_id, notice.url)
+            for notice in each_project_in_turn(found):
                 with self._lock:
                     if len(self._sending) >= self.config.webhook_workers or self._stopped:
                         return handed
-                    if self._targets().get(key, 0) >= per_target:
+                    under_way = self._projects().get(notice.project_id, 0)
+                    if under_way >= per_project:
                         full.add(notice.project_id)   # its notices all go to this receiver
                         filled = True
                         continue
-                    self._sending[notice.id] = (notice.project_id, key)
+                    if (notice.failing or under_way or self._failed_lately(notice.project_id)) \
+                            and not self._beyond_reserve():
+                        full.add(notice.project_id)   # the reserve is for the others (module doc)
+                        filled = True
+                        continue
+                    self._sending[notice.id] = notice.project_id
                     self.pool.submit(self._deliver, notice)   # under the lock: stop() cannot come between
                 skip.add(notice.id)
                 handed += 1
@@ -103,39 +121,77 @@ class Outbox:
                 break
         return handed
 
+    def _holding(self) -> set[int]:
+        """The deliveries waiting out a failed record's backoff (called with the lock held)."""
+        now, longest = self.clock.now(), self.config.webhook_backoff_max_seconds
+        for id_, (until, _writes) in list(self._held.items()):
+            if until + longest < now:   # long past: the row was written since, or will be
+                del self._held[id_]
+        return {id_ for id_, (until, _writes) in self._held.items() if until > now}
+
+    def _failed_lately(self, project_id: str) -> bool:
+        """A try of the project's failed within the longest backoff (called with the lock held)."""
+        failed = self._failed_at.get(project_id)
+        if failed is not None and self.clock.now() - failed >= self.config.webhook_backoff_max_seconds:
+            del self._failed_at[project_id]
+            failed = None
+        return failed is not None
+
+    def _beyond_reserve(self) -> bool:
+        """A worker is free outside the reserve (called with the lock held)."""
+        return self.config.webhook_workers - len(self._sending) > self.config.webhook_workers_reserved
+
     def _hand_bus(self) -> None:
         with self._lock:
-            if not self.bus_on or self._bus_busy or self._stopped:
+            if not self.bus_on or self._bus_busy or self._stopped or self.clock.now() < self._bus_held[0]:
                 return
             self._bus_busy = True
             self.bus_pool.submit(self._send_bus)
 
     def _send_bus(self) -> None:
+        failed = True
         try:
             assert self.bus is not None   # bus_on
             notifications.send_due(self.sessions, self.clock, self.config, self.bus,
                                    keep_going=lambda: not self._stopped)
+            failed = False
         except Exception:
-            log.exception("bus notifications could not be sent; they are tried again")
+            log.exception("bus notifications could not be sent or recorded; they are tried again after a backoff")
         finally:
             with self._lock:
+                # a send whose result could not be written leaves its notice due as it was: without
+                # this wait every pass would send it again at once, for as long as the writes fail
+                errors = self._bus_held[1] + 1 if failed else 0
+                wait = min(2 ** (errors - 1), self.config.notifications_backoff_max_seconds) if errors else 0
+                self._bus_held = (self.clock.now() + wait, errors)
                 self._bus_busy = False
                 stopped = self._stopped
                 self._lock.notify_all()
             if stopped:
                 self._close_bus()
 
-    def _targets(self) -> Counter:
-        return Counter(key for _project, key in self._sending.values())
+    def _projects(self) -> Counter:
+        return Counter(self._sending.values())
 
     def _deliver(self, notice: webhooks.Due) -> None:
+        delivered, recorded = 0, False
         try:
-            webhooks.attempt(self.sessions, self.clock, self.config, notice, self.send)
+            delivered = webhooks.attempt(self.sessions, self.clock, self.config, notice, self.send)
+            recorded = True
         except Exception:
-            log.exception("webhook delivery %s could not be recorded; it is tried again", notice.id)
+            log.exception("webhook delivery %s could not be recorded; it is tried again after the backoff",
+                          notice.id)
         finally:
             with self._lock:
                 self._sending.pop(notice.id, None)
+                if recorded:
+                    self._held.pop(notice.id, None)
+                else:   # the same backoff as a failed delivery: the row still counts the tries before
+                    writes = self._held.get(notice.id, (0, 0))[1] + 1
+                    wait = webhooks.backoff(self.config, notice.attempts + writes)
+                    self._held[notice.id] = (self.clock.now() + wait, writes)
+                if not delivered and notice.url is not None:   # (a removed webhook's notice: no receiver failed)
+                    self._failed_at[notice.project_id] = self.clock.now()
                 self._lock.notify_all()
 
     def wait(self, timeout: float) -> bool:
@@ -167,13 +223,15 @@ class Outbox:
                 log.exception("closing the bus transport failed")
 
 
-def target_key(project_id: str, url: str | None) -> str:
-    """The receiver whose share of the workers a notice takes: the project's host and port."""
-    try:
-        parts = webhook_targets.split(url or "")
-        return f"{project_id} {parts.hostname.lower()}:{parts.port or parts.scheme}"
-    except (webhook_targets.TargetRefused, ValueError):
-        return f"{project_id} (no target)"
+def each_project_in_turn(notices: list[webhooks.Due]) -> list[webhooks.Due]:
+    """The notices, each project's first before any project's second (and so on), oldest first
+    within each round: the workers a pass has go one to each project before two to any."""
+    rank: Counter = Counter()
+    ranked = []
+    for n, notice in enumerate(notices):
+        ranked.append((rank[notice.project_id], n, notice))
+        rank[notice.project_id] += 1
+    return [notice for _rank, _n, notice in sorted(ranked, key=lambda r: r[:2])]
 
 
 def post(target: Target, body: bytes, headers: dict, deadline: float) -> int:

@@ -6,7 +6,10 @@ from the engine's tick, then POSTs it, signed, and retries a failed delivery
 with a doubling backoff up to a bounded number of attempts. The signature is
 HMAC-SHA256 with the project's secret over "<timestamp>.<body>", sent as
 `X-GPU-Tenancy-Signature: sha256=<hex>` beside `X-GPU-Tenancy-Timestamp`, so a
-receiver can check both who sent it and that it is not an old one replayed."""
+receiver can check both who sent it and that it is not an old one replayed.
+`X-GPU-Tenancy-Delivery` is the row's id, the same on every try: a crash or a change
+of leader between a POST and its record sends the notice again (at least once), and
+the receiver drops the repeat by it."""
 from __future__ import annotations
 
 import hashlib
@@ -107,17 +110,24 @@ class Due:
     attempts: int
     url: str | None
     secret: str | None
+    failing: bool = False   # the project's receiver failed its last try (a notice of it waits for a retry)
 
 
-def due(sessions, now: int, skip_ids: set[int], skip_projects: set[str], limit: int) -> list[Due]:
+def due(sessions, now: int, skip_ids: set[int], skip_projects: set[str], limit: int,
+        failing_ok: bool = True) -> list[Due]:
     """The notices due, oldest first, but for those being sent (`skip_ids`) and those of
-    projects whose receiver has all the workers it may have (`skip_projects`). A lease's
-    notice waits while an earlier one of the same lease is pending (being sent, or waiting
-    for its retry): a receiver gets a lease's notices in the order they were written, so
-    the last `lease.parked` it has is the slot, not one a retry delivered late."""
-    earlier = aliased(m.WebhookDelivery)
+    projects whose receiver has all the workers it may have (`skip_projects`), and, unless
+    `failing_ok`, those of projects whose receiver is failing. A lease's notice waits while
+    an earlier one of the same lease is pending (being sent, or waiting for its retry): a
+    receiver gets a lease's notices in the order they were written, so the last
+    `lease.parked` it has is the slot, not one a retry delivered late."""
+    earlier, tried = aliased(m.WebhookDelivery), aliased(m.WebhookDelivery)
+    # a pending notice that was tried failed that try: its project's receiver is failing (down,
+    # hung, answering 5xx) until a try succeeds, and its notices keep out of the workers' reserve
+    failing = exists().where(tried.project_id == m.WebhookDelivery.project_id, tried.status == "pending",
+                             tried.attempts > 0)
     with session_scope(sessions) as session:
-        query = (select(m.WebhookDelivery, m.ProjectWebhook.url, m.ProjectWebhook.secret)
+        query = (select(m.WebhookDelivery, m.ProjectWebhook.url, m.ProjectWebhook.secret, failing)
                  .outerjoin(m.ProjectWebhook, m.ProjectWebhook.project_id == m.WebhookDelivery.project_id)
                  .where(m.WebhookDelivery.status == "pending", m.WebhookDelivery.next_attempt_at <= utcnow_naive(now),
                         ~exists().where(earlier.lease_id == m.WebhookDelivery.lease_id, earlier.status == "pending",
@@ -127,8 +137,10 @@ def due(sessions, now: int, skip_ids: set[int], skip_projects: set[str], limit: 
             query = query.where(m.WebhookDelivery.id.not_in(skip_ids))
         if skip_projects:
             query = query.where(m.WebhookDelivery.project_id.not_in(skip_projects))
-        return [Due(d.id, d.project_id, d.lease_id, d.event, d.body, d.attempts, url, secret)
-                for d, url, secret in session.execute(query)]
+        if not failing_ok:
+            query = query.where(~failing)
+        return [Due(d.id, d.project_id, d.lease_id, d.event, d.body, d.attempts, url, secret, bool(fails))
+                for d, url, secret, fails in session.execute(query)]
 
 
 def attempt(sessions, clock, config, notice: Due, send) -> int:
@@ -174,7 +186,12 @@ def record_attempt(sessions, clock, config, delivery_id: int, lease_id: str, att
                          f"{why}", now, ACTOR)
             log.warning("webhook delivery %s to project %s given up: %s", delivery_id, delivery.project_id, error)
             return 0
-        wait = min(config.webhook_backoff_seconds * 2 ** (attempt - 1), config.webhook_backoff_max_seconds)
+        wait = backoff(config, attempt)
         delivery.next_attempt_at = utcnow_naive(now + wait)
         log.info("webhook delivery %s failed (%s); retrying in %s s", delivery_id, error, wait)
         return 0
+
+
+def backoff(config, attempt: int) -> int:
+    """Seconds before the try after failed try number `attempt` (1 for the first)."""
+    return min(config.webhook_backoff_seconds * 2 ** (attempt - 1), config.webhook_backoff_max_seconds)
