@@ -525,3 +525,22 @@ def test_a_quota_for_a_project_id_with_url_characters_changes_no_other_project(c
     form = {"csrf_token": csrf, "project_id": typed, "gpu_model": "H100", "gpus": "7", "weight": "1"}
     assert client.post("/dashboard/admin/quotas", data=form).status_code == 302
     assert client.get("/v1/quotas/nlp-lab", headers=headers("nlp-lab", "reader")).get_json()["quota"] == before
+
+
+def test_the_lease_page_shows_the_newest_events_and_says_older_ones_are_left_out(client, runtime):
+    """A lease's events only grow (its guest's readiness reports, one per VM every 15 s): the page
+    listed every one. It shows the newest page of them, oldest of those first, and says so."""
+    from tests.functional.test_leases import add_events
+    runtime.config.max_page_size = 25
+    lease = client.post("/v1/leases", json={"name": "chatty", "shape": "a100.x1", "duration": "PT1H"},
+                        headers=headers()).get_json()["lease"]
+    add_events(runtime.sessions, lease["id"], 60, 0)
+    login(client)
+    page = client.get(f"/dashboard/leases/{lease['id']}").text
+    table = re.search(r'<table id="events">(.*?)</table>', page, re.S).group(1)
+    shown = re.findall(r"report (\d+)", table)
+    assert shown == [str(i) for i in range(35, 60)]   # the newest 25, in order
+    assert 'id="older-events"' in page
+    few = client.post("/v1/leases", json={"name": "quiet", "shape": "a100.x1", "duration": "PT1H"},
+                      headers=headers()).get_json()["lease"]
+    assert 'id="older-events"' not in client.get(f"/dashboard/leases/{few['id']}").text

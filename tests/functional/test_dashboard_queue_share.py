@@ -81,3 +81,28 @@ def test_the_share_page_ranks_projects_with_the_apis_figures(client):
     assert [re.search(r"<td>(\d+)</td>", r).group(1) for r in a100] == [str(r["rank"]) for r in api]
     login(client, roles=("admin",))
     assert "nlp-lab" in client.get("/dashboard/share?gpu_model=A100").text
+
+
+def test_the_queue_page_shows_a_page_says_more_wait_and_links_the_next(client, runtime):
+    """The API pages the queue (its default page, here the operator's max_page_size of 2): the page
+    shows the first page, says more wait and links the next, whose entries follow on; every waiting
+    lease is on one page, once, in order."""
+    runtime.config.max_page_size = 2
+    for i in range(7):   # 2 x 16 GPUs run, 5 wait
+        ask(client, NLP if i % 2 else VISION, f"q{i}", instances=2 if i < 2 else 1)
+    login(client, roles=("admin",))
+    page, shown, pages = client.get("/dashboard/queue").text, [], 0
+    while True:
+        pages += 1
+        entries = rows(page, "queue")
+        assert 0 < len(entries) <= 2
+        shown += [re.search(r"<td>(\d+)</td>", r).group(1) for r in entries]
+        found = re.search(r'<a class="next" href="([^"]+)"', page)
+        if found is None:
+            break
+        assert "More leases wait" in page and "on this page" in page
+        page = client.get(found.group(1).replace("&amp;", "&")).text
+    assert shown == ["1", "2", "3", "4", "5"] and pages == 3
+    assert "first page" in page and "More leases wait" not in page
+    bad = client.get("/dashboard/queue?marker=nonsense")
+    assert bad.status_code == 400 and "not a queue marker" in bad.text

@@ -352,3 +352,71 @@ def test_a_page_after_a_marker_starts_at_the_marker_in_the_index(client, runtime
     statement, plan = pages[0]
     assert not any("TEMP B-TREE" in step for step in plan), (statement, plan)
     assert any("ix_leases_project_created_id" in step and "(created_at,id)" in step for step in plan), plan
+
+
+def old_usage(session, start: int, end: int, now: int, project_id: str | None):
+    """usage.gpu_hours and gpu_hours_by_user as they were: the ledger's allocations read as ORM
+    objects (capacity.holds_between) and the spent parts, once for each figure, the users apart."""
+    from collections import defaultdict
+
+    from gpu_tenancy.domain.calendar import overlap
+    from gpu_tenancy.engine.capacity import holds_between
+    from gpu_tenancy.engine.usage import USED_GPUS
+
+    def used(start: int, end: int) -> list[Hold]:
+        q = select(m.SpentAllocation).where(m.SpentAllocation.start_at < utcnow_naive(end),
+                                            m.SpentAllocation.end_at > utcnow_naive(start))
+        if project_id is not None:
+            q = q.where(m.SpentAllocation.project_id == project_id)
+        spent = [Hold(s.lease_id, s.project_id, s.host, s.gpu_model, s.gpus, to_epoch(s.start_at),
+                      to_epoch(s.end_at)) for s in session.scalars(q)]
+        return holds_between(session, start, end, USED_GPUS, project_id) + spent
+    until = min(end, now)
+    seconds: dict = defaultdict(lambda: defaultdict(int))
+    by_user: dict = defaultdict(int)
+    if until > start:
+        holds = used(start, until)
+        owners = dict(session.execute(select(m.Lease.id, m.Lease.user_id)).all())
+        for hold in holds:
+            s = hold.gpus * overlap(hold.start, hold.end, start, until)
+            seconds[hold.project_id][hold.gpu_model] += s
+            by_user[hold.project_id, owners.get(hold.lease_id, ""), hold.gpu_model] += s
+    if project_id is not None:
+        seconds.setdefault(project_id, defaultdict(int))
+    hours = {p: {g: round(s / 3600, 4) for g, s in sorted(models.items())} for p, models in sorted(seconds.items())}
+    users: dict = defaultdict(lambda: defaultdict(dict))
+    for (p, u, g), s in sorted(by_user.items()):
+        users[p][u][g] = round(s / 3600, 4)
+    return hours, {p: dict(u) for p, u in users.items()}
+
+
+def test_usage_is_one_read_of_the_ledger_with_the_figures_of_before(client, runtime):
+    """GET /v1/usage read the allocations of its window as ORM objects twice (GPU-hours, then per
+    user) and the spent parts twice, then the leases' users: what grows with the history a window
+    covers. It is one Core statement of the columns it needs, with the same figures, on a seeded
+    history of every state (spent parts of moved leases among them), per project and in all."""
+    from gpu_tenancy.engine import usage
+    rng = random.Random(7)
+    add_history(runtime.sessions, 300, seed=3)
+    add_moved_and_releasing(runtime.sessions)
+    with session_scope(runtime.sessions) as session:   # the leases asked for by several users
+        for row in session.scalars(select(m.Lease)):
+            row.user_id = rng.choice(["alice", "bob", "carol"])
+    counted = 0
+    for _ in range(12):
+        start = T0 - rng.randrange(0, 70) * DAY + rng.choice([0, 7 * H])
+        end = start + rng.randrange(1, 40) * DAY
+        now = T0 + rng.randrange(-10, 10) * DAY
+        for project in (None, "ml-vision", "nlp-lab", "no-such"):
+            with runtime.sessions() as session:
+                figures = usage.figures(session, start, end, now, project)
+                assert figures == old_usage(session, start, end, now, project), (start, end, project)
+                counted += sum(len(users) for users in figures[1].values())
+    assert counted > 30   # the windows held many projects' and users' figures, not only empty ones
+    with statements() as run:
+        reply = client.get("/v1/usage?all_projects=true&start=2026-10-01T00:00:00Z&end=2026-12-01T08:00:00Z",
+                           headers=headers("ops", "admin"))
+    assert reply.status_code == 200, reply.get_json()
+    assert reply.get_json()["usage"]["projects"]
+    reads = [s for s, _ in run if "allocations" in s and s.lstrip().upper().startswith("SELECT")]
+    assert len(reads) == 1, reads

@@ -235,6 +235,19 @@ def test_the_next_link_keeps_every_filter_and_takes_no_query_key_as_its_own(clie
     assert [lease["id"] for lease in third["leases"]] == [ids[2]] and "leases_links" not in third
 
 
+def test_the_default_page_is_no_longer_than_the_operators_max_page_size(client, clock, runtime):
+    """The default page (100) was given whatever max_page_size said: an operator who set it to 3
+    bounded only the pages a client asked for, and a plain GET listed up to 100."""
+    runtime.config.max_page_size = 3
+    for i in range(5):
+        ask(client, name=f"l{i}", shape="a100.x1", duration="PT1H")
+        clock.advance(1)
+    body = client.get("/v1/leases", headers=headers()).get_json()
+    assert len(body["leases"]) == 3 and body["leases_links"][0]["rel"] == "next"
+    records = client.get("/v1/audit", headers=headers("ops", "admin")).get_json()
+    assert len(records["audit_records"]) == 3 and "audit_records_links" in records
+
+
 @pytest.mark.parametrize("limit", ["1_0", " 1", "\u0661", "1.0", "0x10", "", "--5", "9" * 40])
 def test_a_limit_is_ascii_digits(client, limit):
     reply = client.get("/v1/leases", query_string={"limit": limit}, headers=headers())
@@ -267,3 +280,88 @@ def test_leases_listed_newest_first_page_by_page(client, clock):
     assert any(lease["allocations"] for lease in listed)   # each page's allocations are its own leases' (the bounds)
     bad = client.get("/v1/leases?sort_dir=up", headers=headers())
     assert bad.status_code == 400 and bad.get_json()["errors"][0]["code"] == "gpu_tenancy.invalid_query"
+
+
+def add_events(sessions, lease_id: str, count: int, seed: int) -> None:
+    """`count` more events on the lease, as a guest's readiness reports add them (one per VM every
+    15 s while it runs), written straight to the database."""
+    import random
+
+    from gpu_tenancy.db.session import utcnow_naive
+    rng = random.Random(seed)
+    with sessions() as s:
+        for i in range(count):
+            s.add(m.Event(lease_id=lease_id, at=utcnow_naive(T0 + 15 * i), actor="guest",
+                          kind=rng.choice(["progress", "warning"]), message=f"VM {rng.randrange(4)} report {i}"))
+        s.commit()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_leases_events_come_a_page_at_a_time_and_the_pages_hold_each_once_in_order(client, runtime, seed):
+    """GET /v1/leases/{id}/events listed every event of the lease in one answer, and a lease's events
+    grow as long as it runs (its guest's readiness reports, one per VM every 15 s: 40,000 a week on one
+    VM). Paged as the listing is: walked with any page sizes, both ways, each event once, in order."""
+    import random
+
+    from tests.functional.test_openapi import response_validator
+    rng = random.Random(seed)
+    runtime.config.max_page_size = 40
+    lease = ask(client, name="chatty")["lease"]
+    add_events(runtime.sessions, lease["id"], rng.randrange(50, 200), seed)
+    with runtime.sessions() as s:
+        expected = list(s.scalars(select(m.Event.message).where(m.Event.lease_id == lease["id"]).order_by(m.Event.id)))
+    validate = response_validator(client.get("/v1/openapi.json").get_json(), "/v1/leases/{lease_id}/events",
+                                  "get", 200).validate
+    first = client.get(f"/v1/leases/{lease['id']}/events", headers=headers()).get_json()
+    assert len(first["events"]) == 40 and "events_links" in first   # the default page, at most max_page_size
+    validate(first)
+    for direction, order in (("asc", expected), ("desc", expected[::-1])):
+        seen: list[str] = []
+        limit = rng.randrange(1, 41)
+        url: str | None = f"/v1/leases/{lease['id']}/events?sort_dir={direction}&limit={limit}"
+        while url:
+            body = client.get(url, headers=headers()).get_json()
+            validate(body)
+            assert len(body["events"]) <= limit
+            seen += [e["message"] for e in body["events"]]
+            url = body["events_links"][0]["href"].replace("http://localhost", "") if "events_links" in body else None
+            if url:
+                limit = rng.randrange(1, 41)
+                url = url.replace(f"limit={url.split('limit=')[1].split('&')[0]}", f"limit={limit}")
+        assert seen == order
+    for bad in ("-1", "abc", "1" * 12):
+        reply = client.get(f"/v1/leases/{lease['id']}/events?marker={bad}", headers=headers())
+        assert reply.status_code == 400 and reply.get_json()["errors"][0]["code"] == "gpu_tenancy.invalid_marker"
+    assert client.get(f"/v1/leases/{lease['id']}/events?limit=41", headers=headers()).status_code == 400
+
+
+def test_the_cli_reads_every_event_across_the_pages_and_waits_on_only_the_new(client, runtime):
+    """`openstack gpu lease create --wait` follows the events: it reads every page, and each poll
+    asks only for those after the ones it has shown (not the whole history again)."""
+    import io
+
+    pytest.importorskip("osc_lib", reason="the `cli` extra is not installed")
+    from gpu_tenancy.osc.client import GpuClient
+    from gpu_tenancy.osc.lease import wait_for_lease
+    from tests.functional.test_osc_queue_share import ApiHttp
+    runtime.config.max_page_size = 30
+    lease = ask(client, name="chatty")["lease"]
+    add_events(runtime.sessions, lease["id"], 100, 0)
+    http = ApiHttp(client)
+    gpu = GpuClient(http, "ml-vision")
+    events = gpu.lease_events(lease["id"])
+    with runtime.sessions() as s:
+        total = s.scalar(select(func.count()).select_from(m.Event).where(m.Event.lease_id == lease["id"]))
+    assert len(events) == total > 100
+    assert [e["message"] for e in gpu.lease_events(lease["id"], after=total - 2)] == [e["message"] for e in events[-2:]]
+    polls = iter([None, None])
+    out = io.StringIO()
+    states = iter(["scheduled", "scheduled", "active"])
+    real_lease = gpu.lease
+    gpu.lease = lambda lease_id: {**real_lease(lease_id), "status": next(states)}   # type: ignore[method-assign]
+    http.asked.clear()
+    wait_for_lease(gpu, lease, out, sleep=lambda _: next(polls))
+    assert out.getvalue().count("report 99") == 1 and out.getvalue().count("report 0\n") == 1
+    assert len(out.getvalue().splitlines()) == total
+    later = [path for path in http.asked if "/events" in path][-1]
+    assert f"marker={total}" in later   # the last poll asked only for what came after

@@ -7,6 +7,10 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from urllib.parse import urlencode
+
+import pytest
 
 from tests.functional.test_osc_plugin import ADMIN, cli, demo, pytestmark  # noqa: F401  (fixtures, skip mark)
 
@@ -93,3 +97,40 @@ print(len(names))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) >= 11   # every command registered, queue and share among them
+
+
+class ApiHttp:
+    """The keystoneauth adapter over the app itself (Flask's test client), as a member:
+    the CLI's client against the real API, without a demo process."""
+
+    def __init__(self, client, project: str = "ml-vision"):
+        self.client, self.asked = client, []
+        self.headers = {"X-Project-Id": project, "X-User-Id": "alice", "X-Roles": "member"}
+
+    def request(self, path, method, json=None, params=None, raise_exc=False, headers=None):
+        path = path.replace("http://localhost", "")
+        self.asked.append(f"{path}?{urlencode(params)}" if params else path)
+        from tests.unit.test_osc_lease_actions import Response
+        reply = self.client.open(path, method=method, json=json, query_string=params, headers=self.headers)
+        return Response(reply.status_code, reply.get_json())
+
+
+def test_the_cli_lists_the_whole_queue_across_the_apis_pages(client, runtime):
+    """The API pages the queue (its default page, here the operator's max_page_size of 2): `openstack
+    gpu queue` follows the next links and lists every waiting lease, in the queue's order, once."""
+    pytest.importorskip("osc_lib", reason="the `cli` extra is not installed")
+    from gpu_tenancy.osc.client import GpuClient
+    from gpu_tenancy.osc.queue import ShowQueue
+    runtime.config.max_page_size = 2
+    member = {"X-Project-Id": "ml-vision", "X-User-Id": "alice", "X-Roles": "member"}
+    for i in range(7):   # 2 x 16 GPUs run, 5 wait
+        reply = client.post("/v1/leases", json={"name": f"q{i}", "shape": "a100.x8", "instances": 2 if i < 2 else 1,
+                                                "duration": "PT1H"},
+                            headers={**member, "X-Project-Id": "nlp-lab" if i % 2 else "ml-vision"})
+        assert reply.status_code == 201, reply.get_json()
+    http = ApiHttp(client)
+    command = ShowQueue(SimpleNamespace(client_manager=SimpleNamespace(gpu=GpuClient(http, "ml-vision"))), None)
+    headers, rows = command.take_action(command.get_parser("openstack gpu queue").parse_args([]))
+    assert [row[0] for row in rows] == [1, 2, 3, 4, 5]   # every waiting lease, in order, once
+    assert [row[3] for row in rows if row[2] == "ml-vision"] == ["q2", "q4", "q6"]
+    assert len(http.asked) == 3   # three pages of at most two

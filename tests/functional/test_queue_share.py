@@ -5,11 +5,13 @@ starts leases in."""
 from __future__ import annotations
 
 import json
+import random
+import re
 
 import pytest
 
 from gpu_tenancy.timeutil import rfc3339
-from tests.conftest import headers
+from tests.conftest import T0, headers
 from tests.functional.test_openapi import response_validator
 
 HOUR = 3600
@@ -213,3 +215,110 @@ def test_share_is_made_at_most_once_per_engine_tick_and_per_replan(client, runti
     after = ok(client.get("/v1/share?gpu_model=A100", headers=VISION))["share"]
     assert made == [t0, t0 + tick, t0 + tick]
     assert [r["waiting_leases"] for r in after["projects"] if not r["hidden"]] == [2]
+
+
+def waiting_rows(sessions, rng, count: int) -> list[str]:
+    """`count` waiting leases written straight to the database (the planner is not asked), each with
+    random GPU model, project, status, position (ties and unplanned ones: None), second asked in
+    (few, so that they tie) and arrival; their ids in the queue's order, told here from the values."""
+    from gpu_tenancy.db import models as m
+    from gpu_tenancy.db.session import utcnow_naive
+    arrivals = rng.sample(range(1, 10 * count + 1), count)
+    rows = []
+    with sessions() as s:
+        for i in range(count):
+            model = rng.choice(["A100", "H100"])
+            position = rng.choice([None, *range(1, count // 3 + 2)])
+            created = utcnow_naive(T0 - rng.randrange(4))
+            lease_id = f"{rng.getrandbits(64):016x}-{i}"
+            s.add(m.Lease(id=lease_id, name=f"w{i}", project_id=rng.choice(["ml-vision", "nlp-lab"]),
+                          user_id="u", status=rng.choice(["queued", "queued", "requested"]),
+                          shape="a100.x1" if model == "A100" else "h100.x1", gpu_model=model, gpus_per_vm=1,
+                          instances=1, duration=HOUR, earliest_start=created, priority=0, created_at=created,
+                          updated_at=created, queue_position=position, queue_reasons=[], arrival=arrivals[i]))
+            rows.append((model, position is None, position or 0, created, arrivals[i], lease_id))
+        s.commit()
+    return [r[-1] for r in sorted(rows)]
+
+
+def walk(client, who, first: str, limit_of) -> list[dict]:
+    """Every page of the queue from `first`, each asked with a page size of limit_of(); the entries in order."""
+    limit = limit_of()
+    entries, url = [], f"{first}{'&' if '?' in first else '?'}limit={limit}"
+    for _ in range(1000):
+        body = ok(client.get(url, headers=who))["queue"]
+        assert len(body["leases"]) <= limit, "a page longer than the limit asked"
+        entries += body["leases"]
+        links = [link["href"] for link in body.get("leases_links", []) if link["rel"] == "next"]
+        if not links:
+            return entries
+        assert len(body["leases"]) > 0, "a page with a next link and nothing on it"
+        url = links[0].replace("http://localhost", "")
+        limit = limit_of()
+        url = re.sub(r"([?&])limit=[0-9]+", rf"\g<1>limit={limit}", url)
+    raise AssertionError("the pages never ended")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_walking_the_queues_pages_yields_every_waiting_lease_once_in_queue_order(client, sessions, runtime,
+                                                                                 document, seed):
+    """/v1/queue answered the whole queue at once (4.3 MB at 10,000 waiting): it is paged, and
+    following the next links with any page sizes lists every waiting lease exactly once, in the
+    queue's order (positions tie and some are not planned yet; leases asked in one second tie)."""
+    rng = random.Random(seed)
+    runtime.config.max_page_size = 50
+    expected = waiting_rows(sessions, rng, rng.randrange(20, 120))
+    validate = response_validator(document, "/v1/queue", "get", 200).validate
+    for who in (ADMIN, VISION):
+        entries = walk(client, who, "/v1/queue", lambda: rng.randrange(1, 51))
+        shown = [e for e in entries if not e["hidden"]]
+        if who is ADMIN:
+            assert [e["lease_id"] for e in entries] == expected
+        else:   # a member: the same order, its own named, the others not
+            assert len(entries) == len(expected)
+            assert [e["lease_id"] for e in shown] == [i for i in expected if i in {e["lease_id"] for e in shown}]
+            assert all(e["lease_id"] is None for e in entries if e["hidden"])
+    for model in ("A100", "H100"):
+        entries = walk(client, ADMIN, f"/v1/queue?gpu_model={model}", lambda: rng.randrange(1, 51))
+        assert [e["lease_id"] for e in entries] == [i for i in expected if i in {e["lease_id"] for e in entries}]
+        assert {e["gpu_model"] for e in entries} <= {model}
+    # a page's answer is the document's, with and without the next link; the default page and its bound
+    validate(ok(client.get("/v1/queue?limit=1", headers=VISION)))
+    validate(ok(client.get("/v1/queue?limit=50", headers=VISION)))
+    # the default page: the API's 100, here cut to the operator's max_page_size
+    assert len(ok(client.get("/v1/queue", headers=ADMIN))["queue"]["leases"]) == min(50, len(expected))
+
+
+def test_the_queue_page_size_is_bounded_and_a_bad_marker_is_a_clear_400(client, runtime, contended):
+    runtime.config.max_page_size = 10
+    for query, code in (({"limit": "11"}, "gpu_tenancy.invalid_query"), ({"limit": "0"}, "gpu_tenancy.invalid_query"),
+                        ({"marker": "not-a-marker"}, "gpu_tenancy.invalid_marker"),
+                        ({"marker": "A100~0~1~1~" + "9" * 40}, "gpu_tenancy.invalid_marker")):
+        reply = client.get("/v1/queue", query_string=query, headers=VISION)
+        assert reply.status_code == 400, (query, reply.get_json())
+        assert reply.get_json()["errors"][0]["code"] == code
+    body = ok(client.get("/v1/queue?limit=1", headers=VISION))["queue"]
+    assert len(body["leases"]) == 1 and body["leases_links"][0]["rel"] == "next"
+    rest = ok(client.get(body["leases_links"][0]["href"], headers=VISION))["queue"]
+    assert len(rest["leases"]) == 1 and "leases_links" not in rest
+    assert rest["leases"][0]["position"] == 2
+
+
+def test_a_queue_marker_names_no_lease_and_outlives_the_lease_it_ended_at(client, clock):
+    """The next link of a member's page that ends at another project's lease carries neither that
+    lease's id (the entry hides it) nor any sequence of the cloud's; and once the lease it ended at
+    has gone (the queue replanned: the others moved up), the next page starts at the lease after it."""
+    for who in (VISION, NLP):
+        assert ask(client, who, instances=2, duration="PT2H")["status"] == "scheduled"
+    waiting = []
+    for i, who in enumerate((NLP, VISION, NLP)):
+        clock.advance(1)
+        waiting.append(ask(client, who, name=f"w{i}"))
+    body = ok(client.get("/v1/queue?limit=1", headers=VISION))["queue"]
+    link = body["leases_links"][0]["href"]
+    assert body["leases"][0]["hidden"] and body["leases"][0]["position"] == 1
+    assert not any(lease["id"] in link for lease in waiting)
+    assert client.delete(f"/v1/leases/{waiting[0]['id']}", headers=ADMIN).status_code == 204
+    rest = ok(client.get(link.replace("limit=1", "limit=10"), headers=ADMIN))["queue"]["leases"]
+    assert [e["lease_id"] for e in rest] == [waiting[1]["id"], waiting[2]["id"]]
+    assert [e["position"] for e in rest] == [1, 2]   # moved up by the replan

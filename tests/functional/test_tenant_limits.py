@@ -286,7 +286,8 @@ COSTLY_READS = [
     ("GET", "/v1/queue", None, "gpu_tenancy.engine.queue.waiting", 200),
     ("GET", f"/v1/capacity?start={rfc3339(T0)}&end={rfc3339(T0 + 90 * DAY)}", None,
      "gpu_tenancy.engine.capacity.calendar", 200),
-    ("GET", "/v1/usage?start=2000-01-01T00:00:00Z", None, "gpu_tenancy.engine.usage.gpu_hours", 200),
+    ("GET", "/v1/usage?start=2000-01-01T00:00:00Z", None, "gpu_tenancy.engine.usage.figures", 200),
+    ("GET", "/v1/leases/{lease}/events?limit=1000", None, "gpu_tenancy.engine.events.of_lease", 200),
     ("GET", "/v1/leases?limit=1000", None, "gpu_tenancy.api.leases.page", 200),
     ("POST", "/v1/leases?dry_run=true", {"shape": "a100.x8", "duration": "PT1H"},
      "gpu_tenancy.engine.offers.preview", 200),
@@ -299,7 +300,7 @@ COSTLY_READS = [
 
 
 @pytest.mark.skipif(bool(PG_URL), reason="SQLite's write lock (on PostgreSQL a read holds no lock)")
-@pytest.mark.parametrize("method,path,body,work,status", COSTLY_READS, ids=["share", "queue", "calendar", "usage", "leases", "dry-run", "blazar-list", "blazar-refused-create"])
+@pytest.mark.parametrize("method,path,body,work,status", COSTLY_READS, ids=["share", "queue", "calendar", "usage", "events", "leases", "dry-run", "blazar-list", "blazar-refused-create"])
 def test_a_costly_read_holds_no_write_lock_meanwhile(client, db_url, monkeypatch, method, path, body, work,
                                                       status):
     """Every SQLite transaction that may write takes the write lock as it begins (BEGIN
@@ -310,8 +311,11 @@ def test_a_costly_read_holds_no_write_lock_meanwhile(client, db_url, monkeypatch
     import sqlite3
 
     for who in ("ml-vision", "nlp-lab"):   # the cluster full: the Blazar create is refused after its plan
-        assert client.post("/v1/leases", headers=headers(who),
-                           json={"shape": "a100.x8", "duration": "PT2H", "instances": 2}).status_code == 201
+        made = client.post("/v1/leases", headers=headers(who),
+                           json={"shape": "a100.x8", "duration": "PT2H", "instances": 2})
+        assert made.status_code == 201
+        if who == "ml-vision":
+            path = path.format(lease=made.get_json()["lease"]["id"])   # a lease's events: the caller's own
     module_name, name = work.rsplit(".", 1)
     module = importlib.import_module(module_name)
     real = getattr(module, name)

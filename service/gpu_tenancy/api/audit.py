@@ -14,7 +14,7 @@ from flask import Blueprint, Response, request
 from flask.typing import ResponseReturnValue
 
 from gpu_tenancy.api import runtime as rt
-from gpu_tenancy.api.validation import check_identifier, query_int, query_time
+from gpu_tenancy.api.validation import check_identifier, query_limit, query_time
 from gpu_tenancy.csv_cells import safe_cell
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch
@@ -47,7 +47,7 @@ def index() -> ResponseReturnValue:
     form = request.args.get("format", "json")
     if form not in FORMATS:
         raise BadRequest(f"format must be one of: {', '.join(FORMATS)}", "gpu_tenancy.invalid_query")
-    limit = query_int("limit", 100, 1, rt.runtime().config.max_page_size)
+    limit = query_limit(rt.runtime().config.max_page_size)
     actions = request.args.getlist("action")
     for action in actions:
         if action not in ACTIONS:

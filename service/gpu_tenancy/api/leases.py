@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+import re
 from typing import NoReturn
 
 from sqlalchemy.orm import Session
@@ -15,7 +16,7 @@ from gpu_tenancy import error_codes as codes
 from gpu_tenancy.api import dry_runs, offer_view, runtime as rt
 from gpu_tenancy.api.lease_commands import CREATE, UPDATE, end_change, lease_ask
 from gpu_tenancy.api.lease_view import for_tenant, page, render
-from gpu_tenancy.api.validation import json_body, query_bool, query_int
+from gpu_tenancy.api.validation import json_body, query_bool, query_limit
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch
 from gpu_tenancy.domain.lease_ask import EndChange
@@ -124,10 +125,8 @@ def create() -> ResponseReturnValue:
 @bp.get("")
 def index() -> ResponseReturnValue:
     rt.authorize("lease:list")
-    limit = query_int("limit", 100, 1, rt.runtime().config.max_page_size)
-    sort_dir = request.args.get("sort_dir", "asc")   # OpenStack's word; by creation, then id
-    if sort_dir not in ("asc", "desc"):
-        raise BadRequest("sort_dir is asc (oldest first, the default) or desc (newest first)", codes.INVALID_QUERY)
+    limit = query_limit(rt.runtime().config.max_page_size)
+    newest_first = query_sort_dir()   # by creation, then id
     status = request.args.getlist("status")
     for s in status:
         if s not in STATUSES:
@@ -142,7 +141,7 @@ def index() -> ResponseReturnValue:
     else:
         project = rt.context().project_id
     with rt.read_transaction() as session:
-        rendered, more = page(session, project, status, request.args.get("marker"), limit, sort_dir == "desc")
+        rendered, more = page(session, project, status, request.args.get("marker"), limit, newest_first)
         body = {"leases": rendered}
     if more:
         body["leases_links"] = [{"rel": "next", "href": rt.next_href("leases.index", rendered[-1]["id"])}]
@@ -157,12 +156,34 @@ def show(lease_id: str) -> ResponseReturnValue:
 
 @bp.get("/<lease_id>/events")
 def events(lease_id: str) -> ResponseReturnValue:
-    with rt.transaction() as session:
+    """A page of the lease's events (limit, marker, sort_dir as the listing). The marker is how many
+    of them, in that order, the pages before listed (a lease's events are never removed), not an
+    event's id: those count every lease's events, so two would tell how busy other projects were."""
+    limit = query_limit(rt.runtime().config.max_page_size)
+    newest_first = query_sort_dir()
+    marker = request.args.get("marker")
+    if marker is not None and not re.fullmatch(r"[0-9]{1,9}", marker):
+        raise BadRequest(f"marker {marker[:64]} is not a count of events (take it from events_links)",
+                         codes.INVALID_MARKER)
+    skip = int(marker or 0)
+    with rt.read_transaction() as session:   # a long history's deep page reads much: without SQLite's write lock
         load(session, lease_id)
-        rows = lease_events.of_lease(session, lease_id)
+        rows, more = lease_events.of_lease(session, lease_id, skip, limit, newest_first)
         text = (lambda message: message) if rt.is_admin() else for_tenant   # the cloud's words: operators'
-        return {"events": [{"at": rfc3339(to_epoch(e.at)), "actor": e.actor, "kind": e.kind,
-                            "from": e.from_state, "to": e.to_state, "message": text(e.message)} for e in rows]}
+        body: dict = {"events": [{"at": rfc3339(to_epoch(e.at)), "actor": e.actor, "kind": e.kind,
+                                  "from": e.from_state, "to": e.to_state, "message": text(e.message)} for e in rows]}
+    if more:
+        body["events_links"] = [{"rel": "next",
+                                 "href": rt.next_href("leases.events", str(skip + len(rows)), lease_id=lease_id)}]
+    return body
+
+
+def query_sort_dir() -> bool:
+    """?sort_dir=: whether newest first."""
+    sort_dir = request.args.get("sort_dir", "asc")   # OpenStack's word
+    if sort_dir not in ("asc", "desc"):
+        raise BadRequest("sort_dir is asc (oldest first, the default) or desc (newest first)", codes.INVALID_QUERY)
+    return sort_dir == "desc"
 
 
 @bp.patch("/<lease_id>")

@@ -252,8 +252,14 @@ PATHS = {
                             description="The data volume is never deleted."),
     },
     "/v1/leases/{lease_id}/events": {
-        "get": operation("A lease's history", "lease:show", 200, wrapped("events", "Event", many=True),
-                         params=[LEASE_ID], errors=(404,)),
+        "get": operation("A lease's history", "lease:show", 200, paged("events", "Event"),
+                         params=[LEASE_ID,
+                                 param("limit", "query", "page size (100 by default)", {"type": "integer", "minimum": 1}),
+                                 param("marker", "query", "how many events the previous pages listed: take the "
+                                                          "next page from events_links"),
+                                 param("sort_dir", "query", "asc: oldest first (the default); desc: newest first",
+                                       {"type": "string", "enum": ["asc", "desc"]})],
+                         errors=(404,)),
     },
     "/v1/leases/{lease_id}/resume": {
         "post": operation("Resume a lease an idle rule parked", "lease:resume", 200, wrapped("lease", "Lease"),
@@ -348,10 +354,16 @@ PATHS = {
     },
     "/v1/queue": {
         "get": operation("Everyone's waiting leases, in planned order per GPU model", "queue:show", 200,
-                         wrapped("queue", "Queue"), params=[GPU_MODEL_FILTER],
+                         wrapped("queue", "Queue"), params=[
+                             GPU_MODEL_FILTER, param("limit", "query", "page size (100 by default)",
+                                                     {"type": "integer", "minimum": 1}),
+                             param("marker", "query", "where the previous page ended: take the next page "
+                                                      "from queue.leases_links")],
                          description="Each waiting lease with its place, ETA and the reason that holds it back "
                                      "the most. Another project's leases show no project, id or name unless "
-                                     "queue:show:all_projects allows (admins)."),
+                                     "queue:show:all_projects allows (admins). A page at a time: "
+                                     "queue.leases_links has the next page's link while more follow; the "
+                                     "marker is the last entry's place in the order, not a lease id."),
     },
     "/v1/share": {
         "get": operation("Fair-share standing per project and GPU model", "share:show", 200,

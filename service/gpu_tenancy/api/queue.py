@@ -3,7 +3,8 @@
 Every reader sees the whole queue, so that "how many are ahead of me, and when do I
 start" has an answer; another project's entries show their shape, place, ETA and
 reason, but not the project, the lease's name or id (`queue:show:all_projects`,
-admins by default, see everything)."""
+admins by default, see everything). A page at a time (limit, marker, and the next page's
+link), as the lease listing: the whole of a long queue was megabytes in one answer."""
 from __future__ import annotations
 
 from typing import Any
@@ -18,6 +19,7 @@ from sqlalchemy.orm import Session
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.api.catalog import GPU_MODEL
 from gpu_tenancy.api.lease_view import start_by_now
+from gpu_tenancy.api.validation import query_limit
 from gpu_tenancy.domain.queue_reasons import anonymous, short_reason
 from gpu_tenancy import error_codes as codes
 from gpu_tenancy.engine import queue
@@ -96,9 +98,15 @@ def show() -> ResponseReturnValue:
     everyone = rt.allowed("queue:show:all_projects")
     own = rt.context().project_id
     charged = rt.planner_settings().queued_charge is not None
+    limit = query_limit(rt.runtime().config.max_page_size)
+    given = request.args.get("marker")
+    marker = queue.parse_marker(given) if given is not None else None
     with rt.read_transaction() as session:
         check_gpu_model(session, model)
-        rows = queue.waiting(session, model)
+        rows, more = queue.waiting(session, model, marker, limit)
     now = rt.now()
-    return {"queue": {"now": rfc3339(now), "gpu_model": model,
-                      "leases": [render_entry(row, everyone or row.project_id == own, now, charged) for row in rows]}}
+    body = {"now": rfc3339(now), "gpu_model": model,
+            "leases": [render_entry(row, everyone or row.project_id == own, now, charged) for row in rows]}
+    if more:
+        body["leases_links"] = [{"rel": "next", "href": rt.next_href("queue.show", queue.marker_of(rows, marker))}]
+    return {"queue": body}

@@ -276,6 +276,9 @@ SHARE_ROW = {
     "waiting_leases": INTEGER,
 }
 
+QUEUE_PAGE = {"now": TIME, "gpu_model": nullable({"type": "string", "description": "the filter, if given"}),
+              "leases": {"type": "array", "items": ref("QueueEntry")}}
+
 SCHEMAS = {
     "Error": closed({"errors": {"type": "array", "minItems": 1, "items": closed({
         "status": INTEGER, "code": STRING, "title": STRING, "detail": STRING,
@@ -391,8 +394,8 @@ SCHEMAS = {
                              "links": LINKS}),
     "BudgetUse": BUDGET_USE,
     "QueueEntry": closed(QUEUE_ENTRY, queue.FIELDS),
-    "Queue": closed({"now": TIME, "gpu_model": nullable({"type": "string", "description": "the filter, if given"}),
-                     "leases": {"type": "array", "items": ref("QueueEntry")}}),
+    # a page of the queue: with leases_links (the next page) only when another follows
+    "Queue": {"oneOf": [closed(QUEUE_PAGE), closed({**QUEUE_PAGE, "leases_links": LINKS})]},
     "ShareRow": closed(SHARE_ROW, share.FIELDS),
     "Share": closed({"now": TIME, "gpu_model": nullable({"type": "string", "description": "the filter, if given"}),
                      "half_life": {"type": "integer", "description": "seconds in which past use counts half as "

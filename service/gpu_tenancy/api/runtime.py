@@ -179,9 +179,10 @@ def remote_address() -> str | None:
     return None
 
 
-def next_href(endpoint: str, marker: str) -> str:
+def next_href(endpoint: str, marker: str, **path: str) -> str:
     """The link to a listing's next page: this request's query, every value of a repeated
-    key kept, with the new marker. Not url_for(**args): it takes some keys as its own
-    arguments (endpoint, _external, _method, _anchor) and keeps one value of each key."""
+    key kept, with the new marker; `path`: the route's own values (a lease's id). Not
+    url_for(**args): it takes some keys as its own arguments (endpoint, _external, _method,
+    _anchor) and keeps one value of each key."""
     query = [(k, v) for k, v in request.args.items(multi=True) if k != "marker"] + [("marker", marker)]
-    return f"{url_for(endpoint, _external=True)}?{urlencode(query)}"
+    return f"{url_for(endpoint, _external=True, **path)}?{urlencode(query)}"

@@ -38,8 +38,7 @@ def show() -> ResponseReturnValue:
     start, end = query_window(default_span=DEFAULT_SPAN, now=now)
     cfg = rt.runtime().config
     with rt.read_transaction() as session:   # a long window reads much: without SQLite's write lock
-        hours = usage.gpu_hours(session, start, end, now, project)
-        by_user = usage.gpu_hours_by_user(session, start, end, now, project)
+        hours, by_user = usage.figures(session, start, end, now, project)   # one read of the ledger
         spent = budgets.current_uses(session, now, project) if form == "json" else {}
     prices = cfg.usage_prices or {}
     if form == "csv":

@@ -17,6 +17,8 @@ from gpu_tenancy.timeutil import time_field
 # before anything walks it (the parser and the checks below recurse).
 MAX_DEPTH = 32
 
+DEFAULT_PAGE = 100   # a listing's page when no limit is asked
+
 
 def json_body(schema: dict) -> dict:
     body = parse_json()
@@ -147,6 +149,12 @@ def query_int(name: str, default: int, minimum: int, maximum: int) -> int:
         raise BadRequest(f"query parameter {name} must be between {minimum} and {maximum}",
                          codes.INVALID_QUERY)
     return value
+
+
+def query_limit(largest: int) -> int:
+    """?limit=, a listing's page size: 100 by default, at most `largest` (config max_page_size),
+    the default too (an operator's max_page_size below 100 bounded only the pages asked for)."""
+    return query_int("limit", min(DEFAULT_PAGE, largest), 1, largest)
 
 
 def query_bool(name: str, default: bool = False) -> bool:

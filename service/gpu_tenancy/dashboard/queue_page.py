@@ -1,9 +1,10 @@
 """Everyone's queue (Slurm's squeue) and the fair-share standing (sshare), as the API
-answers them: every waiting lease in planned order per GPU model, and per project and
+answers them: every waiting lease in planned order per GPU model (a page at a time), and per project and
 model the quota, use and rank. Other projects come unnamed unless the API names them."""
 from __future__ import annotations
 
 from collections import defaultdict
+from urllib.parse import parse_qs, urlsplit
 
 from flask import render_template, request
 
@@ -25,13 +26,26 @@ def by_model(rows: list[dict]) -> dict[str, list[dict]]:
     return dict(sorted(out.items()))
 
 
+def next_marker(body: dict) -> str | None:
+    """The marker of the page after this one of the API's queue, if another follows."""
+    for link in body.get("leases_links", []):
+        if link["rel"] == "next":
+            return parse_qs(urlsplit(link["href"]).query)["marker"][0]
+    return None
+
+
 @bp.get("/queue")
 def queue():
+    """A page of the queue, the API's default page (100, at most the operator's max_page_size),
+    with a link to the next while more wait."""
     client = api()
     model = request.args.get("gpu_model") or None
-    leases = client.get("/v1/queue", gpu_model=model)["queue"]["leases"]
+    marker = request.args.get("marker") or None
+    body = client.get("/v1/queue", gpu_model=model, marker=marker)["queue"]
+    leases = body["leases"]
     return render_template("dashboard/queue.html", groups=by_model(leases), models=gpu_models(client),
-                           model=model, now=rt.now(), count=len(leases))
+                           model=model, now=rt.now(), count=len(leases), marker=marker,
+                           next_marker=next_marker(body))
 
 
 @bp.get("/share")

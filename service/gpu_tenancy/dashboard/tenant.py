@@ -52,8 +52,12 @@ def lease_path(lease_id: str) -> str:
 def lease(lease_id: str):
     client = api()
     row = client.get(lease_path(lease_id))["lease"]
-    events = client.get(lease_path(lease_id) + "/events")["events"]
-    return render_template("dashboard/lease.html", lease=row, events=events, now=rt.now(),
+    # the newest page of its events, shown oldest first (a lease's events only grow: the guest's
+    # readiness reports add one per VM every 15 s), and whether older ones were left out
+    page = client.get(lease_path(lease_id) + "/events", sort_dir="desc", limit=rt.runtime().config.max_page_size)
+    events = page["events"][::-1]
+    return render_template("dashboard/lease.html", lease=row, events=events, older="events_links" in page,
+                           now=rt.now(),
                            refresh=row["status"] in REFRESHING, can_change=row["status"] in WAITING + HOLDING)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sqlalchemy import func, select
+from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
@@ -50,9 +51,22 @@ def record_event(session: Session, row: m.Lease, kind: str, message: str, now: i
     session.add(m.Event(lease=row, at=utcnow_naive(now), actor=actor, kind=kind, message=message))
 
 
-def of_lease(session: Session, lease_id: str) -> list[m.Event]:
-    """The lease's history, oldest first."""
-    return list(session.scalars(select(m.Event).where(m.Event.lease_id == lease_id).order_by(m.Event.id)))
+E = m.Event
+SHOWN = (E.at, E.actor, E.kind, E.from_state, E.to_state, E.message)   # what the API shows of an event
+
+
+def of_lease(session: Session, lease_id: str, skip: int = 0, limit: int | None = None,
+             newest_first: bool = False) -> tuple[list[Row], bool]:
+    """The lease's history, oldest (or newest) first, less the first `skip` events of that order,
+    at most `limit` of them (None: all); and whether more follow. A lease's events only grow
+    (the guest's readiness reports add one per VM every 15 s, a rename or extension one each):
+    listed whole, one lease's history was an answer of any size."""
+    q = (select(*SHOWN).where(E.lease_id == lease_id)
+         .order_by(E.id.desc() if newest_first else E.id).offset(skip))
+    if limit is None:
+        return list(session.execute(q)), False
+    rows = list(session.execute(q.limit(limit + 1)))
+    return rows[:limit], len(rows) > limit
 
 
 def entered_at(session: Session, lease_id: str, state: LeaseState, default: int) -> int:

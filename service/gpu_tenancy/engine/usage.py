@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from sqlalchemy import select
+from sqlalchemy import select, union_all
+from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
@@ -21,45 +22,61 @@ S = LeaseState
 USED_GPUS = HOLDING | {S.ENDED, S.FAILED, S.PREEMPTED}
 
 
+USED = [s.value for s in USED_GPUS]
+A, SPENT, LEASES = m.Allocation.__table__.c, m.SpentAllocation.__table__.c, m.Lease.__table__.c
+
+
+def used_rows(session: Session, start: int, end: int, project_id: str | None = None) -> list[Row]:
+    """(project_id, user_id, gpu_model, gpus, start_at, end_at) of each allocation that used (or
+    is using) GPUs over [start, end), and of each spent part of one on a host that went down; the
+    user is the one who asked for the lease. One Core statement of the columns figures need: usage
+    read the ledger's allocations as ORM objects twice (once per figure) and the leases' users
+    apart, what grows with the history a window covers."""
+    lo, hi = utcnow_naive(start), utcnow_naive(end)
+    ledger_q = (select(A.project_id, LEASES.user_id, A.gpu_model, A.gpus, A.start_at, A.end_at)
+                .join_from(m.Allocation.__table__, m.Lease.__table__, A.lease_id == LEASES.id)
+                .where(LEASES.status.in_(USED), A.start_at < hi, A.end_at > lo))
+    # a spent part's lease is there (its foreign key); joined outer all the same: a user unknown is ""
+    spent_q = (select(SPENT.project_id, LEASES.user_id, SPENT.gpu_model, SPENT.gpus, SPENT.start_at, SPENT.end_at)
+               .join_from(m.SpentAllocation.__table__, m.Lease.__table__, SPENT.lease_id == LEASES.id, isouter=True)
+               .where(SPENT.start_at < hi, SPENT.end_at > lo))
+    if project_id is not None:
+        ledger_q, spent_q = ledger_q.where(A.project_id == project_id), spent_q.where(SPENT.project_id == project_id)
+    return list(session.execute(union_all(ledger_q, spent_q)))
+
+
+def figures(session: Session, start: int, end: int, now: int, project_id: str | None = None
+            ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, dict[str, float]]]]:
+    """gpu_hours and gpu_hours_by_user over [start, min(end, now)), from one read (used_rows)."""
+    until = min(end, now)
+    by_model: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    by_user: dict[tuple[str, str, str], int] = defaultdict(int)
+    if until > start:
+        for r in used_rows(session, start, until, project_id):
+            s = r.gpus * overlap(to_epoch(r.start_at), to_epoch(r.end_at), start, until)
+            by_model[r.project_id][r.gpu_model] += s
+            by_user[r.project_id, r.user_id or "", r.gpu_model] += s
+    if project_id is not None:
+        by_model.setdefault(project_id, defaultdict(int))
+    hours = {project: {model: round(s / 3600, 4) for model, s in sorted(models.items())}
+             for project, models in sorted(by_model.items())}
+    users: dict[str, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+    for (project, user, model), s in sorted(by_user.items()):
+        users[project][user][model] = round(s / 3600, 4)
+    return hours, {project: dict(u) for project, u in users.items()}
+
+
 def gpu_hours(session: Session, start: int, end: int, now: int,
               project_id: str | None = None) -> dict[str, dict[str, float]]:
     """{project: {gpu model: GPU-hours}} over [start, min(end, now)); one project or all (None)."""
-    until = min(end, now)
-    seconds: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    if until > start:
-        for hold in used_between(session, start, until, project_id):
-            seconds[hold.project_id][hold.gpu_model] += hold.gpus * overlap(hold.start, hold.end, start, until)
-    if project_id is not None:
-        seconds.setdefault(project_id, defaultdict(int))
-    return {project: {model: round(s / 3600, 4) for model, s in sorted(models.items())}
-            for project, models in sorted(seconds.items())}
+    return figures(session, start, end, now, project_id)[0]
 
 
 def gpu_hours_by_user(session: Session, start: int, end: int, now: int,
                       project_id: str | None = None) -> dict[str, dict[str, dict[str, float]]]:
     """{project: {user: {gpu model: GPU-hours}}} over [start, min(end, now)): the user is the
     one who asked for the lease. Each figure is rounded as gpu_hours rounds its own."""
-    until = min(end, now)
-    seconds: dict[tuple[str, str, str], int] = defaultdict(int)
-    if until > start:
-        holds = used_between(session, start, until, project_id)
-        owners = lease_users(session, {hold.lease_id for hold in holds})
-        for hold in holds:
-            seconds[hold.project_id, owners.get(hold.lease_id, ""), hold.gpu_model] += \
-                hold.gpus * overlap(hold.start, hold.end, start, until)
-    out: dict[str, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
-    for (project, user, model), s in sorted(seconds.items()):
-        out[project][user][model] = round(s / 3600, 4)
-    return {project: dict(users) for project, users in out.items()}
-
-
-def lease_users(session: Session, lease_ids: set[str]) -> dict[str, str]:
-    ids = sorted(lease_ids)
-    found: dict[str, str] = {}
-    for i in range(0, len(ids), 500):   # bounded IN lists
-        rows = session.execute(select(m.Lease.id, m.Lease.user_id).where(m.Lease.id.in_(ids[i:i + 500])))
-        found.update((lease_id, user_id) for lease_id, user_id in rows)
-    return found
+    return figures(session, start, end, now, project_id)[1]
 
 
 def used_between(session: Session, start: int, end: int, project_id: str | None = None) -> list[Hold]:

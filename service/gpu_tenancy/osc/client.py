@@ -153,8 +153,20 @@ class GpuClient:
     def lease(self, lease_id: str) -> dict:
         return self.request("GET", f"/v1/leases/{segment(lease_id)}", key="lease")
 
-    def lease_events(self, lease_id: str) -> list[dict]:
-        return self.request("GET", f"/v1/leases/{segment(lease_id)}/events", key="events")
+    def lease_events(self, lease_id: str, after: int = 0) -> list[dict]:
+        """The lease's events after its first `after` (every one: 0), oldest first, following
+        the next links (the API lists a page at a time; its marker counts the events read)."""
+        params: dict[str, Any] | None = {"marker": str(after)} if after else None
+        path: str | None = f"/v1/leases/{segment(lease_id)}/events"
+        out: list[dict] = []
+        while path:
+            page = self.request("GET", path, params=params)
+            if not isinstance(page.get("events"), list):
+                raise exceptions.CommandError(f"the answer to GET {path} has no list of events")
+            out += page["events"]
+            path = next((link["href"] for link in page.get("events_links", []) if link["rel"] == "next"), None)
+            params = None        # the next link carries the query
+        return out
 
     def create_lease(self, body: dict, dry_run: bool = False) -> dict:
         """The lease (or its preview), with the offers the answer lists when it would wait."""
@@ -196,7 +208,22 @@ class GpuClient:
 
     # everyone's queue and fair share
     def queue(self, gpu_model: str | None = None) -> dict:
-        return self.request("GET", "/v1/queue", params={"gpu_model": gpu_model} if gpu_model else None, key="queue")
+        """The whole queue: its first page, with the leases of every next page followed."""
+        params: dict[str, Any] | None = {"gpu_model": gpu_model} if gpu_model else None
+        path: str | None = "/v1/queue"
+        queue: dict | None = None
+        while path:
+            page = self.request("GET", path, params=params, key="queue")
+            if not isinstance(page, dict) or not isinstance(page.get("leases"), list):
+                raise exceptions.CommandError(f"the answer to GET {path} has no list of leases")
+            if queue is None:
+                queue = page
+            else:
+                queue["leases"] += page["leases"]
+            path = next((link["href"] for link in page.pop("leases_links", []) if link["rel"] == "next"), None)
+            params = None        # the next link carries the query
+        assert queue is not None
+        return queue
 
     def share(self, gpu_model: str | None = None) -> dict:
         return self.request("GET", "/v1/share", params={"gpu_model": gpu_model} if gpu_model else None, key="share")

@@ -108,13 +108,14 @@ def wait_for_lease(client, lease: dict, out, interval: float = WAIT_INTERVAL,
                    sleep=time.sleep) -> tuple[dict, bool]:
     """Follow the lease until it is active or final, writing each new event and each
     change of queue place to `out`; return its last state and whether it became active."""
-    shown_events, shown_queue = 0, None
+    shown_events, shown_queue, started = 0, None, False
     while True:
         lease = client.lease(lease["id"])
-        events = client.lease_events(lease["id"])
-        for event in events[shown_events:]:
+        events = client.lease_events(lease["id"], after=shown_events)   # only those not shown yet
+        for event in events:
             out.write(describe_event(event) + "\n")
-        shown_events = len(events)
+        shown_events += len(events)
+        started = started or any(e.get("to") == LeaseState.ACTIVE.value for e in events)
         queue = lease.get("queue")
         if lease["status"] == "queued" and queue and (queue["position"], queue["eta"]) != shown_queue:
             shown_queue = (queue["position"], queue["eta"])
@@ -123,7 +124,7 @@ def wait_for_lease(client, lease: dict, out, interval: float = WAIT_INTERVAL,
         out.flush()
         # a failed start passes through `ending` too, so only active or final ends the wait
         if lease["status"] == LeaseState.ACTIVE.value or lease["status"] in FINAL_STATES:
-            return lease, any(e.get("to") == LeaseState.ACTIVE.value for e in events)
+            return lease, started
         sleep(interval)
 
 
