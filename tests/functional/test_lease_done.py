@@ -82,6 +82,29 @@ def test_bad_bodies_are_refused_and_change_nothing(client, engine_tick, body):
     assert status(client, lease) == "active"
 
 
+CONTROLS = ["exit 0\x1b]52;c;cm0gLXJmIH4=\x07", "exit 0\nthe work is done, said the admin", "exit\x7f",
+            "exit\x9b2J", "evil\u202egnp.exe", "two\u2028lines"]
+
+
+@pytest.mark.parametrize("detail", CONTROLS)
+def test_a_detail_with_a_control_character_is_refused_and_ends_nothing(client, engine_tick, detail):
+    """The detail goes into the lease's events, which the dashboard, the API's readers and the
+    admin exports show as they are: what a lease's name may not hold, its VM may not write there
+    (an OSC 52 escape writes a reader's clipboard, a newline forges another line of events)."""
+    lease, token = active(client, engine_tick)
+    answer = client.post(f"/v1/leases/{lease}/done", json={"instance": 0, "detail": detail},
+                         headers={"X-Lease-Token": token})
+    assert answer.status_code == 400, answer.get_json()
+    error = answer.get_json()["errors"][0]
+    assert error["code"] == "gpu_tenancy.invalid_input" and "detail" in error["detail"]
+    assert status(client, lease) == "active"
+    events = client.get(f"/v1/leases/{lease}/events", headers=headers()).get_json()["events"]
+    assert not any("work is done" in e["message"] for e in events)
+    answer = client.post(f"/v1/leases/{lease}/done", json={"instance": 0, "detail": "exit 0 – fini, 学習 done"},
+                         headers={"X-Lease-Token": token})
+    assert answer.status_code == 200, answer.get_json()
+
+
 def test_a_waiting_lease_is_not_done(client, runtime):
     start = rfc3339(runtime.clock.now() + 86400)
     made = client.post("/v1/leases", json={"shape": "h100.x4", "duration": "PT1H", "start": start},

@@ -192,6 +192,22 @@ def test_an_active_lease_shows_fixed_and_floating_addresses_and_an_ssh_line(clie
     assert listed["servers"] == active["servers"]
 
 
+def test_a_network_name_with_controls_reaches_the_events_inert(client, cloud, engine_tick):
+    """A project names its Neutron networks as it likes, and the name is told in its lease's
+    events ("VM 0: fixed 10.1.0.2 on <name>"), which admins read on the dashboard, in the
+    events export and through the API. Before: an OSC 52 escape and a forged event line went
+    into them as they were; now each control is written as its escape, the name still there."""
+    name = "net\x1b]52;c;cm0gLXJmIH4=\x07\n2026-12-01T08:00:00Z  transition: forged\u202e"
+    cloud.add_network(name, "10.7.0.0/24", project="ml-vision")
+    lease = ask(client, network=network_id(cloud, name))["lease"]
+    run_to_active(client, engine_tick, lease["id"])
+    events = client.get(f"/v1/leases/{lease['id']}/events", headers=headers()).get_json()["events"]
+    told = [e["message"] for e in events if " on net" in e["message"]]
+    assert told and all(message.isprintable() for message in told), told
+    assert told[0].endswith(" on net\\x1b]52;c;cm0gLXJmIH4=\\x07\\n2026-12-01T08:00:00Z  transition: forged\\u202e")
+    assert all(e["message"].isprintable() for e in events)
+
+
 def test_without_a_floating_ip_the_ssh_line_has_the_fixed_ip_and_the_images_login(client, cloud, engine_tick):
     lease = ask(client, image="rocky-9-cuda-12")["lease"]
     active = run_to_active(client, engine_tick, lease["id"])

@@ -1,13 +1,16 @@
 """/metrics: the figures Prometheus scrapes, read back with prometheus_client's own parser."""
 from __future__ import annotations
 
+import random
 from datetime import datetime
+
+import pytest
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_tenancy.db.session import session_scope
 from gpu_tenancy.domain.failures import FailureClass
-from gpu_tenancy.engine import reports
+from gpu_tenancy.engine import housekeeping, reports
 from tests.conftest import headers
 
 
@@ -147,3 +150,63 @@ def test_eta_honesty_holds_each_started_lease_to_its_first_eta(client, clock, en
 
 def epoch(stamp: str) -> int:
     return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp())
+
+
+PROJECTS = ("ml-vision", "nlp-lab")
+SHAPES = ("a100.x1", "a100.x4", "a100.x8", "h100.x1", "h100.x4")
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6])
+def test_every_counter_only_grows_over_a_random_history(client, runtime, cloud, engine_tick, seed):
+    """Leases asked for, cancelled, shortened, extended and done, boots that fail, hosts that go
+    down and come back, utilisation reports, the engine's housekeeping, as time runs: after each
+    step, no `_total` sample on /metrics is below what an earlier scrape showed (Prometheus reads
+    any decrease as a restart, and rate() takes the whole counter for the increase)."""
+    runtime.config.readiness_url = "http://gpu-tenancy.example:8779"   # leases with a secret, for the agents' reports
+    rng = random.Random(seed)
+    made: list[tuple[str, str, str | None]] = []        # (project, lease id, its secret)
+    down: set[str] = set()
+    shown: dict = {}
+    for step in range(120):
+        action = rng.random()
+        project = rng.choice(PROJECTS)
+        if action < 0.25:
+            reply = client.post("/v1/leases", json={
+                "shape": rng.choice(SHAPES), "instances": rng.choice([1, 1, 2]), "readiness_probe": True,
+                "duration": rng.choice([600, 1800, 3600, 3 * 3600])}, headers=headers(project))
+            if reply.status_code == 201:
+                lease = reply.get_json()["lease"]
+                made.append((project, lease["id"], lease["readiness"]["token"]))
+        elif action < 0.32 and made:
+            owner, lease_id, _ = rng.choice(made)
+            client.delete(f"/v1/leases/{lease_id}", headers=headers(owner))
+        elif action < 0.40 and made:
+            owner, lease_id, _ = rng.choice(made)
+            client.patch(f"/v1/leases/{lease_id}", json={"duration": rng.choice([600, 1800, 7200]),
+                                                         "shrink": rng.random() < 0.5}, headers=headers(owner))
+        elif action < 0.45 and made:
+            owner, lease_id, _ = rng.choice(made)
+            client.post(f"/v1/leases/{lease_id}/done", headers=headers(owner))
+        elif action < 0.55 and (running := [(o, i, t) for o, i, t in made if client.get(
+                f"/v1/leases/{i}", headers=headers(o)).get_json()["lease"]["status"] == "active"]):
+            owner, lease_id, secret = rng.choice(running)
+            client.post(f"/v1/leases/{lease_id}/utilization", headers={"X-Lease-Token": secret}, json={
+                "instance": 0, "gpus": [{"index": 0, "utilization": rng.randrange(101), "memory_used_mib": 1}]})
+        elif action < 0.60:
+            cloud.inject_failure("server_error", rng.choice([FailureClass.NO_VALID_HOST, FailureClass.IMAGE]))
+        elif action < 0.65:
+            host = rng.choice([h.name for h in cloud.capacity()])
+            up = host in down
+            cloud.set_host_state(host, up=up)
+            (down.discard if up else down.add)(host)
+        elif action < 0.70:
+            housekeeping.run(runtime.sessions, runtime.clock.now(), runtime.config)
+        else:
+            engine_tick(advance=rng.choice([5, 20, 30, 60, 300, 900, 3600]))
+        now = {key: v for key, v in scrape(client).items() if key[0].endswith("_total")}
+        fell = {key: (shown[key], v) for key, v in now.items() if key in shown and v < shown[key]}
+        gone = [key for key in shown if key not in now]
+        assert not fell and not gone, (step, action, fell, {k: shown[k] for k in gone})
+        shown = now
+    for counter in ("gpu_tenancy_gpu_hours_allocated_total", "gpu_tenancy_gpu_hours_measured_total"):
+        assert any(key[0] == counter and v > 0 for key, v in shown.items()), counter   # the history used them

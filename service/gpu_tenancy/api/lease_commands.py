@@ -2,13 +2,12 @@
 built from a body that passed one: every time and duration read here, once."""
 from __future__ import annotations
 
+from gpu_tenancy.api.validation import PRINTABLE
 from gpu_tenancy.domain.lease_ask import Boot, EndChange, LeaseAsk, VolumeAsk
 from gpu_tenancy.timeutil import duration_field, time_field
 
-# A lease's name is shown on operators' terminals, the dashboard and webhook receivers' logs: no
-# C0 or C1 control, DEL, zero-width or direction-turning character, nor line or paragraph separator
-NAME = {"type": "string", "minLength": 1, "maxLength": 255,
-        "pattern": r"^[^\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]*$",
+# A lease's name is shown on operators' terminals, the dashboard and webhook receivers' logs
+NAME = {"type": "string", "minLength": 1, "maxLength": 255, "pattern": PRINTABLE,
         "description": "printable text: no control, zero-width or direction-turning character"}
 # A volume's id, as Cinder makes them (GET /v1/volumes lists them): it goes into the path of the
 # cloud's request with the service's admin rights (openstacksdk does not quote it), where anything

@@ -11,7 +11,7 @@ from flask.typing import ResponseReturnValue
 
 from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.api.leases import load_any, refuse_secret
-from gpu_tenancy.api.validation import json_body
+from gpu_tenancy.api.validation import PRINTABLE, json_body
 from gpu_tenancy.engine import readiness
 from gpu_tenancy.errors import Forbidden, Unauthorized
 
@@ -28,7 +28,9 @@ REPORT = {
         "ok": {"type": "boolean", "description": "the expected GPUs are visible and each one usable"},
         "gpus_visible": COUNT,
         "gpus_usable": COUNT,
-        "detail": {"type": "string", "maxLength": 4096, "description": "the probe's own words"},
+        # told in the lease's events, which its project, admins and the exports read
+        "detail": {"type": "string", "maxLength": 4096, "pattern": PRINTABLE,
+                   "description": "the probe's own words: printable text, no control character"},
     },
 }
 

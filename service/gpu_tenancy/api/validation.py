@@ -13,6 +13,11 @@ from gpu_tenancy import error_codes as codes
 from gpu_tenancy.timeutil import time_field
 
 
+# Text a tenant writes that others read (a lease's name, what its VMs say into its events) is
+# shown on operators' terminals, the dashboard, exports and webhook receivers' logs: no C0 or C1
+# control, DEL, zero-width or direction-turning character, nor line or paragraph separator.
+PRINTABLE = r"^[^\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]*$"
+
 # No request body of the API nests deeper than a few levels; a deeper one is refused
 # before anything walks it (the parser and the checks below recurse).
 MAX_DEPTH = 32

@@ -12,6 +12,7 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import ledger_lock, to_epoch, utcnow_naive
 from gpu_tenancy.domain.states import LeaseState, transition
 from gpu_tenancy.engine import notifications
+from gpu_tenancy.inert_text import printable
 
 
 def record_transition(session: Session, row: m.Lease, target: LeaseState, now: int, actor: str,
@@ -23,7 +24,7 @@ def record_transition(session: Session, row: m.Lease, target: LeaseState, now: i
     row.updated_at = utcnow_naive(now)
     event = m.Event(lease=row, at=utcnow_naive(now), actor=actor, kind="transition",
                     from_state=change.from_state.value if change.from_state else None,
-                    to_state=target.value, message=why)
+                    to_state=target.value, message=printable(why))
     session.add(event)
     notifications.on_transition(session, row, change.from_state, target, now)
     return event
@@ -48,7 +49,9 @@ def lease_in(session: Session, lease_id: str, state: LeaseState, *, ledger: bool
 
 
 def record_event(session: Session, row: m.Lease, kind: str, message: str, now: int, actor: str) -> None:
-    session.add(m.Event(lease=row, at=utcnow_naive(now), actor=actor, kind=kind, message=message))
+    """The message made printable: it may quote a tenant's Neutron network name or the cloud's words,
+    and the dashboard, the API's readers and the admin exports show it as it is."""
+    session.add(m.Event(lease=row, at=utcnow_naive(now), actor=actor, kind=kind, message=printable(message)))
 
 
 E = m.Event

@@ -5,7 +5,8 @@ Lease figures are read from the database at scrape time, so every API worker
 and the engine report the same numbers whichever process is scraped, and a
 restart loses nothing: counters and the wait histogram are counts over all
 leases ever recorded (the GPU-hour counters from running totals,
-engine/metric_rollups.py, so their cost does not grow with history). Only the planner's duration is measured in the process
+engine/metric_rollups.py, so their cost does not grow with history, each never below what
+it showed before). Only the planner's duration is measured in the process
 that ran the plan (set PROMETHEUS_MULTIPROC_DIR to add up several processes)."""
 from __future__ import annotations
 
@@ -175,7 +176,7 @@ class LeaseCollector:
         from gpu_tenancy.engine import gpu_activity, metric_rollups
         labels = ["gpu_model", "project_id"]
         # running totals and the last hours since (engine/metric_rollups.py): not all of history
-        counted = metric_rollups.totals(session, now)
+        counted = metric_rollups.shown(session, metric_rollups.totals(session, now))   # never lower than before
         for name, family_name, text in (
                 (metric_rollups.ALLOCATED, "gpu_hours_allocated", "GPU-hours held by leases, ever."),
                 (metric_rollups.MEASURED, "gpu_hours_measured", "GPU-hours the leases' guest agents reported on, "

@@ -33,7 +33,9 @@ install_commands() {
 # GPUs back (its VMs are deleted, the data volume is kept). DETAIL goes in its events.
 set -u
 . "${GT_ETC:-/etc/gpu-tenancy}/lease.env"
-detail=$(printf '%s' "${1:-}" | tr -d '\000-\037"\\' | cut -c1-1000)
+# printable ASCII only: the service refuses a control character (C1 and DEL too) or a
+# direction-turning one in the detail, and a cut through a UTF-8 character is not JSON
+detail=$(printf '%s' "${1:-}" | LC_ALL=C tr -cd ' -~' | tr -d '"\\' | cut -c1-1000)
 body=$(printf '{"instance": %s, "detail": "%s"}' "$INSTANCE" "$detail")
 curl -fsS -m 20 --retry 5 --retry-delay 5 -X POST -H 'Content-Type: application/json' \
     -H "X-Lease-Token: $LEASE_TOKEN" -d "$body" "$LEASE_URL/done" && echo

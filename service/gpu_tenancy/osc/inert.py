@@ -7,22 +7,21 @@ addresses, is anything its project chose. Printed raw, OSC 52 writes the operato
 clipboard, CSI rewrites the screen, a newline forges a table row. Every character that is
 not printable is written as its Python escape (ESC as \\x1b) in every format but json and
 yaml, which escape them themselves and stay exact for programs. -f shell is for `eval`, and
-cliff escapes only '"' in it: `$(...)`, backquotes and backslashes are escaped here too."""
+cliff escapes only '"' in it: `$(...)`, backquotes and backslashes are escaped here too. -f csv
+is for spreadsheets: a cell a spreadsheet would run as a formula (a lease named
+`=HYPERLINK(...)`) is written as text, as the API's and the dashboard's CSV files write it
+(csv_cells.py)."""
 from __future__ import annotations
 
 from typing import Any
 
 from cliff import columns, show
 
+from gpu_tenancy.csv_cells import safe_cell
+from gpu_tenancy.inert_text import printable
+
 EXACT = frozenset({"json", "yaml"})
 SHELL_SPECIAL = {"\\": "\\\\", "$": "\\$", "`": "\\`"}
-
-
-def printable(text: str) -> str:
-    """`text` with each unprintable character (controls, DEL, bidi overrides) as its escape."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def deep(value: Any) -> Any:
@@ -44,9 +43,18 @@ def shell_word(value: Any) -> str:
     return "".join(SHELL_SPECIAL.get(c, c) for c in printable(text))
 
 
+def csv_cell(value: Any) -> Any:
+    """A value as the csv formatter writes it (a column as its machine-readable text), printable
+    and never a formula."""
+    text = str(value.machine_readable()) if isinstance(value, columns.FormattableColumn) else value
+    return safe_cell(deep(text))
+
+
 def cell(value: Any, formatter: str) -> Any:
     if formatter in EXACT:
         return value
+    if formatter == "csv":
+        return csv_cell(value)
     return shell_word(value) if formatter == "shell" else deep(value)
 
 
