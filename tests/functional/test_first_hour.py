@@ -242,3 +242,26 @@ def test_the_capacity_calendar_plans_once_per_replan_and_still_counts_a_new_leas
     assert len(plans) == 1
     clock.advance(5)                                                  # the engine's tick: time moved the plan
     assert planned_at("2026-12-01T11:00:00Z") == 8 and len(plans) == 2
+
+
+def test_the_capacity_calendar_counts_a_lease_fitted_into_the_plan_and_one_taken_out(client, clock, runtime):
+    """With a long queue a create is fitted into the plan (engine/plan_insert.py) and a cancel of a
+    waiting lease takes it out (engine/plan_remove.py): neither replans. The calendar's plan was
+    kept while the ledger had not replanned, so it showed, the same second, GPUs free that the
+    lease just made was planned on, and planned ones the lease just cancelled no longer was."""
+    runtime.fits.min_waiting = 0   # (as a queue of plan_insert_min_waiting leases does)
+    vision, nlp = headers("ml-vision"), headers("nlp-lab")
+    for who, hours in ((vision, 2), (nlp, 4)):                        # the A100 hosts full until 10:00 and 12:00
+        client.post("/v1/leases", json={"shape": "a100.x8", "instances": 2, "duration": f"{hours}h"}, headers=who)
+    end = rfc3339(clock.now() + 6 * 3600)
+
+    def planned_at(t: str) -> int:
+        body = client.get(f"/v1/capacity?start=now&end={end}", headers=headers("nlp-lab")).get_json()["capacity"]
+        return sum(s["planned"] for h in body["calendar"] if h["gpu_model"] == "A100" for s in h["free"]
+                   if s["from"] <= t < s["to"])
+    assert planned_at("2026-12-01T11:00:00Z") == 0
+    waits = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "3h"}, headers=vision).get_json()["lease"]
+    assert waits["status"] == "queued"
+    assert planned_at("2026-12-01T11:00:00Z") == 8                    # fitted in: planned on at once
+    assert client.delete(f"/v1/leases/{waits['id']}", headers=vision).status_code == 204
+    assert planned_at("2026-12-01T11:00:00Z") == 0                    # taken out: no longer

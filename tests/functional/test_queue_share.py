@@ -322,3 +322,20 @@ def test_a_queue_marker_names_no_lease_and_outlives_the_lease_it_ended_at(client
     rest = ok(client.get(link.replace("limit=1", "limit=10"), headers=ADMIN))["queue"]["leases"]
     assert [e["lease_id"] for e in rest] == [waiting[1]["id"], waiting[2]["id"]]
     assert [e["position"] for e in rest] == [1, 2]   # moved up by the replan
+
+
+def test_a_lease_fitted_into_the_plan_is_counted_by_the_next_share(client, runtime, contended):
+    """With a long queue a create is fitted into the plan (engine/plan_insert.py), and a cancel
+    takes its lease out of it (engine/plan_remove.py): neither replans. The standings made before
+    were kept (keyed by the replans alone), and the project's member read, the same second, a
+    share without the lease just made, then with the lease just cancelled."""
+    runtime.fits.min_waiting = 0   # (as a queue of plan_insert_min_waiting leases does)
+    before = ok(client.get("/v1/share?gpu_model=A100", headers=VISION))["share"]
+    made = ask(client, VISION, name="vision-fitted")
+    assert made["status"] == "queued"
+    after = ok(client.get("/v1/share?gpu_model=A100", headers=VISION))["share"]
+    assert client.delete(f"/v1/leases/{made['id']}", headers=VISION).status_code == 204
+    cancelled = ok(client.get("/v1/share?gpu_model=A100", headers=VISION))["share"]
+    assert after["now"] == before["now"] == cancelled["now"]   # the same second
+    assert [r["waiting_leases"] for r in (before, after, cancelled) for r in r["projects"] if not r["hidden"]] \
+        == [1, 2, 1]

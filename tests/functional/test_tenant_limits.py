@@ -3,10 +3,13 @@ how far ahead it starts, the leases it may keep waiting; and a lease beyond any
 plannable time, already in the database, stops nobody else's leases."""
 from __future__ import annotations
 
+import random
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, func, select
 
 from gpu_tenancy.app import create_app
 from gpu_tenancy.config import Config
@@ -278,6 +281,89 @@ def test_two_creates_at_once_do_not_pass_the_waiting_limit_together(app_with, db
                                                      m.Lease.status.in_(ask_facts.WAITING_STATES))).all()
     assert len(waiting) == 2
 
+
+def waiting_counts(session) -> tuple[Counter, Counter]:
+    """The waiting leases (as the limits count them) per project and per (project, user)."""
+    rows = session.execute(select(m.Lease.project_id, m.Lease.user_id, func.count()).where(
+        m.Lease.status.in_(ask_facts.WAITING_STATES)).group_by(m.Lease.project_id, m.Lease.user_id)).all()
+    projects: Counter = Counter()
+    users: Counter = Counter()
+    for project, user, n in rows:
+        projects[project] += n
+        users[(project, user)] = n
+    return projects, users
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_creates_at_once_never_pass_a_waiting_limit(app_with, seed):
+    """Seeded random creates (and some cancels) of four threads at once, from three projects with
+    quotas and one without, of several users each, some asks bad. At every commit no project and
+    no user has more leases waiting than its limit (on SQLite a create holds the write lock from
+    its start; on PostgreSQL, GPU_TENANCY_TEST_DB, they interleave under the create lock); every
+    refusal is a 4xx in the OpenStack error format; every lease in the database is one a 201
+    answered, with its audit record: nothing half-made."""
+    rng = random.Random(seed)
+    per_project, per_user = rng.choice((3, 4, 5)), rng.choice((1, 2))   # four users each: both are reached
+    app = app_with(max_waiting_leases_per_project=per_project, max_waiting_leases_per_user=per_user)
+    rt = app.extensions["gpu_tenancy"]
+    unlimited_quota(app.test_client(), "astro")
+    later = rfc3339(T0 + 2 * DAY)
+    over: list[str] = []
+
+    @event.listens_for(rt.sessions, "before_commit")
+    def at_commit(session):   # the commit's own transaction: what it is about to make of the counts
+        projects, users = waiting_counts(session)
+        over.extend(f"{p}: {n}" for p, n in projects.items() if n > per_project)
+        over.extend(f"{u}: {n}" for u, n in users.items() if n > per_user)
+
+    def tenant(worker: int) -> list[tuple]:
+        r, client, answers = random.Random(f"{seed}:{worker}"), app.test_client(), []
+        mine: list[tuple[dict, str]] = []
+        for step in range(30):
+            if mine and r.random() < 0.2:
+                who, lease_id = mine.pop(r.randrange(len(mine)))
+                reply = client.delete(f"/v1/leases/{lease_id}", headers=who)
+                assert reply.status_code == 204, reply.get_data(as_text=True)[:500]
+                continue
+            project = r.choice(("ml-vision", "ml-vision", "nlp-lab", "astro", "no-quota-project"))
+            who = headers(project, user=f"{project}-u{r.randrange(4)}")
+            body: dict = {"shape": r.choice(("a100.x1", "a100.x8", "a100.x8")), "duration": "PT1H",
+                          "instances": r.choice((1, 3))}
+            if r.random() < 0.6:
+                body["start"] = later   # a reservation: it waits (scheduled) until then
+            if r.random() < 0.1:
+                body[r.choice(("shape", "duration"))] = r.choice(("no-such", "P400D", -1))
+            reply = client.post("/v1/leases", headers=who, json=body)
+            answers.append((worker, step, project, reply.status_code, reply.get_json(),
+                            reply.headers.get("x-openstack-request-id")))
+            if reply.status_code == 201:
+                mine.append((who, reply.get_json()["lease"]["id"]))
+        return answers
+
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            answers = [a for got in pool.map(tenant, range(4)) for a in got]
+    finally:
+        event.remove(rt.sessions, "before_commit", at_commit)
+    assert not over, f"seed {seed}, limits {per_project}/{per_user}: over at a commit: {over[:10]}"
+    made = {body["lease"]["id"] for *_, status, body, _ in answers if status == 201}
+    refused = Counter()
+    for worker, step, _, status, body, request_id in answers:
+        if status == 201:
+            continue
+        assert 400 <= status < 500, (seed, worker, step, status, body)
+        (err,) = body["errors"]
+        assert {"status", "code", "title", "detail", "request_id"} <= set(err), err
+        assert err["status"] == status and err["request_id"] == request_id, err
+        refused[err["code"], err["detail"].split()[0]] += 1
+    # both limits were reached
+    assert refused["gpu_tenancy.too_many_waiting", "project"] and refused["gpu_tenancy.too_many_waiting", "user"], refused
+    with session_scope(rt.sessions) as s:
+        leases = set(s.scalars(select(m.Lease.id)))
+        audited = set(s.scalars(select(m.AuditRecord.target_id).where(m.AuditRecord.action == "lease.create")))
+        projects, users = waiting_counts(s)
+    assert leases == made and audited == made, (seed, leases ^ made, audited ^ made)
+    assert max(projects.values()) <= per_project and max(users.values()) <= per_user
 
 # A tenant's costly read (a route that plans the whole queue, or reads a long history) and the
 # function that does its work inside the request's transaction: meanwhile nobody else may write.

@@ -23,7 +23,7 @@ from gpu_tenancy.api import runtime as rt
 from gpu_tenancy.api.queue import check_gpu_model, query_gpu_model, whose
 from gpu_tenancy.domain.planner import PlannerSettings
 from gpu_tenancy.domain.standing import Standing
-from gpu_tenancy.engine import ledger, share
+from gpu_tenancy.engine import plan_insert, share
 from gpu_tenancy.timeutil import rfc3339
 
 bp = Blueprint("share", __name__, url_prefix="/v1/share")
@@ -61,25 +61,28 @@ def figures(row: Standing) -> tuple:
 
 @dataclass
 class StandingsCache:
-    """Every model's standings, made at most once per replan and per `max_age` s (the engine's
-    tick): they are made from all the planner's inputs (every project's recent allocations and
+    """Every model's standings, made at most once per replan (or lease fitted in) and per `max_age` s
+    (the engine's tick): they are made from all the planner's inputs (every project's recent allocations and
     the whole queue: about 0.3 s of CPU at 1,000 waiting), so a tenant reading /v1/share in a
     loop costs one making per engine pass, not one per call. An answer is then up to `max_age`
     s old, never older than the last replan, and says when it was made (its `now`). Each app
     its own (Runtime.extras); the threads of a worker share it."""
     max_age: int
-    # (ledger generation, made at, standings), swapped whole
-    last: tuple[int | None, int, list[Standing]] | None = None
+    # ((ledger generation, leases fitted in), made at, standings), swapped whole
+    last: tuple[tuple[int, ...] | None, int, list[Standing]] | None = None
 
     def standings(self, session: Session, now: int, settings: PlannerSettings) -> tuple[int, list[Standing]]:
         """(made at, every model's standings)."""
-        # read before the inputs: a replan committed between the two only makes the next call make them again
-        generation = ledger.generation(session)
+        # read before the inputs: a replan committed between the two only makes the next call make them again.
+        # A lease a create fitted into the plan (plan_insert.py) replans nothing and counts in `inserted`: a
+        # project's waiting leases (and with the queued charge, the ranks) change with it too
+        counts = session.execute(plan_insert.COUNTS).one_or_none()
+        version = tuple(counts) if counts is not None else None
         last = self.last
-        if last is not None and last[0] == generation and 0 <= now - last[1] < self.max_age:
+        if last is not None and last[0] == version and 0 <= now - last[1] < self.max_age:
             return last[1], last[2]
         rows = share.standings(session, now, settings)
-        self.last = (generation, now, rows)
+        self.last = (version, now, rows)
         return now, rows
 
 

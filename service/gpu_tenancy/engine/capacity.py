@@ -19,7 +19,7 @@ from gpu_tenancy.domain.model import Hold
 from gpu_tenancy.domain.planner import PlannerSettings
 from gpu_tenancy.domain.states import HOLDING, WAITING, LeaseState
 from gpu_tenancy.engine.held import allowance, held_between
-from gpu_tenancy.engine import ledger
+from gpu_tenancy.engine import plan_insert
 from gpu_tenancy.engine.ledger import host_from_row, load_inputs, run_planner
 
 
@@ -124,19 +124,21 @@ def planned_for_waiting(session: Session, now: int, settings: PlannerSettings) -
 @dataclass
 class PlannedCache:
     """planned_for_waiting, made once per replan: kept while the ledger has not replanned since
-    (its generation) and for less than `max_age` s (time moving on moves the plan too), so a
-    tenant reading the calendar in a loop costs one plan per engine pass, not one per call.
+    (its generation), nor fitted a lease in or taken one out (its `inserted` count: neither
+    replans, engine/plan_insert.py and plan_remove.py), and for less than `max_age` s (time
+    moving on moves the plan too), so a tenant reading the calendar in a loop costs one plan per engine pass, not one per call.
     Each app its own; one per process."""
     max_age: int
-    # (generation, made at, holds), swapped whole: threads of a worker share it
-    last: tuple[int | None, int, list[Hold]] | None = field(default=None)
+    # ((generation, inserted), made at, holds), swapped whole: threads of a worker share it
+    last: tuple[tuple[int, ...] | None, int, list[Hold]] | None = field(default=None)
 
     def planned_for_waiting(self, session: Session, now: int, settings: PlannerSettings) -> list[Hold]:
         # read before the plan's inputs: a replan committed between the two only makes the next call plan again
-        generation = ledger.generation(session)
+        counts = session.execute(plan_insert.COUNTS).one_or_none()
+        version = tuple(counts) if counts is not None else None
         last = self.last
-        if last is not None and last[0] == generation and 0 <= now - last[1] < self.max_age:
+        if last is not None and last[0] == version and 0 <= now - last[1] < self.max_age:
             return last[2]
         holds = planned_for_waiting(session, now, settings)
-        self.last = (generation, now, holds)
+        self.last = (version, now, holds)
         return holds
