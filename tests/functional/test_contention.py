@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 
 from gpu_tenancy.db.session import session_scope
+from gpu_tenancy.engine import budgets
 from gpu_tenancy.engine.early_ends import yielded_pairs
 from gpu_tenancy.timeutil import rfc3339
 from tests.conftest import RELEASE, T0, headers
@@ -315,3 +316,39 @@ def test_a_borrower_its_owner_ends_before_its_notice_ends_ended_not_preempted(cl
     ended = client.get(f"/v1/leases/{extra['id']}", headers=VISION).get_json()["lease"]
     assert ended["status"] == "ended", ended["status"]
     assert client.get(f"/v1/leases/{base['id']}", headers=VISION).get_json()["lease"]["status"] == "active"
+
+
+def test_a_reclaim_called_off_gives_back_no_hours_the_budget_has_spent_since(client, runtime, engine_tick):
+    """ml-vision's December budget is 200 A100 GPU-hours. Its "extra" is noticed to end at 10:15
+    (base 160 + extra 18 = 178 then); the 22 hours left are spent on a reservation for tomorrow
+    (16, checked and granted). "train" is cancelled: the call-off would give "extra" its 18:00 back,
+    62 more hours, 256 in all: past the budget no create or extension may pass. The notice stands."""
+    extra, train = borrower_under_notice(client, engine_tick)
+    budget = client.post("/v1/budgets", json={"budget": {"project_id": "ml-vision", "gpu_model": "A100",
+                                                         "gpu_hours": 200, "period": "month"}}, headers=ADMIN)
+    assert budget.status_code == 201, budget.get_json()
+    tomorrow = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "PT2H",
+                                               "start": "2026-12-02T08:00:00Z"}, headers=VISION)
+    assert tomorrow.status_code == 201, tomorrow.get_json()
+    assert client.delete(f"/v1/leases/{train['id']}", headers=NLP).status_code == 204
+    engine_tick(advance=60)
+    kept = client.get(f"/v1/leases/{extra['id']}", headers=VISION).get_json()["lease"]
+    assert kept["end"] == "2026-12-01T10:15:00Z", kept["end"]
+    with session_scope(runtime.sessions) as session:
+        [(row, use)] = budgets.current_uses(session, runtime.clock.now(), "ml-vision")["ml-vision"]
+        assert use is not None and use.left >= 0, (use.used, use.planned, use.left)
+    engine_tick(advance=15 * 60)
+    engine_tick(advance=10)
+    assert client.get(f"/v1/leases/{extra['id']}", headers=VISION).get_json()["lease"]["status"] == "preempted"
+
+
+def test_a_reclaim_called_off_within_the_budget_gives_the_end_back(client, runtime, engine_tick):
+    """As above with a budget that has room for the end given back (178 + 62 = 240): called off."""
+    extra, train = borrower_under_notice(client, engine_tick)
+    assert client.post("/v1/budgets", json={"budget": {"project_id": "ml-vision", "gpu_model": "A100",
+                                                       "gpu_hours": 240, "period": "month"}},
+                       headers=ADMIN).status_code == 201
+    assert client.delete(f"/v1/leases/{train['id']}", headers=NLP).status_code == 204
+    engine_tick(advance=60)
+    kept = client.get(f"/v1/leases/{extra['id']}", headers=VISION).get_json()["lease"]
+    assert (kept["end"], kept["early_end"]) == ("2026-12-01T18:00:00Z", None)

@@ -238,3 +238,42 @@ def test_a_tenant_server_the_cloud_hid_for_a_pass_is_still_deleted_at_the_end(cl
     end(client, engine_tick, lease["id"])
     assert cloud.server_state(server).status == "DELETED"
     assert cloud.leases_in_cloud() == set() and cloud.flavors() == {}
+
+
+def test_a_tenant_server_resized_off_the_lease_and_not_confirmed_does_not_keep_the_lease_ending(
+        client, cloud, engine_tick):
+    """A member resizes its server of the lease's flavor to a plain flavor and never confirms it
+    (VERIFY_RESIZE). Its new flavor is not the lease's, so it is not the lease's server any more,
+    but Nova keeps the old flavor's claim (the lease's GPUs and unit) until the resize is confirmed
+    or reverted: the lease's inventory could not be removed, and the lease stayed `ending`, its
+    GPUs taken, until the tenant confirmed. At the end the service confirms it: the server goes on,
+    the tenant's, on its new flavor, and the lease's GPUs are free."""
+    lease = ask(client, boot="tenant")
+    engine_tick()
+    flavor = show(client, lease["id"])["flavor"]["id"]
+    server = cloud.tenant_boot("ml-vision", flavor, name="trainer")
+    engine_tick(advance=30)
+    host = cloud.servers()[server]["host"]
+    free = cloud.free_gpus()[host]
+    cloud.resize(server)
+    engine_tick(advance=10)
+    assert cloud.server_state(server).status == "VERIFY_RESIZE"
+    end(client, engine_tick, lease["id"])
+    assert cloud.server_state(server).status == "ACTIVE"        # the tenant's, on its new flavor
+    assert cloud.free_gpus()[host] == free + 1
+    assert cloud.leases_in_cloud() == set() and cloud.flavors() == {}
+    assert any("resize" in e["message"] for e in client.get(f"/v1/leases/{lease['id']}/events",
+                                                            headers=headers()).get_json()["events"])
+
+
+def test_a_tenant_server_resized_and_reverted_at_the_end_is_deleted_with_the_lease(client, cloud, engine_tick):
+    lease = ask(client, boot="tenant")
+    engine_tick()
+    server = cloud.tenant_boot("ml-vision", show(client, lease["id"])["flavor"]["id"], name="trainer")
+    engine_tick(advance=30)
+    cloud.resize(server)
+    engine_tick(advance=10)
+    cloud.revert_resize(server)                                     # back on the lease's flavor
+    end(client, engine_tick, lease["id"])
+    assert cloud.server_state(server).status == "DELETED"
+    assert cloud.leases_in_cloud() == set() and cloud.flavors() == {}

@@ -171,3 +171,25 @@ def test_a_server_the_cloud_only_soft_deleted_is_deleted_for_good(deferred, stat
     assert (compute.calls, compute.status) == (calls, "DELETED")
     d.delete_server("s1")   # gone: nothing to do
     assert compute.status == "DELETED"
+
+
+class ResizeCompute(ShelveCompute):
+    """What confirm_resize calls of the service's compute proxy."""
+
+    def confirm_server_resize(self, server_id):
+        self.calls.append("confirm")
+
+
+@pytest.mark.parametrize("status, expected", [
+    # resized by its project off a lease's flavor and left unconfirmed: Nova holds the old flavor's
+    # allocation (the lease's GPUs and unit) against the migration until it is confirmed
+    ("VERIFY_RESIZE", ["confirm"]),
+    ("RESIZE", []),          # still migrating: looked at again at the next pass
+    ("ACTIVE", []),          # confirmed or reverted meanwhile
+])
+def test_confirm_resize_confirms_only_a_resize_awaiting_it(status, expected):
+    compute = ResizeCompute(status)
+    d = object.__new__(OpenStackCloud)
+    d.conns = SimpleNamespace(service=SimpleNamespace(compute=compute))
+    d.confirm_resize("s1")
+    assert compute.calls == expected

@@ -252,6 +252,13 @@ class CloudDriver(abc.ABC):
     def delete_server(self, server_id: str) -> None:
         """Detach volumes (they stay) and delete the server; no-op if gone."""
 
+    def confirm_resize(self, server_id: str) -> None:
+        """Confirm a resize the server's project asked and left unconfirmed (VERIFY_RESIZE): the
+        server stays on its new flavor and the old flavor's claim (a lease's GPUs and unit, held by
+        the resize until confirmed) is released. No-op in any other state. A driver whose cloud
+        has no resize need not implement it."""
+        return None
+
     @abc.abstractmethod
     def shelve(self, server_id: str) -> None:
         """Shelve the server and offload it (its root disk kept as a snapshot, its volumes kept

@@ -35,7 +35,8 @@ Config (YAML for from_file, or the same as a dict):
     state_file: /path/cloud.json  # optional: keep the state in a file, shared by processes
 
 Test hooks (public): inject_failure() (a failing delete: 'delete_server'), slow_deletes(), set_host_state(),
-power_off() (a VM stopped by its tenant: SHUTOFF), set_server_metadata() (the tenant's own tags on its server),
+power_off() (a VM stopped by its tenant: SHUTOFF), resize() and revert_resize() (its tenant's resize to a
+plain flavor, not confirmed), set_server_metadata() (the tenant's own tags on its server),
 add_volume(), tenant_boot() (a project member's own boot), add_legacy_flavor(), and the read-only
 views servers(), volumes(), flavors(), images(), allocations(), free_gpus(), lease_inventory(),
 lease_classes().
@@ -61,7 +62,7 @@ OPERATIONS = ("ensure_volume", "boot", "attach_volume", "delete_server", "check_
               "set_lease_inventory", "ensure_lease_flavor", "grant_lease_flavor", "revoke_lease_flavor",
               "remove_lease_inventory", "remove_lease_flavor", "remove_lease_class", "project_networks",
               "ensure_security_group", "ensure_floating_ip", "release_floating_ips", "shelve", "unshelve",
-              "unshelve_error")
+              "unshelve_error", "confirm_resize")
 F = FailureClass
 # The cloud's own words per class, worded so the engine's fault classifier recognises them.
 DEFAULT_FAULTS = {
@@ -103,6 +104,10 @@ class _Server:
     # (ACTIVE, task shelving, its GPUs held) until the host is up again, as with Nova's compute gone
     shelve_stalled: bool = False
     powered_off: bool = False            # stopped (`openstack server stop`, or shut down in the guest): SHUTOFF
+    # resized by its tenant to a flavor without GPUs and not confirmed yet (VERIFY_RESIZE): its new
+    # flavor is not the lease's, while the old one's claim (GPUs and unit: Nova's migration
+    # allocation) is kept until the resize is confirmed or reverted
+    resizing: bool = False
 
 
 @dataclass
@@ -192,6 +197,18 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
         shows it SHUTOFF (vm_state stopped); it keeps its GPUs and its disk."""
         with self._lock:
             self._servers[server_id].powered_off = True
+
+    def resize(self, server_id: str) -> None:
+        """The tenant resizes its server of a lease's flavor to a flavor without GPUs (`openstack
+        server resize --flavor`) and does not confirm it: VERIFY_RESIZE, no longer booted with the
+        lease's flavor, its old claim (GPUs, unit) held until confirm_resize() or revert_resize()."""
+        with self._lock:
+            self._servers[server_id].resizing = True
+
+    def revert_resize(self, server_id: str) -> None:
+        """The tenant reverts the resize: back on the lease's flavor and its claim, ACTIVE."""
+        with self._lock:
+            self._servers[server_id].resizing = False
 
     def set_server_metadata(self, server_id: str, metadata: dict[str, str]) -> None:
         """The tenant sets metadata on its server (`openstack server set --property`), any key,
@@ -362,6 +379,14 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
                 self._slow_deletes[1] -= 1
                 server.release_seconds = self._slow_deletes[0]
 
+    def confirm_resize(self, server_id: str) -> None:
+        with self._lock:
+            server = self._live("confirm_resize", server_id)
+            if not server.resizing:
+                return
+            # on its new flavor, which has no GPUs: the old claim is released, and it is no lease's
+            server.resizing, server.lease_unit, server.gpus, server.lease_id = False, False, 0, ""
+
     def shelve(self, server_id: str) -> None:
         with self._lock:
             server = self._live("shelve", server_id)
@@ -433,7 +458,7 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
             objects = [CloudObject("server", s.id, self._metadata(s)[LEASE_TAG], s.project_id,
                                    dict(status=self._status(s, now), host=s.host, vm_index=s.vm_index,
                                         name=s.name, metadata=self._metadata(s),
-                                        flavor_lease=s.lease_id if s.lease_unit else None))
+                                        flavor_lease=s.lease_id if s.lease_unit and not s.resizing else None))
                        for s in self._servers.values() if s.deleted_at is None and LEASE_TAG in self._metadata(s)]
             objects += [CloudObject("volume", v.id, v.metadata[LEASE_TAG], v.project_id,
                                     dict(status=self._volume_state(v), size_gb=v.size_gb, name=v.name))
@@ -511,6 +536,8 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
             return "BUILD"
         if server.fault:
             return "ERROR"
+        if server.resizing:
+            return "VERIFY_RESIZE"
         return "SHUTOFF" if server.powered_off else "ACTIVE"
 
     @staticmethod

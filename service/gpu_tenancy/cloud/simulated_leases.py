@@ -151,7 +151,7 @@ class LeaseFlavors:
             return [ServerState(s.id, self._status(s, now), s.host, self._fault(s, now),
                                 "spawning" if self._status(s, now) == "BUILD" else None, s.name, s.project_id)
                     for s in self._servers.values()
-                    if s.deleted_at is None and s.lease_id == lease_id and s.lease_unit]
+                    if s.deleted_at is None and s.lease_id == lease_id and s.lease_unit and not s.resizing]
 
     def remove_lease_inventory(self, lease_id: str) -> bool:
         with self._lock:

@@ -103,13 +103,20 @@ def current_uses(session: Session, now: int, project_id: str | None = None
 def check(session: Session, now: int, project_id: str, gpu_model: str, asked: budget.Span,
           except_lease: str | None = None) -> None:
     """Refuse (403, with used, planned and left) a lease or extension that would pass a budget."""
-    rows = [r for r in listing(session, project_id) if r.gpu_model == gpu_model]
-    if not rows or asked.end <= asked.start:
-        return
-    others = spans(session, project_id, gpu_model, *_reach(rows, asked), now, except_lease=except_lease)
-    refused = budget.refusals([domain_budget(r) for r in rows], others, asked, now)
+    refused = refusals(session, now, project_id, gpu_model, asked, except_lease)
     if refused:
         raise Forbidden("refused for budget: " + "; ".join(refused), "gpu_tenancy.over_budget")
+
+
+def refusals(session: Session, now: int, project_id: str, gpu_model: str, asked: budget.Span,
+             except_lease: str | None = None) -> list[str]:
+    """Why `asked` would pass one of the project's budgets of the model; empty when it fits (the
+    engine's own grants, such as a reclaim called off (engine/early_ends.py), ask this)."""
+    rows = [r for r in listing(session, project_id) if r.gpu_model == gpu_model]
+    if not rows or asked.end <= asked.start:
+        return []
+    others = spans(session, project_id, gpu_model, *_reach(rows, asked), now, except_lease=except_lease)
+    return budget.refusals([domain_budget(r) for r in rows], others, asked, now)
 
 
 def _reach(rows: list[m.Budget], asked: budget.Span) -> tuple[int, int]:

@@ -13,10 +13,11 @@ from gpu_tenancy.config import Config
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import ledger_lock, session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.domain import planner, reclaim
+from gpu_tenancy.domain.budget import Span
 from gpu_tenancy.domain.model import Plan
 from gpu_tenancy.domain.planner import fmt_time
 from gpu_tenancy.domain.states import FINAL, WAITING, LeaseState
-from gpu_tenancy.engine import ledger
+from gpu_tenancy.engine import budgets, ledger
 from gpu_tenancy.engine.events import record_event
 
 S = LeaseState
@@ -118,8 +119,10 @@ def replan_locked(session: Session, now: int, config: Config, planner_settings: 
 def call_off_unneeded(session: Session, now: int, planner_settings: planner.PlannerSettings, actor: str) -> bool:
     """A lease under notice whose beneficiary no longer waits (it was cancelled or expired, or it
     got GPUs elsewhere: another lease ended early) gets its own end back, if that end still fits
-    as an extension would (no over-commit, within quota, delays nobody). A beneficiary given the
-    noticed GPUs themselves, from the notice's end, is a hold there: the extension conflicts."""
+    as an extension would (no over-commit, within quota, delays nobody, within the project's
+    budget). A beneficiary given the noticed GPUs themselves, from the notice's end, is a hold
+    there: the extension conflicts. The hours the notice gave back, spent meanwhile by the
+    project (a lease its budget then had room for): the budget refuses them."""
     gone = [S.CANCELLED.value, S.EXPIRED.value]
     waits = [s.value for s in WAITING]
     beneficiary = m.Lease.__table__.alias("beneficiary")
@@ -141,6 +144,9 @@ def call_off_unneeded(session: Session, now: int, planner_settings: planner.Plan
         if planner.extension_conflicts(now, inputs.hosts, inputs.holds, inputs.quotas, inputs.waiting,
                                        inputs.usage, row.id, own_end, planner_settings):
             continue   # its GPUs are promised again: the notice stands
+        if row.end_at is not None and budgets.refusals(session, now, row.project_id, row.gpu_model, Span(
+                row.gpus_per_vm * row.instances, to_epoch(row.end_at), own_end)):
+            continue   # its hours are spent again: the notice stands, as an extension would be refused
         for alloc in row.allocations:
             alloc.end_at = row.early_end_from
         why = "is gone" if status in gone else "has GPUs elsewhere"

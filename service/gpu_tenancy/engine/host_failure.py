@@ -187,43 +187,22 @@ def parking_on(lc, lease_id: str, down: set[str]) -> None:
         row = session.get(m.Lease, lease_id)
         if row is None or row.status != S.PARKING.value or not {a.host for a in row.allocations} & down:
             return
-        cloud_ids = [s.cloud_id for s in row.servers if s.cloud_id]
         on_down = [s.cloud_id for s in row.servers if s.cloud_id and s.host in down]
+        lost = sorted({a.host for a in row.allocations} & down)
+        elsewhere = sum(1 for s in row.servers if s.cloud_id and s.host not in down)
     try:
         if all(lc.cloud.server_state(cloud_id).status == park.OFFLOADED for cloud_id in on_down):
             return
     except CloudError as exc:
         log.warning("reading the VMs of parking lease %s: %s", lease_id, exc)
         return   # the next pass looks again
-    unrecorded = retry.delete_every_server(lc.cloud, lease_id, cloud_ids)
-    if unrecorded is None:
+    message = (f"host {', '.join(lost)} went down (its nova-compute stopped reporting) while its VMs were "
+               "being shelved; their disks there are gone" + (
+                   f", and its {elsewhere} VM(s) on other hosts are deleted too (a resume boots all of a "
+                   "lease's VMs again, or unshelves them all)" if elsewhere else ""))
+    if not park.without_vms(lc, lease_id, FailureClass.HOST_DOWN, message, failed_on=lost, kind="host_failure",
+                            done="its VMs lost with their host, GPUs given back"):
         return
-    try:
-        lc.cloud.set_lease_inventory(lease_id, {})
-    except CloudError as exc:
-        log.warning("parking lease %s off down host(s): %s", lease_id, exc)
-        return   # the next pass tries again (its VMs are gone already)
-    now = lc.clock.now()
-    with session_scope(lc.sessions) as session:
-        row = lease_in(session, lease_id, S.PARKING, ledger=True)   # its slot is planned below
-        if row is None:
-            return
-        lost = sorted({a.host for a in row.allocations} & down)
-        elsewhere = sum(1 for s in row.servers if s.cloud_id and s.host not in down)
-        message = (f"host {', '.join(lost)} went down (its nova-compute stopped reporting) while its VMs were "
-                   "being shelved; their disks there are gone" + (
-                       f", and its {elsewhere} VM(s) on other hosts are deleted too (a resume boots all of a "
-                       "lease's VMs again, or unshelves them all)" if elsewhere else ""))
-        retry.record_failure(session, row, FailureClass.HOST_DOWN, message, now, "replaced", lost)
-        retry.record_unrecorded(session, row, unrecorded, now)
-        retry.drop_servers(session, row, now)   # an up host's VMs, still being deleted, hold their GPUs
-        session.flush()
-        session.expire(row, ["servers"])
-        record_event(session, row, "host_failure", f"{message}. It parks without its VMs: when it resumes, they "
-                     "are booted again from its image" + (" with the data volume" if row.volume_id else ""),
-                     now, ACTOR)
-        park.settle(session, row, now, lc.config.park_grace_seconds, lc.planner_settings,
-                    "its VMs lost with their host, GPUs given back")
     log.info("parking lease %s lost its VMs with down host(s) %s; parked without them", lease_id, ", ".join(lost))
 
 

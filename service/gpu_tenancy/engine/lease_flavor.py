@@ -129,7 +129,11 @@ def teardown(lc, lease_id: str) -> bool:
             if state.id not in known:
                 lc.cloud.delete_server(state.id)
                 remaining += 1
-        if remaining or not lc.cloud.remove_lease_inventory(lease_id):
+        if remaining:
+            return False
+        if not lc.cloud.remove_lease_inventory(lease_id):
+            confirm_resized(lc, lease_id, [cloud_id for _, cloud_id, status in servers
+                                           if cloud_id is not None and status in GONE])
             return False
         crash_point("inventory_removed")
         lc.cloud.remove_lease_flavor(lease_id)
@@ -138,6 +142,21 @@ def teardown(lc, lease_id: str) -> bool:
         log.warning("ending lease %s in the cloud: %s", lease_id, exc)
         return False
     return True
+
+
+def confirm_resized(lc, lease_id: str, gone: list[str]) -> None:
+    """An ending lease whose inventory a server still holds though every server of it is gone:
+    one its tenant resized to another flavor and did not confirm (VERIFY_RESIZE). Its flavor is
+    not the lease's, so it was recorded gone, but the old flavor's claim, the lease's GPUs and
+    unit, stays until the resize is confirmed or reverted: the lease stayed ending, its GPUs
+    taken, for as long as its tenant left it so. Confirmed here (what the tenant asked, the
+    server kept on its new flavor), which releases them. CloudError goes to the caller."""
+    for cloud_id in gone:
+        if lc.cloud.server_state(cloud_id).status == "VERIFY_RESIZE":
+            lc.cloud.confirm_resize(cloud_id)
+            lc._note(lease_id, "progress", f"server {cloud_id}, resized by its project off the lease's flavor "
+                     "and not confirmed, is confirmed at the lease's end: it stays on its new flavor, and "
+                     "the lease's GPUs it still held are released")
 
 
 def remove_leftovers(lc, lease_id: str, project_id: str | None) -> bool | None:

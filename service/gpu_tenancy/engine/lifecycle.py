@@ -259,20 +259,38 @@ class Lifecycle:
             raise CloudError(classify_fault(fault), f"VM {failed[0].id} failed to boot", fault)
         if all(s.status == "ACTIVE" for s in states.values()):
             crash_point("active_seen")
-            if volume_id:
-                self.cloud.attach_volume(states[0].id, volume_id)
             waited = now - self._all_active_since.setdefault(lease_id, now)
-            if not networking.on_active(self, lease_id, states, waited):
+            try:
+                if not self._after_active(lease_id, states, volume_id, waited):
+                    return
+            except CloudError as exc:
+                # the VMs booted: a step after it that failed for the API (a 500, a timeout) is tried
+                # again at the next pass, the VMs kept, up to boot_timeout_seconds since they were all
+                # active; it was a failed attempt, whose retry deleted the VMs and spent one of the
+                # lease's attempts. A refusal the user or operator must fix (volume, network) fails as ever.
+                if exc.failure_class is not FailureClass.API_ERROR or waited > self.config.boot_timeout_seconds:
+                    raise
+                log.warning("lease %s, its VMs active: %s; trying again", lease_id, exc)
                 return
             self._all_active_since.pop(lease_id, None)
-            with session_scope(self.sessions) as session:
-                row = session.get_one(m.Lease, lease_id)
-                why = (f"all {len(states)} VM(s) active; ends at {rfc3339(to_epoch(row.end_at))}"
-                       + ("; ready once each VM reports its GPUs usable" if row.readiness_probe else ""))
-            lease_flavor.activate(self, lease_id, why)
         elif now - started > self.config.boot_timeout_seconds:
             raise CloudError(FailureClass.BOOT_TIMEOUT,
                              f"the VMs were not active within {self.config.boot_timeout_seconds} s")
+
+    def _after_active(self, lease_id: str, states: dict, volume_id: str | None, waited: int) -> bool:
+        """The steps once every VM is ACTIVE: the data volume attached, addresses and floating IPs
+        (engine/networking.py), the flavor granted and the lease active; each idempotent, so a pass
+        that failed part-way is carried on by the next. False while an address is still to come."""
+        if volume_id:
+            self.cloud.attach_volume(states[0].id, volume_id)
+        if not networking.on_active(self, lease_id, states, waited):
+            return False
+        with session_scope(self.sessions) as session:
+            row = session.get_one(m.Lease, lease_id)
+            why = (f"all {len(states)} VM(s) active; ends at {rfc3339(to_epoch(row.end_at))}"
+                   + ("; ready once each VM reports its GPUs usable" if row.readiness_probe else ""))
+        lease_flavor.activate(self, lease_id, why)
+        return True
 
     # --- failure ----------------------------------------------------------------------------
     def fail(self, lease_id: str, failure: FailureClass, message: str, cloud_message: str | None) -> None:

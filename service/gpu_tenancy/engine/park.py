@@ -13,7 +13,9 @@ for the time it had left. Its resume, at that slot or sooner, is engine/resume.p
   a hold for every later plan, so waiting leases are planned around it, within the
   project's quota like any future allocation.
 - The held slot moved (`move_slot`): its host down or drained, or its resume failed.
-- A VM the cloud would not shelve, or a resume not to be tried again, fails the lease (`fail`).
+- VMs the cloud did not shelve within boot_timeout_seconds: deleted, and the lease parks without
+  them (`without_vms`), as when their host goes down while they are shelved.
+- A VM in ERROR or gone while shelved, or a resume not to be tried again, fails the lease (`fail`).
 
 A lease the tenant boots (`boot: tenant`) is not parked: its servers are the tenant's
 (any image, network, Heat stack), so its rule only warns (engine/gpu_activity.py).
@@ -89,8 +91,9 @@ def begin(lc: Lifecycle, lease_id: str, why: str, still: StillSo | None = None) 
 def advance_parking(lc: Lifecycle, lease_id: str) -> None:
     """Shelve the lease's VMs, and once every one is offloaded with its GPUs released, parked.
     A cloud that has not done it within boot_timeout_seconds of the parking's start (refusing
-    each shelve, or never offloading) fails the lease: it would hold its GPUs, parking, past
-    its end, with nothing said."""
+    each shelve, a VM in a task of its tenant's, never offloading): its VMs are deleted and it
+    parks without them (without_vms), rather than hold its GPUs, parking, past its end. A VM in
+    ERROR or gone before then fails the lease."""
     now = lc.clock.now()
     with session_scope(lc.sessions) as session:
         row = lease_in(session, lease_id, S.PARKING)
@@ -98,6 +101,7 @@ def advance_parking(lc: Lifecycle, lease_id: str) -> None:
             return
         servers = [(s.vm_index, s.cloud_id, s.status) for s in row.servers if s.cloud_id]
         overdue = now - entered_at(session, lease_id, S.PARKING, now) > lc.config.boot_timeout_seconds
+    refused: CloudError | None = None
     try:
         offloaded = 0
         for vm_index, cloud_id, old in servers:
@@ -107,7 +111,7 @@ def advance_parking(lc: Lifecycle, lease_id: str) -> None:
             if state.status in SHELVE_FROM and not state.task:
                 lc.cloud.shelve(cloud_id)
                 state = lc.cloud.server_state(cloud_id)
-            if state.status in ("ERROR", "DELETED"):
+            if state.status in ("ERROR", "DELETED") and not overdue:   # overdue: deleted by without_vms
                 fail(lc, lease_id, S.PARKING, f"VM {vm_index} is {state.status} while it was being shelved"
                      + cloud_said(state.fault))
                 return
@@ -115,20 +119,61 @@ def advance_parking(lc: Lifecycle, lease_id: str) -> None:
                 lc.set_server(lease_id, vm_index, status=state.status)
             if state.status == OFFLOADED and lc.cloud.gpus_released(cloud_id):
                 offloaded += 1
-        if offloaded < len(servers):
-            if overdue:
-                fail(lc, lease_id, S.PARKING, f"its VMs were not shelved within {lc.config.boot_timeout_seconds} s "
-                     f"({offloaded} of {len(servers)} offloaded with their GPUs given back)")
-            return   # the next pass looks again
-        # no unit of the lease's class anywhere until its slot: the tenant cannot unshelve it sooner
-        lc.cloud.set_lease_inventory(lease_id, {})
+        if offloaded == len(servers):
+            # no unit of the lease's class anywhere until its slot: the tenant cannot unshelve it sooner
+            lc.cloud.set_lease_inventory(lease_id, {})
+            _parked(lc, lease_id)
+            return
     except CloudError as exc:
         log.warning("parking lease %s: %s", lease_id, exc)
-        if overdue:
-            fail(lc, lease_id, S.PARKING, f"the cloud did not shelve its VMs within {lc.config.boot_timeout_seconds} s: "
-                 f"{exc.message}" + cloud_said(exc.cloud_message), exc.failure_class)
-        return
-    _parked(lc, lease_id)
+        refused = exc
+    if overdue:
+        said = (f": {refused.message}" + cloud_said(refused.cloud_message) if refused is not None
+                else f" ({offloaded} of {len(servers)} offloaded with their GPUs given back)")
+        without_vms(lc, lease_id, refused.failure_class if refused is not None else FailureClass.API_ERROR,
+                    f"the cloud did not shelve its VMs within {lc.config.boot_timeout_seconds} s{said}")
+    # else the next pass looks again
+
+
+def without_vms(lc: Lifecycle, lease_id: str, failure: FailureClass, message: str, *,
+                failed_on: list[str] | None = None, kind: str = "failure",
+                done: str = "its VMs deleted, GPUs given back") -> bool:
+    """A parking lease whose VMs cannot be shelved (not within boot_timeout_seconds, or their host
+    went down: host_failure.parking_on): every VM of it deleted (a resume unshelves all of a lease's
+    VMs or boots all of them again: it cannot mix the two), its class's inventory removed (as at a
+    park: nobody boots it outside its slot), and it parks at once, its time left and data volume
+    kept; at its resume it is booted again from its image (resume.boot_again). A failure history
+    row says why (`failed_on`: its hosts, by default all of them). The cloud refusing a delete or
+    the inventory: the next pass tries again. True once parked (or ended: no host to take it back)."""
+    with session_scope(lc.sessions) as session:
+        row = lease_in(session, lease_id, S.PARKING)
+        if row is None:
+            return False
+        cloud_ids = [s.cloud_id for s in row.servers if s.cloud_id]
+    unrecorded = retry.delete_every_server(lc.cloud, lease_id, cloud_ids)
+    if unrecorded is None:
+        return False
+    try:
+        lc.cloud.set_lease_inventory(lease_id, {})
+    except CloudError as exc:
+        log.warning("parking lease %s without its VMs: %s", lease_id, exc)
+        return False   # the next pass tries again (its VMs are gone already)
+    now = lc.clock.now()
+    with session_scope(lc.sessions) as session:
+        row = lease_in(session, lease_id, S.PARKING, ledger=True)   # its slot is planned below
+        if row is None:
+            return False
+        retry.record_failure(session, row, failure, message, now, "replaced",
+                             retry.lease_hosts(row) if failed_on is None else failed_on)
+        retry.record_unrecorded(session, row, unrecorded, now)
+        retry.drop_servers(session, row, now)   # VMs still being deleted hold their GPUs till released
+        session.flush()
+        session.expire(row, ["servers"])
+        record_event(session, row, kind, f"{message}. It parks without its VMs: when it resumes, they "
+                     "are booted again from its image" + (" with the data volume" if row.volume_id else ""),
+                     now, ACTOR)
+        settle(session, row, now, lc.config.park_grace_seconds, lc.planner_settings, done)
+    return True
 
 
 def _parked(lc: Lifecycle, lease_id: str) -> None:

@@ -335,6 +335,16 @@ class OpenStackCloud(OpenStackNetworks, CloudDriver):
         except CALL_ERRORS as exc:
             raise wrap(exc, f"deleting server {server_id} failed") from exc
 
+    def confirm_resize(self, server_id: str) -> None:
+        compute = self.admin.compute
+        try:
+            if compute.get_server(server_id).status == "VERIFY_RESIZE":
+                compute.confirm_server_resize(server_id)
+        except sdk.NotFoundException:
+            pass   # gone
+        except CALL_ERRORS as exc:
+            raise wrap(exc, f"confirming the resize of server {server_id} failed") from exc
+
     def shelve(self, server_id: str) -> None:
         """Shelve, then offload: a cloud whose shelved_offload_time is 0 offloads at once, any
         other keeps the server SHELVED (its GPUs held) until it is offloaded here."""
