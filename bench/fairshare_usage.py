@@ -17,11 +17,9 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import statistics
 import sys
 import tempfile
 import time
-from typing import Any, Callable
 from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -31,7 +29,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "service"))
 from sqlalchemy import func, select, text  # noqa: E402
 from sqlalchemy.orm import Session  # noqa: E402
 
-from history_reads import HALF_LIFE, NOW, seed  # noqa: E402
+from history_reads import HALF_LIFE, NOW, seed, timed  # noqa: E402
 from gpu_tenancy.db import migrate  # noqa: E402
 from gpu_tenancy.db import models as m  # noqa: E402
 from gpu_tenancy.db.session import make_engine, to_epoch, utcnow_naive  # noqa: E402
@@ -50,15 +48,6 @@ def python_usage(session: Session, now: int, half_life: int) -> dict[tuple[str, 
                                  .where(spent.end_at > since))
     records += [(r.project_id, r.gpu_model, r.gpus, to_epoch(r.start_at), to_epoch(r.end_at)) for r in spent_rows]
     return fairshare.decayed_gpu_hours(records, now, half_life)
-
-
-def timed(read: Callable[[], Any], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        read()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1000
 
 
 def run(url: str, label: str, leases: int, per_day: int, repeat: int) -> None:

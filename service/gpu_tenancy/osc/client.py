@@ -2,6 +2,7 @@
 OSC's keystoneauth session, with the API's errors turned into CLI errors."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -136,19 +137,25 @@ class GpuClient:
         first = {k: v for k, v in filters.items() if v not in (None, [], False)}
         if limit:   # a page of at most the API's default size: --limit counts leases, not one page's
             first["limit"] = min(limit, PAGE_SIZE)
-        params: dict[str, Any] | None = first
         out: list[dict] = []
-        path: str | None = "/v1/leases"
-        while path:
-            page = self.request("GET", path, params=params)
-            if not isinstance(page.get("leases"), list):
-                raise exceptions.CommandError(f"the answer to GET {path} has no list of leases")
+        for page in self.pages("/v1/leases", first, "leases"):
             out += page["leases"]
-            path = next((link["href"] for link in page.get("leases_links", []) if link["rel"] == "next"), None)
-            params = None        # the next link carries the query
             if limit and len(out) >= limit:
                 return out[:limit]
         return out
+
+    def pages(self, path: str, params: dict[str, Any] | None, listed: str, key: str | None = None
+              ) -> Iterator[dict]:
+        """Each page of a paged listing (its body, or `key` of it), its `listed` list checked,
+        following the `<listed>_links` next links, which carry the query."""
+        at: str | None = path
+        while at:
+            page = self.request("GET", at, params=params, key=key)
+            if not isinstance(page, dict) or not isinstance(page.get(listed), list):
+                raise exceptions.CommandError(f"the answer to GET {at} has no list of {listed}")
+            at = next((link["href"] for link in page.pop(f"{listed}_links", []) if link["rel"] == "next"), None)
+            params = None
+            yield page
 
     def lease(self, lease_id: str) -> dict:
         return self.request("GET", f"/v1/leases/{segment(lease_id)}", key="lease")
@@ -156,17 +163,9 @@ class GpuClient:
     def lease_events(self, lease_id: str, after: int = 0) -> list[dict]:
         """The lease's events after its first `after` (every one: 0), oldest first, following
         the next links (the API lists a page at a time; its marker counts the events read)."""
-        params: dict[str, Any] | None = {"marker": str(after)} if after else None
-        path: str | None = f"/v1/leases/{segment(lease_id)}/events"
-        out: list[dict] = []
-        while path:
-            page = self.request("GET", path, params=params)
-            if not isinstance(page.get("events"), list):
-                raise exceptions.CommandError(f"the answer to GET {path} has no list of events")
-            out += page["events"]
-            path = next((link["href"] for link in page.get("events_links", []) if link["rel"] == "next"), None)
-            params = None        # the next link carries the query
-        return out
+        params = {"marker": str(after)} if after else None
+        return [event for page in self.pages(f"/v1/leases/{segment(lease_id)}/events", params, "events")
+                for event in page["events"]]
 
     def create_lease(self, body: dict, dry_run: bool = False) -> dict:
         """The lease (or its preview), with the offers the answer lists when it would wait."""
@@ -209,19 +208,12 @@ class GpuClient:
     # everyone's queue and fair share
     def queue(self, gpu_model: str | None = None) -> dict:
         """The whole queue: its first page, with the leases of every next page followed."""
-        params: dict[str, Any] | None = {"gpu_model": gpu_model} if gpu_model else None
-        path: str | None = "/v1/queue"
         queue: dict | None = None
-        while path:
-            page = self.request("GET", path, params=params, key="queue")
-            if not isinstance(page, dict) or not isinstance(page.get("leases"), list):
-                raise exceptions.CommandError(f"the answer to GET {path} has no list of leases")
+        for page in self.pages("/v1/queue", {"gpu_model": gpu_model} if gpu_model else None, "leases", "queue"):
             if queue is None:
                 queue = page
             else:
                 queue["leases"] += page["leases"]
-            path = next((link["href"] for link in page.pop("leases_links", []) if link["rel"] == "next"), None)
-            params = None        # the next link carries the query
         assert queue is not None
         return queue
 
