@@ -131,9 +131,10 @@ def test_show_tells_of_an_early_end_notice():
     assert "at=2026-12-07T10:00:00Z" in shown["early_end"].human_readable()
 
 
-# A lease's name may hold anything but C0 controls (the API's pattern): DEL and the C1
-# controls (U+009B is CSI, U+009D OSC, U+009C ST: xterm acts on them), and a tenant's own
-# Neutron network, whose name is anything, reaches `lease show` in the VMs' addresses.
+# The API refuses DEL and the C1 controls in a lease's name now (U+009B is CSI, U+009D OSC,
+# U+009C ST: xterm acts on them), but the CLI does not count on the API it talks to being as
+# new as itself; and a tenant's own Neutron network, whose name is anything, reaches
+# `lease show` in the VMs' addresses.
 HOSTILE_NAME = "x\u009d52;c;cm0gLXJmIH4=\u009c\u007f\u009b2J$(touch pwned)`id`"
 HOSTILE_NET = "net\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\n| forged | row |"
 HOSTILE = {**NEW, "name": HOSTILE_NAME, "project_id": "nlp-lab", "shape": "a100.x1", "instances": 1,
