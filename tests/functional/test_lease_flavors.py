@@ -277,3 +277,21 @@ def test_a_tenant_server_resized_and_reverted_at_the_end_is_deleted_with_the_lea
     end(client, engine_tick, lease["id"])
     assert cloud.server_state(server).status == "DELETED"
     assert cloud.leases_in_cloud() == set() and cloud.flavors() == {}
+
+
+def test_a_tenant_server_resized_off_the_lease_just_before_its_end_is_kept_not_deleted(
+        client, cloud, engine_tick):
+    """As above, but the lease ends (its cancel) before any pass saw the server leave the lease's
+    flavor: it was still recorded as the lease's, and the end deleted it, the member's server
+    and what it held lost, where a pass later it would have been kept on its new flavor."""
+    lease = ask(client, boot="tenant")
+    engine_tick()
+    server = cloud.tenant_boot("ml-vision", show(client, lease["id"])["flavor"]["id"], name="trainer")
+    engine_tick(advance=30)
+    host = cloud.servers()[server]["host"]
+    free = cloud.free_gpus()[host]
+    cloud.resize(server)                                            # no pass sees it before the end
+    end(client, engine_tick, lease["id"])
+    assert cloud.server_state(server).status == "ACTIVE"        # the tenant's, on its new flavor
+    assert cloud.free_gpus()[host] == free + 1
+    assert cloud.leases_in_cloud() == set() and cloud.flavors() == {}

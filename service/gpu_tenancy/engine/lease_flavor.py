@@ -103,14 +103,23 @@ def teardown(lc, lease_id: str) -> bool:
         row = lease_in(session, lease_id, S.ENDING)
         if row is None:
             return False
-        project = row.project_id
+        project, tenant = row.project_id, row.boot == TENANT
         servers = [(s.vm_index, s.cloud_id, s.status) for s in row.servers]
     try:
         lc.cloud.revoke_lease_flavor(lease_id, project)
         crash_point("access_revoked")
-        remaining = 0
+        listed = lc.cloud.lease_servers(lease_id)   # after the revoke: no member boots one more
+        on_flavor = {state.id for state in listed}
+        remaining, resized = 0, []
         for vm_index, cloud_id, status in servers:
             if cloud_id is None or status in GONE:
+                continue
+            if tenant and cloud_id not in on_flavor and lc.cloud.server_state(cloud_id).status == "VERIFY_RESIZE":
+                # its member resized it off the lease's flavor since the last pass (record_servers):
+                # no longer the lease's, so kept and its resize confirmed below, as it would be had
+                # a pass seen it first, not deleted for having ended before that pass
+                lc.set_server(lease_id, vm_index, status="DELETED")
+                resized.append(cloud_id)
                 continue
             try:
                 lc.cloud.delete_server(cloud_id)
@@ -125,15 +134,15 @@ def teardown(lc, lease_id: str) -> bool:
         # a server recorded gone may be back (a member's resize reverted, a soft delete restored): every
         # server the cloud finds with the lease's flavor goes, save those just asked for above
         known = {cloud_id for _, cloud_id, status in servers if status not in GONE}
-        for state in lc.cloud.lease_servers(lease_id):   # booted by the tenant since the last pass
+        for state in listed:   # booted by the tenant since the last pass
             if state.id not in known:
                 lc.cloud.delete_server(state.id)
                 remaining += 1
         if remaining:
             return False
         if not lc.cloud.remove_lease_inventory(lease_id):
-            confirm_resized(lc, lease_id, [cloud_id for _, cloud_id, status in servers
-                                           if cloud_id is not None and status in GONE])
+            confirm_resized(lc, lease_id, resized + [cloud_id for _, cloud_id, status in servers
+                                                     if cloud_id is not None and status in GONE])
             return False
         crash_point("inventory_removed")
         lc.cloud.remove_lease_flavor(lease_id)
