@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import random
 import threading
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 import pytest
@@ -59,6 +59,17 @@ class Receivers:
     unhooked: set = field(default_factory=set)
     release: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # sends under way at once: per project, and of the projects `watched` (those failing), the
+    # most seen since `watch` was called (a pass's tries, counted instead, depend on how fast a
+    # refused send gives its worker back within the pass, not on what the outbox holds at once)
+    under_way: Counter = field(default_factory=Counter)
+    watched: frozenset = frozenset()
+    peak: Counter = field(default_factory=Counter)
+    peak_watched: int = 0
+
+    def watch(self, projects) -> None:
+        with self.lock:
+            self.watched, self.peak, self.peak_watched = frozenset(projects), Counter(), 0
 
     def send(self, target, body, head, deadline):
         project = target.path.rsplit("/", 1)[1]
@@ -67,6 +78,16 @@ class Receivers:
                        json.loads(body)["lease"]["id"], mode == "up")
         with self.lock:
             self.tried.append(seen)
+            self.under_way[project] += 1
+            self.peak[project] = max(self.peak[project], self.under_way[project])
+            self.peak_watched = max(self.peak_watched, sum(self.under_way[p] for p in self.watched))
+        try:
+            return self._answer(mode, deadline)
+        finally:
+            with self.lock:
+                self.under_way[project] -= 1
+
+    def _answer(self, mode: str, deadline: float):
         if mode == "hung":   # holds its worker until the pass is over, as a receiver up to the deadline
             with self.lock:
                 self.hung += 1
@@ -163,6 +184,7 @@ def one_pass(outbox, receivers, runtime, broken, step) -> None:
     config, now = runtime.config, runtime.clock.now()
     heads = due_heads(runtime, now)
     failing_now = failing(runtime, receivers, now)
+    receivers.watch(failing_now)
     before = attempts_by_project(runtime)
     receivers.release.clear()
     receivers.hung = 0
@@ -177,13 +199,12 @@ def one_pass(outbox, receivers, runtime, broken, step) -> None:
     after = attempts_by_project(runtime)
     tried = {project: after[project] - before[project] for project in PROJECTS}   # sent, or dropped unhooked
     for project, n in heads.items():
-        if tried[project] < min(n, 1) or tried[project] > config.webhook_workers_per_target:
+        if tried[project] < min(n, 1) or receivers.peak[project] > config.webhook_workers_per_target:
             broken.append(f"step {step}: {project} had {n} lease(s) with a notice due at {now}, "
-                          f"{tried[project]} tried (modes {receivers.mode})")
-    held = sum(tried[project] for project in failing_now)
-    if held > config.webhook_workers - config.webhook_workers_reserved:
-        broken.append(f"step {step}: the failing receivers of {sorted(failing_now)} were tried {held} times, "
-                      f"past the workers outside the reserve (modes {receivers.mode})")
+                          f"{tried[project]} tried, {receivers.peak[project]} at once (modes {receivers.mode})")
+    if receivers.peak_watched > config.webhook_workers - config.webhook_workers_reserved:
+        broken.append(f"step {step}: the failing receivers of {sorted(failing_now)} held {receivers.peak_watched} "
+                      f"workers at once, past those outside the reserve (modes {receivers.mode})")
 
 
 def check(runtime, receivers, broken) -> None:
