@@ -40,6 +40,13 @@ from gpu_tenancy.engine import fairshare_usage, ledger  # noqa: E402
 
 def python_usage(session: Session, now: int, half_life: int) -> dict[tuple[str, str], float]:
     """ledger.load_allocations' usage as it was: every record of the window fetched."""
+    return fairshare.decayed_gpu_hours(window_records(session, now, half_life), now, half_life)
+
+
+def window_records(session: Session, now: int, half_life: int) -> list[tuple[str, str, int, int, int]]:
+    """The allocations and spent allocations of fair share's window, as load_allocations fetched
+    and converted them before the database summed them (tests/functional/test_history_reads.py
+    compares the two)."""
     since, until = utcnow_naive(now - 4 * half_life), utcnow_naive(now)
     a, spent = m.Allocation, m.SpentAllocation
     records = [(r.project_id, r.gpu_model, r.gpus, to_epoch(r.start_at), to_epoch(r.end_at)) for r in session.execute(
@@ -47,7 +54,7 @@ def python_usage(session: Session, now: int, half_life: int) -> dict[tuple[str, 
     spent_rows = session.execute(select(spent.project_id, spent.gpu_model, spent.gpus, spent.start_at, spent.end_at)
                                  .where(spent.end_at > since))
     records += [(r.project_id, r.gpu_model, r.gpus, to_epoch(r.start_at), to_epoch(r.end_at)) for r in spent_rows]
-    return fairshare.decayed_gpu_hours(records, now, half_life)
+    return records
 
 
 def run(url: str, label: str, leases: int, per_day: int, repeat: int) -> None:

@@ -212,6 +212,13 @@ def test_the_capacity_calendar_does_not_offer_gpus_a_queued_lease_is_planned_on(
     assert at("2026-12-01T13:30:00Z") == (32, 0)
 
 
+def a100_planned_at(client, end: str, t: str) -> int:
+    """The A100 GPUs the capacity calendar (now to `end`) says are planned for waiting leases at `t`."""
+    body = client.get(f"/v1/capacity?start=now&end={end}", headers=headers("nlp-lab")).get_json()["capacity"]
+    return sum(s["planned"] for h in body["calendar"] if h["gpu_model"] == "A100" for s in h["free"]
+               if s["from"] <= t < s["to"])
+
+
 def test_the_capacity_calendar_plans_once_per_replan_and_still_counts_a_new_lease(client, clock, monkeypatch):
     """Trap 9's calendar planned every waiting lease on each call: a tenant reading it in a loop
     cost a full plan a call. It now plans once per replan of the ledger (or once the engine's
@@ -231,9 +238,7 @@ def test_the_capacity_calendar_plans_once_per_replan_and_still_counts_a_new_leas
     end = rfc3339(clock.now() + 6 * 3600)
 
     def planned_at(t: str) -> int:
-        body = client.get(f"/v1/capacity?start=now&end={end}", headers=headers("nlp-lab")).get_json()["capacity"]
-        return sum(s["planned"] for h in body["calendar"] if h["gpu_model"] == "A100" for s in h["free"]
-                   if s["from"] <= t < s["to"])
+        return a100_planned_at(client, end, t)
     assert planned_at("2026-12-01T11:00:00Z") == 0
     waits = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "3h"}, headers=vision)
     assert waits.get_json()["lease"]["start"] == "2026-12-01T10:00:05Z"
@@ -256,9 +261,7 @@ def test_the_capacity_calendar_counts_a_lease_fitted_into_the_plan_and_one_taken
     end = rfc3339(clock.now() + 6 * 3600)
 
     def planned_at(t: str) -> int:
-        body = client.get(f"/v1/capacity?start=now&end={end}", headers=headers("nlp-lab")).get_json()["capacity"]
-        return sum(s["planned"] for h in body["calendar"] if h["gpu_model"] == "A100" for s in h["free"]
-                   if s["from"] <= t < s["to"])
+        return a100_planned_at(client, end, t)
     assert planned_at("2026-12-01T11:00:00Z") == 0
     waits = client.post("/v1/leases", json={"shape": "a100.x8", "duration": "3h"}, headers=vision).get_json()["lease"]
     assert waits["status"] == "queued"

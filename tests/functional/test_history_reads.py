@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import random
 import sqlite3
+import sys
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Iterator
@@ -26,6 +28,10 @@ from gpu_tenancy.domain.model import Hold
 from gpu_tenancy.domain.states import FINAL, RESERVING
 from gpu_tenancy.engine import early_ends, fairshare_usage, held, host_failure, ledger
 from tests.conftest import T0, headers
+
+# the read as it was, kept by the benchmark that sets it beside the new one
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+import fairshare_usage as old_fairshare_read  # noqa: E402
 
 H, DAY = 3600, 86400
 STATUSES = ("ended", "cancelled", "expired", "failed", "preempted", "active", "parked", "scheduled", "queued",
@@ -157,15 +163,9 @@ def test_the_planners_inputs_are_those_the_one_condition_read(runtime):
 
 
 def python_decayed_usage(session, now: int, half_life: int) -> tuple[dict[tuple[str, str], float], int]:
-    """load_allocations' usage as it was: the window's allocations and spent allocations fetched,
-    converted and summed in Python (fairshare.decayed_gpu_hours); and how many records it read."""
-    since, until = utcnow_naive(now - 4 * half_life), utcnow_naive(now)
-    a, spent = m.Allocation, m.SpentAllocation
-    records = [(r.project_id, r.gpu_model, r.gpus, to_epoch(r.start_at), to_epoch(r.end_at)) for r in session.execute(
-        select(a.project_id, a.gpu_model, a.gpus, a.start_at, a.end_at).where(a.end_at > since, a.start_at < until))]
-    spent_rows = session.execute(select(spent.project_id, spent.gpu_model, spent.gpus, spent.start_at, spent.end_at)
-                                 .where(spent.end_at > since))
-    records += [(r.project_id, r.gpu_model, r.gpus, to_epoch(r.start_at), to_epoch(r.end_at)) for r in spent_rows]
+    """load_allocations' usage as it was (bench/fairshare_usage.py: the window's records fetched,
+    converted and summed in Python); and how many records it read."""
+    records = old_fairshare_read.window_records(session, now, half_life)
     return fairshare.decayed_gpu_hours(records, now, half_life), len(records)
 
 
