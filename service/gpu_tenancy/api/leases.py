@@ -235,7 +235,7 @@ def change_end(lease_id: str, change_asked: EndChange, name: str | None = None) 
         if name is not None:
             leases.rename(session, rt.now(), row, name, rt.caller().user_id)
         leases.change_end(session, rt.now(), cfg, rt.planner_settings(), rt.limits(), row, change_asked,
-                          rt.caller().user_id, cfg.extension_window_seconds, hook)
+                          rt.caller().user_id, cfg.extension_window_seconds, hook, rt.runtime().fits)
         rendered = render(row)
         rt.audit(session, "lease.update", row.id, row.project_id, before, rendered)
         return rendered

@@ -67,6 +67,7 @@ class PlanBook:
         reserved = [hold for p in planned for hold in _holds(p, settings.release_allowance)]
         run = PlanRun(now, hosts, holds, quotas, usage, settings, FAST, set(), planned=reserved)
         self._setup(run, quotas, [p.request for p in planned], usage, settings, exact, holds)
+        self._places.update((p.request.lease_id, p.placement) for p in planned)
 
     @classmethod
     def of_run(cls, run: PlanRun, quotas: Mapping[tuple[str, str], QuotaLimit], requests: Sequence[LeaseRequest],
@@ -98,7 +99,9 @@ class PlanBook:
         # each project's keys per model (its own leases ahead of a lower score, as the reasons
         # count them) and each lease's charge (what the reasons tell: the run reads it)
         self._charged = settings.queued_charge is not None
-        self._key_of: dict[str, OrderKey] = {}
+        self._key_of: dict[str, OrderKey] = {}   # every lease's key (to find it again when it changes)
+        # where the book has reserved each lease (a lease whose duration changed: its last place)
+        self._places: dict[str, Placement | None] = {}
         self._own_keys: dict[tuple[str, str], list[OrderKey]] = defaultdict(list)
         self._charges: dict[str, float] = {}
         run.charged = self._charges
@@ -111,6 +114,10 @@ class PlanBook:
             keys.sort()
         self.exact: dict[str, bool] = defaultdict(lambda: True, exact or {})
 
+    def holds(self, lease_id: str) -> bool:
+        """The lease is in this plan."""
+        return lease_id in self._key_of
+
     def __len__(self) -> int:
         return sum(len(keys) for keys in self._keys.values())
 
@@ -120,9 +127,9 @@ class PlanBook:
                 lr.arrival, lr.lease_id)
 
     def _note(self, lr: LeaseRequest, key: OrderKey) -> OrderKey:
-        """With the queued charge, lr's key and charge kept."""
+        """lr's key kept, and with the queued charge its charge."""
+        self._key_of[lr.lease_id] = key
         if self._charged:
-            self._key_of[lr.lease_id] = key
             self._charges[lr.lease_id] = self._charge(lr)
         return key
 
@@ -157,7 +164,21 @@ class PlanBook:
             insort(self._own_keys[(lr.gpu_model, lr.project_id)], key)
 
     def add(self, p: Planned) -> None:
-        """A lease another process inserted: reserved where it was placed, and in the order."""
+        """A lease another process inserted: reserved where it was placed, and in the order. One
+        already here had its duration changed there (engine/plan_change.py): see changed()."""
+        lr = p.request
+        if lr.lease_id in self._key_of:
+            self.changed(p)
+            return
+        self._reserve(p)
+        keys = self._keys[lr.gpu_model]
+        key, kept = self._queue(lr)
+        self.exact[lr.gpu_model] = self.exact[lr.gpu_model] and kept and (not keys or keys[-1] < key)
+        self._insort(lr, key)
+        self._places[lr.lease_id] = p.placement
+
+    def _reserve(self, p: Planned) -> None:
+        """p's GPUs and its project's quota taken where it is placed."""
         run = self._run
         mi = run.indexes.get(p.request.gpu_model)
         for hold in _holds(p, self.settings.release_allowance):
@@ -167,10 +188,32 @@ class PlanBook:
         if p.placement is not None and not lr.preemptible and (lr.project_id, lr.gpu_model) not in run.unbinding:
             end = p.placement.end + self.settings.release_allowance
             run.book.reserve(lr.project_id, lr.gpu_model, p.placement.start, end, lr.gpus_per_vm * lr.instances)
+
+    def changed(self, p: Planned) -> None:
+        """A lease of the plan whose duration changed, at the place `p` has now: reserved there
+        unless that lies within its last place here (a shrink where it was), which stays reserved
+        either way (freeing is not one of the book's steps). Its order key is the same (a
+        duration is not in it); the plan is no longer plan()'s."""
+        lr = p.request
+        _refuse_charged(self._charged)
+        if not _within(p.placement, self._places.get(lr.lease_id)):
+            self._reserve(p)
+        self._places[lr.lease_id] = p.placement
+        self.exact[lr.gpu_model] = False
+
+    def refit(self, now: int, lr: LeaseRequest) -> Inserted:
+        """A lease of the plan placed again with its new duration (engine/plan_change.py), as
+        insert() places a new one, around every other lease and its own last place, which stays
+        reserved: later than a full plan might put it, so its ETA is provisional."""
+        _refuse_charged(self._charged)
         keys = self._keys[lr.gpu_model]
-        key, kept = self._queue(lr)
-        self.exact[lr.gpu_model] = self.exact[lr.gpu_model] and kept and (not keys or keys[-1] < key)
-        self._insort(lr, key)
+        del keys[bisect_left(keys, self._key_of[lr.lease_id])]   # insert() puts it back
+        self.exact[lr.gpu_model] = False
+        fitted = self.insert(now, lr)
+        fitted.planned.reasons[-1] = Reason(
+            "provisional", "placed again for its new duration, around the plan as it stood: the next full "
+                           "plan, within seconds, may move its start")
+        return fitted
 
     def taken_out(self, gpu_model: str) -> None:
         """A lease of the plan cancelled since (engine/plan_remove.py): the plan without it is no
@@ -204,6 +247,7 @@ class PlanBook:
         last = i == len(keys)
         was_exact = self.exact[m]
         self._insort(lr, key)
+        self._places[lr.lease_id] = pl.placement
         self.exact[m] = was_exact and last and kept
         if not self.exact[m]:
             pl.reasons.append(provisional(len(keys) - 1 - i, was_exact))
@@ -215,6 +259,19 @@ def _refuse_unfittable(settings: PlannerSettings) -> None:
         # a wait bound or age x size moves leases in the order as time passes, and keep_etas
         # guards leases by what a whole plan finds: only plan() knows any of them
         raise ValueError("incremental planning takes no wait bound, age x size or keep_etas")
+
+
+def _refuse_charged(charged: bool) -> None:
+    if charged:
+        # the queued charge counts a lease's GPU-hours for its project's leases behind it: a
+        # duration changed moves their keys, which only plan() orders again
+        raise ValueError("with the queued charge a changed duration is planned by plan()")
+
+
+def _within(place: Placement | None, last: Placement | None) -> bool:
+    """`place` lies inside `last`: the same hosts, for no longer."""
+    return (place is not None and last is not None and place.hosts == last.hosts
+            and last.start <= place.start and place.end <= last.end)
 
 
 def provisional(behind: int, was_exact: bool) -> Reason:

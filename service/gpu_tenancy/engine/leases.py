@@ -24,7 +24,7 @@ from gpu_tenancy.domain.budget import Span
 from gpu_tenancy.domain.extension import window_refusal
 from gpu_tenancy.domain.lease_ask import Boot, EndChange, LeaseAsk, VolumeAsk
 from gpu_tenancy.engine import (ask_facts, budgets, catalog, early_ends, lease_insert, ledger, notifications,
-                                plan_insert, plan_remove)
+                                plan_change, plan_insert, plan_remove)
 from gpu_tenancy.engine.decision_hook import DecisionHook
 from gpu_tenancy.engine.events import record_event, record_transition
 from gpu_tenancy.engine.limits import Limits
@@ -426,9 +426,13 @@ def hook_view(row: m.Lease, **changes) -> dict:
 
 
 def change_end(session: Session, now: int, config: Config, settings: PlannerSettings, limits: Limits, row: m.Lease,
-               change: EndChange, actor: str, extension_window: int | None = None, hook: DecisionHook = DecisionHook()) -> m.Lease:
+               change: EndChange, actor: str, extension_window: int | None = None, hook: DecisionHook = DecisionHook(),
+               fits: plan_insert.InsertCache | None = None) -> m.Lease:
     """Extend or shrink. An extension is granted only if it delays nobody planned, within the
-    maximum duration and the budget; with `extension_window`, only in the lease's last part."""
+    maximum duration and the budget; with `extension_window`, only in the lease's last part.
+    `fits`: the process's copy of the plan; with it, a waiting lease of a long queue gets its new
+    place in the plan as it stands (plan_change.new_duration) rather than every lease planned
+    again under the ledger lock: the engine's next replan (the API wakes it) moves it and the others."""
     lock_for_change(session, row)
     status = S(row.status)
     if status not in (S.QUEUED, S.SCHEDULED, S.PROVISIONING, S.ACTIVE):
@@ -458,11 +462,13 @@ def change_end(session: Session, now: int, config: Config, settings: PlannerSett
     if status is S.QUEUED:
         if duration > row.duration:
             hook.ask("extend", hook_view(row, duration=duration), actor)
-        row.duration = duration
+        old_duration, row.duration = row.duration, duration
+        placed = plan_change.new_duration(session, now, settings, row, old_duration, fits)
         record_event(session, row, "change", f"duration set to {spoken_duration(duration)}", now, actor)
         notifications.enqueue(session, row, notifications.UPDATE, now)
         session.flush()
-        early_ends.replan_at(session, now, config, settings)
+        if not placed:
+            early_ends.replan_at(session, now, config, settings)
         return row
     start, old_end = committed_window(row)
     new_end = start + duration

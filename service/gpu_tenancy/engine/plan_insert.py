@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from typing import Any, Callable
 
-from sqlalchemy import BigInteger, String, bindparam, cast, extract, select, update
+from sqlalchemy import BigInteger, String, bindparam, cast, extract, or_, select, update
 from sqlalchemy.orm import Session
 
 from gpu_tenancy.db import models as m
@@ -249,8 +249,12 @@ def catch_up(session: Session, now: int, settings: PlannerSettings, cache: Inser
 # the leases fitted in, or taken out by a cancel (no longer queued), since a number
 FITTED_SINCE = (select(*COLUMNS, L.status).where(L.plan_seq > bindparam("after"), L.plan_seq <= bindparam("upto"))
                 .order_by(L.plan_seq))
-# the GPU models of the leases taken out of the plan since the last replan (which clears plan_seq)
-TAKEN_OUT = select(L.gpu_model).where(L.plan_seq <= bindparam("upto"), L.status != S.QUEUED.value).distinct()
+# the GPU models whose plan is no longer plan()'s since the last replan (which clears plan_seq): a
+# lease was taken out by a cancel (no longer queued), or placed where its reasons call provisional
+# (a fit out of order, a new duration: engine/plan_change.py; PlanBook.add cannot tell the last
+# when it lands last in the order)
+INEXACT = (select(L.gpu_model).where(L.plan_seq <= bindparam("upto"), or_(
+    L.status != S.QUEUED.value, cast(L.queue_reasons, String).contains('"provisional"'))).distinct())
 
 
 def build(session: Session, now: int, settings: PlannerSettings, cache: InsertCache, generation: int,
@@ -278,7 +282,7 @@ def build(session: Session, now: int, settings: PlannerSettings, cache: InsertCa
                     ledger.settings_for(inputs, settings))
     for r in sorted((r for r in rows if r.plan_seq is not None), key=lambda r: r.plan_seq):
         book.add(of(r))
-    for model in session.scalars(TAKEN_OUT, {"upto": inserted}):   # not in the rows: the plan is not plan()'s
+    for model in session.scalars(INEXACT, {"upto": inserted}):   # not in the rows: the plan is not plan()'s
         book.taken_out(model)
     return Snapshot(generation, inserted, now, inputs.allowance, book)
 

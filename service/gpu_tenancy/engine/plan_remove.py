@@ -36,18 +36,25 @@ def take_out(session: Session, settings: PlannerSettings, row: m.Lease,
              fits: plan_insert.InsertCache | None) -> bool:
     """Under the ledger lock, in the cancel's transaction, `row` still waiting (before its
     transition): whether the cancel may leave the plan as it is but for this lease, its number
-    claimed; False: the cancel replans in full, as before. That is where a create replans too (a
-    plan shorter than the cache's min_waiting, cheap then and exact; a wait bound, age x size or
-    keep_etas, which move or guard leases by what a whole plan finds; `fits` None, a caller that
-    keeps no plan), and where a running lease is under notice for this one (the replan gives it
-    its own end back at once: early_ends.call_off_unneeded)."""
-    if fits is None or not settings.fits_one_by_one or S(row.status) not in WAITING:
-        return False
-    if session.scalar(NOTICED, {"lease": row.id}) is not None:
-        return False
-    if fits.min_waiting and (session.scalar(PLANNED, {"most": fits.min_waiting}) or 0) < fits.min_waiting:
+    claimed; False: the cancel replans in full, as before (see without_replan)."""
+    if S(row.status) not in WAITING or not without_replan(session, settings, row, fits):
         return False
     if row.queue_position is not None:   # in the plan (a lease no replan has planned yet is in none)
         _, seq, _ = plan_insert.claim(session)
         row.plan_seq = seq
     return True
+
+
+def without_replan(session: Session, settings: PlannerSettings, row: m.Lease,
+                   fits: plan_insert.InsertCache | None) -> bool:
+    """Whether a change to waiting `row` (a cancel, a new duration: engine/plan_change.py) may be
+    made to the plan as it stands rather than by a full replan. Not where a create replans in full
+    too: a plan shorter than the cache's min_waiting (cheap then, and exact); a wait bound, age x
+    size or keep_etas, which move or guard leases by what a whole plan finds; `fits` None, a caller
+    that keeps no plan; nor where a running lease is under notice for this one (the replan gives it
+    its own end back at once, or a new one for a new duration: early_ends.call_off_unneeded)."""
+    if fits is None or not settings.fits_one_by_one:
+        return False
+    if session.scalar(NOTICED, {"lease": row.id}) is not None:
+        return False
+    return not fits.min_waiting or (session.scalar(PLANNED, {"most": fits.min_waiting}) or 0) >= fits.min_waiting
