@@ -50,6 +50,10 @@ class Config:
     # with at least this many leases waiting, a create fits its lease into the current plan instead
     # of replanning them all (engine/plan_insert.py; the engine's next replan plans it in full)
     plan_insert_min_waiting: int = 100
+    # a replan the API's wake asks for after a create fitted into the plan or a cancel taken out of
+    # it (the queue is long: above) may wait: it begins at least this long after the engine's last
+    # full replan began (engine/runner.py: wake; 0: at once, as every other wake)
+    engine_wake_min_interval_seconds: float = 3.0
     provisioning_poll_seconds: float = 0.25  # while a VM boots or is deleted (openstacksdk's own wait: 2 s)
     host_refresh_seconds: int = 60
     leader_lease_seconds: int = 30
@@ -251,6 +255,9 @@ class Config:
         floor = values.get("release_allowance_seconds", 0)
         if isinstance(floor, bool) or not isinstance(floor, int) or not 0 <= floor <= 86400:
             raise ValueError("release_allowance_seconds must be a whole number of seconds from 0 to 86400")
+        spacing = values.get("engine_wake_min_interval_seconds", 3.0)
+        if isinstance(spacing, bool) or not isinstance(spacing, (int, float)) or not 0 <= spacing <= 600:
+            raise ValueError("engine_wake_min_interval_seconds must be a number of seconds from 0 to 600")
         check_offers(values)
         check_webhook_workers(values)
         for net in values.get("webhook_allowed_networks") or []:

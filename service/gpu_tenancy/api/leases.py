@@ -117,7 +117,7 @@ def create() -> ResponseReturnValue:
         assert cfg.readiness_url is not None   # new_lease refuses a probe without it
         rendered = {**rendered, "readiness": {**rendered["readiness"], "token": made.row.readiness_token,
                                               "url": readiness_url(cfg.readiness_url, made.row.id)}}
-    rt.runtime().wake_engine()
+    rt.runtime().wake_engine(can_wait=made.fitted)   # fitted: nothing starts before the replan
     return ({"lease": rendered, "offers": offer_view.render_all(alternatives)}, 201,
             {"Location": rendered["links"][0]["href"]})
 
@@ -188,15 +188,14 @@ def query_sort_dir() -> bool:
 
 @bp.patch("/<lease_id>")
 def update(lease_id: str) -> ResponseReturnValue:
-    rendered = change_end(lease_id, end_change(json_body(UPDATE)))
-    rt.runtime().wake_engine()
+    rendered, placed = change_end(lease_id, end_change(json_body(UPDATE)))
+    rt.runtime().wake_engine(can_wait=placed)
     return {"lease": rendered}
 
 
 @bp.delete("/<lease_id>")
 def cancel(lease_id: str) -> ResponseReturnValue:
-    end_lease(lease_id)
-    rt.runtime().wake_engine()
+    rt.runtime().wake_engine(can_wait=end_lease(lease_id))
     return "", 204
 
 
@@ -219,13 +218,14 @@ def resume(lease_id: str) -> ResponseReturnValue:
     return {"lease": rendered}
 
 
-def change_end(lease_id: str, change_asked: EndChange, name: str | None = None) -> dict:
+def change_end(lease_id: str, change_asked: EndChange, name: str | None = None) -> tuple[dict, bool]:
     """A lease's new end (authorized, audited, asked of the decision service); the lease
-    as rendered after. Also the Blazar API's (api/blazar/leases.py), whose update may rename
+    as rendered after, and whether it was placed in the plan as it stands (leases.change_end: the
+    engine's replan may wait). Also the Blazar API's (api/blazar/leases.py), whose update may rename
     the lease too (`name`): in the same transaction, so that a taken name leaves the end as it was."""
     cfg = rt.runtime().config
 
-    def change(session: Session, hook: DecisionHook) -> dict:
+    def change(session: Session, hook: DecisionHook) -> tuple[dict, bool]:
         row = load(session, lease_id)
         rt.authorize("lease:update", row.project_id)
         if name is not None:   # the name's lock before the ledger's
@@ -234,11 +234,11 @@ def change_end(lease_id: str, change_asked: EndChange, name: str | None = None) 
         before = render(row)
         if name is not None:
             leases.rename(session, rt.now(), row, name, rt.caller().user_id)
-        leases.change_end(session, rt.now(), cfg, rt.planner_settings(), rt.limits(), row, change_asked,
-                          rt.caller().user_id, cfg.extension_window_seconds, hook, rt.runtime().fits)
+        placed = leases.change_end(session, rt.now(), cfg, rt.planner_settings(), rt.limits(), row, change_asked,
+                                   rt.caller().user_id, cfg.extension_window_seconds, hook, rt.runtime().fits)
         rendered = render(row)
         rt.audit(session, "lease.update", row.id, row.project_id, before, rendered)
-        return rendered
+        return rendered, placed
     return decide(DecisionHook.from_config(cfg), rt.transaction, change)
 
 
@@ -255,16 +255,17 @@ def rename(lease_id: str, name: str) -> None:
         rt.audit(session, "lease.update", row.id, row.project_id, before, render(row))
 
 
-def end_lease(lease_id: str, undo: bool = False, name: str | None = None) -> None:
+def end_lease(lease_id: str, undo: bool = False, name: str | None = None) -> bool:
     """Cancel a waiting lease or end a running one (authorized, audited, asked of the
-    decision service). Also the Blazar API's. `undo`: the service takes back a lease this very
+    decision service); whether it was only taken out of the plan (leases.cancel: the engine's
+    replan may wait). Also the Blazar API's. `undo`: the service takes back a lease this very
     request made (api/blazar/leases.py: create), neither the caller's cancel to authorize nor
     an end to ask the decision service about: whoever may make a lease, no lease is left behind.
     `name`: the Blazar API's update that also renames the lease (authorized as an update by its
     caller): in the same transaction, so that an end refused leaves the name as it was."""
     cfg = rt.runtime().config
 
-    def end(session: Session, hook: DecisionHook) -> None:
+    def end(session: Session, hook: DecisionHook) -> bool:
         # the lease undone is the one this request made, whether or not its caller may read it
         row = load_any(session, lease_id) if undo else load(session, lease_id)
         if not undo:
@@ -275,7 +276,8 @@ def end_lease(lease_id: str, undo: bool = False, name: str | None = None) -> Non
         before = render(row)
         if name is not None:
             leases.rename(session, rt.now(), row, name, rt.caller().user_id)
-        leases.cancel(session, rt.now(), cfg, rt.planner_settings(), row, rt.caller().user_id, hook,
-                      rt.runtime().fits)
+        taken_out = leases.cancel(session, rt.now(), cfg, rt.planner_settings(), row, rt.caller().user_id, hook,
+                                  rt.runtime().fits)
         rt.audit(session, "lease.delete", row.id, row.project_id, before, render(row))
-    decide(DecisionHook() if undo else DecisionHook.from_config(cfg), rt.transaction, end)
+        return taken_out
+    return decide(DecisionHook() if undo else DecisionHook.from_config(cfg), rt.transaction, end)

@@ -67,9 +67,10 @@ class Runtime:
             self._offers = offers
         return self._offers
 
-    def wake_engine(self) -> None:
+    def wake_engine(self, can_wait: bool = False) -> None:
+        """`can_wait`: a create fitted into the plan, a cancel taken out of it (engine/runner.py: wake)."""
         if self.engine is not None:
-            self.engine.wake()
+            self.engine.wake(can_wait)
 
     def cloud_driver(self) -> Any:
         """The engine's driver, or (API-only worker) one of this process's own, made once."""

@@ -357,11 +357,13 @@ def volume_lock(session: Session, project_id: str, volume_id: str) -> None:
 
 
 def cancel(session: Session, now: int, config: Config, settings: PlannerSettings, row: m.Lease, actor: str,
-           hook: DecisionHook = DecisionHook(), fits: plan_insert.InsertCache | None = None) -> m.Lease:
+           hook: DecisionHook = DecisionHook(), fits: plan_insert.InsertCache | None = None) -> bool:
     """Cancel a waiting lease, or end a running one now. The data volume stays. `fits`: the
     process's copy of the plan (as creates fit into it); with it, a waiting lease of a long queue
     is taken out of the plan (plan_remove.take_out) rather than every lease planned again under
-    the ledger lock: the engine's next replan (the API wakes it) moves the others earlier."""
+    the ledger lock: the engine's next replan (the API wakes it) moves the others earlier.
+    Returns whether it was only taken out (no replan here): that replan may then wait
+    (engine/runner.py: wake, can_wait)."""
     lock_for_change(session, row)
     status = S(row.status)
     if status in FINAL or status is S.ENDING:
@@ -380,7 +382,7 @@ def cancel(session: Session, now: int, config: Config, settings: PlannerSettings
     session.flush()
     if not taken_out:
         early_ends.replan_at(session, now, config, settings)
-    return row
+    return taken_out
 
 
 def done(session: Session, now: int, config: Config, settings: PlannerSettings, row: m.Lease, actor: str,
@@ -427,12 +429,13 @@ def hook_view(row: m.Lease, **changes) -> dict:
 
 def change_end(session: Session, now: int, config: Config, settings: PlannerSettings, limits: Limits, row: m.Lease,
                change: EndChange, actor: str, extension_window: int | None = None, hook: DecisionHook = DecisionHook(),
-               fits: plan_insert.InsertCache | None = None) -> m.Lease:
+               fits: plan_insert.InsertCache | None = None) -> bool:
     """Extend or shrink. An extension is granted only if it delays nobody planned, within the
     maximum duration and the budget; with `extension_window`, only in the lease's last part.
     `fits`: the process's copy of the plan; with it, a waiting lease of a long queue gets its new
     place in the plan as it stands (plan_change.new_duration) rather than every lease planned
-    again under the ledger lock: the engine's next replan (the API wakes it) moves it and the others."""
+    again under the ledger lock: the engine's next replan (the API wakes it) moves it and the others.
+    Returns whether it was so placed (no replan here): that replan may then wait (engine/runner.py: wake)."""
     lock_for_change(session, row)
     status = S(row.status)
     if status not in (S.QUEUED, S.SCHEDULED, S.PROVISIONING, S.ACTIVE):
@@ -469,7 +472,7 @@ def change_end(session: Session, now: int, config: Config, settings: PlannerSett
         session.flush()
         if not placed:
             early_ends.replan_at(session, now, config, settings)
-        return row
+        return placed
     start, old_end = committed_window(row)
     new_end = start + duration
     if new_end <= now:
@@ -494,7 +497,7 @@ def change_end(session: Session, now: int, config: Config, settings: PlannerSett
     notifications.enqueue(session, row, notifications.UPDATE, now)
     session.flush()
     early_ends.replan_at(session, now, config, settings)
-    return row
+    return False
 
 
 def committed_window(row: m.Lease) -> tuple[int, int]:

@@ -35,7 +35,7 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from gpu_tenancy.engine import notifications, webhooks
@@ -73,7 +73,7 @@ class Outbox:
         """Run on the engine's scheduler: started with it, and stopped with it."""
         from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
         scheduler.add_job(self.run_once, "interval", id="outbox", seconds=self.config.engine_tick_seconds,
-                          next_run_time=datetime.now(), coalesce=True, max_instances=1)
+                          next_run_time=datetime.now(timezone.utc), coalesce=True, max_instances=1)
         scheduler.add_listener(lambda _event: self.stop(), EVENT_SCHEDULER_SHUTDOWN)
 
     def run_once(self) -> int:

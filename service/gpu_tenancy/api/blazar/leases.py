@@ -99,7 +99,7 @@ def create() -> ResponseReturnValue:
         # another request took the GPUs between the preview and the plan: undo, as Blazar refuses
         native.end_lease(made.row.id, undo=True)
         raise Conflict(not_enough(asked.ask), codes.NOT_ENOUGH_CAPACITY)
-    rt.runtime().wake_engine()
+    rt.runtime().wake_engine(can_wait=made.fitted)
     with rt.transaction() as session:
         return {"lease": view.render_one(session, session.get_one(m.Lease, made.row.id))}, 201
 
@@ -132,11 +132,10 @@ def update(lease_id: str) -> ResponseReturnValue:
         changes = asks.update(given, row, start, end, rt.now(), LeaseState(row.status) in FINAL)
     # a new end and the name in one transaction: a taken name, or an end refused, refuses the whole update
     if changes.end is not None:
-        native.change_end(lease_id, changes.end, changes.name)
-        rt.runtime().wake_engine()
+        _, placed = native.change_end(lease_id, changes.end, changes.name)
+        rt.runtime().wake_engine(can_wait=placed)
     elif changes.end_now:   # an end that has come: the lease ends (a waiting one is cancelled), as on DELETE
-        native.end_lease(lease_id, name=changes.name)
-        rt.runtime().wake_engine()
+        rt.runtime().wake_engine(can_wait=native.end_lease(lease_id, name=changes.name))
     elif changes.name is not None:
         native.rename(lease_id, changes.name)
     with rt.transaction() as session:
@@ -153,6 +152,5 @@ def delete(lease_id: str) -> ResponseReturnValue:
         rt.authorize("lease:delete", row.project_id)
         over = LeaseState(row.status) in FINAL or row.status == LeaseState.ENDING.value
     if not over:   # Blazar deletes a terminated (or terminating) lease too: nothing left to end here
-        native.end_lease(lease_id)
-        rt.runtime().wake_engine()
+        rt.runtime().wake_engine(can_wait=native.end_lease(lease_id))
     return "", 204
