@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 from openstack import exceptions as sdk
 
-from gpu_tenancy.cloud.driver import LEASE_TAG, BootRequest, CloudError
+from gpu_tenancy.cloud.driver import LEASE_TAG, BootRequest, CloudError, ServerFlavor
 from gpu_tenancy.cloud.openstack.driver import HOST_TAG, VM_TAG, OpenStackCloud
 from gpu_tenancy.cloud.openstack.lease_flavors import LEASE_SPEC
 
@@ -193,3 +193,26 @@ def test_confirm_resize_confirms_only_a_resize_awaiting_it(status, expected):
     d.conns = SimpleNamespace(service=SimpleNamespace(compute=compute))
     d.confirm_resize("s1")
     assert compute.calls == expected
+
+
+@pytest.mark.parametrize("embedded, expected", [
+    # Nova >= 2.47: the flavor embedded without its id (openstacksdk answers its name for the id)
+    ({"original_name": "gt-lease-l1", "extra_specs": {LEASE_SPEC: "l1", "resources:CUSTOM_GT_LEASE_L1": "1"}},
+     ServerFlavor(None, "gt-lease-l1", "l1", True)),
+    ({"original_name": "m1.small", "vcpus": 1, "ram": 512, "disk": 1}, ServerFlavor(None, "m1.small", None, False)),
+    ({"original_name": "plain", "extra_specs": {"trait:CUSTOM_GPU_TENANCY": "required"}},
+     ServerFlavor(None, "plain", None, False)),
+    ({"original_name": "op.a100", "extra_specs": {"pci_passthrough:alias": "a100:1"}},
+     ServerFlavor(None, "op.a100", None, True)),
+    ({"original_name": "op.vgpu", "extra_specs": {"resources1:VGPU": "1"}}, ServerFlavor(None, "op.vgpu", None, True)),
+    ({"original_name": "op.pgpu", "extra_specs": {"resources:CUSTOM_PGPU_A100": "2"}},
+     ServerFlavor(None, "op.pgpu", None, True)),
+    ({"original_name": "none", "extra_specs": {"resources:CUSTOM_PGPU_A100": "0"}}, ServerFlavor(None, "none", None, False)),
+    ({"id": "f-1", "links": []}, ServerFlavor("f-1")),          # before 2.47: only its id, nothing known of it
+])
+def test_the_flavor_a_server_is_on_is_read_from_what_nova_embeds(embedded, expected):
+    from openstack.compute.v2.server import Server
+
+    from gpu_tenancy.cloud.openstack.lease_flavors import server_flavor
+    assert server_flavor(Server(id="s1", flavor=embedded), lambda rc: rc == "CUSTOM_PGPU_A100") == expected
+    assert server_flavor(SimpleNamespace(flavor=embedded), lambda rc: rc == "CUSTOM_PGPU_A100") == expected

@@ -115,15 +115,32 @@ class NetworkPolicy:
 
 
 @dataclass(frozen=True)
+class ServerFlavor:
+    """The flavor a server is on now: after a resize, the new one, confirmed or not (VERIFY_RESIZE).
+    Nova from 2.47 embeds the flavor in the server without its id (its name, sizes and extra
+    specs, which the service's admin connection is shown), before it only the id: a driver fills
+    what its cloud says."""
+    id: str | None = None         # the flavor's id (the simulated cloud; Nova before 2.47)
+    name: str | None = None       # its name (Nova's original_name)
+    lease_id: str | None = None   # the lease whose own flavor it is (by its specs or name, which only an admin sets)
+    gpus: bool | None = None      # whether it asks for GPUs (a PCI alias, a GPU resource class); None: not said
+
+    def is_lease(self, lease_id: str, flavor_id: str | None) -> bool:
+        """Whether it is that lease's flavor (`flavor_id`: the lease's, as the lease keeps it)."""
+        return self.lease_id == lease_id or (self.id is not None and self.id == flavor_id)
+
+
+@dataclass(frozen=True)
 class ServerState:
     id: str
-    status: str               # BUILD, ACTIVE, ERROR, SHELVED, SHELVED_OFFLOADED, DELETED (gone)
+    status: str               # BUILD, ACTIVE, ERROR, SHELVED, SHELVED_OFFLOADED, VERIFY_RESIZE, DELETED (gone)
     host: str | None = None
     fault: str | None = None  # the cloud's own message when status is ERROR
     task: str | None = None   # what the cloud is doing while BUILD (Nova's task_state: spawning, ...)
     name: str | None = None
     project_id: str | None = None
     addresses: tuple[Address, ...] = ()
+    flavor: ServerFlavor | None = None   # None: gone, or the driver does not say
 
 
 @dataclass(frozen=True)
@@ -199,8 +216,8 @@ class CloudDriver(abc.ABC):
 
     @abc.abstractmethod
     def lease_servers(self, lease_id: str) -> list[ServerState]:
-        """Every server not yet deleted that was booted with the lease's flavor, by the
-        service or by the tenant, in any project."""
+        """Every server not yet deleted that is on the lease's flavor now (booted with it, by the
+        service or by the tenant, in any project, and not resized off it), with its `flavor`."""
 
     @abc.abstractmethod
     def remove_lease_inventory(self, lease_id: str) -> bool:
@@ -246,7 +263,7 @@ class CloudDriver(abc.ABC):
 
     @abc.abstractmethod
     def server_state(self, server_id: str) -> ServerState:
-        """The server's status; DELETED when it is gone."""
+        """The server's status and the flavor it is on now (`flavor`); DELETED when it is gone."""
 
     @abc.abstractmethod
     def delete_server(self, server_id: str) -> None:

@@ -35,8 +35,8 @@ Config (YAML for from_file, or the same as a dict):
     state_file: /path/cloud.json  # optional: keep the state in a file, shared by processes
 
 Test hooks (public): inject_failure() (a failing delete: 'delete_server'), slow_deletes(), set_host_state(),
-power_off() (a VM stopped by its tenant: SHUTOFF), resize() and revert_resize() (its tenant's resize to a
-plain flavor, not confirmed), set_server_metadata() (the tenant's own tags on its server),
+power_off() (a VM stopped by its tenant: SHUTOFF), resize() and revert_resize() (its tenant's resize, to a
+plain flavor or one of its own, confirmed by confirm_resize() as its tenant would), set_server_metadata() (the tenant's own tags on its server),
 add_volume(), tenant_boot() (a project member's own boot), add_legacy_flavor(), and the read-only
 views servers(), volumes(), flavors(), images(), allocations(), free_gpus(), lease_inventory(),
 lease_classes().
@@ -51,9 +51,9 @@ from pathlib import Path
 import yaml
 
 from gpu_tenancy.cloud.driver import (
-    LEASE_TAG, SHELVABLE, BootRequest, CloudDriver, CloudError, CloudObject, HostInfo, ServerState,
+    LEASE_TAG, SHELVABLE, BootRequest, CloudDriver, CloudError, CloudObject, HostInfo, ServerFlavor, ServerState,
     VolumeInfo, VolumeRequest)
-from gpu_tenancy.cloud.simulated_leases import NO_VALID_HOST, LeaseFlavors
+from gpu_tenancy.cloud.simulated_leases import NO_VALID_HOST, PLAIN_FLAVOR, LeaseFlavors
 from gpu_tenancy.cloud.simulated_networks import SimulatedNetworks
 from gpu_tenancy.domain.failures import FailureClass
 
@@ -75,6 +75,11 @@ DEFAULT_FAULTS = {
     F.BOOT_TIMEOUT: "Build of instance timed out",
     F.API_ERROR: "Internal Server Error (HTTP 500)",
 }
+
+
+def embed(flavor_id: str, flavor: dict) -> dict:
+    """What a server keeps of its flavor: {id: (name, lease id or "", GPUs)}."""
+    return {flavor_id: (flavor.get("name"), flavor.get("lease_id") or "", flavor.get("gpus"))}
 
 
 @dataclass
@@ -104,10 +109,16 @@ class _Server:
     # (ACTIVE, task shelving, its GPUs held) until the host is up again, as with Nova's compute gone
     shelve_stalled: bool = False
     powered_off: bool = False            # stopped (`openstack server stop`, or shut down in the guest): SHUTOFF
-    # resized by its tenant to a flavor without GPUs and not confirmed yet (VERIFY_RESIZE): its new
-    # flavor is not the lease's, while the old one's claim (GPUs and unit: Nova's migration
-    # allocation) is kept until the resize is confirmed or reverted
+    # resized by its tenant and not confirmed yet (VERIFY_RESIZE): on its new flavor (resize_flavor_id,
+    # bound for resize_host), while the old one's claim (GPUs and unit: Nova's migration allocation)
+    # is kept until the resize is confirmed or reverted. (The new flavor's claim on resize_host is
+    # taken at the confirm here, not at the resize as Nova does.)
     resizing: bool = False
+    resize_flavor_id: str | None = None
+    resize_host: str | None = None
+    # each flavor it was on, as Nova copies it into the server (shown after the flavor is deleted):
+    # flavor id -> (name, lease id or "", GPUs)
+    embedded: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -198,17 +209,32 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
         with self._lock:
             self._servers[server_id].powered_off = True
 
-    def resize(self, server_id: str) -> None:
-        """The tenant resizes its server of a lease's flavor to a flavor without GPUs (`openstack
-        server resize --flavor`) and does not confirm it: VERIFY_RESIZE, no longer booted with the
-        lease's flavor, its old claim (GPUs, unit) held until confirm_resize() or revert_resize()."""
+    def resize(self, server_id: str, flavor_id: str = PLAIN_FLAVOR) -> None:
+        """The tenant resizes its server (`openstack server resize --flavor`) and does not confirm
+        it yet: VERIFY_RESIZE, on its new flavor, its old claim (GPUs, unit) held until
+        confirm_resize() (the tenant's `--confirm`, or the service's) or revert_resize(). The new
+        flavor: PLAIN_FLAVOR (no GPUs, public), or one of `flavors()` the project may use, on a
+        host where it fits (CloudError, no valid host, if none)."""
         with self._lock:
-            self._servers[server_id].resizing = True
+            server = self._servers[server_id]
+            host = server.host
+            if flavor_id != PLAIN_FLAVOR:
+                flavor = self._flavors.get(flavor_id)
+                if flavor is None or not self._accessible(flavor, server.project_id):
+                    raise CloudError(F.FORBIDDEN, f"flavor {flavor_id} is not available to the project",
+                                     f"Flavor {flavor_id} could not be found. (HTTP 400)")
+                now = self.clock.now()
+                host = next((h for h in sorted(self._hosts) if self._fits(h, flavor, now)), None)
+                if host is None:
+                    raise CloudError(F.NO_VALID_HOST, "no host for the resize", NO_VALID_HOST)
+                server.embedded[flavor_id] = embed(flavor_id, flavor)[flavor_id]
+            server.resizing, server.resize_flavor_id, server.resize_host = True, flavor_id, host
 
     def revert_resize(self, server_id: str) -> None:
-        """The tenant reverts the resize: back on the lease's flavor and its claim, ACTIVE."""
+        """The tenant reverts the resize: back on its old flavor and its claim, ACTIVE."""
         with self._lock:
-            self._servers[server_id].resizing = False
+            server = self._servers[server_id]
+            server.resizing, server.resize_flavor_id, server.resize_host = False, None, None
 
     def set_server_metadata(self, server_id: str, metadata: dict[str, str]) -> None:
         """The tenant sets metadata on its server (`openstack server set --property`), any key,
@@ -320,7 +346,7 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
             server = _Server(str(uuid.uuid4()), request.project_id, request.lease_id, request.vm_index,
                              request.host, request.flavor_id, request.image_ref,
                              request.name or f"gt-{request.lease_id[:8]}-{request.vm_index}", now, 0,
-                             lease_unit=bool(flavor.get("lease_id")))
+                             lease_unit=bool(flavor.get("lease_id")), embedded=embed(request.flavor_id, flavor))
             injected = self._take_failure("server_error")
             if injected and injected[0] == F.BOOT_TIMEOUT:
                 server.stuck = True
@@ -362,7 +388,7 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
             task = "spawning" if status == "BUILD" else "shelving" if server.shelve_stalled else None
             return ServerState(server.id, status, server.host, self._fault(server, now), task,
                                server.name, server.project_id,
-                               self._addresses(server) if status == "ACTIVE" else ())
+                               self._addresses(server) if status == "ACTIVE" else (), self._server_flavor(server))
 
     def delete_server(self, server_id: str) -> None:
         with self._lock:
@@ -384,8 +410,14 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
             server = self._live("confirm_resize", server_id)
             if not server.resizing:
                 return
-            # on its new flavor, which has no GPUs: the old claim is released, and it is no lease's
-            server.resizing, server.lease_unit, server.gpus, server.lease_id = False, False, 0, ""
+            # on its new flavor: the old claim is released, the new one's taken (the lease of its
+            # flavor, if any, is its lease now; its tags stay as they were)
+            new = self._flavors.get(server.resize_flavor_id or "", {})
+            server.metadata = self._metadata(server)
+            server.flavor_id, server.host = server.resize_flavor_id or PLAIN_FLAVOR, server.resize_host
+            server.gpus, server.lease_id = new.get("gpus", 0), new.get("lease_id") or ""
+            server.lease_unit = bool(server.lease_id)
+            server.resizing, server.resize_flavor_id, server.resize_host = False, None, None
 
     def shelve(self, server_id: str) -> None:
         with self._lock:
@@ -458,7 +490,7 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
             objects = [CloudObject("server", s.id, self._metadata(s)[LEASE_TAG], s.project_id,
                                    dict(status=self._status(s, now), host=s.host, vm_index=s.vm_index,
                                         name=s.name, metadata=self._metadata(s),
-                                        flavor_lease=s.lease_id if s.lease_unit and not s.resizing else None))
+                                        flavor_lease=self._flavor_lease(s)))
                        for s in self._servers.values() if s.deleted_at is None and LEASE_TAG in self._metadata(s)]
             objects += [CloudObject("volume", v.id, v.metadata[LEASE_TAG], v.project_id,
                                     dict(status=self._volume_state(v), size_gb=v.size_gb, name=v.name))
@@ -539,6 +571,18 @@ class SimulatedCloud(LeaseFlavors, SimulatedNetworks, CloudDriver):
         if server.resizing:
             return "VERIFY_RESIZE"
         return "SHUTOFF" if server.powered_off else "ACTIVE"
+
+    def _server_flavor(self, server: _Server) -> ServerFlavor:
+        """The flavor it is on now: a resize's new one from the resize on."""
+        fid = server.resize_flavor_id if server.resizing and server.resize_flavor_id else server.flavor_id
+        if fid == PLAIN_FLAVOR:
+            return ServerFlavor(PLAIN_FLAVOR, "m1.small", None, False)
+        name, lease_id, gpus = server.embedded.get(fid) or embed(fid, self._flavors.get(fid, {}))[fid]
+        return ServerFlavor(fid, name, lease_id or None, None if gpus is None else gpus > 0)
+
+    def _flavor_lease(self, server: _Server) -> str | None:
+        """The lease whose flavor it is on now."""
+        return self._server_flavor(server).lease_id
 
     @staticmethod
     def _metadata(server: _Server) -> dict:

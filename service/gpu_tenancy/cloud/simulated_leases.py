@@ -22,7 +22,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from gpu_tenancy.cloud.driver import (
-    CloudError, LeaseFlavor, ServerState, ShapeSpec, lease_flavor_name, lease_resource_class)
+    CloudError, LeaseFlavor, ServerFlavor, ServerState, ShapeSpec, lease_flavor_name, lease_resource_class)
 from gpu_tenancy.domain.failures import FailureClass as F
 
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from gpu_tenancy.cloud.simulated import _Server
 
 NO_VALID_HOST = "No valid host was found. There are not enough hosts available."
+PLAIN_FLAVOR = "m1-small"   # the id of a public flavor without GPUs (not one of flavors(): none is asked of it)
 
 
 class LeaseFlavors:
@@ -49,12 +50,14 @@ class LeaseFlavors:
         def _holds(self, server: _Server, now: int) -> bool: ...
         def _status(self, server: _Server, now: int) -> str: ...
         def _fault(self, server: _Server, now: int) -> str | None: ...
+        def _server_flavor(self, server: _Server) -> ServerFlavor: ...
+        def _flavor_lease(self, server: _Server) -> str | None: ...
 
     # --- test hooks -------------------------------------------------------------------------
     def tenant_boot(self, project_id: str, flavor_id: str, name: str | None = None) -> str:
         """Boot as a member of `project_id` would: no host given, the flavor must be one the
         project can see; returns the server id (ERROR, no valid host, when no unit is free)."""
-        from gpu_tenancy.cloud.simulated import _Server
+        from gpu_tenancy.cloud.simulated import _Server, embed
         with self._lock:
             flavor = self._flavors.get(flavor_id)
             if flavor is None or not self._accessible(flavor, project_id):
@@ -64,7 +67,7 @@ class LeaseFlavors:
             host = next((h for h in sorted(self._hosts) if self._fits(h, flavor, now)), None)
             server = _Server(str(uuid.uuid4()), project_id, flavor.get("lease_id") or "", None, host or "",
                              flavor_id, "", name or f"tenant-{uuid.uuid4().hex[:6]}", now, 0,
-                             tagged=False, lease_unit=bool(flavor.get("lease_id")))
+                             tagged=False, lease_unit=bool(flavor.get("lease_id")), embedded=embed(flavor_id, flavor))
             if host is None:
                 server.fault, server.host = NO_VALID_HOST, None
             else:
@@ -149,9 +152,10 @@ class LeaseFlavors:
         with self._lock:
             now = self.clock.now()
             return [ServerState(s.id, self._status(s, now), s.host, self._fault(s, now),
-                                "spawning" if self._status(s, now) == "BUILD" else None, s.name, s.project_id)
+                                "spawning" if self._status(s, now) == "BUILD" else None, s.name, s.project_id,
+                                flavor=self._server_flavor(s))
                     for s in self._servers.values()
-                    if s.deleted_at is None and s.lease_id == lease_id and s.lease_unit and not s.resizing]
+                    if s.deleted_at is None and self._flavor_lease(s) == lease_id]
 
     def remove_lease_inventory(self, lease_id: str) -> bool:
         with self._lock:

@@ -87,7 +87,10 @@ def rescue(lc, lease_id: str, down: set[str]) -> None:
         row = session.get(m.Lease, lease_id)
         if row is None or row.status not in MOVED or time_is_up(row, now):
             return
-        cloud_ids = [s.cloud_id for s in row.servers if s.cloud_id]
+        # a tenant lease's server recorded gone just now is off the lease's flavor (resized by its
+        # member, engine/resized.py): no longer the lease's, not deleted with its VMs
+        cloud_ids = [s.cloud_id for s in row.servers if s.cloud_id
+                     and not (row.boot == lease_flavor.TENANT and s.status in lease_flavor.GONE)]
     unrecorded = retry.delete_every_server(lc.cloud, lease_id, cloud_ids)
     if unrecorded is None:
         return  # the next tick tries again

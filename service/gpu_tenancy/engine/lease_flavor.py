@@ -11,7 +11,8 @@ crash at any step leaves a state the next pass carries on from (every call is
 idempotent), and reconcile removes what a finished or unknown lease left.
 
 A "tenant" lease boots nothing itself: while it is ACTIVE, each pass records the
-servers its members booted with the flavor as the lease's servers.
+servers its members booted with the flavor as the lease's servers. One a member resized off
+the flavor is no longer the lease's: engine/resized.py says which are kept at the end.
 """
 from __future__ import annotations
 
@@ -20,11 +21,11 @@ from collections import Counter
 
 from sqlalchemy import func, select
 
-from gpu_tenancy.cloud.driver import CloudError, ShapeSpec
+from gpu_tenancy.cloud.driver import CloudError, ServerState, ShapeSpec
 from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, utcnow_naive
 from gpu_tenancy.domain.states import FINAL, LeaseState
-from gpu_tenancy.engine import webhooks
+from gpu_tenancy.engine import resized, webhooks
 from gpu_tenancy.engine.crashpoints import crash_point
 from gpu_tenancy.engine.leases import finished_or_unknown
 from gpu_tenancy.engine.events import lease_in, record_event, record_transition
@@ -103,23 +104,34 @@ def teardown(lc, lease_id: str) -> bool:
         row = lease_in(session, lease_id, S.ENDING)
         if row is None:
             return False
-        project, tenant = row.project_id, row.boot == TENANT
+        project, tenant, flavor_id = row.project_id, row.boot == TENANT, row.flavor_id
         servers = [(s.vm_index, s.cloud_id, s.status) for s in row.servers]
     try:
         lc.cloud.revoke_lease_flavor(lease_id, project)
         crash_point("access_revoked")
         listed = lc.cloud.lease_servers(lease_id)   # after the revoke: no member boots one more
         on_flavor = {state.id for state in listed}
-        remaining, resized = 0, []
+        remaining, to_confirm = 0, []
         for vm_index, cloud_id, status in servers:
-            if cloud_id is None or status in GONE:
+            if cloud_id is None or (status in GONE and not tenant):
                 continue
-            if tenant and cloud_id not in on_flavor and lc.cloud.server_state(cloud_id).status == "VERIFY_RESIZE":
-                # its member resized it off the lease's flavor since the last pass (record_servers):
-                # no longer the lease's, so kept and its resize confirmed below, as it would be had
-                # a pass seen it first, not deleted for having ended before that pass
-                lc.set_server(lease_id, vm_index, status="DELETED")
-                resized.append(cloud_id)
+            if tenant and cloud_id not in on_flavor:
+                # resized by its member off the lease's flavor (since the last pass, or seen then and
+                # recorded gone): kept or deleted by the flavor it is on now, as engine/resized.py says
+                state = lc.cloud.server_state(cloud_id)
+                fate = resized.fate(state, lease_id, flavor_id)
+                if fate in (resized.Fate.RELEASED, resized.Fate.CONFIRM):
+                    if status not in GONE:
+                        release(lc, lease_id, vm_index, state)
+                    if fate is resized.Fate.CONFIRM:
+                        to_confirm.append(cloud_id)
+                    continue
+                if fate is resized.Fate.ESCAPED:
+                    if state.task != "deleting":
+                        lc._note(lease_id, "progress", resized.escaped(state))
+                elif status in GONE:
+                    continue   # gone; or back on the lease's flavor, and deleted below as listed
+            elif status in GONE:
                 continue
             try:
                 lc.cloud.delete_server(cloud_id)
@@ -141,8 +153,8 @@ def teardown(lc, lease_id: str) -> bool:
         if remaining:
             return False
         if not lc.cloud.remove_lease_inventory(lease_id):
-            confirm_resized(lc, lease_id, resized + [cloud_id for _, cloud_id, status in servers
-                                                     if cloud_id is not None and status in GONE])
+            confirm_resized(lc, lease_id, to_confirm if tenant else [
+                cloud_id for _, cloud_id, status in servers if cloud_id is not None and status in GONE])
             return False
         crash_point("inventory_removed")
         lc.cloud.remove_lease_flavor(lease_id)
@@ -151,6 +163,13 @@ def teardown(lc, lease_id: str) -> bool:
         log.warning("ending lease %s in the cloud: %s", lease_id, exc)
         return False
     return True
+
+
+def release(lc, lease_id: str, vm_index: int, state: ServerState) -> None:
+    """The server, resized off the lease's flavor, off the lease's record (recorded gone: the
+    lease's GPUs it held are not held for it), with an event saying so."""
+    lc.set_server(lease_id, vm_index, status="DELETED")
+    lc._note(lease_id, "progress", resized.released(state))
 
 
 def confirm_resized(lc, lease_id: str, gone: list[str]) -> None:

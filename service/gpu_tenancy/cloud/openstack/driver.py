@@ -26,7 +26,7 @@ from gpu_tenancy.cloud.driver import (
 from gpu_tenancy.cloud.openstack.capacity import GpuInventory
 from gpu_tenancy.cloud.openstack.connection import Connections, connect
 from gpu_tenancy.cloud.openstack.errors import CALL_ERRORS, wrap
-from gpu_tenancy.cloud.openstack.lease_flavors import LeaseFlavors, flavor_lease
+from gpu_tenancy.cloud.openstack.lease_flavors import LeaseFlavors, flavor_lease, server_flavor
 from gpu_tenancy.cloud.openstack.networks import OpenStackNetworks
 from gpu_tenancy.domain.failures import FailureClass
 
@@ -297,7 +297,8 @@ class OpenStackCloud(OpenStackNetworks, CloudDriver):
         status = "DELETED" if server.status in ("DELETED", "SOFT_DELETED") else server.status
         fault = (server.fault or {}).get("message") if status == "ERROR" else None
         return ServerState(server.id, status, server.compute_host, fault, server.task_state,
-                           addresses=self._addresses(server))
+                           addresses=self._addresses(server),
+                           flavor=server_flavor(server, lambda rc: self.inventory.model_of(rc) is not None))
 
     def attach_volume(self, server_id: str, volume_id: str) -> None:
         compute = self.admin.compute

@@ -14,12 +14,14 @@ boot lands there, and a later call removes it.
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Callable
 
 from openstack import exceptions as sdk
 
 from gpu_tenancy.cloud.driver import (
-    LEASE_CLASS_PREFIX, LEASE_FLAVOR_PREFIX, LeaseFlavor, ServerState, ShapeSpec, lease_flavor_name,
-    lease_resource_class)
+    LEASE_CLASS_PREFIX, LEASE_FLAVOR_PREFIX, LeaseFlavor, ServerFlavor, ServerState, ShapeSpec,
+    lease_flavor_name, lease_resource_class)
 from gpu_tenancy.cloud.openstack.capacity import hypervisors
 from gpu_tenancy.cloud.openstack.errors import CALL_ERRORS, wrap
 
@@ -30,6 +32,11 @@ PROVIDER_PREFIX = "gt_"
 # 1.14 nested providers, 1.20 a new provider in the reply, 1.26 reserved may equal total
 PLACEMENT = "1.26"
 RETRIES = 5                             # generation conflicts with another writer in a row
+# a flavor's extra specs that ask for a resource (resources:X, and the granular resources1:X,
+# resources_suffix:X), and those that ask for a device whatever its class
+RESOURCE_SPEC = re.compile(r"^resources[A-Za-z0-9_-]*:(?P<rc>.+)$")
+DEVICE_SPECS = ("pci_passthrough:alias", "accel:device_profile")
+GPU_CLASSES = ("VGPU", "PGPU")
 
 
 class InventoryInUse(Exception):
@@ -61,6 +68,27 @@ def flavor_lease(server) -> str | None:
         return lease_of_class(classes[0])
     name = flavor.get("original_name") or ""
     return name[len(LEASE_FLAVOR_PREFIX):] if name.startswith(LEASE_FLAVOR_PREFIX) else None
+
+
+def server_flavor(server, gpu_class: Callable[[str], bool] = lambda rc: False) -> ServerFlavor | None:
+    """The flavor the server is on now, as Nova embeds it (>= 2.47: its name and extra specs,
+    no id; openstacksdk then answers the name for its id) or names it (before: its id only).
+    It asks for GPUs if it is a lease's, asks for a PCI device or an accelerator, or for a
+    resource class `gpu_class` says is a GPU's (or VGPU, PGPU). Its specs are shown to the
+    service's admin connection; a flavor with none asks for none."""
+    flavor = server.flavor or {}
+    if not flavor:
+        return None
+    name = flavor.get("original_name")
+    specs = flavor.get("extra_specs") or {}
+    if not name and not specs:
+        return ServerFlavor(id=flavor.get("id"))
+    lease = flavor_lease(server)
+    classes = [match["rc"] for key, value in specs.items()
+               if (match := RESOURCE_SPEC.match(key)) and str(value).strip() not in ("", "0")]
+    gpus = (lease is not None or any(specs.get(key) for key in DEVICE_SPECS)
+            or any(rc in GPU_CLASSES or rc.startswith(LEASE_CLASS_PREFIX) or gpu_class(rc) for rc in classes))
+    return ServerFlavor(name=name or None, lease_id=lease, gpus=gpus)
 
 
 class LeaseFlavors:
@@ -275,7 +303,7 @@ class LeaseFlavors:
                     continue
                 fault = (server.fault or {}).get("message") if server.status == "ERROR" else None
                 found.append(ServerState(server.id, server.status, server.compute_host, fault, server.task_state,
-                                         server.name, server.project_id))
+                                         server.name, server.project_id, flavor=server_flavor(server)))
             return found
         except CALL_ERRORS as exc:
             raise wrap(exc, f"listing the servers of lease {lease_id} failed") from exc
