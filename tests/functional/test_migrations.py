@@ -162,8 +162,48 @@ def test_the_history_read_indexes_go_and_come_back(db_url):
         migrate.upgrade(db_url)
     assert indexes() == head
     if engine.dialect.name == "postgresql":
-        created = [s for s in run if s.startswith("CREATE INDEX")]
+        created = [s for s in run if s.startswith("CREATE INDEX") and " ON leases " in s]   # not 0033's
         assert len(created) == 2 and all(s.startswith("CREATE INDEX CONCURRENTLY") for s in created)
+
+
+def test_the_events_lease_order_index_goes_and_comes_back(db_url):
+    """0033 builds (lease_id, id) in the place of (lease_id), CONCURRENTLY on PostgreSQL (over a
+    build cancelled before: dropped and built again, valid); a downgrade gives the old index back."""
+    from alembic import command
+    from sqlalchemy import inspect, text
+
+    from gpu_tenancy.db import migrate
+    engine = create_engine(db_url)
+    postgresql = engine.dialect.name == "postgresql"
+
+    def indexes() -> dict[str, list[str]]:
+        found = {i["name"]: i["column_names"] for i in inspect(engine).get_indexes("events")}
+        if postgresql:   # a failed concurrent build leaves an invalid index
+            with engine.connect() as conn:
+                assert conn.scalar(text("SELECT bool_and(indisvalid) FROM pg_index JOIN pg_class c "
+                                        "ON c.oid = indexrelid WHERE relname LIKE 'ix_events_%'")) in (True, None)
+        engine.dispose()
+        return found
+    head = {"ix_events_lease_id_id": ["lease_id", "id"]}
+    assert indexes() == head
+    with statements_run() as run:
+        command.downgrade(migrate.alembic_config(db_url), "0032_history_read_indexes")
+    assert indexes() == {"ix_events_lease_id": ["lease_id"]}
+    if postgresql:
+        assert [s for s in run if s.startswith(("CREATE INDEX", "DROP INDEX"))] == [
+            "DROP INDEX CONCURRENTLY IF EXISTS ix_events_lease_id",   # none: a downgrade run again
+            "CREATE INDEX CONCURRENTLY ix_events_lease_id ON events (lease_id)",
+            "DROP INDEX CONCURRENTLY IF EXISTS ix_events_lease_id_id"]
+        with engine.begin() as conn:   # what a build cancelled halfway leaves: the name taken, invalid
+            conn.execute(text("CREATE INDEX ix_events_lease_id_id ON events (lease_id)"))
+            conn.execute(text("UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'ix_events_lease_id_id'::regclass"))
+        engine.dispose()
+    with statements_run() as run:
+        migrate.upgrade(db_url)
+    assert indexes() == head
+    if postgresql:
+        created = [s for s in run if s.startswith("CREATE INDEX")]
+        assert created == ["CREATE INDEX CONCURRENTLY ix_events_lease_id_id ON events (lease_id, id)"]
 
 
 @contextmanager

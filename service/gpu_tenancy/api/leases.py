@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-import re
 from typing import NoReturn
 
 from sqlalchemy.orm import Session
@@ -13,7 +12,7 @@ from flask import Blueprint, request
 from flask.typing import ResponseReturnValue
 
 from gpu_tenancy import error_codes as codes
-from gpu_tenancy.api import dry_runs, offer_view, runtime as rt
+from gpu_tenancy.api import dry_runs, event_markers, offer_view, runtime as rt
 from gpu_tenancy.api.lease_commands import CREATE, UPDATE, end_change, lease_ask
 from gpu_tenancy.api.lease_view import for_tenant, page, render
 from gpu_tenancy.api.validation import json_body, query_bool, query_limit
@@ -156,25 +155,22 @@ def show(lease_id: str) -> ResponseReturnValue:
 
 @bp.get("/<lease_id>/events")
 def events(lease_id: str) -> ResponseReturnValue:
-    """A page of the lease's events (limit, marker, sort_dir as the listing). The marker is how many
-    of them, in that order, the pages before listed (a lease's events are never removed), not an
-    event's id: those count every lease's events, so two would tell how busy other projects were."""
+    """A page of the lease's events (limit, marker, sort_dir as the listing). The next link's
+    marker is where this page ended, sealed (api/event_markers.py): an event's id counts every
+    lease's events, so two would tell how busy other projects were. A count is a marker too."""
     limit = query_limit(rt.runtime().config.max_page_size)
     newest_first = query_sort_dir()
-    marker = request.args.get("marker")
-    if marker is not None and not re.fullmatch(r"[0-9]{1,9}", marker):
-        raise BadRequest(f"marker {marker[:64]} is not a count of events (take it from events_links)",
-                         codes.INVALID_MARKER)
-    skip = int(marker or 0)
+    key = rt.runtime().event_marker_key
+    start = event_markers.place(key, lease_id, newest_first, request.args.get("marker"))
     with rt.read_transaction() as session:   # a long history's deep page reads much: without SQLite's write lock
         load(session, lease_id)
-        rows, more = lease_events.of_lease(session, lease_id, skip, limit, newest_first)
+        rows, more = lease_events.of_lease(session, lease_id, start.skip, limit, newest_first, start.after)
         text = (lambda message: message) if rt.is_admin() else for_tenant   # the cloud's words: operators'
         body: dict = {"events": [{"at": rfc3339(to_epoch(e.at)), "actor": e.actor, "kind": e.kind,
                                   "from": e.from_state, "to": e.to_state, "message": text(e.message)} for e in rows]}
     if more:
-        body["events_links"] = [{"rel": "next",
-                                 "href": rt.next_href("leases.events", str(skip + len(rows)), lease_id=lease_id)}]
+        marker = event_markers.seal(key, lease_id, newest_first, rows[-1].id)
+        body["events_links"] = [{"rel": "next", "href": rt.next_href("leases.events", marker, lease_id=lease_id)}]
     return body
 
 

@@ -255,8 +255,9 @@ PATHS = {
         "get": operation("A lease's history", "lease:show", 200, paged("events", "Event"),
                          params=[LEASE_ID,
                                  param("limit", "query", "page size (100 by default)", {"type": "integer", "minimum": 1}),
-                                 param("marker", "query", "how many events the previous pages listed: take the "
-                                                          "next page from events_links"),
+                                 param("marker", "query", "where the previous page ended: take the next page from "
+                                                          "events_links (opaque, for this lease and sort_dir); "
+                                                          "a count is a marker too: the events to pass over"),
                                  param("sort_dir", "query", "asc: oldest first (the default); desc: newest first",
                                        {"type": "string", "enum": ["asc", "desc"]})],
                          errors=(404,)),

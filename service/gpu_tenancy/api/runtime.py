@@ -16,6 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpu_tenancy import error_codes as codes
+from gpu_tenancy.api import event_markers
 from gpu_tenancy.config import Config
 from gpu_tenancy.db.models import AuditRecord
 from gpu_tenancy.db.session import read_scope, session_scope
@@ -67,8 +68,15 @@ class Runtime:
             self._offers = offers
         return self._offers
 
+    @property
+    def event_marker_key(self) -> bytes:
+        """The key that seals a lease's events' markers (api/event_markers.py): the offers' own,
+        shared by every process alike, derived for this use."""
+        return event_markers.marker_key(self.offers.key)
+
     def wake_engine(self, can_wait: bool = False) -> None:
-        """`can_wait`: a create fitted into the plan, a cancel taken out of it (engine/runner.py: wake)."""
+        """`can_wait`: a create fitted into the plan, a cancel taken out of it, a new duration placed
+        in it (engine/runner.py: wake)."""
         if self.engine is not None:
             self.engine.wake(can_wait)
 

@@ -339,8 +339,11 @@ class GpuUseHour(Base):
 class Event(Base):
     """A lease's history: transitions, progress, warnings, failures."""
     __tablename__ = "events"
+    # a page of a lease's events, either order, is a range of it from its marker (engine/events.py:
+    # of_lease); it serves the reads by lease alone too (a prefix)
+    __table_args__ = (Index("ix_events_lease_id_id", "lease_id", "id"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    lease_id: Mapped[str] = mapped_column(ForeignKey("leases.id", ondelete="CASCADE"), index=True)
+    lease_id: Mapped[str] = mapped_column(ForeignKey("leases.id", ondelete="CASCADE"))
     at: Mapped[datetime] = mapped_column(UTC)
     actor: Mapped[str] = mapped_column(String(64))
     kind: Mapped[str] = mapped_column(String(16))  # transition, progress, warning, failure

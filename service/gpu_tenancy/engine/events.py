@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, tuple_
 from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session
 
@@ -58,14 +58,32 @@ E = m.Event
 SHOWN = (E.at, E.actor, E.kind, E.from_state, E.to_state, E.message)   # what the API shows of an event
 
 
+# past every event's id (PostgreSQL's integer): the far end of a lease's range in the index
+BEYOND = 2**31
+
+
 def of_lease(session: Session, lease_id: str, skip: int = 0, limit: int | None = None,
-             newest_first: bool = False) -> tuple[list[Row], bool]:
-    """The lease's history, oldest (or newest) first, less the first `skip` events of that order,
-    at most `limit` of them (None: all); and whether more follow. A lease's events only grow
-    (the guest's readiness reports add one per VM every 15 s, a rename or extension one each):
-    listed whole, one lease's history was an answer of any size."""
-    q = (select(*SHOWN).where(E.lease_id == lease_id)
-         .order_by(E.id.desc() if newest_first else E.id).offset(skip))
+             newest_first: bool = False, after: int | None = None) -> tuple[list[Row], bool]:
+    """The lease's history, oldest (or newest) first, from after the event `after` (its id: the
+    page before ended there; None: from the first) less the first `skip` events of that order,
+    at most `limit` of them (None: all); and whether more follow. Each row: SHOWN and the id.
+    A lease's events only grow (the guest's readiness reports add one per VM every 15 s, a
+    rename or extension one each): listed whole, one lease's history was an answer of any size.
+    A page is a range of ix_events_lease_id_id from `after`; `skip` reads past what it skips."""
+    low, high = (0, BEYOND) if after is None else (0, after) if newest_first else (after, BEYOND)
+    q = select(*SHOWN, E.id)
+    if session.get_bind().dialect.name == "postgresql":
+        # both ends (lease_id, id) pairs, in that order: said `lease_id = ? AND id > ? ORDER BY id`,
+        # PostgreSQL took the lease's events for spread evenly over the ids and walked the primary
+        # key from the marker, through every later event of every lease when this one's ended
+        # there (0.7 s for the last page of 200,000 among 2 million events; 0.5 ms as a range)
+        key = tuple_(E.lease_id, E.id)
+        q = q.where(key > tuple_(lease_id, low), key < tuple_(lease_id, high)).order_by(
+            *((E.lease_id.desc(), E.id.desc()) if newest_first else (E.lease_id, E.id)))
+    else:   # SQLite reads a range of pairs as all of the lease's events, each tried: these it seeks
+        q = q.where(E.lease_id == lease_id, E.id > low, E.id < high).order_by(
+            E.id.desc() if newest_first else E.id)
+    q = q.offset(skip)
     if limit is None:
         return list(session.execute(q)), False
     rows = list(session.execute(q.limit(limit + 1)))

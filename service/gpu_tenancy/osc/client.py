@@ -162,7 +162,7 @@ class GpuClient:
 
     def lease_events(self, lease_id: str, after: int = 0) -> list[dict]:
         """The lease's events after its first `after` (every one: 0), oldest first, following
-        the next links (the API lists a page at a time; its marker counts the events read)."""
+        the next links (the API lists a page at a time; a count of events is a marker too)."""
         params = {"marker": str(after)} if after else None
         return [event for page in self.pages(f"/v1/leases/{segment(lease_id)}/events", params, "events")
                 for event in page["events"]]
