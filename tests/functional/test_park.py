@@ -296,3 +296,31 @@ def test_a_parked_leases_held_slot_counts_against_the_projects_budget(client, ru
     more = client.post("/v1/leases", json={"shape": "h100.x4", "duration": "PT2H"}, headers=headers())
     assert more.status_code == 403, more.get_json()
     assert more.get_json()["errors"][0]["code"] == "gpu_tenancy.over_budget"
+
+
+def test_a_resume_that_would_move_hours_into_a_spent_period_is_refused_and_nothing_moves(
+        client, runtime, engine_tick, parked):
+    """The held slot lies past a budget's range; the project spent the range's rest meanwhile.
+    Before: the resume moved the slot into the range, past its budget, with no check (a monthly
+    budget the same across a month's end: tests/property/test_budget_months_property.py). Now a
+    403 in the budget's words, and the lease stays parked with its slot."""
+    idle = parked["idle"]
+    assert client.delete(f"/v1/leases/{parked['waiting']}", headers=headers("nlp-lab")).status_code == 204
+    engine_tick(advance=10)
+    engine_tick(advance=10)
+    held = lease_of(client, idle)["park"]["resume_by"]
+    now = runtime.clock.now()
+    admin = headers("ml-vision", "admin", user="ops")
+    made = client.post("/v1/budgets", headers=admin, json={"budget": {
+        "project_id": "ml-vision", "gpu_model": "H100", "gpu_hours": 4, "period": "range",
+        "start": rfc3339(now - 86400), "end": held}})
+    assert made.status_code == 201, made.get_json()
+    assert made.get_json()["budget"]["current"]["left"] < 4 * (parse_time(held) - now) / 3600
+    answer = client.post(f"/v1/leases/{idle}/resume", headers=headers())
+    assert answer.status_code == 403, answer.get_json()
+    error = answer.get_json()["errors"][0]
+    assert error["code"] == "gpu_tenancy.over_budget", error
+    assert "more H100 GPU-hours" in error["detail"] and f"keeps its held slot from {held}" in error["detail"], error
+    lease = lease_of(client, idle)
+    assert lease["status"] == "parked" and lease["park"]["resume_by"] == held, lease
+    assert not events(client, idle)[-1]["message"].startswith("resume asked"), events(client, idle)[-1]

@@ -267,7 +267,9 @@ PATHS = {
                           params=[LEASE_ID], errors=(404, 409),
                           description="Sooner than its held resume slot (now, or the earliest free slot) if that "
                                       "delays no planned lease; otherwise the held slot stays, and the lease's "
-                                      "events say why. 409 unless the lease is parked."),
+                                      "events say why. 409 unless the lease is parked; 403 (gpu_tenancy.over_budget), nothing "
+                                      "moved, if the hours it would move sooner pass the project's GPU-hour budget "
+                                      "in a period."),
     },
     "/v1/leases/{lease_id}/readiness": {"post": readiness_operation()},
     "/v1/leases/{lease_id}/done": {"post": done_operation()},

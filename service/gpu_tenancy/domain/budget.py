@@ -89,10 +89,34 @@ def refusals(budgets: Sequence[Budget], spans: Sequence[Span], asked: Span, now:
             need = asked.gpus * overlap(asked.start, asked.end, *period) / 3600
             u = use(b, period, spans, now)
             if need > u.left + EPSILON:
-                out.append(f"it needs {hours(need)} {b.gpu_model} GPU-hours in {describe(period)}; project "
-                           f"{b.project_id}'s budget there is {hours(b.gpu_hours)}: {hours(u.used)} used, "
-                           f"{hours(u.planned)} planned, {hours(max(u.left, 0.0))} left")
+                out.append(_words(b, period, need, u))
     return out
+
+
+def move_refusals(budgets: Sequence[Budget], spans: Sequence[Span], old: Sequence[Span], new: Span,
+                  now: int) -> list[str]:
+    """Why moving a lease's hours from `old` to `new` (a parked lease's held slot moved sooner)
+    would pass a budget; empty when it fits. `spans` are the project's holds and waiting leases
+    of the model, `old` among them. Only a period the move adds hours to is checked, and only
+    what it adds: a move within a period, or out of one, never passes it, even where the engine
+    or a lowered budget left it past its budget already."""
+    out = []
+    for b in budgets:
+        for period in periods(b, new.start, new.end):
+            need = (new.gpus * overlap(new.start, new.end, *period)
+                    - sum(o.gpus * overlap(o.start, o.end, *period) for o in old)) / 3600
+            if need <= EPSILON:
+                continue
+            u = use(b, period, spans, now)
+            if need > u.left + EPSILON:
+                out.append(_words(b, period, need, u, "more"))
+    return out
+
+
+def _words(b: Budget, period: tuple[int, int], need: float, u: BudgetUse, more: str = "") -> str:
+    return (f"it needs {hours(need)} {more + ' ' if more else ''}{b.gpu_model} GPU-hours in {describe(period)}; "
+            f"project {b.project_id}'s budget there is {hours(b.gpu_hours)}: {hours(u.used)} used, "
+            f"{hours(u.planned)} planned, {hours(max(u.left, 0.0))} left")
 
 
 def hours(x: float) -> str:

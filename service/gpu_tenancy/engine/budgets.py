@@ -1,5 +1,6 @@
 """GPU-hour budgets: what admins set, and the check a lease passes when it is
-asked for or extended (domain/budget.py does the arithmetic)."""
+asked for, extended or resumed early (domain/budget.py does the arithmetic; what a budget
+promises, and what the engine's own moves do to it: docs/design.md, "Budgets")."""
 from __future__ import annotations
 
 import math
@@ -117,6 +118,21 @@ def refusals(session: Session, now: int, project_id: str, gpu_model: str, asked:
         return []
     others = spans(session, project_id, gpu_model, *_reach(rows, asked), now, except_lease=except_lease)
     return budget.refusals([domain_budget(r) for r in rows], others, asked, now)
+
+
+def check_move(session: Session, now: int, row: m.Lease, new: budget.Span, keeps: str) -> None:
+    """Refuse (403, as check) moving the lease's allocations (a parked lease's held slot, moved
+    sooner by its tenant: engine/resume.py) to `new` where that adds hours to a period past its
+    budget, or takes one past it. `keeps`: what stays as it was, in words, ending the refusal."""
+    rows = [r for r in listing(session, row.project_id) if r.gpu_model == row.gpu_model]
+    if not rows or new.end <= new.start:
+        return
+    old = [budget.Span(a.gpus, to_epoch(a.start_at), to_epoch(a.end_at)) for a in row.allocations]
+    whole = budget.Span(new.gpus, min([new.start, *(o.start for o in old)]), max([new.end, *(o.end for o in old)]))
+    held = spans(session, row.project_id, row.gpu_model, *_reach(rows, whole), now)   # its own slot among them
+    refused = budget.move_refusals([domain_budget(r) for r in rows], held, old, new, now)
+    if refused:
+        raise Forbidden("refused for budget: " + "; ".join(refused) + f"; {keeps}", "gpu_tenancy.over_budget")
 
 
 def _reach(rows: list[m.Budget], asked: budget.Span) -> tuple[int, int]:

@@ -457,7 +457,8 @@ def change_end(session: Session, now: int, config: Config, settings: PlannerSett
         shape = session.get_one(m.Shape, row.shape)
         check_quota(session, limits, row.project_id, shape, row.instances, duration, any_size=row.preemptible)
     if status is S.QUEUED and duration > row.duration:
-        start = to_epoch(row.start_at or row.earliest_start)
+        # where the budget counts a waiting lease (budgets.spans): its planned start, never before now
+        start = max(to_epoch(row.start_at or row.earliest_start), now)
         budgets.check(session, now, row.project_id, row.gpu_model,
                       Span(row.gpus_per_vm * row.instances, start + row.duration, start + duration))
     elif status is not S.QUEUED:

@@ -2,7 +2,8 @@
 
 - parked -> resuming: at the slot's start (`resume_by`, `begin_resume`), or on
   POST .../resume (`resume_early`: the earliest slot from now if that delays nobody
-  planned, else the held one stays); then the inventory on the slot's hosts and each VM
+  planned, else the held one stays; a 403, nothing moved, where the hours it moves sooner would
+  pass the project's GPU-hour budget); then the inventory on the slot's hosts and each VM
   unshelved pinned to its slot host (`advance_resuming`).
 - resuming -> active (`_resumed`): every VM ACTIVE again with its volume; its idle record
   starts over.
@@ -28,10 +29,11 @@ from gpu_tenancy.db import models as m
 from gpu_tenancy.db.session import session_scope, to_epoch, utcnow_naive
 from gpu_tenancy.domain import planner
 from gpu_tenancy.domain.failures import FailureClass, classify_fault, cloud_said, retry_delay, rule
+from gpu_tenancy.domain.budget import Span
 from gpu_tenancy.domain.held import held_until
 from gpu_tenancy.domain.model import PlannedLease
 from gpu_tenancy.domain.states import LeaseState
-from gpu_tenancy.engine import held, lease_flavor, ledger, park, resume_lost, retry, webhooks
+from gpu_tenancy.engine import budgets, held, lease_flavor, ledger, park, resume_lost, retry, webhooks
 from gpu_tenancy.engine.events import entered_at, lease_in, record_event, record_transition
 from gpu_tenancy.engine.lease_flavor import vms_per_host
 from gpu_tenancy.engine.leases import lock_for_change
@@ -69,7 +71,9 @@ def resume_early(session: Session, now: int, settings: planner.PlannerSettings, 
                  actor: str) -> str:
     """The tenant asks for a parked lease back (in the caller's transaction): the earliest
     slot from now, if moving its held slot there delays no lease planned; else the held slot
-    stays. Returns what was done, in words (also in the lease's events)."""
+    stays. A move that would take a month (a budget's period) past the project's budget, or add
+    to one past it, is refused (Forbidden, over_budget) and nothing moves. Returns what was
+    done, in words (also in the lease's events)."""
     lock_for_change(session, row)   # the ledger lock, and the lease as it is now
     if row.status != S.PARKED.value:
         raise Conflict(f"lease {row.id} is {row.status}; only a parked lease can be resumed",
@@ -99,6 +103,10 @@ def resume_early(session: Session, now: int, settings: planner.PlannerSettings, 
         record_event(session, row, "change", message, now, actor)
         return message
     assert place is not None
+    # the tenant moves hours: a slot moved sooner may carry them back into a month (the park's
+    # grace carried them out of it) that the project has spent since; refused, nothing moves
+    budgets.check_move(session, now, row, Span(row.gpus_per_vm * row.instances, place.start, place.end),
+                       f"it keeps its held slot from {rfc3339(held_start)}")
     session.execute(delete(m.Allocation).where(m.Allocation.lease_id == row.id))
     session.expire(row, ["allocations"])
     park.hold(session, row, alone)
