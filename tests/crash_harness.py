@@ -3,6 +3,7 @@
 look like once it is done. Used by the simulated and the loopback crash tests."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import yaml
 
 from gpu_tenancy.db import models as m
 from gpu_tenancy.engine.crashpoints import ENV
+from tests.process_group import kill_group
 
 ENGINE_SETTINGS = dict(engine_tick_seconds=1, provisioning_poll_seconds=0.2, leader_lease_seconds=2,
                        host_refresh_seconds=60, warn_before_end_seconds=0)
@@ -39,18 +41,17 @@ def start_engine(config_path: Path, log_path: Path, crash_at: str | None) -> sub
     if crash_at:
         env[ENV] = crash_at
     with open(log_path, "ab") as log:
+        # a group of its own: stop() kills what is left of it, however the test ends
         return subprocess.Popen([sys.executable, "-m", "gpu_tenancy.cli", "engine", "--config", str(config_path)],
-                                env=env, stdout=log, stderr=subprocess.STDOUT)
+                                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=30)   # engine_stop_seconds (15) for a pass under way, then it leaves it
+    kill_group(proc)
 
 
 def lease_status(sessions, lease_id: str) -> str | None:
@@ -67,9 +68,11 @@ def crash_then_restart(tmp_path: Path, config_path: Path, sessions, lease_id: st
     first = start_engine(config_path, logs[0], step)
     try:
         first.wait(timeout=timeout)
+        killed = first.returncode == -signal.SIGKILL
     except subprocess.TimeoutExpired:
+        killed = False   # the crash point never came
+    finally:
         stop(first)
-    killed = first.returncode == -signal.SIGKILL
     second = start_engine(config_path, logs[1], None)
     try:
         deadline = time.monotonic() + timeout

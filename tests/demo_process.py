@@ -14,18 +14,18 @@ from pathlib import Path
 import pytest
 
 from tests.ports import free_port
+from tests.process_group import process_group, stop
 
 
 @contextlib.contextmanager
 def demo_process(tmp: Path, **env: str) -> Iterator[str]:
     """The demo's base URL while it runs; `env`: GPU_TENANCY_* options for it."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "gpu_tenancy.cli", "demo", "--port", str(port),
-                             "--db", f"sqlite:///{tmp / 'demo.db'}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1", **env})
     base = f"http://127.0.0.1:{port}"
-    try:
+    with process_group([sys.executable, "-m", "gpu_tenancy.cli", "demo", "--port", str(port),
+                        "--db", f"sqlite:///{tmp / 'demo.db'}"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp,
+                       env={**os.environ, "PYTHONUNBUFFERED": "1", **env}) as proc:
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -35,11 +35,7 @@ def demo_process(tmp: Path, **env: str) -> Iterator[str]:
                 if time.monotonic() > deadline or proc.poll() is not None:
                     pytest.fail("the demo did not answer on /healthz")
                 time.sleep(0.2)
-        yield base
-    finally:
-        proc.terminate()
         try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            yield base
+        finally:
+            stop(proc, 30, "the demo")

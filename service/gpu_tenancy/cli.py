@@ -7,12 +7,12 @@ import ipaddress
 import logging
 import math
 import os
-import signal
 import sys
 import threading
 from collections.abc import Iterator
 
 from gpu_tenancy.config import Config
+from gpu_tenancy.stopping import leave_now, on_sigterm, wait_for
 
 DEMO_DB = "sqlite:///gpu-tenancy-demo.db"
 
@@ -256,7 +256,8 @@ def run_demo(args) -> int:
     try:   # before the banner: a port another program holds (an older demo) must not be shown as this demo's
         server = make_server(args.host, args.port, app, threaded=True)
     except (OSError, SystemExit):   # werkzeug has said why (the port in use) and exits
-        runtime.engine.stop()
+        if not runtime.engine.stop(within=config.engine_stop_seconds):
+            leave_now("demo", "the engine's pass under way", code=1)
         return 1
     base = f"http://{args.host}:{args.port}"
     print(f"""
@@ -276,27 +277,17 @@ Ask for two A100 GPUs for a day:
 
   curl -s {base}/v1/leases -H 'X-Project-Id: ml-vision' -H 'X-Roles: member'
 """, flush=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop = on_sigterm()
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
         wait_for(stop)
     finally:
         server.shutdown()
-        runtime.engine.stop()
+        ended = runtime.engine.stop(within=config.engine_stop_seconds)
+    if not ended:
+        leave_now("demo", "the engine's pass under way")
     return 0
-
-
-def wait_for(stop: threading.Event) -> None:
-    """Until `stop` is set (SIGTERM's handler) or ^C. A timed wait: Python runs a signal's handler
-    in this (the main) thread once it wakes, and a signal the kernel gives another thread (the
-    server's, in select) left an untimed wait blocked for good: the demo never stopped."""
-    try:
-        while not stop.wait(0.5):
-            pass
-    except KeyboardInterrupt:
-        pass
 
 
 def run_reservation_endpoint(args) -> int:
@@ -349,13 +340,14 @@ def run_engine(args) -> int:
         raise Unusable(f"the database at {redact(config.database_url)} {lagging}: run gpu-tenancy db upgrade first")
     runner = EngineRunner(Lifecycle(make_sessionmaker(engine, bool(config.notifications_transport_url)),
                                     make_cloud(config, clock), clock, config))
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop = on_sigterm()
     runner.start()
     try:
         wait_for(stop)
     finally:
-        runner.stop()
+        ended = runner.stop(within=config.engine_stop_seconds)
+    if not ended:
+        leave_now("engine", "the engine's pass under way")
     return 0
 
 

@@ -57,6 +57,10 @@ class Config:
     provisioning_poll_seconds: float = 0.25  # while a VM boots or is deleted (openstacksdk's own wait: 2 s)
     host_refresh_seconds: int = 60
     leader_lease_seconds: int = 30
+    # on SIGTERM, how long the engine's pass under way (and webhook POSTs) may take to end; then the
+    # process exits without it, as a crash would (stopping.py). Under the stop's own limits: systemd's
+    # 90 s, the start-stop-daemon's TERM/20 of the ansible role
+    engine_stop_seconds: float = 15.0
     warn_before_end_seconds: int = 3600  # lead time of the before-end warning (event and webhook)
     # outbox and decision hook: a webhook POST's total deadline (connect to status line, not per read;
     # at most WEBHOOK_TIMEOUT_MAX: a hung receiver holds a worker that long), the outbox's sending
@@ -183,6 +187,9 @@ class Config:
             raise ValueError("gpu_use_retention_days must be a whole number of days from 1 to 36500")
         if not 0 <= self.park_grace_seconds <= 7 * 24 * 3600:
             raise ValueError("park_grace_seconds must be from 0 to 604800 (a week)")
+        stop = self.engine_stop_seconds
+        if isinstance(stop, bool) or not isinstance(stop, (int, float)) or not 0 < stop <= 600:
+            raise ValueError("engine_stop_seconds must be a number of seconds > 0 and at most 600")
 
     @classmethod
     def load(cls, path: str | None = None, **overrides) -> "Config":

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
+
+from tests.process_group import process_group, stop
 
 CHROMIUM = os.environ.get("GT_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -31,11 +32,10 @@ def missing() -> str | None:
 @contextlib.contextmanager
 def service(argv: list[str], port: int, workdir: Path, env: dict | None = None):
     """Run argv (a server on 127.0.0.1:port) until the block ends; yields its
-    base URL once /healthz answers; stopped by its PID."""
+    base URL once /healthz answers; stopped by SIGTERM, its process group killed after."""
     log_path = workdir / "service.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(argv, cwd=workdir, env={**os.environ, **(env or {})}, stdout=log,
-                                stderr=subprocess.STDOUT)
+    with open(log_path, "w") as log, process_group(argv, cwd=workdir, env={**os.environ, **(env or {})},
+                                                    stdout=log, stderr=subprocess.STDOUT) as proc:
         base = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + 60
@@ -49,12 +49,7 @@ def service(argv: list[str], port: int, workdir: Path, env: dict | None = None):
                     time.sleep(0.3)
             yield base
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc, 30, " ".join(argv))
 
 
 @contextlib.contextmanager

@@ -19,6 +19,7 @@ from gpu_tenancy.cli import main
 from gpu_tenancy.timeutil import parse_time
 from tests.conftest import PG_URL, RELEASE
 from tests.ports import free_port
+from tests.process_group import process_group, stop
 
 
 def test_db_upgrade_makes_the_schema(tmp_path, capsys):
@@ -96,46 +97,47 @@ def call(method, url, body=None, project="ml-vision"):
 @pytest.mark.skipif(bool(PG_URL), reason="the demo runs on its own SQLite file; once per suite is enough")
 def test_demo_starts_and_a_lease_from_the_readme_becomes_active(tmp_path):
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "gpu_tenancy.cli", "demo", "--port", str(port),
-                             "--db", f"sqlite:///{tmp_path / 'demo.db'}"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    try:
-        base = f"http://127.0.0.1:{port}"
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(base + "/healthz", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.2)
-        status, body = call("POST", base + "/v1/leases", {"name": "first", "shape": "a100.x2",
-                                                          "duration": "PT24H", "volume": {"size_gb": 100}})
-        assert status == 201 and body["lease"]["status"] == "scheduled"
-        lease_url = body["lease"]["links"][0]["href"]
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            lease = call("GET", lease_url)[1]["lease"]
-            if lease["status"] == "active":
-                break
-            time.sleep(1)
-        assert lease["status"] == "active"
-        assert lease["servers"][0]["status"] == "ACTIVE"
-        filler = call("POST", base + "/v1/leases", {"shape": "a100.x8", "instances": 2, "duration": "PT1H"},
-                      project="nlp-lab")[1]["lease"]
-        assert filler["status"] == "scheduled"
-        queued = call("POST", base + "/v1/leases", {"shape": "a100.x8", "duration": "PT1H"},
-                      project="nlp-lab")[1]["lease"]
-        assert queued["status"] == "queued" and queued["queue"]["position"] == 1
-        # it waits for the lease before it to end, and for the cloud to release its GPUs
-        assert parse_time(queued["queue"]["eta"]) == parse_time(filler["end"]) + RELEASE
-        assert queued["queue"]["reasons"]
-    finally:
-        proc.terminate()
-        # the stop waits for the engine's pass under way (scheduler.shutdown(wait=True)): 2-3 s on a
-        # quiet machine; once over 30 s at load average 4, so the margin is wide
-        out, _ = proc.communicate(timeout=90)
+    with process_group([sys.executable, "-m", "gpu_tenancy.cli", "demo", "--port", str(port),
+                        "--db", f"sqlite:///{tmp_path / 'demo.db'}"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+                       env={**os.environ, "PYTHONUNBUFFERED": "1"}) as proc:
+        try:
+            lease_and_queue(f"http://127.0.0.1:{port}")
+        finally:
+            # the stop gives the engine's pass under way engine_stop_seconds (15 s), then leaves it
+            out, _ = stop(proc, 90, "the demo")
     assert f"curl -s -X POST http://127.0.0.1:{port}/v1/leases" in out
     assert proc.returncode == 0
+
+
+def lease_and_queue(base: str) -> None:
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(base + "/healthz", timeout=1)
+            break
+        except OSError:
+            time.sleep(0.2)
+    status, body = call("POST", base + "/v1/leases", {"name": "first", "shape": "a100.x2",
+                                                      "duration": "PT24H", "volume": {"size_gb": 100}})
+    assert status == 201 and body["lease"]["status"] == "scheduled"
+    lease_url = body["lease"]["links"][0]["href"]
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        lease = call("GET", lease_url)[1]["lease"]
+        if lease["status"] == "active":
+            break
+        time.sleep(1)
+    assert lease["status"] == "active"
+    assert lease["servers"][0]["status"] == "ACTIVE"
+    filler = call("POST", base + "/v1/leases", {"shape": "a100.x8", "instances": 2, "duration": "PT1H"},
+                  project="nlp-lab")[1]["lease"]
+    assert filler["status"] == "scheduled"
+    queued = call("POST", base + "/v1/leases", {"shape": "a100.x8", "duration": "PT1H"},
+                  project="nlp-lab")[1]["lease"]
+    assert queued["status"] == "queued" and queued["queue"]["position"] == 1
+    # it waits for the lease before it to end, and for the cloud to release its GPUs
+    assert parse_time(queued["queue"]["eta"]) == parse_time(filler["end"]) + RELEASE
+    assert queued["queue"]["reasons"]
 
 
 @pytest.mark.skipif(bool(PG_URL), reason="the demo runs on its own SQLite file; once per suite is enough")
@@ -234,25 +236,6 @@ def test_the_engine_on_an_upgraded_database_starts(db_url, tmp_path, monkeypatch
     config.write_text(f"database_url: {db_url}\ncloud_driver: simulated\n")
     monkeypatch.setattr("gpu_tenancy.cli.wait_for", lambda stop: None)
     assert main(["engine", "--config", str(config)]) == 0
-
-
-def test_a_sigterm_that_another_thread_takes_still_stops_the_wait():
-    """The kernel may give a process's SIGTERM to any of its threads. Given to another one (the
-    demo's server thread, in select), the handler runs only once the main thread wakes: an
-    untimed wait there never did, and the demo ran on after its stop (CI, 2026-12-07)."""
-    script = (
-        "import signal, threading, time\n"
-        "from gpu_tenancy.cli import wait_for\n"
-        "stop = threading.Event()\n"
-        "signal.signal(signal.SIGTERM, lambda *_: stop.set())\n"
-        "def other():\n"
-        "    time.sleep(0.3)\n"
-        "    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)\n"
-        "threading.Thread(target=other, daemon=True).start()\n"
-        "wait_for(stop)\n"
-        "print('stopped')\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
-    assert done.returncode == 0 and done.stdout.strip() == "stopped", done.stderr
 
 
 @pytest.mark.parametrize("command", [["db", "upgrade"], ["db", "current"], ["whatif", "--set", "weight.x=2"]])

@@ -129,3 +129,52 @@ def test_a_wake_during_a_watch_brings_a_tick_after_it(client, runner, runtime, m
     monkeypatch.setattr(runner.lifecycle, "watch", watch_woken)
     runner.watch_once()
     assert next_run_in(runner, "tick") <= 0.1           # the tick comes right after the watch
+
+
+def engine_holder(runtime) -> str | None:
+    from sqlalchemy import select
+
+    from gpu_tenancy.db.models import Lock
+    with runtime.sessions() as session:
+        return session.scalars(select(Lock.holder).where(Lock.name == "engine")).one()
+
+
+@pytest.mark.parametrize("takes", [0.05, 0.3, 0.6, None])   # a pass's length; None: it never ends by itself
+def test_a_stop_ends_within_its_bound_whatever_the_pass_is_doing(runtime, monkeypatch, takes):
+    """A pass that ends within the bound: the stop waits for it and steps down. One that does not
+    (a cloud call that never answers): the stop says so at its bound and keeps the leadership, the
+    pass being still able to act; the caller exits without it. Wakes meanwhile (API requests still
+    answered) start no further pass once the stop is asked."""
+    import random
+    import threading
+    import time
+
+    rnd = random.Random(str(takes))
+    runtime.config.engine_tick_seconds = 600
+    engine, release = runtime.engine, threading.Event()
+    passes, within = [], 1.0
+
+    def tick():
+        passes.append(time.monotonic())
+        engine.wake()                                     # as API requests would, all along
+        release.wait(takes if takes is not None else 30)
+        return False
+    monkeypatch.setattr(engine.lifecycle, "tick", tick)
+    engine.start()
+    try:
+        while not passes:
+            time.sleep(0.01)
+        time.sleep(rnd.uniform(0, 0.2))                   # the stop comes at some moment of the pass
+        asked = time.monotonic()
+        ended = engine.stop(within=within)
+        took = time.monotonic() - asked
+    finally:
+        release.set()                                     # the stalled pass ends with the test
+    if takes is None:
+        assert not ended and within <= took < within + 0.5
+        assert engine_holder(runtime) == engine.holder    # kept: the pass may still act
+    else:
+        assert ended and took < within, took
+        assert engine_holder(runtime) is None             # stepped down: the standby may lead at once
+    time.sleep(0.1)
+    assert max(passes) < asked                            # woken all along, yet no pass began after the stop

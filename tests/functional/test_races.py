@@ -33,6 +33,7 @@ from gpu_tenancy.domain.states import HOLDING
 from gpu_tenancy.timeutil import rfc3339
 from tests.conftest import headers
 from tests.ports import free_port
+from tests.process_group import process_group, stop
 
 RACERS = 500
 PROJECTS = [f"racer-{i}" for i in range(5)]
@@ -66,28 +67,26 @@ def served(tmp_path, db_url):
         reply = client.post("/v1/leases", json={"shape": shape, "duration": "PT4H"}, headers=headers(project))
         assert reply.get_json()["lease"]["status"] == "scheduled"
     port = free_port()
-    log = open(tmp_path / "gunicorn.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "-w", "4", "-b", f"127.0.0.1:{port}", "--timeout",
-                             "120", "--backlog", "1024", "gpu_tenancy.wsgi:application"],
-                            env={"GPU_TENANCY_CONFIG": str(config_path), "PATH": "/usr/bin:/bin"},
-                            stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).parents[2])
     base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if requests.get(base + "/healthz", timeout=10).ok:
-                    break
-            except requests.RequestException:
-                pass
-            assert time.monotonic() < deadline and proc.poll() is None, (tmp_path / "gunicorn.log").read_text()
-            time.sleep(0.3)
-        yield base, runtime
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
-        runtime.sessions.kw["bind"].dispose()
+    with open(tmp_path / "gunicorn.log", "wb") as log, \
+            process_group([sys.executable, "-m", "gunicorn", "-w", "4", "-b", f"127.0.0.1:{port}", "--timeout",
+                           "120", "--backlog", "1024", "gpu_tenancy.wsgi:application"],
+                          env={"GPU_TENANCY_CONFIG": str(config_path), "PATH": "/usr/bin:/bin"},
+                          stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).parents[2]) as proc:
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if requests.get(base + "/healthz", timeout=10).ok:
+                        break
+                except requests.RequestException:
+                    pass
+                assert time.monotonic() < deadline and proc.poll() is None, (tmp_path / "gunicorn.log").read_text()
+                time.sleep(0.3)
+            yield base, runtime
+        finally:
+            runtime.sessions.kw["bind"].dispose()   # this process's: apart from gunicorn's
+            stop(proc, 30, "gunicorn")
 
 
 def race(base: str) -> list[tuple[str, str, int, dict]]:

@@ -48,6 +48,8 @@ class EngineRunner:
         self._began: float | None = None
         self._asked_lock = threading.Lock()
         self.monotonic = time.monotonic   # the spacing's clock (tests set their own)
+        self._stopping = False   # stop() asked: no pass begins after the one under way
+        self._finished = False   # the stop's wait has ended: jobs, POSTs, step-down
 
     def run_once(self) -> bool:
         """Lead if we can, and if we lead, tick; again while woken meanwhile.
@@ -60,7 +62,7 @@ class EngineRunner:
                 leading = self._lead_and_tick()
             finally:
                 self._tick_lock.release()
-            if not (leading and self._woken):
+            if not (leading and self._woken) or self._stopping:
                 return leading
 
     def _lead_and_tick(self) -> bool:
@@ -171,9 +173,31 @@ class EngineRunner:
         if self._asked > self._served and not self._defer():
             self.wake()
 
-    def stop(self) -> None:
+    def stop(self, within: float | None = None) -> bool:
+        """Stop the jobs, wait for the pass and the webhook POSTs under way, and step down.
+        Returns False if they had not ended `within` seconds: then this has not stepped down (the
+        pass may still act), and the caller exits without them, as a crash would (stopping.py);
+        the standby takes over once the leadership lapses (leader_lease_seconds)."""
+        self._stopping, self._finished = True, False
+        if within is None:
+            self._finish(None)
+            return True
+        # the wait in a thread of its own: APScheduler's shutdown(wait=True) has no time limit
+        finishing = threading.Thread(target=self._finish, args=(time.monotonic() + within,),
+                                     name="engine-stop", daemon=True)
+        finishing.start()
+        finishing.join(within)
+        if not self._finished:
+            log.warning("engine %s: its pass or webhook POSTs under way had not ended %gs after the stop",
+                        self.holder, within)
+        return self._finished
+
+    def _finish(self, deadline: float | None) -> None:
         if self.scheduler.running:
-            self.scheduler.shutdown(wait=True)
+            self.scheduler.shutdown(wait=True)   # the outbox stops with it: starts no POST
+        if deadline is not None and not self.outbox.wait(max(0.0, deadline - time.monotonic())):
+            return   # a POST is still under way: the caller leaves it (its notice is sent again)
         if self.leading:
             with session_scope(self.lifecycle.sessions) as session:
                 step_down(session, self.holder)
+        self._finished = True
