@@ -207,7 +207,7 @@ def test_tenants_and_the_engine_at_once_never_overcommit_a_host_or_pass_a_quota(
     runtime.fits.min_waiting = 15   # long queues fit a create into the plan, short ones replan
     # the engine thread ticks on its own: a request's wake would have run_once tick again at once,
     # for as long as requests keep coming, and the clock would not move
-    monkeypatch.setattr(runtime, "wake_engine", lambda: None)
+    monkeypatch.setattr(runtime, "wake_engine", lambda can_wait=False: None)
     shared: list = []
     lock = threading.Lock()
     tenants = [Tenant(i, app, runtime.clock, volumes, shared, lock) for i in range(WORKERS)]
