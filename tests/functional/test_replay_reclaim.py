@@ -19,9 +19,11 @@ from contextlib import closing
 
 import pytest
 
+from gpu_tenancy.domain.reclaim import EarlyEnd, ReclaimSettings
 from gpu_tenancy.whatif.event_loop import Scheduler, simulate
 from gpu_tenancy.whatif.history import Lease as Job
 from gpu_tenancy.whatif.planner_sched import GpuTenancy, quota_limits
+from gpu_tenancy.whatif.reclaims import Reclaims
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 from engine_replay import run_engine  # noqa: E402
@@ -238,3 +240,61 @@ def test_a_cut_called_off_ends_the_job_at_its_own_end():
     assert out.ended_early == {}
     assert s.ended == [("a", 100), ("b", 110)]
     assert s.decided_at == [0, 10, 100, 110]   # none at 50, the cut's end
+
+
+class Notices(Scheduler):
+    """Starts each job on arrival on host 0; at the decision made at each instant of `script`,
+    tells whatif/reclaims.Reclaims its steps in order: ("notice", jid, at) or ("call_off", jid)."""
+    name = "notices"
+
+    def __init__(self, script: dict[int, list[tuple]]):
+        self.rc = Reclaims(ReclaimSettings())
+        self.script = script
+        self.waiting: list[Job] = []
+        self.ended: list[tuple[str, int]] = []
+
+    def submit(self, job, now):
+        self.waiting.append(job)
+
+    def finished(self, job, now):
+        self.ended.append((job.jid, now))
+        self.rc.finished(job.jid)
+
+    def schedule(self, now, cluster, running):
+        for step in self.script.pop(now, []):
+            if step[0] == "notice":
+                self.rc.notice(EarlyEnd(step[1], "t", "reclaimed", step[2], "w", "u", ""))
+            else:
+                self.rc.call_off(step[1])
+        starts, self.waiting = [(j, [0]) for j in self.waiting], []
+        return starts, None
+
+    def take_cuts(self):
+        return self.rc.take_cuts()
+
+    def take_uncuts(self):
+        return self.rc.take_uncuts()
+
+    def oldest_waiting(self):
+        return self.waiting[0] if self.waiting else None
+
+
+# Seed 16 of test_creates_fitted_into_the_plan_tell_the_engines_etas_around_reclaims, with the
+# reclaim rule counted at the deadline from a hold's end (not its own end): a notice whose lease
+# started elsewhere is called off before a pass plans, and the same pass's reclaim notices that
+# borrower again for another lease. The event loop took the new cut before the call-off: the cut
+# was dropped (not before the end the old one gave it) and the call-off then gave the job its own
+# end back, while the replay planned on its GPUs from the new notice's end: an over-commit.
+@pytest.mark.parametrize("steps, ends", [
+    ([("call_off", "a"), ("notice", "a", 70)], {"a": 70}),    # called off, then noticed again
+    ([("call_off", "a"), ("notice", "a", 40)], {"a": 40}),    # ... for an earlier end
+    ([("call_off", "a")], {}),                                # called off: its own end
+    ([("notice", "b", 60), ("call_off", "b")], {"a": 50}),    # another noticed and called off at once
+    ([("notice", "b", 60)], {"a": 50, "b": 60}),
+])
+def test_a_notice_called_off_and_given_again_in_one_decision_ends_the_job_at_the_new_notice(steps, ends):
+    a, b = Job("a", "t", 0, 100, 1, 1), Job("b", "t", 10, 90, 1, 1)
+    s = Notices({0: [("notice", "a", 50)], 10: steps})
+    out = simulate([a, b], 1, s)
+    assert out.ended_early == ends
+    assert dict(s.ended) == {"a": 100, "b": 100} | ends

@@ -110,22 +110,12 @@ def check_world(seed: int) -> int:
     return reclaims
 
 
-NOT_FIXED = pytest.mark.xfail(strict=True, reason=(
-    "not fixed: domain/reclaim.py asks whether a borrower's project is over its quota now, not at the "
-    "notice's end, when the lease would end (leases under an earlier notice, and those that end "
-    "meanwhile, are gone then); the fix (over at the deadline, of the leases running now, recomputed "
-    "after each cut) passes this but parts the replay from the engine (test_replay_reclaim's fitted "
-    "seed 16: the replay over-commits a host); the replay must learn it first"))
-
-
-@NOT_FIXED
 @pytest.mark.parametrize("block", range(4))
 def test_a_borrower_back_within_its_quota_is_kept(block):
     reclaims = sum(check_world(seed) for seed in range(block * 1000, (block + 1) * 1000))
     assert reclaims > 50   # the worlds do reclaim: the promise is checked
 
 
-@NOT_FIXED
 def test_a_borrower_kept_within_quota_by_an_earlier_notice_is_not_reclaimed():
     """The case the worlds found, made small: p1 (quota 2) runs x5 (1 GPU) and x0 (4), both
     borrowing. x0 is reclaimed for p2's lease; a pass later p3 asks for 4 GPUs, which x5's end

@@ -7,7 +7,8 @@ and waits for GPUs is looked at:
 
 - leases of the `preemptible` class that run on its GPU model may be ended for
   it whenever that lets it start sooner;
-- borrowing leases of other projects (running beyond their nominal quota) may
+- borrowing leases of other projects (their project beyond its nominal quota
+  at the notice's end, those taken before them aside: reclaimable.py) may
   be ended for it only when it would otherwise wait longer than
   `reclaim_after`, only once they have run `min_runtime`, and never for a
   project that itself yielded GPUs to their project (no reclaim loop).
@@ -32,6 +33,7 @@ from .model import Hold, Host, LeaseRequest, Placement, Plan, QuotaLimit, Reason
 from .plan_words import duration_text, fmt_time
 from .planner import PlannerSettings, plan
 from .profile import INF, StepProfile
+from .reclaimable import Excess
 from .reclaim_trials import LeaseTrialsSpent, RoomOnHosts, TrialBudget, TrialsSpent
 
 __all__ = ["ReclaimSettings", "EarlyEnd", "EarlyEndPlan", "early_ends"]
@@ -98,12 +100,12 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
     for h in holds:
         by_lease[h.lease_id].append(h)
     candidates: dict[str, list[str]] = defaultdict(list)   # model -> lease ids
-    # (now, not at the deadline: there a lease under notice is gone, and its project would look
-    # within its quota with the borrowers that made it borrow still running)
-    over = _over_nominal(holds, quotas, now)
+    # (beyond its quota at the deadline, counting the leases running now that run until then:
+    # reclaimable.py; less the borrowers taken, as they are taken)
+    excess = Excess(holds, quotas, now, deadline)
     for lid, hs in by_lease.items():
         h0 = hs[0]
-        borrowing = h0.borrowing and (h0.project_id, h0.gpu_model) in over
+        borrowing = h0.borrowing and excess.over(h0.project_id, h0.gpu_model)
         if ((borrowing or h0.preemptible) and (takeable is None or lid in takeable)
                 and max(h.end for h in hs) > deadline):
             candidates[h0.gpu_model].append(lid)
@@ -140,9 +142,9 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
         eligible: list[tuple[str, str | None]] = []
         blocked: list[tuple[str, str]] = []
         for vid in candidates[m]:
-            if vid in taken:
-                continue
             h0 = by_lease[vid][0]
+            if vid in taken or not (h0.preemptible or excess.over(h0.project_id, m)):
+                continue   # (taken, or its project is back within its quota by the deadline: it borrows nothing)
             why_not = None if h0.preemptible else _why_not_reclaim(
                 now, h0, p, wait, settings, yielded)
             if why_not:
@@ -237,6 +239,7 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
             break
         for vid in chosen:
             taken.add(vid)
+            excess.take(by_lease[vid])
             out.ends.append(_early_end(by_lease[vid], lr, quotas, now, deadline, settings))
         holds = _cut(holds, set(chosen), deadline, cut_before)
         freed = sum(h.gpus for vid in chosen for h in by_lease[vid])
@@ -248,19 +251,6 @@ def early_ends(now: int, hosts: Sequence[Host], holds: Sequence[Hold],
             "reclaim", f"{len(chosen)} lease(s) holding {freed} {m} GPUs "
                        f"end at {fmt_time(deadline)} to make room; it would otherwise have waited {was}")]
     return out
-
-
-def _over_nominal(holds: Sequence[Hold], quotas: Mapping[tuple[str, str], QuotaLimit],
-                  at: int) -> set[tuple[str, str]]:
-    """The (project, model)s that hold more than their nominal quota at `at`, preemptible leases
-    aside (no quota: all of it is beyond). A lease is marked borrowing when it starts; once the
-    leases that made it borrow have ended, its project is within its quota again and it is not
-    reclaimed: it borrows nothing any more, as /v1/share tells."""
-    held: dict[tuple[str, str], int] = defaultdict(int)
-    for h in holds:
-        if not h.preemptible and h.start <= at < h.end:
-            held[(h.project_id, h.gpu_model)] += h.gpus
-    return {key for key, gpus in held.items() if key not in quotas or gpus > quotas[key].gpus}
 
 
 def _within_nominal(holds: Sequence[Hold], p: str, m: str, q: QuotaLimit, need: int, start: int,

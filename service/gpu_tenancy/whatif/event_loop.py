@@ -6,7 +6,8 @@ GPUs first and the scheduler decides once; then each arrival is submitted
 and the scheduler decides after each (the API replans on every new lease).
 A job holds its GPUs from its start until its real end (start + runtime), or
 until the earlier end a scheduler gave it (the engine's reclaim: take_cuts) unless it
-calls that off (take_uncuts); a scheduler only sees the duration the lease asked for (Job.duration).
+calls that off (take_uncuts, taken first at each decision: a job called off and cut again there
+ends at the new cut); a scheduler only sees the duration the lease asked for (Job.duration).
 """
 from __future__ import annotations
 
@@ -125,11 +126,8 @@ def simulate(jobs, n_hosts: int | Cluster, sched: Scheduler, progress: float | N
             seq += 1
             ends[sj.jid] = t + sj.runtime
             heapq.heappush(heap, (t + sj.runtime, END, seq, sj))
-        for jid, at in sched.take_cuts():
-            if jid in running and t < at < ends[jid]:
-                ends[jid] = out.ended_early[jid] = at
-                seq += 1
-                heapq.heappush(heap, (at, END, seq, running[jid][0]))
+        # the call-offs first: a job called off and noticed again in this decision ends at the new
+        # notice's end (a cut noticed and called off in one decision is never told: Reclaims.call_off)
         for jid in sched.take_uncuts():
             if jid in out.ended_early and jid in running:   # (a cut past its real end never took)
                 del out.ended_early[jid]
@@ -137,6 +135,11 @@ def simulate(jobs, n_hosts: int | Cluster, sched: Scheduler, progress: float | N
                 ends[jid] = st + sj.runtime   # the cut's END is void from now on
                 seq += 1
                 heapq.heappush(heap, (ends[jid], END, seq, sj))
+        for jid, at in sched.take_cuts():
+            if jid in running and t < at < ends[jid]:
+                ends[jid] = out.ended_early[jid] = at
+                seq += 1
+                heapq.heappush(heap, (at, END, seq, running[jid][0]))
         if wake is not None and wake > t and wake not in wakes:
             wakes.add(wake)
             seq += 1

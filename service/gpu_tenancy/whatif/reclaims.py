@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from gpu_tenancy.domain.model import Hold, Host, LeaseRequest, Plan, QuotaLimit
 from gpu_tenancy.domain.planner import PlannerSettings
-from gpu_tenancy.domain.reclaim import EarlyEndPlan, ReclaimSettings, early_ends
+from gpu_tenancy.domain.reclaim import EarlyEnd, EarlyEndPlan, ReclaimSettings, early_ends
 
 
 class Reclaims:
@@ -40,12 +40,16 @@ class Reclaims:
                              yielded=frozenset((p, other) for p, other, _ in self.yielded.values()),
                              planner_settings=planner_settings)
         for end in decided.ends:
-            self.noticed[end.lease_id] = end.at
-            self.noticed_for[end.lease_id] = end.for_lease
-            self.cuts.append((end.lease_id, end.at))
-            if end.kind == "reclaimed":
-                self.yielded[end.lease_id] = (end.project_id, end.for_project, end.for_lease)
+            self.notice(end)
         return decided
+
+    def notice(self, end: EarlyEnd) -> None:
+        """A running job is told to end at end.at (the event loop is told)."""
+        self.noticed[end.lease_id] = end.at
+        self.noticed_for[end.lease_id] = end.for_lease
+        self.cuts.append((end.lease_id, end.at))
+        if end.kind == "reclaimed":
+            self.yielded[end.lease_id] = (end.project_id, end.for_project, end.for_lease)
 
     def cut(self, jid: str, holds: list[Hold]) -> list[Hold]:
         """A job's holds, ended at its notice's end if it is under one (as apply() cuts the ledger's)."""
@@ -59,10 +63,17 @@ class Reclaims:
                       key=lambda jid: (self.noticed[jid], arrival[jid], jid))
 
     def call_off(self, jid: str) -> None:
-        """jid's notice is called off: it ends when it would have (the event loop is told)."""
+        """jid's notice is called off: it ends when it would have (the event loop is told). A cut
+        the event loop was not told yet is taken back instead: the event loop takes a decision's
+        call-offs before its cuts, so that a job called off and noticed again in one decision
+        (its lease started, then it is reclaimed for another) ends at the new notice's end."""
         del self.noticed[jid], self.noticed_for[jid]
         self.yielded.pop(jid, None)
-        self.uncuts.append(jid)
+        pending = [c for c in self.cuts if c[0] != jid]
+        if len(pending) < len(self.cuts):
+            self.cuts = pending
+        else:
+            self.uncuts.append(jid)
 
     def finished(self, jid: str) -> None:
         """A job ended: it is no longer under notice, and if a reclaim was made for it, the
