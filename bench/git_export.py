@@ -3,9 +3,11 @@ scan index built as an install would build it: a ref exported without it would r
 index, and the comparison would measure the index, not the change."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import tempfile
 
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 SCAN_INDEX = os.path.join("service", "gpu_tenancy", "domain", "scan_index.c")
@@ -25,3 +27,14 @@ def export_ref(ref: str, into: str, parts: tuple[str, ...] = ("bench", "service"
     if "service" in parts and os.path.exists(os.path.join(into, SCAN_INDEX)):
         subprocess.run([sys.executable, "-c", _BUILD], cwd=into, check=True, capture_output=True)
     return into
+
+
+def figures_of_ref(ref: str, script: str, args: list[str]) -> dict:
+    """What `script` (a bench of this tree) prints as JSON, its last line, when run with `ref`'s
+    service code (GT_BENCH_SERVICE) and `args` (which ask it for --json)."""
+    with tempfile.TemporaryDirectory() as into:
+        export_ref(ref, into)
+        env = {**os.environ, "GT_BENCH_SERVICE": os.path.join(into, "service")}
+        done = subprocess.run([sys.executable, os.path.abspath(script), *args], env=env, check=True,
+                              capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])

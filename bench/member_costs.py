@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,7 +41,7 @@ sys.path.insert(0, SERVICE)
 
 from sqlalchemy import event, text  # noqa: E402
 
-from git_export import export_ref  # noqa: E402
+from git_export import figures_of_ref  # noqa: E402
 
 T0 = 1_796_112_000   # 2026-12-01T08:00:00Z
 PER_PROJECT = 50   # waiting leases per project: within the documented cap of 100
@@ -255,13 +254,9 @@ def main(argv=None) -> int:
         ap.error("--waiting, --hosts and --rounds must be at least 1, --history at least 0")
     ref = None
     if a.against:
-        with tempfile.TemporaryDirectory() as into:
-            export_ref(a.against, into)
-            env = {**os.environ, "GT_BENCH_SERVICE": os.path.join(into, "service")}
-            done = subprocess.run([sys.executable, os.path.abspath(__file__), "--json", "--hosts", str(a.hosts),
-                                   "--waiting", str(a.waiting), "--history", str(a.history),
-                                   "--rounds", str(a.rounds), *(f"--only={o}" for o in a.only or ())], env=env, check=True, capture_output=True, text=True)
-            ref = json.loads(done.stdout)
+        ref = figures_of_ref(a.against, __file__,
+                             ["--json", "--hosts", str(a.hosts), "--waiting", str(a.waiting), "--history",
+                              str(a.history), "--rounds", str(a.rounds), *(f"--only={o}" for o in a.only or ())])
     new = measure(a.hosts, a.waiting, a.history, a.rounds, a.only)
     if a.json:
         print(json.dumps(new))

@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -40,7 +39,7 @@ sys.path.insert(0, HERE)
 SERVICE = os.environ.get("GT_BENCH_SERVICE", os.path.join(HERE, "..", "service"))
 sys.path.insert(0, SERVICE)
 
-from git_export import export_ref  # noqa: E402
+from git_export import figures_of_ref  # noqa: E402
 from member_costs import build  # noqa: E402
 
 LOOP = {"X-Project-Id": "bench-0", "X-User-Id": "u-loop", "X-Roles": "member"}
@@ -151,13 +150,8 @@ def main(argv=None) -> int:
         ap.error("--hosts and --waiting must be at least 1, --seconds above 0")
     ref = None
     if a.against:
-        with tempfile.TemporaryDirectory() as into:
-            export_ref(a.against, into)
-            env = {**os.environ, "GT_BENCH_SERVICE": os.path.join(into, "service")}
-            done = subprocess.run([sys.executable, os.path.abspath(__file__), "--json", "--hosts", str(a.hosts),
-                                   "--waiting", str(a.waiting), "--seconds", str(a.seconds)],
-                                  env=env, check=True, capture_output=True, text=True)
-            ref = json.loads(done.stdout.strip().splitlines()[-1])
+        ref = figures_of_ref(a.against, __file__,
+                             ["--json", "--hosts", str(a.hosts), "--waiting", str(a.waiting), "--seconds", str(a.seconds)])
     new = measure(a.hosts, a.waiting, a.seconds, a.interval)
     if a.json:
         print(json.dumps(new))

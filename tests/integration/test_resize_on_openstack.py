@@ -43,6 +43,17 @@ def lease_usage(admin, lease_id: str) -> int:
 
 
 @pytest.mark.parametrize("seen", [True, False], ids=["seen-by-a-pass", "ended-before-a-pass"])
+def remove_leftovers(alice, os_cloud, projects, lease_id: str) -> None:
+    """A failed run leaves nothing of the lease in the shared cloud: the member's servers, and the
+    lease's flavor, inventory and class."""
+    alice.delete_all()
+    if lease_id in os_cloud.leases_in_cloud():
+        os_cloud.revoke_lease_flavor(lease_id, projects["tenant-a"])
+        wait_for("the lease's inventory to go", lambda: os_cloud.remove_lease_inventory(lease_id))
+        os_cloud.remove_lease_flavor(lease_id)
+        os_cloud.remove_lease_class(lease_id)
+
+
 def test_a_members_unconfirmed_resize_off_the_lease_is_confirmed_at_its_end(
         os_app, api, tokens, alice, plain_flavor, admin, os_cloud, projects, seen):  # noqa: F811
     """`seen`: an engine pass sees the server leave the lease's flavor before the lease ends;
@@ -82,13 +93,8 @@ def test_a_members_unconfirmed_resize_off_the_lease_is_confirmed_at_its_end(
         assert kept.flavor["original_name"] == plain_flavor.name and kept.compute_host == resized.compute_host
         events = api.get(f"/v1/leases/{lease['id']}/events", headers=auth(token)).get_json()["events"]
         assert sum("is confirmed at the lease's end" in (e.get("message") or "") for e in events) == 1
-    finally:   # a failed run leaves nothing of the lease in the shared cloud
-        alice.delete_all()
-        if lease["id"] in os_cloud.leases_in_cloud():
-            os_cloud.revoke_lease_flavor(lease["id"], projects["tenant-a"])
-            wait_for("the lease's inventory to go", lambda: os_cloud.remove_lease_inventory(lease["id"]))
-            os_cloud.remove_lease_flavor(lease["id"])
-            os_cloud.remove_lease_class(lease["id"])
+    finally:
+        remove_leftovers(alice, os_cloud, projects, lease["id"])
 
 
 def test_a_members_confirmed_resize_off_the_lease_is_kept_at_its_end(
@@ -128,10 +134,5 @@ def test_a_members_confirmed_resize_off_the_lease_is_kept_at_its_end(
         assert kept.status == "ACTIVE" and kept.flavor["original_name"] == plain_flavor.name
         events = api.get(f"/v1/leases/{lease['id']}/events", headers=auth(token)).get_json()["events"]
         assert sum("released from the lease" in (e.get("message") or "") for e in events) == 1
-    finally:   # a failed run leaves nothing of the lease in the shared cloud
-        alice.delete_all()
-        if lease["id"] in os_cloud.leases_in_cloud():
-            os_cloud.revoke_lease_flavor(lease["id"], projects["tenant-a"])
-            wait_for("the lease's inventory to go", lambda: os_cloud.remove_lease_inventory(lease["id"]))
-            os_cloud.remove_lease_flavor(lease["id"])
-            os_cloud.remove_lease_class(lease["id"])
+    finally:
+        remove_leftovers(alice, os_cloud, projects, lease["id"])
