@@ -42,7 +42,6 @@ def lease_usage(admin, lease_id: str) -> int:
                for rp in admin.placement.resource_providers())
 
 
-@pytest.mark.parametrize("seen", [True, False], ids=["seen-by-a-pass", "ended-before-a-pass"])
 def remove_leftovers(alice, os_cloud, projects, lease_id: str) -> None:
     """A failed run leaves nothing of the lease in the shared cloud: the member's servers, and the
     lease's flavor, inventory and class."""
@@ -54,6 +53,7 @@ def remove_leftovers(alice, os_cloud, projects, lease_id: str) -> None:
         os_cloud.remove_lease_class(lease_id)
 
 
+@pytest.mark.parametrize("seen", [True, False], ids=["seen-by-a-pass", "ended-before-a-pass"])
 def test_a_members_unconfirmed_resize_off_the_lease_is_confirmed_at_its_end(
         os_app, api, tokens, alice, plain_flavor, admin, os_cloud, projects, seen):  # noqa: F811
     """`seen`: an engine pass sees the server leave the lease's flavor before the lease ends;
